@@ -1,0 +1,1 @@
+"""bkctl: the command line."""

@@ -1,0 +1,41 @@
+"""bkctl: start, stop and inspect the appliance; read and write ledgers;
+run benchmarks.  Every command takes ``--config PATH``."""
+
+from __future__ import annotations
+
+import click
+
+from appliance import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="bkctl")
+def cli():
+    """Control a BookKeeper appliance.
+
+    \b
+    Example:
+      bkctl up --detach --config configs/local.toml
+      echo hello | bkctl ledger append -
+    """
+
+
+@cli.group()
+def bench():
+    """Benchmarks; each prints its results (or one JSON document with --json)."""
+
+
+def _register_commands() -> None:
+    """Each feature module adds its commands here (kept in one place so
+    `bkctl --help` lists everything)."""
+
+
+_register_commands()
+
+
+def main() -> None:
+    cli(prog_name="bkctl")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""ZeroMQ wire protocol and transports."""

@@ -1,0 +1,40 @@
+"""BookKeeper appliance: a replicated, durable write-ahead log on one host."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="bk-appliance",
+    version="0.1.0",
+    description="Apache BookKeeper's replicated log as a single-host appliance",
+    python_requires=">=3.11",
+    packages=find_packages(include=["appliance*", "ipc*", "storage*", "cli*"]),
+    package_data={"ipc": ["PROTOCOL.md"]},
+    install_requires=[
+        "pyzmq>=25,<28",
+        "numpy>=1.26,<3",
+        "psutil>=5.9,<8",
+        "sqlite-utils>=3.35,<5",
+        "click>=8.1,<9",
+        # kazoo: the maintained ZooKeeper client; the zk:// metadata backend.
+        "kazoo>=2.9,<3",
+        # crc32c: hardware-accelerated CRC32C in C (SSE4.2/ARMv8); a pure
+        # Python CRC would cost more than the fsync on the hot path.
+        "crc32c>=2.3,<3",
+    ],
+    extras_require={
+        "spark": [
+            "pyspark>=4.0,<5",
+            # pyspark's Python data sources exchange Arrow record batches.
+            "pyarrow>=15",
+            "pandas>=2.0",
+        ],
+        "dev": [
+            "pytest>=8,<10",
+            "pytest-timeout>=2.2,<3",
+            "ruff>=0.4",
+            # bkctl bench --plot
+            "matplotlib>=3.7,<4",
+        ],
+    },
+    entry_points={"console_scripts": ["bkctl=cli.main:main"]},
+)
