@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["tests.zookeeper"]
+
 
 @pytest.fixture
 def short_tmp():

@@ -1,0 +1,236 @@
+"""The bookie registry and cookies, on any ``MetadataStore``.
+
+Guarantees:
+
+* A registered bookie is an ephemeral node ``/bookies/available/<id>`` on the
+  store's session holding its endpoint, read-only flag and info: it vanishes
+  when the bookie closes its store or dies (within the session timeout), so
+  ``available()`` lists live bookies only.
+* If the store loses its session while the bookie lives (a long stall), the
+  registry re-creates its registrations on the new session by itself.
+* A bookie restarting before its previous session expired waits (up to
+  ``stale_wait_ms``) for the old registration to vanish instead of failing.
+* Cookies (``/bookies/cookies/<id>``) are persistent, versioned and written
+  by CAS.  Every record is in the checksummed envelope of ``records.py``;
+  a damaged one raises ``CorruptMetadataError`` naming the path
+  (``available()`` skips it with a warning, so one bad record does not hide
+  the other bookies).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+
+from appliance.errors import (
+    CorruptMetadataError,
+    MetadataError,
+    MetadataVersionError,
+    NodeExistsError,
+    NoNodeError,
+)
+from storage.metadata.api import ANY_VERSION, MetadataStore
+from storage.metadata.records import decode_record, encode_record
+
+log = logging.getLogger(__name__)
+
+AVAILABLE_ROOT = "/bookies/available"
+COOKIES_ROOT = "/bookies/cookies"
+BOOKIE_ID_CHARS_MAX = 255
+# Conflicts tolerated by set_read_only (only the bookie itself and admins write).
+UPDATE_RETRIES_MAX = 16
+# Create attempts while a previous registration of the same id goes away.
+PUBLISH_TRIES_MAX = 100
+
+
+def check_bookie_id(bookie_id: object) -> str:
+    if not isinstance(bookie_id, str):
+        raise TypeError(f"bookie_id must be a str, got {type(bookie_id).__name__}")
+    if not bookie_id or len(bookie_id) > BOOKIE_ID_CHARS_MAX or "/" in bookie_id \
+            or bookie_id in (".", "..") or not bookie_id.isprintable():
+        raise ValueError(f"bookie_id must be 1..{BOOKIE_ID_CHARS_MAX} printable characters "
+                         f"without '/': {bookie_id!r}")
+    return bookie_id
+
+
+def _encode(doc: dict) -> bytes:
+    return encode_record(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
+
+
+def _decode(data: bytes, path: str) -> dict:
+    body = decode_record(data, path)
+    try:
+        doc = json.loads(body)
+        if not isinstance(doc, dict) or not isinstance(doc.get("endpoint"), str):
+            raise ValueError("not a bookie registration")
+        return doc
+    except ValueError as exc:
+        raise CorruptMetadataError(f"{path}: cannot decode ({exc})") from exc
+
+
+class BookieRegistry:
+    def __init__(self, store: MetadataStore, *, stale_wait_ms: int | None = None):
+        self.store = store
+        # How long register() waits for a previous session's registration to
+        # expire: longer rides out slow expiry, shorter fails faster.
+        self.stale_wait_ms = stale_wait_ms if stale_wait_ms is not None \
+            else 2 * store.session_timeout_ms
+        self._mine: dict[str, dict] = {}
+        self._lock = threading.Lock()
+        store.add_session_listener(self._reregister)
+
+    # -- registration ----------------------------------------------------------
+    def register(self, bookie_id: str, endpoint: str, info: dict | None = None,
+                 read_only: bool = False) -> None:
+        """Announce a live bookie (ephemeral, on this store's session)."""
+        path = f"{AVAILABLE_ROOT}/{check_bookie_id(bookie_id)}"
+        if not isinstance(endpoint, str) or not endpoint:
+            raise ValueError(f"endpoint must be a non-empty str, got {endpoint!r}")
+        doc = {"endpoint": endpoint, "read_only": bool(read_only), "info": dict(info or {})}
+        json.dumps(doc)  # TypeError now, naming nothing stored, if info is not JSON
+        with self._lock:
+            self._mine[bookie_id] = doc
+        self._publish(path, doc)
+
+    def _publish(self, path: str, doc: dict) -> None:
+        record = _encode(doc)
+        deadline = time.monotonic() + self.stale_wait_ms / 1000
+        for _ in range(PUBLISH_TRIES_MAX):
+            try:
+                self.store.create(path, record, ephemeral=True, make_parents=True)
+                return
+            except NodeExistsError:
+                pass
+            try:
+                if self.store.ephemeral_owner(path) == self.store.session_id:
+                    self.store.set(path, record, ANY_VERSION)  # ours: update in place
+                    return
+                _, version = self.store.get(path)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self.store.wait_for_change(path, version, remaining)
+            except NoNodeError:
+                continue  # the old registration expired: create ours
+        raise NodeExistsError(f"{path}: registered by another live session (waited "
+                              f"{self.stale_wait_ms} ms for it to expire)")
+
+    def _reregister(self) -> None:
+        """Session listener: the old session's ephemeral nodes are gone."""
+        with self._lock:
+            mine = dict(self._mine)
+        for bookie_id, doc in mine.items():
+            try:
+                self._publish(f"{AVAILABLE_ROOT}/{bookie_id}", doc)
+                log.info("re-registered bookie %s on session %s", bookie_id,
+                         self.store.session_id)
+            except MetadataError as exc:
+                log.error("could not re-register bookie %s: %s", bookie_id, exc)
+
+    def unregister(self, bookie_id: str) -> None:
+        """Remove the registration (idempotent)."""
+        path = f"{AVAILABLE_ROOT}/{check_bookie_id(bookie_id)}"
+        with self._lock:
+            self._mine.pop(bookie_id, None)
+        try:
+            self.store.delete(path)
+        except NoNodeError:
+            pass
+
+    def set_read_only(self, bookie_id: str, read_only: bool) -> None:
+        """Flip the read-only flag of a registered bookie (CAS loop)."""
+        path = f"{AVAILABLE_ROOT}/{check_bookie_id(bookie_id)}"
+        for _ in range(UPDATE_RETRIES_MAX):
+            try:
+                data, version = self.store.get(path)
+            except NoNodeError as exc:
+                raise NoNodeError(f"{path}: bookie {bookie_id} is not registered") from exc
+            doc = _decode(data, path)
+            doc["read_only"] = bool(read_only)
+            try:
+                self.store.set(path, _encode(doc), version)
+            except MetadataVersionError:
+                continue
+            with self._lock:
+                if bookie_id in self._mine:
+                    self._mine[bookie_id]["read_only"] = bool(read_only)
+            return
+        raise MetadataVersionError(f"{path}: gave up after {UPDATE_RETRIES_MAX} conflicts")
+
+    # -- queries ---------------------------------------------------------------
+    def get(self, bookie_id: str) -> dict:
+        """One registration: {"endpoint", "read_only", "info"}; ``NoNodeError``
+        if not registered, ``CorruptMetadataError`` naming the path if damaged."""
+        path = f"{AVAILABLE_ROOT}/{check_bookie_id(bookie_id)}"
+        data, _ = self.store.get(path)
+        return _public(_decode(data, path))
+
+    def available(self) -> dict[str, dict]:
+        """Live bookies: id -> {"endpoint", "read_only", "info"}."""
+        try:
+            names = self.store.children(AVAILABLE_ROOT)
+        except NoNodeError:
+            return {}
+        result = {}
+        for name in names:
+            try:
+                result[name] = self.get(name)
+            except NoNodeError:
+                continue  # went away since the listing
+            except CorruptMetadataError as exc:
+                log.warning("skipping bookie %s: %s", name, exc)
+        return result
+
+    def wait_for_change(self, known: set[str] | list[str], timeout_s: float) -> list[str] | None:
+        """Block until the set of registered bookie ids differs from ``known``;
+        the new sorted list, or ``None`` on timeout."""
+        if not self.store.exists(AVAILABLE_ROOT):
+            try:
+                self.store.create(AVAILABLE_ROOT, make_parents=True)
+            except NodeExistsError:
+                pass
+        return self.store.wait_for_children_change(AVAILABLE_ROOT, known, timeout_s)
+
+    # -- cookies ---------------------------------------------------------------
+    def write_cookie(self, bookie_id: str, data: bytes, expected_version: int | None = None) -> int:
+        """Store a bookie's cookie; the new version.  ``expected_version=None``
+        creates it (``NodeExistsError`` if one exists); an int replaces the
+        cookie only at that version (``MetadataVersionError`` otherwise)."""
+        path = f"{COOKIES_ROOT}/{check_bookie_id(bookie_id)}"
+        if not isinstance(data, bytes):
+            raise TypeError(f"cookie data must be bytes, got {type(data).__name__}")
+        record = encode_record(data)
+        if expected_version is None:
+            try:
+                self.store.create(path, record, make_parents=True)
+            except NodeExistsError as exc:
+                raise NodeExistsError(f"{path}: a cookie exists; pass its version to "
+                                      "replace it") from exc
+            return 0
+        if expected_version == ANY_VERSION:
+            raise ValueError("write_cookie replaces a cookie only at a known version")
+        return self.store.set(path, record, expected_version)
+
+    def read_cookie(self, bookie_id: str) -> tuple[bytes, int] | None:
+        """(cookie bytes, version), or ``None`` if the bookie has none."""
+        path = f"{COOKIES_ROOT}/{check_bookie_id(bookie_id)}"
+        try:
+            data, version = self.store.get(path)
+        except NoNodeError:
+            return None
+        return decode_record(data, path), version
+
+    def delete_cookie(self, bookie_id: str, expected_version: int) -> None:
+        """Remove a cookie at a known version (an admin action)."""
+        self.store.delete(f"{COOKIES_ROOT}/{check_bookie_id(bookie_id)}", expected_version)
+
+    def close(self) -> None:
+        """Stop re-registering on session loss (the store stays open)."""
+        self.store.remove_session_listener(self._reregister)
+
+
+def _public(doc: dict) -> dict:
+    return {"endpoint": doc["endpoint"], "read_only": bool(doc.get("read_only")),
+            "info": doc.get("info", {})}

@@ -1,0 +1,142 @@
+"""A standalone ZooKeeper server run from the jars pyspark already ships.
+
+For tests, benchmarks and trying the ``zk://`` backend on one machine; a
+production ensemble is run and configured by its operators.  The server
+listens on 127.0.0.1 only, with the admin HTTP server off (it would take a
+fixed port), and keeps its data and log in ``data_dir``.
+
+``start()`` returns once a client session can be opened (never a fixed
+sleep), or raises with the tail of the server's log; ``stop()`` kills the
+JVM and waits for it.  Used as a context manager it always stops.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from kazoo.client import KazooClient
+
+log = logging.getLogger(__name__)
+
+MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
+# ZooKeeper's session timeouts are bounded to 2..20 ticks: a short tick lets
+# tests use short sessions; a longer one costs less CPU on the server.
+TICK_TIME_MS_DEFAULT = 500
+JVM_HEAP_MB = 256
+START_TRIES_MAX = 3  # a free port can be taken between choosing and binding
+
+
+def pyspark_jars_dir() -> Path:
+    try:
+        import pyspark
+    except ImportError as exc:
+        raise RuntimeError("the ZooKeeper jars come with pyspark: install the 'spark' "
+                           "extra (pip install -e '.[spark]')") from exc
+    jars = Path(pyspark.__file__).parent / "jars"
+    if not any(jars.glob("zookeeper-*.jar")):
+        raise RuntimeError(f"no zookeeper-*.jar in {jars}")
+    return jars
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ZooKeeperServer:
+    def __init__(self, data_dir: str | Path, *, tick_time_ms: int = TICK_TIME_MS_DEFAULT,
+                 java: str = "java"):
+        self.data_dir = Path(data_dir)
+        self.tick_time_ms = tick_time_ms
+        self.java = java
+        self.port: int | None = None
+        self._proc: subprocess.Popen | None = None
+        self._log_path = self.data_dir / "zookeeper.log"
+
+    @property
+    def hosts(self) -> str:
+        if self.port is None:
+            raise RuntimeError("the ZooKeeper server is not started")
+        return f"127.0.0.1:{self.port}"
+
+    def uri(self, chroot: str = "/") -> str:
+        return f"zk://{self.hosts}{chroot if chroot.startswith('/') else '/' + chroot}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def start(self, timeout_s: float = 60.0) -> ZooKeeperServer:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        last_error = ""
+        for _ in range(START_TRIES_MAX):
+            self.port = _free_port()
+            self._spawn()
+            try:
+                self._wait_until_serving(timeout_s)
+                return self
+            except RuntimeError as exc:
+                last_error = str(exc)
+                self.stop()
+        raise RuntimeError(f"ZooKeeper did not start after {START_TRIES_MAX} tries: {last_error}")
+
+    def _spawn(self) -> None:
+        cfg = self.data_dir / "zoo.cfg"
+        cfg.write_text(
+            f"tickTime={self.tick_time_ms}\n"
+            f"dataDir={self.data_dir / 'data'}\n"
+            f"clientPort={self.port}\nclientPortAddress=127.0.0.1\n"
+            "admin.enableServer=false\n"
+            "maxClientCnxns=0\n")
+        cmd = [self.java, f"-Xmx{JVM_HEAP_MB}m", "-cp", f"{pyspark_jars_dir()}/*",
+               MAIN_CLASS, str(cfg)]
+        with open(self._log_path, "ab") as out:
+            self._proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, cwd=self.data_dir,
+                                          env={**os.environ, "ZOO_LOG_DIR": str(self.data_dir)})
+
+    def _wait_until_serving(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise RuntimeError(f"ZooKeeper exited with {self._proc.returncode}: "
+                                   f"{self.log_tail()}")
+            client = KazooClient(hosts=self.hosts, timeout=2.0)
+            try:
+                client.start(timeout=0.5)
+                client.get("/")
+                return
+            except Exception:  # not listening yet: poll again until the deadline
+                time.sleep(0.1)
+            finally:
+                client.stop()
+                client.close()
+        raise RuntimeError(f"ZooKeeper on {self.hosts} not serving within {timeout_s} s: "
+                           f"{self.log_tail()}")
+
+    def log_tail(self, chars: int = 2000) -> str:
+        try:
+            return self._log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return "(no log)"
+
+    def stop(self) -> None:
+        """Kill the JVM (like a crash: ZooKeeper's log makes that safe) and wait."""
+        if self._proc is None:
+            return
+        if self._proc.poll() is None:
+            self._proc.kill()
+        self._proc.wait(timeout=30)
+        self._proc = None
+
+    def __enter__(self) -> ZooKeeperServer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
