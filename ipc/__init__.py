@@ -1,1 +1,10 @@
-"""ZeroMQ wire protocol and transports."""
+"""ZeroMQ wire protocol and transports (layouts: ``ipc/PROTOCOL.md``).
+
+* ``ipc.frames``: version, op codes, flags, fixed header layouts, limits;
+* ``ipc.requests`` / ``ipc.replies``: one class per op, pure encode/decode;
+* ``ipc.server``: ``FrameServer``, the bookie-side ROUTER loop (deferred
+  replies, extra fds, timers);
+* ``ipc.client``: ``Transport``, DEALERs to many bookies behind one I/O thread;
+* ``ipc.memserver``: an in-memory bookie (test double, fuzz/bench target);
+* ``ipc.bench``: round-trip benchmark.
+"""

@@ -1,0 +1,458 @@
+"""The client side of the wire: one DEALER per bookie, owned by one I/O thread.
+
+Threading story: ``Transport`` starts a single I/O thread that owns every
+ZeroMQ socket (ZeroMQ sockets are not thread-safe).  Any thread may call
+``send`` / ``add_bookie`` / ``remove_bookie``: they validate and encode in
+the caller's thread, then hand the work to the I/O thread through a locked
+outbox and a wake-up pipe.  Results come back as ``Event``s, one per request
+(a reply, a timeout, or a failure such as "bookie unavailable"), either to
+an ``on_events(list)`` callback run on the I/O thread (the client binding
+can drive its pure protocol core from there) or, without a callback, to
+``next_events(timeout_ms)``.
+
+Guarantees and limits:
+
+* every request gets exactly one event: its reply, or ``BKTimeoutError`` at
+  its deadline, or ``BookieUnavailableError`` when its bookie disconnects,
+  is removed, or the transport closes; a reply arriving after that is
+  dropped and counted (``late_replies``);
+* at most ``inflight_per_bookie_max`` requests per bookie are outstanding;
+  a slot is freed when the request's event is *delivered* (callback
+  returned / ``next_events`` returned it), so the event queue is bounded by
+  the same limit; ``send`` beyond it raises ``TooManyRequestsError``;
+* reconnect: ZeroMQ reconnects by itself (``reconnect_ivl_ms`` ..
+  ``reconnect_ivl_max_ms``).  A socket monitor tracks the connection: on a
+  disconnect the bookie's outstanding requests fail at once and its socket
+  is replaced, which discards anything still queued in it, so nothing sent
+  before the disconnect reaches a restarted bookie later.  Until the
+  reconnect completes, requests to that bookie fail fast.  Before the very
+  first connection, requests wait in the socket (bounded by their timeout).
+* identities: each DEALER gets ``<identity>-<n>`` (n counts sockets), so a
+  replacement socket never collides with a route the bookie still holds;
+* a reply that does not decode completes its request (when its request id
+  is readable) with the decoder's error code and is counted (``bad_replies``).
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import os
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from appliance.errors import (
+    OK,
+    BadRequestError,
+    BKTimeoutError,
+    BookieUnavailableError,
+    ClientClosedError,
+    TooManyRequestsError,
+)
+from ipc.frames import DEFAULT_LIMITS, WireLimits, salvage_ids
+from ipc.replies import ErrorReply, LacReply, Reply, decode_reply
+from ipc.requests import Request, encode_request
+
+log = logging.getLogger(__name__)
+
+_MONITOR_EVENTS = zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """The outcome of one request.  ``status`` is OK or an error code;
+    ``reply`` is the decoded reply (None for timeouts and local failures)."""
+
+    bookie_id: str
+    request_id: int
+    op: int
+    status: int
+    reply: Reply | None = None
+
+
+class _Conn:
+    __slots__ = ("bookie_id", "endpoint", "sock", "monitor", "state")
+
+    def __init__(self, bookie_id: str, endpoint: str):
+        self.bookie_id = bookie_id
+        self.endpoint = endpoint
+        self.sock = None
+        self.monitor = None
+        self.state = "connecting"  # -> up <-> down
+
+
+class Transport:
+    """DEALER sockets to many bookies behind one I/O thread (see module doc)."""
+
+    def __init__(self, *, on_events: Callable[[list[Event]], None] | None = None,
+                 inflight_per_bookie_max: int = 1024, identity: bytes | None = None,
+                 limits: WireLimits = DEFAULT_LIMITS, drain_messages_max: int = 256,
+                 reconnect_ivl_ms: int = 100, reconnect_ivl_max_ms: int = 2000,
+                 poll_ms_max: int = 1000, clock: Callable[[], float] = time.monotonic,
+                 context: zmq.Context | None = None):
+        if inflight_per_bookie_max < 1:
+            raise ValueError("inflight_per_bookie_max must be >= 1")
+        self.limits = limits
+        self.inflight_per_bookie_max = inflight_per_bookie_max
+        self.identity = identity or f"client-{os.getpid()}-{uuid.uuid4().hex[:12]}".encode()
+        self.clock = clock
+        self.counters = dict.fromkeys(
+            ("sent", "replies", "late_replies", "bad_replies", "timeouts", "disconnects",
+             "callback_failures"), 0)
+        self._on_events = on_events
+        self._drain_max = drain_messages_max
+        self._reconnect = (reconnect_ivl_ms, reconnect_ivl_max_ms)
+        self._poll_ms_max = poll_ms_max
+        self._own_context = context is None
+        self._ctx = context or zmq.Context()
+        self._cond = threading.Condition()
+        self._outbox: list[tuple] = []
+        self._events: deque[Event] = deque()
+        self._inflight: dict[str, int] = {}
+        self._endpoints: dict[str, str] = {}
+        self._connected: dict[str, bool] = {}
+        self._next_rid = 1
+        self._closing = False
+        self._failure: BaseException | None = None
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._io = _IoLoop(self)
+        self._thread = threading.Thread(target=self._io.run, name="bk-transport", daemon=True)
+        self._thread.start()
+
+    # -- API (any thread) -------------------------------------------------------
+    def add_bookie(self, bookie_id: str, endpoint: str) -> None:
+        """Connect to ``bookie_id`` at ``endpoint`` (replacing an older endpoint)."""
+        with self._cond:
+            self._check_open()
+            self._endpoints[bookie_id] = endpoint
+            self._inflight.setdefault(bookie_id, 0)
+            self._post(("add", bookie_id, endpoint))
+
+    def remove_bookie(self, bookie_id: str) -> None:
+        """Disconnect; its outstanding requests fail with BookieUnavailableError."""
+        with self._cond:
+            self._check_open()
+            if self._endpoints.pop(bookie_id, None) is not None:
+                self._post(("remove", bookie_id))
+
+    def send(self, bookie_id: str, request: Request, timeout_ms: int) -> int:
+        """Queue ``request`` for ``bookie_id``; returns its request id (also set
+        on ``request``).  Exactly one Event follows.  Raises ValueError /
+        TypeError for a bad request, TooManyRequestsError when the bookie has
+        ``inflight_per_bookie_max`` requests outstanding."""
+        if not isinstance(timeout_ms, int) or timeout_ms < 1:
+            raise ValueError(f"timeout_ms must be a positive int, got {timeout_ms!r}")
+        with self._cond:
+            self._check_open()
+            if bookie_id not in self._endpoints:
+                raise ValueError(f"bookie_id {bookie_id!r} was not added")
+            if self._inflight[bookie_id] >= self.inflight_per_bookie_max:
+                raise TooManyRequestsError(f"{bookie_id}: {self.inflight_per_bookie_max} "
+                                           f"requests in flight")
+            rid = self._next_rid
+            self._next_rid += 1
+            request.request_id = rid
+            frames = encode_request(request, self.limits)
+            self._inflight[bookie_id] += 1
+            deadline_s = self.clock() + timeout_ms / 1000.0
+            self._post(("send", bookie_id, rid, int(request.OP), deadline_s, frames))
+        return rid
+
+    def next_events(self, timeout_ms: int, max_events: int = 1024) -> list[Event]:
+        """Events delivered so far (up to ``max_events``), waiting up to
+        ``timeout_ms`` for the first.  Only without an ``on_events`` callback."""
+        if self._on_events is not None:
+            raise RuntimeError("events go to the on_events callback")
+        deadline_s = time.monotonic() + timeout_ms / 1000.0
+        with self._cond:
+            while not self._events and not self._closing:
+                remaining_s = deadline_s - time.monotonic()
+                if remaining_s <= 0 or not self._cond.wait(remaining_s):
+                    break
+            out = []
+            while self._events and len(out) < max_events:
+                out.append(self._events.popleft())
+            self._release(out)
+        return out
+
+    def is_connected(self, bookie_id: str) -> bool:
+        with self._cond:
+            return self._connected.get(bookie_id, False)
+
+    def inflight(self, bookie_id: str) -> int:
+        with self._cond:
+            return self._inflight.get(bookie_id, 0)
+
+    def close(self) -> None:
+        """Stop the I/O thread; outstanding requests get BookieUnavailableError
+        events (delivered to the callback, or left for ``next_events``)."""
+        with self._cond:
+            if self._closing:
+                return
+            self._closing = True
+            self._post(("close",))
+            self._cond.notify_all()
+        self._thread.join()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+        if self._own_context:
+            self._ctx.term()
+
+    def __enter__(self) -> Transport:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- internals shared with the I/O thread (hold self._cond) ----------------
+    def _check_open(self) -> None:
+        if self._failure is not None:
+            raise RuntimeError("transport I/O thread failed") from self._failure
+        if self._closing:
+            raise ClientClosedError("transport is closed")
+
+    def _post(self, item: tuple) -> None:
+        was_empty = not self._outbox
+        self._outbox.append(item)
+        if was_empty:
+            try:
+                os.write(self._wake_w, b"\0")
+            except BlockingIOError:
+                pass  # a wakeup is already pending
+
+    def _release(self, events: list[Event]) -> None:
+        for event in events:
+            self._inflight[event.bookie_id] = self._inflight.get(event.bookie_id, 1) - 1
+
+    def _deliver(self, events: list[Event]) -> None:
+        """Called on the I/O thread with the events of one wakeup."""
+        if self._on_events is None:
+            with self._cond:
+                self._events.extend(events)
+                self._cond.notify_all()
+            return
+        try:
+            self._on_events(events)
+        except Exception as exc:
+            self.counters["callback_failures"] += 1
+            log.exception("on_events callback failed; the transport stops accepting work")
+            with self._cond:
+                self._failure = self._failure or exc
+        with self._cond:
+            self._release(events)
+
+
+class _IoLoop:
+    """Runs on the I/O thread; owns sockets, pending requests and deadlines."""
+
+    def __init__(self, t: Transport):
+        self.t = t
+        self.poller = zmq.Poller()
+        self.poller.register(t._wake_r, zmq.POLLIN)
+        self.conns: dict[str, _Conn] = {}
+        self.pending: dict[int, tuple[str, int]] = {}  # rid -> (bookie id, op)
+        self.deadlines: list[tuple[float, int]] = []
+        self.events: list[Event] = []
+        self.sockets_opened = 0
+
+    def run(self) -> None:
+        try:
+            while not self._step():
+                pass
+        finally:
+            for conn in list(self.conns.values()):
+                self._close_conn(conn)
+            self._fail_pending(None, BookieUnavailableError.code)
+            if self.events:
+                self.t._deliver(self.events)
+
+    def _step(self) -> bool:
+        ready = dict(self.poller.poll(self._poll_timeout_ms()))
+        if self.t._wake_r in ready and self._take_outbox():
+            return True
+        for conn in list(self.conns.values()):
+            if conn.monitor is not None and conn.monitor in ready:
+                self._on_monitor(conn)
+            if conn.sock is not None and conn.sock in ready:
+                self._drain(conn)
+        self._expire()
+        if self.events:
+            events, self.events = self.events, []
+            self.t._deliver(events)
+        return False
+
+    def _poll_timeout_ms(self) -> int:
+        while self.deadlines and self.deadlines[0][1] not in self.pending:
+            heapq.heappop(self.deadlines)
+        if not self.deadlines:
+            return self.t._poll_ms_max
+        wait_ms = (self.deadlines[0][0] - self.t.clock()) * 1000.0
+        return max(0, min(self.t._poll_ms_max, int(wait_ms) + 1))
+
+    def _take_outbox(self) -> bool:
+        """Run queued work; True when asked to close."""
+        try:
+            while os.read(self.t._wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        with self.t._cond:
+            items, self.t._outbox = self.t._outbox, []
+        for item in items:
+            kind = item[0]
+            if kind == "send":
+                self._send(*item[1:])
+            elif kind == "add":
+                self._add(item[1], item[2])
+            elif kind == "remove":
+                self._remove(item[1])
+            elif kind == "close":
+                return True
+        return False
+
+    # -- connections --------------------------------------------------------------
+    def _add(self, bookie_id: str, endpoint: str) -> None:
+        old = self.conns.get(bookie_id)
+        if old is not None:
+            if old.endpoint == endpoint:
+                return
+            self._remove(bookie_id)
+        conn = self.conns[bookie_id] = _Conn(bookie_id, endpoint)
+        self._open_socket(conn)
+
+    def _open_socket(self, conn: _Conn) -> None:
+        t = self.t
+        sock = t._ctx.socket(zmq.DEALER)
+        self.sockets_opened += 1  # unique per socket: a replacement never collides
+        sock.setsockopt(zmq.IDENTITY, b"%s-%d" % (t.identity, self.sockets_opened))
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDHWM, t.inflight_per_bookie_max + 16)
+        sock.setsockopt(zmq.RCVHWM, 0)  # replies are bounded by in-flight requests
+        sock.setsockopt(zmq.RECONNECT_IVL, t._reconnect[0])
+        sock.setsockopt(zmq.RECONNECT_IVL_MAX, t._reconnect[1])
+        sock.setsockopt(zmq.MAXMSGSIZE, t.limits.frame_bytes_max + 4096)
+        conn.monitor = sock.get_monitor_socket(_MONITOR_EVENTS)
+        sock.connect(conn.endpoint)
+        conn.sock = sock
+        self.poller.register(sock, zmq.POLLIN)
+        self.poller.register(conn.monitor, zmq.POLLIN)
+
+    def _close_conn(self, conn: _Conn) -> None:
+        if conn.sock is None:
+            return
+        self.poller.unregister(conn.sock)
+        self.poller.unregister(conn.monitor)
+        conn.sock.disable_monitor()
+        conn.monitor.close(linger=0)
+        conn.sock.close(linger=0)
+        conn.sock = conn.monitor = None
+
+    def _remove(self, bookie_id: str) -> None:
+        conn = self.conns.pop(bookie_id, None)
+        if conn is not None:
+            self._close_conn(conn)
+        self._set_connected(bookie_id, False)
+        self._fail_pending(bookie_id, BookieUnavailableError.code)
+
+    def _on_monitor(self, conn: _Conn) -> None:
+        while conn.monitor is not None and conn.monitor.poll(0):
+            event = recv_monitor_message(conn.monitor)["event"]
+            if event == zmq.EVENT_CONNECTED:
+                conn.state = "up"
+                self._set_connected(conn.bookie_id, True)
+            elif event == zmq.EVENT_DISCONNECTED and conn.state == "up":
+                self._on_disconnect(conn)
+
+    def _on_disconnect(self, conn: _Conn) -> None:
+        """Fail what was outstanding and replace the socket, dropping its queue."""
+        self.t.counters["disconnects"] += 1
+        conn.state = "down"
+        self._set_connected(conn.bookie_id, False)
+        self._fail_pending(conn.bookie_id, BookieUnavailableError.code)
+        self._close_conn(conn)
+        self._open_socket(conn)
+
+    def _set_connected(self, bookie_id: str, up: bool) -> None:
+        with self.t._cond:
+            self.t._connected[bookie_id] = up
+
+    # -- requests -----------------------------------------------------------------
+    def _send(self, bookie_id: str, rid: int, op: int, deadline_s: float, frames) -> None:
+        conn = self.conns.get(bookie_id)
+        if conn is None or conn.state == "down":
+            self._emit(bookie_id, rid, op, BookieUnavailableError.code)
+            return
+        try:
+            conn.sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            self._emit(bookie_id, rid, op, TooManyRequestsError.code)
+            return
+        self.t.counters["sent"] += 1
+        self.pending[rid] = (bookie_id, op)
+        heapq.heappush(self.deadlines, (deadline_s, rid))
+
+    def _drain(self, conn: _Conn) -> None:
+        for _ in range(self.t._drain_max):
+            try:
+                frames = conn.sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            self._on_reply(conn.bookie_id, frames)
+
+    def _on_reply(self, bookie_id: str, frames: list) -> None:
+        try:
+            reply = decode_reply(frames, self.t.limits)
+        except BadRequestError as exc:
+            self.t.counters["bad_replies"] += 1
+            _, rid = salvage_ids(frames[0])
+            if self.pending.get(rid, ("",))[0] == bookie_id:
+                op = self.pending.pop(rid)[1]
+                self._emit(bookie_id, rid, op, exc.code)
+            return
+        rid = reply.request_id
+        pending = self.pending.get(rid)
+        if pending is None or pending[0] != bookie_id:
+            self.t.counters["late_replies"] += 1
+            return
+        del self.pending[rid]
+        bookie_id, op = pending
+        if reply.status == OK and _reply_op(reply) != op:
+            self.t.counters["bad_replies"] += 1
+            self._emit(bookie_id, rid, op, BadRequestError.code)
+            return
+        self.t.counters["replies"] += 1
+        self._emit(bookie_id, rid, op, reply.status, reply)
+
+    def _expire(self) -> None:
+        now = self.t.clock()
+        while self.deadlines and self.deadlines[0][0] <= now:
+            _, rid = heapq.heappop(self.deadlines)
+            pending = self.pending.pop(rid, None)
+            if pending is not None:
+                self.t.counters["timeouts"] += 1
+                self._emit(pending[0], rid, pending[1], BKTimeoutError.code)
+
+    def _fail_pending(self, bookie_id: str | None, status: int) -> None:
+        for rid, (owner, op) in list(self.pending.items()):
+            if bookie_id is None or owner == bookie_id:
+                del self.pending[rid]
+                self._emit(owner, rid, op, status)
+
+    def _emit(self, bookie_id: str, rid: int, op: int, status: int, reply=None) -> None:
+        self.events.append(Event(bookie_id, rid, op, status, reply))
+
+
+def _reply_op(reply: Reply) -> int:
+    if isinstance(reply, ErrorReply | LacReply):
+        return reply.op
+    return int(reply.OP)
+

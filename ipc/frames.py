@@ -1,0 +1,184 @@
+"""Wire constants, fixed header layouts and limits (version 1).
+
+Everything here is a pure function of bytes: no sockets, no clocks.  The
+layouts are documented frame by frame in ``ipc/PROTOCOL.md``; this module is
+the one place they are defined, so a change here is a protocol change.
+
+Guarantees:
+
+* every header is fixed-size, network byte order, and starts with the
+  protocol version byte, so a peer can refuse an unknown version before it
+  reads anything else;
+* ``read_head`` never raises anything but ``BadRequestError`` /
+  ``ProtocolVersionError`` on short, garbage or unknown-version input;
+* ``salvage_ids`` recovers what it can (op, request id) from garbage so that
+  an error reply can still be matched by the sender.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from enum import IntEnum
+
+from appliance.errors import BadRequestError, ProtocolVersionError
+
+VERSION = 1
+MiB = 1024 * 1024
+
+
+class Op(IntEnum):
+    """Operation codes.  ERROR appears only in replies to unreadable requests."""
+
+    ERROR = 0
+    PING = 1
+    INFO = 2
+    ADD = 3
+    READ = 4
+    READ_LAC = 5
+    WAIT_LAC = 6
+    ADD_BATCH = 7
+    READ_BATCH = 8
+
+
+OPS = frozenset(int(op) for op in Op if op is not Op.ERROR)
+
+# Request flags (u16).  Each op accepts only the bits listed in ALLOWED_FLAGS.
+FLAG_RECOVERY = 0x0001  # ADD / ADD_BATCH: a recovery add, accepted by a fenced ledger
+FLAG_FENCE = 0x0002  # READ / READ_LAC / READ_BATCH: fence the ledger before reading
+
+ALLOWED_FLAGS = {
+    Op.PING: 0,
+    Op.INFO: 0,
+    Op.ADD: FLAG_RECOVERY,
+    Op.READ: FLAG_FENCE,
+    Op.READ_LAC: FLAG_FENCE,
+    Op.WAIT_LAC: 0,
+    Op.ADD_BATCH: FLAG_RECOVERY,
+    Op.READ_BATCH: FLAG_FENCE,
+}
+
+MASTER_KEY_BYTES = 32
+LEDGER_ID_MAX = 2**63 - 1  # u64 on the wire, but kept < 2**63 so signed peers agree
+ENTRY_ID_MAX = 2**63 - 1
+
+# version u8, op u8, flags u16, request id u64, ledger id u64, entry id i64
+REQUEST_HEAD = struct.Struct("!BBHQQq")  # 28 bytes
+# ... the same, then status i32 (0 = OK, else an appliance.errors code)
+REPLY_HEAD = struct.Struct("!BBHQQqi")  # 32 bytes
+
+MASTER_KEY = struct.Struct("!32s")
+U32 = struct.Struct("!I")  # WAIT_LAC timeout_ms; batch counts
+I64 = struct.Struct("!q")  # LAC in READ_LAC / WAIT_LAC replies
+READ_BATCH_EXT = struct.Struct("!qII")  # last entry id, max entries, max bytes
+
+ADD_ROW = struct.Struct("!Qq32s")  # ADD_BATCH request table: ledger, entry, master key
+ADD_STATUS_ROW = struct.Struct("!Qqi")  # ADD_BATCH reply table: ledger, entry, status
+READ_STATUS_ROW = struct.Struct("!qi")  # READ_BATCH reply table: entry, status
+
+
+@dataclass(frozen=True)
+class WireLimits:
+    """Bounds every decoder enforces; a violation is a ``BadRequestError``.
+
+    entry_bytes_max: largest entry (client-built bytes) in any op; bigger
+        entries cost memory on every hop and delay everything queued behind.
+    batch_entries_max: most entries in one ADD_BATCH / READ_BATCH message
+        (and so the most frames: this + 2); more amortises per-message
+        Python cost, fewer bounds the latency of one message.
+    batch_bytes_max: most entry bytes in one batch message; bounds memory
+        per message.
+    text_bytes_max: most bytes of an error message or INFO JSON frame.
+    """
+
+    entry_bytes_max: int = 5 * MiB
+    batch_entries_max: int = 1024
+    batch_bytes_max: int = 64 * MiB
+    text_bytes_max: int = 64 * 1024
+
+    def __post_init__(self) -> None:
+        for name in ("entry_bytes_max", "batch_entries_max", "batch_bytes_max",
+                     "text_bytes_max"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+    @property
+    def frames_max(self) -> int:
+        """Most frames a well-formed message can have (READ_BATCH reply)."""
+        return self.batch_entries_max + 2
+
+    @property
+    def frame_bytes_max(self) -> int:
+        """Largest single frame a well-formed message can hold (for ZMQ_MAXMSGSIZE)."""
+        return max(self.entry_bytes_max, self.batch_entries_max * ADD_ROW.size,
+                   self.text_bytes_max, 4096)
+
+
+DEFAULT_LIMITS = WireLimits()
+
+
+def read_head(frame, head: struct.Struct) -> tuple:
+    """Unpack a fixed header from the start of ``frame`` (any buffer).
+
+    Raises ``ProtocolVersionError`` for another version and
+    ``BadRequestError`` for a short frame or an unknown op.
+    """
+    size = len(frame)
+    if size == 0:
+        raise BadRequestError("empty header frame")
+    version = frame[0]
+    if version != VERSION:
+        raise ProtocolVersionError(f"wire version {version} not supported (this side speaks "
+                                   f"{VERSION})")
+    if size < head.size:
+        raise BadRequestError(f"header frame is {size} bytes, needs at least {head.size}")
+    fields = head.unpack_from(frame)
+    if fields[1] not in OPS:
+        raise BadRequestError(f"unknown op {fields[1]}")
+    return fields
+
+
+def check_flags(op: int, flags: int) -> None:
+    extra = flags & ~ALLOWED_FLAGS[op]
+    if extra:
+        raise BadRequestError(f"flags {extra:#06x} are not defined for {Op(op).name}")
+
+
+def check_size(frame, expected: int, what: str) -> None:
+    if len(frame) != expected:
+        raise BadRequestError(f"{what} is {len(frame)} bytes, expected {expected}")
+
+
+def check_frame_count(frames, expected: int, op: int) -> None:
+    if len(frames) != expected:
+        raise BadRequestError(f"{Op(op).name} message has {len(frames)} frames, "
+                              f"expected {expected}")
+
+
+def check_entry_bytes(size: int, limits: WireLimits) -> None:
+    if size > limits.entry_bytes_max:
+        raise BadRequestError(f"entry of {size} bytes exceeds entry_bytes_max "
+                              f"({limits.entry_bytes_max})")
+
+
+def check_ids(ledger_id: int, entry_id: int, entry_min: int) -> None:
+    if ledger_id > LEDGER_ID_MAX:
+        raise BadRequestError(f"ledger id {ledger_id} exceeds {LEDGER_ID_MAX}")
+    if entry_id < entry_min:
+        raise BadRequestError(f"entry id {entry_id} is below {entry_min}")
+
+
+def salvage_ids(frame) -> tuple[int, int]:
+    """(op, request id) from a header that failed to decode, best effort.
+
+    The op is echoed only when it is a known op (else ``Op.ERROR``); the
+    request id only when the frame holds its 8 bytes (else 0).
+    """
+    try:
+        mv = memoryview(frame).cast("B")
+    except TypeError:
+        return Op.ERROR, 0
+    op = mv[1] if len(mv) > 1 and mv[1] in OPS else Op.ERROR
+    request_id = struct.unpack_from("!Q", mv, 4)[0] if len(mv) >= 12 else 0
+    return int(op), request_id

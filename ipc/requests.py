@@ -1,0 +1,372 @@
+"""Requests (client -> bookie): one class per op, ``encode`` and ``decode_request``.
+
+A message is a list of frames; frame 0 is the fixed request header (plus the
+op's fixed extension), entry bytes travel as frames of their own and are
+never copied: the decoder hands out ``memoryview``s of the received frames,
+the encoder passes the caller's buffers through.
+
+Guarantees: ``encode`` raises ``ValueError``/``TypeError`` naming the field
+before anything is sent; ``decode_request`` raises only ``BadRequestError``
+(or its subclass ``ProtocolVersionError``) for any input whatsoever: short,
+truncated, unknown version/op/flags, wrong frame counts, oversize entries or
+batches.  Layouts: ``ipc/PROTOCOL.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from appliance.errors import BadRequestError
+from ipc.frames import (
+    ADD_ROW,
+    DEFAULT_LIMITS,
+    FLAG_FENCE,
+    FLAG_RECOVERY,
+    LEDGER_ID_MAX,
+    MASTER_KEY,
+    MASTER_KEY_BYTES,
+    READ_BATCH_EXT,
+    REQUEST_HEAD,
+    U32,
+    VERSION,
+    Op,
+    WireLimits,
+    check_entry_bytes,
+    check_flags,
+    check_frame_count,
+    check_ids,
+    check_size,
+    read_head,
+)
+
+Buffer = bytes | bytearray | memoryview
+
+
+@dataclass(slots=True)
+class PingRequest:
+    request_id: int = 0
+    OP = Op.PING
+
+
+@dataclass(slots=True)
+class InfoRequest:
+    request_id: int = 0
+    OP = Op.INFO
+
+
+@dataclass(slots=True)
+class AddRequest:
+    """Store ``data`` (the client-built entry bytes) as (ledger_id, entry_id)."""
+
+    ledger_id: int
+    entry_id: int
+    master_key: bytes
+    data: Buffer
+    recovery: bool = False
+    request_id: int = 0
+    OP = Op.ADD
+
+
+@dataclass(slots=True)
+class ReadRequest:
+    """Read one entry; with ``fence`` the bookie first fences the ledger."""
+
+    ledger_id: int
+    entry_id: int
+    fence: bool = False
+    master_key: bytes | None = None  # required when fence
+    request_id: int = 0
+    OP = Op.READ
+
+
+@dataclass(slots=True)
+class ReadLacRequest:
+    """Ask for the bookie's LAC and last entry; with ``fence``, fence first."""
+
+    ledger_id: int
+    fence: bool = False
+    master_key: bytes | None = None
+    request_id: int = 0
+    OP = Op.READ_LAC
+
+
+@dataclass(slots=True)
+class WaitLacRequest:
+    """Long poll: reply once the LAC passes ``previous_lac`` or at ``timeout_ms``."""
+
+    ledger_id: int
+    previous_lac: int
+    timeout_ms: int
+    request_id: int = 0
+    OP = Op.WAIT_LAC
+
+
+@dataclass(slots=True)
+class AddItem:
+    ledger_id: int
+    entry_id: int
+    master_key: bytes
+    data: Buffer
+
+
+@dataclass(slots=True)
+class AddBatchRequest:
+    """Many adds (any ledgers) in one message; the reply has one status each."""
+
+    items: list[AddItem] = field(default_factory=list)
+    recovery: bool = False
+    request_id: int = 0
+    OP = Op.ADD_BATCH
+
+
+@dataclass(slots=True)
+class ReadBatchRequest:
+    """Entries first..last of one ledger, cut at max_entries / max_bytes."""
+
+    ledger_id: int
+    first_entry_id: int
+    last_entry_id: int
+    max_entries: int
+    max_bytes: int
+    fence: bool = False
+    master_key: bytes | None = None
+    request_id: int = 0
+    OP = Op.READ_BATCH
+
+
+Request = (PingRequest | InfoRequest | AddRequest | ReadRequest | ReadLacRequest
+           | WaitLacRequest | AddBatchRequest | ReadBatchRequest)
+
+
+# -- encoding (client side: ValueError / TypeError naming the field) ---------
+def _check_int(name: str, value, low: int, high: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be in [{low}, {high}], got {value}")
+
+
+def _check_key(name: str, key) -> bytes:
+    if not isinstance(key, bytes | bytearray) or len(key) != MASTER_KEY_BYTES:
+        raise ValueError(f"{name} must be {MASTER_KEY_BYTES} bytes")
+    return bytes(key)
+
+
+def _check_data(name: str, data, limits: WireLimits) -> None:
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise TypeError(f"{name} must be bytes-like, got {type(data).__name__}")
+    if memoryview(data).nbytes > limits.entry_bytes_max:
+        raise ValueError(f"{name} is {memoryview(data).nbytes} bytes, over entry_bytes_max "
+                         f"({limits.entry_bytes_max})")
+
+
+def _head(op: int, flags: int, request_id: int, ledger_id: int, entry_id: int) -> bytes:
+    _check_int("request_id", request_id, 0, 2**64 - 1)
+    _check_int("ledger_id", ledger_id, 0, LEDGER_ID_MAX)
+    return REQUEST_HEAD.pack(VERSION, op, flags, request_id, ledger_id, entry_id)
+
+
+def _fence_part(req) -> tuple[int, bytes]:
+    if not req.fence:
+        return 0, b""
+    return FLAG_FENCE, _check_key("master_key", req.master_key)
+
+
+def encode_request(req: Request, limits: WireLimits = DEFAULT_LIMITS) -> list[Buffer]:
+    """The frames of ``req`` (header first).  Validates every field."""
+    encoder = _ENCODERS.get(type(req))
+    if encoder is None:
+        raise TypeError(f"not a request: {type(req).__name__}")
+    return encoder(req, limits)
+
+
+def _enc_simple(req, limits) -> list[Buffer]:
+    return [_head(req.OP, 0, req.request_id, 0, -1)]
+
+
+def _enc_add(req: AddRequest, limits) -> list[Buffer]:
+    _check_int("entry_id", req.entry_id, 0, 2**63 - 1)
+    key = _check_key("master_key", req.master_key)
+    _check_data("data", req.data, limits)
+    flags = FLAG_RECOVERY if req.recovery else 0
+    return [_head(Op.ADD, flags, req.request_id, req.ledger_id, req.entry_id) + key, req.data]
+
+
+def _enc_read(req: ReadRequest, limits) -> list[Buffer]:
+    _check_int("entry_id", req.entry_id, 0, 2**63 - 1)
+    flags, key = _fence_part(req)
+    return [_head(Op.READ, flags, req.request_id, req.ledger_id, req.entry_id) + key]
+
+
+def _enc_read_lac(req: ReadLacRequest, limits) -> list[Buffer]:
+    flags, key = _fence_part(req)
+    return [_head(Op.READ_LAC, flags, req.request_id, req.ledger_id, -1) + key]
+
+
+def _enc_wait_lac(req: WaitLacRequest, limits) -> list[Buffer]:
+    _check_int("previous_lac", req.previous_lac, -1, 2**63 - 1)
+    _check_int("timeout_ms", req.timeout_ms, 0, 2**32 - 1)
+    head = _head(Op.WAIT_LAC, 0, req.request_id, req.ledger_id, req.previous_lac)
+    return [head + U32.pack(req.timeout_ms)]
+
+
+def _enc_add_batch(req: AddBatchRequest, limits) -> list[Buffer]:
+    n = len(req.items)
+    if not 1 <= n <= limits.batch_entries_max:
+        raise ValueError(f"items must hold 1..{limits.batch_entries_max} entries, got {n}")
+    rows, total = [], 0
+    for i, item in enumerate(req.items):
+        _check_int(f"items[{i}].ledger_id", item.ledger_id, 0, LEDGER_ID_MAX)
+        _check_int(f"items[{i}].entry_id", item.entry_id, 0, 2**63 - 1)
+        key = _check_key(f"items[{i}].master_key", item.master_key)
+        _check_data(f"items[{i}].data", item.data, limits)
+        total += memoryview(item.data).nbytes
+        rows.append(ADD_ROW.pack(item.ledger_id, item.entry_id, key))
+    if total > limits.batch_bytes_max:
+        raise ValueError(f"items hold {total} bytes, over batch_bytes_max "
+                         f"({limits.batch_bytes_max})")
+    flags = FLAG_RECOVERY if req.recovery else 0
+    head = _head(Op.ADD_BATCH, flags, req.request_id, 0, -1) + U32.pack(n)
+    return [head, b"".join(rows), *(item.data for item in req.items)]
+
+
+def _enc_read_batch(req: ReadBatchRequest, limits) -> list[Buffer]:
+    _check_int("first_entry_id", req.first_entry_id, 0, 2**63 - 1)
+    _check_int("last_entry_id", req.last_entry_id, req.first_entry_id, 2**63 - 1)
+    _check_int("max_entries", req.max_entries, 1, 2**32 - 1)
+    _check_int("max_bytes", req.max_bytes, 1, 2**32 - 1)
+    flags, key = _fence_part(req)
+    head = _head(Op.READ_BATCH, flags, req.request_id, req.ledger_id, req.first_entry_id)
+    ext = READ_BATCH_EXT.pack(req.last_entry_id, req.max_entries, req.max_bytes)
+    return [head + ext + key]
+
+
+_ENCODERS = {
+    PingRequest: _enc_simple,
+    InfoRequest: _enc_simple,
+    AddRequest: _enc_add,
+    ReadRequest: _enc_read,
+    ReadLacRequest: _enc_read_lac,
+    WaitLacRequest: _enc_wait_lac,
+    AddBatchRequest: _enc_add_batch,
+    ReadBatchRequest: _enc_read_batch,
+}
+
+
+# -- decoding (server side: BadRequestError for anything malformed) ----------
+def decode_request(frames, limits: WireLimits = DEFAULT_LIMITS) -> Request:
+    """Decode the frames of one request (without the ROUTER identity frame).
+
+    ``frames`` is a list of buffers (bytes, memoryview, zmq.Frame).  Entry
+    data comes back as ``memoryview``s over those frames (no copy).
+    """
+    if not frames:
+        raise BadRequestError("empty message")
+    if len(frames) > limits.frames_max:
+        raise BadRequestError(f"message has {len(frames)} frames, over the limit "
+                              f"({limits.frames_max})")
+    head = memoryview(frames[0])
+    _, op, flags, request_id, ledger_id, entry_id = read_head(head, REQUEST_HEAD)
+    check_flags(op, flags)
+    return _DECODERS[op](frames, head, flags, request_id, ledger_id, entry_id, limits)
+
+
+def _fence_key(head, flags: int, ext_end: int) -> bytes | None:
+    if not flags & FLAG_FENCE:
+        check_size(head, ext_end, "header")
+        return None
+    check_size(head, ext_end + MASTER_KEY_BYTES, "header with master key")
+    return MASTER_KEY.unpack_from(head, ext_end)[0]
+
+
+def _dec_ping(frames, head, flags, rid, ledger_id, entry_id, limits):
+    check_frame_count(frames, 1, Op.PING)
+    check_size(head, REQUEST_HEAD.size, "header")
+    return PingRequest(request_id=rid)
+
+
+def _dec_info(frames, head, flags, rid, ledger_id, entry_id, limits):
+    check_frame_count(frames, 1, Op.INFO)
+    check_size(head, REQUEST_HEAD.size, "header")
+    return InfoRequest(request_id=rid)
+
+
+def _dec_add(frames, head, flags, rid, ledger_id, entry_id, limits):
+    check_frame_count(frames, 2, Op.ADD)
+    check_size(head, REQUEST_HEAD.size + MASTER_KEY_BYTES, "header with master key")
+    check_ids(ledger_id, entry_id, 0)
+    data = memoryview(frames[1])
+    check_entry_bytes(data.nbytes, limits)
+    key = MASTER_KEY.unpack_from(head, REQUEST_HEAD.size)[0]
+    return AddRequest(ledger_id, entry_id, key, data, bool(flags & FLAG_RECOVERY), rid)
+
+
+def _dec_read(frames, head, flags, rid, ledger_id, entry_id, limits):
+    check_frame_count(frames, 1, Op.READ)
+    check_ids(ledger_id, entry_id, 0)
+    key = _fence_key(head, flags, REQUEST_HEAD.size)
+    return ReadRequest(ledger_id, entry_id, key is not None, key, rid)
+
+
+def _dec_read_lac(frames, head, flags, rid, ledger_id, entry_id, limits):
+    check_frame_count(frames, 1, Op.READ_LAC)
+    check_ids(ledger_id, 0, 0)
+    key = _fence_key(head, flags, REQUEST_HEAD.size)
+    return ReadLacRequest(ledger_id, key is not None, key, rid)
+
+
+def _dec_wait_lac(frames, head, flags, rid, ledger_id, entry_id, limits):
+    check_frame_count(frames, 1, Op.WAIT_LAC)
+    check_size(head, REQUEST_HEAD.size + U32.size, "header")
+    check_ids(ledger_id, entry_id, -1)
+    (timeout_ms,) = U32.unpack_from(head, REQUEST_HEAD.size)
+    return WaitLacRequest(ledger_id, entry_id, timeout_ms, rid)
+
+
+def _dec_add_batch(frames, head, flags, rid, ledger_id, entry_id, limits):
+    check_size(head, REQUEST_HEAD.size + U32.size, "header")
+    (count,) = U32.unpack_from(head, REQUEST_HEAD.size)
+    if not 1 <= count <= limits.batch_entries_max:
+        raise BadRequestError(f"ADD_BATCH count {count} not in 1..{limits.batch_entries_max}")
+    check_frame_count(frames, count + 2, Op.ADD_BATCH)
+    table = memoryview(frames[1])
+    check_size(table, count * ADD_ROW.size, "ADD_BATCH table")
+    items, total = [], 0
+    for i, (row_ledger, row_entry, key) in enumerate(ADD_ROW.iter_unpack(table)):
+        check_ids(row_ledger, row_entry, 0)
+        data = memoryview(frames[i + 2])
+        check_entry_bytes(data.nbytes, limits)
+        total += data.nbytes
+        items.append(AddItem(row_ledger, row_entry, key, data))
+    if total > limits.batch_bytes_max:
+        raise BadRequestError(f"ADD_BATCH holds {total} bytes, over batch_bytes_max "
+                              f"({limits.batch_bytes_max})")
+    return AddBatchRequest(items, bool(flags & FLAG_RECOVERY), rid)
+
+
+def _dec_read_batch(frames, head, flags, rid, ledger_id, entry_id, limits):
+    check_frame_count(frames, 1, Op.READ_BATCH)
+    check_ids(ledger_id, entry_id, 0)
+    ext_end = REQUEST_HEAD.size + READ_BATCH_EXT.size
+    if len(head) < ext_end:
+        raise BadRequestError(f"header is {len(head)} bytes, needs at least {ext_end}")
+    last, max_entries, max_bytes = READ_BATCH_EXT.unpack_from(head, REQUEST_HEAD.size)
+    if last < entry_id:
+        raise BadRequestError(f"READ_BATCH last entry {last} is before first {entry_id}")
+    if max_entries < 1 or max_bytes < 1:
+        raise BadRequestError("READ_BATCH max_entries and max_bytes must be >= 1")
+    key = _fence_key(head, flags, ext_end)
+    return ReadBatchRequest(ledger_id, entry_id, last, max_entries, max_bytes,
+                            key is not None, key, rid)
+
+
+_DECODERS = {
+    Op.PING: _dec_ping,
+    Op.INFO: _dec_info,
+    Op.ADD: _dec_add,
+    Op.READ: _dec_read,
+    Op.READ_LAC: _dec_read_lac,
+    Op.WAIT_LAC: _dec_wait_lac,
+    Op.ADD_BATCH: _dec_add_batch,
+    Op.READ_BATCH: _dec_read_batch,
+}

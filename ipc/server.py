@@ -1,0 +1,272 @@
+"""The bookie side of the wire: a ROUTER socket, a poll loop, deferred replies.
+
+``FrameServer`` owns one ROUTER socket and runs a single-threaded loop that
+
+* drains up to ``drain_messages_max`` messages per wakeup, decodes each and
+  hands it to the handler (so one storage group commit naturally covers
+  every add of a wakeup: the handler's ``after_drain`` hook is called once
+  per drained batch);
+* polls extra file descriptors beside the socket (``watch_fd``: e.g. the
+  storage's ``durable_fd``) and calls back when one is readable, so the
+  handler can *defer* a reply (an add is acknowledged only once durable)
+  and send it later with ``send_reply``;
+* runs timers (``call_later``) for long-poll expiry; deadlines come from the
+  injected ``clock`` (``time.monotonic`` by default) and only here.
+
+Faults it survives: short, garbage, unknown-version or oversize messages get
+an error reply to their return address plus a counter and a rate-limited log
+line, and the loop keeps serving; a reply to a client that went away or
+whose queue is full is dropped and counted, never blocks the loop; a handler
+that raises on one request answers that request with ``BookieIOError`` (and
+logs the traceback).  Not survived, on purpose: an exception from a
+``watch_fd`` or timer callback stops ``serve`` (fail-stop: that is the
+bookie's own machinery, e.g. storage, and the supervisor restarts it; no
+acknowledgement is sent for anything not yet durable).
+
+Threading: everything except ``stop`` must be called on the loop's thread
+(the handler runs there).  ``stop`` is thread- and signal-safe.  Buffers in
+a reply must not be mutated after ``send_reply`` (frames over 64 KiB are
+sent zero-copy).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+import zmq
+
+from appliance.errors import BadRequestError, BKError, BookieIOError, TooManyRequestsError
+from appliance.protocol.invariant import invariant
+from ipc.frames import DEFAULT_LIMITS, WireLimits, salvage_ids
+from ipc.replies import ErrorReply, Reply, encode_reply, error_reply
+from ipc.requests import Request, decode_request
+
+log = logging.getLogger(__name__)
+
+
+class RequestHandler(Protocol):
+    """What the loop calls.  ``handle`` returns a reply to send now, or None
+    when it will call ``server.send_reply(peer, reply)`` later.  An optional
+    ``after_drain()`` runs once after each batch of drained messages."""
+
+    def handle(self, peer: bytes, request: Request) -> Reply | None: ...
+
+
+class Timer:
+    """A pending ``call_later``; ``cancel()`` is idempotent."""
+
+    __slots__ = ("deadline_s", "callback", "cancelled", "_server")
+
+    def __init__(self, deadline_s: float, callback: Callable[[], None], server: FrameServer):
+        self.deadline_s = deadline_s
+        self.callback = callback
+        self.cancelled = False
+        self._server = server
+
+    def cancel(self) -> None:
+        if not self.cancelled:
+            self.cancelled = True
+            self._server._timers_live -= 1
+
+
+class FrameServer:
+    """ROUTER socket + poll loop.  ``endpoint`` is the bound address (a
+    ``tcp://host:0`` request reports the real port)."""
+
+    def __init__(self, endpoint: str, handler: RequestHandler, *,
+                 limits: WireLimits = DEFAULT_LIMITS, drain_messages_max: int = 256,
+                 timers_max: int = 65536, fds_max: int = 64, queue_messages_max: int = 10000,
+                 poll_ms_max: int = 1000, clock: Callable[[], float] = time.monotonic,
+                 context: zmq.Context | None = None):
+        invariant(drain_messages_max >= 1, "drain_messages_max must be >= 1")
+        self.handler = handler
+        self.limits = limits
+        self.drain_messages_max = drain_messages_max
+        self.timers_max = timers_max
+        self.fds_max = fds_max
+        self.poll_ms_max = poll_ms_max
+        self.clock = clock
+        self.counters = dict.fromkeys(
+            ("requests", "replies", "bad_messages", "handler_failures", "replies_dropped",
+             "timers_fired", "wakeups"), 0)
+        self._after_drain = getattr(handler, "after_drain", None)
+        self._closed = False
+        self._own_context = context is None
+        self._ctx = context or zmq.Context()
+        self._sock = self._ctx.socket(zmq.ROUTER)
+        self._configure(queue_messages_max)
+        try:
+            self._sock.bind(endpoint)
+        except zmq.ZMQError as exc:
+            self.close()
+            raise BookieIOError(f"cannot bind {endpoint}: {exc}") from exc
+        self.endpoint: str = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._poller = zmq.Poller()
+        self._poller.register(self._sock, zmq.POLLIN)
+        self._poller.register(self._wake_r, zmq.POLLIN)
+        self._fds: dict[int, Callable[[], None]] = {}
+        self._timers: list[tuple[float, int, Timer]] = []
+        self._timers_live = 0
+        self._seq = itertools.count()
+        self._stopping = False
+        self._bad_logged_at = float("-inf")
+
+    def _configure(self, queue_messages_max: int) -> None:
+        s = self._sock
+        s.setsockopt(zmq.LINGER, 0)
+        s.setsockopt(zmq.ROUTER_MANDATORY, 1)  # unroutable replies raise: we count them
+        s.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a reconnecting identity takes over its route
+        s.setsockopt(zmq.SNDHWM, queue_messages_max)
+        s.setsockopt(zmq.RCVHWM, queue_messages_max)
+        # A frame larger than any well-formed one makes ZeroMQ drop the peer
+        # before buffering it: memory stays bounded whatever a peer sends.
+        s.setsockopt(zmq.MAXMSGSIZE, self.limits.frame_bytes_max + 4096)
+
+    # -- registration (loop thread) -----------------------------------------
+    def watch_fd(self, fd: int, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` whenever ``fd`` is readable (level-triggered)."""
+        if fd not in self._fds and len(self._fds) >= self.fds_max:
+            raise TooManyRequestsError(f"more than fds_max ({self.fds_max}) watched fds")
+        self._fds[fd] = callback
+        self._poller.register(fd, zmq.POLLIN)
+
+    def unwatch_fd(self, fd: int) -> None:
+        if self._fds.pop(fd, None) is not None:
+            self._poller.unregister(fd)
+
+    def call_later(self, delay_ms: float, callback: Callable[[], None]) -> Timer:
+        """Run ``callback()`` on the loop after ``delay_ms``; bounded by timers_max."""
+        if self._timers_live >= self.timers_max:
+            raise TooManyRequestsError(f"more than timers_max ({self.timers_max}) timers")
+        timer = Timer(self.clock() + max(0.0, delay_ms) / 1000.0, callback, self)
+        heapq.heappush(self._timers, (timer.deadline_s, next(self._seq), timer))
+        self._timers_live += 1
+        return timer
+
+    # -- replies --------------------------------------------------------------
+    def send_reply(self, peer: bytes, reply: Reply) -> bool:
+        """Send ``reply`` to ``peer`` without blocking; False if it was dropped
+        (the peer is gone or its queue is full: it will time out)."""
+        frames = encode_reply(reply, self.limits)
+        try:
+            self._sock.send_multipart([peer, *frames], zmq.NOBLOCK, copy=False)
+        except (zmq.Again, zmq.ZMQError):
+            self.counters["replies_dropped"] += 1
+            return False
+        self.counters["replies"] += 1
+        return True
+
+    # -- the loop -------------------------------------------------------------
+    def serve(self) -> None:
+        """Run until ``stop()``.  Returns normally on stop."""
+        invariant(not self._closed, "serve() on a closed FrameServer")
+        while not self._stopping:
+            ready = dict(self._poller.poll(self._poll_timeout_ms()))
+            self.counters["wakeups"] += 1
+            if self._wake_r in ready:
+                self._drain_wake_pipe()
+            if self._sock in ready:
+                self._drain_socket()
+            for fd in [fd for fd in ready if isinstance(fd, int) and fd in self._fds]:
+                callback = self._fds.get(fd)  # an earlier callback may have unwatched it
+                if callback is not None:
+                    callback()
+            self._run_due_timers()
+
+    def stop(self) -> None:
+        """Ask ``serve`` to return; safe from any thread or a signal handler."""
+        self._stopping = True
+        try:
+            os.write(self._wake_w, b"\0")
+        except (BlockingIOError, OSError):
+            pass  # the pipe is full (a wakeup is already pending) or closed
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._sock.close(linger=0)
+        for fd in (getattr(self, "_wake_r", None), getattr(self, "_wake_w", None)):
+            if fd is not None:
+                os.close(fd)
+        if self._own_context:
+            self._ctx.term()
+
+    def __enter__(self) -> FrameServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _poll_timeout_ms(self) -> int:
+        while self._timers and self._timers[0][2].cancelled:
+            heapq.heappop(self._timers)
+        if not self._timers:
+            return self.poll_ms_max
+        wait_ms = (self._timers[0][0] - self.clock()) * 1000.0
+        return max(0, min(self.poll_ms_max, int(wait_ms) + 1))
+
+    def _drain_wake_pipe(self) -> None:
+        try:
+            while os.read(self._wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def _drain_socket(self) -> None:
+        for _ in range(self.drain_messages_max):
+            try:
+                msg = self._sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                break
+            self._dispatch(msg)
+        if self._after_drain is not None:
+            self._after_drain()
+
+    def _dispatch(self, msg: list) -> None:
+        peer = msg[0].bytes
+        try:
+            request = decode_request(msg[1:], self.limits)
+        except BadRequestError as exc:
+            self._reject(peer, msg[1:], exc)
+            return
+        self.counters["requests"] += 1
+        try:
+            reply = self.handler.handle(peer, request)
+        except BKError as exc:
+            reply = error_reply(request, exc)
+        except Exception as exc:
+            self.counters["handler_failures"] += 1
+            log.exception("handler failed on %s", type(request).__name__)
+            reply = error_reply(request, BookieIOError(f"bookie failed: {exc}"))
+        if reply is not None:
+            self.send_reply(peer, reply)
+
+    def _reject(self, peer: bytes, frames: list, exc: BadRequestError) -> None:
+        self.counters["bad_messages"] += 1
+        now = self.clock()
+        if now - self._bad_logged_at >= 1.0:  # at most one line a second
+            self._bad_logged_at = now
+            log.warning("bad message (%d so far): %s", self.counters["bad_messages"], exc)
+        op, request_id = salvage_ids(frames[0]) if frames else (0, 0)
+        self.send_reply(peer, ErrorReply(op, request_id, exc.code, message=str(exc)))
+
+    def _run_due_timers(self) -> None:
+        now = self.clock()
+        while self._timers and self._timers[0][0] <= now:
+            _, _, timer = heapq.heappop(self._timers)
+            if timer.cancelled:
+                continue
+            timer.cancelled = True
+            self._timers_live -= 1
+            self.counters["timers_fired"] += 1
+            timer.callback()

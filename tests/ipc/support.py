@@ -1,0 +1,93 @@
+"""Helpers for the wire tests: a memserver subprocess, a FrameServer on a
+thread, and a bounded receive."""
+
+from __future__ import annotations
+
+import selectors
+import subprocess
+import sys
+import threading
+import time
+
+import zmq
+
+from ipc.server import FrameServer
+
+READY_TIMEOUT_S = 20.0
+
+
+class ServerProcess:
+    """A ``python -m ipc.memserver`` subprocess; ``start()`` waits for READY."""
+
+    def __init__(self, endpoint: str, *extra_args: str):
+        self.endpoint = endpoint
+        self.args = extra_args
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> ServerProcess:
+        cmd = [sys.executable, "-m", "ipc.memserver", "--endpoint", self.endpoint, *self.args]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            if not sel.select(READY_TIMEOUT_S):
+                self.stop()
+                raise TimeoutError(f"memserver not ready after {READY_TIMEOUT_S}s")
+        line = self.proc.stdout.readline()
+        if not line.startswith("READY "):
+            self.stop()
+            raise RuntimeError(f"memserver failed to start: {line!r}")
+        self.endpoint = line.split()[1]
+        return self
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self.proc.stdout.close()
+        return self.proc.returncode
+
+
+class ThreadServer:
+    """A FrameServer serving on a background thread."""
+
+    def __init__(self, server: FrameServer):
+        self.server = server
+        self.thread = threading.Thread(target=server.serve, daemon=True)
+
+    def start(self) -> ThreadServer:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.stop()
+        self.thread.join(timeout=10)
+        assert not self.thread.is_alive(), "FrameServer.serve did not return after stop()"
+        self.server.close()
+
+
+def recv_within(sock: zmq.Socket, timeout_s: float = 10.0) -> list[bytes]:
+    """One multipart message, or TimeoutError after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        remaining_ms = int((deadline - time.monotonic()) * 1000)
+        if remaining_ms <= 0:
+            raise TimeoutError(f"no message within {timeout_s}s")
+        if sock.poll(remaining_ms):
+            return sock.recv_multipart()
