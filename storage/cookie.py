@@ -1,0 +1,119 @@
+"""Cookies (bookie identity on every directory) and the clean-shutdown marker.
+
+A cookie is written to the journal dir and the ledger dir at format time:
+bookie id, the directory's role, both directories as formatted, and a random
+instance id shared by the pair.  Open verifies both and refuses
+(``CookieMismatchError``, naming the directory and the fix) when a cookie is
+missing (wiped or wrong disk), unreadable, belongs to another bookie, has the
+other role (directories swapped) or comes from another format (instance ids
+differ).  Directory paths are recorded but not compared: moving the whole
+data tree is legitimate, swapping or replacing a disk is not.
+
+The clean marker (``CLEAN`` in the ledger dir) is written by a clean close
+after the final checkpoint and consumed (deleted, dir fsynced) by the next
+open before anything is written: its absence at open means the previous run
+ended uncleanly (BP-46 needs it).
+
+Both files are JSON carrying a crc32c of their canonical form, written
+atomically (temp file, fsync, rename, dir fsync).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+
+from appliance.errors import CookieMismatchError
+
+from . import aligned_io as aio
+from .codec import crc
+
+COOKIE_NAME = "COOKIE"
+CLEAN_NAME = "CLEAN"
+ROLES = ("journal", "ledger")
+
+
+def _seal(doc: dict) -> bytes:
+    body = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+    return json.dumps({"doc": doc, "crc32c": crc(body.encode())}, sort_keys=True).encode()
+
+
+def _unseal(raw: bytes) -> dict | None:
+    try:
+        wrapper = json.loads(raw)
+        doc = wrapper["doc"]
+        body = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+        return doc if crc(body.encode()) == wrapper["crc32c"] else None
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def write_cookies(bookie_id: str, journal_dir: str, ledger_dir: str) -> str:
+    """Write a fresh identity to both directories; returns the instance id."""
+    instance_id = uuid.uuid4().hex
+    for role, directory in zip(ROLES, (journal_dir, ledger_dir), strict=True):
+        doc = {"format": 1, "bookie_id": bookie_id, "instance_id": instance_id, "role": role,
+               "journal_dir": os.path.abspath(journal_dir),
+               "ledger_dir": os.path.abspath(ledger_dir)}
+        aio.write_file_atomic(os.path.join(directory, COOKIE_NAME), [_seal(doc)])
+    return instance_id
+
+
+def read_cookie(directory: str) -> dict | None:
+    path = os.path.join(directory, COOKIE_NAME)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return None
+    doc = _unseal(raw)
+    if doc is None:
+        raise CookieMismatchError(f"cookie {path} is corrupt: restore it or reformat "
+                                  f"this bookie (its data is then re-replicated from peers)")
+    return doc
+
+
+def verify_cookies(bookie_id: str, journal_dir: str, ledger_dir: str) -> dict:
+    """Check both cookies against each other and the configured bookie id."""
+    docs = {}
+    for role, directory in zip(ROLES, (journal_dir, ledger_dir), strict=True):
+        doc = read_cookie(directory)
+        if doc is None:
+            raise CookieMismatchError(
+                f"{role}_dir {directory} has no cookie: the directory was wiped, is a new "
+                f"disk or the wrong mount; mount the right disk, or format the bookie "
+                f"(LedgerStorage.format) and let BP-46 recovery re-replicate its data")
+        if doc.get("bookie_id") != bookie_id:
+            raise CookieMismatchError(
+                f"{role}_dir {directory} belongs to bookie {doc.get('bookie_id')!r}, not "
+                f"{bookie_id!r}: fix the bookie id or the directory in the config")
+        if doc.get("role") != role:
+            raise CookieMismatchError(
+                f"{role}_dir {directory} holds the {doc.get('role')} directory's cookie: "
+                f"journal_dir and ledger_dir are swapped in the config")
+        docs[role] = doc
+    if docs["journal"]["instance_id"] != docs["ledger"]["instance_id"]:
+        raise CookieMismatchError(
+            f"journal_dir {journal_dir} and ledger_dir {ledger_dir} come from different "
+            f"formats (instance {docs['journal']['instance_id']} vs "
+            f"{docs['ledger']['instance_id']}): one was replaced; restore it or reformat")
+    return docs["ledger"]
+
+
+def write_clean_marker(ledger_dir: str, instance_id: str, seq: int) -> None:
+    doc = {"instance_id": instance_id, "seq": seq}
+    aio.write_file_atomic(os.path.join(ledger_dir, CLEAN_NAME), [_seal(doc)])
+
+
+def consume_clean_marker(ledger_dir: str, instance_id: str) -> bool:
+    """True if a valid marker of this instance was present; removes it durably."""
+    path = os.path.join(ledger_dir, CLEAN_NAME)
+    try:
+        with open(path, "rb") as f:
+            doc = _unseal(f.read())
+    except FileNotFoundError:
+        return False
+    os.unlink(path)
+    aio.fsync_dir(ledger_dir)
+    return doc is not None and doc.get("instance_id") == instance_id

@@ -1,0 +1,236 @@
+"""Entry logs: the ledger device's data files, entries of many ledgers
+interleaved in one active log, written with O_DIRECT from an aligned buffer.
+
+Guarantees:
+
+* Blocks (see ``codec``) are appended to a page-aligned buffer and written
+  as whole 4 KiB pages at aligned offsets; a partial page is zero-padded and
+  the next write starts at the next page, so durable bytes are never
+  rewritten (a torn write can only hit bytes that were never synced).
+* ``sync()`` makes every block appended so far durable (write + fdatasync of
+  every log touched since the last sync); until then a block may be lost, but
+  never half-served: reads verify the record header and checksum.
+* Reads of blocks still in the buffer are served from memory.
+* A new log is started on every open (never appending to a log a crash may
+  have torn) and when the active one would pass ``entry_log_rotate_bytes``.
+* Each log carries a 4 KiB header (magic, log id, bookie instance, CRC); a
+  scan verifies each block and stops at the first invalid one.
+
+The manager is the seam for BP-32 (one log per ledger): the facade only calls
+``append_block``, ``read_record``, ``flush``, ``sync``, ``position`` and
+``scan_from``; a per-ledger manager can implement the same methods.
+Per-log, per-ledger byte counts (``ledger_bytes``) feed later GC/compaction.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+
+from appliance.errors import BookieIOError, CorruptRecordError
+
+from . import aligned_io as aio
+from .codec import pack_file_header, parse_block, unpack_file_header
+from .options import ALIGN_BYTES, StorageOptions
+
+LOG_MAGIC = b"BKELOG01"
+_LOG_RE = re.compile(r"^entrylog-(\d{10})\.log$")
+READ_FDS_MAX = 256  # open read descriptors kept (LRU)
+
+
+def log_path(directory: str, log_id: int) -> str:
+    return os.path.join(directory, f"entrylog-{log_id:010d}.log")
+
+
+def list_logs(directory: str) -> list[int]:
+    return sorted(int(m.group(1)) for m in map(_LOG_RE.match, os.listdir(directory)) if m)
+
+
+class EntryLogger:
+    """The interleaved entry-log manager (one active log for all ledgers)."""
+
+    def __init__(self, directory: str, options: StorageOptions, instance: bytes,
+                 direct: bool, log_id: int):
+        self.directory = directory
+        self._opts = options
+        self._instance = instance
+        self._direct = direct
+        self._buf = aio.AlignedBuffer(options.entry_log_buffer_bytes)
+        self._read_fds: collections.OrderedDict[int, int] = collections.OrderedDict()
+        self._unsynced: dict[int, int] = {}  # log id -> write fd, written since last sync
+        self.ledger_bytes: dict[int, dict[int, int]] = {}
+        self.stats = {"entry_log_writes": 0, "entry_log_bytes": 0, "entry_log_syncs": 0,
+                      "entry_logs_created": 0}
+        self._fd = -1
+        self._start_log(log_id)
+
+    # -- writes ----------------------------------------------------------------
+    def append_block(self, block) -> tuple[int, int]:
+        """Append one verified-format block; returns (log id, offset of block)."""
+        size = len(block)
+        if self._file_off + self._buf.used_bytes + size > self._opts.entry_log_rotate_bytes:
+            self._rotate()
+        if size > self._buf.room():
+            self.flush()
+        if size > self._buf.capacity_bytes:
+            return self._write_oversized(block)
+        offset = self._file_off + self._buf.append(block)
+        return self.log_id, offset
+
+    def note_ledger_bytes(self, log_id: int, ledger_id: int, nbytes: int) -> None:
+        per_log = self.ledger_bytes.setdefault(log_id, {})
+        per_log[ledger_id] = per_log.get(ledger_id, 0) + nbytes
+
+    def flush(self) -> None:
+        """Write the buffer (zero-padded to a page) to the active log; no sync."""
+        if not self._buf.used_bytes:
+            return
+        view = self._buf.padded()
+        aio.write_aligned(self._fd, view, self._file_off, self._path)
+        self.stats["entry_log_writes"] += 1
+        self.stats["entry_log_bytes"] += self._buf.used_bytes
+        self._file_off += len(view)
+        self._buf.reset()
+        self._unsynced[self.log_id] = self._fd
+
+    def sync(self) -> None:
+        """Make every block appended so far durable."""
+        self.flush()
+        for log_id, fd in list(self._unsynced.items()):
+            aio.fdatasync(fd, log_path(self.directory, log_id))
+            if fd != self._fd:
+                os.close(fd)
+            del self._unsynced[log_id]
+        self.stats["entry_log_syncs"] += 1
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """(active log id, offset of the next block once the buffer is written)."""
+        return self.log_id, aio.align_up(self._file_off + self._buf.used_bytes)
+
+    def _write_oversized(self, block) -> tuple[int, int]:
+        big = aio.AlignedBuffer(len(block))
+        try:
+            big.append(block)
+            offset = self._file_off
+            padded_len = aio.align_up(len(block))
+            aio.write_aligned(self._fd, big.padded(), offset, self._path)
+            self._file_off += padded_len
+            self._unsynced[self.log_id] = self._fd
+            self.stats["entry_log_writes"] += 1
+            self.stats["entry_log_bytes"] += len(block)
+        finally:
+            big.close()
+        return self.log_id, offset
+
+    def _rotate(self) -> None:
+        self.flush()
+        self._unsynced.setdefault(self.log_id, self._fd)
+        # The old fd stays in _unsynced until the next sync() closes it.
+        self._fd = -1
+        self._start_log(self.log_id + 1)
+
+    def _start_log(self, log_id: int) -> None:
+        path = log_path(self.directory, log_id)
+        fd = aio.open_for_write(path, self._direct)
+        try:
+            page = aio.AlignedBuffer(ALIGN_BYTES)
+            page.append(pack_file_header(LOG_MAGIC, log_id, 0, self._instance))
+            aio.write_aligned(fd, page.padded(), 0, path)
+            page.close()
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        aio.fsync_dir(self.directory)
+        self.log_id, self._fd, self._path, self._file_off = log_id, fd, path, ALIGN_BYTES
+        self.stats["entry_logs_created"] += 1
+
+    # -- reads -----------------------------------------------------------------
+    def read_record(self, log_id: int, offset: int, nbytes: int) -> bytes:
+        """Raw bytes of one record (header + data); verification is the caller's."""
+        if log_id == self.log_id and offset + nbytes > self._file_off:
+            head = b""
+            if offset < self._file_off:  # straddles the written part and the buffer
+                head = self._pread(log_id, offset, self._file_off - offset)
+                nbytes -= self._file_off - offset
+                offset = self._file_off
+            start = offset - self._file_off
+            if start + nbytes > self._buf.used_bytes:
+                raise CorruptRecordError(f"index points past the end of entry log {log_id}")
+            return head + bytes(self._buf.view[start:start + nbytes])
+        return self._pread(log_id, offset, nbytes)
+
+    def _pread(self, log_id: int, offset: int, nbytes: int) -> bytes:
+        fd = self._read_fd(log_id)
+        try:
+            return os.pread(fd, nbytes, offset)
+        except OSError as exc:
+            raise BookieIOError(f"read of {log_path(self.directory, log_id)} at {offset} "
+                                f"failed: {exc}") from exc
+
+    def _read_fd(self, log_id: int) -> int:
+        fd = self._read_fds.get(log_id)
+        if fd is not None:
+            self._read_fds.move_to_end(log_id)
+            return fd
+        path = log_path(self.directory, log_id)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError as exc:
+            raise CorruptRecordError(f"entry log {path} is missing") from exc
+        self._read_fds[log_id] = fd
+        if len(self._read_fds) > READ_FDS_MAX:
+            _old, old_fd = self._read_fds.popitem(last=False)
+            os.close(old_fd)
+        return fd
+
+    def close(self) -> None:
+        """Sync and close every file (the caller checkpoints first)."""
+        self.sync()
+        for fd in self._read_fds.values():
+            os.close(fd)
+        self._read_fds.clear()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self._buf.close()
+
+    def abandon(self) -> None:
+        """Close descriptors without writing (tests: simulate a crash)."""
+        for fd in list(self._read_fds.values()) + list(self._unsynced.values()):
+            if fd != self._fd:
+                os.close(fd)
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd = -1
+        self._read_fds.clear()
+        self._unsynced.clear()
+        self._buf.close()
+
+
+def scan_log(directory: str, log_id: int, start: int, on_block) -> int:
+    """Feed each valid block of a log from ``start`` to ``on_block(offset, info)``.
+
+    Returns the offset where the scan stopped (first invalid block or end)."""
+    path = log_path(directory, log_id)
+    with open(path, "rb") as f:
+        buf = f.read()
+    if unpack_file_header(buf, LOG_MAGIC) is None:
+        raise CorruptRecordError(f"entry log {path} has no valid header: move it away "
+                                 f"(its entries are lost) or restore it")
+    pos = max(start, ALIGN_BYTES)
+    while pos < len(buf):
+        if buf[pos:pos + 4] == b"\0\0\0\0":
+            aligned = aio.align_up(pos)
+            if aligned == pos:
+                break
+            pos = aligned
+            continue
+        info = parse_block(buf, pos)
+        if info is None:
+            break
+        on_block(pos, info, memoryview(buf)[pos:pos + info.block_len])
+        pos += info.block_len
+    return pos

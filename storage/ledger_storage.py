@@ -1,0 +1,346 @@
+"""LedgerStorage: one bookie's local storage as a library (no network).
+
+Guarantees (``journal_write_data = true``, the default):
+
+* An add (or a batch from ``add_entries``) returns a ticket; once
+  ``durable_ticket >= ticket`` (``wait_durable``, a callback, or
+  ``durable_fd`` becoming readable) the entries survive a crash of the
+  process or the machine: the journal record holding them was fdatasync'ed.
+  Only then may the bookie acknowledge them.
+* Fence, master-key, limbo, explicit-LAC and delete changes are journaled;
+  a fence/master-key/limbo ticket is durable under the same rule.
+* Reads return exactly the bytes added, or raise: ``NoSuchLedgerError``,
+  ``NoSuchEntryError``, ``CorruptRecordError`` (a checksum or header check
+  failed); never wrong bytes.
+* ``close()`` checkpoints and leaves a clean marker; the next ``open()``
+  reports ``clean_shutdown_before`` (False after a crash: BP-46 then fences
+  and limbos the bookie's non-closed ledgers).
+
+With ``journal_write_data = false`` (BP-46) adds skip the journal: an add's
+ticket is the last journaled state change's, so it completes as soon as the
+preceding fence/key/limbo records are durable.  An acknowledged entry is then
+*not* durable: a process crash loses entries still in the entry-log write
+buffer (up to ``entry_log_buffer_bytes``), a power loss loses every entry
+added since the last ``flush()``/checkpoint.  Fence and key changes stay
+journaled.  The bookie must use limbo after an unclean shutdown.
+
+Threads: callers may use any thread (a lock serialises them; the intended
+user is one event loop); the journal writes from its own thread and a
+checkpointer thread runs ``checkpoint()`` every ``checkpoint_interval_s``
+or after ``checkpoint_bytes`` of adds.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import os
+import threading
+import time
+
+import numpy as np
+
+from appliance.errors import BookieIOError, ClientClosedError, TooManyRequestsError
+
+from . import journal_scan as js
+from . import storage_files as sf
+from .codec import build_block, verify_record
+from .index import Index
+from .options import StorageOptions
+from .read_path import read_rows
+from .recovery import unique_ledger_bytes
+from .state_ops import StateOps
+
+log = logging.getLogger(__name__)
+
+CALLBACKS_MAX = 1_000_000  # pending durability callbacks (a bound on memory)
+
+
+class LedgerStorage(StateOps):
+    """See the module docstring.  Build with ``format`` once, then ``open``."""
+
+    @classmethod
+    def format(cls, bookie_id: str, journal_dir, ledger_dir,
+               options: StorageOptions | None = None, force: bool = False) -> None:
+        """Write cookies and an empty index; refuses non-empty dirs unless force."""
+        sf.format_dirs(bookie_id, str(journal_dir), str(ledger_dir),
+                       (options or StorageOptions()).validate(), force)
+
+    @classmethod
+    def open(cls, bookie_id: str, journal_dir, ledger_dir,
+             options: StorageOptions | None = None) -> LedgerStorage:
+        """Verify cookies, replay, checkpoint if anything was replayed."""
+        self = cls.__new__(cls)
+        self._init(bookie_id, str(journal_dir), str(ledger_dir),
+                   (options or StorageOptions()).validate())
+        try:
+            sf.recover_into(self)
+        except BaseException:
+            self._release_after_failed_open()
+            raise
+        self._start_checkpointer()
+        return self
+
+    def _init(self, bookie_id: str, journal_dir: str, ledger_dir: str,
+              options: StorageOptions) -> None:
+        self.bookie_id = bookie_id
+        self.journal_dir, self.ledger_dir = journal_dir, ledger_dir
+        self.options = options
+        self._lock = threading.RLock()
+        self._index = Index()
+        self._journal = None
+        self._logs = None
+        self._lock_fds: list[int] = []
+        self._seq = 0
+        self._journal_seq = 0
+        self._callbacks: list = []
+        self._closed = False
+        self._failure: BaseException | None = None
+        self._bytes_since_checkpoint = 0
+        self._checkpoint_wake = threading.Event()
+        self._checkpointer = None
+        self.clean_shutdown_before = False
+        self.instance_id = ""
+        self.recovery_stats: dict = {}
+        self.counters = {"adds": 0, "add_batches": 0, "reads": 0, "checkpoints": 0,
+                         "checkpoint_s_total": 0.0, "snapshot_bytes": 0}
+
+    # -- adds ------------------------------------------------------------------
+    def add_entry(self, ledger_id: int, entry_id: int, data: bytes | memoryview) -> int:
+        return self.add_entries([ledger_id], [entry_id], [data])
+
+    def add_entries(self, ledger_ids, entry_ids, datas) -> int:
+        """Add a batch; returns one ticket covering all of it."""
+        datas = datas if isinstance(datas, list) else list(datas)
+        ledgers, entries, lengths = self._validate_batch(ledger_ids, entry_ids, datas)
+        with self._lock:
+            self._check_usable()
+            for lo, hi in self._chunks(lengths):
+                self._add_chunk(ledgers[lo:hi], entries[lo:hi], datas[lo:hi], lengths[lo:hi])
+            self.counters["adds"] += len(datas)
+            self.counters["add_batches"] += 1
+            if self._bytes_since_checkpoint >= self.options.checkpoint_bytes:
+                self._checkpoint_wake.set()
+            return self._journal_seq
+
+    def _validate_batch(self, ledger_ids, entry_ids, datas):
+        n = len(datas)
+        ledgers = np.asarray(ledger_ids, dtype=np.int64).reshape(-1)
+        entries = np.asarray(entry_ids, dtype=np.int64).reshape(-1)
+        if n == 0 or len(ledgers) != n or len(entries) != n:
+            raise ValueError(f"add_entries needs equal, non-empty ledger_ids, entry_ids and "
+                             f"datas (got {len(ledgers)}, {len(entries)}, {n})")
+        if ledgers.min() < 0 or entries.min() < 0:
+            raise ValueError("ledger_ids and entry_ids must be non-negative")
+        lengths = np.fromiter(map(len, datas), np.int64, n)
+        if lengths.max() > self.options.entry_bytes_max:
+            raise ValueError(f"entry of {int(lengths.max())} bytes exceeds entry_bytes_max "
+                             f"({self.options.entry_bytes_max})")
+        return ledgers.astype(np.uint64), entries.astype(np.uint64), lengths
+
+    def _chunks(self, lengths: np.ndarray):
+        limit = self.options.add_batch_bytes_max - 64
+        sizes = lengths + 24
+        if int(sizes.sum()) <= limit:
+            yield 0, len(lengths)
+            return
+        lo, acc = 0, 0
+        for i, size in enumerate(sizes.tolist()):
+            if acc + size > limit and i > lo:
+                yield lo, i
+                lo, acc = i, 0
+            acc += size
+        yield lo, len(lengths)
+
+    def _add_chunk(self, ledgers, entries, datas, lengths) -> None:
+        self._seq += 1
+        seq = self._seq
+        block, offsets = build_block(seq, ledgers, entries, datas, lengths)
+        if self.options.journal_write_data:
+            self._journal.submit(seq, js.ADD, block, self_verifying=True)
+            self._journal_seq = seq
+        log_id, base = self._logs.append_block(block)
+        self._index_block(ledgers, entries, log_id, offsets + base, lengths, len(block))
+
+    def _index_block(self, ledgers, entries, log_id, offsets, lengths, block_len) -> None:
+        self._index.put_batch(ledgers, entries, log_id, offsets, lengths)
+        for ledger_id, nbytes in unique_ledger_bytes(ledgers, lengths + 24):
+            self._logs.note_ledger_bytes(log_id, ledger_id, nbytes)
+        self._bytes_since_checkpoint += block_len
+
+    # -- durability ------------------------------------------------------------
+    @property
+    def durable_ticket(self) -> int:
+        return self._journal.durable_seq
+
+    @property
+    def durable_fd(self) -> int:
+        """Readable when ``durable_ticket`` advanced; drain with ``drain_durable``."""
+        return self._journal.durable_fd
+
+    def wait_durable(self, ticket: int, timeout_s: float | None = None) -> bool:
+        return self._journal.wait_durable(ticket, timeout_s)
+
+    def add_durable_callback(self, ticket: int, callback) -> None:
+        """Run ``callback(ticket)`` once durable: now if it already is, else from
+        the next ``drain_durable()`` (in the caller's thread, never the journal's)."""
+        if ticket <= self.durable_ticket:
+            callback(ticket)
+            return
+        with self._lock:
+            if len(self._callbacks) >= CALLBACKS_MAX:
+                raise TooManyRequestsError(f"{CALLBACKS_MAX} durability callbacks pending")
+            heapq.heappush(self._callbacks, (ticket, id(callback), callback))
+
+    def drain_durable(self) -> int:
+        """Clear ``durable_fd``, run due callbacks; returns ``durable_ticket``."""
+        self._journal.drain_fd()
+        durable = self.durable_ticket
+        due = []
+        with self._lock:
+            while self._callbacks and self._callbacks[0][0] <= durable:
+                due.append(heapq.heappop(self._callbacks))
+        for ticket, _key, callback in due:
+            callback(ticket)
+        if self._journal.failure() is not None:
+            raise BookieIOError(f"journal failed: {self._journal.failure()}")
+        return durable
+
+    # -- reads -----------------------------------------------------------------
+    def read_entry(self, ledger_id: int, entry_id: int) -> bytes:
+        with self._lock:
+            self._check_open()
+            log_id, offset, length = self._index.locate(ledger_id, entry_id)
+            raw = self._logs.read_record(log_id, offset, 24 + length)
+            self.counters["reads"] += 1
+            return bytes(verify_record(raw, ledger_id, entry_id, length,
+                                       f"entry log {log_id} offset {offset}"))
+
+    def read_entries(self, ledger_id: int, first: int, last: int) -> list[bytes]:
+        """Entries first..last (at most 65536); raises on the first missing one."""
+        if first < 0 or last < first or last - first >= 65536:
+            raise ValueError(f"read_entries range {first}..{last} is empty, negative or "
+                             f"longer than 65536")
+        with self._lock:
+            self._check_open()
+            rows = self._index.locate_range(ledger_id, first, last)
+            self.counters["reads"] += len(rows)
+            return read_rows(self._logs, ledger_id, first, rows)
+
+    # -- checkpoints -----------------------------------------------------------
+    def checkpoint(self) -> None:
+        """Sync entry logs, persist the index, free journal segments before it."""
+        with self._lock:
+            self._check_usable()
+            t0 = time.monotonic()
+            try:
+                self._journal.wait_durable(self._journal_seq)
+                mark = self._journal.position
+                self._logs.sync()
+                sf.save_snapshot(self, mark)
+                self._journal.delete_segments_before(mark[0])
+            except BaseException as exc:
+                self._failure = exc
+                raise
+            self._bytes_since_checkpoint = 0
+            self.counters["checkpoints"] += 1
+            self.counters["checkpoint_s_total"] += time.monotonic() - t0
+
+    def flush(self) -> None:
+        """Make everything added so far durable (also in no-journal mode)."""
+        with self._lock:
+            self._check_usable()
+            self._logs.sync()
+            self._journal.wait_durable(self._journal_seq)
+
+    def _start_checkpointer(self) -> None:
+        self._checkpointer = threading.Thread(target=self._checkpoint_loop,
+                                              name="checkpointer", daemon=True)
+        self._checkpointer.start()
+
+    def _checkpoint_loop(self) -> None:
+        while not self._closed:
+            self._checkpoint_wake.wait(self.options.checkpoint_interval_s)
+            self._checkpoint_wake.clear()
+            if self._closed or self._failure is not None:
+                return
+            try:
+                self.checkpoint()
+            except ClientClosedError:
+                return
+            except Exception:  # noqa: BLE001 - recorded in _failure, reported to callers
+                log.exception("checkpoint of %s failed; storage stops accepting writes",
+                              self.ledger_dir)
+                return
+
+    # -- lifecycle -------------------------------------------------------------
+    def close(self) -> None:
+        """Checkpoint, stop threads, close files, write the clean marker."""
+        with self._lock:
+            if self._closed:
+                return
+            healthy = self._failure is None and self._journal.failure() is None
+            if healthy:
+                self.checkpoint()
+            self._closed = True
+        self._stop_checkpointer()
+        self._journal.close()
+        self._logs.close()
+        if healthy:
+            sf.write_clean_marker(self)
+        sf.release_locks(self)
+
+    def abort(self) -> None:
+        """Stop without the final checkpoint or clean marker, as a crash would
+        (queued journal records are still written; the write buffer is dropped)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._stop_checkpointer()
+        self._journal.close()
+        self._logs.abandon()
+        sf.release_locks(self)
+
+    def _stop_checkpointer(self) -> None:
+        self._checkpoint_wake.set()
+        if self._checkpointer is not None and self._checkpointer is not threading.current_thread():
+            self._checkpointer.join()
+
+    def _release_after_failed_open(self) -> None:
+        self._closed = True
+        if self._journal is not None:
+            self._journal.close()
+        if self._logs is not None:
+            self._logs.abandon()
+        sf.release_locks(self)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosedError(f"storage of {self.bookie_id} is closed")
+
+    def _check_usable(self) -> None:
+        self._check_open()
+        failure = self._failure or self._journal.failure()
+        if failure is not None:
+            raise BookieIOError(f"storage of {self.bookie_id} failed and refuses writes: "
+                                f"{failure}")
+
+    def __enter__(self) -> LedgerStorage:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def stats(self) -> dict:
+        with self._lock:
+            out = dict(self.counters)
+            out.update(self._journal.stats)
+            out.update(self._logs.stats)
+            out.update(entries=self._index.entry_count(), bytes=self._index.data_bytes(),
+                       ledgers=len(self._index.ledgers), index_bytes=self._index.index_bytes(),
+                       seq=self._seq, durable_ticket=self.durable_ticket,
+                       pending_callbacks=len(self._callbacks), pid=os.getpid())
+            out.update(self.recovery_stats)
+            return out
+

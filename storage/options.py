@@ -1,0 +1,119 @@
+"""Storage knobs for one bookie, each with a documented default and trade-off.
+
+The config loader maps a ``[storage]`` TOML table onto these field names, so
+they are part of the public contract: never rename, only add.  ``validate()``
+refuses impossible combinations with a ``ConfigError`` naming the key and the
+fix, before any file is touched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from appliance.errors import ConfigError
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+
+# Direct I/O needs offsets, lengths and buffers aligned to the device's logical
+# block; 4 KiB covers every NVMe/SSD sector size in use.
+ALIGN_BYTES = 4 * KiB
+
+
+@dataclass
+class StorageOptions:
+    # -- journal (the write-ahead log on the journal device) ------------------
+    journal_group_wait_us: int = 1000
+    """Longest time the oldest record of a group commit waits for company
+    before the group is written and fdatasync'ed.  Longer: fewer syncs and more
+    throughput, but every add's latency grows by up to this much."""
+
+    journal_group_bytes: int = 1 * MiB
+    """A group commit closes as soon as it holds this many bytes.  Larger:
+    fewer, bigger syncs (throughput) at the cost of latency under load."""
+
+    journal_segment_bytes: int = 64 * MiB
+    """Size of each preallocated journal segment file.  Larger: fewer file
+    creations on the hot path; smaller: old segments are freed sooner after a
+    checkpoint."""
+
+    journal_write_data: bool = True
+    """BP-46.  True: every add is journaled and durable (fdatasync'ed) before
+    its ticket completes.  False: adds skip the journal (fence, master key and
+    limbo changes are still journaled); an add's ticket completes at once and
+    the entry is only as durable as the entry log: a process crash loses the
+    unwritten entry-log buffer, a power loss loses everything since the last
+    flush()/checkpoint.  Roughly halves disk writes; the bookie must then run
+    the BP-46 limbo boot rule after an unclean shutdown."""
+
+    journal_queue_bytes_max: int = 64 * MiB
+    """Bound on journal bytes queued but not yet written: adds block (back
+    pressure) beyond it.  Larger absorbs bursts at the cost of memory."""
+
+    # -- entry logs (the ledger device) ---------------------------------------
+    entry_log_rotate_bytes: int = 1 * GiB
+    """An entry log is closed and a new one started past this size.  Smaller
+    logs are cheaper to garbage-collect/compact; larger means fewer files.
+    Must stay below 4 GiB (offsets are stored as 32-bit)."""
+
+    entry_log_buffer_bytes: int = 4 * MiB
+    """Size of the page-aligned write buffer of the active entry log.  Larger
+    means fewer, bigger direct writes; in journal_write_data=false mode it is
+    also what a process crash can lose."""
+
+    direct_io: bool = True
+    """Write journal and entry logs with O_DIRECT from aligned buffers (no page
+    cache pollution, steadier latency).  If a directory's filesystem refuses
+    O_DIRECT the bookie refuses to start unless this is false, in which case
+    it uses buffered writes + fdatasync and warns once."""
+
+    # -- checkpoints -----------------------------------------------------------
+    checkpoint_interval_s: float = 60.0
+    """Time between checkpoints (entry logs synced, index snapshot written,
+    old journal segments freed).  Shorter: faster crash recovery and less
+    journal disk use; longer: less index-writing work."""
+
+    checkpoint_bytes: int = 1 * GiB
+    """Also checkpoint once this many bytes were added since the last one,
+    bounding replay time and journal disk use under heavy load."""
+
+    # -- limits ----------------------------------------------------------------
+    entry_bytes_max: int = 5 * MiB
+    """Largest entry accepted (the client's header, digest and payload)."""
+
+    add_batch_bytes_max: int = 16 * MiB
+    """Largest block written as one journal record / entry-log block;
+    add_entries splits bigger batches.  Bounds the journal's aligned buffer."""
+
+    def validate(self) -> StorageOptions:
+        """Raise ConfigError (naming the key and the fix) on impossible values."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type in ("int", "float") and (isinstance(value, bool) or value <= 0):
+                _refuse(f.name, value, "a positive number")
+            if f.type == "bool" and not isinstance(value, bool):
+                _refuse(f.name, value, "true or false")
+        if self.entry_log_rotate_bytes >= 4 * GiB:
+            _refuse("entry_log_rotate_bytes", self.entry_log_rotate_bytes, "less than 4 GiB")
+        if self.entry_bytes_max + 64 > self.add_batch_bytes_max:
+            _refuse("add_batch_bytes_max", self.add_batch_bytes_max, "above entry_bytes_max")
+        record_room = _align_up(self.add_batch_bytes_max + 64)
+        if self.journal_segment_bytes < 2 * ALIGN_BYTES + record_room:
+            _refuse("journal_segment_bytes", self.journal_segment_bytes,
+                    f"at least {2 * ALIGN_BYTES + record_room} (add_batch_bytes_max + 8 KiB)")
+        if self.entry_log_rotate_bytes < 2 * ALIGN_BYTES + record_room:
+            _refuse("entry_log_rotate_bytes", self.entry_log_rotate_bytes,
+                    "at least add_batch_bytes_max + 8 KiB")
+        if self.entry_log_buffer_bytes % ALIGN_BYTES:
+            _refuse("entry_log_buffer_bytes", self.entry_log_buffer_bytes,
+                    f"a multiple of {ALIGN_BYTES}")
+        return self
+
+
+def _align_up(n: int) -> int:
+    return -(-n // ALIGN_BYTES) * ALIGN_BYTES
+
+
+def _refuse(key: str, value, wanted: str) -> None:
+    raise ConfigError(f"[storage] {key} = {value!r} is invalid: set it to {wanted}")

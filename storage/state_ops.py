@@ -1,0 +1,159 @@
+"""Per-ledger state operations of LedgerStorage: master key, fence, limbo,
+explicit LAC, delete, and the queries over them.
+
+Each change is journaled (one record, its own seq) before it is visible in
+memory, whatever ``journal_write_data`` says; the returned ticket is durable
+once that record is.  A request that changes nothing (fencing a fenced
+ledger) journals nothing and returns the ticket of the ledger's last state
+change, which may still be in flight: waiting on it is always correct.
+Recovery re-applies the same records through ``_apply_state_record``.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from appliance.errors import UnauthorizedError
+
+from . import journal_scan as js
+
+LEDGER = struct.Struct("<Q")
+LEDGER_LAC = struct.Struct("<Qq")
+MASTER_KEY_BYTES_MAX = 1024
+
+
+class StateOps:
+    """Mixin over ``self._index``, ``self._journal``, ``self._lock``, ``self._seq``."""
+
+    def _journal_state(self, rtype: int, body: bytes) -> int:
+        self._check_usable()
+        self._seq += 1
+        self._journal.submit(self._seq, rtype, body)
+        self._journal_seq = self._seq
+        return self._seq
+
+    # -- master key -----------------------------------------------------------
+    def set_master_key(self, ledger_id: int, key: bytes) -> int:
+        """Set the ledger's master key (creating its state); keys never change:
+        another key than the stored one raises ``UnauthorizedError``."""
+        key = bytes(key)
+        if len(key) > MASTER_KEY_BYTES_MAX:
+            raise ValueError(f"master key of {len(key)} bytes exceeds {MASTER_KEY_BYTES_MAX}")
+        with self._lock:
+            led = self._index.ensure(ledger_id)
+            if led.master_key is not None:
+                if led.master_key != key:
+                    raise UnauthorizedError(f"ledger {ledger_id}: master key mismatch")
+                return led.state_seq
+            led.state_seq = self._journal_state(js.MASTER_KEY, LEDGER.pack(ledger_id) + key)
+            led.master_key = key
+            return led.state_seq
+
+    def get_master_key(self, ledger_id: int) -> bytes | None:
+        with self._lock:
+            led = self._index.ledgers.get(ledger_id)
+            return None if led is None else led.master_key
+
+    def check_master_key(self, ledger_id: int, key: bytes) -> None:
+        """``UnauthorizedError`` unless the ledger's key is unset or equal."""
+        stored = self.get_master_key(ledger_id)
+        if stored is not None and stored != bytes(key):
+            raise UnauthorizedError(f"ledger {ledger_id}: master key mismatch")
+
+    # -- fence / limbo ----------------------------------------------------------
+    def fence(self, ledger_id: int) -> int:
+        with self._lock:
+            led = self._index.ensure(ledger_id)
+            if not led.fenced:
+                led.state_seq = self._journal_state(js.FENCE, LEDGER.pack(ledger_id))
+                led.fenced = True
+            return led.state_seq
+
+    def is_fenced(self, ledger_id: int) -> bool:
+        with self._lock:
+            led = self._index.ledgers.get(ledger_id)
+            return bool(led and led.fenced)
+
+    def mark_limbo(self, ledger_id: int) -> int:
+        with self._lock:
+            led = self._index.ensure(ledger_id)
+            if not led.limbo:
+                led.state_seq = self._journal_state(js.LIMBO_SET, LEDGER.pack(ledger_id))
+                led.limbo = True
+            return led.state_seq
+
+    def clear_limbo(self, ledger_id: int) -> int:
+        with self._lock:
+            led = self._index.ensure(ledger_id)
+            if led.limbo:
+                led.state_seq = self._journal_state(js.LIMBO_CLEAR, LEDGER.pack(ledger_id))
+                led.limbo = False
+            return led.state_seq
+
+    def is_limbo(self, ledger_id: int) -> bool:
+        with self._lock:
+            led = self._index.ledgers.get(ledger_id)
+            return bool(led and led.limbo)
+
+    # -- explicit LAC -------------------------------------------------------------
+    def set_explicit_lac(self, ledger_id: int, lac: int) -> None:
+        """Record an explicit LAC (it only moves forward); journaled, not awaited."""
+        if lac < -1:
+            raise ValueError(f"lac must be >= -1, got {lac}")
+        with self._lock:
+            led = self._index.ensure(ledger_id)
+            if lac > led.explicit_lac:
+                led.state_seq = self._journal_state(js.EXPLICIT_LAC,
+                                                    LEDGER_LAC.pack(ledger_id, lac))
+                led.explicit_lac = lac
+
+    def get_explicit_lac(self, ledger_id: int) -> int:
+        with self._lock:
+            return self._index.ledger(ledger_id).explicit_lac
+
+    # -- existence / delete -------------------------------------------------------
+    def delete_ledger(self, ledger_id: int) -> None:
+        """Forget a ledger (journaled); idempotent.  Its bytes stay in the entry
+        logs until garbage collection (``ledger_bytes`` says where)."""
+        with self._lock:
+            if ledger_id in self._index.ledgers:
+                self._journal_state(js.DELETE, LEDGER.pack(ledger_id))
+                self._index.drop(ledger_id)
+
+    def last_entry_id(self, ledger_id: int) -> int:
+        with self._lock:
+            return self._index.ledger(ledger_id).last_entry
+
+    def ledger_exists(self, ledger_id: int) -> bool:
+        with self._lock:
+            return ledger_id in self._index.ledgers
+
+    def ledgers(self) -> list[int]:
+        with self._lock:
+            return sorted(self._index.ledgers)
+
+    def ledger_bytes(self) -> dict[int, dict[int, int]]:
+        """Per entry log, bytes held per ledger (deleted ledgers included): GC input."""
+        with self._lock:
+            return {log: dict(per) for log, per in self._logs.ledger_bytes.items()}
+
+    # -- replay -------------------------------------------------------------------
+    def _apply_state_record(self, rtype: int, seq: int, body: bytes) -> None:
+        if rtype == js.DELETE:
+            self._index.drop(LEDGER.unpack_from(body)[0])
+            return
+        if rtype == js.EXPLICIT_LAC:
+            ledger_id, lac = LEDGER_LAC.unpack(body)
+            led = self._index.ensure(ledger_id)
+            led.explicit_lac = max(led.explicit_lac, lac)
+        else:
+            led = self._index.ensure(LEDGER.unpack_from(body)[0])
+            if rtype == js.FENCE:
+                led.fenced = True
+            elif rtype == js.MASTER_KEY:
+                led.master_key = body[LEDGER.size:]
+            elif rtype == js.LIMBO_SET:
+                led.limbo = True
+            elif rtype == js.LIMBO_CLEAR:
+                led.limbo = False
+        led.state_seq = seq

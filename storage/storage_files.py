@@ -1,0 +1,153 @@
+"""Directory-level steps of LedgerStorage: format, exclusive locks, the open
+sequence (cookies, direct-I/O probe, clean marker, snapshot, scan, replay),
+snapshot metadata and the clean marker.
+
+Open refuses, before touching any data file, when: a cookie is missing,
+foreign or swapped (``CookieMismatchError``); another process holds the
+directories (``ConfigError``); O_DIRECT is refused and ``direct_io`` is on
+(``ConfigError``); the snapshot or the journal is corrupt beyond a torn tail
+(``CorruptRecordError``).  Each message names the file and the fix.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import re
+
+from appliance.errors import ConfigError, CorruptRecordError
+
+from . import aligned_io as aio
+from . import cookie as ck
+from . import journal_scan as js
+from . import snapshot
+from .entry_log import EntryLogger, list_logs
+from .index import Index
+from .journal import Journal
+from .options import StorageOptions
+from .recovery import Replayer, scan_entry_logs
+
+log = logging.getLogger(__name__)
+
+LOCK_NAME = "LOCK"
+_OURS = re.compile(r"^(COOKIE|CLEAN|LOCK|index\.snap|journal-\d{12}\.seg|entrylog-\d{10}\.log|"
+                   r"\.direct-io-probe)(\.tmp)?$")
+
+
+def format_dirs(bookie_id: str, journal_dir: str, ledger_dir: str,
+                options: StorageOptions, force: bool) -> None:
+    if os.path.realpath(journal_dir) == os.path.realpath(ledger_dir):
+        raise ConfigError(f"journal_dir and ledger_dir are the same directory ({journal_dir}): "
+                          f"give each its own directory")
+    for key, directory in (("journal_dir", journal_dir), ("ledger_dir", ledger_dir)):
+        os.makedirs(directory, exist_ok=True)
+        names = os.listdir(directory)
+        if names and not force:
+            raise ConfigError(f"{key} {directory} is not empty ({len(names)} files): refusing "
+                              f"to format over data; pass force=True to wipe storage files")
+        for name in names:
+            if _OURS.match(name):
+                os.unlink(os.path.join(directory, name))
+        left = os.listdir(directory)
+        if left:
+            raise ConfigError(f"{key} {directory} holds files that are not bookie storage "
+                              f"({', '.join(sorted(left)[:3])}): move them away first")
+    instance_id = ck.write_cookies(bookie_id, journal_dir, ledger_dir)
+    meta = _meta(instance_id, 0, (0, 0), (0, 0), {})
+    snapshot.save(ledger_dir, meta, Index())
+
+
+def _meta(instance_id: str, seq: int, journal_mark, log_mark, ledger_bytes: dict) -> dict:
+    return {"instance_id": instance_id, "seq": seq, "journal_mark": list(journal_mark),
+            "entry_log_mark": list(log_mark),
+            "ledger_bytes": {str(k): list(v.items()) for k, v in ledger_bytes.items()}}
+
+
+def lock_dirs(st) -> None:
+    for directory in (st.journal_dir, st.ledger_dir):
+        fd = os.open(os.path.join(directory, LOCK_NAME), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC,
+                     0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise ConfigError(f"{directory} is in use by another bookie process: stop it "
+                                  f"first (one process per directory)") from exc
+            raise
+        st._lock_fds.append(fd)
+
+
+def release_locks(st) -> None:
+    for fd in st._lock_fds:
+        os.close(fd)
+    st._lock_fds.clear()
+
+
+def recover_into(st) -> None:
+    """The open sequence; fills ``st`` (a LedgerStorage under construction)."""
+    doc = ck.verify_cookies(st.bookie_id, st.journal_dir, st.ledger_dir)
+    st.instance_id, st.cookie = doc["instance_id"], doc
+    instance = bytes.fromhex(st.instance_id)
+    lock_dirs(st)
+    direct_j = aio.decide_direct_io(st.journal_dir, st.options.direct_io, "journal_dir")
+    direct_l = aio.decide_direct_io(st.ledger_dir, st.options.direct_io, "ledger_dir")
+    clean = ck.consume_clean_marker(st.ledger_dir, st.instance_id)
+    meta, rebuilt = _load_or_rebuild(st)
+    min_seq = int(meta["seq"])
+    log_mark, log_off = meta["entry_log_mark"]
+    scanned = scan_entry_logs(st.ledger_dir, log_mark, log_off, min_seq)
+    st._logs = EntryLogger(st.ledger_dir, st.options, instance, direct_l,
+                           max(list_logs(st.ledger_dir) + [log_mark]) + 1)
+    st._logs.ledger_bytes = {int(k): {int(l): int(b) for l, b in v}
+                             for k, v in meta["ledger_bytes"].items()}
+    replayer = Replayer(st, scanned, min_seq)
+    mark_seg, mark_off = meta["journal_mark"]
+    end = js.replay(st.journal_dir, mark_seg, mark_off, replayer.on_record)
+    replayer.finish()
+    st._seq = max(replayer.max_seq, end.last_seq, min_seq)
+    segments = js.list_segments(st.journal_dir)
+    prev_end = end.end_offset if segments and end.segment_id == segments[-1] else 0
+    st._journal = Journal(st.journal_dir, st.options, instance, direct_j,
+                          max(segments + [mark_seg]) + 1, prev_end, st._seq)
+    st._journal_seq = st._seq
+    replayed = end.records + len(scanned)
+    if clean and (replayed or rebuilt):
+        log.warning("%s: clean marker present but %d records had to be replayed; "
+                    "treating the shutdown as unclean", st.ledger_dir, replayed)
+    st.clean_shutdown_before = clean and not replayed and not rebuilt
+    st.recovery_stats = {"recovered_journal_records": end.records,
+                         "recovered_log_blocks": len(scanned), "recovery_cut": end.cut,
+                         "index_rebuilt": rebuilt, **replayer.applied}
+    if replayed or rebuilt or not clean:
+        st.checkpoint()
+
+
+def _load_or_rebuild(st) -> tuple[dict, bool]:
+    if snapshot.exists(st.ledger_dir):
+        meta, index = snapshot.load(st.ledger_dir)
+        if meta.get("instance_id") != st.instance_id:
+            raise CorruptRecordError(f"index snapshot in {st.ledger_dir} belongs to instance "
+                                     f"{meta.get('instance_id')}, not {st.instance_id}: it was "
+                                     f"copied from another bookie; move it away to rebuild")
+        st._index = index
+        return meta, False
+    segments = js.list_segments(st.journal_dir)
+    log.error("%s: index snapshot missing; rebuilding from every entry log and the "
+              "journal: ledger state older than the journal is lost (reported as an "
+              "unclean shutdown)", st.ledger_dir)
+    st._index = Index()
+    first_seg = segments[0] if segments else 0
+    return _meta(st.instance_id, 0, (first_seg, 0), (0, 0), {}), True
+
+
+def save_snapshot(st, journal_mark: tuple[int, int]) -> None:
+    meta = _meta(st.instance_id, st._seq, journal_mark, st._logs.position,
+                 st._logs.ledger_bytes)
+    st.counters["snapshot_bytes"] = snapshot.save(st.ledger_dir, meta, st._index)
+
+
+def write_clean_marker(st) -> None:
+    ck.write_clean_marker(st.ledger_dir, st.instance_id, st._seq)

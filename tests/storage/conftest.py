@@ -1,0 +1,49 @@
+"""Fixtures for the storage tests: formatted directories, small knobs that make
+rotation, segment rolls and checkpoints happen within a few hundred KiB, and
+an opener that closes (or aborts) every storage it opened, also on failure."""
+
+from __future__ import annotations
+
+import pytest
+
+from storage import LedgerStorage, StorageOptions
+
+KiB = 1024
+
+
+def small_options(**overrides) -> StorageOptions:
+    opts = StorageOptions(
+        journal_group_wait_us=200,
+        journal_group_bytes=64 * KiB,
+        journal_segment_bytes=512 * KiB,
+        entry_log_rotate_bytes=512 * KiB,
+        entry_log_buffer_bytes=32 * KiB,
+        add_batch_bytes_max=128 * KiB,
+        entry_bytes_max=64 * KiB,
+        checkpoint_interval_s=3600.0,
+    )
+    for key, value in overrides.items():
+        setattr(opts, key, value)
+    return opts
+
+
+@pytest.fixture
+def dirs(tmp_path):
+    journal_dir, ledger_dir = tmp_path / "journal", tmp_path / "ledgers"
+    LedgerStorage.format("bookie-1", journal_dir, ledger_dir, small_options())
+    return journal_dir, ledger_dir
+
+
+@pytest.fixture
+def opener(dirs):
+    """``opener(**option_overrides)`` opens the formatted dirs; all closed at teardown."""
+    opened: list[LedgerStorage] = []
+
+    def _open(**overrides) -> LedgerStorage:
+        st = LedgerStorage.open("bookie-1", *dirs, small_options(**overrides))
+        opened.append(st)
+        return st
+
+    yield _open
+    for st in opened:
+        st.abort()
