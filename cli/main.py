@@ -28,6 +28,9 @@ def bench():
 def _register_commands() -> None:
     """Each feature module adds its commands here (kept in one place so
     `bkctl --help` lists everything)."""
+    from cli.bench_metadata import bench_metadata
+
+    bench.add_command(bench_metadata)
 
 
 _register_commands()

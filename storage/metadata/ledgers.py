@@ -201,9 +201,13 @@ class LedgerManager:
             return ids
         for bucket in buckets:
             try:
-                ids.extend(int(name) for name in self.store.children(f"{IDS_ROOT}/{bucket}"))
+                names = self.store.children(f"{IDS_ROOT}/{bucket}")
             except NoNodeError:  # deleted since it was listed: it was empty
                 continue
+            for name in names:
+                if not name.isdigit():
+                    raise CorruptMetadataError(f"{IDS_ROOT}/{bucket}/{name}: not a ledger id")
+                ids.append(int(name))
         return sorted(ids)
 
     def wait_for_change(self, ledger_id: int, version: int,

@@ -38,6 +38,7 @@ import crc32c
 import sqlite_utils
 
 from appliance.errors import (
+    ClientClosedError,
     CorruptMetadataError,
     MetadataError,
     MetadataUnavailableError,
@@ -90,13 +91,18 @@ class SqliteStore(MetadataStore):
         self._clock_ms = clock_ms
         self._boot_id = boot_id or kernel_boot_id()
         self._lock = threading.RLock()
+        self._conn_closed = False
         if not self.db_path.parent.is_dir():
             raise MetadataUnavailableError(
                 f"{self.uri}: directory {self.db_path.parent} does not exist")
         self._conn = self._connect()
-        self._init_schema()
-        with self._write_txn() as conn:
-            self._session = self._new_session(conn)
+        try:
+            self._init_schema()
+            with self._write_txn() as conn:
+                self._session = self._new_session(conn)
+        except BaseException:
+            self._conn.close()
+            raise
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
         if heartbeat:
@@ -160,10 +166,16 @@ class SqliteStore(MetadataStore):
         except sqlite3.DatabaseError as exc:  # corrupt file, not a database, ...
             raise CorruptMetadataError(f"{self.db_path}: {what}: {exc}") from exc
 
+    def _connection(self) -> sqlite3.Connection:
+        """The connection, under ``self._lock``; ``ClientClosedError`` once closed."""
+        if self._conn_closed:
+            raise ClientClosedError(f"metadata store {self.uri} is closed")
+        return self._conn
+
     @contextlib.contextmanager
     def _write_txn(self, purge: bool = True):
         with self._lock, self._errors("write"):
-            conn = self._conn
+            conn = self._connection()
             conn.execute("BEGIN IMMEDIATE")
             try:
                 if purge:
@@ -178,7 +190,7 @@ class SqliteStore(MetadataStore):
     @contextlib.contextmanager
     def _read_txn(self, what: str):
         with self._lock, self._errors(what):
-            conn = self._conn
+            conn = self._connection()
             conn.execute("BEGIN")
             try:
                 yield conn, {"boot": self._boot_id, "now": self._clock_ms()}
@@ -398,4 +410,5 @@ class SqliteStore(MetadataStore):
             log.warning("%s: could not end session %s at close: %s", self.uri, self._session, exc)
         finally:
             with self._lock:
+                self._conn_closed = True
                 self._conn.close()

@@ -22,6 +22,9 @@ from pathlib import Path
 from kazoo.client import KazooClient
 
 log = logging.getLogger(__name__)
+# The readiness probe expects refused connections while the JVM starts.
+_probe_log = logging.getLogger(f"{__name__}.probe")
+_probe_log.setLevel(logging.CRITICAL)
 
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
 # ZooKeeper's session timeouts are bounded to 2..20 ticks: a short tick lets
@@ -72,11 +75,13 @@ class ZooKeeperServer:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
 
-    def start(self, timeout_s: float = 60.0) -> ZooKeeperServer:
+    def start(self, timeout_s: float = 60.0, *, port: int | None = None) -> ZooKeeperServer:
+        """Start on ``port`` (e.g. to restart on the previous one), else on a
+        free port; return once a client session opens."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         last_error = ""
         for _ in range(START_TRIES_MAX):
-            self.port = _free_port()
+            self.port = port or _free_port()
             self._spawn()
             try:
                 self._wait_until_serving(timeout_s)
@@ -107,7 +112,7 @@ class ZooKeeperServer:
             if self._proc.poll() is not None:
                 raise RuntimeError(f"ZooKeeper exited with {self._proc.returncode}: "
                                    f"{self.log_tail()}")
-            client = KazooClient(hosts=self.hosts, timeout=2.0)
+            client = KazooClient(hosts=self.hosts, timeout=2.0, logger=_probe_log)
             try:
                 client.start(timeout=0.5)
                 client.get("/")
