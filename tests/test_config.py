@@ -1,0 +1,293 @@
+"""Config loader: the sample configs load; relative paths resolve against the
+config's folder; every class of bad config is refused with ONE line naming
+the key and the fix; host checks (dirs, CPUs, O_DIRECT) before any start."""
+
+from __future__ import annotations
+
+import errno
+import os
+from dataclasses import MISSING, fields
+from pathlib import Path
+
+import pytest
+
+from appliance.config import (
+    SECTIONS,
+    ApplianceConfig,
+    StorageConfig,
+    check_host,
+    load_config,
+    probe_direct_io,
+    resolve_target,
+)
+from appliance.errors import ConfigError
+
+REPO = Path(__file__).resolve().parent.parent
+CONFIGS = REPO / "configs"
+
+BOOKIE = """
+[[bookies]]
+id = "{id}"
+journal_dir = "data/{id}/journal"
+ledger_dir = "data/{id}/ledgers"
+endpoint = "ipc://data/{id}.sock"
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "appliance.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def minimal(bookies: int = 3, extra: str = "") -> str:
+    text = '[metadata]\nuri = "sqlite:///meta.db"\n'
+    text += "".join(BOOKIE.format(id=f"b{i}") for i in range(bookies))
+    return text + extra
+
+
+def refusal(tmp_path: Path, text: str) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, text))
+    message = str(info.value)
+    assert "\n" not in message, "a refusal is one line"
+    assert "; fix: " in message, "a refusal says how to fix it"
+    return message
+
+
+# -- the sample configs ------------------------------------------------------------------
+def test_local_toml_is_four_bookies_under_the_repository_data_dir():
+    config = load_config(CONFIGS / "local.toml")
+    assert [b.id for b in config.bookies] == [f"bookie-{i}" for i in range(1, 5)]
+    assert config.metadata.uri == f"sqlite:///{REPO / 'data' / 'metadata.db'}"
+    first = config.bookies[0]
+    assert first.journal_dir == REPO / "data" / "bookie-1" / "journal"
+    assert first.ledger_dir == REPO / "data" / "bookie-1" / "ledgers"
+    assert first.endpoint == f"ipc://{REPO / 'data' / 'bookie-1.sock'}"
+    assert config.storage.direct_io is True and config.client.ensemble == 3
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CONFIGS.glob("*.toml")))
+def test_every_sample_config_loads(name):
+    config = load_config(CONFIGS / name)
+    assert isinstance(config, ApplianceConfig) and config.bookies
+    assert config.storage.to_options().entry_bytes_max == config.storage.entry_bytes_max
+
+
+def _schema():
+    """(section, key, default) for every key the loader accepts."""
+    out = []
+    for section, cls in SECTIONS.items():
+        if cls is StorageConfig:
+            from storage.options import StorageOptions
+
+            out += [(section, f.name, f.default) for f in fields(StorageOptions)]
+        else:
+            out += [(section, f.name, f.default) for f in fields(cls)]
+    return out
+
+
+def test_local_toml_shows_every_key_at_its_default():
+    import tomllib
+
+    doc = tomllib.loads((CONFIGS / "local.toml").read_text())
+    for section, key, default in _schema():
+        if section in ("metadata", "bookies") and default is MISSING:
+            continue  # required: no default to show
+        table = doc[section][0] if section == "bookies" else doc[section]
+        assert key in table, f"configs/local.toml lacks [{section}] {key}"
+        shown = tuple(table[key]) if isinstance(default, tuple) else table[key]
+        assert shown == default, f"[{section}] {key}: local.toml shows {shown}, code has {default}"
+
+
+def test_docs_describe_every_key():
+    text = (REPO / "docs" / "CONFIG.md").read_text()
+    missing = [f"{s}.{k}" for s, k, _ in _schema() if f"`{k}`" not in text]
+    assert not missing, f"docs/CONFIG.md does not describe {missing}"
+
+
+# -- path resolution -----------------------------------------------------------------------
+def test_relative_paths_resolve_against_the_config_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir("/")
+    (tmp_path / "etc").mkdir()
+    config = load_config(write(tmp_path / "etc", minimal(3)))
+    assert config.base_dir == tmp_path / "etc"
+    assert config.metadata.uri == f"sqlite:///{tmp_path / 'etc' / 'meta.db'}"
+    assert config.bookies[0].journal_dir == tmp_path / "etc" / "data" / "b0" / "journal"
+    assert config.bookies[0].endpoint == f"ipc://{tmp_path / 'etc' / 'data' / 'b0.sock'}"
+
+
+def test_absolute_sqlite_and_ipc_paths_stay_absolute(tmp_path):
+    text = minimal(3).replace('"sqlite:///meta.db"', '"sqlite:////var/tmp/x/meta.db"')
+    text = text.replace('"ipc://data/b0.sock"', '"ipc:///tmp/b0.sock"')
+    config = load_config(write(tmp_path, text))
+    assert config.metadata.uri == "sqlite:////var/tmp/x/meta.db"
+    assert config.bookies[0].endpoint == "ipc:///tmp/b0.sock"
+
+
+def test_defaults_fill_missing_sections(tmp_path):
+    config = load_config(write(tmp_path, minimal(3)))
+    assert config.storage.journal_group_wait_us == 1000
+    assert config.server.drain_messages_max == 256
+    assert (config.client.ensemble, config.client.write_quorum, config.client.ack_quorum) == (
+        3, 3, 2)
+    assert config.supervisor.ping_interval_ms == 1000
+    limits = config.wire_limits()
+    assert limits.entry_bytes_max == 5 * 1024 * 1024 and limits.batch_entries_max == 1024
+
+
+# -- refusals: one line naming the key and the fix ----------------------------------------
+REFUSALS = [
+    (minimal(1).replace("journal_dir", "jornal_dir"), "bookies[0].jornal_dir",
+     "did you mean journal_dir"),
+    (minimal(3, "\n[storag]\ndirect_io = false\n"), "storag", "did you mean [storage]"),
+    (minimal(3, "\n[storage]\njournal_group_wiat_us = 5\n"),
+     "storage.journal_group_wiat_us", "did you mean journal_group_wait_us"),
+    (minimal(3, "\n[client]\nadd_timeout = 5\n"), "client.add_timeout", "add_timeout_ms"),
+    (minimal(2).replace('ledger_dir = "data/b1/ledgers"\n', ""), "bookies[1].ledger_dir",
+     "missing required key"),
+    (minimal(1).replace('[metadata]\nuri = "sqlite:///meta.db"\n', ""), "metadata",
+     "missing section"),
+    (minimal(1).replace('uri = "sqlite:///meta.db"', 'session_timeout_ms = 5000'),
+     "metadata.uri", "missing required key"),
+    ('[metadata]\nuri = "sqlite:///m.db"\n', "bookies", "no bookies"),
+    ('[metadata]\nuri = "sqlite:///m.db"\n[bookies]\nid = "x"\n', "bookies",
+     "array of tables"),
+    (minimal(2).replace('id = "b1"', 'id = "b0"'), "bookies[1].id", "also bookies[0]"),
+    (minimal(2).replace('"ipc://data/b1.sock"', '"ipc://./data/../data/b0.sock"'),
+     "bookies[1].endpoint", "also used by bookies[0]"),
+    (minimal(2).replace('"data/b1/ledgers"', '"data/b0/journal"'), "bookies[1].ledger_dir",
+     "overlaps bookies[0].journal_dir"),
+    (minimal(2).replace('"data/b1/journal"', '"data/b0/ledgers/j"'),
+     "bookies[1].journal_dir", "overlaps"),
+    (minimal(1).replace('"data/b0/ledgers"', '"data/b0/journal"'), "bookies[0].ledger_dir",
+     "overlaps bookies[0].journal_dir"),
+    (minimal(1).replace('"ipc://data/b0.sock"', '"http://x:1"'), "bookies[0].endpoint",
+     "unsupported scheme"),
+    (minimal(1).replace('"ipc://data/b0.sock"', '"tcp://127.0.0.1"'), "bookies[0].endpoint",
+     "tcp://host:port"),
+    (minimal(1).replace('"ipc://data/b0.sock"', '"tcp://127.0.0.1:0"'), "bookies[0].endpoint",
+     "port 1-65535"),
+    (minimal(1).replace('"ipc://data/b0.sock"', f'"ipc://{"x" * 120}.sock"'),
+     "bookies[0].endpoint", "over 107 bytes"),
+    (minimal(1).replace('"sqlite:///meta.db"', '"mysql://db/x"'), "metadata.uri",
+     "unsupported scheme"),
+    (minimal(1).replace('"sqlite:///meta.db"', '"zk://localhost/x"'), "metadata.uri",
+     "host:port"),
+    (minimal(1).replace('"sqlite:///meta.db"', '"sqlite://:memory:"'), "metadata.uri",
+     "names a file"),
+    (minimal(3).replace("[metadata]\n", "[metadata]\nsession_timeout_ms = \"10s\"\n"),
+     "metadata.session_timeout_ms", "must be an integer"),
+    (minimal(3, "\n[storage]\ndirect_io = \"yes\"\n"), "storage.direct_io", "true or false"),
+    (minimal(3, "\n[storage]\ncheckpoint_interval_s = true\n"),
+     "storage.checkpoint_interval_s", "must be a number"),
+    (minimal(1).replace('ledgers"\n', 'ledgers"\ncpus = ["a"]\n'), "bookies[0].cpus",
+     "list of CPU numbers"),
+    (minimal(1).replace('ledgers"\n', 'ledgers"\ncpus = [1, 1]\n'), "bookies[0].cpus",
+     "twice"),
+    (minimal(1).replace('id = "b0"', 'id = "bad id!"'), "bookies[0].id", "not a valid id"),
+    (minimal(3, "\n[server]\ndrain_messages_max = 0\n"), "server.drain_messages_max",
+     "out of range"),
+    (minimal(2), "client.ensemble", "more than the 2 configured bookies"),
+    (minimal(3, "\n[client]\nwrite_quorum = 4\n"), "client.write_quorum", "above ensemble"),
+    (minimal(3, "\n[client]\nack_quorum = 3\nwrite_quorum = 2\n"), "client.ack_quorum",
+     "above write_quorum"),
+    (minimal(3, "\n[client]\ndigest = \"md5\"\n"), "client.digest", "crc32c"),
+    (minimal(3, "\n[client]\nadd_batch_entries_max = 5000\n"),
+     "client.add_batch_entries_max", "raise server.batch_entries_max"),
+    (minimal(3, "\n[supervisor]\nrestart_backoff_min_ms = 20000\n"),
+     "supervisor.restart_backoff_min_ms", "restart_backoff_max_ms"),
+    (minimal(3, "\n[storage]\nentry_log_buffer_bytes = 5000\n"),
+     "storage.entry_log_buffer_bytes", "multiple of 4096"),
+    (minimal(3, "\n[storage]\njournal_group_bytes = 0\n"), "storage.journal_group_bytes",
+     "positive"),
+    (minimal(3, "\n[storage]\nentry_bytes_max = 100000000\n"), "storage.",
+     "add_batch_bytes_max"),
+    (minimal(3) + "\nthis is not toml\n", "cannot read TOML", "line"),
+]
+
+
+@pytest.mark.parametrize("text, key, words", REFUSALS,
+                         ids=[f"{i}-{r[1]}" for i, r in enumerate(REFUSALS)])
+def test_bad_configs_are_refused_with_one_line_naming_the_key(tmp_path, text, key, words):
+    message = refusal(tmp_path, text)
+    assert str(tmp_path) in message
+    assert key in message and words in message, message
+
+
+def test_a_missing_config_file_is_one_clear_line(tmp_path):
+    with pytest.raises(ConfigError, match="config file not found; fix: pass --config"):
+        load_config(tmp_path / "nope.toml")
+
+
+# -- host checks -------------------------------------------------------------------------
+def _no_direct_io(path, flags, mode=0o777):
+    if flags & os.O_DIRECT:
+        raise OSError(errno.EINVAL, "Invalid argument")
+    return os.open(path, flags, mode)
+
+
+def test_host_check_passes_and_creates_nothing(tmp_path):
+    config = load_config(write(tmp_path, minimal(3)))
+    before = sorted(tmp_path.rglob("*"))
+    check_host(config)
+    assert sorted(tmp_path.rglob("*")) == before  # probe files removed, no dirs made
+
+
+def test_a_device_without_direct_io_is_refused_before_start(tmp_path):
+    config = load_config(write(tmp_path, minimal(3)))
+    with pytest.raises(ConfigError) as info:
+        check_host(config, open_fn=_no_direct_io)
+    message = str(info.value)
+    assert "bookies[0].journal_dir" in message and "does not support direct I/O" in message
+    assert "direct_io = false" in message and "\n" not in message
+
+
+def test_direct_io_false_skips_the_probe(tmp_path):
+    config = load_config(write(tmp_path, minimal(3, "\n[storage]\ndirect_io = false\n")))
+    check_host(config, open_fn=_no_direct_io)  # no refusal: the probe is not run
+
+
+def test_the_real_probe_writes_with_o_direct_here(tmp_path):
+    assert probe_direct_io(tmp_path / "not" / "yet" / "there") is None
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_data_path_under_a_file_is_refused(tmp_path):
+    (tmp_path / "data").write_text("a file, not a folder")
+    config = load_config(write(tmp_path, minimal(3)))
+    with pytest.raises(ConfigError, match=r"bookies\[0\]\.journal_dir: .* cannot be created"):
+        check_host(config)
+
+
+def test_a_dir_that_is_a_file_is_refused(tmp_path):
+    (tmp_path / "data" / "b0").mkdir(parents=True)
+    (tmp_path / "data" / "b0" / "journal").write_text("oops")
+    config = load_config(write(tmp_path, minimal(3)))
+    with pytest.raises(ConfigError, match=r"bookies\[0\]\.journal_dir: .* not a directory"):
+        check_host(config)
+
+
+def test_unavailable_cpus_are_refused(tmp_path):
+    text = minimal(3).replace('b0/ledgers"\n', 'b0/ledgers"\ncpus = [4096]\n')
+    config = load_config(write(tmp_path, text))
+    with pytest.raises(ConfigError, match=r"bookies\[0\]\.cpus: CPUs \[4096\] are not"):
+        check_host(config)
+
+
+# -- resolve_target ------------------------------------------------------------------------
+def test_resolve_target_takes_a_metadata_uri(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert resolve_target("sqlite:///m.db") == (f"sqlite:///{tmp_path / 'm.db'}", tmp_path,
+                                                 None)
+    assert resolve_target("zk://127.0.0.1:2181/app") == ("zk://127.0.0.1:2181/app",
+                                                          tmp_path, None)
+    with pytest.raises(ConfigError, match="unsupported scheme"):
+        resolve_target("mysql://x")
+
+
+def test_resolve_target_takes_a_config_path(tmp_path):
+    path = write(tmp_path, minimal(3))
+    uri, base, config = resolve_target(path)
+    assert (uri, base) == (f"sqlite:///{tmp_path / 'meta.db'}", tmp_path)
+    assert config == load_config(path)
