@@ -133,16 +133,22 @@ class EntryLogger:
 
     def _start_log(self, log_id: int) -> None:
         path = log_path(self.directory, log_id)
-        fd = aio.open_for_write(path, self._direct)
+        if os.path.exists(path):
+            raise BookieIOError(f"entry log {path} already exists")
+        tmp = path + ".tmp"  # created whole, then renamed: a crash leaves no headerless log
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        fd = aio.open_for_write(tmp, self._direct)
         try:
             page = aio.AlignedBuffer(ALIGN_BYTES)
             page.append(pack_file_header(LOG_MAGIC, log_id, 0, self._instance))
-            aio.write_aligned(fd, page.padded(), 0, path)
+            aio.write_aligned(fd, page.padded(), 0, tmp)
             page.close()
             os.fsync(fd)
         except BaseException:
             os.close(fd)
             raise
+        os.rename(tmp, path)
         aio.fsync_dir(self.directory)
         self.log_id, self._fd, self._path, self._file_off = log_id, fd, path, ALIGN_BYTES
         self.stats["entry_logs_created"] += 1

@@ -1,0 +1,119 @@
+"""The writer side of the kill -9 crash test (runs in a forked child).
+
+It opens the storage, adds batches over a few ledgers, fences ledgers and sets
+master keys, forces checkpoints now and then, and appends to an ack log every
+(ledger, entry range), fence and key *after* its ticket became durable: that
+is exactly what a bookie would have acknowledged.  The parent kills it at a
+random moment and checks the ack log against a fresh open.
+
+Ack log lines (``os.write`` with O_APPEND, one write per group of acks)::
+
+    O                  the storage opened (so the next open must be unclean)
+    A ledger first last   entries first..last of ledger are durable
+    F ledger key_hex      ledger fenced and its master key set, both durable
+    X message             the writer saw something wrong (the test fails)
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import struct
+
+from storage import LedgerStorage
+
+DATA_LEDGERS = (1, 2, 3, 4, 5)
+FENCE_LEDGER_BASE = 1_000_000
+_POOL = random.Random(1234).randbytes(1 << 16)
+BATCH_ENTRIES_MAX = 48
+WINDOW_MAX = 8  # batches in flight before the writer waits
+
+
+def entry_data(ledger: int, entry: int) -> bytes:
+    """Deterministic, varied bytes for (ledger, entry): any mix-up shows."""
+    h = (ledger * 0x9E3779B1 + entry * 0x85EBCA77 + 0x165667B1) & 0xFFFF_FFFF
+    length = h % 2048
+    offset = (h >> 11) % (len(_POOL) - 2048)
+    return struct.pack("<QQ", ledger, entry) + _POOL[offset:offset + length]
+
+
+def fence_key(ledger: int) -> bytes:
+    return struct.pack("<Q", ledger) * 2
+
+
+class Writer:
+    def __init__(self, st: LedgerStorage, ack_fd: int, seed: int):
+        self.st, self.ack_fd, self.rng = st, ack_fd, random.Random(seed)
+        self.next_entry = {led: st.last_entry_id(led) + 1 if st.ledger_exists(led) else 0
+                           for led in DATA_LEDGERS}
+        self.pending: list[tuple[int, list[str]]] = []
+
+    def step(self) -> None:
+        roll = self.rng.random()
+        if roll < 0.03:
+            self.st.checkpoint()
+        elif roll < 0.06:
+            self.fence_new_ledger()
+        else:
+            self.add_batch()
+        if len(self.pending) >= WINDOW_MAX:
+            self.st.wait_durable(self.pending[0][0], timeout_s=30)
+        self.ack_durable()
+
+    def add_batch(self) -> None:
+        count = self.rng.randint(1, BATCH_ENTRIES_MAX)
+        ledgers, entries, datas, ranges = [], [], [], {}
+        for _ in range(count):
+            led = self.rng.choice(DATA_LEDGERS)
+            entry = self.next_entry[led]
+            self.next_entry[led] = entry + 1
+            ledgers.append(led)
+            entries.append(entry)
+            datas.append(entry_data(led, entry))
+            first, _last = ranges.get(led, (entry, entry))
+            ranges[led] = (first, entry)
+        ticket = self.st.add_entries(ledgers, entries, datas)
+        self.pending.append((ticket, [f"A {led} {a} {b}" for led, (a, b) in ranges.items()]))
+
+    def fence_new_ledger(self) -> None:
+        led = FENCE_LEDGER_BASE + self.rng.randrange(1 << 30)
+        self.st.set_master_key(led, fence_key(led))
+        ticket = self.st.fence(led)
+        self.pending.append((ticket, [f"F {led} {fence_key(led).hex()}"]))
+
+    def ack_durable(self) -> None:
+        durable = self.st.durable_ticket
+        lines = []
+        while self.pending and self.pending[0][0] <= durable:
+            lines.extend(self.pending.pop(0)[1])
+        if lines:
+            os.write(self.ack_fd, ("\n".join(lines) + "\n").encode())
+
+
+def run_writer(journal_dir, ledger_dir, options, ack_path: str, seed: int,
+               steps_max: int = 100_000) -> None:
+    """Child body: never returns normally before being killed (bounded anyway)."""
+    ack_fd = os.open(ack_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    st = LedgerStorage.open("bookie-1", journal_dir, ledger_dir, options)
+    os.write(ack_fd, b"O\n")
+    writer = Writer(st, ack_fd, seed)
+    for _ in range(steps_max):
+        writer.step()
+    os.write(ack_fd, b"X writer ran out of steps before being killed\n")
+
+
+def run_no_journal_writer(journal_dir, ledger_dir, options, ack_path: str, seed: int,
+                          steps_max: int = 100_000) -> None:
+    """journal_write_data=false: only entries covered by a flush() are acknowledged."""
+    ack_fd = os.open(ack_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    st = LedgerStorage.open("bookie-1", journal_dir, ledger_dir, options)
+    os.write(ack_fd, b"O\n")
+    writer = Writer(st, ack_fd, seed)
+    for step in range(steps_max):
+        writer.add_batch()
+        if step % 4 == 3:
+            st.flush()
+            lines = [line for _t, group in writer.pending for line in group]
+            writer.pending.clear()
+            os.write(ack_fd, ("\n".join(lines) + "\n").encode())
+    os.write(ack_fd, b"X writer ran out of steps before being killed\n")

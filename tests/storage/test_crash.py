@@ -1,0 +1,193 @@
+"""kill -9 crash test: a forked writer adds, fences and checkpoints while
+logging every acknowledgement; it is SIGKILLed at a random moment (during
+start-up/recovery, right after open, or after a random number of acks, polled
+at a random interval); a fresh open must hold every acknowledged entry
+byte-identical, every acknowledged fence and master key, and report the
+unclean shutdown.  The same directories carry over from one crash point to
+the next, so recoveries of recoveries are exercised too.
+
+``BK_CRASH_POINTS`` (default 200) and ``BK_CRASH_SEED`` scale/replay it
+locally; ``BK_CRASH_POINTS_NO_JOURNAL`` (default 20) for the BP-46 mode.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import traceback
+
+import pytest
+
+from storage import LedgerStorage
+from tests.helpers import wait_for
+
+from . import crash_writer as cw
+from .conftest import small_options
+
+KiB = 1024
+CRASH_POINTS = int(os.environ.get("BK_CRASH_POINTS", "200"))
+NO_JOURNAL_POINTS = int(os.environ.get("BK_CRASH_POINTS_NO_JOURNAL", "20"))
+FULL_CHECK_EVERY = 25
+ACK_WAIT_S = 60.0
+
+
+def crash_options(**overrides):
+    # Small files so segment rolls, log rotations and checkpoints happen within a
+    # crash point; an entry-log buffer bigger than a batch so acknowledged entries
+    # often exist only in the journal when the kill lands.
+    base = dict(journal_segment_bytes=256 * KiB, entry_log_rotate_bytes=768 * KiB,
+                entry_log_buffer_bytes=256 * KiB, checkpoint_interval_s=0.2,
+                checkpoint_bytes=600 * KiB, journal_group_wait_us=100)
+    base.update(overrides)
+    return small_options(**base)
+
+
+class AckBook:
+    """What the killed writers acknowledged, parsed from the ack log."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.offset = 0
+        self.max_acked: dict[int, int] = {}
+        self.fences: dict[int, bytes] = {}
+
+    def lines(self) -> int:
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            return f.read().count(b"\n")
+
+    def consume(self) -> tuple[list[tuple[int, int, int]], list[int], bool]:
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            chunk = f.read()
+        complete = chunk[:chunk.rfind(b"\n") + 1]
+        self.offset += len(complete)
+        ranges, fences, opened = [], [], False
+        for line in complete.decode().splitlines():
+            kind, *rest = line.split(" ", 1)
+            if kind == "X":
+                pytest.fail(f"writer reported: {rest}")
+            if kind == "O":
+                opened = True
+            elif kind == "A":
+                led, a, b = map(int, rest[0].split())
+                ranges.append((led, a, b))
+                self.max_acked[led] = max(self.max_acked.get(led, -1), b)
+            elif kind == "F":
+                led_s, key = rest[0].split()
+                self.fences[int(led_s)] = bytes.fromhex(key)
+                fences.append(int(led_s))
+        return ranges, fences, opened
+
+
+def _check_range(st, led: int, first: int, last: int, where: str) -> None:
+    for lo in range(first, last + 1, 65536):
+        hi = min(last, lo + 65535)
+        got = st.read_entries(led, lo, hi)
+        for entry, data in zip(range(lo, hi + 1), got, strict=True):
+            assert data == cw.entry_data(led, entry), f"{where}: ledger {led} entry {entry}"
+
+
+def _verify(st, book: AckBook, ranges, fences, rng, full: bool, where: str) -> None:
+    for led, a, b in ranges:
+        _check_range(st, led, a, b, where)
+    for led in fences:
+        assert st.is_fenced(led) and st.get_master_key(led) == book.fences[led], where
+    if full:
+        for led, top in book.max_acked.items():  # every entry up to the top: no gaps
+            _check_range(st, led, 0, top, where)
+        for led, key in book.fences.items():
+            assert st.is_fenced(led) and st.get_master_key(led) == key, where
+        return
+    for _ in range(50):  # a sample of older acknowledgements
+        if book.max_acked:
+            led = rng.choice(sorted(book.max_acked))
+            entry = rng.randint(0, book.max_acked[led])
+            assert st.read_entry(led, entry) == cw.entry_data(led, entry), where
+
+
+def _kill_point(pid: int, book: AckBook, rng: random.Random) -> None:
+    """Wait for the chosen moment (polling, never sleeping blind), then SIGKILL."""
+    choice = rng.random()
+    interval_s = rng.uniform(0.0002, 0.003)
+
+    def child_gone() -> bool:  # without reaping it, so the pid cannot be reused
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
+    if choice < 0.1:
+        pass  # during start-up / recovery
+    elif choice < 0.2:
+        wait_for(lambda: book.lines() >= 1 or child_gone(), ACK_WAIT_S, interval_s, "open")
+    else:
+        target = rng.randint(2, 30)
+        wait_for(lambda: book.lines() >= target or child_gone(), ACK_WAIT_S, interval_s,
+                 f"{target} ack lines")
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _fork_writer(body, dirs, options, ack_path: str, seed: int) -> int:
+    pid = os.fork()
+    if pid == 0:  # child: never returns into pytest
+        code = 0
+        try:
+            body(*dirs, options, ack_path, seed)
+        except BaseException:
+            code = 3
+            with open(ack_path, "a") as f:
+                f.write("X " + traceback.format_exc().replace("\n", " | ") + "\n")
+        finally:
+            os._exit(code)
+    return pid
+
+
+def _run_crash_points(dirs, points: int, body, options, seed: int, tmp_path) -> None:
+    rng = random.Random(seed)
+    book = AckBook(str(tmp_path / "acks.log"))
+    open(book.path, "w").close()
+    for point in range(points):
+        where = f"seed {seed} crash point {point}"
+        pid = _fork_writer(body, dirs, options, book.path, rng.randrange(1 << 30))
+        try:
+            _kill_point(pid, book, rng)
+        finally:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+        ranges, fences, opened = book.consume()
+        st = LedgerStorage.open("bookie-1", *dirs, options)
+        try:
+            if opened:
+                assert not st.clean_shutdown_before, where
+            full = point % FULL_CHECK_EVERY == FULL_CHECK_EVERY - 1 or point == points - 1
+            _verify(st, book, ranges, fences, rng, full, where)
+        finally:
+            st.close() if rng.random() < 0.5 else st.abort()
+    assert sum(book.max_acked.values()) > points, "the writers acknowledged almost nothing"
+
+
+def _seed() -> int:
+    return int(os.environ.get("BK_CRASH_SEED") or random.randrange(1 << 31))
+
+
+def test_kill_9_loses_no_acknowledged_entry(tmp_path):
+    dirs = (tmp_path / "journal", tmp_path / "ledgers")
+    options = crash_options()
+    LedgerStorage.format("bookie-1", *dirs, options)
+    _run_crash_points(dirs, CRASH_POINTS, cw.run_writer, options, _seed(), tmp_path)
+
+
+def test_kill_9_without_journaled_data_keeps_flushed_entries(tmp_path):
+    dirs = (tmp_path / "journal", tmp_path / "ledgers")
+    options = crash_options(journal_write_data=False)
+    LedgerStorage.format("bookie-1", *dirs, options)
+    _run_crash_points(dirs, NO_JOURNAL_POINTS, cw.run_no_journal_writer, options, _seed(),
+                      tmp_path)
