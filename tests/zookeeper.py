@@ -39,7 +39,7 @@ class ZooKeeperFixture:
 
 @pytest.fixture(scope="session")
 def zookeeper(tmp_path_factory):
-    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"))
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"), die_with_parent=True)
     server.start()
     try:
         yield ZooKeeperFixture(server)
@@ -52,7 +52,7 @@ def zookeeper_factory(tmp_path):
     servers: list[ZooKeeperServer] = []
 
     def start() -> ZooKeeperServer:
-        server = ZooKeeperServer(tmp_path / f"zk{len(servers)}")
+        server = ZooKeeperServer(tmp_path / f"zk{len(servers)}", die_with_parent=True)
         servers.append(server)
         return server.start()
 

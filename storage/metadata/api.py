@@ -19,7 +19,8 @@ Guarantees (both backends, checked by ``tests/metadata``):
   re-create their ephemeral nodes.
 * ``wait_for_change`` / ``wait_for_children_change`` block until the node
   (or its children) differs from what the caller knows, or the timeout
-  passes (``None``); they never wait longer than asked.
+  passes (``None``; a read already in flight may add its own bounded
+  operation timeout).
 * Errors are the ``appliance.errors`` metadata classes; messages name the
   path, or the endpoint when the store is unreachable
   (``MetadataUnavailableError``).  Operations on a closed store raise
@@ -60,8 +61,8 @@ def validate_path(path: object) -> str:
         return path
     parts = path[1:].split("/")
     for part in parts:
-        if part in ("", ".", "..") or "\x00" in part:
-            raise ValueError(f"bad path {path!r}: empty, '.', '..' or NUL component")
+        if part in ("", ".", "..") or not part.isprintable():
+            raise ValueError(f"bad path {path!r}: empty, '.', '..' or unprintable component")
     return path
 
 

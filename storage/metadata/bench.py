@@ -104,7 +104,7 @@ def temporary_store_uri(backend: str) -> Iterator[str]:
             return
         from storage.metadata.zk_server import ZooKeeperServer
 
-        with ZooKeeperServer(Path(tmp) / "zk") as server:
+        with ZooKeeperServer(Path(tmp) / "zk", die_with_parent=True) as server:
             yield server.uri("/bench")
 
 

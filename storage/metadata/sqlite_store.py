@@ -163,7 +163,10 @@ class SqliteStore(MetadataStore):
                     f"{self.uri}: database busy for more than {self.busy_timeout_ms} ms "
                     f"({what}: {text})") from exc
             raise MetadataUnavailableError(f"{self.uri}: {what}: {text}") from exc
-        except sqlite3.DatabaseError as exc:  # corrupt file, not a database, ...
+        except sqlite3.DatabaseError as exc:
+            if type(exc) is not sqlite3.DatabaseError:  # IntegrityError etc.: a bug here
+                raise
+            # "file is not a database", "database disk image is malformed"
             raise CorruptMetadataError(f"{self.db_path}: {what}: {exc}") from exc
 
     def _connection(self) -> sqlite3.Connection:

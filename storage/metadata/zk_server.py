@@ -12,8 +12,10 @@ JVM and waits for it.  Used as a context manager it always stops.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -46,6 +48,13 @@ def pyspark_jars_dir() -> Path:
     return jars
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the parent (thread) dies."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_set_pdeathsig = 1
+    libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -54,8 +63,12 @@ def _free_port() -> int:
 
 class ZooKeeperServer:
     def __init__(self, data_dir: str | Path, *, tick_time_ms: int = TICK_TIME_MS_DEFAULT,
-                 java: str = "java"):
+                 java: str = "java", die_with_parent: bool = False):
+        """``die_with_parent``: the kernel kills the JVM if the thread that
+        started it dies (even by SIGKILL), so no server outlives a killed
+        test run; only for servers started from a long-lived thread."""
         self.data_dir = Path(data_dir)
+        self.die_with_parent = die_with_parent
         self.tick_time_ms = tick_time_ms
         self.java = java
         self.port: int | None = None
@@ -102,9 +115,10 @@ class ZooKeeperServer:
         cmd = [self.java, f"-Xmx{JVM_HEAP_MB}m", "-cp", f"{pyspark_jars_dir()}/*",
                MAIN_CLASS, str(cfg)]
         with open(self._log_path, "ab") as out:
-            self._proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL, cwd=self.data_dir,
-                                          env={**os.environ, "ZOO_LOG_DIR": str(self.data_dir)})
+            self._proc = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                cwd=self.data_dir, env={**os.environ, "ZOO_LOG_DIR": str(self.data_dir)},
+                preexec_fn=_die_with_parent if self.die_with_parent else None)
 
     def _wait_until_serving(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

@@ -130,7 +130,7 @@ def test_ephemeral_sequential_node(store):
 
 
 def test_bad_arguments_raise_before_anything_is_written(store):
-    for bad in ("relative", "/trailing/", "/a//b", "/a/../b", "/a/./b"):
+    for bad in ("relative", "/trailing/", "/a//b", "/a/../b", "/a/./b", "/ctl\x01char"):
         with pytest.raises(ValueError, match="path"):
             store.create(bad, b"")
     with pytest.raises(TypeError, match="path"):

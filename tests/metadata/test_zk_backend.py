@@ -3,13 +3,19 @@ give a clear, bounded error, never a hang; chroots isolate namespaces."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
+import psutil
 import pytest
 
 from appliance.errors import MetadataUnavailableError
 from storage.metadata import open_store, parse_uri
-from tests.helpers import free_tcp_port
+from tests.helpers import free_tcp_port, wait_for
 
 HANG_GUARD_S = 30  # far above the timeouts used below: exceeding it means a hang
 
@@ -87,3 +93,39 @@ def test_malformed_hosts_are_refused(bad):
 
     with pytest.raises(ConfigError, match="host:port"):
         open_store(bad)
+
+
+SERVER_OWNER_SCRIPT = """
+import sys
+from storage.metadata.zk_server import ZooKeeperServer
+server = ZooKeeperServer(sys.argv[1], die_with_parent=True).start()
+print(server.pid, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_server_dies_with_a_killed_parent(tmp_path):
+    repo = Path(__file__).resolve().parents[2]
+    parent = subprocess.Popen([sys.executable, "-c", SERVER_OWNER_SCRIPT, str(tmp_path / "zk")],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=repo,
+                              env={**os.environ, "PYTHONPATH": str(repo)})
+    jvm_pid = None
+    try:
+        jvm_pid = int(parent.stdout.readline())  # the child exits (EOF) if start fails
+        assert psutil.pid_exists(jvm_pid)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=30)
+        wait_for(lambda: not _running(jvm_pid), timeout_s=30, what="the JVM to die")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        parent.wait(timeout=30)
+        if jvm_pid is not None and _running(jvm_pid):
+            os.kill(jvm_pid, signal.SIGKILL)
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
