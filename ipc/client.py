@@ -63,6 +63,8 @@ from ipc.requests import Request, encode_request
 log = logging.getLogger(__name__)
 
 _MONITOR_EVENTS = zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED
+_NOBLOCK = int(zmq.NOBLOCK)
+_ZERO_COPY_BYTES_MIN = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -392,7 +394,9 @@ class _IoLoop:
             self._emit(bookie_id, rid, op, BookieUnavailableError.code)
             return
         try:
-            conn.sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
+            # Zero-copy only pays for big frames; small ones are cheaper to copy.
+            copy = all(len(f) < _ZERO_COPY_BYTES_MIN for f in frames)
+            conn.sock.send_multipart(frames, _NOBLOCK, copy=copy)
         except zmq.Again:
             self._emit(bookie_id, rid, op, TooManyRequestsError.code)
             return
@@ -403,7 +407,7 @@ class _IoLoop:
     def _drain(self, conn: _Conn) -> None:
         for _ in range(self.t._drain_max):
             try:
-                frames = conn.sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                frames = conn.sock.recv_multipart(_NOBLOCK, copy=False)
             except zmq.Again:
                 return
             self._on_reply(conn.bookie_id, frames)

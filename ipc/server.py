@@ -49,6 +49,9 @@ from ipc.requests import Request, decode_request
 
 log = logging.getLogger(__name__)
 
+_NOBLOCK = int(zmq.NOBLOCK)
+_ZERO_COPY_BYTES_MIN = 64 * 1024
+
 
 class RequestHandler(Protocol):
     """What the loop calls.  ``handle`` returns a reply to send now, or None
@@ -157,8 +160,10 @@ class FrameServer:
         """Send ``reply`` to ``peer`` without blocking; False if it was dropped
         (the peer is gone or its queue is full: it will time out)."""
         frames = encode_reply(reply, self.limits)
+        # Zero-copy only pays for big frames; small ones are cheaper to copy.
+        copy = all(len(f) < _ZERO_COPY_BYTES_MIN for f in frames)
         try:
-            self._sock.send_multipart([peer, *frames], zmq.NOBLOCK, copy=False)
+            self._sock.send_multipart([peer, *frames], _NOBLOCK, copy=copy)
         except (zmq.Again, zmq.ZMQError):
             self.counters["replies_dropped"] += 1
             return False
@@ -225,7 +230,7 @@ class FrameServer:
     def _drain_socket(self) -> None:
         for _ in range(self.drain_messages_max):
             try:
-                msg = self._sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                msg = self._sock.recv_multipart(_NOBLOCK, copy=False)
             except zmq.Again:
                 break
             self._dispatch(msg)
