@@ -31,6 +31,9 @@ def _register_commands() -> None:
     from cli.bench_metadata import bench_metadata
 
     bench.add_command(bench_metadata)
+    from cli.bench_storage import storage as bench_storage
+
+    bench.add_command(bench_storage)
 
 
 _register_commands()

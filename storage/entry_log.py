@@ -32,6 +32,7 @@ from appliance.errors import BookieIOError, CorruptRecordError
 
 from . import aligned_io as aio
 from .codec import pack_file_header, parse_block, unpack_file_header
+from .log_writer import BackgroundWriter
 from .options import ALIGN_BYTES, StorageOptions
 
 LOG_MAGIC = b"BKELOG01"
@@ -57,6 +58,9 @@ class EntryLogger:
         self._instance = instance
         self._direct = direct
         self._buf = aio.AlignedBuffer(options.entry_log_buffer_bytes)
+        self._spare = aio.AlignedBuffer(options.entry_log_buffer_bytes)
+        self._inflight: tuple[int, int, int] | None = None  # log id, offset, bytes
+        self._writer = BackgroundWriter("entry-log-writer")
         self._read_fds: collections.OrderedDict[int, int] = collections.OrderedDict()
         self._unsynced: dict[int, int] = {}  # log id -> write fd, written since last sync
         self.ledger_bytes: dict[int, dict[int, int]] = {}
@@ -83,20 +87,31 @@ class EntryLogger:
         per_log[ledger_id] = per_log.get(ledger_id, 0) + nbytes
 
     def flush(self) -> None:
-        """Write the buffer (zero-padded to a page) to the active log; no sync."""
+        """Hand the buffer (zero-padded to a page) to the background writer and
+        continue in the spare buffer; no sync.  Reads of the handed-over range
+        wait for its write (``read_record``)."""
         if not self._buf.used_bytes:
             return
         view = self._buf.padded()
-        aio.write_aligned(self._fd, view, self._file_off, self._path)
+        padded_bytes = len(view)
+        self._writer.submit(view, self._fd, self._file_off, self._path)
+        del view
+        self._inflight = (self.log_id, self._file_off, padded_bytes)
         self.stats["entry_log_writes"] += 1
         self.stats["entry_log_bytes"] += self._buf.used_bytes
-        self._file_off += len(view)
+        self._file_off += padded_bytes
+        self._buf, self._spare = self._spare, self._buf
         self._buf.reset()
         self._unsynced[self.log_id] = self._fd
+
+    def failure(self) -> BaseException | None:
+        return self._writer.failure()
 
     def sync(self) -> None:
         """Make every block appended so far durable."""
         self.flush()
+        self._writer.wait_idle()
+        self._inflight = None
         for log_id, fd in list(self._unsynced.items()):
             aio.fdatasync(fd, log_path(self.directory, log_id))
             if fd != self._fd:
@@ -110,6 +125,7 @@ class EntryLogger:
         return self.log_id, aio.align_up(self._file_off + self._buf.used_bytes)
 
     def _write_oversized(self, block) -> tuple[int, int]:
+        self._writer.wait_idle()
         big = aio.AlignedBuffer(len(block))
         try:
             big.append(block)
@@ -156,6 +172,11 @@ class EntryLogger:
     # -- reads -----------------------------------------------------------------
     def read_record(self, log_id: int, offset: int, nbytes: int) -> bytes:
         """Raw bytes of one record (header + data); verification is the caller's."""
+        if self._inflight is not None:
+            in_log, in_off, in_len = self._inflight
+            if log_id == in_log and offset < in_off + in_len and offset + nbytes > in_off:
+                self._writer.wait_idle()  # the range is being written: let it land
+                self._inflight = None
         if log_id == self.log_id and offset + nbytes > self._file_off:
             head = b""
             if offset < self._file_off:  # straddles the written part and the buffer
@@ -194,7 +215,11 @@ class EntryLogger:
 
     def close(self) -> None:
         """Sync and close every file (the caller checkpoints first)."""
-        self.sync()
+        try:
+            self.sync()
+        finally:
+            self._writer.close()
+            self._spare.close()
         for fd in self._read_fds.values():
             os.close(fd)
         self._read_fds.clear()
@@ -204,7 +229,9 @@ class EntryLogger:
         self._buf.close()
 
     def abandon(self) -> None:
-        """Close descriptors without writing (tests: simulate a crash)."""
+        """Close descriptors without writing the buffer (tests: simulate a crash)."""
+        self._writer.close()
+        self._spare.close()
         for fd in list(self._read_fds.values()) + list(self._unsynced.values()):
             if fd != self._fd:
                 os.close(fd)
@@ -228,7 +255,7 @@ def scan_log(directory: str, log_id: int, start: int, on_block) -> int:
                                  f"(its entries are lost) or restore it")
     pos = max(start, ALIGN_BYTES)
     while pos < len(buf):
-        if buf[pos:pos + 4] == b"\0\0\0\0":
+        if buf[pos] == 0:  # padding (a block's first byte is never 0); see codec
             aligned = aio.align_up(pos)
             if aligned == pos:
                 break

@@ -8,8 +8,9 @@ Journal record (little-endian), 32-byte header then body::
 
 ``body_crc`` is crc32c(body), except for ADD records whose body is an entry
 block (see ``codec``) that verifies itself (header, table and per-entry CRCs).
-Groups are zero-padded to 4 KiB; a zero magic means "padding: continue at the
-next 4 KiB boundary", and zeros at a boundary mean "end of segment".
+Groups are zero-padded to 4 KiB; a zero byte where a record should start
+means "padding: continue at the next 4 KiB boundary" (magics never start with
+a zero byte), and a zero byte at a boundary means "end of segment".
 
 Rules (what replay decides):
 
@@ -104,7 +105,9 @@ def scan_segment(buf, start: int, on_record) -> tuple[int, int, int, str | None]
     Returns (valid end, last seq, records, cut description or None)."""
     pos, last_seq, count = start, 0, 0
     while True:
-        if pos + 4 <= len(buf) and buf[pos:pos + 4] == b"\0\0\0\0":
+        # Padding: a record's first byte (magic) is never 0; the padding before
+        # the next 4 KiB boundary can be shorter than a magic, so test one byte.
+        if pos < len(buf) and buf[pos] == 0:
             aligned = _align(pos)
             if aligned == pos:
                 return pos, last_seq, count, None

@@ -159,7 +159,11 @@ class LedgerStorage(StateOps):
         if self.options.journal_write_data:
             self._journal.submit(seq, js.ADD, block, self_verifying=True)
             self._journal_seq = seq
-        log_id, base = self._logs.append_block(block)
+        try:
+            log_id, base = self._logs.append_block(block)
+        except BaseException as exc:  # the entry log is broken: stop taking writes
+            self._failure = exc
+            raise
         self._index_block(ledgers, entries, log_id, offsets + base, lengths, len(block))
 
     def _index_block(self, ledgers, entries, log_id, offsets, lengths, block_len) -> None:
@@ -321,7 +325,7 @@ class LedgerStorage(StateOps):
 
     def _check_usable(self) -> None:
         self._check_open()
-        failure = self._failure or self._journal.failure()
+        failure = self._failure or self._journal.failure() or self._logs.failure()
         if failure is not None:
             raise BookieIOError(f"storage of {self.bookie_id} failed and refuses writes: "
                                 f"{failure}")

@@ -180,3 +180,32 @@ def test_second_process_on_same_dirs_is_refused(opener, dirs):
     opener()
     with pytest.raises(ConfigError, match="in use"):
         LedgerStorage.open("bookie-1", *dirs, small_options())
+
+
+@pytest.mark.parametrize("short_padding", [1, 2, 3])
+def test_group_ending_just_before_a_page_boundary_replays(opener, short_padding):
+    # Found by the crash test: padding shorter than a 4-byte magic was read as
+    # the start of a record and the journal was cut there, dropping later groups.
+    # journal: 4096 (segment header) + 32 (record) + 32 (block) + 24 (entry) + L
+    length = 8192 - short_padding - 4096 - 32 - 32 - 24
+    st = opener()
+    st.wait_durable(st.add_entry(1, 0, b"p" * length), timeout_s=10)
+    st.wait_durable(st.add_entry(1, 1, b"after"), timeout_s=10)
+    st.abort()
+    st2 = opener()
+    assert st2.recovery_stats["recovery_cut"] is None
+    assert st2.read_entries(1, 0, 1) == [b"p" * length, b"after"]
+
+
+@pytest.mark.parametrize("short_padding", [1, 2, 3])
+def test_entry_log_block_ending_just_before_a_page_boundary_scans(opener, short_padding):
+    # entry log: 4096 (log header) + 32 (block) + 24 (entry) + L, journal not used
+    length = 8192 - short_padding - 4096 - 32 - 24
+    st = opener(journal_write_data=False)
+    st.add_entry(1, 0, b"q" * length)
+    st.flush()
+    st.add_entry(1, 1, b"after")
+    st.flush()
+    st.abort()
+    st2 = opener(journal_write_data=False)
+    assert st2.read_entries(1, 0, 1) == [b"q" * length, b"after"]

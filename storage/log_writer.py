@@ -1,0 +1,76 @@
+"""A single background thread that performs one aligned write at a time, so the
+caller (the bookie's event loop) keeps filling the next entry-log buffer while
+the previous one goes to disk (double buffering).
+
+Guarantees: writes happen in submission order, one at a time; ``wait_idle``
+returns only once every submitted write completed; a failed write is kept and
+raised (``BookieIOError``) from every later call, never retried.  The queue is
+bounded at one job: ``submit`` waits for the previous write first.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from appliance.errors import BookieIOError
+
+from . import aligned_io as aio
+
+
+class BackgroundWriter:
+    def __init__(self, name: str):
+        self._cond = threading.Condition(threading.Lock())
+        self._job = None
+        self._busy = False
+        self._stopping = False
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, view: memoryview, fd: int, offset: int, path: str) -> None:
+        """Queue one aligned write (after the previous one completed)."""
+        with self._cond:
+            self._wait_idle_locked()
+            self._job = (view, fd, offset, path)
+            self._busy = True
+            self._cond.notify_all()
+
+    def wait_idle(self) -> None:
+        with self._cond:
+            self._wait_idle_locked()
+
+    def failure(self) -> BaseException | None:
+        return self._failure
+
+    def _wait_idle_locked(self) -> None:
+        while self._busy:
+            self._cond.wait()
+        if self._failure is not None:
+            raise BookieIOError(f"entry log write failed: {self._failure}")
+
+    def close(self) -> None:
+        """Let the current write finish, then stop the thread (errors are kept)."""
+        with self._cond:
+            while self._busy:
+                self._cond.wait()
+            self._stopping = True
+            self._cond.notify_all()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while self._job is None and not self._stopping:
+                    self._cond.wait()
+                if self._job is None:
+                    return
+                view, fd, offset, path = self._job
+            try:
+                aio.write_aligned(fd, view, offset, path)
+            except BaseException as exc:  # noqa: BLE001 - kept and raised to callers
+                self._failure = exc
+            del view
+            with self._cond:
+                self._job = None
+                self._busy = False
+                self._cond.notify_all()
