@@ -103,6 +103,9 @@ class SupervisorConfig:
     ping_timeout_ms: int = _key(3_000, 10, 600_000)
     start_timeout_ms: int = _key(30_000, 100, 3_600_000)
     stop_timeout_ms: int = _key(10_000, 100, 3_600_000)
+    # Where the supervisor keeps its state file and the bookies' logs
+    # ("" = a folder ".<config name>.run" beside the config file).
+    run_dir: Path = _key("")
 
 
 @dataclass(frozen=True)
@@ -136,6 +139,13 @@ class ApplianceConfig:
     server: ServerConfig
     client: ClientConfig
     supervisor: SupervisorConfig
+
+    @property
+    def run_path(self) -> Path:
+        """The supervisor's run folder (state file, bookie logs)."""
+        if self.supervisor.run_dir:
+            return Path(self.supervisor.run_dir)
+        return self.base_dir / f".{self.path.stem}.run"
 
     def bookie(self, bookie_id: str) -> BookieConfig:
         for b in self.bookies:
