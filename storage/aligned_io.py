@@ -158,3 +158,23 @@ def write_file_atomic(path: str, chunks, fsync_parent: bool = True) -> None:
     os.replace(tmp, path)
     if fsync_parent:
         fsync_dir(os.path.dirname(path) or ".")
+
+
+SCAN_WINDOW_BYTES = 8 * 1024 * 1024  # what a scan holds in memory (or one record)
+
+
+class FileWindow:
+    """Sliding read window over a file, so scans of 64 MiB segments or 1 GiB
+    logs hold at most ``SCAN_WINDOW_BYTES`` (or one record) in memory."""
+
+    def __init__(self, fd: int, size: int):
+        self.fd, self.size = fd, size
+        self.base, self.buf = 0, b""
+
+    def get(self, pos: int, nbytes: int) -> tuple[bytes, int]:
+        """(buffer, index of pos in it) holding ``nbytes`` from pos, or fewer at EOF."""
+        if self.base <= pos and pos + nbytes <= self.base + len(self.buf):
+            return self.buf, pos - self.base
+        self.base = pos
+        self.buf = os.pread(self.fd, max(SCAN_WINDOW_BYTES, nbytes), pos)
+        return self.buf, 0

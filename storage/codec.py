@@ -105,25 +105,25 @@ def parse_block(buf, pos: int, verify_data: bool = True) -> BlockInfo | None:
     if head is None or pos + head[0] > len(buf):
         return None
     block_len, count, table_crc, seq = head
-    mv = memoryview(buf)
-    table = np.empty(count, RECORD_DTYPE)
-    raw = table.view(np.uint8).reshape(count, RECORD_HEADER_BYTES)
-    offsets = np.empty(count, np.int64)
-    off = BLOCK_HEADER_BYTES
-    end = block_len
-    for i in range(count):
+    unpack = RECORD_HEADER.unpack_from
+    rows, starts = [], []
+    off, end = pos + BLOCK_HEADER_BYTES, pos + block_len
+    for _ in range(count):  # sequential: each header gives the next one's offset
         if off + RECORD_HEADER_BYTES > end:
             return None
-        raw[i] = np.frombuffer(mv[pos + off:pos + off + RECORD_HEADER_BYTES], np.uint8)
-        offsets[i] = off
-        off += RECORD_HEADER_BYTES + int(table["length"][i])
+        row = unpack(buf, off)
+        rows.append(row)
+        starts.append(off + RECORD_HEADER_BYTES)
+        off += RECORD_HEADER_BYTES + row[2]
+    table = np.array(rows, dtype=RECORD_DTYPE) if rows else np.empty(0, RECORD_DTYPE)
     if off != end or crc(table.tobytes()) != table_crc:
         return None
     if verify_data:
-        for i in range(count):
-            start = pos + int(offsets[i]) + RECORD_HEADER_BYTES
-            if crc(mv[start:start + int(table["length"][i])]) != int(table["crc"][i]):
+        mv = memoryview(buf)
+        for start, row in zip(starts, rows, strict=True):
+            if crc(mv[start:start + row[2]]) != row[3]:
                 return None
+    offsets = np.array(starts, np.int64) - (pos + RECORD_HEADER_BYTES)
     return BlockInfo(seq, block_len, table["ledger"].copy(), table["entry"].copy(),
                      table["length"].copy(), offsets, table["crc"].copy())
 

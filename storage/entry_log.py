@@ -31,7 +31,13 @@ import re
 from appliance.errors import BookieIOError, CorruptRecordError
 
 from . import aligned_io as aio
-from .codec import pack_file_header, parse_block, unpack_file_header
+from .codec import (
+    BLOCK_HEADER_BYTES,
+    pack_file_header,
+    parse_block,
+    parse_block_header,
+    unpack_file_header,
+)
 from .log_writer import BackgroundWriter
 from .options import ALIGN_BYTES, StorageOptions
 
@@ -244,26 +250,34 @@ class EntryLogger:
 
 
 def scan_log(directory: str, log_id: int, start: int, on_block) -> int:
-    """Feed each valid block of a log from ``start`` to ``on_block(offset, info)``.
+    """Feed each valid block of a log from ``start`` to ``on_block(offset, info, raw)``.
 
-    Returns the offset where the scan stopped (first invalid block or end)."""
+    Reads through a sliding window, so memory stays bounded whatever the log
+    size.  Returns the offset where the scan stopped (first invalid block or end)."""
     path = log_path(directory, log_id)
     with open(path, "rb") as f:
-        buf = f.read()
-    if unpack_file_header(buf, LOG_MAGIC) is None:
-        raise CorruptRecordError(f"entry log {path} has no valid header: move it away "
-                                 f"(its entries are lost) or restore it")
-    pos = max(start, ALIGN_BYTES)
-    while pos < len(buf):
-        if buf[pos] == 0:  # padding (a block's first byte is never 0); see codec
-            aligned = aio.align_up(pos)
-            if aligned == pos:
+        fd = f.fileno()
+        if unpack_file_header(os.pread(fd, ALIGN_BYTES, 0), LOG_MAGIC) is None:
+            raise CorruptRecordError(f"entry log {path} has no valid header: move it away "
+                                     f"(its entries are lost) or restore it")
+        size = os.fstat(fd).st_size
+        win = aio.FileWindow(fd, size)
+        pos = max(start, ALIGN_BYTES)
+        while pos < size:
+            buf, rel = win.get(pos, BLOCK_HEADER_BYTES)
+            if buf[rel] == 0:  # padding (a block's first byte is never 0); see codec
+                aligned = aio.align_up(pos)
+                if aligned == pos:
+                    break
+                pos = aligned
+                continue
+            head = parse_block_header(buf, rel)
+            if head is None:
                 break
-            pos = aligned
-            continue
-        info = parse_block(buf, pos)
-        if info is None:
-            break
-        on_block(pos, info, memoryview(buf)[pos:pos + info.block_len])
-        pos += info.block_len
+            buf, rel = win.get(pos, min(head[0], size - pos))
+            info = parse_block(buf, rel)
+            if info is None:
+                break
+            on_block(pos, info, memoryview(buf)[rel:rel + info.block_len])
+            pos += info.block_len
     return pos

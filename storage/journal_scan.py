@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from appliance.errors import CorruptRecordError
 
+from .aligned_io import FileWindow
 from .codec import crc, parse_block, unpack_file_header
 from .options import ALIGN_BYTES
 
@@ -99,28 +100,32 @@ def _record_at(buf, pos: int):
     return rtype, seq, body, start + body_len, block
 
 
-def scan_segment(buf, start: int, on_record) -> tuple[int, int, int, str | None]:
-    """Replay records of one segment image from ``start``.
+def scan_segment(fd: int, size: int, start: int, on_record) -> tuple[int, int, int, str | None]:
+    """Replay records of one segment file from ``start`` (windowed reads).
 
     Returns (valid end, last seq, records, cut description or None)."""
+    win = FileWindow(fd, size)
     pos, last_seq, count = start, 0, 0
-    while True:
+    while pos < size:
+        buf, rel = win.get(pos, RECORD_BYTES)
         # Padding: a record's first byte (magic) is never 0; the padding before
         # the next 4 KiB boundary can be shorter than a magic, so test one byte.
-        if pos < len(buf) and buf[pos] == 0:
+        if buf[rel] == 0:
             aligned = _align(pos)
             if aligned == pos:
                 return pos, last_seq, count, None
             pos = aligned
             continue
-        rec = _record_at(buf, pos)
+        if len(buf) - rel >= RECORD_BYTES:
+            body_len = RECORD.unpack_from(buf, rel)[4]
+            buf, rel = win.get(pos, RECORD_BYTES + min(body_len, size - pos))
+        rec = _record_at(buf, rel)
         if rec is None:
-            if pos >= len(buf):
-                return pos, last_seq, count, None
             return pos, last_seq, count, f"invalid record at offset {pos}"
         rtype, seq, body, nxt, block = rec
         on_record(rtype, seq, body, block)
-        last_seq, count, pos = max(last_seq, seq), count + 1, nxt
+        last_seq, count, pos = max(last_seq, seq), count + 1, pos + (nxt - rel)
+    return pos, last_seq, count, None
 
 
 def replay(directory: str, mark_segment: int, mark_offset: int, on_record) -> ReplayEnd:
@@ -135,21 +140,12 @@ def replay(directory: str, mark_segment: int, mark_offset: int, on_record) -> Re
     prev_end = None
     for sid in segments:
         path = segment_path(directory, sid)
-        with open(path, "rb") as f:
-            buf = f.read()
-        header = unpack_file_header(buf, SEGMENT_MAGIC)
-        if header is None or header[0] != sid:
-            raise CorruptRecordError(
-                f"journal segment {path} has no valid header (garbage from its start): "
-                f"move it away only if you accept losing its entries, or reformat the bookie")
-        if prev_end is not None and header[1] != prev_end:
-            raise CorruptRecordError(
-                f"journal segment {segment_path(directory, end.segment_id)} is unreadable "
-                f"from offset {prev_end} but the next segment says it held data up to "
-                f"{header[1]}: synced records were lost; restore the disk or reformat "
-                f"the bookie (BP-46 recovery then re-replicates it)")
         start = mark_offset if sid == mark_segment and mark_offset else ALIGN_BYTES
-        valid_end, last_seq, count, cut = scan_segment(buf, start, on_record)
+        with open(path, "rb") as f:
+            _check_header(f.fileno(), sid, path, prev_end,
+                          segment_path(directory, end.segment_id))
+            valid_end, last_seq, count, cut = scan_segment(
+                f.fileno(), os.fstat(f.fileno()).st_size, start, on_record)
         if cut:
             log.warning("journal %s: %s; the tail from there is cut and not replayed",
                         path, cut)
@@ -157,3 +153,16 @@ def replay(directory: str, mark_segment: int, mark_offset: int, on_record) -> Re
                         end.records + count, cut)
         prev_end = end.end_offset
     return end
+
+
+def _check_header(fd: int, sid: int, path: str, prev_end: int | None, prev_path: str) -> None:
+    header = unpack_file_header(os.pread(fd, ALIGN_BYTES, 0), SEGMENT_MAGIC)
+    if header is None or header[0] != sid:
+        raise CorruptRecordError(
+            f"journal segment {path} has no valid header (garbage from its start): "
+            f"move it away only if you accept losing its entries, or reformat the bookie")
+    if prev_end is not None and header[1] != prev_end:
+        raise CorruptRecordError(
+            f"journal segment {prev_path} is unreadable from offset {prev_end} but the "
+            f"next segment says it held data up to {header[1]}: synced records were lost; "
+            f"restore the disk or reformat the bookie (BP-46 recovery then re-replicates it)")

@@ -38,10 +38,13 @@ log = logging.getLogger(__name__)
 
 
 class ScannedBlock:
-    __slots__ = ("seq", "log_id", "offset", "info")
+    """Where a verified block sits; its records are re-read when indexed, so a
+    long entry-log tail costs memory per block, not per entry."""
 
-    def __init__(self, seq, log_id, offset, info):
-        self.seq, self.log_id, self.offset, self.info = seq, log_id, offset, info
+    __slots__ = ("seq", "log_id", "offset", "block_len")
+
+    def __init__(self, seq, log_id, offset, block_len):
+        self.seq, self.log_id, self.offset, self.block_len = seq, log_id, offset, block_len
 
 
 def scan_entry_logs(ledger_dir: str, mark_log: int, mark_offset: int, min_seq: int) -> list:
@@ -54,7 +57,7 @@ def scan_entry_logs(ledger_dir: str, mark_log: int, mark_offset: int, min_seq: i
 
         def on_block(offset, info, _raw, log_id=log_id):
             if info.seq > min_seq:
-                found.append(ScannedBlock(info.seq, log_id, offset, info))
+                found.append(ScannedBlock(info.seq, log_id, offset, info.block_len))
 
         scan_log(ledger_dir, log_id, start, on_block)
     found.sort(key=lambda b: b.seq)
@@ -81,7 +84,11 @@ class Replayer:
                 self._index_found(self.by_seq.pop(blk.seq))
 
     def _index_found(self, blk: ScannedBlock) -> None:
-        info = blk.info
+        raw = self.st._logs.read_record(blk.log_id, blk.offset, blk.block_len)
+        info = parse_block(raw, 0, verify_data=False)  # data CRCs were checked by the scan
+        if info is None or info.seq != blk.seq:
+            raise CorruptRecordError(f"entry log {blk.log_id} block at {blk.offset} changed "
+                                     f"during recovery")
         self.st._index_block(info.ledgers, info.entries, blk.log_id,
                              info.offsets + blk.offset, info.lengths, info.block_len)
         self.applied["blocks_found"] += 1
@@ -93,7 +100,7 @@ class Replayer:
         self.max_seq = max(self.max_seq, seq)
         if rtype == js.ADD:
             found = self.by_seq.pop(seq, None)
-            if found is not None and found.info.block_len == block.block_len:
+            if found is not None and found.block_len == block.block_len:
                 self._index_found(found)
             else:
                 log_id, base = self.st._logs.append_block(bytes(body))

@@ -178,6 +178,7 @@ def _seed() -> int:
     return int(os.environ.get("BK_CRASH_SEED") or random.randrange(1 << 31))
 
 
+@pytest.mark.timeout(max(300, 2 * CRASH_POINTS))  # scaled up runs (BK_CRASH_POINTS) get time
 def test_kill_9_loses_no_acknowledged_entry(tmp_path):
     dirs = (tmp_path / "journal", tmp_path / "ledgers")
     options = crash_options()
@@ -185,6 +186,7 @@ def test_kill_9_loses_no_acknowledged_entry(tmp_path):
     _run_crash_points(dirs, CRASH_POINTS, cw.run_writer, options, _seed(), tmp_path)
 
 
+@pytest.mark.timeout(max(300, 2 * NO_JOURNAL_POINTS))
 def test_kill_9_without_journaled_data_keeps_flushed_entries(tmp_path):
     dirs = (tmp_path / "journal", tmp_path / "ledgers")
     options = crash_options(journal_write_data=False)
