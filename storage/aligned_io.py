@@ -100,7 +100,10 @@ class AlignedBuffer:
 
     def close(self) -> None:
         self.view.release()
-        self.mem.close()
+        try:
+            self.mem.close()
+        except BufferError:
+            pass  # a view is still held (e.g. by a failed write's traceback): freed by GC
 
 
 def open_for_write(path: str, direct: bool, create: bool = True) -> int:

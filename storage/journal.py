@@ -145,7 +145,7 @@ class Journal:
                 self._write_group(group)
         except BaseException as exc:  # noqa: BLE001 - reported to every waiter
             with self._cond:
-                self._failure = exc
+                self._failure = exc.with_traceback(None)  # drop frames holding buffers
                 self._cond.notify_all()
             self._signal()
 

@@ -279,20 +279,34 @@ class LedgerStorage(StateOps):
 
     # -- lifecycle -------------------------------------------------------------
     def close(self) -> None:
-        """Checkpoint, stop threads, close files, write the clean marker."""
+        """Checkpoint, stop threads, close files, write the clean marker.  After a
+        write/sync failure nothing is synced and no marker is written."""
+        error = None
         with self._lock:
             if self._closed:
                 return
             healthy = self._failure is None and self._journal.failure() is None
             if healthy:
-                self.checkpoint()
+                try:
+                    self.checkpoint()
+                except BaseException as exc:  # noqa: BLE001 - re-raised after cleanup
+                    error, healthy = exc, False
             self._closed = True
-        self._stop_checkpointer()
-        self._journal.close()
-        self._logs.close()
+        self._shutdown(keep_unsynced=healthy)
         if healthy:
             sf.write_clean_marker(self)
         sf.release_locks(self)
+        if error is not None:
+            raise error
+
+    def _shutdown(self, keep_unsynced: bool) -> None:
+        """Stop threads and close files; called (unlocked) with ``_closed`` set."""
+        self._stop_checkpointer()
+        self._journal.close()
+        if keep_unsynced and self._logs.failure() is None:
+            self._logs.close()
+        else:  # after a failed write or sync nothing more is trusted to disk
+            self._logs.abandon()
 
     def abort(self) -> None:
         """Stop without the final checkpoint or clean marker, as a crash would
@@ -301,9 +315,7 @@ class LedgerStorage(StateOps):
             if self._closed:
                 return
             self._closed = True
-        self._stop_checkpointer()
-        self._journal.close()
-        self._logs.abandon()
+        self._shutdown(keep_unsynced=False)
         sf.release_locks(self)
 
     def _stop_checkpointer(self) -> None:

@@ -68,7 +68,7 @@ class BackgroundWriter:
             try:
                 aio.write_aligned(fd, view, offset, path)
             except BaseException as exc:  # noqa: BLE001 - kept and raised to callers
-                self._failure = exc
+                self._failure = exc.with_traceback(None)
             del view
             with self._cond:
                 self._job = None

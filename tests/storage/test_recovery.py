@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from appliance.errors import ConfigError, CorruptRecordError, NoSuchEntryError
+from appliance.errors import BookieIOError, ConfigError, CorruptRecordError, NoSuchEntryError
 from storage import LedgerStorage
 
 from .conftest import small_options
@@ -209,3 +209,28 @@ def test_entry_log_block_ending_just_before_a_page_boundary_scans(opener, short_
     st.abort()
     st2 = opener(journal_write_data=False)
     assert st2.read_entries(1, 0, 1) == [b"q" * length, b"after"]
+
+
+def test_failed_fsync_stops_writes_keeps_reads_and_never_acks(opener, dirs, monkeypatch):
+    import errno
+
+    st = opener()
+    st.wait_durable(st.add_entry(1, 0, b"durable"), timeout_s=10)
+    real = os.fdatasync
+
+    def broken(fd):
+        raise OSError(errno.EIO, "injected I/O error")
+
+    monkeypatch.setattr(os, "fdatasync", broken)
+    ticket = st.add_entry(1, 1, b"never acknowledged")
+    with pytest.raises(BookieIOError):
+        st.wait_durable(ticket, timeout_s=10)
+    assert st.durable_ticket < ticket
+    with pytest.raises(BookieIOError):
+        st.add_entry(1, 2, b"refused")
+    assert st.read_entry(1, 0) == b"durable"  # reads keep working
+    st.close()  # no hang; no clean marker after a failure
+    monkeypatch.setattr(os, "fdatasync", real)
+    st2 = opener()
+    assert not st2.clean_shutdown_before
+    assert st2.read_entry(1, 0) == b"durable"
