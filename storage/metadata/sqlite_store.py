@@ -55,7 +55,12 @@ SCHEMA_VERSION = 1
 # How often a waiter re-reads a node: lower notices changes sooner, costs CPU.
 POLL_INTERVAL_MS_DEFAULT = 10
 # How long a writer waits for another process's write lock before giving up.
-BUSY_TIMEOUT_MS_DEFAULT = 5_000
+# SQLite's busy handler is not fair: a process that commits in a tight loop
+# can re-take the lock while the others sleep between retries, so under CPU
+# contention one writer can wait seconds.  Longer: fewer spurious
+# MetadataUnavailableError under bursts; shorter: a wedged lock holder is
+# reported sooner.
+BUSY_TIMEOUT_MS_DEFAULT = 20_000
 
 _VISIBLE = "(n.owner IS NULL OR (s.boot_id = :boot AND s.expires_ms > :now))"
 
