@@ -196,3 +196,41 @@ def test_no_journal_mode_tickets_and_flush(opener):
     assert st.durable_ticket >= add_ticket
     assert st.stats()["journal_records"] == 1  # only the fence was journaled
     assert st.read_entry(1, 0) == b"x"
+
+
+def test_concurrent_writers_reader_and_checkpoints(opener):
+    import threading
+
+    st = opener(checkpoint_interval_s=0.01)  # the checkpointer thread runs throughout
+    errors: list[BaseException] = []
+
+    def writer(ledger: int) -> None:
+        try:
+            for first in range(0, 300, 10):
+                ids = list(range(first, first + 10))
+                st.add_entries([ledger] * 10, ids, [payload(ledger, e, 700) for e in ids])
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    def reader() -> None:
+        try:
+            for _ in range(200):
+                for ledger in (1, 2):
+                    if st.ledger_exists(ledger):
+                        last = st.last_entry_id(ledger)
+                        if last >= 0:
+                            assert st.read_entry(ledger, last) == payload(ledger, last, 700)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(led,)) for led in (1, 2)]
+    threads.append(threading.Thread(target=reader))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    st.flush()
+    assert st.stats()["checkpoints"] >= 1
+    for ledger in (1, 2):
+        assert st.read_entries(ledger, 0, 299) == [payload(ledger, e, 700) for e in range(300)]
