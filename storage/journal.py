@@ -60,6 +60,7 @@ class Journal:
         self._queue: collections.deque = collections.deque()
         self._queued_bytes = 0
         self._closing = False
+        self._flush_requested = False
         self._failure: BaseException | None = None
         self.durable_seq = start_seq
         self.durable_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
@@ -101,6 +102,12 @@ class Journal:
                     return False
                 self._cond.wait(remaining if remaining is not None else 1.0)
             return True
+
+    def request_flush(self) -> None:
+        """Close the current group now instead of waiting (checkpoint, flush, close)."""
+        with self._cond:
+            self._flush_requested = True
+            self._cond.notify_all()
 
     def drain_fd(self) -> None:
         try:
@@ -156,7 +163,8 @@ class Journal:
             if not self._queue:
                 return None
             deadline = self._queue[0][3] + self._wait_s
-            while self._queued_bytes < self._opts.journal_group_bytes and not self._closing:
+            while (self._queued_bytes < self._opts.journal_group_bytes and not self._closing
+                   and not self._flush_requested):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
@@ -175,6 +183,8 @@ class Journal:
             self._queue.popleft()
             group.append((seq, header, body))
             total += size
+        if not self._queue:
+            self._flush_requested = False
         return group
 
     def _write_group(self, group: list) -> None:

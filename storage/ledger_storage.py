@@ -238,6 +238,7 @@ class LedgerStorage(StateOps):
             self._check_usable()
             t0 = time.monotonic()
             try:
+                self._journal.request_flush()
                 self._journal.wait_durable(self._journal_seq)
                 mark = self._journal.position
                 self._logs.sync()
@@ -255,6 +256,7 @@ class LedgerStorage(StateOps):
         with self._lock:
             self._check_usable()
             self._logs.sync()
+            self._journal.request_flush()
             self._journal.wait_durable(self._journal_seq)
 
     def _start_checkpointer(self) -> None:

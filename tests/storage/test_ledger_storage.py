@@ -234,3 +234,28 @@ def test_concurrent_writers_reader_and_checkpoints(opener):
     assert st.stats()["checkpoints"] >= 1
     for ledger in (1, 2):
         assert st.read_entries(ledger, 0, 299) == [payload(ledger, e, 700) for e in range(300)]
+
+
+def test_group_commit_one_sync_for_many_small_adds(opener):
+    st = opener(journal_group_wait_us=200_000)  # a group waits up to 200 ms for company
+    tickets = [st.add_entry(1, e, b"small") for e in range(50)]
+    assert st.wait_durable(tickets[-1], timeout_s=10)
+    stats = st.stats()
+    assert stats["journal_records"] == 50
+    assert stats["journal_syncs"] <= 3  # 50 adds, a handful of fdatasyncs
+
+
+def test_group_commit_closes_on_bytes_before_the_wait(opener):
+    st = opener(journal_group_wait_us=30_000_000)  # 30 s: only the byte threshold can close it
+    ticket = st.add_entries([1] * 40, list(range(40)), [os.urandom(2000)] * 40)  # 80 KiB > 64
+    assert st.wait_durable(ticket, timeout_s=10)
+
+
+def test_flush_and_checkpoint_do_not_wait_out_the_group_wait(opener):
+    st = opener(journal_group_wait_us=30_000_000)
+    ticket = st.add_entry(1, 0, b"x")
+    st.flush()  # would take 30 s if it waited for the group to fill or time out
+    assert st.durable_ticket >= ticket
+    st.add_entry(1, 1, b"y")
+    st.checkpoint()
+    assert st.read_entries(1, 0, 1) == [b"x", b"y"]
