@@ -99,31 +99,36 @@ def parse_block_header(buf, pos: int) -> tuple[int, int, int, int] | None:
     return block_len, count, table_crc, seq
 
 
+_LENGTH_AT = struct.Struct("<I").unpack_from  # a record header's length field (offset 16)
+
+
 def parse_block(buf, pos: int, verify_data: bool = True) -> BlockInfo | None:
     """Verify and decode the block at ``pos``; None if anything fails."""
     head = parse_block_header(buf, pos)
     if head is None or pos + head[0] > len(buf):
         return None
     block_len, count, table_crc, seq = head
-    unpack = RECORD_HEADER.unpack_from
-    rows, starts = [], []
+    headers = []
+    append = headers.append
     off, end = pos + BLOCK_HEADER_BYTES, pos + block_len
     for _ in range(count):  # sequential: each header gives the next one's offset
         if off + RECORD_HEADER_BYTES > end:
             return None
-        row = unpack(buf, off)
-        rows.append(row)
-        starts.append(off + RECORD_HEADER_BYTES)
-        off += RECORD_HEADER_BYTES + row[2]
-    table = np.array(rows, dtype=RECORD_DTYPE) if rows else np.empty(0, RECORD_DTYPE)
-    if off != end or crc(table.tobytes()) != table_crc:
+        append(buf[off:off + RECORD_HEADER_BYTES])
+        off += RECORD_HEADER_BYTES + _LENGTH_AT(buf, off + 16)[0]
+    table_bytes = b"".join(headers)
+    if off != end or crc(table_bytes) != table_crc:
         return None
+    table = np.frombuffer(table_bytes, RECORD_DTYPE)
+    sizes = table["length"].astype(np.int64) + RECORD_HEADER_BYTES
+    offsets = np.cumsum(sizes) - sizes + BLOCK_HEADER_BYTES  # record offsets in the block
     if verify_data:
         mv = memoryview(buf)
-        for start, row in zip(starts, rows, strict=True):
-            if crc(mv[start:start + row[2]]) != row[3]:
+        starts = (offsets + (pos + RECORD_HEADER_BYTES)).tolist()
+        for start, length, data_crc in zip(starts, table["length"].tolist(),
+                                           table["crc"].tolist(), strict=True):
+            if crc(mv[start:start + length]) != data_crc:
                 return None
-    offsets = np.array(starts, np.int64) - (pos + RECORD_HEADER_BYTES)
     return BlockInfo(seq, block_len, table["ledger"].copy(), table["entry"].copy(),
                      table["length"].copy(), offsets, table["crc"].copy())
 

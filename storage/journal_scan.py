@@ -79,7 +79,7 @@ def _align(n: int) -> int:
     return -(-n // ALIGN_BYTES) * ALIGN_BYTES
 
 
-def _record_at(buf, pos: int):
+def _record_at(buf, pos: int, already_verified=None):
     """(type, seq, body view, next pos, block) for a valid record at pos, else None."""
     if pos + RECORD_BYTES > len(buf):
         return None
@@ -92,7 +92,10 @@ def _record_at(buf, pos: int):
     body = memoryview(buf)[start:start + body_len]
     block = None
     if rtype == ADD:
-        block = parse_block(buf, start)
+        # Data CRCs of a block already verified in an entry log need no second pass:
+        # recovery indexes that copy, never this one.
+        verify = already_verified is None or not already_verified(seq)
+        block = parse_block(buf, start, verify_data=verify)
         if block is None or block.block_len != body_len or block.seq != seq:
             return None
     elif crc(body) != body_crc:
@@ -100,7 +103,8 @@ def _record_at(buf, pos: int):
     return rtype, seq, body, start + body_len, block
 
 
-def scan_segment(fd: int, size: int, start: int, on_record) -> tuple[int, int, int, str | None]:
+def scan_segment(fd: int, size: int, start: int, on_record,
+                 already_verified=None) -> tuple[int, int, int, str | None]:
     """Replay records of one segment file from ``start`` (windowed reads).
 
     Returns (valid end, last seq, records, cut description or None)."""
@@ -119,7 +123,7 @@ def scan_segment(fd: int, size: int, start: int, on_record) -> tuple[int, int, i
         if len(buf) - rel >= RECORD_BYTES:
             body_len = RECORD.unpack_from(buf, rel)[4]
             buf, rel = win.get(pos, RECORD_BYTES + min(body_len, size - pos))
-        rec = _record_at(buf, rel)
+        rec = _record_at(buf, rel, already_verified)
         if rec is None:
             return pos, last_seq, count, f"invalid record at offset {pos}"
         rtype, seq, body, nxt, block = rec
@@ -128,8 +132,12 @@ def scan_segment(fd: int, size: int, start: int, on_record) -> tuple[int, int, i
     return pos, last_seq, count, None
 
 
-def replay(directory: str, mark_segment: int, mark_offset: int, on_record) -> ReplayEnd:
-    """Feed every valid record from the mark to ``on_record(type, seq, body, block)``."""
+def replay(directory: str, mark_segment: int, mark_offset: int, on_record,
+           already_verified=None) -> ReplayEnd:
+    """Feed every valid record from the mark to ``on_record(type, seq, body, block)``.
+
+    ``already_verified(seq)``: True for ADD blocks whose entry-log copy was verified
+    (their journal copy's data CRCs are then not checked again)."""
     segments = [s for s in list_segments(directory) if s >= mark_segment]
     if mark_segment and (not segments or segments[0] != mark_segment):
         raise CorruptRecordError(
@@ -145,7 +153,7 @@ def replay(directory: str, mark_segment: int, mark_offset: int, on_record) -> Re
             _check_header(f.fileno(), sid, path, prev_end,
                           segment_path(directory, end.segment_id))
             valid_end, last_seq, count, cut = scan_segment(
-                f.fileno(), os.fstat(f.fileno()).st_size, start, on_record)
+                f.fileno(), os.fstat(f.fileno()).st_size, start, on_record, already_verified)
         if cut:
             log.warning("journal %s: %s; the tail from there is cut and not replayed",
                         path, cut)

@@ -113,7 +113,7 @@ def test_lost_synced_data_mid_journal_is_refused(opener, dirs):
                                        [os.urandom(3000)] * 20), timeout_s=10)
     st.abort()
     first = _segments(dirs[0])[0]
-    _flip(first, 4096 + 100)
+    _flip(first, 4096 + 40)  # inside the first record's block header
     with pytest.raises(CorruptRecordError, match="synced records were lost"):
         LedgerStorage.open("bookie-1", *dirs, small_options())
 
