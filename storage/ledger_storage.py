@@ -212,6 +212,8 @@ class LedgerStorage(StateOps):
 
     # -- reads -----------------------------------------------------------------
     def read_entry(self, ledger_id: int, entry_id: int) -> bytes:
+        """The exact bytes added.  An entry is readable as soon as it was added,
+        before its ticket is durable (readers only ask up to the LAC)."""
         with self._lock:
             self._check_open()
             log_id, offset, length = self._index.locate(ledger_id, entry_id)
