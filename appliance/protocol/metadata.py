@@ -119,6 +119,19 @@ class LedgerMetadata:
         kept = self.ensembles[:-1] if first_entry_id == last_first else self.ensembles
         return replace(self, ensembles=kept + ((first_entry_id, bookies),))
 
+    def with_recovery_fragment(self, first_entry_id: int, bookies: tuple[str, ...] | list[str]):
+        """A fragment a recovery created while writing entries back (applied
+        together with its close).  Same placement rule as ``with_fragment``,
+        but only for a ledger IN_RECOVERY."""
+        if self.state != IN_RECOVERY:
+            raise ValueError(f"ledger {self.ledger_id} is {self.state}, not IN_RECOVERY")
+        bookies = tuple(bookies)
+        last_first = self.last_fragment[0]
+        if first_entry_id < last_first:
+            raise ValueError(f"new fragment at {first_entry_id} precedes the last at {last_first}")
+        kept = self.ensembles[:-1] if first_entry_id == last_first else self.ensembles
+        return replace(self, ensembles=kept + ((first_entry_id, bookies),))
+
     def to_in_recovery(self):
         if self.state == CLOSED:
             raise LedgerClosedError(f"ledger {self.ledger_id} is already closed")

@@ -1,0 +1,204 @@
+"""The bookie's half of the protocol, over an injected storage object.
+
+Pure decisions, no I/O of its own: the storage does the writing, and every
+reply says which durability ``ticket`` it must wait for (send the reply only
+once ``storage.durable_ticket >= ticket``).  Tickets are assumed to be
+issued in one increasing order (a journal), so waiting for a later ticket
+covers every earlier change.
+
+Rules:
+
+* **Master key**: every add, fence and LAC write carries the 32-byte key.
+  The first one for a ledger stores it; a different key is refused with
+  ``UnauthorizedError`` (checked before anything is stored).
+* **Fencing**: a fenced ledger refuses normal adds (``LedgerFencedError``)
+  and accepts recovery adds.  A read or LAC read with the fence flag fences
+  first (creating the ledger if this bookie never saw it), then answers, and
+  its reply waits for the fence to be durable.
+* **Explicit negatives** (``NoSuchLedger``/``NoSuchEntry``) only when this
+  bookie can vouch it never stored the entry; a **limbo** ledger (BP-46:
+  data may have been lost) answers ``DataUnknownError`` instead.
+* **LAC** = max(explicit LAC, LAC field of the highest stored entry).
+* **Boot (BP-46)**: after possible data loss (unclean shutdown without a
+  journal, or a cookie mismatch) ``boot`` fences every ledger whose ensemble
+  includes this bookie, closed ones too, and marks the non-closed ones limbo.
+  (BP-46's boot sequence says "non-closed" for both; its scenario 1 only
+  stays safe when a ledger closed *before* the crash is fenced as well,
+  which its protection section asks for: "all those ledgers are fenced".)
+* **Records**: an add whose header names another ledger/entry than the
+  request is refused (``BadRequestError``): a bookie never files entry i
+  under another id.
+
+Storage interface used (``storage.LedgerStorage`` has exactly these):
+``add_entry, durable_ticket, read_entry, last_entry_id, ledger_exists,
+ledgers, set_master_key, get_master_key, fence, is_fenced, mark_limbo,
+clear_limbo, is_limbo, set_explicit_lac, get_explicit_lac``.  ``fence`` and
+``mark_limbo`` must create an unknown ledger (without a key).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from appliance.errors import (
+    OK,
+    BadRequestError,
+    BKError,
+    DataUnknownError,
+    LedgerFencedError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+    UnauthorizedError,
+    code_of,
+)
+from appliance.protocol.entry import HEADER, HEADER_BYTES
+from appliance.protocol.keys import MASTER_KEY_BYTES
+from appliance.protocol.quorum import ALL_PROTECTIONS, Protections
+
+
+@dataclass(frozen=True, slots=True)
+class BookieReply:
+    code: int
+    data: bytes | None = None  # read: the stored record
+    lac: int = -1  # read_lac: this bookie's LAC
+    ticket: int = 0  # send the reply once storage.durable_ticket >= ticket
+
+
+_NEGATIVE = (NoSuchLedgerError, NoSuchEntryError)
+
+
+class BookieCore:
+    """Request handling of one bookie (see module docstring)."""
+
+    def __init__(self, storage, *, protections: Protections = ALL_PROTECTIONS):
+        self.storage = storage
+        self.protections = protections
+
+    # -- adds -------------------------------------------------------------------------
+    def add(self, ledger_id: int, entry_id: int, data: bytes, master_key: bytes,
+            recovery: bool = False) -> BookieReply:
+        codes, ticket = self.add_batch(ledger_id, (entry_id,), (data,), master_key, recovery)
+        return BookieReply(codes[0], ticket=ticket)
+
+    def add_batch(self, ledger_id: int, entry_ids: Sequence[int], datas: Sequence[bytes],
+                  master_key: bytes, recovery: bool = False) -> tuple[list[int], int]:
+        """Store several entries of one ledger: one code per entry, one ticket."""
+        code, ticket = self._admit_add(ledger_id, master_key, recovery)
+        if code != OK:
+            return [code] * len(entry_ids), ticket
+        codes = []
+        add_entry, unpack = self.storage.add_entry, HEADER.unpack_from
+        for entry_id, data in zip(entry_ids, datas, strict=True):
+            if entry_id < 0 or len(data) < HEADER_BYTES or unpack(data, 0)[:2] != (
+                    ledger_id, entry_id):
+                codes.append(BadRequestError.code)
+                continue
+            ticket = max(ticket, add_entry(ledger_id, entry_id, data))
+            codes.append(OK)
+        return codes, ticket
+
+    def _admit_add(self, ledger_id: int, master_key: bytes, recovery: bool) -> tuple[int, int]:
+        storage = self.storage
+        exists = storage.ledger_exists(ledger_id)
+        stored = storage.get_master_key(ledger_id) if exists else None
+        if not _key_ok(master_key) or (stored is not None and stored != master_key):
+            return UnauthorizedError.code, 0
+        if exists and not recovery and storage.is_fenced(ledger_id):
+            return LedgerFencedError.code, 0
+        ticket = storage.set_master_key(ledger_id, master_key) if stored is None else 0
+        return OK, ticket
+
+    # -- reads --------------------------------------------------------------------------
+    def read(self, ledger_id: int, entry_id: int, fence: bool = False,
+             master_key: bytes = b"") -> BookieReply:
+        ticket = 0
+        if fence:
+            code, ticket = self._fence(ledger_id, master_key)
+            if code != OK:
+                return BookieReply(code)
+        try:
+            data = self.storage.read_entry(ledger_id, entry_id)
+        except _NEGATIVE as exc:
+            return BookieReply(self._negative(ledger_id, exc.code), ticket=ticket)
+        except BKError as exc:
+            return BookieReply(exc.code, ticket=ticket)
+        return BookieReply(OK, data=data, ticket=ticket)
+
+    def read_lac(self, ledger_id: int, fence: bool = False,
+                 master_key: bytes = b"") -> BookieReply:
+        ticket = 0
+        if fence:
+            code, ticket = self._fence(ledger_id, master_key)
+            if code != OK:
+                return BookieReply(code)
+        elif not self.storage.ledger_exists(ledger_id):
+            return BookieReply(NoSuchLedgerError.code)
+        try:
+            return BookieReply(OK, lac=self.lac(ledger_id), ticket=ticket)
+        except BKError as exc:
+            return BookieReply(code_of(exc), ticket=ticket)
+
+    def lac(self, ledger_id: int) -> int:
+        """max(explicit LAC, LAC in the header of the highest stored entry)."""
+        storage = self.storage
+        lac = storage.get_explicit_lac(ledger_id)
+        last = storage.last_entry_id(ledger_id)
+        if last >= 0:
+            lac = max(lac, HEADER.unpack_from(storage.read_entry(ledger_id, last), 0)[2])
+        return lac
+
+    def write_lac(self, ledger_id: int, lac: int, master_key: bytes) -> BookieReply:
+        storage = self.storage
+        if not storage.ledger_exists(ledger_id):
+            return BookieReply(NoSuchLedgerError.code)
+        stored = storage.get_master_key(ledger_id)
+        if not _key_ok(master_key) or (stored is not None and stored != master_key):
+            return BookieReply(UnauthorizedError.code)
+        if lac > storage.get_explicit_lac(ledger_id):
+            storage.set_explicit_lac(ledger_id, lac)
+        return BookieReply(OK)
+
+    def _fence(self, ledger_id: int, master_key: bytes) -> tuple[int, int]:
+        storage = self.storage
+        exists = storage.ledger_exists(ledger_id)
+        stored = storage.get_master_key(ledger_id) if exists else None
+        if not _key_ok(master_key) or (stored is not None and stored != master_key):
+            return UnauthorizedError.code, 0
+        ticket = storage.set_master_key(ledger_id, master_key) if stored is None else 0
+        # always ask storage: an earlier fence may not be durable yet
+        return OK, max(ticket, storage.fence(ledger_id))
+
+    def _negative(self, ledger_id: int, code: int) -> int:
+        """An explicit negative, unless the ledger is in limbo (BP-46)."""
+        if self.protections.limbo and self.storage.ledger_exists(ledger_id) \
+                and self.storage.is_limbo(ledger_id):
+            return DataUnknownError.code
+        return code
+
+    # -- boot and repair (BP-46) --------------------------------------------------------
+    def boot(self, ledgers: Iterable[tuple[int, bool]], possible_data_loss: bool) -> int:
+        """Apply the BP-46 boot rule before serving.
+
+        ``ledgers``: ``(ledger_id, is_closed)`` for every ledger whose metadata
+        names this bookie in an ensemble.  ``possible_data_loss``: the last
+        shutdown was unclean while acks did not wait for a journal, or a
+        cookie check failed.  Returns the ticket to wait for before serving."""
+        if not possible_data_loss:
+            return 0
+        ticket = 0
+        for ledger_id, closed in ledgers:
+            if self.protections.fence_on_boot:
+                ticket = max(ticket, self.storage.fence(ledger_id))
+            if self.protections.limbo and not closed:
+                ticket = max(ticket, self.storage.mark_limbo(ledger_id))
+        return ticket
+
+    def clear_limbo(self, ledger_id: int) -> int:
+        """After repair (this bookie again holds its share): explicit
+        negatives are trustworthy again."""
+        return self.storage.clear_limbo(ledger_id)
+
+
+def _key_ok(master_key: bytes) -> bool:
+    return isinstance(master_key, bytes) and len(master_key) == MASTER_KEY_BYTES

@@ -1,0 +1,69 @@
+"""What every client-side protocol core shares: an outbox of actions,
+request/timer ids, and event dispatch.
+
+Ids come from an injected iterator (``ids``), so a driver running many cores
+can hand them one shared counter and route each reply by ``request_id`` to
+the core that asked.  A core only trusts replies whose id it is waiting
+for; the rest are stale and dropped (``stale_replies`` counts them).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+from appliance.protocol import events as ev
+
+
+class CoreBase:
+    """Base of ``LedgerWriter``, ``LedgerReader`` and ``LedgerRecovery``."""
+
+    def __init__(self, ledger_id: int, ids: Iterator[int] | None):
+        self.ledger_id = ledger_id
+        self._ids = ids if ids is not None else itertools.count(1)
+        self._out: list = []
+        self.stale_replies = 0
+        self._handlers = {
+            ev.AddResponse: self._on_add_response,
+            ev.ReadResponse: self._on_read_response,
+            ev.ReadLacResponse: self._on_read_lac_response,
+            ev.MetadataWritten: self._on_metadata_written,
+            ev.MetadataRead: self._on_metadata_read,
+            ev.TimerFired: self._on_timer,
+            ev.AvailableBookies: self._on_available_bookies,
+        }
+
+    # -- driver entry point ---------------------------------------------------
+    def handle(self, event) -> list:
+        """Apply one event; return the actions it causes."""
+        handler = self._handlers.get(type(event))
+        if handler is None:
+            raise TypeError(f"{type(self).__name__} cannot handle {type(event).__name__}")
+        handler(event)
+        return self._take()
+
+    def _take(self) -> list:
+        out, self._out = self._out, []
+        return out
+
+    def _next_id(self) -> int:
+        return next(self._ids)
+
+    def _timer(self, delay_ms: int) -> int:
+        timer_id = next(self._ids)
+        self._out.append(ev.SetTimer(timer_id, max(1, int(delay_ms))))
+        return timer_id
+
+    def _stale(self, _event=None) -> None:
+        self.stale_replies += 1
+
+    # -- default handlers: a core that never asked for this reply ignores it -
+    _on_add_response = _stale
+    _on_read_response = _stale
+    _on_read_lac_response = _stale
+    _on_metadata_written = _stale
+    _on_metadata_read = _stale
+    _on_timer = _stale
+
+    def _on_available_bookies(self, event: ev.AvailableBookies) -> None:
+        self.available_bookies = tuple(event.bookie_ids)

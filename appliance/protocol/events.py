@@ -1,0 +1,221 @@
+"""Events in, actions out: the only vocabulary between a protocol core and
+its driver (the ZeroMQ client, or the deterministic simulation).
+
+A core never does I/O.  Its user-facing methods (``add``, ``close``,
+``read`` ...) and ``handle(event)`` return a list of actions; the driver
+carries them out and feeds back what happened as events.  Time is an input:
+every event and user call carries ``now_ms``; a core never reads a clock.
+
+Correlation: every request action has a ``request_id`` (unique within the
+ids the core was given, see ``CoreBase``) and every reply event echoes it.
+Replies the core no longer expects (late, duplicated, reordered, or from a
+superseded round) are ignored or applied idempotently, so the driver may
+deliver at-least-once and in any order.  Error ``code`` values are
+``appliance.errors`` codes (``OK = 0``); their response class (positive /
+explicit negative / unknown) is decided by ``errors.is_explicit_negative``.
+
+Actions (core -> driver)
+------------------------
+``SendAdd``        store entries on one bookie (many entries per action: the
+                   batch path); reply with one ``AddResponse`` per entry.
+``SendRead``       read one entry (``fence=True``: fence the ledger first).
+``SendReadLac``    ask a bookie its LAC (``fence=True``: the recovery fence).
+``SendWriteLac``   tell a bookie the writer's LAC (best effort, no reply needed).
+``WriteMetadata``  CAS ``metadata`` over ``expected_version``; reply ``MetadataWritten``.
+``ReadMetadata``   reply ``MetadataRead``.
+``SetTimer``       fire ``TimerFired(timer_id)`` after ``delay_ms`` (stale timers
+                   are ignored by the core, so no cancel is needed).
+``CompleteAdds``   entries first..last are acknowledged (in order); LAC = last.
+``FailAdds``       entries first..last failed with ``code`` (may or may not be stored).
+``CloseDone``      a writer close finished: ``code``, ``last_entry_id``.
+``OpenDone``       an open (recovering or not) finished: ``code``, LAC, metadata.
+``ReadDone``       a read finished: payloads of entries first.. in order, or ``code``.
+``LacRead``        a LAC read / wait finished: ``code``, ``lac``.
+
+Events (driver -> core)
+-----------------------
+``AddResponse``, ``ReadResponse``, ``ReadLacResponse``, ``MetadataWritten``,
+``MetadataRead``, ``TimerFired``, ``AvailableBookies`` (the bookies a writer or
+recovery may pick replacements from: an input, never a lookup).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from appliance.protocol.metadata import LedgerMetadata
+
+
+# -- actions -----------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class SendAdd:
+    request_id: int
+    bookie_id: str
+    ledger_id: int
+    entry_ids: tuple[int, ...]
+    datas: tuple[bytes, ...]  # packed records (appliance.protocol.entry), same order
+    recovery: bool
+    master_key: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SendRead:
+    request_id: int
+    bookie_id: str
+    ledger_id: int
+    entry_id: int
+    fence: bool
+    master_key: bytes  # checked (and stored) by the bookie only when fence=True
+
+
+@dataclass(frozen=True, slots=True)
+class SendReadLac:
+    request_id: int
+    bookie_id: str
+    ledger_id: int
+    fence: bool
+    master_key: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SendWriteLac:
+    request_id: int
+    bookie_id: str
+    ledger_id: int
+    lac: int
+    master_key: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class WriteMetadata:
+    request_id: int
+    ledger_id: int
+    metadata: LedgerMetadata
+    expected_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadMetadata:
+    request_id: int
+    ledger_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class SetTimer:
+    timer_id: int
+    delay_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class CompleteAdds:
+    ledger_id: int
+    first_entry_id: int
+    last_entry_id: int  # the new last_add_confirmed
+
+
+@dataclass(frozen=True, slots=True)
+class FailAdds:
+    ledger_id: int
+    first_entry_id: int
+    last_entry_id: int
+    code: int
+
+
+@dataclass(frozen=True, slots=True)
+class CloseDone:
+    ledger_id: int
+    code: int
+    last_entry_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class OpenDone:
+    ledger_id: int
+    code: int
+    last_add_confirmed: int
+    metadata: LedgerMetadata | None = None
+    version: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReadDone:
+    read_id: int
+    ledger_id: int
+    code: int
+    first_entry_id: int
+    payloads: tuple = ()  # memoryviews/bytes of entries first_entry_id.. in order
+
+
+@dataclass(frozen=True, slots=True)
+class LacRead:
+    read_id: int
+    ledger_id: int
+    code: int
+    lac: int
+
+
+# -- events ------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class AddResponse:
+    request_id: int
+    bookie_id: str
+    ledger_id: int
+    entry_id: int
+    code: int
+    now_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResponse:
+    request_id: int
+    bookie_id: str
+    ledger_id: int
+    entry_id: int
+    code: int
+    data: bytes | None = None
+    now_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ReadLacResponse:
+    request_id: int
+    bookie_id: str
+    ledger_id: int
+    code: int
+    lac: int = -1
+    now_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataWritten:
+    request_id: int
+    ledger_id: int
+    code: int  # OK, or MetadataVersionError.code on a CAS conflict
+    version: int | None = None  # the new version when code == OK
+    now_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataRead:
+    request_id: int
+    ledger_id: int
+    code: int
+    metadata: LedgerMetadata | None = None
+    version: int | None = None
+    now_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TimerFired:
+    timer_id: int
+    now_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AvailableBookies:
+    bookie_ids: tuple[str, ...]
+    now_ms: int = 0
+
+
+REQUEST_ACTIONS = (SendAdd, SendRead, SendReadLac, SendWriteLac, WriteMetadata, ReadMetadata)
+RESULT_ACTIONS = (CompleteAdds, FailAdds, CloseDone, OpenDone, ReadDone, LacRead)

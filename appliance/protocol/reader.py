@@ -1,0 +1,344 @@
+"""The ledger reader: reads with failover, LAC reads, open without recovery,
+waiting for the LAC to pass a value.  It never fences and never writes.
+
+Guarantees:
+
+* A payload reaches the user only after its digest (over header and payload)
+  verified *and* its header names the ledger and entry asked for; anything
+  else counts as that replica failing and the read moves to the next replica
+  of the entry's write set (in the fragment that holds it).
+* A read is an explicit negative (``NoSuchEntryError``) only when every
+  replica answered an explicit negative; if any replica answered "unknown"
+  (error, timeout, BP-46 limbo) the entry gets further rounds, then fails
+  with that unknown code.  Reads past the known LAC (or past the last entry
+  of a closed ledger) are refused with ``NoSuchEntryError`` before anything
+  is sent: an open without recovery reads nothing past the LAC.
+* The reader's LAC only grows: from LAC reads, the LAC field of every entry
+  read, and the last entry of a CLOSED ledger.
+* ``read`` delivers payloads in entry order, one ``ReadDone`` per call.
+
+Bounds: ``read_window_entries`` entries in flight per read, ``read_entries_max``
+per call, ``read_rounds_max`` rounds over the replicas per entry, a timeout
+per request (one periodic tick scans the in-flight requests of this reader).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from appliance.errors import (
+    OK,
+    BKTimeoutError,
+    DataUnknownError,
+    DigestMismatchError,
+    NoSuchEntryError,
+    is_explicit_negative,
+)
+from appliance.protocol import events as ev
+from appliance.protocol.core import CoreBase
+from appliance.protocol.entry import verify_entry
+from appliance.protocol.metadata import CLOSED, LedgerMetadata
+from appliance.protocol.quorum import ensemble_coverage
+
+
+@dataclass(frozen=True)
+class ReaderConfig:
+    # A replica that has not answered a read in this long counts as failed
+    # and the next replica is asked.  Shorter: faster failover, more load.
+    read_timeout_ms: int = 2_000
+    # Entries of one read() in flight at once: throughput vs. memory.
+    read_window_entries: int = 64
+    # Largest read() span; bigger spans are refused (the driver splits them).
+    read_entries_max: int = 10_000
+    # Rounds over all replicas of one entry before the read fails.
+    read_rounds_max: int = 3
+    # wait_for_lac: how often to ask the bookies while waiting.
+    lac_poll_interval_ms: int = 100
+
+
+class _EntryRead:
+    __slots__ = ("entry_id", "replicas", "tried", "negatives", "unknown_code", "rounds")
+
+    def __init__(self, entry_id: int, replicas: tuple[str, ...]):
+        self.entry_id = entry_id
+        self.replicas = replicas
+        self.tried = 0  # replicas asked in this round
+        self.negatives = 0
+        self.unknown_code = OK
+        self.rounds = 1
+
+
+class _ReadOp:
+    __slots__ = ("read_id", "first", "last", "next_entry", "payloads", "done")
+
+    def __init__(self, read_id: int, first: int, last: int):
+        self.read_id, self.first, self.last = read_id, first, last
+        self.next_entry = first
+        self.payloads: dict[int, memoryview] = {}
+        self.done = False
+
+
+class _LacOp:
+    __slots__ = ("read_id", "purpose", "answered", "errors", "last_error", "above",
+                 "deadline_ms", "round_open")
+
+    def __init__(self, read_id: int, purpose: str, above: int | None, deadline_ms: int | None):
+        self.read_id = read_id
+        self.purpose = purpose  # "open", "read" or "wait"
+        self.answered = 0  # OK or explicit-negative replies this round
+        self.errors = 0
+        self.last_error = BKTimeoutError.code
+        self.above, self.deadline_ms = above, deadline_ms
+        self.round_open = False
+
+
+class LedgerReader(CoreBase):
+    """Client-side reader of one ledger (see module docstring)."""
+
+    def __init__(self, metadata: LedgerMetadata, digest, *, config: ReaderConfig | None = None,
+                 ids: Iterator[int] | None = None):
+        super().__init__(metadata.ledger_id, ids)
+        self.config = config or ReaderConfig()
+        self._digest = digest
+        self._md = metadata
+        self.last_add_confirmed = metadata.last_entry_id if metadata.state == CLOSED else -1
+        self._requests: dict[int, tuple[_ReadOp, _EntryRead, int]] = {}  # id -> op, entry, sent
+        self._reads: dict[int, _ReadOp] = {}
+        self._lac_requests: dict[int, tuple[_LacOp, int]] = {}  # id -> op, sent
+        self._poll_timers: dict[int, _LacOp] = {}
+        self._tick: int | None = None
+
+    # -- queries and metadata ------------------------------------------------------------
+    @property
+    def metadata(self) -> LedgerMetadata:
+        return self._md
+
+    @property
+    def is_closed(self) -> bool:
+        return self._md.state == CLOSED
+
+    def update_metadata(self, metadata: LedgerMetadata) -> list:
+        """A newer metadata version (e.g. the ledger got closed): fragments
+        and, once CLOSED, the LAC follow it."""
+        self._md = metadata
+        if metadata.state == CLOSED:
+            self._raise_lac(metadata.last_entry_id)
+        return self._take()
+
+    def _raise_lac(self, lac: int) -> None:
+        if lac > self.last_add_confirmed:
+            self.last_add_confirmed = lac
+
+    # -- open without recovery ----------------------------------------------------------
+    def open(self, now_ms: int) -> list:
+        """``OpenDone`` with the LAC: the last entry if CLOSED, else a LAC read."""
+        if self.is_closed:
+            self._out.append(ev.OpenDone(self.ledger_id, OK, self.last_add_confirmed, self._md))
+        else:
+            self._start_lac("open", None, None, None, now_ms)
+        return self._take()
+
+    # -- entry reads ---------------------------------------------------------------------------
+    def read(self, first_entry_id: int, last_entry_id: int, now_ms: int,
+             read_id: int | None = None) -> list:
+        """Read entries first..last (inclusive); ``ReadDone`` carries them."""
+        if first_entry_id < 0 or last_entry_id < first_entry_id:
+            raise ValueError(f"need 0 <= first_entry_id <= last_entry_id, got "
+                             f"{first_entry_id}..{last_entry_id}")
+        if last_entry_id - first_entry_id + 1 > self.config.read_entries_max:
+            raise ValueError(f"read of {last_entry_id - first_entry_id + 1} entries exceeds "
+                             f"read_entries_max={self.config.read_entries_max}")
+        op = _ReadOp(read_id if read_id is not None else self._next_id(),
+                     first_entry_id, last_entry_id)
+        if last_entry_id > self.last_add_confirmed:
+            self._out.append(ev.ReadDone(op.read_id, self.ledger_id, NoSuchEntryError.code,
+                                         first_entry_id))
+            return self._take()
+        self._reads[op.read_id] = op
+        self._fill_window(op, now_ms)
+        return self._take()
+
+    def _fill_window(self, op: _ReadOp, now_ms: int) -> None:
+        window = self.config.read_window_entries
+        while not op.done and op.next_entry <= op.last \
+                and op.next_entry - op.first - len(op.payloads) < window:
+            entry_id = op.next_entry
+            op.next_entry += 1
+            entry = _EntryRead(entry_id, self._md.write_set(entry_id))
+            self._ask_next_replica(op, entry, now_ms)
+        self._arm_tick()
+
+    def _ask_next_replica(self, op: _ReadOp, entry: _EntryRead, now_ms: int) -> None:
+        if op.done:
+            return
+        replicas = entry.replicas
+        if entry.tried == len(replicas):
+            if entry.negatives == len(replicas):
+                self._finish_read(op, NoSuchEntryError.code)
+                return
+            if entry.rounds >= self.config.read_rounds_max:
+                self._finish_read(op, entry.unknown_code)
+                return
+            entry.rounds += 1
+            entry.tried = entry.negatives = 0
+        bookie = replicas[(entry.entry_id + entry.tried) % len(replicas)]
+        entry.tried += 1
+        request_id = self._next_id()
+        self._requests[request_id] = (op, entry, now_ms)
+        self._out.append(ev.SendRead(request_id, bookie, self.ledger_id, entry.entry_id,
+                                     False, b""))
+
+    def _on_read_response(self, event: ev.ReadResponse) -> None:
+        found = self._requests.pop(event.request_id, None)
+        if found is None:
+            self._stale()
+            return
+        op, entry, _ = found
+        if op.done:
+            return
+        if event.code == OK:
+            try:
+                lac, _, payload = verify_entry(event.data, self._digest, self.ledger_id,
+                                               entry.entry_id)
+            except DigestMismatchError:
+                self._replica_failed(op, entry, DigestMismatchError.code, event.now_ms)
+                return
+            self._raise_lac(lac)
+            op.payloads[entry.entry_id] = payload
+            if len(op.payloads) == op.last - op.first + 1:
+                self._finish_read(op, OK)
+            else:
+                self._fill_window(op, event.now_ms)
+        else:
+            self._replica_failed(op, entry, event.code, event.now_ms)
+
+    def _replica_failed(self, op: _ReadOp, entry: _EntryRead, code: int, now_ms: int) -> None:
+        if is_explicit_negative(code):
+            entry.negatives += 1
+        elif entry.unknown_code == OK or code == DataUnknownError.code:
+            entry.unknown_code = code
+        self._ask_next_replica(op, entry, now_ms)
+
+    def _finish_read(self, op: _ReadOp, code: int) -> None:
+        op.done = True
+        self._reads.pop(op.read_id, None)
+        for request_id in [r for r, found in self._requests.items() if found[0] is op]:
+            del self._requests[request_id]
+        payloads = tuple(op.payloads[e] for e in range(op.first, op.last + 1)) if code == OK \
+            else ()
+        self._out.append(ev.ReadDone(op.read_id, self.ledger_id, code, op.first, payloads))
+
+    # -- LAC reads ------------------------------------------------------------------------------
+    def read_lac(self, now_ms: int, read_id: int | None = None) -> list:
+        """Ask the last fragment's bookies; ``LacRead`` carries the result."""
+        self._start_lac("read", None, None, read_id, now_ms)
+        return self._take()
+
+    def wait_for_lac(self, above: int, timeout_ms: int, now_ms: int,
+                     read_id: int | None = None) -> list:
+        """``LacRead`` once the LAC exceeds ``above`` (code OK), or after
+        ``timeout_ms`` (code ``BKTimeoutError``, with the LAC known then)."""
+        if self.last_add_confirmed > above or self.is_closed:
+            rid = read_id if read_id is not None else self._next_id()
+            self._out.append(ev.LacRead(rid, self.ledger_id, OK, self.last_add_confirmed))
+        else:
+            self._start_lac("wait", above, now_ms + timeout_ms, read_id, now_ms)
+        return self._take()
+
+    def _start_lac(self, purpose: str, above: int | None, deadline_ms: int | None,
+                   read_id: int | None, now_ms: int) -> None:
+        op = _LacOp(read_id if read_id is not None else self._next_id(), purpose, above,
+                    deadline_ms)
+        self._send_lac_round(op, now_ms)
+
+    def _send_lac_round(self, op: _LacOp, now_ms: int) -> None:
+        op.answered = op.errors = 0
+        op.last_error = BKTimeoutError.code
+        op.round_open = True
+        for bookie in self._md.last_fragment[1]:
+            request_id = self._next_id()
+            self._lac_requests[request_id] = (op, now_ms)
+            self._out.append(ev.SendReadLac(request_id, bookie, self.ledger_id, False, b""))
+        self._arm_tick()
+
+    def _on_read_lac_response(self, event: ev.ReadLacResponse) -> None:
+        found = self._lac_requests.pop(event.request_id, None)
+        if found is None:
+            self._stale()
+            return
+        op = found[0]
+        if event.code == OK:
+            self._raise_lac(event.lac)
+            op.answered += 1
+        elif is_explicit_negative(event.code):
+            op.answered += 1  # this bookie has nothing of the ledger: LAC -1
+        else:
+            op.errors += 1
+            op.last_error = event.code
+        self._check_lac_round(op, event.now_ms)
+
+    def _check_lac_round(self, op: _LacOp, now_ms: int) -> None:
+        size = self._md.ensemble_size
+        coverage = ensemble_coverage(size, self._md.ack_quorum)
+        if not op.round_open:
+            return
+        if op.answered >= coverage:
+            code = OK
+        elif op.errors > size - coverage:
+            code = op.last_error
+        else:
+            return
+        op.round_open = False
+        self._drop_lac_requests(op)
+        self._lac_round_done(op, code, now_ms)
+
+    def _lac_round_done(self, op: _LacOp, code: int, now_ms: int) -> None:
+        lac = self.last_add_confirmed
+        if op.purpose == "open":
+            self._out.append(ev.OpenDone(self.ledger_id, code, lac, self._md))
+        elif op.purpose == "read":
+            self._out.append(ev.LacRead(op.read_id, self.ledger_id, code, lac))
+        elif lac > op.above or self.is_closed:
+            self._out.append(ev.LacRead(op.read_id, self.ledger_id, OK, lac))
+        elif now_ms >= op.deadline_ms:
+            self._out.append(ev.LacRead(op.read_id, self.ledger_id, BKTimeoutError.code, lac))
+        else:
+            delay_ms = min(self.config.lac_poll_interval_ms, op.deadline_ms - now_ms)
+            self._poll_timers[self._timer(delay_ms)] = op
+
+    def _drop_lac_requests(self, op: _LacOp) -> None:
+        for request_id in [r for r, found in self._lac_requests.items() if found[0] is op]:
+            del self._lac_requests[request_id]
+
+    # -- timers -----------------------------------------------------------------------------------
+    def _arm_tick(self) -> None:
+        if self._tick is None and (self._requests or self._lac_requests):
+            self._tick = self._timer(max(1, self.config.read_timeout_ms // 2))
+
+    def _on_timer(self, event: ev.TimerFired) -> None:
+        op = self._poll_timers.pop(event.timer_id, None)
+        if op is not None:
+            self._send_lac_round(op, event.now_ms)
+            return
+        if event.timer_id != self._tick:
+            self._stale()
+            return
+        self._tick = None
+        self._expire(event.now_ms)
+        self._arm_tick()
+
+    def _expire(self, now_ms: int) -> None:
+        """Requests older than the read timeout count as failed replies."""
+        timeout_ms = self.config.read_timeout_ms
+        late = [r for r, found in self._requests.items() if now_ms - found[2] >= timeout_ms]
+        for request_id in late:
+            found = self._requests.pop(request_id, None)
+            if found is not None and not found[0].done:
+                self._replica_failed(found[0], found[1], BKTimeoutError.code, now_ms)
+        late = [r for r, found in self._lac_requests.items() if now_ms - found[1] >= timeout_ms]
+        for request_id in late:
+            found = self._lac_requests.pop(request_id, None)
+            if found is not None:
+                found[0].errors += 1
+                self._check_lac_round(found[0], now_ms)

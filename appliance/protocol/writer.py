@@ -1,0 +1,456 @@
+"""The ledger writer: entry ids, write sets, ack quorums, in-order
+acknowledgement, LAC piggybacking, ensemble changes and the writer's close.
+
+Guarantees (each checked by the simulation in ``tests/sim``):
+
+* An entry is acknowledged (``CompleteAdds``) only once ``Qa`` bookies of its
+  write set *in the fragment that holds it* have acknowledged it, and only
+  after every lower entry: the LAC is a prefix of durably replicated entries.
+* Every entry carries the LAC of the moment it was made.
+* A bookie that errs or times out is replaced by an ensemble change: a new
+  fragment from ``LAC + 1`` written to metadata by CAS before any entry is
+  sent to the replacement.  Acks the failed bookie gave to unacknowledged
+  entries are forgotten at once (it is not in their new write set).  On a
+  CAS conflict the writer rereads: if the ledger is no longer OPEN every
+  pending add fails with ``LedgerFencedError``.
+* ``close()`` freezes the LAC and CASes the ledger to CLOSED at it; on a
+  conflict: IN_RECOVERY -> ``LedgerFencedError``; CLOSED at the same entry ->
+  success; CLOSED elsewhere -> ``MetadataVersionError``.  Adds still pending
+  fail with ``LedgerClosedError`` ("may or may not be stored").
+
+Faults survived: lost, duplicated, reordered and late replies (acks are a
+set per entry; replies from bookies outside an entry's current write set are
+ignored), bookie crashes and timeouts (ensemble change), a concurrent
+recovery (fenced replies or a CAS conflict stop the writer).
+
+Cost: O(Qw) per add and O(1) per ack; a periodic tick (one timer) checks
+each bookie's oldest unacknowledged add, not every entry.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from appliance.errors import (
+    OK,
+    LedgerClosedError,
+    LedgerFencedError,
+    MetadataVersionError,
+    NotEnoughBookiesError,
+    TooManyRequestsError,
+    UnauthorizedError,
+)
+from appliance.protocol import events as ev
+from appliance.protocol.core import CoreBase
+from appliance.protocol.entry import HEADER
+from appliance.protocol.invariant import invariant
+from appliance.protocol.metadata import CLOSED, IN_RECOVERY, OPEN, LedgerMetadata
+from appliance.protocol.quorum import WriteSets, in_write_set
+
+OPEN_STATE, CLOSING, CLOSED_STATE, FENCED, FAILED = "open", "closing", "closed", "fenced", "failed"
+
+
+@dataclass(frozen=True)
+class WriterConfig:
+    # A bookie that leaves an add unacknowledged this long is replaced.
+    # Shorter: faster failover; longer: fewer needless ensemble changes.
+    add_timeout_ms: int = 3_000
+    # Adds in flight (sent, not yet acknowledged).  Bounds memory; add()
+    # beyond it raises TooManyRequestsError so the driver applies backpressure.
+    pending_adds_max: int = 10_000
+    # Largest payload accepted, in bytes.
+    entry_bytes_max: int = 1 << 20
+    # CAS conflicts tolerated per metadata operation before giving up.
+    metadata_retries_max: int = 8
+    # Ensemble changes in a row without the LAC moving before the writer
+    # gives up with NotEnoughBookiesError (a bound on churn).
+    ensemble_changes_max: int = 16
+    # Send the LAC to the ensemble when it has not moved on in this long, so
+    # tailing readers see the last entry (0 = never).  Costs one small
+    # message per bookie per interval while the writer is idle.
+    explicit_lac_interval_ms: int = 0
+
+    def tick_ms(self) -> int:
+        tick = max(1, self.add_timeout_ms // 4)
+        if self.explicit_lac_interval_ms > 0:
+            tick = min(tick, self.explicit_lac_interval_ms)
+        return tick
+
+
+class _Pending:
+    __slots__ = ("entry_id", "data", "length", "acks", "count", "held")
+
+    def __init__(self, entry_id: int, data: bytes, length: int, held: bool):
+        self.entry_id = entry_id
+        self.data = data
+        self.length = length
+        self.acks = 0  # bit i: ensemble position i acknowledged
+        self.count = 0
+        self.held = held  # created during an ensemble change: not sent yet
+
+
+class _MetaOp:
+    """One in-flight metadata operation (ensemble change or close)."""
+
+    __slots__ = ("kind", "write_id", "read_id", "metadata", "replaced", "tries")
+
+    def __init__(self, kind: str, write_id: int, metadata: LedgerMetadata,
+                 replaced: frozenset = frozenset(), tries: int = 0):
+        self.kind = kind
+        self.write_id = write_id
+        self.read_id: int | None = None
+        self.metadata = metadata
+        self.replaced = replaced
+        self.tries = tries
+
+
+class LedgerWriter(CoreBase):
+    """Client-side writer of one OPEN ledger (see module docstring)."""
+
+    def __init__(self, metadata: LedgerMetadata, version: int, master_key: bytes, digest, *,
+                 config: WriterConfig | None = None, available_bookies: Sequence[str] = (),
+                 ids: Iterator[int] | None = None):
+        super().__init__(metadata.ledger_id, ids)
+        invariant(metadata.state == OPEN, f"ledger {metadata.ledger_id} is not OPEN")
+        self.config = config or WriterConfig()
+        self._md, self._version = metadata, version
+        self._key, self._digest = master_key, digest
+        self._qw, self._qa = metadata.write_quorum, metadata.ack_quorum
+        self._size = metadata.ensemble_size
+        self._ws = WriteSets(metadata.last_fragment[1], self._qw)
+        self.available_bookies = tuple(available_bookies)
+        self.last_add_confirmed = -1
+        self.last_add_pushed = -1
+        self.length = 0  # payload bytes of entries 0..last_add_confirmed
+        self._length_pushed = 0
+        self._pending: dict[int, _Pending] = {}
+        self._failed: set[int] = set()  # ensemble positions awaiting replacement
+        self._op: _MetaOp | None = None
+        self._close_requested = False
+        self._state = OPEN_STATE
+        self.error_code = OK
+        self._outstanding = [deque() for _ in range(self._size)]
+        self._tick: int | None = None
+        self.lac_written = -1  # highest LAC sent with SendWriteLac (explicit LAC)
+        self._lac_moved_ms = 0
+        self._changes_in_a_row = 0
+        self.ensemble_changes = 0
+
+    # -- queries ------------------------------------------------------------------
+    @property
+    def state(self) -> str:
+        return self._state
+
+    @property
+    def metadata(self) -> LedgerMetadata:
+        return self._md
+
+    @property
+    def pending_count(self) -> int:
+        return len(self._pending)
+
+    # -- user calls ---------------------------------------------------------------
+    def add(self, payload: bytes, now_ms: int) -> list:
+        """Queue one entry; its id is ``last_add_pushed`` afterwards."""
+        return self.add_many((payload,), now_ms)
+
+    def add_many(self, payloads: Sequence[bytes], now_ms: int) -> list:
+        """Queue entries with consecutive ids (one ``SendAdd`` per bookie)."""
+        self._check_payloads(payloads)
+        first = self.last_add_pushed + 1
+        if self._state != OPEN_STATE:
+            self.last_add_pushed += len(payloads)
+            code = self.error_code if self.error_code != OK else LedgerClosedError.code
+            self._out.append(ev.FailAdds(self.ledger_id, first, self.last_add_pushed, code))
+            return self._take()
+        if len(self._pending) + len(payloads) > self.config.pending_adds_max:
+            raise TooManyRequestsError(f"{len(self._pending)} adds in flight; limit is "
+                                       f"pending_adds_max={self.config.pending_adds_max}")
+        held = self._op is not None
+        created = self._make_entries(payloads, held)
+        if not held:
+            self._send(created, None, now_ms)
+        self._arm_tick()
+        return self._take()
+
+    def close(self, now_ms: int) -> list:
+        """Close at the LAC; ``CloseDone`` reports the outcome."""
+        if self._state == CLOSED_STATE:
+            self._out.append(ev.CloseDone(self.ledger_id, OK, self.last_add_confirmed))
+        elif self._state == FENCED:
+            self._out.append(ev.CloseDone(self.ledger_id, self.error_code,
+                                          self.last_add_confirmed))
+        elif not self._close_requested:
+            self._close_requested = True
+            self._state = CLOSING  # the LAC is frozen from here on
+            if self._op is None:
+                self._start_close()
+        return self._take()
+
+    def _check_payloads(self, payloads: Sequence[bytes]) -> None:
+        limit = self.config.entry_bytes_max
+        for payload in payloads:
+            if not isinstance(payload, bytes | bytearray | memoryview):
+                raise TypeError(f"payload must be bytes, got {type(payload).__name__}")
+            if len(payload) > limit:
+                raise ValueError(f"payload of {len(payload)} bytes exceeds "
+                                 f"entry_bytes_max={limit}")
+
+    def _make_entries(self, payloads: Sequence[bytes], held: bool) -> list[_Pending]:
+        lac, length = self.last_add_confirmed, self._length_pushed
+        entry_id = self.last_add_pushed
+        pack, compute, ledger = HEADER.pack, self._digest.compute, self.ledger_id
+        created = []
+        for payload in payloads:
+            entry_id += 1
+            length += len(payload)
+            header = pack(ledger, entry_id, lac, length)
+            record = b"".join((header, compute(header, payload), payload))
+            pending = _Pending(entry_id, record, length, held)
+            self._pending[entry_id] = pending
+            created.append(pending)
+        self.last_add_pushed, self._length_pushed = entry_id, length
+        return created
+
+    # -- sending --------------------------------------------------------------------
+    def _send(self, entries: Sequence[_Pending], only: frozenset | None, now_ms: int) -> None:
+        """Send entries to their write sets (or only to positions ``only``)."""
+        batches: dict[int, list[_Pending]] = {}
+        positions_of = self._ws.positions
+        size = self._size
+        for pending in entries:
+            for pos in positions_of[pending.entry_id % size]:
+                if only is None or pos in only:
+                    batches.setdefault(pos, []).append(pending)
+        for pos, batch in batches.items():
+            outstanding = self._outstanding[pos]
+            for pending in batch:
+                outstanding.append((pending.entry_id, now_ms))
+            self._out.append(ev.SendAdd(
+                self._next_id(), self._ws.ensemble[pos], self.ledger_id,
+                tuple(p.entry_id for p in batch), tuple(p.data for p in batch),
+                False, self._key))
+
+    # -- replies ----------------------------------------------------------------------
+    def _on_add_response(self, event: ev.AddResponse) -> None:
+        pending = self._pending.get(event.entry_id)
+        pos = self._ws.index.get(event.bookie_id)
+        if (self._state != OPEN_STATE or pending is None or pending.held or pos is None
+                or not in_write_set(pos, event.entry_id, self._size, self._qw)):
+            self._stale()
+            return
+        code = event.code
+        if code == OK:
+            bit = 1 << pos
+            if pos in self._failed or pending.acks & bit:
+                return
+            pending.acks |= bit
+            pending.count += 1
+            if pending.count >= self._qa and event.entry_id == self.last_add_confirmed + 1:
+                self._advance(event.now_ms)
+        elif code == LedgerFencedError.code:
+            self._stop(FENCED, LedgerFencedError.code)
+        elif code == UnauthorizedError.code:
+            self._stop(FAILED, UnauthorizedError.code)
+        else:
+            self._bookie_failed(pos, event.now_ms)
+
+    def _advance(self, now_ms: int) -> None:
+        first = entry_id = self.last_add_confirmed + 1
+        pending_map, qa = self._pending, self._qa
+        while True:
+            pending = pending_map.get(entry_id)
+            if pending is None or pending.count < qa or pending.held:
+                break
+            del pending_map[entry_id]
+            self.length = pending.length
+            entry_id += 1
+        if entry_id > first:
+            self.last_add_confirmed = entry_id - 1
+            self._changes_in_a_row = 0
+            self._lac_moved_ms = now_ms
+            self._out.append(ev.CompleteAdds(self.ledger_id, first, entry_id - 1))
+            self._arm_tick()
+
+    def _bookie_failed(self, pos: int, now_ms: int) -> None:
+        if self._state != OPEN_STATE or pos in self._failed:
+            return
+        self._failed.add(pos)
+        bit = 1 << pos
+        for pending in self._pending.values():  # rare: only on a failure
+            if pending.acks & bit:
+                pending.acks &= ~bit
+                pending.count -= 1
+        if self._op is None:
+            self._start_ensemble_change()
+
+    # -- ensemble change ------------------------------------------------------------
+    def _start_ensemble_change(self, tries: int = 0) -> None:
+        if self._changes_in_a_row >= self.config.ensemble_changes_max:
+            self._stop(FAILED, NotEnoughBookiesError.code)
+            return
+        ensemble = list(self._ws.ensemble)
+        taken = set(ensemble)
+        spares = [b for b in self.available_bookies if b not in taken]
+        replaced = sorted(self._failed)
+        if len(spares) < len(replaced):
+            self._stop(FAILED, NotEnoughBookiesError.code)
+            return
+        for pos, bookie in zip(replaced, spares, strict=False):
+            ensemble[pos] = bookie
+        new_md = self._md.with_fragment(self.last_add_confirmed + 1, tuple(ensemble))
+        self._changes_in_a_row += 1
+        self.ensemble_changes += 1
+        self._write_metadata("ensemble", new_md, frozenset(replaced), tries)
+
+    def _apply_ensemble_change(self, op: _MetaOp, version: int, now_ms: int) -> None:
+        self._md, self._version = op.metadata, version
+        self._ws = WriteSets(op.metadata.last_fragment[1], self._qw)
+        self._failed -= op.replaced
+        for pos in op.replaced:
+            self._outstanding[pos] = deque()
+        sent = [p for p in self._pending.values() if not p.held]
+        held = [p for p in self._pending.values() if p.held]
+        self._send(sent, op.replaced, now_ms)
+        for pending in held:
+            pending.held = False
+        self._send(held, None, now_ms)
+        self._arm_tick()
+        if self._close_requested:
+            self._start_close()
+        elif self._failed:
+            self._start_ensemble_change()
+
+    # -- close ------------------------------------------------------------------------
+    def _start_close(self, tries: int = 0) -> None:
+        new_md = self._md.to_closed(self.last_add_confirmed, self.length)
+        self._write_metadata("close", new_md, frozenset(), tries)
+
+    def _closed_by_us(self, code: int) -> None:
+        self._fail_pending(LedgerClosedError.code)
+        self._state = CLOSED_STATE if code == OK else FENCED
+        self.error_code = LedgerClosedError.code if code == OK else code
+        self._out.append(ev.CloseDone(self.ledger_id, code, self.last_add_confirmed))
+
+    # -- metadata loop ------------------------------------------------------------------
+    def _write_metadata(self, kind: str, new_md: LedgerMetadata, replaced: frozenset,
+                        tries: int) -> None:
+        op = _MetaOp(kind, self._next_id(), new_md, replaced, tries)
+        self._op = op
+        self._out.append(ev.WriteMetadata(op.write_id, self.ledger_id, new_md, self._version))
+
+    def _on_metadata_written(self, event: ev.MetadataWritten) -> None:
+        op = self._op
+        if op is None or event.request_id != op.write_id:
+            self._stale()
+            return
+        if event.code != OK:  # conflict (or store error): reread, then decide
+            op.read_id = self._next_id()
+            self._out.append(ev.ReadMetadata(op.read_id, self.ledger_id))
+            return
+        self._op = None
+        if op.kind == "close":
+            self._md, self._version = op.metadata, event.version
+            self._closed_by_us(OK)
+        elif self._state in (OPEN_STATE, CLOSING):
+            self._apply_ensemble_change(op, event.version, event.now_ms)
+        else:  # stopped meanwhile: keep the metadata view exact all the same
+            self._md, self._version = op.metadata, event.version
+
+    def _on_metadata_read(self, event: ev.MetadataRead) -> None:
+        op = self._op
+        if op is None or event.request_id != op.read_id:
+            self._stale()
+            return
+        self._op = None
+        md = event.metadata
+        if event.code != OK or md is None:
+            self._retry_or_stop(op, event)
+            return
+        if md.state == OPEN and md.ensembles != self._md.ensembles:
+            # only this writer changes an OPEN ledger's fragments: someone else is meddling
+            self._stop(FENCED, MetadataVersionError.code)
+        elif md.state == OPEN:
+            self._version = event.version
+            self._retry_or_stop(op, event)
+        elif op.kind == "close" and md.state == CLOSED:
+            self._md, self._version = md, event.version
+            same = md.last_entry_id == self.last_add_confirmed
+            self._closed_by_us(OK if same else MetadataVersionError.code)
+        else:  # IN_RECOVERY or CLOSED by a recovery: this writer was fenced
+            self._md, self._version = md, event.version
+            self._stop(FENCED, LedgerFencedError.code)
+
+    def _retry_or_stop(self, op: _MetaOp, event: ev.MetadataRead) -> None:
+        if op.tries + 1 > self.config.metadata_retries_max:
+            self._stop(FAILED, MetadataVersionError.code)
+        elif self._close_requested:
+            self._start_close(op.tries + 1)
+        elif self._state == OPEN_STATE:
+            self._start_ensemble_change(op.tries + 1)
+
+    # -- failure ------------------------------------------------------------------------
+    def _fail_pending(self, code: int) -> None:
+        first = self.last_add_confirmed + 1
+        if self.last_add_pushed >= first:
+            self._out.append(ev.FailAdds(self.ledger_id, first, self.last_add_pushed, code))
+        self._pending.clear()
+        for outstanding in self._outstanding:
+            outstanding.clear()
+
+    def _stop(self, state: str, code: int) -> None:
+        """Fail every pending add; later adds fail at once with ``code``."""
+        if self._state in (CLOSED_STATE, FENCED) or (self._state == FAILED and state == FAILED):
+            return
+        self._fail_pending(code)
+        self._state, self.error_code = state, code
+        if self._close_requested and self._op is None:
+            self._out.append(ev.CloseDone(self.ledger_id, code, self.last_add_confirmed))
+
+    # -- timers: add timeouts and explicit LAC ---------------------------------------
+    def _arm_tick(self) -> None:
+        lac_to_write = (self.config.explicit_lac_interval_ms > 0
+                        and self.last_add_confirmed > self.lac_written)
+        if self._tick is None and self._state == OPEN_STATE and (self._pending or lac_to_write):
+            self._tick = self._timer(self.config.tick_ms())
+
+    def _on_timer(self, event: ev.TimerFired) -> None:
+        if event.timer_id != self._tick:
+            self._stale()
+            return
+        self._tick = None
+        if self._state != OPEN_STATE:
+            return
+        self._check_timeouts(event.now_ms)
+        self._maybe_write_lac(event.now_ms)
+        self._arm_tick()
+
+    def _check_timeouts(self, now_ms: int) -> None:
+        timeout_ms = self.config.add_timeout_ms
+        for pos, outstanding in enumerate(self._outstanding):
+            bit = 1 << pos
+            while outstanding:
+                pending = self._pending.get(outstanding[0][0])
+                if pending is None or pending.acks & bit:
+                    outstanding.popleft()
+                else:
+                    break
+            if outstanding and now_ms - outstanding[0][1] >= timeout_ms:
+                self._bookie_failed(pos, now_ms)
+
+    def _maybe_write_lac(self, now_ms: int) -> None:
+        interval_ms = self.config.explicit_lac_interval_ms
+        lac = self.last_add_confirmed
+        idle_ms = now_ms - self._lac_moved_ms
+        if interval_ms <= 0 or lac <= self.lac_written or idle_ms < interval_ms:
+            return
+        self.lac_written = lac
+        for bookie in self._ws.ensemble:
+            self._out.append(ev.SendWriteLac(self._next_id(), bookie, self.ledger_id, lac,
+                                             self._key))
+
+
+__all__ = ["LedgerWriter", "WriterConfig", "OPEN_STATE", "CLOSING", "CLOSED_STATE", "FENCED",
+           "FAILED", "IN_RECOVERY"]

@@ -1,0 +1,204 @@
+"""Simulated applications: the writer, recovering openers and tailing readers.
+
+Each runs the real protocol core (``LedgerWriter``, ``LedgerRecovery``,
+``LedgerReader``) inside a ``CoreHost`` and reports what its user would see
+(acknowledgements, closes, payloads read, LACs) to the checker.
+"""
+
+from __future__ import annotations
+
+from appliance.errors import OK
+from appliance.protocol import events as ev
+from appliance.protocol.reader import LedgerReader, ReaderConfig
+from appliance.protocol.recovery import LedgerRecovery, RecoveryConfig
+from appliance.protocol.writer import OPEN_STATE, LedgerWriter, WriterConfig
+from tests.sim.nodes import CoreHost
+
+
+class WriterApp:
+    """Adds ``cfg.entries`` entries in random batches; may close, pause or die."""
+
+    def __init__(self, cluster):
+        self.c = cluster
+        cfg, world = cluster.cfg, cluster.world
+        self.host = CoreHost(world, "writer", cluster.meta, self.on_result,
+                             on_record=cluster.checker.on_record)
+        md, version = cluster.meta.get(cluster.ledger_id)
+        config = WriterConfig(add_timeout_ms=cfg.add_timeout_ms,
+                              explicit_lac_interval_ms=cfg.explicit_lac_ms)
+        self.core = LedgerWriter(md, version, cluster.master_key, cluster.digest, config=config,
+                                 available_bookies=cluster.available(), ids=self.host.ids)
+        self.stopped = False
+        self.closed_at: int | None = None
+        world.schedule(0, self._add_tick)
+
+    def _add_tick(self) -> None:
+        world, core, cfg = self.c.world, self.core, self.c.cfg
+        if self.host.dead or self.stopped:
+            return
+        if world.now_ms < self.host.paused_until:
+            world.at(self.host.paused_until, self._add_tick)
+            return
+        first = core.last_add_pushed + 1
+        if core.state != OPEN_STATE or first >= cfg.entries:
+            return
+        if cfg.stall_when_idle and first >= (cfg.stall_at_entry or 0) \
+                and self.c.stalls < cfg.stalls_max:
+            # drain what is in flight, then stall with nothing outstanding
+            published = cfg.explicit_lac_ms == 0 or core.lac_written >= core.last_add_confirmed
+            if core.pending_count == 0 and published and self.c.maybe_stall_writer():
+                world.at(self.host.paused_until, self._add_tick)
+            else:
+                world.schedule(world.rng.randint(*cfg.add_interval_ms), self._add_tick)
+            return
+        if cfg.stall_after_lone_send and first >= (cfg.stall_at_entry or 0) \
+                and self.c.stalls < cfg.stalls_max and core.pending_count:
+            world.schedule(world.rng.randint(*cfg.add_interval_ms), self._add_tick)
+            return  # drain, so the entry sent next is the only one in flight
+        count = min(world.rng.randint(1, cfg.batch_max), cfg.entries - first)
+        payloads = [b"e%d:" % e + world.rng.randbytes(world.rng.randint(0, 24))
+                    for e in range(first, first + count)]
+        lone = core.pending_count == 0 and first >= (cfg.stall_at_entry or 0)
+        self.host.call(core, core.add_many, payloads, world.now_ms)
+        if not cfg.stall_when_idle and (lone or not cfg.stall_after_lone_send):
+            self.c.maybe_stall_writer()
+        world.schedule(world.rng.randint(*cfg.add_interval_ms), self._add_tick)
+
+    def close(self) -> None:
+        world = self.c.world
+        if self.host.dead:
+            return
+        if world.now_ms < self.host.paused_until:
+            world.at(self.host.paused_until, self.close)
+            return
+        self.stopped = True
+        self.host.call(self.core, self.core.close, world.now_ms)
+
+    def bookies_changed(self, available: tuple[str, ...]) -> None:
+        if not self.host.dead:
+            self.host.deliver(self.core, ev.AvailableBookies(available, self.c.world.now_ms))
+
+    def on_result(self, core, action) -> None:
+        if isinstance(action, ev.CompleteAdds):
+            self.c.checker.on_writer_ack(action.first_entry_id, action.last_entry_id)
+        elif isinstance(action, ev.CloseDone) and action.code == OK:
+            self.closed_at = action.last_entry_id
+            self.c.checker.on_close_reported("writer", action.last_entry_id)
+
+
+class RecoveryApp:
+    """Opens the ledger with recovery at ``start_ms``; retries a failed attempt."""
+
+    def __init__(self, cluster, name: str, start_ms: int, attempts_max: int = 3,
+                 on_done=None):
+        self.c, self.name = cluster, name
+        self.host = CoreHost(cluster.world, name, cluster.meta, self.on_result,
+                             on_record=cluster.checker.on_record)
+        self.core: LedgerRecovery | None = None
+        self.result: ev.OpenDone | None = None
+        self.attempts, self.attempts_max = 0, attempts_max
+        self.on_done = on_done
+        cluster.world.at(start_ms, self.begin)
+
+    def begin(self) -> None:
+        world, c = self.c.world, self.c
+        if self.host.dead or self.result is not None:
+            return
+        if world.now_ms < self.host.paused_until:
+            world.at(self.host.paused_until, self.begin)
+            return
+        self.attempts += 1
+        md, version = c.meta.get(c.ledger_id)
+        timeout_ms = c.cfg.recovery_timeout_ms or c.cfg.add_timeout_ms
+        config = RecoveryConfig(request_timeout_ms=timeout_ms,
+                                retry_backoff_ms=max(10, timeout_ms // 2),
+                                positive_min=c.cfg.positive_min)
+        self.core = LedgerRecovery(md, version, c.master_key, c.digest, config=config,
+                                   protections=c.protections, available_bookies=c.available(),
+                                   ids=self.host.ids)
+        self.host.call(self.core, self.core.start, world.now_ms)
+
+    def bookies_changed(self, available: tuple[str, ...]) -> None:
+        if self.core is not None and self.core.result is None and not self.host.dead:
+            self.host.deliver(self.core, ev.AvailableBookies(available, self.c.world.now_ms))
+
+    def on_result(self, core, action) -> None:
+        if not isinstance(action, ev.OpenDone) or core is not self.core:
+            return
+        if action.code == OK:
+            self.result = action
+            self.c.checker.on_close_reported(self.name, action.last_add_confirmed)
+        elif self.attempts < self.attempts_max:
+            self.c.world.schedule(self.c.cfg.add_timeout_ms, self.begin)
+            return
+        else:
+            self.result = action
+        if self.on_done is not None:
+            self.on_done(self)
+
+
+class ReaderApp:
+    """Opens without recovery and reads entries as the LAC moves, until
+    ``until_ms`` (a tailing reader); or, with ``whole=True``, reads a closed
+    ledger from 0 to its last entry once and reports."""
+
+    def __init__(self, cluster, name: str, start_ms: int, until_ms: int, whole: bool = False,
+                 on_done=None):
+        self.c, self.name = cluster, name
+        self.until_ms, self.whole, self.on_done = until_ms, whole, on_done
+        self.host = CoreHost(cluster.world, name, cluster.meta, self.on_result)
+        self.host.after_event = self._after_event
+        self.core: LedgerReader | None = None
+        self.next_entry = 0
+        self.failed_code = OK
+        self.done = False
+        cluster.world.at(start_ms, self.begin)
+
+    def begin(self) -> None:
+        md, _ = self.c.meta.get(self.c.ledger_id)
+        timeout_ms = self.c.cfg.add_timeout_ms
+        config = ReaderConfig(read_timeout_ms=timeout_ms, lac_poll_interval_ms=20,
+                              read_rounds_max=5 if self.whole else 2)
+        self.core = LedgerReader(md, self.c.digest, config=config, ids=self.host.ids)
+        self.host.call(self.core, self.core.open, self.c.world.now_ms)
+
+    def _after_event(self) -> None:
+        if self.core is not None:
+            self.c.checker.on_reader_lac(self.name, self.core.last_add_confirmed)
+
+    def on_result(self, core, action) -> None:
+        if isinstance(action, ev.ReadDone):
+            if action.code == OK:
+                self.c.checker.on_read(self.name, action.first_entry_id, action.payloads)
+                self.next_entry = action.first_entry_id + len(action.payloads)
+            elif self.whole:
+                self._finish(action.code)
+                return
+        elif isinstance(action, ev.OpenDone) and action.code != OK and self.whole:
+            self._finish(action.code)
+            return
+        self.c.world.schedule(1, self._step)
+
+    def _step(self) -> None:
+        core, world = self.core, self.c.world
+        if self.done:
+            return
+        last = core.last_add_confirmed
+        if core.is_closed and self.next_entry > last:
+            self._finish(OK)
+        elif not self.whole and world.now_ms >= self.until_ms:
+            self.done = True
+        elif self.next_entry <= last:
+            upto = min(last, self.next_entry + 15)
+            self.host.call(core, core.read, self.next_entry, upto, world.now_ms)
+        else:
+            md, _ = self.c.meta.get(self.c.ledger_id)
+            if md is not core.metadata:
+                self.host.call(core, core.update_metadata, md)
+            self.host.call(core, core.wait_for_lac, self.next_entry - 1, 100, world.now_ms)
+
+    def _finish(self, code: int) -> None:
+        self.done = True
+        self.failed_code = code
+        if self.on_done is not None:
+            self.on_done(self)

@@ -1,0 +1,167 @@
+"""The invariants of BookKeeper's TLA+ model, checked after every step.
+
+Each check is triggered by the change that could break it (an ack, a crash
+that lost data, a metadata write, a read) and runs at the end of that step:
+
+``acked-lost``       every entry up to the highest acknowledged one (the
+                     writer's LAC, or the end a close fixed) is stored on at
+                     least one bookie of its write set in the current metadata.
+``no-divergence``    once CLOSED, the last entry is >= the LAC of the writer and
+                     of every reader; ``ack-after-close`` is the same failure
+                     when the writer acknowledges an entry after the close (a
+                     fenced writer acknowledged something recovery cut off).
+``one-close``        no metadata write after CLOSED; every reported close or
+                     recovery names the one closed end.
+``out-of-order``     a bookie stores entry i only with the writer's record for i.
+``readers-disagree`` every payload a reader gets is the writer's payload for that id.
+``phantom-lac``      no reader sees a LAC the writer never had.
+``closed-quorum``    (journal mode: no acknowledged data can be lost) every entry
+                     of a closed ledger is durable on >= Qa bookies of its write set.
+``fragments``        earlier fragments never change; new ones never start before
+                     the last one.
+"""
+
+from __future__ import annotations
+
+from appliance.protocol.entry import HEADER_BYTES
+from appliance.protocol.metadata import CLOSED
+from tests.sim.world import Violation
+
+
+class Checker:
+    def __init__(self, world, ledger_id: int, digest_size: int, journal: bool):
+        self.world = world
+        self.ledger_id = ledger_id
+        self.payload_offset = HEADER_BYTES + digest_size
+        self.journal = journal
+        self.meta = None  # set by the cluster
+        self.bookies: dict[str, object] = {}
+        self.records: dict[int, bytes] = {}  # entry id -> the writer's record
+        self.writer_lac = -1
+        self.closed = None  # the CLOSED metadata, once written
+        self.reader_lacs: dict[str, int] = {}
+        self.reads_checked = 0
+        self._to_check: set[int] = set()
+        self._check_all = False
+        world.after_step.append(self.after_step)
+
+    def fail(self, name: str, detail: str) -> None:
+        self.world.log(f"VIOLATION {name}: {detail}")
+        raise Violation(name, detail)
+
+    @property
+    def acked_max(self) -> int:
+        closed_last = self.closed.last_entry_id if self.closed is not None else -1
+        return max(self.writer_lac, closed_last)
+
+    def payload(self, entry_id: int) -> bytes:
+        return self.records[entry_id][self.payload_offset:]
+
+    # -- hooks -------------------------------------------------------------------------
+    def on_record(self, action) -> None:
+        """Every SendAdd a client makes: the writer's first record for an id
+        is canonical; no record for that id may ever differ."""
+        for entry_id, data in zip(action.entry_ids, action.datas, strict=True):
+            known = self.records.get(entry_id)
+            if known is None:
+                if action.recovery:
+                    self.fail("out-of-order", f"recovery wrote entry {entry_id} that the "
+                                              f"writer never made")
+                self.records[entry_id] = data
+            elif known != data:
+                self.fail("out-of-order", f"two different records sent as entry {entry_id}")
+
+    def on_store(self, bookie: str, ledger_id: int, entry_id: int, data: bytes) -> None:
+        if self.records.get(entry_id) != data:
+            self.fail("out-of-order", f"{bookie} stores as entry {entry_id} a record that is "
+                                      f"not the writer's entry {entry_id}")
+
+    def on_writer_ack(self, first: int, last: int) -> None:
+        self.writer_lac = max(self.writer_lac, last)
+        if self.closed is not None and last > self.closed.last_entry_id:
+            self.fail("ack-after-close", f"writer acknowledged entries {first}..{last} after "
+                                         f"the ledger was closed at {self.closed.last_entry_id}")
+        self._to_check.update(range(first, last + 1))
+
+    def on_data_loss(self, bookie: str, lost: dict[int, set[int]]) -> None:
+        limit = self.acked_max
+        self._to_check.update(e for e in lost.get(self.ledger_id, ()) if e <= limit)
+        if self.journal and self.closed is not None and lost.get(self.ledger_id):
+            self._check_closed_quorum(lost[self.ledger_id])
+
+    def on_metadata(self, old, new) -> None:
+        if old.state == CLOSED:
+            self.fail("one-close", f"metadata rewritten after CLOSED at {old.last_entry_id}")
+        kept = len(old.ensembles) - 1
+        if new.ensembles[:kept] != old.ensembles[:kept] or any(
+                first < old.last_fragment[0] for first, _ in new.ensembles[kept:]):
+            self.fail("fragments", f"fragments {old.ensembles} became {new.ensembles}")
+        if new.ensembles != old.ensembles:
+            self._check_all = True
+        if new.state == CLOSED:
+            self.closed = new
+            self._check_all = True
+            self._check_lacs()
+            if self.journal:
+                self._check_closed_quorum(range(new.last_entry_id + 1))
+
+    def on_close_reported(self, who: str, last_entry_id: int) -> None:
+        if self.closed is None or self.closed.last_entry_id != last_entry_id:
+            closed = self.closed.last_entry_id if self.closed is not None else "not closed"
+            self.fail("one-close", f"{who} reports the ledger closed at {last_entry_id}, "
+                                   f"metadata says {closed}")
+
+    def on_reader_lac(self, reader: str, lac: int) -> None:
+        if lac <= self.reader_lacs.get(reader, -1):
+            return
+        self.reader_lacs[reader] = lac
+        if lac > self.writer_lac and (self.closed is None or lac > self.closed.last_entry_id):
+            self.fail("phantom-lac", f"{reader} sees LAC {lac}; the writer's is {self.writer_lac}")
+        self._check_lacs()
+
+    def on_read(self, reader: str, first: int, payloads) -> None:
+        for offset, payload in enumerate(payloads):
+            entry_id = first + offset
+            if entry_id not in self.records or bytes(payload) != self.payload(entry_id):
+                self.fail("readers-disagree", f"{reader} read entry {entry_id} with a payload "
+                                              f"the writer did not write as {entry_id}")
+        self.reads_checked += len(payloads)
+
+    # -- checks ---------------------------------------------------------------------------
+    def _check_lacs(self) -> None:
+        if self.closed is None:
+            return
+        last = self.closed.last_entry_id
+        if self.writer_lac > last:
+            self.fail("no-divergence", f"closed at {last} but the writer acknowledged "
+                                       f"up to {self.writer_lac}")
+        for reader, lac in self.reader_lacs.items():
+            if lac > last:
+                self.fail("no-divergence", f"closed at {last} but {reader} saw LAC {lac}")
+
+    def after_step(self) -> None:
+        if self._check_all:
+            self._check_all = False
+            self._to_check.update(range(self.acked_max + 1))
+        if not self._to_check:
+            return
+        md = self.meta.get(self.ledger_id)[0]
+        for entry_id in sorted(self._to_check):
+            holders = [b for b in md.write_set(entry_id)
+                       if self.bookies[b].storage.has(self.ledger_id, entry_id)]
+            if not holders:
+                self._to_check.clear()
+                self.fail("acked-lost", f"acknowledged entry {entry_id} is on no bookie of "
+                                        f"its write set {list(md.write_set(entry_id))}")
+        self._to_check.clear()
+
+    def _check_closed_quorum(self, entry_ids) -> None:
+        md = self.closed
+        for entry_id in entry_ids:
+            if entry_id > md.last_entry_id:
+                continue
+            durable = sum(1 for b in md.write_set(entry_id)
+                          if self.bookies[b].storage.durable_has(self.ledger_id, entry_id))
+            if durable < md.ack_quorum:
+                self.fail("closed-quorum", f"entry {entry_id} of the closed ledger is durable "
+                                           f"on {durable} < Qa={md.ack_quorum} bookies")

@@ -1,0 +1,241 @@
+"""A whole simulated appliance for one run: bookies, metadata store, writer,
+recoveries, readers, the fault schedule, and the final check.
+
+Final check (after ``heal_at_ms``: network healed, every bookie restarted,
+no more adds): one more recovery must close the ledger and a reader must
+read every entry 0..last with the writer's payloads.  That is a liveness
+requirement only where the protocol promises it: with a journal, or with
+the one-positive recovery rule (a Qa-rule recovery may wait for BP-46
+repair, which is not part of this core).
+"""
+
+from __future__ import annotations
+
+from appliance.digest import make_digest, master_key, password_hash
+from appliance.errors import OK, error_class
+from appliance.protocol.metadata import CLOSED, LedgerMetadata
+from tests.sim.apps import ReaderApp, RecoveryApp, WriterApp
+from tests.sim.checker import Checker
+from tests.sim.config import SimConfig
+from tests.sim.nodes import MetaStore, SimBookie
+from tests.sim.world import Violation, World
+
+LEDGER_ID = 1
+
+
+class Cluster:
+    def __init__(self, cfg: SimConfig, protections, world: World | None = None,
+                 ensemble: tuple[str, ...] | None = None):
+        self.cfg, self.protections = cfg, protections
+        self.world = world or World(cfg.seed)
+        self.ledger_id = LEDGER_ID
+        self.master_key = master_key(b"secret-%d" % cfg.seed)
+        self.digest = make_digest(cfg.digest, self.master_key)
+        self.checker = Checker(self.world, LEDGER_ID, self.digest.size, cfg.journal)
+        self.meta = MetaStore(self.world, self._on_metadata)
+        self.checker.meta = self.meta
+        self.bookies: dict[str, SimBookie] = {}
+        for i in range(1, cfg.bookies + 1):
+            name = f"bookie-{i}"
+            self.bookies[name] = SimBookie(
+                self.world, name, journal=cfg.journal, protections=protections,
+                on_store=self.checker.on_store, sync_interval_ms=cfg.sync_interval_ms,
+                flush_interval_ms=cfg.flush_interval_ms)
+            self.bookies[name].after_request = self.maybe_crash
+        self.checker.bookies = self.bookies
+        self.triggered_crashes = 0
+        self.zombie_recoveries = 0
+        self.stalls = 0
+        self.lossy_crashes = 0
+        self.healed = False
+        self.finished = False
+        self.outcome = "running"
+        self.apps: list = []
+        self.final_recovery: RecoveryApp | None = None
+        self.final_reader: ReaderApp | None = None
+        self._create_ledger(ensemble)
+
+    def _create_ledger(self, ensemble: tuple[str, ...] | None) -> None:
+        cfg = self.cfg
+        if ensemble is None:
+            ensemble = tuple(self.world.rng.sample(sorted(self.bookies), cfg.ensemble))
+        md = LedgerMetadata(LEDGER_ID, cfg.ensemble, cfg.write_quorum, cfg.ack_quorum,
+                            ((0, ensemble),), digest_type=cfg.digest,
+                            password_hash=password_hash(self.master_key))
+        self.meta.create(md)
+        self.world.log(f"ledger {LEDGER_ID} created on {list(ensemble)}")
+
+    def available(self) -> tuple[str, ...]:
+        up = [name for name, b in sorted(self.bookies.items()) if b.up]
+        return tuple(self.world.rng.sample(up, len(up)))
+
+    def bookies_changed(self) -> None:
+        for app in self.apps:
+            changed = getattr(app, "bookies_changed", None)
+            if changed is not None:
+                changed(self.available())
+
+    # -- the random scenario ------------------------------------------------------------------
+    def start_random(self) -> None:
+        cfg, world = self.cfg, self.world
+        world.net.drop_p, world.net.dup_p = cfg.drop_p, cfg.dup_p
+        world.net.delay_min_ms, world.net.delay_max_ms = cfg.delay_ms
+        self.slow_net(cfg.slow_p, cfg.slow_ms)
+        self.writer = WriterApp(self)
+        self.apps.append(self.writer)
+        for i, start_ms in enumerate(cfg.recoveries, 1):
+            self.apps.append(RecoveryApp(self, f"recovery-{i}", start_ms))
+        for i, start_ms in enumerate(cfg.readers, 1):
+            self.apps.append(ReaderApp(self, f"reader-{i}", start_ms, cfg.heal_at_ms))
+        for at, name, down_ms in cfg.crashes:
+            world.at(at, self.crash, name, down_ms)
+        for at, a, b, length in cfg.partitions:
+            world.at(at, world.net.cut, a, b)
+            world.at(at + length, world.net.heal, a, b)
+        for at, length in cfg.writer_pauses:
+            world.at(at, self.pause, "writer", length)
+        for at, a, b, length, loss in cfg.flaky_links:
+            world.at(at, self.flaky, a, b, loss)
+            world.at(at + length, self.flaky, a, b, 0.0)
+        if cfg.writer_close_at_ms is not None:
+            world.at(cfg.writer_close_at_ms, self.writer.close)
+        if cfg.writer_dies_at_ms is not None:
+            world.at(cfg.writer_dies_at_ms, self.kill, "writer")
+        world.at(cfg.heal_at_ms, self.heal)
+
+    def slow_net(self, slow_p: float, slow_ms: tuple[int, int]) -> None:
+        """A share of messages takes ``slow_ms``: the reordering that lets an
+        add overtake a fence or arrive after a recovery."""
+        self.world.net.slow_p, self.world.net.slow_ms = slow_p, slow_ms
+
+    # -- faults ----------------------------------------------------------------------------
+    def crash(self, name: str, down_ms: int) -> None:
+        bookie = self.bookies[name]
+        if not bookie.up or self.healed:
+            return
+        if self.cfg.journal or self.lossy_crashes < self.cfg.lossy_crashes_max:
+            self.lossy_crashes += 0 if self.cfg.journal else 1
+            keep = self.world.rng.randint(0, bookie.storage.unsynced_ops)
+            self.checker.on_data_loss(name, bookie.crash(keep))
+        else:
+            bookie.stop_cleanly()
+        self.bookies_changed()
+        self.world.schedule(down_ms, self.restart, name)
+
+    def restart(self, name: str) -> None:
+        bookie = self.bookies[name]
+        if bookie.up:
+            return
+        md, _ = self.meta.get(self.ledger_id)
+        boot = [(self.ledger_id, md.state == CLOSED)] if name in md.bookies() else []
+        bookie.restart(boot)
+        self.bookies_changed()
+
+    def pause(self, host_name: str, length_ms: int) -> None:
+        world = self.world
+        if self.healed:
+            return
+        host = world.nodes[host_name]
+        host.paused_until = max(host.paused_until, world.now_ms + length_ms)
+        world.log(f"pause {host_name} for {length_ms}ms")
+        if host_name == "writer" and self.zombie_recoveries < 2 \
+                and world.rng.random() < self.cfg.zombie_recovery_p:
+            self.zombie_recoveries += 1  # a failure detector noticed the silent writer
+            name = f"zombie-recovery-{self.zombie_recoveries}"
+            start_ms = world.now_ms + world.rng.randint(*self.cfg.zombie_start_ms)
+            self.apps.append(RecoveryApp(self, name, start_ms))
+            if self.cfg.recovery_cut_loss:
+                md, _ = self.meta.get(self.ledger_id)
+                bookie = world.rng.choice(md.last_fragment[1])
+                self.flaky(name, bookie, self.cfg.recovery_cut_loss)
+
+    def flaky(self, a: str, b: str, loss: float) -> None:
+        if self.healed:
+            return
+        pair = frozenset((a, b))
+        if loss > 0:
+            self.world.net.link_loss[pair] = loss
+            self.world.log(f"flaky link {a} ~ {b} (loss {loss})")
+        else:
+            self.world.net.link_loss.pop(pair, None)
+
+    # -- nemeses aimed at dangerous moments ------------------------------------------------
+    def maybe_crash(self, name: str, fencing: bool) -> None:
+        cfg, rng = self.cfg, self.world.rng
+        chance = max(cfg.crash_trigger_p, cfg.crash_after_fence_p if fencing else 0.0)
+        if chance and not self.healed and self.triggered_crashes < cfg.crash_budget \
+                and rng.random() < chance:
+            self.triggered_crashes += 1
+            self.world.schedule(rng.randint(0, cfg.crash_delay_max_ms), self.crash, name,
+                                rng.randint(*cfg.crash_down_ms))
+
+    def _on_metadata(self, old, new) -> None:
+        self.checker.on_metadata(old, new)
+        cfg, rng = self.cfg, self.world.rng
+        if new.state == CLOSED and cfg.crash_after_close_p and not self.healed \
+                and self.triggered_crashes < cfg.crash_budget \
+                and rng.random() < cfg.crash_after_close_p:
+            self.triggered_crashes += 1
+            self.world.schedule(rng.randint(0, cfg.crash_delay_max_ms), self.crash,
+                                rng.choice(new.last_fragment[1]), rng.randint(*cfg.crash_down_ms))
+
+    def maybe_stall_writer(self) -> bool:
+        rng = self.world.rng
+        if self.cfg.pause_trigger_p and not self.healed and self.stalls < self.cfg.stalls_max \
+                and rng.random() < self.cfg.pause_trigger_p:
+            self.stalls += 1
+            self.pause("writer", rng.randint(*self.cfg.stall_ms))
+            return True
+        return False
+
+    def kill(self, host_name: str) -> None:
+        self.world.nodes[host_name].dead = True
+        self.world.log(f"{host_name} dies")
+
+    # -- the end: heal, recover, read everything ---------------------------------------------
+    def heal(self) -> None:
+        world = self.world
+        self.healed = True
+        world.log("HEAL: network repaired, all bookies up, no more adds")
+        world.net.drop_p = world.net.dup_p = 0.0
+        self.slow_net(0.0, (0, 0))
+        world.net.heal()
+        world.net.release()
+        for name, bookie in sorted(self.bookies.items()):
+            if not bookie.up:
+                self.restart(name)
+        for node in world.nodes.values():
+            if hasattr(node, "paused_until"):
+                node.paused_until = 0
+        if getattr(self, "writer", None) is not None:
+            self.writer.stopped = True
+        settle_ms = 3 * self.cfg.add_timeout_ms + 50
+        self.final_recovery = RecoveryApp(self, "final-recovery", world.now_ms + settle_ms,
+                                          attempts_max=4, on_done=self._recovered)
+        self.apps.append(self.final_recovery)
+
+    @property
+    def liveness_expected(self) -> bool:
+        return self.cfg.journal or self.cfg.positive_min == 1
+
+    def _recovered(self, app: RecoveryApp) -> None:
+        if app.result.code != OK:
+            self._stuck(f"final recovery failed: {error_class(app.result.code).__name__}")
+            return
+        self.final_reader = ReaderApp(self, "final-reader", self.world.now_ms + 1, 0,
+                                      whole=True, on_done=self._read_all)
+
+    def _read_all(self, reader: ReaderApp) -> None:
+        if reader.failed_code != OK:
+            self._stuck(f"final read failed: {error_class(reader.failed_code).__name__}")
+            return
+        last = self.checker.closed.last_entry_id
+        if reader.next_entry != last + 1:
+            raise Violation("acked-lost", f"final reader read {reader.next_entry} entries of "
+                                          f"{last + 1}")
+        self.finished, self.outcome = True, "closed"
+
+    def _stuck(self, why: str) -> None:
+        if self.liveness_expected:
+            raise Violation("liveness", why)
+        self.finished, self.outcome = True, f"stuck ({why})"

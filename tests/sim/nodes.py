@@ -1,0 +1,249 @@
+"""Simulated processes: bookies (the real ``BookieCore`` over ``MemStorage``),
+the CAS metadata store, and ``CoreHost``, which runs real client cores by
+carrying out their actions and feeding back events.
+
+Bookie durability modes:
+
+* journal (``journal=True``): a reply waits until its ticket is synced
+  (group commit every ``sync_interval_ms``); a crash loses only what was
+  never acknowledged.
+* journal-less (BP-46): replies go out at once and storage is flushed every
+  ``flush_interval_ms``; a crash loses acknowledged entries *and* fence
+  flags.  The BP-46 boot rule (fence + limbo) runs after such a crash.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+from appliance.errors import OK, MetadataVersionError, NoNodeError
+from appliance.protocol import events as ev
+from appliance.protocol.bookie import BookieCore
+from appliance.protocol.metadata import CLOSED
+from tests.sim.storage import MemStorage
+from tests.sim.world import World, describe
+
+
+class SimBookie:
+    def __init__(self, world: World, name: str, *, journal: bool, protections, on_store,
+                 sync_interval_ms: int, flush_interval_ms: int):
+        self.world, self.name, self.journal = world, name, journal
+        self.storage = MemStorage(on_add=lambda lid, eid, data: on_store(name, lid, eid, data))
+        self.core = BookieCore(self.storage, protections=protections)
+        self.sync_interval_ms = sync_interval_ms
+        self.flush_interval_ms = flush_interval_ms
+        self.up = True
+        self.unclean = False
+        self.crashes = 0
+        self._waiting: list[tuple[int, str, list]] = []
+        self._sync_armed = False
+        self._incarnation = 0
+        self.after_request = None  # the nemesis hook: called after each request served
+        world.nodes[name] = self
+
+    # -- requests -------------------------------------------------------------------------
+    def receive(self, src: str, msg) -> None:
+        if not self.up:
+            return
+        kind = type(msg)
+        core = self.core
+        if kind is ev.SendAdd:
+            codes, ticket = core.add_batch(msg.ledger_id, msg.entry_ids, msg.datas,
+                                           msg.master_key, msg.recovery)
+            replies = [ev.AddResponse(msg.request_id, self.name, msg.ledger_id, e, code)
+                       for e, code in zip(msg.entry_ids, codes, strict=True)]
+        elif kind is ev.SendRead:
+            reply = core.read(msg.ledger_id, msg.entry_id, msg.fence, msg.master_key)
+            ticket = reply.ticket
+            replies = [ev.ReadResponse(msg.request_id, self.name, msg.ledger_id, msg.entry_id,
+                                       reply.code, reply.data)]
+        elif kind is ev.SendReadLac:
+            reply = core.read_lac(msg.ledger_id, msg.fence, msg.master_key)
+            ticket = reply.ticket
+            replies = [ev.ReadLacResponse(msg.request_id, self.name, msg.ledger_id, reply.code,
+                                          reply.lac)]
+        elif kind is ev.SendWriteLac:
+            core.write_lac(msg.ledger_id, msg.lac, msg.master_key)
+            return
+        else:
+            raise TypeError(f"bookie got {kind.__name__}")
+        self._reply(src, replies, ticket)
+        if self.after_request is not None:
+            self.after_request(self.name, getattr(msg, "fence", False))
+
+    def _reply(self, dst: str, replies: list, ticket: int) -> None:
+        if self.journal and ticket > self.storage.durable_ticket:
+            self._waiting.append((ticket, dst, replies))
+        else:
+            for reply in replies:
+                self.world.net.send(self.name, dst, reply)
+        if self.storage.unsynced_ops:
+            self._arm_sync()
+
+    def _arm_sync(self) -> None:
+        if not self._sync_armed:
+            self._sync_armed = True
+            delay = self.sync_interval_ms if self.journal else self.flush_interval_ms
+            self.world.schedule(delay, self._sync, self._incarnation)
+
+    def _sync(self, incarnation: int) -> None:
+        if incarnation != self._incarnation or not self.up:
+            return
+        self._sync_armed = False
+        self.storage.sync()
+        durable, still = self.storage.durable_ticket, []
+        for ticket, dst, replies in self._waiting:
+            if ticket <= durable:
+                for reply in replies:
+                    self.world.net.send(self.name, dst, reply)
+            else:
+                still.append((ticket, dst, replies))
+        self._waiting = still
+
+    # -- crash and restart ---------------------------------------------------------------
+    def crash(self, keep_ops: int = 0) -> dict[int, set[int]]:
+        """Die at once: unsynced changes after the first ``keep_ops`` are lost."""
+        self.up = False
+        self.unclean = True
+        self.crashes += 1
+        self._incarnation += 1
+        self._waiting.clear()
+        self._sync_armed = False
+        lost = self.storage.crash(keep_ops)
+        self.world.log(f"CRASH {self.name} (lost entries {_fmt_lost(lost)})")
+        return lost
+
+    def stop_cleanly(self) -> None:
+        self._sync(self._incarnation)
+        self.up = False
+        self._incarnation += 1
+        self._sync_armed = False
+        self.world.log(f"stop {self.name} (clean)")
+
+    def restart(self, boot_ledgers) -> None:
+        """Boot: after an unclean stop without a journal, apply BP-46 first."""
+        possible_loss = self.unclean and not self.journal
+        self.core.boot(boot_ledgers, possible_loss)
+        self.storage.sync()  # boot marks are durable before serving
+        self.unclean = False
+        self.up = True
+        self.world.log(f"restart {self.name}" + (" (BP-46 boot rule)" if possible_loss else ""))
+
+
+def _fmt_lost(lost: dict[int, set[int]]) -> str:
+    return ", ".join(f"L{lid}:{sorted(ids)}" for lid, ids in lost.items()) or "none"
+
+
+class MetaStore:
+    """Linearizable CAS store of ledger metadata (reliable, small delays)."""
+
+    name = "metadata"
+
+    def __init__(self, world: World, on_write, delay_ms: tuple[int, int] = (1, 4)):
+        self.world = world
+        self.records: dict[int, tuple] = {}  # ledger id -> (metadata, version)
+        self.on_write = on_write
+        self.delay_ms = delay_ms
+        self.writes = 0
+
+    def create(self, md) -> int:
+        self.records[md.ledger_id] = (md, 1)
+        return 1
+
+    def get(self, ledger_id: int):
+        return self.records[ledger_id]
+
+    def request(self, host, action) -> None:
+        self.world.schedule(self.world.rng.randint(*self.delay_ms), self._apply, host, action)
+
+    def _apply(self, host, action) -> None:
+        if isinstance(action, ev.WriteMetadata):
+            reply = self._cas(action)
+        else:
+            md, version = self.records.get(action.ledger_id, (None, None))
+            code = OK if md is not None else NoNodeError.code
+            reply = ev.MetadataRead(action.request_id, action.ledger_id, code, md, version)
+        self.world.schedule(self.world.rng.randint(*self.delay_ms), host.receive, self.name,
+                            reply)
+
+    def _cas(self, action: ev.WriteMetadata):
+        old, version = self.records[action.ledger_id]
+        if version != action.expected_version:
+            self.world.log(f"meta CAS conflict (have v{version}, got v{action.expected_version})")
+            return ev.MetadataWritten(action.request_id, action.ledger_id,
+                                      MetadataVersionError.code)
+        self.records[action.ledger_id] = (action.metadata, version + 1)
+        self.writes += 1
+        new = action.metadata
+        self.world.log(f"meta v{version + 1}: {new.state}"
+                       + (f" last={new.last_entry_id}" if new.state == CLOSED else "")
+                       + " fragments=" + " ".join(f"{f}:{','.join(b[7:] for b in bs)}"
+                                                  for f, bs in new.ensembles))
+        self.on_write(old, new)
+        return ev.MetadataWritten(action.request_id, action.ledger_id, OK, version + 1)
+
+
+class CoreHost:
+    """A client process running protocol cores.  Replies and timers are routed
+    to the core that asked; a paused host defers them; a dead one drops them."""
+
+    def __init__(self, world: World, name: str, meta: MetaStore, on_result, on_record=None):
+        self.world, self.name, self.meta = world, name, meta
+        self.ids = itertools.count(1)
+        self.on_result = on_result
+        self.on_record = on_record  # every SendAdd is shown to the checker
+        self.after_event = None
+        self.routes: dict[int, object] = {}
+        self.timers: dict[int, object] = {}
+        self.paused_until = 0
+        self.dead = False
+        world.nodes[name] = self
+
+    def call(self, core, method, *args) -> None:
+        """A user call on ``core`` (e.g. ``core.add``): run the actions it returns."""
+        self.run(core, method(*args))
+
+    def run(self, core, actions: list) -> None:
+        world = self.world
+        for action in actions:
+            kind = type(action)
+            if kind is ev.SetTimer:
+                self.timers[action.timer_id] = core
+                world.schedule(action.delay_ms, self._fire, action.timer_id)
+            elif kind in (ev.WriteMetadata, ev.ReadMetadata):
+                self.routes[action.request_id] = core
+                self.meta.request(self, action)
+            elif kind in ev.REQUEST_ACTIONS:
+                self.routes[action.request_id] = core
+                if kind is ev.SendAdd and self.on_record is not None:
+                    self.on_record(action)
+                world.net.send(self.name, action.bookie_id, action)
+            else:
+                world.log(f"{self.name}: {describe(action)}")
+                self.on_result(core, action)
+        if self.after_event is not None:
+            self.after_event()
+
+    def receive(self, src: str, msg) -> None:
+        if self.dead:
+            return
+        if self.world.now_ms < self.paused_until:
+            self.world.at(self.paused_until, self.receive, src, msg)
+            return
+        core = self.routes.get(msg.request_id)
+        if core is not None:
+            self.deliver(core, dataclasses.replace(msg, now_ms=self.world.now_ms))
+
+    def deliver(self, core, event) -> None:
+        self.run(core, core.handle(event))
+
+    def _fire(self, timer_id: int) -> None:
+        if self.dead:
+            return
+        if self.world.now_ms < self.paused_until:
+            self.world.at(self.paused_until, self._fire, timer_id)
+            return
+        core = self.timers.pop(timer_id, None)
+        if core is not None:
+            self.deliver(core, ev.TimerFired(timer_id, self.world.now_ms))

@@ -1,0 +1,115 @@
+"""Run seeds: one seed is one deterministic run (config, faults and every
+random choice come from it).  A failing seed replays exactly with
+``python -m tests.sim --seed S``."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+import traceback
+from collections import Counter
+from dataclasses import dataclass, field
+
+from appliance.protocol.invariant import InvariantViolation
+from appliance.protocol.quorum import Protections
+from tests.sim.cluster import Cluster
+from tests.sim.config import random_config
+from tests.sim.world import Violation, World
+
+RUN_AFTER_HEAL_MS = 60_000  # a run that has not finished by then is stuck
+STEPS_MAX = 400_000
+
+
+@dataclass
+class RunResult:
+    seed: int
+    violation: str | None
+    detail: str
+    outcome: str
+    summary: str
+    steps: int
+    sim_ms: int
+    trace: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.violation is None
+
+    def report(self, disabled: tuple[str, ...] = ()) -> str:
+        flags = "".join(f" --disable {d}" for d in disabled)
+        lines = [f"VIOLATION seed={self.seed} [{self.violation}] {self.detail}",
+                 f"  config: {self.summary}",
+                 f"  after {self.steps} steps, {self.sim_ms} simulated ms",
+                 "  trace (last lines):"]
+        lines += [f"    {line}" for line in self.trace]
+        lines.append(f"  replay: python -m tests.sim --seed {self.seed}{flags}")
+        return "\n".join(lines)
+
+
+def run_seed(seed: int, disabled: tuple[str, ...] = (), trace_max: int = 60,
+             keep_trace: bool = False) -> RunResult:
+    cfg = random_config(seed)
+    world = World(seed, trace_max)
+    cluster = Cluster(cfg, Protections.without(*disabled), world)
+    violation, detail = None, ""
+    try:
+        cluster.start_random()
+        world.run(until_ms=cfg.heal_at_ms + RUN_AFTER_HEAL_MS, steps_max=STEPS_MAX,
+                  until=lambda: cluster.finished)
+        if not cluster.finished:
+            cluster._stuck(f"run not finished after {world.steps} steps")
+    except Violation as exc:
+        violation, detail = exc.name, exc.detail
+    except InvariantViolation as exc:
+        violation, detail = "core-invariant", str(exc)
+    except Exception as exc:  # a bug in the core or the harness: report it, never hide it
+        violation = "crash"
+        detail = f"{type(exc).__name__}: {exc}\n" + traceback.format_exc()
+    return RunResult(seed, violation, detail, cluster.outcome, cfg.summary(), world.steps,
+                     world.now_ms, world.trace_lines() if violation or keep_trace else [])
+
+
+def _run_one(args) -> RunResult:
+    seed, disabled = args
+    return run_seed(seed, disabled)
+
+
+@dataclass
+class Summary:
+    seeds: int
+    wall_s: float
+    failures: list[RunResult]
+    outcomes: Counter
+    steps: int
+
+
+def run_seeds(seeds: range | list[int], disabled: tuple[str, ...] = (), jobs: int = 1,
+              stop_at_first: bool = False) -> Summary:
+    """Run every seed (in ``jobs`` processes); with ``stop_at_first`` stop at
+    the first violation found."""
+    started = time.monotonic()
+    failures: list[RunResult] = []
+    outcomes: Counter = Counter()
+    steps = ran = 0
+    work = [(seed, tuple(disabled)) for seed in seeds]
+    if jobs <= 1:
+        results = map(_run_one, work)
+        pool = None
+    else:
+        pool = multiprocessing.get_context("fork").Pool(jobs)
+        results = pool.imap_unordered(_run_one, work, chunksize=8)
+    try:
+        for result in results:
+            ran += 1
+            steps += result.steps
+            outcomes[result.outcome.split(" ")[0] if result.ok else "violation"] += 1
+            if not result.ok:
+                failures.append(result)
+                if stop_at_first:
+                    break
+    finally:
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+    failures.sort(key=lambda r: r.seed)
+    return Summary(ran, time.monotonic() - started, failures, outcomes, steps)
