@@ -5,3 +5,11 @@ modules load on first use.
 """
 
 __version__ = "0.1.0"
+
+
+def connect(target):
+    """Connect to an appliance: a config file path or a metadata URI.
+    Returns a ``appliance.client.Client`` (a context manager)."""
+    from appliance.client import connect as _connect
+
+    return _connect(target)

@@ -1,0 +1,308 @@
+"""The bookie's request handler: wire requests -> pure bookie core -> storage.
+
+``BookieHandler`` sits between ``ipc.server.FrameServer`` (the ROUTER loop)
+and ``appliance.protocol.bookie.BookieCore`` (the pure rules: master keys,
+fencing, limbo, LAC) over ``storage.LedgerStorage``.
+
+Guarantees:
+
+* **An add is acknowledged only once durable**: the core returns the
+  storage ticket a reply must wait for; replies whose ticket is not yet
+  durable are parked (bounded by ``pending_replies_max``) and sent from the
+  loop when the storage's ``durable_fd`` reports progress.  Fence replies
+  (reads and LAC reads with the fence flag) wait the same way, so a
+  recovering client never counts a fence that a crash could undo.
+* Replies leave in ticket order per wakeup; a reply whose client went away
+  is dropped by the server and counted there.
+* Long polls (WAIT_LAC) are bounded (``long_polls_max``) and expire with a
+  timer; they are answered as soon as a durable add moves the LAC past the
+  caller's.
+* A request the core refuses gets its error code (the wire carries codes).
+
+Everything runs on the loop thread; nothing here blocks on the disk except
+reads (served from the entry-log write buffer or the page cache).
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import itertools
+import logging
+import os
+from collections import defaultdict
+
+from appliance.errors import (
+    OK,
+    BadRequestError,
+    BKError,
+    TooManyRequestsError,
+    error_for_code,
+)
+from appliance.protocol.bookie import BookieCore
+from ipc.frames import VERSION
+from ipc.replies import (
+    AddBatchReply,
+    AddReply,
+    ErrorReply,
+    InfoReply,
+    LacReply,
+    PingReply,
+    ReadBatchReply,
+    ReadReply,
+)
+from ipc.requests import (
+    AddBatchRequest,
+    AddRequest,
+    InfoRequest,
+    PingRequest,
+    ReadBatchRequest,
+    ReadLacRequest,
+    ReadRequest,
+    WaitLacRequest,
+)
+
+log = logging.getLogger(__name__)
+
+PENDING_REPLIES_MAX = 200_000  # replies parked until their add is durable
+LONG_POLLS_MAX = 10_000  # pending WAIT_LAC requests
+WAIT_LAC_TIMEOUT_MS_MAX = 60_000  # the longest a long poll may park
+READ_RUN_ENTRIES_MAX = 4096  # entries per batched storage read inside one READ_BATCH
+
+
+class BookieHandler:
+    """See the module docstring.  Call ``attach(server)`` before serving."""
+
+    def __init__(self, bookie_id: str, storage, core: BookieCore | None = None, *,
+                 pending_replies_max: int = PENDING_REPLIES_MAX,
+                 long_polls_max: int = LONG_POLLS_MAX,
+                 wait_lac_timeout_ms_max: int = WAIT_LAC_TIMEOUT_MS_MAX):
+        self.bookie_id = bookie_id
+        self.storage = storage
+        self.core = core or BookieCore(storage)
+        self.pending_replies_max = pending_replies_max
+        self.long_polls_max = long_polls_max
+        self.wait_lac_timeout_ms_max = wait_lac_timeout_ms_max
+        self.server = None
+        self._pending: list = []  # heap of (ticket, seq, peer, reply, touched ledgers)
+        self._seq = itertools.count()
+        self._waiters: dict[int, list] = defaultdict(list)  # ledger -> [peer, req, timer]
+        self._long_polls = 0
+        self.counters = {"adds": 0, "reads": 0, "fences": 0, "errors": 0}
+
+    def attach(self, server) -> None:
+        self.server = server
+        server.watch_fd(self.storage.durable_fd, self._on_durable)
+
+    # -- dispatch -------------------------------------------------------------
+    def handle(self, peer: bytes, req):
+        if isinstance(req, AddBatchRequest):
+            return self._add_batch(peer, req)
+        if isinstance(req, AddRequest):
+            reply = self.core.add(req.ledger_id, req.entry_id, req.data, req.master_key,
+                                  req.recovery)
+            self.counters["adds"] += 1
+            if reply.code != OK:
+                return self._error(req, reply.code)
+            return self._after(peer, reply.ticket,
+                               AddReply(req.ledger_id, req.entry_id, req.request_id),
+                               (req.ledger_id,))
+        if isinstance(req, ReadRequest):
+            return self._read(peer, req)
+        if isinstance(req, ReadBatchRequest):
+            return self._read_batch(peer, req)
+        if isinstance(req, ReadLacRequest):
+            return self._read_lac(peer, req)
+        if isinstance(req, WaitLacRequest):
+            return self._wait_lac(peer, req)
+        if isinstance(req, PingRequest):
+            return PingReply(req.request_id)
+        if isinstance(req, InfoRequest):
+            return InfoReply(self.info(), req.request_id)
+        raise BadRequestError(f"unhandled request {type(req).__name__}")
+
+    def info(self) -> dict:
+        counters = dict(self.server.counters) if self.server is not None else {}
+        counters.update(self.counters, pending_replies=len(self._pending),
+                        long_polls=self._long_polls)
+        return {"bookie_id": self.bookie_id, "instance_id": self.storage.instance_id,
+                "wire_version": VERSION, "pid": os.getpid(), "kind": "bookie",
+                "counters": counters, "storage": _jsonable(self.storage.stats())}
+
+    # -- adds -----------------------------------------------------------------
+    def _add_batch(self, peer: bytes, req: AddBatchRequest):
+        by_ledger: dict[tuple[int, bytes], list[int]] = defaultdict(list)
+        for i, item in enumerate(req.items):
+            by_ledger[(item.ledger_id, bytes(item.master_key))].append(i)
+        statuses = [OK] * len(req.items)
+        ticket = 0
+        for (ledger_id, key), positions in by_ledger.items():
+            items = [req.items[i] for i in positions]
+            codes, t = self.core.add_batch(ledger_id, [it.entry_id for it in items],
+                                           [it.data for it in items], key, req.recovery)
+            ticket = max(ticket, t)
+            for i, code in zip(positions, codes, strict=True):
+                statuses[i] = code
+        self.counters["adds"] += len(req.items)
+        rows = [(it.ledger_id, it.entry_id, st) for it, st in zip(req.items, statuses,
+                                                                    strict=True)]
+        touched = tuple({ledger_id for ledger_id, _ in by_ledger})
+        return self._after(peer, ticket, AddBatchReply(rows, req.request_id), touched)
+
+    def _after(self, peer: bytes, ticket: int, reply, touched: tuple[int, ...] = ()):
+        """Send now if ``ticket`` is durable, else park the reply until it is.
+        ``touched``: ledgers whose long polls may wake once the reply goes."""
+        if ticket <= self.storage.durable_ticket:
+            for ledger_id in touched:
+                self._wake_waiters(ledger_id)
+            return reply
+        if len(self._pending) >= self.pending_replies_max:
+            raise TooManyRequestsError(
+                f"more than {self.pending_replies_max} replies wait for the journal")
+        heapq.heappush(self._pending, (ticket, next(self._seq), peer, reply, touched))
+        return None
+
+    def _on_durable(self) -> None:
+        durable = self.storage.drain_durable()
+        woken: set[int] = set()
+        while self._pending and self._pending[0][0] <= durable:
+            _, _, peer, reply, touched = heapq.heappop(self._pending)
+            self.server.send_reply(peer, reply)
+            woken.update(touched)
+        for ledger_id in woken:
+            self._wake_waiters(ledger_id)
+
+    # -- reads ----------------------------------------------------------------
+    def _read(self, peer: bytes, req: ReadRequest):
+        self.counters["reads"] += 1
+        r = self.core.read(req.ledger_id, req.entry_id, req.fence, req.master_key or b"")
+        if req.fence:
+            self.counters["fences"] += 1
+        reply = (ReadReply(req.ledger_id, req.entry_id, r.data, req.request_id)
+                 if r.code == OK else self._error(req, r.code))
+        return self._after(peer, r.ticket, reply)
+
+    def _read_batch(self, peer: bytes, req: ReadBatchRequest):
+        """The first entry goes through the core (fence flag first, then the
+        negative / limbo rules); the rest is read in runs with the storage's
+        batched read, each run sized from the bytes still allowed.  A run the
+        storage refuses (a missing or corrupt entry) is re-read entry by entry
+        through the core, so every row gets exactly the per-entry status."""
+        limits = self.server.limits
+        max_entries = max(1, min(req.max_entries, limits.batch_entries_max))
+        max_bytes = min(req.max_bytes, limits.batch_bytes_max)
+        last = min(req.last_entry_id, req.first_entry_id + max_entries - 1)
+        r = self.core.read(req.ledger_id, req.first_entry_id, req.fence, req.master_key or b"")
+        rows = [(req.first_entry_id, r.code, r.data if r.code == OK else None)]
+        size, entry_id, stopped = len(r.data) if r.code == OK else 0, req.first_entry_id + 1, \
+            r.code != OK
+        while not stopped and entry_id <= last and size < max_bytes:
+            room = (max_bytes - size) // max(1, size // len(rows)) + 1
+            run_last = min(last, entry_id + min(room, READ_RUN_ENTRIES_MAX) - 1)
+            datas, bad = [], None
+            try:
+                datas = self.storage.read_entries(req.ledger_id, entry_id, run_last)
+            except BKError:  # per entry, through the core: exact status of the bad one
+                for e in range(entry_id, run_last + 1):
+                    one = self.core.read(req.ledger_id, e)
+                    if one.code != OK:
+                        bad = (e, one.code, None)
+                        break
+                    datas.append(one.data)
+            ends = list(itertools.accumulate(map(len, datas), initial=size))
+            fit = bisect.bisect_right(ends, max_bytes) - 1  # entries within max_bytes
+            rows.extend(zip(range(entry_id, entry_id + fit), itertools.repeat(OK), datas[:fit],
+                            strict=False))
+            size, entry_id = ends[fit], entry_id + fit
+            if fit < len(datas):  # cut by max_bytes: a bad entry after it is never reached
+                stopped = True
+            elif bad is not None:
+                rows.append(bad)
+                stopped = True
+        self.counters["reads"] += len(rows)
+        return self._after(peer, r.ticket, ReadBatchReply(req.ledger_id, rows, req.request_id))
+
+    def _read_lac(self, peer: bytes, req: ReadLacRequest):
+        r = self.core.read_lac(req.ledger_id, req.fence, req.master_key or b"")
+        if req.fence:
+            self.counters["fences"] += 1
+        if r.code != OK:
+            return self._after(peer, r.ticket, self._error(req, r.code))
+        return self._after(peer, r.ticket,
+                           self._lac_reply(req.ledger_id, r.lac, req.request_id, req.OP))
+
+    def _lac_reply(self, ledger_id: int, lac: int, request_id: int, op: int) -> LacReply:
+        last = self.storage.last_entry_id(ledger_id)
+        data = self.storage.read_entry(ledger_id, last) if last >= 0 else None
+        return LacReply(ledger_id, lac, last, data, request_id, op)
+
+    # -- long polls -----------------------------------------------------------
+    def _wait_lac(self, peer: bytes, req: WaitLacRequest):
+        r = self.core.read_lac(req.ledger_id)
+        if r.code != OK:
+            return self._error(req, r.code)
+        if r.lac > req.previous_lac or req.timeout_ms <= 0:
+            return self._lac_reply(req.ledger_id, r.lac, req.request_id, req.OP)
+        if self._long_polls >= self.long_polls_max:
+            raise TooManyRequestsError(f"more than {self.long_polls_max} pending long polls")
+        waiter = [peer, req, None]
+        timeout_ms = min(req.timeout_ms, self.wait_lac_timeout_ms_max)
+        waiter[2] = self.server.call_later(timeout_ms, lambda: self._expire(waiter))
+        self._waiters[req.ledger_id].append(waiter)
+        self._long_polls += 1
+        return None
+
+    def _expire(self, waiter: list) -> None:
+        peer, req, _ = waiter
+        waiters = self._waiters.get(req.ledger_id, [])
+        if waiter in waiters:
+            waiters.remove(waiter)
+            self._long_polls -= 1
+        if not waiters:
+            self._waiters.pop(req.ledger_id, None)
+        self._send_lac(peer, req)
+
+    def _wake_waiters(self, ledger_id: int) -> None:
+        waiters = self._waiters.get(ledger_id)
+        if not waiters:
+            return
+        lac = self.core.lac(ledger_id)
+        still = []
+        for waiter in waiters:
+            peer, req, timer = waiter
+            if lac > req.previous_lac:
+                timer.cancel()
+                self._long_polls -= 1
+                self._send_lac(peer, req, lac)
+            else:
+                still.append(waiter)
+        if still:
+            self._waiters[ledger_id] = still
+        else:
+            del self._waiters[ledger_id]
+
+    def _send_lac(self, peer: bytes, req: WaitLacRequest, lac: int | None = None) -> None:
+        try:
+            lac = self.core.lac(req.ledger_id) if lac is None else lac
+            reply = self._lac_reply(req.ledger_id, lac, req.request_id, req.OP)
+        except BKError as exc:
+            reply = self._error(req, exc.code)
+        self.server.send_reply(peer, reply)
+
+    # -- helpers --------------------------------------------------------------
+    def _error(self, req, code: int) -> ErrorReply:
+        self.counters["errors"] += 1
+        return ErrorReply(op=int(req.OP), request_id=req.request_id, status=code,
+                          ledger_id=getattr(req, "ledger_id", 0),
+                          entry_id=getattr(req, "entry_id", -1),
+                          message=str(error_for_code(code)))
+
+
+def _jsonable(doc):
+    if isinstance(doc, dict):
+        return {str(k): _jsonable(v) for k, v in doc.items()}
+    if isinstance(doc, list | tuple):
+        return [_jsonable(v) for v in doc]
+    if isinstance(doc, int | float | str | bool) or doc is None:
+        return doc
+    return str(doc)

@@ -1,0 +1,215 @@
+"""The Python client binding: ``appliance.connect`` and the ledger handles.
+
+    with appliance.connect("configs/local.toml") as bk:
+        lh = bk.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=b"pw")
+        lh.add(b"payload")
+        lh.close()
+
+Guarantees:
+
+* ``add`` returns (``add_async``'s future completes) only once the entry is
+  acknowledged by an ack quorum of bookies, each of which made it durable
+  before answering, and every lower entry is acknowledged too.
+* Arguments are checked before anything is sent: wrong types raise
+  ``TypeError``, impossible values ``ValueError``, both naming the argument.
+* Back-pressure: at most ``inflight_adds_max`` adds per handle are in
+  flight; ``add_async`` blocks beyond that (bounded memory).
+* Thread-safe: any thread may call any method; the protocol cores run on
+  one driver thread (``appliance.driver``).
+* Errors are ``appliance.errors`` classes; a wrong password is refused on
+  open before anything is fenced (``UnauthorizedError``).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+
+from appliance.errors import (
+    OK,
+    BKTimeoutError,
+    ClientClosedError,
+    NotEnoughBookiesError,
+    UnauthorizedError,
+    error_for_code,
+)
+from appliance.protocol import events as ev
+from appliance.protocol.keys import master_key, password_hash
+from appliance.protocol.metadata import CLOSED, DIGEST_TYPES, LedgerMetadata, check_quorums
+
+CALL_TIMEOUT_S_MAX = 600.0  # the longest a blocking call waits for the driver
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    ledger_id: int
+    entry_id: int
+    payload: bytes
+
+
+def _check_password(password) -> bytes:
+    if not isinstance(password, bytes | bytearray):
+        raise TypeError(f"password must be bytes, got {type(password).__name__}")
+    return bytes(password)
+
+
+def _check_entry_id(name: str, value) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+    return value
+
+
+def _wait(fut: Future, timeout_s: float, what: str):
+    try:
+        return fut.result(timeout=timeout_s)
+    except FutureTimeout:
+        raise BKTimeoutError(f"{what} did not finish within {timeout_s:.0f}s") from None
+
+
+class Client:
+    """A connection to one appliance: its metadata store and its bookies."""
+
+    def __init__(self, target):
+        from appliance.config import ClientConfig, resolve_target
+        from appliance.driver import Driver
+        from storage.metadata import open_store
+        from storage.metadata.bookies import BookieRegistry
+        from storage.metadata.ledgers import LedgerManager
+
+        uri, base_dir, config = resolve_target(target)
+        self.config = config.client if config is not None else ClientConfig()
+        md_cfg = config.metadata if config is not None else None
+        kwargs = ({"session_timeout_ms": md_cfg.session_timeout_ms,
+                   "connect_timeout_ms": md_cfg.connect_timeout_ms} if md_cfg else {})
+        self._store = open_store(uri, base_dir=base_dir, **kwargs)
+        try:
+            self.ledgers = LedgerManager(self._store)
+            self.registry = BookieRegistry(self._store)
+            self.driver = Driver(self.ledgers, self.registry,
+                                 request_timeout_ms=self.config.add_timeout_ms,
+                                 transport_options={
+                                     "reconnect_ivl_ms": self.config.reconnect_ivl_ms,
+                                     "reconnect_ivl_max_ms": self.config.reconnect_ivl_max_ms})
+        except BaseException:
+            self._store.close()
+            raise
+        self.driver.start()
+        self._closed = False
+        self._rng = random.Random()
+
+    # -- ledgers ----------------------------------------------------------------
+    def create_ledger(self, ensemble: int | None = None, write_quorum: int | None = None,
+                      ack_quorum: int | None = None, password: bytes = b"",
+                      digest: str | None = None, custom: dict | None = None):
+        """Create an OPEN ledger on ``ensemble`` live bookies; returns its
+        write handle."""
+        from appliance.handles import WriteHandle
+
+        self._check_open()
+        e = self.config.ensemble if ensemble is None else ensemble
+        w = self.config.write_quorum if write_quorum is None else write_quorum
+        a = self.config.ack_quorum if ack_quorum is None else ack_quorum
+        check_quorums(e, w, a)
+        digest = self.config.digest if digest is None else digest
+        if digest not in DIGEST_TYPES:
+            raise ValueError(f"digest must be one of {DIGEST_TYPES}, got {digest!r}")
+        key = master_key(_check_password(password))
+        live = list(_wait(self.driver.call(lambda: self.driver.available_bookies), 30.0,
+                          "listing bookies"))
+        if len(live) < e:
+            raise NotEnoughBookiesError(f"ensemble of {e} needs {e} live writable bookies; "
+                                        f"{len(live)} are up ({', '.join(live) or 'none'})")
+        chosen = self._rng.sample(live, e)
+        md = self.ledgers.create_ledger(e, w, a, chosen, digest, password_hash(key),
+                                        custom=custom, ctime_ms=int(time.time() * 1000))
+        _, version = self.ledgers.read_ledger(md.ledger_id)
+        return WriteHandle(self, md, version, key)
+
+    def open_ledger(self, ledger_id: int, password: bytes = b"", recovery: bool = True):
+        """Open for reading.  ``recovery=True`` fences the ledger and recovers
+        its end (the old writer can add no more); ``False`` reads up to the
+        LAC without disturbing the writer."""
+        from appliance.handles import ReadHandle
+
+        self._check_open()
+        _check_entry_id("ledger_id", ledger_id)
+        key = master_key(_check_password(password))
+        md, version = self.ledgers.read_ledger(ledger_id)
+        if md.password_hash is not None and md.password_hash != password_hash(key):
+            raise UnauthorizedError(f"wrong password for ledger {ledger_id}")
+        if recovery and md.state != CLOSED:
+            md = self._recover(md, version, key)
+        return ReadHandle(self, md, key)
+
+    def _recover(self, md: LedgerMetadata, version: int, key: bytes) -> LedgerMetadata:
+        from appliance.digest import make_digest
+        from appliance.protocol.recovery import LedgerRecovery
+
+        done: Future = Future()
+
+        class _Sink:
+            def on_result(self, action):
+                if isinstance(action, ev.OpenDone) and not done.done():
+                    done.set_result(action)
+
+        def start():
+            core = LedgerRecovery(md, version, key, make_digest(md.digest_type, key),
+                                  available_bookies=self.driver.available_bookies,
+                                  ids=self.driver.ids)
+            self.driver.register(core, _Sink())
+            self.driver.run(core, core.start(self.driver.now_ms()))
+            return core
+
+        core = _wait(self.driver.call(start), CALL_TIMEOUT_S_MAX, "starting recovery")
+        try:
+            result = _wait(done, CALL_TIMEOUT_S_MAX, f"recovery of ledger {md.ledger_id}")
+        finally:
+            self.driver.post(self.driver.unregister, core)
+        if result.code != OK:
+            raise error_for_code(result.code, f"recovery of ledger {md.ledger_id} failed: "
+                                 f"{error_for_code(result.code)}")
+        return result.metadata
+
+    def list_ledgers(self) -> list[int]:
+        self._check_open()
+        return self.ledgers.list_ledgers()
+
+    def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
+        self._check_open()
+        _check_entry_id("ledger_id", ledger_id)
+        return self.ledgers.read_ledger(ledger_id)[0]
+
+    def delete_ledger(self, ledger_id: int) -> None:
+        """Delete the ledger's metadata; its id is never reused."""
+        self._check_open()
+        _check_entry_id("ledger_id", ledger_id)
+        self.ledgers.delete_ledger(ledger_id)
+
+    # -- lifecycle --------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosedError("this client is closed")
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.driver.close()
+        self._store.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def connect(target) -> Client:
+    """Connect to an appliance: a config file path, or a metadata URI
+    (``sqlite:///...``, ``zk://host:port/chroot``)."""
+    return Client(target)

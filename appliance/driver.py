@@ -1,0 +1,334 @@
+"""The client driver: runs the pure protocol cores over ZeroMQ and the
+metadata store.
+
+One thread (the *driver thread*) owns every core: user calls, replies from
+the bookies (``ipc.client.Transport`` events), metadata results and timers
+all arrive on one queue and are applied in order, so the cores need no
+locks and stay exactly the code the simulation runs.  The driver carries
+out the actions the cores return:
+
+* ``SendAdd`` / ``SendRead`` / ``SendReadLac`` -> wire requests (one
+  ``ADD_BATCH`` per bookie and action: adds to one bookie travel batched);
+* ``WriteMetadata`` / ``ReadMetadata`` -> the metadata store, on a small
+  worker pool (the store blocks; the driver thread never does);
+* ``SetTimer`` -> a timer heap on the driver thread;
+* result actions (``CompleteAdds``, ``OpenDone``, ...) -> the sink object
+  that registered the core (a ledger handle), which resolves futures.
+
+A request to a bookie the registry does not list, or that the transport
+refuses, is answered to the core as ``BookieUnavailableError`` (unknown
+class: it drives an ensemble change, never a wrong negative).
+
+Limits: the driver queue is unbounded in type but bounded in practice by
+the handles' in-flight semaphores (adds) and by one outstanding call per
+user thread; ``drain_items_max`` bounds work per wakeup; the metadata pool
+has ``metadata_workers`` threads.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import queue
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from appliance.errors import (
+    OK,
+    BKError,
+    BookieUnavailableError,
+    ClientClosedError,
+    code_of,
+)
+from appliance.protocol import events as ev
+from ipc.client import Transport
+from ipc.replies import AddBatchReply, ErrorReply, LacReply, ReadReply
+from ipc.requests import AddBatchRequest, AddItem, ReadLacRequest, ReadRequest
+
+log = logging.getLogger(__name__)
+
+DRAIN_ITEMS_MAX = 4096  # queue items applied per wakeup before timers run
+METADATA_WORKERS = 2
+BOOKIE_REFRESH_MS = 1000  # how often live bookies are re-read from the registry
+
+
+class Driver:
+    """See the module docstring.  ``start()`` then use; ``close()`` when done."""
+
+    def __init__(self, ledgers, registry, *, request_timeout_ms: int = 5000,
+                 inflight_per_bookie_max: int = 100_000, transport_options: dict | None = None):
+        self.ledgers = ledgers
+        self.registry = registry
+        self.request_timeout_ms = request_timeout_ms
+        self.ids = itertools.count(1)  # shared by every core: ids route replies
+        self._q: queue.SimpleQueue = queue.SimpleQueue()
+        self._routes: dict[int, tuple] = {}  # transport request id -> (core, action)
+        self._timers: list[tuple[int, int]] = []  # (deadline_ms, timer_id)
+        self._timer_owner: dict[int, object] = {}
+        self._sinks: dict[int, object] = {}  # id(core) -> sink
+        self._cores: dict[int, object] = {}
+        self._endpoints: dict[str, str] = {}
+        self._available: tuple[str, ...] = ()
+        self._closed = False
+        self._pool = ThreadPoolExecutor(METADATA_WORKERS, thread_name_prefix="bk-metadata")
+        self.transport = Transport(on_events=lambda events: self._q.put(("net", events)),
+                                   inflight_per_bookie_max=inflight_per_bookie_max,
+                                   **(transport_options or {}))
+        self._thread = threading.Thread(target=self._run, name="bk-client-driver", daemon=True)
+        self._use_registry(self._read_registry() or {})
+
+    def start(self) -> None:
+        self._thread.start()
+
+    @staticmethod
+    def now_ms() -> int:
+        return int(time.monotonic() * 1000)
+
+    @property
+    def available_bookies(self) -> tuple[str, ...]:
+        return self._available
+
+    # -- calls from user threads ------------------------------------------------
+    def call(self, fn, *args) -> Future:
+        """Run ``fn(*args)`` on the driver thread; its return value (or
+        exception) completes the future."""
+        fut: Future = Future()
+        if self._closed:
+            fut.set_exception(ClientClosedError("the client is closed"))
+            return fut
+        self._q.put(("call", fn, args, fut))
+        return fut
+
+    def post(self, fn, *args) -> None:
+        """Run ``fn(*args)`` on the driver thread, fire and forget."""
+        self._q.put(("post", fn, args))
+
+    # -- used on the driver thread ------------------------------------------------
+    def register(self, core, sink) -> None:
+        self._cores[id(core)] = core
+        self._sinks[id(core)] = sink
+
+    def unregister(self, core) -> None:
+        self._cores.pop(id(core), None)
+        self._sinks.pop(id(core), None)
+
+    def run(self, core, actions: list) -> None:
+        """Carry out ``actions`` returned by ``core``."""
+        for action in actions:
+            kind = type(action)
+            if kind is ev.SendAdd:
+                self._send_add(core, action)
+            elif kind is ev.SendRead:
+                req = ReadRequest(action.ledger_id, action.entry_id, action.fence,
+                                  action.master_key if action.fence else None)
+                self._send(core, action, req)
+            elif kind is ev.SendReadLac:
+                req = ReadLacRequest(action.ledger_id, action.fence,
+                                     action.master_key if action.fence else None)
+                self._send(core, action, req)
+            elif kind is ev.SetTimer:
+                heapq.heappush(self._timers, (self.now_ms() + action.delay_ms, action.timer_id))
+                self._timer_owner[action.timer_id] = core
+            elif kind is ev.WriteMetadata or kind is ev.ReadMetadata:
+                self._pool.submit(self._metadata_op, core, action)
+            elif kind is ev.SendWriteLac:
+                pass  # no wire op yet: tailing readers learn the LAC from the next add
+            else:
+                sink = self._sinks.get(id(core))
+                if sink is not None:
+                    sink.on_result(action)
+
+    def feed(self, core, event) -> None:
+        """Apply one event to ``core`` and carry out what it returns."""
+        if id(core) in self._cores:
+            self.run(core, core.handle(event))
+
+    # -- wire ---------------------------------------------------------------------
+    def _send_add(self, core, action: ev.SendAdd) -> None:
+        items = [AddItem(action.ledger_id, e, action.master_key, d)
+                 for e, d in zip(action.entry_ids, action.datas, strict=True)]
+        self._send(core, action, AddBatchRequest(items, action.recovery))
+
+    def _send(self, core, action, request) -> None:
+        bookie_id = action.bookie_id
+        try:
+            self._ensure_bookie(bookie_id)
+            rid = self.transport.send(bookie_id, request, self.request_timeout_ms)
+        except (BKError, ValueError) as exc:
+            log.debug("cannot send to %s: %s", bookie_id, exc)
+            code = exc.code if isinstance(exc, BKError) else BookieUnavailableError.code
+            self._q.put(("fail", core, action, code))
+            return
+        self._routes[rid] = (core, action)
+
+    def _ensure_bookie(self, bookie_id: str) -> None:
+        if bookie_id in self._endpoints:
+            return
+        info = (self._read_registry() or {}).get(bookie_id)
+        if info is None:
+            raise BookieUnavailableError(f"bookie {bookie_id} is not registered")
+        self._endpoints[bookie_id] = info["endpoint"]
+        self.transport.add_bookie(bookie_id, info["endpoint"])
+
+    def _on_net(self, events) -> None:
+        now = self.now_ms()
+        for event in events:
+            route = self._routes.pop(event.request_id, None)
+            if route is None:
+                continue
+            core, action = route
+            for core_event in _translate(action, event, now):
+                self.feed(core, core_event)
+
+    def _fail(self, core, action, code: int) -> None:
+        now = self.now_ms()
+        for core_event in _failure_events(action, code, now):
+            self.feed(core, core_event)
+
+    # -- metadata -----------------------------------------------------------------
+    def _metadata_op(self, core, action) -> None:
+        """On a pool thread: do the blocking store call, post the result."""
+        try:
+            if type(action) is ev.WriteMetadata:
+                version = self.ledgers.write_ledger(action.metadata, action.expected_version)
+                event = ev.MetadataWritten(action.request_id, action.ledger_id, OK, version)
+            else:
+                md, version = self.ledgers.read_ledger(action.ledger_id)
+                event = ev.MetadataRead(action.request_id, action.ledger_id, OK, md, version)
+        except Exception as exc:  # every failure becomes a code the core understands
+            code = code_of(exc)
+            if not isinstance(exc, BKError):
+                log.exception("metadata operation failed")
+            event = (ev.MetadataWritten(action.request_id, action.ledger_id, code)
+                     if type(action) is ev.WriteMetadata
+                     else ev.MetadataRead(action.request_id, action.ledger_id, code))
+        self._q.put(("event", core, event))
+
+    def _read_registry(self) -> dict | None:
+        try:
+            return self.registry.available()
+        except BKError as exc:
+            log.warning("cannot list bookies: %s", exc)
+            return None
+
+    def _use_registry(self, live: dict) -> None:
+        """Driver thread: take the registry's view of live bookies."""
+        for bookie_id, info in live.items():
+            if self._endpoints.get(bookie_id) not in (None, info["endpoint"]):
+                self._endpoints[bookie_id] = info["endpoint"]
+                self.transport.add_bookie(bookie_id, info["endpoint"])
+        self._available = tuple(sorted(b for b, info in live.items()
+                                       if not info.get("read_only")))
+
+    def _refresh_in_pool(self) -> None:
+        live = self._read_registry()
+        if live is not None:
+            self._q.put(("bookies", live))
+
+    # -- the loop -----------------------------------------------------------------
+    def _run(self) -> None:
+        next_refresh = self.now_ms() + BOOKIE_REFRESH_MS
+        while True:
+            try:
+                item = self._q.get(timeout=self._wait_s())
+            except queue.Empty:
+                item = None
+            items = [] if item is None else [item]
+            while len(items) < DRAIN_ITEMS_MAX:
+                try:
+                    items.append(self._q.get_nowait())
+                except queue.Empty:
+                    break
+            for it in items:
+                if it[0] == "stop":
+                    return
+                self._apply(it)
+            self._fire_timers()
+            if self.now_ms() >= next_refresh:
+                next_refresh = self.now_ms() + BOOKIE_REFRESH_MS
+                self._pool.submit(self._refresh_in_pool)
+
+    def _apply(self, item) -> None:
+        kind = item[0]
+        try:
+            if kind == "net":
+                self._on_net(item[1])
+            elif kind == "event":
+                self.feed(item[1], item[2])
+            elif kind == "fail":
+                self._fail(item[1], item[2], item[3])
+            elif kind == "call":
+                _, fn, args, fut = item
+                if fut.set_running_or_notify_cancel():
+                    try:
+                        fut.set_result(fn(*args))
+                    except BaseException as exc:
+                        fut.set_exception(exc)
+            elif kind == "post":
+                item[1](*item[2])
+            elif kind == "bookies":
+                self._use_registry(item[1])
+                event = ev.AvailableBookies(self._available, self.now_ms())
+                for core in list(self._cores.values()):
+                    self.feed(core, event)
+        except Exception:
+            log.exception("client driver: failure applying %s", kind)
+
+    def _wait_s(self) -> float:
+        if not self._timers:
+            return BOOKIE_REFRESH_MS / 1000.0
+        return max(0.0, (self._timers[0][0] - self.now_ms()) / 1000.0)
+
+    def _fire_timers(self) -> None:
+        now = self.now_ms()
+        while self._timers and self._timers[0][0] <= now:
+            _, timer_id = heapq.heappop(self._timers)
+            core = self._timer_owner.pop(timer_id, None)
+            if core is not None:
+                self.feed(core, ev.TimerFired(timer_id, now))
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._q.put(("stop",))
+        if self._thread.is_alive():
+            self._thread.join()
+        self.transport.close()
+        self._pool.shutdown(wait=True)
+
+
+def _translate(action, event, now_ms: int) -> list:
+    """A transport event -> the core events it means."""
+    reply = event.reply
+    if event.status != OK or reply is None or isinstance(reply, ErrorReply):
+        code = event.status if event.status != OK else reply.status
+        return _failure_events(action, code, now_ms)
+    kind = type(action)
+    if kind is ev.SendAdd and isinstance(reply, AddBatchReply):
+        return [ev.AddResponse(action.request_id, action.bookie_id, ledger_id, entry_id,
+                               status, now_ms)
+                for ledger_id, entry_id, status in reply.rows]
+    if kind is ev.SendRead and isinstance(reply, ReadReply):
+        return [ev.ReadResponse(action.request_id, action.bookie_id, action.ledger_id,
+                                action.entry_id, OK, reply.data, now_ms)]
+    if kind is ev.SendReadLac and isinstance(reply, LacReply):
+        return [ev.ReadLacResponse(action.request_id, action.bookie_id, action.ledger_id, OK,
+                                   reply.lac, now_ms)]
+    return _failure_events(action, BookieUnavailableError.code, now_ms)
+
+
+def _failure_events(action, code: int, now_ms: int) -> list:
+    kind = type(action)
+    if kind is ev.SendAdd:
+        return [ev.AddResponse(action.request_id, action.bookie_id, action.ledger_id, e, code,
+                               now_ms) for e in action.entry_ids]
+    if kind is ev.SendRead:
+        return [ev.ReadResponse(action.request_id, action.bookie_id, action.ledger_id,
+                                action.entry_id, code, None, now_ms)]
+    if kind is ev.SendReadLac:
+        return [ev.ReadLacResponse(action.request_id, action.bookie_id, action.ledger_id, code,
+                                   -1, now_ms)]
+    return []

@@ -1,0 +1,247 @@
+"""Ledger handles: ``WriteHandle`` (create_ledger) and ``ReadHandle``
+(open_ledger).  Each wraps one pure core (``LedgerWriter`` /
+``LedgerReader``) that lives on the client's driver thread; the handle's
+methods hand work to that thread and wait on futures.
+
+Adds are batched: ``add_async`` queues the payload and the driver thread
+turns everything queued since its last turn into one ``add_many`` call, so
+adds to one bookie travel in one wire message.  Entry ids follow the order
+of ``add_async`` calls.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from concurrent.futures import Future
+
+from appliance.client import CALL_TIMEOUT_S_MAX, Entry, _check_entry_id, _wait
+from appliance.errors import OK, ClientClosedError, NoSuchEntryError, error_for_code
+from appliance.protocol import events as ev
+from appliance.protocol.metadata import CLOSED
+
+READ_CHUNK_ENTRIES = 1000  # entries per read() round trip through the driver
+
+
+def _digest(md, key):
+    from appliance.digest import make_digest
+
+    return make_digest(md.digest_type, key)
+
+
+class WriteHandle:
+    """The single writer of an OPEN ledger."""
+
+    def __init__(self, client, metadata, version: int, key: bytes):
+        from appliance.protocol.writer import LedgerWriter, WriterConfig
+
+        cfg = client.config
+        self._client = client
+        self._driver = client.driver
+        self.id = metadata.ledger_id
+        self._entry_bytes_max = 5 * 1024 * 1024
+        wcfg = WriterConfig(add_timeout_ms=cfg.add_timeout_ms,
+                            pending_adds_max=cfg.inflight_adds_max,
+                            entry_bytes_max=self._entry_bytes_max)
+        self._writer = LedgerWriter(metadata, version, key, _digest(metadata, key), config=wcfg,
+                                    available_bookies=self._driver.available_bookies,
+                                    ids=self._driver.ids)
+        self._slots = threading.BoundedSemaphore(cfg.inflight_adds_max)
+        self._queue: deque = deque()  # (payload, future) waiting for the driver
+        self._queue_lock = threading.Lock()
+        self._flush_posted = False
+        self._futures: dict[int, Future] = {}
+        self._close_done: Future | None = None
+        self._closed = False
+        self._driver.call(self._driver.register, self._writer, self).result()
+
+    @property
+    def last_add_confirmed(self) -> int:
+        return self._writer.last_add_confirmed
+
+    @property
+    def metadata(self):
+        return self._writer.metadata
+
+    # -- adds ---------------------------------------------------------------------
+    def add(self, payload: bytes) -> int:
+        """Append ``payload``; returns its entry id once acknowledged."""
+        return _wait(self.add_async(payload), CALL_TIMEOUT_S_MAX, f"add to ledger {self.id}")
+
+    def add_async(self, payload: bytes) -> Future:
+        """Append ``payload``; the future's result is the entry id."""
+        if not isinstance(payload, bytes | bytearray | memoryview):
+            raise TypeError(f"payload must be bytes, got {type(payload).__name__}")
+        if len(payload) > self._entry_bytes_max:
+            raise ValueError(f"payload of {len(payload)} bytes exceeds the "
+                             f"{self._entry_bytes_max}-byte entry limit")
+        if self._closed:
+            raise ClientClosedError(f"ledger handle {self.id} is closed")
+        self._slots.acquire()  # back-pressure: bounded adds in flight
+        fut: Future = Future()
+        with self._queue_lock:
+            self._queue.append((bytes(payload), fut))
+            post = not self._flush_posted
+            self._flush_posted = True
+        if post:
+            self._driver.post(self._flush)
+        return fut
+
+    def _flush(self) -> None:
+        """Driver thread: hand every queued payload to the writer at once."""
+        with self._queue_lock:
+            batch = list(self._queue)
+            self._queue.clear()
+            self._flush_posted = False
+        if not batch:
+            return
+        first = self._writer.last_add_pushed + 1
+        for i, (_, fut) in enumerate(batch):
+            self._futures[first + i] = fut
+        actions = self._writer.add_many([p for p, _ in batch], self._driver.now_ms())
+        self._driver.run(self._writer, actions)
+
+    def on_result(self, action) -> None:
+        """Driver thread: a result of the writer core."""
+        if isinstance(action, ev.CompleteAdds):
+            self._settle(action.first_entry_id, action.last_entry_id, None)
+        elif isinstance(action, ev.FailAdds):
+            self._settle(action.first_entry_id, action.last_entry_id,
+                         error_for_code(action.code,
+                                        f"ledger {self.id}: {error_for_code(action.code)}"))
+        elif isinstance(action, ev.CloseDone) and self._close_done is not None:
+            if not self._close_done.done():
+                self._close_done.set_result(action)
+
+    def _settle(self, first: int, last: int, error) -> None:
+        for entry_id in range(first, last + 1):
+            fut = self._futures.pop(entry_id, None)
+            if fut is None:
+                continue
+            self._slots.release()
+            if error is None:
+                fut.set_result(entry_id)
+            else:
+                fut.set_exception(error)
+
+    # -- close --------------------------------------------------------------------
+    def close(self) -> None:
+        """Wait for the adds in flight, then close the ledger at its LAC.
+        Raises ``LedgerFencedError`` if a recovery took the ledger over."""
+        if self._closed:
+            return
+        self._closed = True
+        self._driver.call(self._flush).result()
+        pending = list(self._futures.values())
+        for fut in pending:
+            try:
+                fut.result(timeout=CALL_TIMEOUT_S_MAX)
+            except Exception:  # noqa: S110 - the add's own caller sees its error
+                pass
+        self._close_done = Future()
+
+        def start():
+            self._driver.run(self._writer, self._writer.close(self._driver.now_ms()))
+
+        self._driver.call(start).result()
+        try:
+            done = _wait(self._close_done, CALL_TIMEOUT_S_MAX, f"close of ledger {self.id}")
+        finally:
+            self._driver.post(self._driver.unregister, self._writer)
+        if done.code != OK:
+            raise error_for_code(done.code, f"close of ledger {self.id}: "
+                                 f"{error_for_code(done.code)}")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class ReadHandle:
+    """A reader of a ledger (recovered and closed, or open up to its LAC)."""
+
+    def __init__(self, client, metadata, key: bytes):
+        from appliance.protocol.reader import LedgerReader, ReaderConfig
+
+        self._client = client
+        self._driver = client.driver
+        self.id = metadata.ledger_id
+        rcfg = ReaderConfig(read_timeout_ms=client.config.read_timeout_ms)
+        self._reader = LedgerReader(metadata, _digest(metadata, key), config=rcfg,
+                                    ids=self._driver.ids)
+        self._waiting: dict[int, Future] = {}
+        self._driver.call(self._driver.register, self._reader, self).result()
+        if metadata.state != CLOSED:
+            self._call(lambda: self._reader.open(self._driver.now_ms()), None)
+
+    @property
+    def last_add_confirmed(self) -> int:
+        return self._reader.last_add_confirmed
+
+    @property
+    def metadata(self):
+        return self._reader.metadata
+
+    def on_result(self, action) -> None:
+        key = getattr(action, "read_id", None)
+        if isinstance(action, ev.OpenDone):
+            key = ("open", action.ledger_id)
+        fut = self._waiting.pop(key, None)
+        if fut is not None and not fut.done():
+            fut.set_result(action)
+
+    def _call(self, start, read_id):
+        """Run ``start`` on the driver thread and wait for the result action
+        whose read id is ``read_id`` (None: the open)."""
+        key = read_id if read_id is not None else ("open", self.id)
+        fut: Future = Future()
+
+        def run():
+            self._waiting[key] = fut
+            self._driver.run(self._reader, start())
+
+        self._driver.call(run).result()
+        result = _wait(fut, CALL_TIMEOUT_S_MAX, f"read of ledger {self.id}")
+        if result.code != OK:
+            raise error_for_code(result.code, f"ledger {self.id}: "
+                                 f"{error_for_code(result.code)}")
+        return result
+
+    def read(self, first_entry_id: int, last_entry_id: int) -> list[Entry]:
+        """Entries first..last (inclusive), in order.  Reading past the LAC
+        raises ``NoSuchEntryError``."""
+        _check_entry_id("first_entry_id", first_entry_id)
+        _check_entry_id("last_entry_id", last_entry_id)
+        if last_entry_id < first_entry_id:
+            raise ValueError(f"last_entry_id ({last_entry_id}) < first_entry_id "
+                             f"({first_entry_id})")
+        if last_entry_id > self.last_add_confirmed:
+            raise NoSuchEntryError(f"ledger {self.id}: entry {last_entry_id} is past the last "
+                                   f"add confirmed ({self.last_add_confirmed})")
+        out: list[Entry] = []
+        for start in range(first_entry_id, last_entry_id + 1, READ_CHUNK_ENTRIES):
+            end = min(start + READ_CHUNK_ENTRIES - 1, last_entry_id)
+            read_id = next(self._driver.ids)
+            done = self._call(lambda s=start, e=end, r=read_id: self._reader.read(
+                s, e, self._driver.now_ms(), read_id=r), read_id)
+            out.extend(Entry(self.id, done.first_entry_id + i, bytes(p))
+                       for i, p in enumerate(done.payloads))
+        return out
+
+    def read_lac(self) -> int:
+        """Ask the bookies for the LAC now; returns it (and remembers it)."""
+        read_id = next(self._driver.ids)
+        done = self._call(lambda: self._reader.read_lac(self._driver.now_ms(), read_id=read_id),
+                          read_id)
+        return done.lac
+
+    def close(self) -> None:
+        self._driver.post(self._driver.unregister, self._reader)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,32 @@
+"""Ask a bookie whether it is alive: one INFO request with a deadline.
+
+Used by the supervisor's watch loop, ``bkctl up --detach`` and
+``bkctl status``.  Never hangs: a fresh DEALER with ``linger=0`` per probe,
+closed on every path.
+"""
+
+from __future__ import annotations
+
+import zmq
+
+from appliance.errors import BadRequestError
+from ipc.replies import InfoReply, decode_reply
+from ipc.requests import InfoRequest, encode_request
+
+
+def bookie_info(endpoint: str, timeout_ms: int, context: zmq.Context | None = None) -> dict | None:
+    """The bookie's INFO document, or None if it did not answer in time."""
+    ctx = context or zmq.Context.instance()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        sock.connect(endpoint)
+        sock.send_multipart(encode_request(InfoRequest(request_id=1)))
+        if not sock.poll(timeout_ms, zmq.POLLIN):
+            return None
+        reply = decode_reply(sock.recv_multipart())
+        return reply.info if isinstance(reply, InfoReply) else None
+    except (zmq.ZMQError, BadRequestError):
+        return None
+    finally:
+        sock.close(linger=0)

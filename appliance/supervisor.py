@@ -1,0 +1,282 @@
+"""The supervisor: starts, pins, watches, restarts and stops the bookies of
+one config.
+
+    python -m appliance.supervisor --config configs/local.toml   # = bkctl up
+
+Guarantees:
+
+* Nothing starts unless the whole config is valid and the host can run it
+  (``load_config`` + ``check_host``: one line naming the key and the fix).
+* New bookie directories are formatted (cookies) before their bookie
+  starts; formatted ones are never touched.
+* One process per ``[[bookies]]`` table, in its own session (so a Ctrl-C on
+  the terminal or the supervisor's death does not take bookies down with
+  it), pinned to its ``cpus`` (default: spread over the allowed CPUs), its
+  output appended to ``<run_dir>/<id>.log``.
+* Watch: a bookie that exits is restarted after a backoff that doubles
+  from ``restart_backoff_min_ms`` to ``restart_backoff_max_ms``; one that
+  stops answering INFO for ``ping_timeout_ms`` is killed and restarted; more
+  than ``restarts_max`` restarts within ``restart_window_ms`` and it stays
+  down (logged), so a broken disk does not spin.
+* SIGTERM / SIGINT: every bookie gets SIGTERM (clean shutdown: checkpoint
+  and marker), then SIGKILL after ``stop_timeout_ms``.
+* ``<run_dir>/supervisor.json`` names the supervisor and bookie pids, for
+  ``bkctl down`` / ``status``; a second supervisor on the same config is
+  refused while the first lives, and bookies left running by a supervisor
+  that died are adopted, not started twice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+from appliance.errors import BKError, ConfigError
+from appliance.probe import bookie_info
+
+log = logging.getLogger("appliance.supervisor")
+
+STATE_FILE = "supervisor.json"
+
+
+def state_path(config) -> Path:
+    return config.run_path / STATE_FILE
+
+
+def read_state(config) -> dict | None:
+    try:
+        return json.loads(state_path(config).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def pid_alive(pid: int | None, marker: str | None = None) -> bool:
+    """Is ``pid`` a live process (and, with ``marker``, one whose command
+    line contains it: a recycled pid is not ours)?"""
+    if not pid:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return marker is None or marker in " ".join(proc.cmdline())
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+def default_cpus(index: int) -> list[int]:
+    allowed = sorted(os.sched_getaffinity(0))
+    return [allowed[index % len(allowed)]]
+
+
+def format_new_bookies(config) -> list[str]:
+    """Format every bookie whose directories hold no cookie yet."""
+    from storage import LedgerStorage
+
+    formatted = []
+    for b in config.bookies:
+        journal, ledgers = Path(b.journal_dir), Path(b.ledger_dir)
+        if (journal / "COOKIE").exists() or (ledgers / "COOKIE").exists():
+            continue  # formatted before: open() verifies both cookies
+        journal.mkdir(parents=True, exist_ok=True)
+        ledgers.mkdir(parents=True, exist_ok=True)
+        LedgerStorage.format(b.id, journal, ledgers, config.storage.to_options())
+        formatted.append(b.id)
+    return formatted
+
+
+class _Bookie:
+    """One supervised bookie: its process (a child, or adopted) and its
+    restart bookkeeping."""
+
+    def __init__(self, spec, index: int):
+        self.spec = spec
+        self.cpus = list(spec.cpus) or default_cpus(index)
+        self.popen: subprocess.Popen | None = None
+        self.pid: int | None = None
+        self.restarts: list[float] = []
+        self.next_start_s = 0.0
+        self.backoff_ms = 0
+        self.last_answer_s = 0.0
+        self.given_up = False
+
+    def alive(self) -> bool:
+        if self.popen is not None:
+            return self.popen.poll() is None
+        return pid_alive(self.pid, self.spec.id)
+
+
+class Supervisor:
+    """See the module docstring.  ``run()`` blocks until ``stop()``."""
+
+    def __init__(self, config, *, clock=time.monotonic):
+        self.config = config
+        self.clock = clock
+        self.sup = config.supervisor
+        self.bookies = [_Bookie(b, i) for i, b in enumerate(config.bookies)]
+        self._stop = threading.Event()
+
+    # -- start ------------------------------------------------------------------
+    def prepare(self) -> None:
+        from appliance.config import check_host
+
+        check_host(self.config)
+        state = read_state(self.config)
+        if state and pid_alive(state.get("pid"), "appliance.supervisor") \
+                and state.get("pid") != os.getpid():
+            raise ConfigError(f"{self.config.path}: an appliance supervisor (pid {state['pid']}) "
+                              "already runs this config; stop it with `bkctl down`")
+        self.config.run_path.mkdir(parents=True, exist_ok=True)
+        for bookie_id in format_new_bookies(self.config):
+            log.info("formatted new bookie %s", bookie_id)
+        old = (state or {}).get("bookies", {})
+        for b in self.bookies:
+            pid = old.get(b.spec.id)
+            if pid_alive(pid, b.spec.id):
+                b.pid = pid  # left running by a supervisor that died: adopt it
+                log.info("adopted running bookie %s (pid %d)", b.spec.id, pid)
+
+    def start_all(self) -> None:
+        for b in self.bookies:
+            if not b.alive():
+                self._spawn(b)
+        self._write_state()
+
+    def _spawn(self, b: _Bookie) -> None:
+        cmd = [sys.executable, "-m", "appliance.bookie", "--config", str(self.config.path),
+               "--id", b.spec.id]
+        with open(self.config.run_path / f"{b.spec.id}.log", "ab") as out:
+            b.popen = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,
+                                       stderr=subprocess.STDOUT, start_new_session=True)
+        b.pid = b.popen.pid
+        b.last_answer_s = self.clock()  # grace period for boot
+        try:
+            psutil.Process(b.pid).cpu_affinity(b.cpus)
+        except (psutil.Error, ValueError) as exc:
+            log.warning("could not pin %s to CPUs %s: %s", b.spec.id, b.cpus, exc)
+        log.info("started bookie %s (pid %d, cpus %s)", b.spec.id, b.pid, b.cpus)
+
+    def _write_state(self) -> None:
+        doc = {"pid": os.getpid(), "config": str(self.config.path),
+               "bookies": {b.spec.id: b.pid for b in self.bookies if b.pid}}
+        tmp = state_path(self.config).with_suffix(".tmp")
+        tmp.write_text(json.dumps(doc, sort_keys=True))
+        os.replace(tmp, state_path(self.config))
+
+    # -- watch ------------------------------------------------------------------
+    def run(self) -> None:
+        self.prepare()
+        self.start_all()
+        try:
+            while not self._stop.wait(self.sup.ping_interval_ms / 1000.0):
+                self.watch_once()
+        finally:
+            self.stop_all()
+
+    def watch_once(self) -> None:
+        now = self.clock()
+        changed = False
+        for b in self.bookies:
+            if b.given_up:
+                continue
+            if b.alive():
+                if bookie_info(b.spec.endpoint, min(self.sup.ping_timeout_ms, 1000)) is not None:
+                    b.last_answer_s = now
+                    b.backoff_ms = 0
+                elif now - b.last_answer_s > self.sup.ping_timeout_ms / 1000.0:
+                    log.warning("bookie %s (pid %s) stopped answering: killing it",
+                                b.spec.id, b.pid)
+                    self._kill(b)
+                continue
+            changed |= self._maybe_restart(b, now)
+        if changed:
+            self._write_state()
+
+    def _maybe_restart(self, b: _Bookie, now: float) -> bool:
+        if b.next_start_s == 0.0:
+            code = b.popen.returncode if b.popen is not None else None
+            b.restarts = [t for t in b.restarts if now - t < self.sup.restart_window_ms / 1000]
+            if len(b.restarts) >= self.sup.restarts_max:
+                b.given_up = True
+                log.error("bookie %s exited (code %s) %d times within %d ms: leaving it down; "
+                          "see %s", b.spec.id, code, len(b.restarts), self.sup.restart_window_ms,
+                          self.config.run_path / f"{b.spec.id}.log")
+                return False
+            b.backoff_ms = min(max(b.backoff_ms * 2, self.sup.restart_backoff_min_ms),
+                               self.sup.restart_backoff_max_ms)
+            b.next_start_s = now + b.backoff_ms / 1000.0
+            log.warning("bookie %s exited (code %s); restarting in %d ms", b.spec.id, code,
+                        b.backoff_ms)
+        if now < b.next_start_s:
+            return False
+        b.next_start_s = 0.0
+        b.restarts.append(now)
+        self._spawn(b)
+        return True
+
+    # -- stop -------------------------------------------------------------------
+    def stop(self) -> None:
+        """Thread- and signal-safe: ``run`` stops its bookies and returns."""
+        self._stop.set()
+
+    def stop_all(self) -> None:
+        live = [b for b in self.bookies if b.alive()]
+        for b in live:
+            _signal(b.pid, signal.SIGTERM)
+        deadline = self.clock() + self.sup.stop_timeout_ms / 1000.0
+        while any(b.alive() for b in live) and self.clock() < deadline:
+            time.sleep(0.05)
+        for b in live:
+            if b.alive():
+                log.warning("bookie %s did not stop in %d ms: killing it", b.spec.id,
+                            self.sup.stop_timeout_ms)
+                self._kill(b)
+        state_path(self.config).unlink(missing_ok=True)
+        log.info("appliance stopped")
+
+    def _kill(self, b: _Bookie) -> None:
+        _signal(b.pid, signal.SIGKILL)
+        if b.popen is not None:
+            b.popen.wait()
+
+
+def _signal(pid: int | None, sig: int) -> None:
+    if pid:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Run an appliance's bookies.")
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from appliance.config import load_config
+
+    try:
+        supervisor = Supervisor(load_config(args.config))
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: supervisor.stop())
+        supervisor.run()
+    except BKError as exc:
+        print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""bkctl up / down / status: run and inspect the appliance of a config."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from cli.common import config_option, echo_json, json_option, library_errors
+
+PROBE_TIMEOUT_MS = 500
+
+
+def _load(config_path: str):
+    from appliance.config import load_config
+
+    return load_config(config_path)
+
+
+@click.command()
+@click.option("--detach", is_flag=True,
+              help="Start in the background; return once every bookie answers.")
+@config_option
+@library_errors
+def up(detach, config_path):
+    """Start the supervisor and its bookies (foreground; Ctrl-C stops them).
+
+    \b
+    Example:
+      bkctl up --config configs/local.toml
+      bkctl up --detach && bkctl status
+    """
+    from appliance.config import check_host
+
+    config = _load(config_path)
+    check_host(config)  # refuse a bad host before any process starts
+    if not detach:
+        from appliance.supervisor import main as supervisor_main
+
+        raise SystemExit(supervisor_main(["--config", str(config.path)]))
+    config.run_path.mkdir(parents=True, exist_ok=True)
+    log_path = config.run_path / "supervisor.log"
+    with open(log_path, "ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "appliance.supervisor", "--config",
+                                 str(config.path)], stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    _wait_until_up(config, proc, log_path)
+    click.echo(f"appliance up: {len(config.bookies)} bookies (supervisor pid {proc.pid}, "
+               f"logs in {config.run_path})")
+
+
+def _wait_until_up(config, proc, log_path: Path) -> None:
+    from appliance.probe import bookie_info
+    from appliance.supervisor import read_state
+
+    deadline = time.monotonic() + config.supervisor.start_timeout_ms / 1000.0
+    waiting = list(config.bookies)
+    while waiting or (read_state(config) or {}).get("pid") != proc.pid:
+        if proc.poll() is not None:
+            raise click.ClickException(f"the supervisor exited ({proc.returncode}): "
+                                       f"{_last_line(log_path)}")
+        waiting = [b for b in waiting if bookie_info(b.endpoint, PROBE_TIMEOUT_MS) is None]
+        if time.monotonic() > deadline:
+            names = ", ".join(b.id for b in waiting) or "the supervisor"
+            raise click.ClickException(
+                f"bookies {names} did not answer within {config.supervisor.start_timeout_ms} "
+                f"ms; see {config.run_path} (the supervisor keeps trying; `bkctl down` stops it)")
+        time.sleep(0.1)
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "(no log)"
+    return lines[-1] if lines else "(empty log)"
+
+
+@click.command()
+@config_option
+@library_errors
+def down(config_path):
+    """Stop the appliance started from the same config, cleanly.
+
+    \b
+    Example:
+      bkctl down --config configs/local.toml
+    """
+    from appliance.supervisor import pid_alive, read_state
+
+    config = _load(config_path)
+    state = read_state(config)
+    if state is None:
+        raise click.ClickException(f"no appliance is running from {config.path}")
+    timeout_s = config.supervisor.stop_timeout_ms / 1000.0 + 10
+    targets = []
+    if pid_alive(state.get("pid"), "appliance.supervisor"):
+        targets.append(state["pid"])  # it stops its bookies
+    else:  # the supervisor died: stop its bookies ourselves
+        targets += [pid for bookie_id, pid in state.get("bookies", {}).items()
+                    if pid_alive(pid, bookie_id)]
+        config.run_path.joinpath("supervisor.json").unlink(missing_ok=True)
+    for pid in targets:
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while any(pid_alive(p) for p in targets):
+        if time.monotonic() > deadline:
+            raise click.ClickException(f"processes {targets} did not stop in {timeout_s:.0f}s")
+        time.sleep(0.05)
+    click.echo("appliance stopped")
+
+
+@click.command()
+@json_option
+@config_option
+@library_errors
+def status(as_json, config_path):
+    """Show each bookie: id, state (up/down/read-only), pid, endpoint, disk use.
+
+    \b
+    Example:
+      bkctl status --json
+    """
+    config = _load(config_path)
+    rows = [_bookie_status(config, b) for b in config.bookies]
+    if as_json:
+        echo_json({"config": str(config.path), "bookies": rows})
+        return
+    for r in rows:
+        click.echo(f"{r['id']:<12} {r['state']:<10} pid={r['pid'] or '-':<8} "
+                   f"{r['endpoint']}  disk={r['disk_bytes'] / 1e6:.1f} MB")
+
+
+def _bookie_status(config, b) -> dict:
+    from appliance.probe import bookie_info
+
+    info = bookie_info(b.endpoint, PROBE_TIMEOUT_MS)
+    state = "down"
+    if info is not None:
+        state = "read-only" if info.get("read_only") else "up"
+    return {"id": b.id, "state": state, "pid": info.get("pid") if info else None,
+            "endpoint": b.endpoint, "journal_dir": str(b.journal_dir),
+            "ledger_dir": str(b.ledger_dir),
+            "disk_bytes": _du(b.journal_dir) + _du(b.ledger_dir)}
+
+
+def _du(path) -> int:
+    """Bytes allocated on disk under ``path`` (0 if missing)."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.stat(os.path.join(root, name)).st_blocks * 512
+            except OSError:
+                continue
+    return total

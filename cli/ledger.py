@@ -1,0 +1,225 @@
+"""bkctl ledger: create, append, read, list, inspect and delete ledgers.
+
+Each command is a few lines over the Python client binding
+(``appliance.connect``); library errors become one line on stderr and a
+non-zero exit (``cli.common.library_errors``).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import sys
+
+import click
+
+from cli.common import config_option, echo_json, json_option, library_errors
+
+READ_CHUNK_ENTRIES = 1024  # entries fetched per read call while streaming a ledger
+
+
+def _connect(config_path: str):
+    import appliance
+
+    return appliance.connect(config_path)
+
+
+def quorum_options(f):
+    f = click.option("-a", "--ack-quorum", default=2, show_default=True,
+                     help="Bookies that must acknowledge each entry.")(f)
+    f = click.option("-w", "--write-quorum", default=3, show_default=True,
+                     help="Bookies each entry is written to.")(f)
+    f = click.option("-e", "--ensemble", default=3, show_default=True,
+                     help="Bookies the ledger is striped over.")(f)
+    return f
+
+
+def password_option(f):
+    return click.option("--password", default="", show_default=False,
+                        help="Ledger password (default: none).")(f)
+
+
+def _progress(length: int | None, label: str):
+    """A progress bar on stderr when it is a terminal; otherwise nothing."""
+    if not sys.stderr.isatty():
+        return contextlib.nullcontext(None)
+    return click.progressbar(length=length, label=label, file=sys.stderr)
+
+
+@click.group()
+def ledger():
+    """Create, append to, read, list, inspect and delete ledgers."""
+
+
+@ledger.command()
+@quorum_options
+@password_option
+@click.option("--digest", type=click.Choice(["crc32c", "hmac-sha256"]), default="crc32c",
+              show_default=True, help="Entry digest.")
+@config_option
+@library_errors
+def create(ensemble, write_quorum, ack_quorum, password, digest, config_path):
+    """Create an empty ledger and print its id.
+
+    \b
+    Example:
+      bkctl ledger create -e 3 -w 3 -a 2 --password secret
+    """
+    with _connect(config_path) as bk:
+        lh = bk.create_ledger(ensemble=ensemble, write_quorum=write_quorum,
+                              ack_quorum=ack_quorum, password=password.encode(), digest=digest)
+        click.echo(lh.id)
+
+
+@ledger.command()
+@quorum_options
+@password_option
+@click.argument("file", type=click.File("rb"))
+@config_option
+@library_errors
+def append(ensemble, write_quorum, ack_quorum, password, file, config_path):
+    """Write each line of FILE ('-' for stdin) as an entry of a new ledger,
+    close the ledger and print its id.
+
+    \b
+    Example:
+      bkctl ledger append -e 3 -w 3 -a 2 access.log
+      seq 1 1000 | bkctl ledger append -
+    """
+    with _connect(config_path) as bk:
+        lh = bk.create_ledger(ensemble=ensemble, write_quorum=write_quorum,
+                              ack_quorum=ack_quorum, password=password.encode())
+        pending = []
+        with _progress(None, f"ledger {lh.id}") as bar:
+            for line in file:
+                pending.append(lh.add_async(line.rstrip(b"\n")))
+                if len(pending) >= READ_CHUNK_ENTRIES:
+                    _wait_all(pending, bar)
+            _wait_all(pending, bar)
+        lh.close()
+        click.echo(lh.id)
+
+
+def _wait_all(futures: list, bar) -> None:
+    for fut in futures:
+        fut.result()
+    if bar is not None:
+        bar.update(len(futures))
+    futures.clear()
+
+
+@ledger.command()
+@click.argument("ledger_id", type=int)
+@click.option("--first", type=int, default=0, show_default=True, help="First entry id.")
+@click.option("--last", type=int, default=None,
+              help="Last entry id (default: the last entry, or the LAC if open).")
+@password_option
+@click.option("--no-recovery", is_flag=True,
+              help="Do not fence or recover: read up to the last add confirmed.")
+@json_option
+@config_option
+@library_errors
+def read(ledger_id, first, last, password, no_recovery, as_json, config_path):
+    """Print the entries of a ledger, one per line (--json: a JSON array with
+    one object per entry, payload base64).
+
+    \b
+    Example:
+      bkctl ledger read 7 --first 0 --last 99
+      bkctl ledger read 7 --no-recovery --json
+    """
+    with _connect(config_path) as bk:
+        rh = bk.open_ledger(ledger_id, password=password.encode(), recovery=not no_recovery)
+        last = rh.last_add_confirmed if last is None else last
+        out = sys.stdout.buffer
+        if as_json:
+            out.write(b"[")
+        count = 0
+        with _progress(max(last - first + 1, 0), f"ledger {ledger_id}") as bar:
+            for start in range(first, last + 1, READ_CHUNK_ENTRIES):
+                end = min(start + READ_CHUNK_ENTRIES - 1, last)
+                for e in rh.read(start, end):
+                    out.write(_format_entry(e, as_json, count))
+                    count += 1
+                if bar is not None:
+                    bar.update(end - start + 1)
+        if as_json:
+            out.write(b"\n]\n")
+        out.flush()
+
+
+def _format_entry(e, as_json: bool, index: int) -> bytes:
+    if not as_json:
+        return bytes(e.payload) + b"\n"
+    doc = {"ledger_id": e.ledger_id, "entry_id": e.entry_id,
+           "payload": base64.b64encode(bytes(e.payload)).decode()}
+    return (b"\n" if index == 0 else b",\n") + json.dumps(doc, sort_keys=True).encode()
+
+
+@ledger.command(name="list")
+@json_option
+@config_option
+@library_errors
+def list_(as_json, config_path):
+    """List ledger ids.
+
+    \b
+    Example:
+      bkctl ledger list --json
+    """
+    with _connect(config_path) as bk:
+        ids = bk.list_ledgers()
+    if as_json:
+        echo_json(ids)
+    else:
+        for ledger_id in ids:
+            click.echo(ledger_id)
+
+
+@ledger.command()
+@click.argument("ledger_id", type=int)
+@json_option
+@config_option
+@library_errors
+def meta(ledger_id, as_json, config_path):
+    """Show a ledger's state, last entry, quorums and ensembles.
+
+    \b
+    Example:
+      bkctl ledger meta 7 --json
+    """
+    with _connect(config_path) as bk:
+        md = bk.ledger_metadata(ledger_id)
+    doc = {
+        "ledger_id": ledger_id,
+        "state": md.state,
+        "last_entry_id": md.last_entry_id,
+        "ensemble_size": md.ensemble_size,
+        "write_quorum": md.write_quorum,
+        "ack_quorum": md.ack_quorum,
+        "ensembles": [[first, list(bookies)] for first, bookies in md.ensembles],
+    }
+    if as_json:
+        echo_json(doc)
+        return
+    click.echo(f"ledger {ledger_id}: {md.state}, last entry {md.last_entry_id}, "
+               f"E{md.ensemble_size}/W{md.write_quorum}/A{md.ack_quorum}")
+    for first, bookies in md.ensembles:
+        click.echo(f"  from entry {first}: {', '.join(bookies)}")
+
+
+@ledger.command()
+@click.argument("ledger_id", type=int)
+@config_option
+@library_errors
+def delete(ledger_id, config_path):
+    """Delete a ledger (its metadata now; bookies reclaim the space later).
+
+    \b
+    Example:
+      bkctl ledger delete 7
+    """
+    with _connect(config_path) as bk:
+        bk.delete_ledger(ledger_id)
+    click.echo(f"deleted ledger {ledger_id}")

@@ -1,0 +1,160 @@
+"""The appliance as users run it: bkctl in real subprocesses, the
+supervisor restarting bookies, kill -9 of the whole appliance."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+import appliance
+from tests.helpers import wait_for
+from tests.integration.cluster import wait_registered, write_config
+
+BKCTL = [sys.executable, "-m", "cli.main"]
+
+
+def bkctl(*args: str, config: Path, input: bytes | None = None, timeout: float = 120):
+    return subprocess.run([*BKCTL, *args, "--config", str(config)], input=input,
+                          capture_output=True, timeout=timeout)
+
+
+def _pids_from_state(config: Path) -> list[int]:
+    from appliance.config import load_config
+
+    path = load_config(config).run_path / "supervisor.json"
+    if not path.exists():
+        return []
+    doc = json.loads(path.read_text())
+    return [doc["pid"], *doc["bookies"].values()]
+
+
+@pytest.fixture
+def appliance_config(short_tmp):
+    """A config for 4 bookies; whatever the test started is killed after."""
+    config = write_config(short_tmp, 4)
+    seen: set[int] = set()
+    yield config, seen
+    seen.update(_pids_from_state(config))
+    for pid in seen:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _up(config: Path, seen: set[int]) -> None:
+    result = bkctl("up", "--detach", config=config)
+    seen.update(_pids_from_state(config))
+    assert result.returncode == 0, result.stderr.decode()
+
+
+def test_bkctl_end_to_end(appliance_config, short_tmp):
+    config, seen = appliance_config
+    _up(config, seen)
+    status = json.loads(bkctl("status", "--json", config=config).stdout)
+    assert [b["state"] for b in status["bookies"]] == ["up"] * 4
+    assert all(b["pid"] and b["disk_bytes"] > 0 for b in status["bookies"])
+
+    data = b"".join(b"line %d \xff\x00 binary\n" % i for i in range(3000))
+    src = short_tmp / "in.bin"
+    src.write_bytes(data)
+    appended = bkctl("ledger", "append", "-e", "3", "-w", "3", "-a", "2", "--password", "pw",
+                     str(src), config=config)
+    assert appended.returncode == 0, appended.stderr.decode()
+    ledger_id = appended.stdout.decode().strip()
+    read = bkctl("ledger", "read", ledger_id, "--password", "pw", config=config)
+    assert read.returncode == 0, read.stderr.decode()
+    assert read.stdout == data
+    piped = bkctl("ledger", "append", "-", config=config, input=b"a\nb\n")
+    assert piped.returncode == 0
+    assert bkctl("ledger", "read", piped.stdout.decode().strip(), config=config).stdout == b"a\nb\n"
+    meta = json.loads(bkctl("ledger", "meta", ledger_id, "--json", config=config).stdout)
+    assert (meta["state"], meta["last_entry_id"]) == ("CLOSED", 2999)
+    listed = json.loads(bkctl("ledger", "list", "--json", config=config).stdout)
+    assert int(ledger_id) in listed
+
+    down = bkctl("down", config=config)
+    assert down.returncode == 0, down.stderr.decode()
+    wait_for(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"
+                             for p in seen), 30, what="every process stopped")
+    status = json.loads(bkctl("status", "--json", config=config).stdout)
+    assert [b["state"] for b in status["bookies"]] == ["down"] * 4
+
+
+def test_cli_errors_are_one_line_without_traceback(appliance_config, short_tmp):
+    config, _ = appliance_config
+    broken = short_tmp / "broken.toml"
+    broken.write_text(config.read_text().replace("[client]", "[client]\nensmble = 3"))
+    for args in (("up", "--detach"), ("status",), ("ledger", "list")):
+        result = bkctl(*args, config=broken)
+        err = result.stderr.decode().strip()
+        assert result.returncode != 0
+        assert "Traceback" not in err and len(err.splitlines()) == 1, err
+        assert "client.ensmble" in err and "ensemble" in err
+    missing = bkctl("status", config=short_tmp / "nope.toml")
+    assert missing.returncode != 0 and "Traceback" not in missing.stderr.decode()
+    assert len(missing.stderr.decode().strip().splitlines()) == 1
+
+
+def test_supervisor_restarts_a_crashed_bookie(appliance_config):
+    config, seen = appliance_config
+    _up(config, seen)
+    from appliance.config import load_config
+    from appliance.probe import bookie_info
+
+    cfg = load_config(config)
+    victim = cfg.bookies[1]
+    old_pid = bookie_info(victim.endpoint, 2000)["pid"]
+    os.kill(old_pid, signal.SIGKILL)
+    new = wait_for(lambda: (i := bookie_info(victim.endpoint, 500)) and i["pid"] != old_pid
+                   and i, 30, what="bookie restarted")
+    seen.add(new["pid"])
+    assert psutil.Process(new["pid"]).cpu_affinity()  # pinned (non-empty set)
+    assert bkctl("down", config=config).returncode == 0
+
+
+def test_bookies_keep_serving_when_the_supervisor_dies(appliance_config):
+    config, seen = appliance_config
+    _up(config, seen)
+    sup_pid = _pids_from_state(config)[0]
+    os.kill(sup_pid, signal.SIGKILL)
+    with appliance.connect(str(config)) as bk:
+        lh = bk.create_ledger(3, 3, 2)
+        assert [lh.add(b"x%d" % i) for i in range(10)] == list(range(10))
+        lh.close()
+    _up(config, seen)  # a new supervisor adopts the running bookies
+    pids_after = _pids_from_state(config)
+    assert pids_after[0] != sup_pid and set(pids_after[1:]) <= seen
+    assert bkctl("down", config=config).returncode == 0
+
+
+def test_whole_appliance_killed_and_restarted_keeps_acknowledged_entries(appliance_config):
+    config, seen = appliance_config
+    _up(config, seen)
+    acked: dict[int, list[bytes]] = {}
+    with appliance.connect(str(config)) as bk:
+        wait_registered(bk, 4)
+        for n in (1, 50, 700):
+            lh = bk.create_ledger(3, 3, 2, password=b"pw")
+            payloads = [os.urandom(64) for _ in range(n)]
+            futures = [lh.add_async(p) for p in payloads]
+            assert [f.result(timeout=60) for f in futures] == list(range(n))
+            acked[lh.id] = payloads  # left OPEN: the writer "dies" with the appliance
+    for pid in _pids_from_state(config):
+        os.kill(pid, signal.SIGKILL)
+    _up(config, seen)
+    with appliance.connect(str(config)) as bk:
+        wait_registered(bk, 4)
+        for ledger_id, payloads in acked.items():
+            rh = bk.open_ledger(ledger_id, password=b"pw")  # recovers
+            assert rh.last_add_confirmed == len(payloads) - 1
+            got = rh.read(0, rh.last_add_confirmed)
+            assert [e.payload for e in got] == payloads
+    assert bkctl("down", config=config).returncode == 0
