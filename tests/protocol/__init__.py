@@ -1,0 +1,1 @@
+"""Unit tests of the pure protocol core (appliance.protocol) and appliance.digest."""
