@@ -30,7 +30,7 @@ Rules:
   under another id.
 
 Storage interface used (``storage.LedgerStorage`` has exactly these):
-``add_entry, durable_ticket, read_entry, last_entry_id, ledger_exists,
+``add_entries, durable_ticket, read_entry, last_entry_id, ledger_exists,
 ledgers, set_master_key, get_master_key, fence, is_fenced, mark_limbo,
 clear_limbo, is_limbo, set_explicit_lac, get_explicit_lac``.  ``fence`` and
 ``mark_limbo`` must create an unknown ledger (without a key).
@@ -87,15 +87,19 @@ class BookieCore:
         code, ticket = self._admit_add(ledger_id, master_key, recovery)
         if code != OK:
             return [code] * len(entry_ids), ticket
-        codes = []
-        add_entry, unpack = self.storage.add_entry, HEADER.unpack_from
-        for entry_id, data in zip(entry_ids, datas, strict=True):
+        codes = [OK] * len(entry_ids)
+        good_ids, good_datas = [], []
+        unpack = HEADER.unpack_from
+        for i, (entry_id, data) in enumerate(zip(entry_ids, datas, strict=True)):
             if entry_id < 0 or len(data) < HEADER_BYTES or unpack(data, 0)[:2] != (
                     ledger_id, entry_id):
-                codes.append(BadRequestError.code)
+                codes[i] = BadRequestError.code
                 continue
-            ticket = max(ticket, add_entry(ledger_id, entry_id, data))
-            codes.append(OK)
+            good_ids.append(entry_id)
+            good_datas.append(data)
+        if good_ids:  # one storage call per batch: one block, one ticket
+            ticket = max(ticket, self.storage.add_entries([ledger_id] * len(good_ids),
+                                                          good_ids, good_datas))
         return codes, ticket
 
     def _admit_add(self, ledger_id: int, master_key: bytes, recovery: bool) -> tuple[int, int]:

@@ -90,8 +90,9 @@ class RecoveryApp:
     """Opens the ledger with recovery at ``start_ms``; retries a failed attempt."""
 
     def __init__(self, cluster, name: str, start_ms: int, attempts_max: int = 3,
-                 on_done=None):
+                 on_done=None, master_key: bytes | None = None):
         self.c, self.name = cluster, name
+        self.master_key = master_key or cluster.master_key
         self.host = CoreHost(cluster.world, name, cluster.meta, self.on_result,
                              on_record=cluster.checker.on_record)
         self.core: LedgerRecovery | None = None
@@ -113,7 +114,7 @@ class RecoveryApp:
         config = RecoveryConfig(request_timeout_ms=timeout_ms,
                                 retry_backoff_ms=max(10, timeout_ms // 2),
                                 positive_min=c.cfg.positive_min)
-        self.core = LedgerRecovery(md, version, c.master_key, c.digest, config=config,
+        self.core = LedgerRecovery(md, version, self.master_key, c.digest, config=config,
                                    protections=c.protections, available_bookies=c.available(),
                                    ids=self.host.ids)
         self.host.call(self.core, self.core.start, world.now_ms)

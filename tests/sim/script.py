@@ -6,13 +6,17 @@ step.  Used by the scenario tests in ``tests/sim/test_scenarios.py``.
 
 from __future__ import annotations
 
+from appliance.digest import master_key
 from appliance.errors import OK
 from appliance.protocol import events as ev
+from appliance.protocol.entry import pack_entry
 from appliance.protocol.invariant import InvariantViolation
 from appliance.protocol.quorum import Protections
+from appliance.protocol.reader import LedgerReader
 from tests.sim.apps import ReaderApp, RecoveryApp, WriterApp
 from tests.sim.cluster import Cluster
 from tests.sim.config import SimConfig
+from tests.sim.nodes import CoreHost
 from tests.sim.world import Violation
 
 
@@ -67,8 +71,12 @@ class Script:
     def close(self) -> None:
         self.writer.host.call(self.writer.core, self.writer.core.close, self.world.now_ms)
 
-    def recover(self, name: str = "recovery", attempts_max: int = 1) -> RecoveryApp:
-        app = RecoveryApp(self.cluster, name, self.world.now_ms, attempts_max=attempts_max)
+    def recover(self, name: str = "recovery", attempts_max: int = 1,
+                password: bytes | None = None) -> RecoveryApp:
+        """Open with recovery now (``password``: another password than the writer's)."""
+        key = master_key(password) if password is not None else None
+        app = RecoveryApp(self.cluster, name, self.world.now_ms, attempts_max=attempts_max,
+                          master_key=key)
         self.recoveries[name] = app
         self.cluster.apps.append(app)
         return app
@@ -76,6 +84,30 @@ class Script:
     def read_all(self, name: str = "reader") -> ReaderApp:
         """Open the (closed) ledger without recovery and read 0..last."""
         return ReaderApp(self.cluster, name, self.world.now_ms, 0, whole=True)
+
+    def open_no_recovery(self, name: str = "tail") -> tuple[CoreHost, LedgerReader]:
+        """A reader opened without recovery (its results collect in ``host.got``)."""
+        got: list = []
+        host = CoreHost(self.world, name, self.cluster.meta, lambda core, a: got.append(a))
+        host.got = got
+        md, _ = self.cluster.meta.get(self.cluster.ledger_id)
+        reader = LedgerReader(md, self.cluster.digest, ids=host.ids)
+        host.call(reader, reader.open, self.world.now_ms)
+        return host, reader
+
+    def inject_entry(self, entry_id: int, lac: int, bookies, payload: bytes = b"") -> None:
+        """Store an entry as a writer would have made it (header LAC ``lac``),
+        straight onto ``bookies``: for hand-built states such as gaps."""
+        c = self.cluster
+        record = pack_entry(c.ledger_id, entry_id, lac, entry_id, payload or b"e%d" % entry_id,
+                            c.digest)
+        c.checker.on_record(ev.SendAdd(0, "", c.ledger_id, (entry_id,), (record,), False, b""))
+        for bookie in bookies:
+            code = c.bookies[bookie].core.add(c.ledger_id, entry_id, record, c.master_key).code
+            assert code == OK, f"{bookie} refused the injected entry {entry_id}: {code}"
+
+    def kill_writer(self) -> None:
+        self.writer.host.dead = True
 
     def _writer_result(self, core, action) -> None:
         self.results.append(action)
@@ -128,6 +160,18 @@ class Script:
         except InvariantViolation as exc:
             self.violation = Violation("core-invariant", str(exc))
         return self.violation
+
+    def run_until(self, predicate, ms: int = 1_000) -> bool:
+        """Advance until ``predicate()`` holds (checked after every step), at
+        most ``ms`` simulated milliseconds.  Returns whether it held."""
+        if self.violation is None:
+            try:
+                self.world.run(until_ms=self.world.now_ms + ms, until=predicate)
+            except Violation as exc:
+                self.violation = exc
+            except InvariantViolation as exc:
+                self.violation = Violation("core-invariant", str(exc))
+        return bool(predicate())
 
     def metadata(self):
         return self.cluster.meta.get(self.cluster.ledger_id)[0]
