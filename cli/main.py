@@ -34,6 +34,9 @@ def _register_commands() -> None:
     from cli.bench_storage import storage as bench_storage
 
     bench.add_command(bench_storage)
+    from cli.bench_spark import spark as bench_spark
+
+    bench.add_command(bench_spark)
     from cli.admin import down, status, up
     from cli.ledger import ledger
 

@@ -1,0 +1,245 @@
+"""Spark ingest benchmark (``bkctl bench spark``): rows/s and MB/s of the
+``bookkeeper`` source, next to ``spark.read.parquet`` of the same rows and
+to an in-memory Python data source of the same shape, all in one run.
+
+How it measures, per entry size: ``ledgers`` CLOSED ledgers of ``entries``
+entries each (written once; on a running appliance, earlier bench ledgers
+of the same shape are reused, tagged in their custom metadata), then
+``repeat`` times each query
+
+    spark.read.format(...).load().write.format("noop").mode("overwrite").save()
+
+which plans, reads and materialises every row (all three columns), timed
+on the wall clock from the driver.  Parquet: the same rows, written once by
+Spark to a temp dir (snappy).  Memory: ``MemoryArrowSource`` yields
+pre-built Arrow batches of the same schema and sizes, the ceiling of any
+Python data source in this Spark.  MB are 10**6 payload bytes.  The
+temporary appliance (without ``--config``) runs its own supervisor and 3
+bookies under a temp dir, and is stopped at the end, also on failure.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from appliance.spark.source import ARROW_SCHEMA, SCHEMA_DDL
+
+BENCH_TAG = "bkctl-bench-spark"
+PASSWORD = b"bench"
+START_TIMEOUT_S = 60.0
+WRITE_WINDOW = 800  # adds in flight per ledger while loading (below inflight_adds_max)
+
+
+def run_spark_bench(config_path: str | None, sizes: list[int], entries: int, ledgers: int,
+                    repeat: int, master: str, workdir: str | None = None) -> dict:
+    """Measure every size; returns one JSON-able document (see module doc)."""
+    work = tempfile.mkdtemp(prefix="bkspark", dir=workdir)
+    try:
+        with _appliance(config_path, work) as config:
+            spark, owned = _session(master)
+            try:
+                from appliance.spark import register
+
+                register(spark)
+                spark.dataSource.register(MemoryArrowSource)
+                runs = [_measure_size(spark, config, size, entries, ledgers, repeat, work)
+                        for size in sizes]
+            finally:
+                if owned:
+                    spark.stop()
+        return {"master": master, "entries_per_ledger": entries, "ledgers": ledgers,
+                "repeat": repeat, "appliance": config_path or "temporary (3 bookies)",
+                "sizes": runs}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _measure_size(spark, config: str, size: int, entries: int, n_ledgers: int, repeat: int,
+                  work: str) -> dict:
+    import appliance
+
+    with appliance.connect(config) as client:
+        ids = _bench_ledgers(client, size, entries, n_ledgers)
+    rows = entries * n_ledgers
+    df = (spark.read.format("bookkeeper").option("config", config)
+          .option("ledgers", ",".join(map(str, ids))).option("password", PASSWORD.decode())
+          .load())
+    counted = df.count()
+    if counted != rows:
+        raise RuntimeError(f"the bookkeeper source read {counted} rows, expected {rows}")
+    payload_bytes = int(df.selectExpr("sum(length(payload))").collect()[0][0])
+    parquet = os.path.join(work, f"rows-{size}.parquet")
+    df.write.mode("overwrite").parquet(parquet)
+    memory = (spark.read.format(MemoryArrowSource.name()).option("rows", str(rows))
+              .option("size", str(size)).option("partitions", str(df.rdd.getNumPartitions()))
+              .load())
+    out = {"size": size, "rows": rows, "payload_mb": payload_bytes / 1e6, "ledgers": ids,
+           "partitions": df.rdd.getNumPartitions()}
+    for name, frame in (("bookkeeper", df), ("parquet", spark.read.parquet(parquet)),
+                        ("python_memory_source", memory)):
+        times = [_time_noop(frame) for _ in range(repeat)]
+        best = min(times)
+        out[name] = {"runs_s": [round(t, 4) for t in times], "best_s": round(best, 4),
+                     "rows_per_s": rows / best, "mb_per_s": payload_bytes / 1e6 / best}
+    out["ratio_to_parquet"] = out["bookkeeper"]["rows_per_s"] / out["parquet"]["rows_per_s"]
+    return out
+
+
+def _time_noop(frame) -> float:
+    start = time.perf_counter()
+    frame.write.format("noop").mode("overwrite").save()
+    return time.perf_counter() - start
+
+
+def _bench_ledgers(client, size: int, entries: int, n_ledgers: int) -> list[int]:
+    """Closed bench ledgers of this shape: reused when present, else written."""
+    tag = f"size={size},entries={entries}"
+    found = []
+    for ledger_id in client.list_ledgers():
+        md = client.ledger_metadata(ledger_id)
+        if md.state == "CLOSED" and dict(md.custom).get(BENCH_TAG) == tag:
+            found.append(ledger_id)
+    if len(found) >= n_ledgers:
+        return found[:n_ledgers]
+    return found + _write_ledgers(client, size, entries, n_ledgers - len(found), tag)
+
+
+def _write_ledgers(client, size: int, entries: int, n_ledgers: int, tag: str) -> list[int]:
+    rng = np.random.default_rng(size)
+    pool = rng.integers(0, 256, size * 1024 + size, dtype=np.uint8).tobytes()
+    handles = [client.create_ledger(password=PASSWORD, custom={BENCH_TAG: tag})
+               for _ in range(n_ledgers)]
+    pending = []
+    for i in range(entries):
+        start = (i * 7919) % 1024 * size
+        payload = pool[start:start + size]
+        pending += [h.add_async(payload) for h in handles]
+        if len(pending) >= WRITE_WINDOW * n_ledgers:
+            for fut in pending:
+                fut.result(timeout=600)
+            pending = []
+    for fut in pending:
+        fut.result(timeout=600)
+    for h in handles:
+        h.close()
+    return [h.id for h in handles]
+
+
+def _session(master: str):
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    owned = SparkSession.getActiveSession() is None
+    spark = (SparkSession.builder.master(master).appName("bkctl-bench-spark")
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    if owned:
+        spark.sparkContext.setLogLevel("ERROR")
+    return spark, owned
+
+
+@contextmanager
+def _appliance(config_path: str | None, work: str):
+    """The given appliance's config, or a temporary one (stopped at exit)."""
+    if config_path is not None:
+        yield str(Path(config_path).resolve())
+        return
+    root = Path(work) / "appliance"
+    root.mkdir()
+    config = root / "bench.toml"
+    config.write_text(_temp_config())
+    log = open(root / "supervisor.log", "ab")
+    proc = subprocess.Popen([sys.executable, "-m", "appliance.supervisor", "--config",
+                             str(config)], stdin=subprocess.DEVNULL, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    log.close()
+    try:
+        _wait_for_bookies(str(config), proc, 3)
+        yield str(config)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _temp_config() -> str:
+    parts = ['[metadata]\nuri = "sqlite:///meta.db"\n']
+    for i in range(1, 4):
+        parts.append(textwrap.dedent(f"""
+            [[bookies]]
+            id = "bookie-{i}"
+            journal_dir = "b{i}/journal"
+            ledger_dir = "b{i}/ledgers"
+            endpoint = "ipc://b{i}.sock"
+            """))
+    parts.append('\n[supervisor]\nrun_dir = "run"\n')
+    return "".join(parts)
+
+
+def _wait_for_bookies(config: str, proc, count: int) -> None:
+    import appliance
+
+    deadline = time.monotonic() + START_TIMEOUT_S
+    with appliance.connect(config) as client:
+        while len(client.registry.available()) < count:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the temporary appliance did not start ({config}; see "
+                                   f"{Path(config).parent / 'run'})")
+            time.sleep(0.1)
+
+
+class _MemoryReader(DataSourceReader):
+    def __init__(self, options):
+        self.rows = int(options.get("rows", 0))
+        self.size = int(options.get("size", 100))
+        self.parts = max(1, int(options.get("partitions", 1)))
+
+    def partitions(self):
+        per = -(-self.rows // self.parts)
+        return [InputPartition((i * per, min(self.rows, (i + 1) * per)))
+                for i in range(self.parts) if i * per < self.rows]
+
+    def read(self, partition):
+        lo, hi = partition.value
+        step = 65536
+        data = pa.py_buffer(bytes(self.size * step))
+        offsets = pa.py_buffer(np.arange(0, (step + 1) * self.size, self.size,
+                                         dtype=np.int32).tobytes())
+        for start in range(lo, hi, step):
+            n = min(step, hi - start)
+            payload = pa.Array.from_buffers(pa.binary(), n, [None, offsets, data])
+            yield pa.RecordBatch.from_arrays(
+                [pa.array(np.zeros(n, np.int64)), pa.array(np.arange(start, start + n)),
+                 payload], schema=ARROW_SCHEMA)
+
+
+class MemoryArrowSource(DataSource):
+    """Rows of the bookkeeper schema from memory: the Python-source ceiling."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "bookkeeper_bench_memory"
+
+    def schema(self) -> str:
+        return SCHEMA_DDL
+
+    def reader(self, schema) -> DataSourceReader:
+        return _MemoryReader(self.options)

@@ -1,0 +1,130 @@
+"""The options of the ``bookkeeper`` source, checked once on the driver.
+
+Every bad option is a ``ValueError`` naming the option and the fix, raised
+before anything connects.  Option names are case-insensitive (as in Spark).
+
+| option | default | meaning |
+|---|---|---|
+| ``config`` / ``metadata`` | (one is required) | appliance TOML path, or metadata URI |
+| ``ledgers`` | every CLOSED ledger | comma-separated ids; OPEN ones are read up to their LAC |
+| ``password`` | empty | the ledgers' password (UTF-8) |
+| ``startingEntry`` | ``earliest`` (0) | first entry read, inclusive: id or ``{"ledger": id}`` |
+| ``endingEntry`` | ``latest`` | last entry read, inclusive: id or ``{"ledger": id}`` JSON |
+| ``maxEntriesPerPartition`` | 250000 | a larger range is split (each task costs tens of ms) |
+| ``minPartitions`` | driver's CPUs | split further until there are this many (default: |
+|  |  | not below 10000 entries each) |
+| ``readTimeoutMs`` | 5000 | deadline of one batched read before failing over |
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+ID_MAX = (1 << 63) - 1
+MAX_ENTRIES_PER_PARTITION = 250_000  # ~1-2 s of reading per task at measured rates
+PARTITIONS_MAX = 100_000  # a bound on planning output (minPartitions cannot exceed it)
+
+
+@dataclass(frozen=True)
+class ScanOptions:
+    target: str  # config path or metadata URI, as given
+    is_config: bool
+    ledgers: tuple[int, ...] | None  # None: every CLOSED ledger
+    password: bytes = b""
+    starting: Mapping[int, int] | int = 0  # per-ledger map, or one id for all
+    ending: Mapping[int, int] | int = ID_MAX
+    max_entries_per_partition: int = MAX_ENTRIES_PER_PARTITION
+    min_partitions: int | None = None  # None: the driver's CPUs, pieces >= 10000
+    read_timeout_ms: int = 5000
+
+    def start_for(self, ledger_id: int) -> int:
+        if isinstance(self.starting, int):
+            return self.starting
+        return self.starting.get(ledger_id, 0)
+
+    def end_for(self, ledger_id: int) -> int:
+        if isinstance(self.ending, int):
+            return self.ending
+        return self.ending.get(ledger_id, ID_MAX)
+
+    @property
+    def where(self) -> str:
+        return f"{'config' if self.is_config else 'metadata'} {self.target}"
+
+
+def parse_options(raw: Mapping[str, str]) -> ScanOptions:
+    opts = {str(k).lower(): v for k, v in raw.items()}
+    config, metadata = opts.pop("config", None), opts.pop("metadata", None)
+    if (config is None) == (metadata is None):
+        raise ValueError("bookkeeper source: set exactly one of option 'config' (the "
+                         "appliance's TOML file) or 'metadata' (its metadata URI)")
+    opts.pop("path", None)  # load(path) is not used by this source
+    out = ScanOptions(
+        target=str(config if config is not None else metadata),
+        is_config=config is not None,
+        ledgers=_ledgers(opts.pop("ledgers", None)),
+        password=str(opts.pop("password", "")).encode("utf-8"),
+        starting=_bound("startingEntry", opts.pop("startingentry", None), "earliest", 0),
+        ending=_bound("endingEntry", opts.pop("endingentry", None), "latest", ID_MAX),
+        max_entries_per_partition=_positive("maxEntriesPerPartition",
+                                            opts.pop("maxentriesperpartition", None),
+                                            MAX_ENTRIES_PER_PARTITION),
+        min_partitions=_positive("minPartitions", opts.pop("minpartitions", None), None),
+        read_timeout_ms=_positive("readTimeoutMs", opts.pop("readtimeoutms", None), 5000),
+    )
+    if (out.min_partitions or 0) > PARTITIONS_MAX:
+        raise ValueError(f"option minPartitions must be <= {PARTITIONS_MAX}, got "
+                         f"{out.min_partitions}")
+    if opts:
+        raise ValueError(f"bookkeeper source: unknown option(s) {sorted(opts)}; known: config, "
+                         "metadata, ledgers, password, startingEntry, endingEntry, "
+                         "maxEntriesPerPartition, minPartitions, readTimeoutMs")
+    return out
+
+
+def _int(name: str, text) -> int:
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        raise ValueError(f"option {name} must be an integer, got {text!r}") from None
+    if not 0 <= value <= ID_MAX:
+        raise ValueError(f"option {name} must be in [0, 2^63-1], got {value}")
+    return value
+
+
+def _positive(name: str, text, default: int | None) -> int | None:
+    if text is None:
+        return default
+    value = _int(name, text)
+    if value < 1:
+        raise ValueError(f"option {name} must be >= 1, got {value}")
+    return value
+
+
+def _ledgers(text) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    parts = [p for p in str(text).replace(" ", "").split(",") if p]
+    if not parts:
+        raise ValueError("option ledgers is empty: name ledger ids like '3,4,5', or leave it "
+                         "out to read every closed ledger")
+    return tuple(sorted({_int("ledgers", p) for p in parts}))
+
+
+def _bound(name: str, text, keyword: str, default: int):
+    if text is None or str(text).strip().lower() == keyword:
+        return default
+    text = str(text).strip()
+    if not text.startswith("{"):
+        return _int(name, text)
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"option {name}: not an id, '{keyword}' or a JSON object: "
+                         f"{exc}") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"option {name} must be a JSON object of ledger id -> entry id")
+    return {_int(f"{name} (ledger id)", k): _int(f"{name} (entry id)", v)
+            for k, v in doc.items()}

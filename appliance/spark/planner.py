@@ -1,0 +1,172 @@
+"""Planning a ``bookkeeper`` scan on the driver: ledger metadata -> partitions
+whose bounds are fixed before any task runs.
+
+Guarantees:
+
+* Every entry of the scan lies in exactly one partition, once: the ranges
+  are cut from each ledger's ``first..last`` without overlap (``split_ranges``).
+* Bounds are fixed here: a CLOSED ledger up to its last entry, an OPEN (or
+  IN_RECOVERY) ledger that was named explicitly up to the LAC read now,
+  opened *without* recovery (its writer is not disturbed).  A task that is
+  retried reads exactly the same entries.
+* Failures name what failed: an unknown ledger, a wrong password (checked
+  against the metadata's password hash before any bookie is asked) or an
+  unreachable metadata store fails the query with the ledger id or the
+  endpoint in the message.
+* A partition carries all its executor needs (ledger metadata, bookie
+  endpoints, read knobs), so executors never query the metadata store.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from pyspark.sql.datasource import InputPartition
+
+from appliance.bulk_read import BulkReadConfig
+from appliance.errors import BKError, NoSuchLedgerError, UnauthorizedError
+from appliance.protocol.metadata import CLOSED, LedgerMetadata
+from appliance.spark.filters import Bounds
+from appliance.spark.options import ScanOptions
+
+RANGES_PER_PARTITION_MAX = 1024  # small ledgers packed together, up to this many per task
+# Without an explicit minPartitions a scan is spread over the driver's CPUs,
+# but not into pieces below this many entries (a task costs tens of ms).
+DEFAULT_SPLIT_ENTRIES_MIN = 10_000
+
+
+@dataclass(frozen=True)
+class LedgerRange:
+    """Entries ``first_entry_id..last_entry_id`` (inclusive) of one ledger."""
+
+    metadata: LedgerMetadata
+    first_entry_id: int
+    last_entry_id: int
+
+    @property
+    def count(self) -> int:
+        return self.last_entry_id - self.first_entry_id + 1
+
+
+class BookKeeperPartition(InputPartition):
+    """One Spark task: ledger ranges read in order by one ``BulkReader``."""
+
+    def __init__(self, index: int, ranges: tuple[LedgerRange, ...], endpoints: dict[str, str],
+                 read_config: BulkReadConfig):
+        super().__init__(index)
+        self.ranges = ranges
+        self.endpoints = endpoints
+        self.read_config = read_config
+
+    def __repr__(self) -> str:
+        spans = ", ".join(f"{r.metadata.ledger_id}:{r.first_entry_id}..{r.last_entry_id}"
+                          for r in self.ranges[:4])
+        more = f", +{len(self.ranges) - 4} more" if len(self.ranges) > 4 else ""
+        return f"BookKeeperPartition({self.value}: {spans}{more})"
+
+
+def plan_partitions(options: ScanOptions, bounds: Bounds) -> list[BookKeeperPartition]:
+    """Connect, read metadata, fix bounds, split; see the module docstring."""
+    import appliance
+    from appliance.config import load_config
+
+    try:
+        config = load_config(options.target) if options.is_config else None
+        client = appliance.connect(options.target)
+    except BKError as exc:
+        raise type(exc)(f"bookkeeper source: cannot reach the appliance ({options.where}): "
+                        f"{exc}") from exc
+    with client:
+        ranges = ledger_ranges(client, options, bounds)
+        endpoints = _endpoints(client, config)
+    entry_bytes_max = (config.wire_limits().entry_bytes_max if config is not None
+                       else BulkReadConfig().entry_bytes_max)
+    read_config = BulkReadConfig(read_timeout_ms=options.read_timeout_ms,
+                                 entry_bytes_max=entry_bytes_max)
+    if options.min_partitions is None:
+        pieces = split_ranges(ranges, options.max_entries_per_partition,
+                              len(os.sched_getaffinity(0)), DEFAULT_SPLIT_ENTRIES_MIN)
+    else:
+        pieces = split_ranges(ranges, options.max_entries_per_partition, options.min_partitions)
+    return [BookKeeperPartition(i, tuple(p), endpoints, read_config)
+            for i, p in enumerate(pieces)]
+
+
+def ledger_ranges(client, options: ScanOptions, bounds: Bounds) -> list[LedgerRange]:
+    """The non-empty range to read of every selected ledger, by ledger id."""
+    from appliance.protocol.keys import master_key, password_hash
+
+    expected_hash = password_hash(master_key(options.password))
+    named = options.ledgers is not None
+    ids = options.ledgers if named else client.list_ledgers()
+    out = []
+    for ledger_id in (i for i in ids if bounds.admits_ledger(i)):
+        try:
+            md = client.ledger_metadata(ledger_id)
+        except NoSuchLedgerError:
+            if named:
+                raise NoSuchLedgerError(f"bookkeeper source: ledger {ledger_id} does not exist "
+                                        f"({options.where})") from None
+            continue  # deleted since it was listed
+        if not named and md.state != CLOSED:
+            continue
+        if md.password_hash is not None and md.password_hash != expected_hash:
+            raise UnauthorizedError(f"bookkeeper source: wrong password for ledger {ledger_id}")
+        md, last = _readable_end(client, md, options)
+        first = max(options.start_for(ledger_id), bounds.entry_min)
+        last = min(last, options.end_for(ledger_id), bounds.entry_max)
+        if first <= last:
+            out.append(LedgerRange(md, first, last))
+    return out
+
+
+def _readable_end(client, md: LedgerMetadata, options: ScanOptions):
+    """(metadata, last readable entry): CLOSED -> its last entry; otherwise
+    the LAC of an open without recovery, with the metadata it used."""
+    if md.state == CLOSED:
+        return md, md.last_entry_id
+    handle = client.open_ledger(md.ledger_id, password=options.password, recovery=False)
+    try:
+        return handle.metadata, handle.last_add_confirmed
+    finally:
+        handle.close()
+
+
+def _endpoints(client, config) -> dict[str, str]:
+    """Bookie id -> endpoint: the live registrations, completed by the config
+    (a bookie down now may be back by the time a task runs)."""
+    endpoints = {spec.id: spec.endpoint for spec in (config.bookies if config else ())}
+    for bookie_id, info in client.registry.available().items():
+        endpoints[bookie_id] = info["endpoint"]
+    return endpoints
+
+
+def split_ranges(ranges: list[LedgerRange], max_entries: int, min_partitions: int = 1,
+                 entries_min: int = 1) -> list[list[LedgerRange]]:
+    """Cut ranges into partitions of at most ``target`` entries, where
+    ``target = min(max_entries, max(entries_min, ceil(total / min_partitions)))``,
+    packing consecutive small ranges together (at most
+    ``RANGES_PER_PARTITION_MAX`` per partition).  Pure; each entry lands in
+    exactly one partition."""
+    total = sum(r.count for r in ranges)
+    if total == 0:
+        return []
+    per_partition = max(entries_min, -(-total // max(1, min_partitions)))
+    target = max(1, min(max_entries, per_partition))
+    parts: list[list[LedgerRange]] = []
+    current: list[LedgerRange] = []
+    room = target
+    for r in ranges:
+        start = r.first_entry_id
+        while start <= r.last_entry_id:
+            take = min(r.last_entry_id - start + 1, room)
+            current.append(LedgerRange(r.metadata, start, start + take - 1))
+            start += take
+            room -= take
+            if room == 0 or len(current) >= RANGES_PER_PARTITION_MAX:
+                parts.append(current)
+                current, room = [], target
+    if current:
+        parts.append(current)
+    return parts

@@ -1,0 +1,59 @@
+"""``bkctl bench spark``: Spark ingest from the appliance (the ``bookkeeper``
+source) next to ``spark.read.parquet`` of the same rows, in the same run."""
+
+from __future__ import annotations
+
+import click
+
+from cli.common import echo_json, json_option, library_errors
+
+
+def _sizes(ctx, param, value: str) -> list[int]:
+    try:
+        sizes = [int(s) for s in value.split(",") if s.strip()]
+    except ValueError:
+        raise click.BadParameter("a comma-separated list of byte sizes, like 100,1024") from None
+    if not sizes or min(sizes) < 1:
+        raise click.BadParameter("give at least one size, each >= 1")
+    return sizes
+
+
+@click.command("spark")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, exists=True),
+              default=None, help="A running appliance (default: a temporary one of its own).")
+@click.option("--sizes", default="100,1024", show_default=True, callback=_sizes,
+              help="Entry payload sizes in bytes, comma-separated.")
+@click.option("--entries", type=click.IntRange(min=1), default=50_000, show_default=True,
+              help="Entries per ledger (written once; reused on a running appliance).")
+@click.option("--ledgers", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Ledgers per size (one or more partitions each).")
+@click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Timed runs of each query; the best one is reported.")
+@click.option("--master", default="local[2]", show_default=True, help="Spark master.")
+@click.option("--dir", "directory", type=click.Path(file_okay=False, exists=True),
+              default=None, help="Temp files (appliance, Parquet) under DIR (default: $TMPDIR).")
+@json_option
+@library_errors
+def spark(config_path, sizes, entries, ledgers, repeat, master, directory, as_json):
+    """Ingest rows/s and MB/s of spark.read.format("bookkeeper"), of
+    spark.read.parquet on the same rows, and of an in-memory Python source
+    (the ceiling of any Python data source), measured in the same run.
+
+    \b
+    Example:
+      bkctl bench spark --json
+      bkctl bench spark --config configs/local.toml --entries 500000 --sizes 100
+    """
+    from appliance.spark.bench import run_spark_bench
+
+    result = run_spark_bench(config_path, sizes, entries, ledgers, repeat, master, directory)
+    if as_json:
+        echo_json(result)
+        return
+    for run in result["sizes"]:
+        click.echo(f"{run['size']} B x {run['rows']:,} rows, {run['partitions']} partitions")
+        for name in ("bookkeeper", "parquet", "python_memory_source"):
+            m = run[name]
+            click.echo(f"  {name:<21}{m['rows_per_s']:>12,.0f} rows/s {m['mb_per_s']:>9,.1f} MB/s"
+                       f"  (best of {m['runs_s']} s)")
+        click.echo(f"  bookkeeper / parquet = {run['ratio_to_parquet']:.2f}")

@@ -1,0 +1,41 @@
+"""``bkctl bench spark`` on a tiny run (its own temporary appliance): the
+JSON document has every figure, for both sources and the ceiling, and the
+run cleans up.  Speed itself is measured by the bench, never asserted."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import psutil
+import pytest
+from click.testing import CliRunner
+
+from cli.main import cli
+
+
+def test_bench_spark_json_reports_every_source(spark, tmp_path):
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    result = CliRunner().invoke(cli, ["bench", "spark", "--sizes", "100", "--entries", "300",
+                                      "--ledgers", "2", "--repeat", "1", "--dir", str(tmp_path),
+                                      "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output.strip().splitlines()[-1])
+    (run,) = doc["sizes"]
+    assert (run["size"], run["rows"], len(run["ledgers"])) == (100, 600, 2)
+    assert run["payload_mb"] == 600 * 100 / 1e6
+    for name in ("bookkeeper", "parquet", "python_memory_source"):
+        m = run[name]
+        assert len(m["runs_s"]) == 1 and m["best_s"] == min(m["runs_s"]) > 0
+        assert m["rows_per_s"] == pytest.approx(600 / m["best_s"], rel=1e-3)  # best_s rounded
+    assert run["ratio_to_parquet"] == run["bookkeeper"]["rows_per_s"] / \
+        run["parquet"]["rows_per_s"]
+    assert os.listdir(tmp_path) == []  # appliance, Parquet files: all removed
+    leftover = {p.pid for p in psutil.Process().children(recursive=True)} - before
+    assert not [p for p in leftover if psutil.pid_exists(p) and "appliance" in " ".join(
+        psutil.Process(p).cmdline())]  # the temporary supervisor and bookies are gone
+
+
+def test_bench_spark_refuses_bad_sizes():
+    result = CliRunner().invoke(cli, ["bench", "spark", "--sizes", "100,x"])
+    assert result.exit_code != 0 and "comma-separated list of byte sizes" in result.output

@@ -1,0 +1,284 @@
+"""``appliance.bulk_read`` against in-memory bookies on threads (real ZeroMQ,
+real wire codec): order and exactly-once, failover on every kind of bad
+answer, and clear errors when no replica serves an entry."""
+
+from __future__ import annotations
+
+import pytest
+
+from appliance.bulk_read import BulkReadConfig, BulkReader, parse_read_batch, verify_records
+from appliance.digest import make_digest
+from appliance.errors import (
+    OK,
+    BadRequestError,
+    BKTimeoutError,
+    BookieUnavailableError,
+    DigestMismatchError,
+    NoSuchEntryError,
+)
+from appliance.protocol.entry import pack_entries
+from appliance.protocol.keys import master_key
+from appliance.protocol.metadata import LedgerMetadata
+from ipc.memserver import MemoryBookie
+from ipc.replies import ReadBatchReply, encode_reply
+from ipc.requests import AddBatchRequest, AddItem, ReadBatchRequest
+from ipc.server import FrameServer
+from tests.ipc.support import ThreadServer
+
+KEY = master_key(b"secret")
+LEDGER = 42
+FAST = BulkReadConfig(read_timeout_ms=300, retry_backoff_ms=10, batch_entries_max=64)
+
+
+class FaultyBookie(MemoryBookie):
+    """A memory bookie that can corrupt, misfile, drop or garble READ_BATCH replies."""
+
+    def __init__(self, bookie_id: str):
+        super().__init__(bookie_id)
+        self.corrupt: set[int] = set()  # entries served with a flipped payload byte
+        self.misfile: set[int] = set()  # entries served with the next entry's record
+        self.silent = False  # never answer READ_BATCH
+        self.garble = False  # answer with rows that are not consecutive
+        self.reads = 0
+
+    def handle(self, peer, req):
+        if not isinstance(req, ReadBatchRequest):
+            return super().handle(peer, req)
+        self.reads += 1
+        if self.silent:
+            return None
+        reply = super().handle(peer, req)
+        if self.garble and len(reply.rows) > 1:
+            rows = list(reply.rows)
+            rows[1] = (rows[1][0] + 5, rows[1][1], rows[1][2])
+            return ReadBatchReply(reply.ledger_id, rows, reply.request_id)
+        return ReadBatchReply(reply.ledger_id, [self._spoil(r) for r in reply.rows],
+                              reply.request_id)
+
+    def _spoil(self, row):
+        entry_id, status, data = row
+        if status == OK and entry_id in self.corrupt:
+            data = bytes(data[:-1]) + bytes([data[-1] ^ 0x01])
+        if status == OK and entry_id in self.misfile:
+            data = self.ledgers[LEDGER].entries.get(entry_id + 1, data)
+        return entry_id, status, data
+
+
+@pytest.fixture
+def bookies(short_tmp):
+    """Factory: ``bookies(n)`` -> ({id: FaultyBookie}, {id: endpoint}), all stopped after."""
+    running: list[ThreadServer] = []
+
+    def make(n: int):
+        handlers, endpoints = {}, {}
+        for i in range(n):
+            bookie_id = f"b{len(running)}"
+            handler = FaultyBookie(bookie_id)
+            server = FrameServer(f"ipc://{short_tmp}/{bookie_id}.sock", handler)
+            handler.attach(server)
+            running.append(ThreadServer(server).start())
+            handlers[bookie_id], endpoints[bookie_id] = handler, server.endpoint
+            assert i < 16
+        return handlers, endpoints
+
+    yield make
+    for ts in running:
+        ts.stop()
+
+
+def _payloads(n: int) -> list[bytes]:
+    return [(b"entry-%d-" % i) * (1 + i % 7) for i in range(n)]
+
+
+def _metadata(ensembles, e: int = 3, w: int = 3, digest: str = "crc32c", last: int = -1):
+    return LedgerMetadata(LEDGER, e, w, min(w, 2), tuple(ensembles), state="CLOSED",
+                          last_entry_id=last, digest_type=digest)
+
+
+def _store(md: LedgerMetadata, handlers: dict, payloads: list[bytes]) -> None:
+    """Put each record on every bookie (that exists) of its write set."""
+    records, _ = pack_entries(LEDGER, 0, -1, 0, payloads, make_digest(md.digest_type, KEY))
+    for entry_id, record in enumerate(records):
+        for bookie_id in (b for b in md.write_set(entry_id) if b in handlers):
+            handlers[bookie_id].handle(b"w", AddBatchRequest([AddItem(LEDGER, entry_id, KEY,
+                                                                      record)]))
+
+
+def _read_all(reader, md, first=0, last=None):
+    last = md.last_entry_id if last is None else last
+    out = []
+    for chunk in reader.read(md, first, last, KEY):
+        for i in range(chunk.count):
+            out.append((chunk.first_entry_id + i,
+                        chunk.payloads[chunk.offsets[i]:chunk.offsets[i + 1]]))
+    return out
+
+
+def test_reads_every_entry_once_in_order_spread_over_replicas(bookies):
+    handlers, endpoints = bookies(3)
+    payloads = _payloads(1000)
+    md = _metadata([(0, tuple(handlers))], last=999)
+    _store(md, handlers, payloads)
+    with BulkReader(endpoints, FAST) as reader:
+        got = _read_all(reader, md)
+        assert got == list(enumerate(payloads))
+        assert _read_all(reader, md, 10, 20) == list(enumerate(payloads))[10:21]
+        assert reader.counters["failovers"] == 0
+    assert all(h.reads > 0 for h in handlers.values())  # load spread over the replicas
+
+
+def test_striped_ledger_and_several_fragments(bookies):
+    handlers, endpoints = bookies(5)
+    ids = tuple(handlers)
+    md = _metadata([(0, ids[:3]), (200, ids[2:])], e=3, w=2, last=499)
+    payloads = _payloads(500)
+    _store(md, handlers, payloads)
+    with BulkReader(endpoints, FAST) as reader:
+        assert _read_all(reader, md) == list(enumerate(payloads))
+
+
+def test_hmac_digest_ledger(bookies):
+    handlers, endpoints = bookies(3)
+    md = _metadata([(0, tuple(handlers))], digest="hmac-sha256", last=99)
+    payloads = _payloads(100)
+    _store(md, handlers, payloads)
+    with BulkReader(endpoints, FAST) as reader:
+        assert _read_all(reader, md) == list(enumerate(payloads))
+        with pytest.raises(DigestMismatchError, match=f"ledger {LEDGER} entry 0"):
+            list(reader.read(md, 0, 99, master_key(b"wrong")))
+
+
+def test_corrupt_and_misfiled_records_fail_over_never_served(bookies):
+    handlers, endpoints = bookies(3)
+    md = _metadata([(0, tuple(handlers))], last=299)
+    payloads = _payloads(300)
+    _store(md, handlers, payloads)
+    a, b, _ = handlers.values()
+    a.corrupt.update({5, 150})
+    b.misfile.update({7, 151})
+    with BulkReader(endpoints, FAST) as reader:
+        assert _read_all(reader, md) == list(enumerate(payloads))
+        assert reader.counters["bad_records"] >= 1
+        assert reader.counters["failovers"] >= 1
+
+
+def test_every_replica_corrupt_is_a_digest_error_naming_the_entry(bookies):
+    handlers, endpoints = bookies(3)
+    md = _metadata([(0, tuple(handlers))], last=99)
+    _store(md, handlers, _payloads(100))
+    for h in handlers.values():
+        h.corrupt.add(70)
+    with BulkReader(endpoints, FAST) as reader:
+        got = []
+        with pytest.raises(DigestMismatchError, match=f"ledger {LEDGER} entry 70") as info:
+            for chunk in reader.read(md, 0, 99, KEY):
+                got.append(chunk)
+        assert sum(c.count for c in got) == 70  # everything before the bad entry, in order
+        assert all(b in str(info.value) for b in handlers)
+
+
+def test_silent_and_garbling_bookies_are_skipped(bookies):
+    handlers, endpoints = bookies(3)
+    md = _metadata([(0, tuple(handlers))], last=399)
+    payloads = _payloads(400)
+    _store(md, handlers, payloads)
+    a, b, _ = handlers.values()
+    a.silent = True
+    b.garble = True
+    with BulkReader(endpoints, FAST) as reader:
+        assert _read_all(reader, md) == list(enumerate(payloads))
+        assert reader.counters["timeouts"] >= 1
+        assert reader.counters["bad_replies"] >= 1
+
+
+def test_missing_everywhere_is_no_such_entry(bookies):
+    handlers, endpoints = bookies(3)
+    md = _metadata([(0, tuple(handlers))], last=49)
+    _store(md, handlers, _payloads(40))  # the metadata claims 50 entries
+    with BulkReader(endpoints, FAST) as reader, \
+            pytest.raises(NoSuchEntryError, match=f"ledger {LEDGER} entry 40"):
+        _read_all(reader, md)
+
+
+def test_unreachable_bookies_name_their_endpoints(bookies, short_tmp):
+    handlers, endpoints = bookies(1)
+    md = _metadata([(0, ("b0", "gone-1", "gone-2"))], last=9)
+    _store(md, handlers, _payloads(10))
+    handlers["b0"].silent = True
+    dead = {"b0": endpoints["b0"], "gone-1": f"ipc://{short_tmp}/nobody.sock"}
+    with BulkReader(dead, FAST) as reader:
+        with pytest.raises(BKTimeoutError) as info:
+            _read_all(reader, md)
+        message = str(info.value)
+        assert endpoints["b0"] in message and "nobody.sock" in message
+        assert "gone-2" in message and "not registered" in message
+    with BulkReader({}, FAST) as reader, pytest.raises(BookieUnavailableError):
+        _read_all(reader, md)
+
+
+def test_abandoned_read_leaves_the_reader_usable(bookies):
+    handlers, endpoints = bookies(3)
+    md = _metadata([(0, tuple(handlers))], last=999)
+    payloads = _payloads(1000)
+    _store(md, handlers, payloads)
+    with BulkReader(endpoints, FAST) as reader:
+        partial = reader.read(md, 0, 999, KEY)
+        next(partial)
+        partial.close()  # requests still in flight: their replies must be dropped
+        assert _read_all(reader, md, 500, 999) == list(enumerate(payloads))[500:]
+
+
+# -- the pure parts ------------------------------------------------------------------
+def test_verify_records_cuts_at_the_first_bad_record():
+    digest = make_digest("crc32c", KEY)
+    payloads = _payloads(10)
+    recs, _ = pack_entries(LEDGER, 0, -1, 0, payloads, digest)
+    chunk, why = verify_records(recs, LEDGER, 0, digest)
+    assert why is None and chunk.count == 10
+    assert [chunk.payloads[chunk.offsets[i]:chunk.offsets[i + 1]] for i in range(10)] == payloads
+    cases = {  # index of the bad record -> its replacement
+        4: recs[4][:-1] + bytes([recs[4][-1] ^ 0x80]),  # payload bit flip
+        5: recs[5][:20] + bytes([recs[5][20] ^ 1]) + recs[5][21:],  # header bit flip
+        6: recs[6][:30],  # truncated below header + digest
+        7: recs[8],  # another entry's record
+    }
+    for bad, record in cases.items():
+        spoiled = list(recs)
+        spoiled[bad] = record
+        chunk, why = verify_records(spoiled, LEDGER, 0, digest)
+        assert chunk.count == bad and why is not None
+    assert verify_records(recs, LEDGER + 1, 0, digest)[0] is None  # wrong ledger
+    assert verify_records(recs[3:], LEDGER, 2, digest)[0] is None  # wrong entry ids
+
+
+def test_verify_records_checks_lac_and_running_length():
+    digest = make_digest("crc32c", KEY)
+    good, _ = pack_entries(LEDGER, 0, -1, 0, [b"aa", b"bb", b"cc"], digest)
+    skewed, _ = pack_entries(LEDGER, 2, -1, 999, [b"cc"], digest)  # length jumps
+    chunk, why = verify_records(good[:2] + skewed, LEDGER, 0, digest)
+    assert chunk.count == 2 and "running length" in why
+    lac_too_high, _ = pack_entries(LEDGER, 0, -1, 0, [b"x"], digest)
+    header = bytearray(lac_too_high[0][:32])
+    header[16:24] = (5).to_bytes(8, "big")  # lac 5 >= entry 0
+    forged = bytes(header) + digest.compute(bytes(header), b"x") + b"x"
+    assert verify_records([forged], LEDGER, 0, digest)[0] is None
+
+
+def test_parse_read_batch_refuses_malformed_replies():
+    data = [b"r" * 40, b"s" * 40]
+    frames = encode_reply(ReadBatchReply(LEDGER, [(3, OK, data[0]), (4, OK, data[1])], 9))
+    reply = parse_read_batch([bytes(f) for f in frames], 1 << 20)
+    assert (reply.request_id, reply.first_entry_id, reply.records) == (9, 3, data)
+    stop = encode_reply(ReadBatchReply(LEDGER, [(3, OK, data[0]), (4, 3, None)], 9))
+    assert parse_read_batch([bytes(f) for f in stop], 1 << 20).stop_status == 3
+    good = [bytes(f) for f in frames]
+    for broken in (good[:1], good[:-1], [good[0][:20]] + good[1:],  # frames or header short
+                   [good[0], good[1][:-1]] + good[2:],  # status table short
+                   [good[0], good[1][12:] + good[1][:12]] + good[2:],  # rows out of order
+                   [b"\x02" + good[0][1:]] + good[1:]):  # another wire version
+        with pytest.raises(BadRequestError):
+            parse_read_batch(broken, 1 << 20)
+    with pytest.raises(BadRequestError):
+        parse_read_batch(good, 10)  # a record over entry_bytes_max
+    failed = parse_read_batch([good[0][:28] + (7).to_bytes(4, "big")], 1 << 20)
+    assert failed.status == 7 and failed.records == []

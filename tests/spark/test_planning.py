@@ -1,0 +1,139 @@
+"""The pure planning parts of the Spark source: options, filter pushdown and
+the split of ledger ranges into partitions (no Spark session, no appliance)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from pyspark.sql.datasource import (
+    EqualNullSafe,
+    EqualTo,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    IsNotNull,
+    LessThan,
+    LessThanOrEqual,
+    Not,
+)
+
+from appliance.protocol.metadata import LedgerMetadata
+from appliance.spark.filters import ID_MAX, Bounds, push_filters
+from appliance.spark.options import MAX_ENTRIES_PER_PARTITION, parse_options
+from appliance.spark.planner import RANGES_PER_PARTITION_MAX, LedgerRange, split_ranges
+
+
+# -- options ---------------------------------------------------------------------------
+def test_options_defaults_and_case_insensitive_names():
+    o = parse_options({"config": "x.toml"})
+    assert (o.target, o.is_config, o.ledgers, o.password) == ("x.toml", True, None, b"")
+    assert (o.start_for(3), o.end_for(3)) == (0, ID_MAX)
+    assert o.max_entries_per_partition == MAX_ENTRIES_PER_PARTITION
+    assert o.min_partitions is None  # the planner's default
+    o = parse_options({"METADATA": "sqlite:///m.db", "Ledgers": " 5, 3,5 ", "password": "pé",
+                       "startingEntry": "earliest", "ENDINGENTRY": "latest",
+                       "maxentriesperpartition": "10", "minPartitions": "3",
+                       "readTimeoutMs": "250"})
+    assert (o.is_config, o.ledgers, o.password) == (False, (3, 5), "pé".encode())
+    assert (o.max_entries_per_partition, o.min_partitions, o.read_timeout_ms) == (10, 3, 250)
+    o = parse_options({"config": "c", "startingEntry": '{"3": 10}', "endingEntry": "99"})
+    assert (o.start_for(3), o.start_for(4), o.end_for(3)) == (10, 0, 99)
+
+
+@pytest.mark.parametrize("options, named", [
+    ({}, "config"),
+    ({"config": "a", "metadata": "b"}, "config"),
+    ({"config": "a", "ledgers": "1,x"}, "ledgers"),
+    ({"config": "a", "ledgers": ","}, "ledgers"),
+    ({"config": "a", "startingEntry": "-1"}, "startingEntry"),
+    ({"config": "a", "endingEntry": "{oops"}, "endingEntry"),
+    ({"config": "a", "endingEntry": "[1]"}, "endingEntry"),
+    ({"config": "a", "maxEntriesPerPartition": "0"}, "maxEntriesPerPartition"),
+    ({"config": "a", "minPartitions": "10000000"}, "minPartitions"),
+    ({"config": "a", "readTimeoutMs": "soon"}, "readTimeoutMs"),
+    ({"config": "a", "ledger": "3"}, "unknown option"),
+])
+def test_bad_options_are_refused_naming_the_option(options, named):
+    with pytest.raises(ValueError, match=named):
+        parse_options(options)
+
+
+# -- filter pushdown ---------------------------------------------------------------------
+def test_comparisons_on_the_id_columns_become_exact_bounds():
+    filters = [GreaterThanOrEqual(("entry_id",), 10), LessThan(("entry_id",), 20),
+               GreaterThan(("ledger_id",), 2), LessThanOrEqual(("ledger_id",), 9),
+               EqualNullSafe(("ledger_id",), 5), In(("ledger_id",), (5, 6, 7))]
+    bounds, rest = push_filters(filters)
+    assert rest == []
+    assert (bounds.entry_min, bounds.entry_max) == (10, 19)
+    assert (bounds.ledger_min, bounds.ledger_max, bounds.ledger_ids) == (5, 5, {5, 6, 7})
+    assert [i for i in range(12) if bounds.admits_ledger(i)] == [5]
+
+
+def test_what_cannot_be_bounded_exactly_goes_back_to_spark_by_reference():
+    in_entries = In(("entry_id",), (7, 3, 40))
+    others = [EqualTo(("payload",), b"x"), Not(EqualTo(("entry_id",), 3)),
+              IsNotNull(("entry_id",)), EqualTo(("entry_id",), 2.5),
+              EqualTo(("ledger_id",), True), In(("ledger_id",), (1, "2")),
+              EqualTo(("a", "entry_id"), 1)]
+    bounds, rest = push_filters([in_entries, *others])
+    assert all(any(r is f for r in rest) for f in [in_entries, *others])
+    assert len(rest) == len(others) + 1
+    assert (bounds.entry_min, bounds.entry_max) == (3, 40)  # narrowed, still re-checked
+    assert bounds.ledger_ids is None
+
+
+def test_contradictions_select_nothing():
+    bounds, _ = push_filters([EqualTo(("ledger_id",), 3), EqualTo(("ledger_id",), 4)])
+    assert not any(bounds.admits_ledger(i) for i in range(10))
+    bounds, _ = push_filters([LessThan(("entry_id",), 0)])
+    assert bounds.entry_max < bounds.entry_min
+    assert Bounds().admits_ledger(ID_MAX)
+
+
+# -- splitting ---------------------------------------------------------------------------
+def _md(ledger_id: int) -> LedgerMetadata:
+    return LedgerMetadata(ledger_id, 3, 3, 2, ((0, ("a", "b", "c")),), state="CLOSED")
+
+
+def _entries(parts) -> list[tuple[int, int]]:
+    return [(r.metadata.ledger_id, e) for p in parts for r in p
+            for e in range(r.first_entry_id, r.last_entry_id + 1)]
+
+
+@pytest.mark.parametrize("sizes, max_entries, min_parts", [
+    ([1], 10, 1), ([0 + 25, 3, 1, 40], 10, 1), ([100_000], 30_000, 1), ([7, 7, 7], 5, 4),
+    ([1000], 1000, 7), ([5, 1, 1, 1], 1_000_000, 2), ([3] * 3000, 1_000_000, 1),
+])
+def test_split_covers_every_entry_once_within_the_target(sizes, max_entries, min_parts):
+    ranges = [LedgerRange(_md(i), 2, 1 + n) for i, n in enumerate(sizes)]  # entries 2..n+1
+    parts = split_ranges(ranges, max_entries, min_parts)
+    expected = [(i, e) for i, n in enumerate(sizes) for e in range(2, 2 + n)]
+    assert _entries(parts) == expected  # each once, in ledger/entry order
+    total = sum(sizes)
+    target = min(max_entries, -(-total // min_parts))
+    assert all(sum(r.count for r in p) <= target for p in parts)
+    assert all(len(p) <= RANGES_PER_PARTITION_MAX for p in parts)
+    if len(sizes) < RANGES_PER_PARTITION_MAX:
+        assert len(parts) == -(-total // target)  # packed: no partition is left half empty
+
+
+def test_split_floor_keeps_small_scans_in_few_partitions():
+    ranges = [LedgerRange(_md(0), 0, 14_999)]
+    assert len(split_ranges(ranges, 1_000_000, 8, entries_min=10_000)) == 2
+    assert len(split_ranges(ranges, 1_000_000, 8)) == 8
+    assert len(split_ranges(ranges, 1_000, 8, entries_min=10_000)) == 15  # max still rules
+
+
+def test_split_of_nothing_is_no_partition():
+    assert split_ranges([], 10) == []
+
+
+def test_split_is_deterministic():
+    ranges = [LedgerRange(_md(i), 0, n) for i, n in zip(range(5), itertools.count(97, 13))]
+    first = [[(r.metadata.ledger_id, r.first_entry_id, r.last_entry_id) for r in p]
+             for p in split_ranges(ranges, 50, 3)]
+    again = [[(r.metadata.ledger_id, r.first_entry_id, r.last_entry_id) for r in p]
+             for p in split_ranges(ranges, 50, 3)]
+    assert first == again

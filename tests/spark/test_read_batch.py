@@ -1,0 +1,146 @@
+"""The bookie's READ_BATCH path (``BookieHandler._read_batch``) over a real
+``LedgerStorage``: batched storage reads must keep the per-entry semantics
+(fence first, cuts at max entries / max bytes, one error row that ends the
+batch, limbo -> DataUnknown)."""
+
+from __future__ import annotations
+
+import pytest
+
+from appliance.bookie_handler import BookieHandler
+from appliance.digest import make_digest
+from appliance.errors import (
+    OK,
+    DataUnknownError,
+    LedgerFencedError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+)
+from appliance.protocol.bookie import BookieCore
+from appliance.protocol.entry import pack_entries
+from appliance.protocol.keys import master_key
+from ipc.frames import DEFAULT_LIMITS
+from ipc.replies import ErrorReply, ReadBatchReply
+from ipc.requests import ReadBatchRequest
+from storage import LedgerStorage, StorageOptions
+
+KEY = master_key(b"pw")
+LEDGER = 7
+
+
+class _Server:
+    """What the handler needs of ``ipc.server.FrameServer`` here."""
+
+    limits = DEFAULT_LIMITS
+
+    def __init__(self):
+        self.sent: list = []
+
+    def send_reply(self, peer: bytes, reply) -> bool:
+        self.sent.append(reply)
+        return True
+
+
+@pytest.fixture
+def handler(tmp_path):
+    journal, ledgers = tmp_path / "journal", tmp_path / "ledgers"
+    opts = StorageOptions(entry_log_buffer_bytes=64 * 1024, checkpoint_interval_s=3600.0)
+    LedgerStorage.format("bookie-1", journal, ledgers, opts)
+    storage = LedgerStorage.open("bookie-1", journal, ledgers, opts)
+    h = BookieHandler("bookie-1", storage, BookieCore(storage))
+    h.server = _Server()
+    try:
+        yield h
+    finally:
+        storage.close()
+
+
+def _store(h: BookieHandler, payloads: list[bytes], first: int = 0, batch: int = 50) -> list:
+    """Add entries in several batches (several storage blocks); returns the records."""
+    records, length = [], 0
+    for lo in range(0, len(payloads), batch):
+        recs, length = pack_entries(LEDGER, first + lo, first + lo - 1, length,
+                                    payloads[lo:lo + batch], make_digest("crc32c", KEY))
+        codes, ticket = h.core.add_batch(LEDGER, list(range(first + lo, first + lo + len(recs))),
+                                         recs, KEY)
+        assert codes == [OK] * len(recs)
+        h.storage.wait_durable(ticket)
+        records += recs
+    return records
+
+
+def _rows(h, first, last, max_entries=1024, max_bytes=1 << 24, fence=False):
+    reply = h.handle(b"peer", ReadBatchRequest(LEDGER, first, last, max_entries, max_bytes,
+                                               fence=fence, master_key=KEY if fence else None))
+    if reply is None:  # a fence reply waits for the journal, as in the server loop
+        h.storage.flush()
+        h._on_durable()
+        reply = h.server.sent.pop()
+    assert isinstance(reply, ReadBatchReply)
+    return [(e, s, None if d is None else bytes(d)) for e, s, d in reply.rows]
+
+
+def test_full_range_in_order_with_exact_bytes(handler):
+    records = _store(handler, [b"p%05d" % i for i in range(300)])
+    rows = _rows(handler, 0, 299)
+    assert [(e, s) for e, s, _ in rows] == [(i, OK) for i in range(300)]
+    assert [d for _, _, d in rows] == records
+
+
+def test_cuts_at_max_entries_and_max_bytes(handler):
+    records = _store(handler, [bytes(100) for _ in range(200)])
+    assert len(_rows(handler, 10, 199, max_entries=37)) == 37
+    size = len(records[0])
+    rows = _rows(handler, 0, 199, max_bytes=size * 5 + size // 2)
+    assert [e for e, _, _ in rows] == [0, 1, 2, 3, 4]
+    # the first entry always comes back, even when it alone is over max_bytes
+    assert [e for e, _, _ in _rows(handler, 3, 199, max_bytes=1)] == [3]
+
+
+def test_past_the_end_ends_with_one_no_such_entry_row(handler):
+    _store(handler, [b"x"] * 120)
+    rows = _rows(handler, 100, 500)
+    assert [(e, s) for e, s, _ in rows] == [(i, OK) for i in range(100, 120)] + \
+        [(120, NoSuchEntryError.code)]
+    assert rows[-1][2] is None
+    assert _rows(handler, 200, 300) == [(200, NoSuchEntryError.code, None)]
+
+
+def test_gap_inside_the_range_stops_at_the_gap(handler):
+    _store(handler, [b"a"] * 10)
+    _store(handler, [b"b"] * 10, first=15)
+    rows = _rows(handler, 0, 24)
+    assert [(e, s) for e, s, _ in rows] == [(i, OK) for i in range(10)] + \
+        [(10, NoSuchEntryError.code)]
+
+
+def test_unknown_ledger_is_an_explicit_negative(handler):
+    reply = handler.handle(b"peer", ReadBatchRequest(99, 0, 5, 10, 1 << 20))
+    assert isinstance(reply, ReadBatchReply)
+    assert reply.rows == [(0, NoSuchLedgerError.code, None)]
+
+
+def test_limbo_ledger_answers_data_unknown_not_a_negative(handler):
+    _store(handler, [b"z"] * 30)
+    handler.storage.wait_durable(handler.storage.mark_limbo(LEDGER))
+    rows = _rows(handler, 20, 40)
+    assert [(e, s) for e, s, _ in rows] == [(i, OK) for i in range(20, 30)] + \
+        [(30, DataUnknownError.code)]
+
+
+def test_fence_flag_fences_before_reading(handler):
+    records = _store(handler, [b"f"] * 5)
+    assert _rows(handler, 0, 4, fence=True) == [(i, OK, records[i]) for i in range(5)]
+    assert handler.storage.is_fenced(LEDGER)
+    more, _ = pack_entries(LEDGER, 5, 4, 5, [b"late"], make_digest("crc32c", KEY))
+    codes, _ = handler.core.add_batch(LEDGER, [5], more, KEY)
+    assert codes == [LedgerFencedError.code]
+
+
+def test_fence_with_a_wrong_key_is_refused(handler):
+    _store(handler, [b"k"] * 3)
+    reply = handler.handle(b"peer", ReadBatchRequest(LEDGER, 0, 2, 10, 1 << 20, fence=True,
+                                                      master_key=master_key(b"other")))
+    rows = reply.rows if isinstance(reply, ReadBatchReply) else None
+    assert isinstance(reply, ErrorReply) or rows[0][1] != OK
+    assert not handler.storage.is_fenced(LEDGER)
