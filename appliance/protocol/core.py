@@ -25,6 +25,7 @@ class CoreBase:
         self.stale_replies = 0
         self._handlers = {
             ev.AddResponse: self._on_add_response,
+            ev.AddResponses: self._on_add_responses,
             ev.ReadResponse: self._on_read_response,
             ev.ReadLacResponse: self._on_read_lac_response,
             ev.MetadataWritten: self._on_metadata_written,
@@ -64,6 +65,12 @@ class CoreBase:
     _on_metadata_written = _stale
     _on_metadata_read = _stale
     _on_timer = _stale
+
+    def _on_add_responses(self, event: ev.AddResponses) -> None:
+        """A batch of add replies: by default, one ``AddResponse`` each."""
+        for entry_id, code in zip(event.entry_ids, event.codes, strict=True):
+            self._on_add_response(ev.AddResponse(event.request_id, event.bookie_id,
+                                                 event.ledger_id, entry_id, code, event.now_ms))
 
     def _on_available_bookies(self, event: ev.AvailableBookies) -> None:
         self.available_bookies = tuple(event.bookie_ids)

@@ -34,7 +34,8 @@ Actions (core -> driver)
 
 Events (driver -> core)
 -----------------------
-``AddResponse``, ``ReadResponse``, ``ReadLacResponse``, ``MetadataWritten``,
+``AddResponse`` (or ``AddResponses``: all replies to one ``SendAdd``),
+``ReadResponse``, ``ReadLacResponse``, ``MetadataWritten``,
 ``MetadataRead``, ``TimerFired``, ``AvailableBookies`` (the bookies a writer or
 recovery may pick replacements from: an input, never a lookup).
 """
@@ -162,6 +163,19 @@ class AddResponse:
     ledger_id: int
     entry_id: int
     code: int
+    now_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AddResponses:
+    """The replies to one ``SendAdd`` at once (the batch path): ``codes[i]``
+    answers ``entry_ids[i]``.  Equivalent to one ``AddResponse`` per entry."""
+
+    request_id: int
+    bookie_id: str
+    ledger_id: int
+    entry_ids: tuple[int, ...]
+    codes: tuple[int, ...]
     now_ms: int = 0
 
 

@@ -257,6 +257,33 @@ class LedgerWriter(CoreBase):
         else:
             self._bookie_failed(pos, event.now_ms)
 
+    def _on_add_responses(self, event: ev.AddResponses) -> None:
+        """The batch path: the checks that hold for the whole batch once, then
+        a tight loop; anything but OK falls back to the one-reply path."""
+        pos = self._ws.index.get(event.bookie_id)
+        if self._state != OPEN_STATE or pos is None or pos in self._failed:
+            super()._on_add_responses(event)
+            return
+        bit, size, qw, qa = 1 << pos, self._size, self._qw, self._qa
+        pending_map, advance = self._pending, False
+        for entry_id, code in zip(event.entry_ids, event.codes, strict=True):
+            pending = pending_map.get(entry_id)
+            if code != OK or pending is None or pending.held:
+                self._on_add_response(ev.AddResponse(event.request_id, event.bookie_id,
+                                                     event.ledger_id, entry_id, code,
+                                                     event.now_ms))
+                if self._state != OPEN_STATE or pos in self._failed:
+                    break  # this bookie's remaining acks no longer count
+                continue
+            if pending.acks & bit or (pos - entry_id) % size >= qw:
+                continue
+            pending.acks |= bit
+            pending.count += 1
+            if pending.count >= qa and entry_id == self.last_add_confirmed + 1:
+                advance = True
+        if advance and self._state == OPEN_STATE:
+            self._advance(event.now_ms)
+
     def _advance(self, now_ms: int) -> None:
         first = entry_id = self.last_add_confirmed + 1
         pending_map, qa = self._pending, self._qa

@@ -192,3 +192,34 @@ def test_idle_writer_publishes_its_lac():
     out = w.handle(ev.TimerFired(timer.timer_id, now_ms=60))
     assert {a.bookie_id for a in of(ev.SendWriteLac, out)} == {"b1", "b2", "b3"}
     assert all(a.lac == 0 for a in of(ev.SendWriteLac, out)) and w.lac_written == 0
+
+
+def batch_ack(core, send: ev.SendAdd, codes=None):
+    codes = codes or (OK,) * len(send.entry_ids)
+    return core.handle(ev.AddResponses(send.request_id, send.bookie_id, send.ledger_id,
+                                       send.entry_ids, tuple(codes)))
+
+
+def test_batched_replies_count_like_single_ones():
+    w = writer(metadata(("b1", "b2", "b3", "b4"), write_quorum=3, ack_quorum=2))
+    sends = {s.bookie_id: s for s in of(ev.SendAdd, w.add_many([b"%d" % i for i in range(8)], 0))}
+    assert batch_ack(w, sends["b1"]) == []
+    done = batch_ack(w, sends["b2"]) + batch_ack(w, sends["b3"]) + batch_ack(w, sends["b4"])
+    assert [(c.first_entry_id, c.last_entry_id) for c in of(ev.CompleteAdds, done)][-1][1] == 7
+    assert w.last_add_confirmed == 7 and w.pending_count == 0
+
+
+def test_an_error_inside_a_batch_stops_counting_that_bookie():
+    w = writer(metadata(ack_quorum=3))
+    sends = {s.bookie_id: s for s in of(ev.SendAdd, w.add_many([b"0", b"1", b"2"], 0))}
+    batch_ack(w, sends["b1"]), batch_ack(w, sends["b2"])
+    out = batch_ack(w, sends["b3"], codes=(OK, BookieIOError.code, OK))
+    # b3 failed on entry 1: the new fragment starts at entry 0 without b3, so its
+    # ack of entry 0 is forgotten too and its ack of entry 2 never counts
+    change = one(ev.WriteMetadata, out)
+    assert change.metadata.ensembles == ((0, ("b1", "b2", "b4")),)
+    assert of(ev.CompleteAdds, out) == [] and w.last_add_confirmed == -1
+    applied = w.handle(ev.MetadataWritten(change.request_id, 1, OK, version=2))
+    resend = one(ev.SendAdd, applied)
+    assert (resend.bookie_id, resend.entry_ids) == ("b4", (0, 1, 2))
+    assert one(ev.CompleteAdds, batch_ack(w, resend)).last_entry_id == 2

@@ -35,6 +35,7 @@ class Cluster:
         self.meta = MetaStore(self.world, self._on_metadata)
         self.checker.meta = self.meta
         self.bookies: dict[str, SimBookie] = {}
+        batch_replies = cfg.seed % 2 == 1  # odd seeds: batched add replies
         for i in range(1, cfg.bookies + 1):
             name = f"bookie-{i}"
             self.bookies[name] = SimBookie(
@@ -42,6 +43,7 @@ class Cluster:
                 on_store=self.checker.on_store, sync_interval_ms=cfg.sync_interval_ms,
                 flush_interval_ms=cfg.flush_interval_ms)
             self.bookies[name].after_request = self.maybe_crash
+            self.bookies[name].batch_replies = batch_replies
         self.checker.bookies = self.bookies
         self.triggered_crashes = 0
         self.zombie_recoveries = 0

@@ -194,27 +194,7 @@ def _draw_zombie(cfg: SimConfig, rng: random.Random) -> None:
     cfg.crash_delay_max_ms = rng.choice((2, 10))
     cfg.crash_down_ms = (5, rng.choice((50, 200)))
     if shape == "fence-race":
-        if rng.random() < 0.6:  # where the race is cheapest: Qw = Qa = 2 (QC = 1)
-            cfg.ensemble = max(cfg.ensemble, 2)
-            cfg.write_quorum = cfg.ack_quorum = 2
-            cfg.bookies = max(cfg.bookies, cfg.ensemble + 1)
-        if rng.random() < 0.6:
-            cfg.positive_min = None  # the BP-46 rule: one positive does not save the entry
-        cfg.slow_p = 0.5
-        cfg.slow_ms = (20, 300)
-        cfg.drop_p = rng.choice((0.02, 0.1))  # a lost fence, as in the TLA+ trace
-        cfg.batch_max = 1
-        cfg.stall_after_lone_send = True
-        cfg.pause_trigger_p = 1.0
-        cfg.stalls_max = rng.choice((1, 2))
-        cfg.stall_at_entry = rng.randint(0, cfg.entries - 1)
-        cfg.add_interval_ms = (5, 30)
-        cfg.zombie_start_ms = (1, 30)
-        cfg.stall_ms = (rng.choice((100, 500)), rng.choice((1_500, 2_500)))
-        cfg.heal_at_ms = rng.randint(3_000, 5_000)
-        cfg.add_timeout_ms = rng.choice((400, 2_000, 3_000))  # mostly: no timeout in the stall
-        cfg.recovery_timeout_ms = rng.choice((400, 800))  # above the slowest delivery
-        cfg.recovery_cut_loss = rng.choice((0.0, 0.0, 0.5))  # a full cut leaves Qw=Qa stuck
+        _shape_fence_race(cfg, rng)
         return
     if shape == "crash-after-close":  # BP-46 scenario 1 needs Qa >= 2 and no journal
         cfg.ensemble = max(cfg.ensemble, 2)
@@ -226,20 +206,52 @@ def _draw_zombie(cfg: SimConfig, rng: random.Random) -> None:
         cfg.journal = False  # BP-46: crashes lose acknowledged data and fence flags
     cfg.flush_interval_ms = rng.choice((20, 80, 200))
     if shape == "crash-after-close":
-        cfg.zombie_start_ms = (1, 200)
-        cfg.stall_when_idle = True
-        cfg.stalls_max = 1
-        cfg.pause_trigger_p = 1.0
-        cfg.stall_at_entry = rng.randint(0, cfg.entries - 1)
-        cfg.explicit_lac_ms = rng.choice((10, 50))  # an idle writer publishes its LAC
-        cfg.stall_ms = (400, 900)
-        cfg.crash_down_ms = (5, 100)
-        cfg.add_interval_ms = (10, 40)  # often idle: a stall finds nothing in flight
-        cfg.batch_max = rng.choice((1, 3))
-        cfg.flush_interval_ms = rng.choice((500, 1_000, 2_000))  # fences stay unflushed a while
-        cfg.recovery_cut_loss = 1.0
-        cfg.crash_after_close_p = 1.0
-    else:
+        _shape_crash_after_close(cfg, rng)
+    else:  # lossy-ack
         cfg.zombie_start_ms = (20, 200)
         cfg.stall_ms = (rng.choice((30, 200)), rng.choice((400, 900)))
         cfg.crash_trigger_p = rng.choice((0.05, 0.2))
+
+
+def _shape_fence_race(cfg: SimConfig, rng: random.Random) -> None:
+    """One entry in flight when the writer stalls; slow and lost messages
+    may let it reach an unfenced bookie after non-fencing reads said no."""
+    if rng.random() < 0.6:  # where the race is cheapest: Qw = Qa = 2 (QC = 1)
+        cfg.ensemble = max(cfg.ensemble, 2)
+        cfg.write_quorum = cfg.ack_quorum = 2
+        cfg.bookies = max(cfg.bookies, cfg.ensemble + 1)
+    if rng.random() < 0.6:
+        cfg.positive_min = None  # the BP-46 rule: one positive does not save the entry
+    cfg.slow_p = 0.5
+    cfg.slow_ms = (20, 300)
+    cfg.drop_p = rng.choice((0.02, 0.1))  # a lost fence, as in the TLA+ trace
+    cfg.batch_max = 1
+    cfg.stall_after_lone_send = True
+    cfg.pause_trigger_p = 1.0
+    cfg.stalls_max = rng.choice((1, 2))
+    cfg.stall_at_entry = rng.randint(0, cfg.entries - 1)
+    cfg.add_interval_ms = (5, 30)
+    cfg.zombie_start_ms = (1, 30)
+    cfg.stall_ms = (rng.choice((100, 500)), rng.choice((1_500, 2_500)))
+    cfg.heal_at_ms = rng.randint(3_000, 5_000)
+    cfg.add_timeout_ms = rng.choice((400, 2_000, 3_000))  # mostly: no timeout in the stall
+    cfg.recovery_timeout_ms = rng.choice((400, 800))  # above the slowest delivery
+    cfg.recovery_cut_loss = rng.choice((0.0, 0.0, 0.5))  # a full cut leaves Qw=Qa stuck
+
+
+def _shape_crash_after_close(cfg: SimConfig, rng: random.Random) -> None:
+    """An idle writer (LAC published) stalls; a recovery that cannot reach one
+    bookie closes the ledger; a fenced bookie crashes before flushing."""
+    cfg.zombie_start_ms = (1, 200)
+    cfg.stall_when_idle = True
+    cfg.stalls_max = 1
+    cfg.pause_trigger_p = 1.0
+    cfg.stall_at_entry = rng.randint(0, cfg.entries - 1)
+    cfg.explicit_lac_ms = rng.choice((10, 50))  # an idle writer publishes its LAC
+    cfg.stall_ms = (400, 900)
+    cfg.crash_down_ms = (5, 100)
+    cfg.add_interval_ms = (10, 40)  # often idle: a stall finds nothing in flight
+    cfg.batch_max = rng.choice((1, 3))
+    cfg.flush_interval_ms = rng.choice((500, 1_000, 2_000))  # fences stay unflushed a while
+    cfg.recovery_cut_loss = 1.0
+    cfg.crash_after_close_p = 1.0

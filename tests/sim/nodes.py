@@ -40,6 +40,7 @@ class SimBookie:
         self._sync_armed = False
         self._incarnation = 0
         self.after_request = None  # the nemesis hook: called after each request served
+        self.batch_replies = False  # one AddResponses per SendAdd instead of one per entry
         world.nodes[name] = self
 
     # -- requests -------------------------------------------------------------------------
@@ -51,8 +52,12 @@ class SimBookie:
         if kind is ev.SendAdd:
             codes, ticket = core.add_batch(msg.ledger_id, msg.entry_ids, msg.datas,
                                            msg.master_key, msg.recovery)
-            replies = [ev.AddResponse(msg.request_id, self.name, msg.ledger_id, e, code)
-                       for e, code in zip(msg.entry_ids, codes, strict=True)]
+            if self.batch_replies:
+                replies = [ev.AddResponses(msg.request_id, self.name, msg.ledger_id,
+                                           msg.entry_ids, tuple(codes))]
+            else:
+                replies = [ev.AddResponse(msg.request_id, self.name, msg.ledger_id, e, code)
+                           for e, code in zip(msg.entry_ids, codes, strict=True)]
         elif kind is ev.SendRead:
             reply = core.read(msg.ledger_id, msg.entry_id, msg.fence, msg.master_key)
             ticket = reply.ticket

@@ -40,7 +40,7 @@ class Script:
     def __init__(self, ensemble: int, write_quorum: int, ack_quorum: int, *, bookies: int = 0,
                  journal: bool = True, disabled: tuple[str, ...] = (),
                  positive_min: int | None = None, timeout_ms: int = 10_000,
-                 flush_interval_ms: int = 1_000_000, seed: int = 1):
+                 flush_interval_ms: int = 1_000_000, seed: int = 0):
         cfg = SimConfig(
             seed=seed, ensemble=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum,
             bookies=bookies or ensemble, journal=journal, digest="crc32c",

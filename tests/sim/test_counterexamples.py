@@ -87,7 +87,10 @@ def run_bp46_2(protection: str) -> Script:
     s.kill_writer()
     s.crash("bookie-1")  # e0 was never flushed: lost
     s.restart("bookie-1")
+    s.hold(message(ev.ReadResponse, src="bookie-3", entry=0))  # b3's copy answers last
     s.recover()
+    s.run(50)
+    s.release()
     s.run(100)
     return s
 

@@ -178,12 +178,14 @@ def describe(msg) -> str:
     """A short readable form of a message for the trace."""
     name = type(msg).__name__
     fields = []
-    for attr in ("request_id", "entry_id", "entry_ids", "first_entry_id", "last_entry_id",
+    for attr in ("request_id", "entry_id", "entry_ids", "codes", "first_entry_id", "last_entry_id",
                  "fence", "recovery", "code", "lac", "last_add_confirmed", "version"):
         if hasattr(msg, attr):
             value = getattr(msg, attr)
             if attr == "entry_ids":
                 value = f"{value[0]}..{value[-1]}" if len(value) > 1 else value[0]
+            if attr == "codes":
+                value = "OK" if not any(value) else value
             if attr in ("fence", "recovery") and not value:
                 continue
             if attr == "code":
