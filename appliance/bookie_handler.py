@@ -41,6 +41,7 @@ from appliance.errors import (
 )
 from appliance.protocol.bookie import BookieCore
 from ipc.frames import VERSION
+from ipc.packed import AddPackedReply, AddPackedRequest, ReadPackedReply, ReadPackedRequest
 from ipc.replies import (
     AddBatchReply,
     AddReply,
@@ -96,6 +97,12 @@ class BookieHandler:
 
     # -- dispatch -------------------------------------------------------------
     def handle(self, peer: bytes, req):
+        if isinstance(req, AddPackedRequest):
+            return self._add_packed(peer, req)
+        if isinstance(req, ReadPackedRequest):
+            rows, ticket = self._batch_rows(req)
+            return self._after(peer, ticket, ReadPackedReply.from_rows(req.ledger_id, rows,
+                                                                       req.request_id))
         if isinstance(req, AddBatchRequest):
             return self._add_batch(peer, req)
         if isinstance(req, AddRequest):
@@ -149,6 +156,14 @@ class BookieHandler:
         touched = tuple({ledger_id for ledger_id, _ in by_ledger})
         return self._after(peer, ticket, AddBatchReply(rows, req.request_id), touched)
 
+    def _add_packed(self, peer: bytes, req: AddPackedRequest):
+        """One ledger, one core call, one storage block, one reply."""
+        codes, ticket = self.core.add_batch(req.ledger_id, req.entry_ids, req.entries(),
+                                            req.master_key, req.recovery)
+        self.counters["adds"] += len(codes)
+        return self._after(peer, ticket, AddPackedReply(req.ledger_id, req.entry_ids, codes,
+                                                        req.request_id), (req.ledger_id,))
+
     def _after(self, peer: bytes, ticket: int, reply, touched: tuple[int, ...] = ()):
         """Send now if ``ticket`` is durable, else park the reply until it is.
         ``touched``: ledgers whose long polls may wake once the reply goes."""
@@ -183,7 +198,14 @@ class BookieHandler:
         return self._after(peer, r.ticket, reply)
 
     def _read_batch(self, peer: bytes, req: ReadBatchRequest):
-        """The first entry goes through the core (fence flag first, then the
+        rows, ticket = self._batch_rows(req)
+        return self._after(peer, ticket, ReadBatchReply(req.ledger_id, rows, req.request_id))
+
+    def _batch_rows(self, req) -> tuple[list, int]:
+        """Rows ``(entry id, status, data or None)`` of a READ_BATCH or
+        READ_PACKED request, and the ticket its reply waits for.
+
+        The first entry goes through the core (fence flag first, then the
         negative / limbo rules); the rest is read in runs with the storage's
         batched read, each run sized from the bytes still allowed.  A run the
         storage refuses (a missing or corrupt entry) is re-read entry by entry
@@ -220,7 +242,7 @@ class BookieHandler:
                 rows.append(bad)
                 stopped = True
         self.counters["reads"] += len(rows)
-        return self._after(peer, r.ticket, ReadBatchReply(req.ledger_id, rows, req.request_id))
+        return rows, r.ticket
 
     def _read_lac(self, peer: bytes, req: ReadLacRequest):
         r = self.core.read_lac(req.ledger_id, req.fence, req.master_key or b"")

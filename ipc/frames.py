@@ -39,6 +39,8 @@ class Op(IntEnum):
     WAIT_LAC = 6
     ADD_BATCH = 7
     READ_BATCH = 8
+    ADD_PACKED = 9  # ADD_BATCH of one ledger, entries in one data frame (ipc/packed.py)
+    READ_PACKED = 10  # READ_BATCH whose reply carries the entries in one data frame
 
 
 OPS = frozenset(int(op) for op in Op if op is not Op.ERROR)
@@ -56,6 +58,8 @@ ALLOWED_FLAGS = {
     Op.WAIT_LAC: 0,
     Op.ADD_BATCH: FLAG_RECOVERY,
     Op.READ_BATCH: FLAG_FENCE,
+    Op.ADD_PACKED: FLAG_RECOVERY,
+    Op.READ_PACKED: FLAG_FENCE,
 }
 
 MASTER_KEY_BYTES = 32
@@ -83,11 +87,12 @@ class WireLimits:
 
     entry_bytes_max: largest entry (client-built bytes) in any op; bigger
         entries cost memory on every hop and delay everything queued behind.
-    batch_entries_max: most entries in one ADD_BATCH / READ_BATCH message
-        (and so the most frames: this + 2); more amortises per-message
-        Python cost, fewer bounds the latency of one message.
-    batch_bytes_max: most entry bytes in one batch message; bounds memory
-        per message.
+    batch_entries_max: most entries in one ADD_BATCH / READ_BATCH /
+        ADD_PACKED / READ_PACKED message (and so the most frames: this + 2);
+        more amortises per-message Python cost, fewer bounds the latency of
+        one message.
+    batch_bytes_max: most entry bytes in one batch message (a packed data
+        frame holds up to this); bounds memory per message.
     text_bytes_max: most bytes of an error message or INFO JSON frame.
     """
 
@@ -111,8 +116,8 @@ class WireLimits:
     @property
     def frame_bytes_max(self) -> int:
         """Largest single frame a well-formed message can hold (for ZMQ_MAXMSGSIZE)."""
-        return max(self.entry_bytes_max, self.batch_entries_max * ADD_ROW.size,
-                   self.text_bytes_max, 4096)
+        return max(self.entry_bytes_max, self.batch_bytes_max,
+                   self.batch_entries_max * ADD_ROW.size, self.text_bytes_max, 4096)
 
 
 DEFAULT_LIMITS = WireLimits()

@@ -32,6 +32,14 @@ from ipc.frames import (
     check_size,
     read_head,
 )
+from ipc.packed import (
+    AddPackedReply,
+    ReadPackedReply,
+    dec_add_packed_reply,
+    dec_read_packed_reply,
+    enc_add_packed_reply,
+    enc_read_packed_reply,
+)
 
 Buffer = bytes | bytearray | memoryview
 
@@ -123,7 +131,7 @@ class ReadBatchReply:
 
 
 Reply = (ErrorReply | PingReply | InfoReply | AddReply | ReadReply | LacReply
-         | AddBatchReply | ReadBatchReply)
+         | AddBatchReply | ReadBatchReply | AddPackedReply | ReadPackedReply)
 
 
 def error_reply(request, exc: BaseException) -> ErrorReply:
@@ -195,6 +203,8 @@ def _enc_read_batch(r: ReadBatchReply, limits) -> list[Buffer]:
 
 
 _ENCODERS = {
+    AddPackedReply: enc_add_packed_reply,
+    ReadPackedReply: enc_read_packed_reply,
     ErrorReply: _enc_error,
     PingReply: _enc_ping,
     InfoReply: _enc_info,
@@ -328,4 +338,6 @@ _DECODERS = {
     Op.WAIT_LAC: _dec_lac,
     Op.ADD_BATCH: _dec_add_batch,
     Op.READ_BATCH: _dec_read_batch,
+    Op.ADD_PACKED: dec_add_packed_reply,
+    Op.READ_PACKED: dec_read_packed_reply,
 }

@@ -38,6 +38,14 @@ from ipc.frames import (
     check_size,
     read_head,
 )
+from ipc.packed import (
+    AddPackedRequest,
+    ReadPackedRequest,
+    dec_add_packed,
+    dec_read_packed,
+    enc_add_packed,
+    enc_read_packed,
+)
 
 Buffer = bytes | bytearray | memoryview
 
@@ -135,7 +143,8 @@ class ReadBatchRequest:
 
 
 Request = (PingRequest | InfoRequest | AddRequest | ReadRequest | ReadLacRequest
-           | WaitLacRequest | AddBatchRequest | ReadBatchRequest)
+           | WaitLacRequest | AddBatchRequest | ReadBatchRequest | AddPackedRequest
+           | ReadPackedRequest)
 
 
 # -- encoding (client side: ValueError / TypeError naming the field) ---------
@@ -242,6 +251,8 @@ def _enc_read_batch(req: ReadBatchRequest, limits) -> list[Buffer]:
 
 
 _ENCODERS = {
+    AddPackedRequest: enc_add_packed,
+    ReadPackedRequest: enc_read_packed,
     PingRequest: _enc_simple,
     InfoRequest: _enc_simple,
     AddRequest: _enc_add,
@@ -369,4 +380,6 @@ _DECODERS = {
     Op.WAIT_LAC: _dec_wait_lac,
     Op.ADD_BATCH: _dec_add_batch,
     Op.READ_BATCH: _dec_read_batch,
+    Op.ADD_PACKED: dec_add_packed,
+    Op.READ_PACKED: dec_read_packed,
 }
