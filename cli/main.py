@@ -34,6 +34,11 @@ def _register_commands() -> None:
     from cli.bench_storage import storage as bench_storage
 
     bench.add_command(bench_storage)
+    from cli.bench_appliance import read as bench_read
+    from cli.bench_appliance import write as bench_write
+
+    bench.add_command(bench_write)
+    bench.add_command(bench_read)
     from cli.bench_spark import spark as bench_spark
 
     bench.add_command(bench_spark)

@@ -1,0 +1,511 @@
+"""End-to-end benchmark of the appliance (``bkctl bench write|read``).
+
+What it measures: durable adds (or catch-up reads of a CLOSED ledger)
+through the public client binding, from ``clients`` client processes, each
+with a ledger of its own, against either a temporary appliance it starts
+itself (``bookies`` bookies under a temp dir, supervisor included, removed
+afterwards, also on failure or Ctrl-C) or a running one (``config_path``).
+
+How it counts:
+
+* **write, closed loop** (``rate == 0``): each client keeps ``inflight``
+  adds in flight; an add's latency runs from the moment it got a slot and
+  was handed to ``add_async`` to the moment its future completed
+  (acknowledged by an ack quorum, each bookie having fdatasync'ed it when
+  the journal is on).
+* **write, open loop** (``rate > 0``): adds are *scheduled* at
+  ``rate / clients`` per second per client and latency runs from the
+  scheduled send time, so a client that falls behind shows it (no
+  coordinated omission).  ``inflight`` still bounds memory.
+* **read**: each client writes ``entries`` entries to a ledger, closes it,
+  opens it again and reads it back with ``ReadHandle.read`` calls of
+  ``read_batch`` entries; latency is per call.  Payloads are checked.
+* adds_per_s / reads_per_s = entries completed over the wall time from the
+  first client's start to the last client's end; MB are 10**6 payload bytes.
+* CPU: ``process_time`` of the client processes and the CPU the bookie
+  processes used during the measured phase (psutil), per 1,000 entries.
+  ``bookie_peak_rss_mb``: the largest VmHWM (peak resident set) of any bookie.
+* ``disk_fdatasync_per_s`` / ``disk_direct_mb_per_s``: the raw disk of the
+  appliance's directory measured in the same run (``baseline_s > 0``, temp
+  appliance only), so figures read as ratios on a noisy machine.
+
+Faults it survives: a client that fails reports its error (the run fails
+with that line); the temporary appliance is stopped and its directory
+removed whatever happens.  Bounds: ``inflight`` adds per client, one
+result message per client, timeouts on every wait.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import multiprocessing as mp
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+START_TIMEOUT_S = 60.0  # temporary appliance: every bookie registered by then
+CLIENT_TIMEOUT_S = 3600.0  # the longest a client may take (a bound, not a target)
+WARMUP_ADDS = 2000  # untimed adds per client before the measured phase
+PASSWORD = b"bench"
+CHUNK_BITS = 16  # latency arrays grow in chunks of 65,536 entries
+PLOT_POINTS_MAX = 200_000
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """One run.  ``inflight``: adds in flight per client (throughput vs
+    latency and memory); ``rate``: open-loop adds/s over all clients (0 =
+    closed loop); ``duration_s``: stop adding after this long (``entries``
+    is then an upper bound); ``read_batch``: entries per ``read`` call."""
+
+    entries: int = 100_000
+    size: int = 1024
+    ensemble: int = 3
+    write_quorum: int = 3
+    ack_quorum: int = 2
+    inflight: int = 10_000
+    clients: int = 1
+    journal: bool = True
+    duration_s: float | None = None
+    rate: float = 0.0
+    read_batch: int = 1000
+    bookies: int = 4
+    baseline_s: float = 0.5
+
+    def validate(self) -> BenchOptions:
+        from appliance.protocol.metadata import check_quorums
+
+        check_quorums(self.ensemble, self.write_quorum, self.ack_quorum)
+        for name in ("entries", "inflight", "clients", "read_batch", "bookies"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.size < 0 or self.rate < 0 or self.baseline_s < 0:
+            raise ValueError("size, rate and baseline_s must be >= 0")
+        if self.duration_s is not None and self.duration_s <= 0:
+            raise ValueError(f"duration_s must be > 0, got {self.duration_s}")
+        return self
+
+
+# -- the temporary appliance ----------------------------------------------------------
+def temp_config_text(options: BenchOptions) -> str:
+    """A config for ``options.bookies`` bookies in the current folder."""
+    parts = ['[metadata]\nuri = "sqlite:///meta.db"\n']
+    for i in range(1, options.bookies + 1):
+        parts.append(textwrap.dedent(f"""
+            [[bookies]]
+            id = "bookie-{i}"
+            journal_dir = "b{i}/journal"
+            ledger_dir = "b{i}/ledgers"
+            endpoint = "ipc://b{i}.sock"
+            """))
+    parts.append(f"\n[storage]\njournal_write_data = {str(options.journal).lower()}\n")
+    parts.append(f"\n[client]\ninflight_adds_max = {options.inflight}\n")
+    parts.append('\n[supervisor]\nrun_dir = "run"\n')
+    return "".join(parts)
+
+
+@contextmanager
+def bench_appliance(options: BenchOptions, config_path: str | None, workdir: str | None):
+    """Yield (config path, data dir or None): the given appliance, or a
+    temporary one started here and stopped and removed at exit."""
+    if config_path is not None:
+        yield str(Path(config_path).resolve()), None
+        return
+    root = Path(tempfile.mkdtemp(prefix="bkb", dir=workdir))
+    try:
+        config = root / "bench.toml"
+        config.write_text(temp_config_text(options))
+        with _supervisor(config, options.bookies):
+            yield str(config), root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@contextmanager
+def _supervisor(config: Path, bookies: int):
+    log = open(config.parent / "supervisor.log", "ab")
+    proc = subprocess.Popen([sys.executable, "-m", "appliance.supervisor", "--config",
+                             str(config)], stdin=subprocess.DEVNULL, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    log.close()
+    try:
+        _wait_for_bookies(str(config), proc, bookies)
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _wait_for_bookies(config: str, proc, count: int) -> None:
+    import appliance
+
+    deadline = time.monotonic() + START_TIMEOUT_S
+    with appliance.connect(config) as client:
+        while len(client.registry.available()) < count:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                log = Path(config).parent / "supervisor.log"
+                tail = log.read_text(errors="replace").strip().splitlines()[-1:] \
+                    if log.exists() else []
+                raise RuntimeError(f"the temporary appliance did not start within "
+                                   f"{START_TIMEOUT_S:.0f}s: {' '.join(tail) or 'no log'}")
+            time.sleep(0.05)
+
+
+# -- bookie processes: CPU and memory ------------------------------------------------
+def bookie_pids(config: str) -> dict[str, int]:
+    """Live bookies of the appliance and their pids (from the registry)."""
+    import appliance
+
+    with appliance.connect(config) as client:
+        live = client.registry.available()
+    pids = {b: (doc.get("info") or {}).get("pid") for b, doc in live.items()}
+    return {b: int(pid) for b, pid in pids.items() if pid}
+
+
+def _cpu_s(pids: dict[str, int]) -> float:
+    total = 0.0
+    for pid in pids.values():
+        try:
+            times = psutil.Process(pid).cpu_times()
+            total += times.user + times.system
+        except psutil.Error:
+            continue  # a bookie that died is reported by the clients' errors
+    return total
+
+
+def _peak_rss_mb(pids: dict[str, int]) -> float | None:
+    """Largest VmHWM (peak resident set, Linux) or current RSS of the bookies."""
+    peak = None
+    for pid in pids.values():
+        value = None
+        try:
+            with open(f"/proc/{pid}/status") as fh:
+                for line in fh:
+                    if line.startswith("VmHWM:"):
+                        value = int(line.split()[1]) * 1024
+            if value is None:
+                value = psutil.Process(pid).memory_info().rss
+        except (OSError, psutil.Error):
+            continue
+        peak = value if peak is None else max(peak, value)
+    return None if peak is None else peak / 1e6
+
+
+# -- the run (parent process) ---------------------------------------------------------
+def run_bench(kind: str, options: BenchOptions, config_path: str | None = None,
+              workdir: str | None = None, plot_path: str | None = None) -> dict:
+    """Run the ``kind`` ("write" or "read") benchmark; returns the results
+    document (see the module docstring; keys in ``RESULT_KEYS``)."""
+    if kind not in ("write", "read"):
+        raise ValueError(f"kind must be 'write' or 'read', got {kind!r}")
+    options.validate()
+    if plot_path is not None:
+        _check_plot_path(plot_path)
+    with bench_appliance(options, config_path, workdir) as (config, root):
+        baseline = _baseline(root, options.baseline_s)
+        pids = bookie_pids(config)
+        if len(pids) < options.ensemble:
+            from appliance.errors import NotEnoughBookiesError
+
+            raise NotEnoughBookiesError(f"ensemble {options.ensemble} needs {options.ensemble} "
+                                        f"live bookies; {len(pids)} are registered")
+        results, bookie_cpu_s = _run_clients(kind, config, options, pids)
+        peak_rss_mb = _peak_rss_mb(pids)
+    doc = summarise(kind, options, results, bookie_cpu_s, peak_rss_mb)
+    doc.update(baseline, appliance=config_path or f"temporary ({options.bookies} bookies)",
+               bookies_measured=len(pids))
+    if plot_path is not None:
+        plot(kind, results, plot_path, doc)
+        doc["plot"] = str(plot_path)
+    return doc
+
+
+def _baseline(root: Path | None, seconds: float) -> dict:
+    if root is None or seconds <= 0:
+        return {"disk_fdatasync_per_s": None, "disk_direct_mb_per_s": None}
+    from storage.bench import disk_direct_mb_per_s, disk_fdatasync_per_s
+
+    return {"disk_fdatasync_per_s": disk_fdatasync_per_s(str(root), seconds),
+            "disk_direct_mb_per_s": disk_direct_mb_per_s(str(root), seconds)}
+
+
+def _run_clients(kind: str, config: str, options: BenchOptions,
+                 pids: dict[str, int]) -> tuple[list[dict], float]:
+    """Start the client processes, release them together, collect results."""
+    ctx = mp.get_context("spawn")
+    ready, done, go = ctx.Queue(), ctx.Queue(), ctx.Event()
+    procs = [ctx.Process(target=client_main, args=(kind, config, options, i, ready, done, go),
+                         name=f"bench-client-{i}", daemon=True)
+             for i in range(options.clients)]
+    try:
+        for proc in procs:
+            proc.start()
+        _collect(ready, procs, START_TIMEOUT_S + 60.0, "ready")
+        cpu_before = _cpu_s(pids)
+        go.set()
+        results = _collect(done, procs, CLIENT_TIMEOUT_S, "done")
+        return results, _cpu_s(pids) - cpu_before
+    finally:
+        for proc in procs:
+            proc.join(timeout=30)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+
+
+def _collect(q, procs, timeout_s: float, what: str) -> list:
+    """One message per client; an error message or a dead client fails the run."""
+    out, deadline = [], time.monotonic() + timeout_s
+    while len(out) < len(procs):
+        try:
+            tag, index, payload = q.get(timeout=0.2)
+        except queue.Empty:
+            dead = [p.name for p in procs if p.exitcode not in (None, 0)]
+            if dead or time.monotonic() > deadline:
+                raise RuntimeError(f"bench clients {dead or 'timed out'} before '{what}'") \
+                    from None
+            continue
+        if tag == "error":
+            raise RuntimeError(f"bench client {index}: {payload}")
+        out.append(payload)
+    return out
+
+
+# -- a client process -----------------------------------------------------------------
+def client_main(kind: str, config: str, options: BenchOptions, index: int, ready, done,
+                go) -> None:
+    """Body of one client process: connect, prepare, wait for ``go``, run."""
+    try:
+        import appliance
+
+        with appliance.connect(config) as bk:
+            bk.config = dataclasses.replace(bk.config, inflight_adds_max=options.inflight + 1)
+            payloads = _payloads(options.size, index)
+            lh = bk.create_ledger(options.ensemble, options.write_quorum, options.ack_quorum,
+                                  password=PASSWORD)
+            try:
+                result = _prepare_and_run(kind, bk, lh, options, payloads, ready, go, index)
+            finally:
+                _cleanup(bk, lh)
+        done.put(("done", index, result))
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which fails the run
+        done.put(("error", index, f"{type(exc).__name__}: {exc}"))
+        ready.put(("error", index, f"{type(exc).__name__}: {exc}"))
+
+
+def _prepare_and_run(kind, bk, lh, options, payloads, ready, go, index) -> dict:
+    warmup = min(WARMUP_ADDS, options.entries)
+    if kind == "write":
+        write_loop(lh, payloads, warmup, options.inflight, 0.0, None)  # untimed
+        ready.put(("ready", index, None))
+        _wait_go(go)
+        rate = options.rate / options.clients
+        return write_loop(lh, payloads, options.entries, options.inflight, rate,
+                          options.duration_s)
+    write_loop(lh, payloads, options.entries, options.inflight, 0.0, None)
+    lh.close()
+    rh = bk.open_ledger(lh.id, password=PASSWORD)
+    ready.put(("ready", index, None))
+    _wait_go(go)
+    return read_loop(rh, payloads, options.entries, options.read_batch, options.duration_s)
+
+
+def _wait_go(go) -> None:
+    if not go.wait(START_TIMEOUT_S + 60.0):
+        raise TimeoutError("the parent never released the clients")
+
+
+def _cleanup(bk, lh) -> None:
+    try:
+        lh.close()
+        bk.delete_ledger(lh.id)
+    except Exception:  # noqa: BLE001 - a failed run already reported its own error
+        pass
+
+
+def _payloads(size: int, salt: int) -> list[bytes]:
+    """64 distinct payloads (entry i carries payloads[i % 64]): reads can be
+    checked, and nothing is built per add."""
+    rng = np.random.default_rng(1000 + salt)
+    return [rng.integers(0, 256, size, dtype=np.uint8).tobytes() for _ in range(64)]
+
+
+class _Times:
+    """A float64 array that grows in chunks (its index is the entry number)."""
+
+    def __init__(self):
+        self.chunks: list[np.ndarray] = []
+
+    def set(self, i: int, value: float) -> None:
+        c = i >> CHUNK_BITS
+        while c >= len(self.chunks):
+            self.chunks.append(np.full(1 << CHUNK_BITS, np.nan))
+        self.chunks[c][i & ((1 << CHUNK_BITS) - 1)] = value
+
+    def array(self, n: int) -> np.ndarray:
+        return np.concatenate(self.chunks)[:n] if self.chunks else np.empty(0)
+
+
+def write_loop(lh, payloads: list[bytes], entries: int, inflight: int, rate: float,
+               duration_s: float | None) -> dict:
+    """Adds with at most ``inflight`` in flight; open loop at ``rate``/s if > 0."""
+    sent, done, failures = _Times(), _Times(), []
+    slots = threading.BoundedSemaphore(inflight)
+
+    def on_done(i: int, fut) -> None:
+        done.set(i, time.perf_counter())
+        slots.release()
+        if fut.exception() is not None and len(failures) < 10:
+            failures.append(fut.exception())
+
+    cpu0, start = time.process_time(), time.perf_counter()
+    stop_at = start + duration_s if duration_s else float("inf")
+    interval = 1.0 / rate if rate > 0 else 0.0
+    n, last = 0, None
+    while n < entries:
+        now = time.perf_counter()
+        if now >= stop_at:
+            break
+        due = start + n * interval
+        if due > now:
+            time.sleep(due - now)
+        slots.acquire()
+        sent.set(n, due if interval else time.perf_counter())
+        last = lh.add_async(payloads[n & 63])
+        last.add_done_callback(functools.partial(on_done, n))
+        n += 1
+    if last is not None:
+        last.exception(timeout=CLIENT_TIMEOUT_S)  # in-order acks: every earlier one is done
+        for _ in range(inflight):  # the last callbacks may still be running
+            slots.acquire(timeout=CLIENT_TIMEOUT_S)
+    end = time.perf_counter()
+    if failures:
+        raise RuntimeError(f"{len(failures)}+ adds failed, first: "
+                           f"{type(failures[0]).__name__}: {failures[0]}")
+    return {"start": start, "end": end, "count": n, "bytes": n * len(payloads[0]),
+            "cpu_s": time.process_time() - cpu0, "sent": sent.array(n), "done": done.array(n)}
+
+
+def read_loop(rh, payloads: list[bytes], entries: int, batch: int,
+              duration_s: float | None) -> dict:
+    """Read entries 0..entries-1 back in calls of ``batch``; spot-check them."""
+    last_entry = min(entries, rh.last_add_confirmed + 1) - 1
+    sent, done = [], []
+    cpu0, start = time.process_time(), time.perf_counter()
+    stop_at = start + duration_s if duration_s else float("inf")
+    count = 0
+    for first in range(0, last_entry + 1, batch):
+        if time.perf_counter() >= stop_at:
+            break
+        last = min(first + batch - 1, last_entry)
+        t0 = time.perf_counter()
+        got = rh.read(first, last)
+        done.append(time.perf_counter())
+        sent.append(t0)
+        _check_read(got, first, last, payloads)
+        count += len(got)
+    end = time.perf_counter()
+    return {"start": start, "end": end, "count": count, "bytes": count * len(payloads[0]),
+            "cpu_s": time.process_time() - cpu0, "sent": np.array(sent), "done": np.array(done)}
+
+
+def _check_read(got, first: int, last: int, payloads: list[bytes]) -> None:
+    if len(got) != last - first + 1 or got[0].entry_id != first or got[-1].entry_id != last:
+        raise RuntimeError(f"read {first}..{last} returned {len(got)} entries "
+                           f"({got[0].entry_id if got else None}..)")
+    for e in (got[0], got[len(got) // 2], got[-1]):
+        if e.payload != payloads[e.entry_id & 63]:
+            raise RuntimeError(f"entry {e.entry_id} came back with other bytes")
+
+
+# -- results ---------------------------------------------------------------------------
+RESULT_KEYS = ("mb_per_s", "p50_ms", "p95_ms", "p99_ms", "p999_ms",
+               "client_cpu_s_per_1000_entries", "bookie_cpu_s_per_1000_entries",
+               "bookie_peak_rss_mb")
+
+
+def summarise(kind: str, options: BenchOptions, results: list[dict], bookie_cpu_s: float,
+              peak_rss_mb: float | None) -> dict:
+    """The results document from the clients' raw timings."""
+    count = sum(r["count"] for r in results)
+    wall_s = max(r["end"] for r in results) - min(r["start"] for r in results)
+    latency_ms = np.concatenate([(r["done"] - r["sent"]) * 1000.0 for r in results])
+    p50, p95, p99, p999 = (np.percentile(latency_ms, [50, 95, 99, 99.9]).tolist()
+                           if len(latency_ms) else [None] * 4)
+    per_1000 = 1000.0 / count if count else float("nan")
+    rate_key = "adds_per_s" if kind == "write" else "reads_per_s"
+    return {
+        rate_key: count / wall_s, "mb_per_s": sum(r["bytes"] for r in results) / wall_s / 1e6,
+        "p50_ms": p50, "p95_ms": p95, "p99_ms": p99, "p999_ms": p999,
+        "client_cpu_s_per_1000_entries": sum(r["cpu_s"] for r in results) * per_1000,
+        "bookie_cpu_s_per_1000_entries": bookie_cpu_s * per_1000,
+        "bookie_peak_rss_mb": peak_rss_mb,
+        "kind": kind, "entries": count, "wall_s": wall_s, "latency_samples": len(latency_ms),
+        "latency_unit": "add" if kind == "write" else f"read() call of {options.read_batch}",
+        "loop": "open" if options.rate > 0 else "closed",
+        **{k: v for k, v in dataclasses.asdict(options).items() if k != "entries"},
+    }
+
+
+# -- plots -------------------------------------------------------------------------------
+def _check_plot_path(path: str) -> None:
+    if not str(path).lower().endswith(".png"):
+        raise ValueError(f"--plot needs a .png file name, got {path!r}")
+    parent = Path(path).resolve().parent
+    if not parent.is_dir():
+        raise ValueError(f"--plot: folder {parent} does not exist")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise ValueError("--plot needs matplotlib (pip install -e '.[dev]')") from None
+
+
+def plot(kind: str, results: list[dict], path: str, doc: dict) -> None:
+    """Latency over time and a latency histogram, side by side, in one PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t0 = min(r["start"] for r in results)
+    when = np.concatenate([r["done"] - t0 for r in results])
+    latency_ms = np.concatenate([(r["done"] - r["sent"]) * 1000.0 for r in results])
+    step = max(1, len(when) // PLOT_POINTS_MAX)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    left.scatter(when[::step], latency_ms[::step], s=1, alpha=0.4)
+    left.set(xlabel="time since start (s)", ylabel="latency (ms)", yscale="log",
+             title=f"{kind} latency over time")
+    positive = latency_ms[latency_ms > 0]
+    if len(positive):
+        bins = np.logspace(np.log10(positive.min()), np.log10(positive.max()) + 1e-9, 60)
+        right.hist(positive, bins=bins)
+    right.set(xscale="log", xlabel="latency (ms)", ylabel="count", title="latency histogram")
+    for q in ("p50_ms", "p99_ms", "p999_ms"):
+        if doc.get(q):
+            right.axvline(doc[q], linestyle="--", color="grey")
+            right.text(doc[q], right.get_ylim()[1] * 0.9, q[:-3], rotation=90, fontsize=8)
+    rate_key = "adds_per_s" if kind == "write" else "reads_per_s"
+    fig.suptitle(f"bkctl bench {kind}: {doc[rate_key]:,.0f}/s, {doc['size']} B, "
+                 f"E{doc['ensemble']}/W{doc['write_quorum']}/A{doc['ack_quorum']}, "
+                 f"{doc['clients']} client(s), {doc['loop']} loop")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,119 @@
+"""``bkctl bench write`` and ``bkctl bench read``: durable adds and catch-up
+reads end to end, on a temporary appliance of their own (four bookies under a
+temp dir, removed afterwards) or on a running one with ``--config``.
+How the figures are counted: ``appliance.bench``."""
+
+from __future__ import annotations
+
+import click
+
+from cli.common import echo_json, json_option, library_errors
+from cli.ledger import quorum_options
+
+
+def _bench_options(f):
+    """The options both commands share."""
+    options = [
+        click.option("--config", "config_path", type=click.Path(dir_okay=False, exists=True),
+                     default=None, help="Bench this running appliance (default: start a "
+                                        "temporary one with four bookies)."),
+        click.option("--entries", type=click.IntRange(min=1), default=100_000,
+                     show_default=True, help="Entries per client (an upper bound with "
+                                             "--duration-s)."),
+        click.option("--size", type=click.IntRange(min=0), default=1024, show_default=True,
+                     help="Payload bytes per entry."),
+        click.option("--inflight", type=click.IntRange(min=1), default=10_000,
+                     show_default=True, help="Adds in flight per client."),
+        click.option("--clients", type=click.IntRange(1, 64), default=1, show_default=True,
+                     help="Client processes (each with a ledger of its own)."),
+        click.option("--journal/--no-journal", default=None,
+                     help="Temporary appliance: journal_write_data (default on: fsync before "
+                          "every ack). --no-journal is BP-46 mode: not durable on a crash."),
+        click.option("--duration-s", type=click.FloatRange(min=0, min_open=True), default=None,
+                     help="Stop after this many seconds."),
+        click.option("--dir", "workdir", type=click.Path(file_okay=False, exists=True),
+                     default=None, help="Temporary appliance under DIR (default: $TMPDIR)."),
+        click.option("--baseline-s", type=click.FloatRange(min=0), default=0.5,
+                     show_default=True, help="Seconds for each raw disk baseline (temporary "
+                                             "appliance only; 0 = skip)."),
+        click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+                     help="Write latency-over-time and histogram plots to this PNG."),
+        json_option,
+        quorum_options,
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _options(config_path, journal, **kwargs):
+    from appliance.bench import BenchOptions
+
+    if config_path is not None and journal is not None:
+        raise click.UsageError("--journal/--no-journal applies to the temporary appliance; "
+                               "a running one uses its config's journal_write_data")
+    return BenchOptions(journal=True if journal is None else journal, **kwargs).validate()
+
+
+def _echo(doc: dict, rate_key: str, what: str) -> None:
+    click.echo(f"{what:<6}{doc[rate_key]:>12,.0f} {rate_key.replace('_per_s', '')}/s "
+               f"{doc['mb_per_s']:>9,.1f} MB/s  p50 {doc['p50_ms']:.2f}  p95 "
+               f"{doc['p95_ms']:.2f}  p99 {doc['p99_ms']:.2f}  p99.9 {doc['p999_ms']:.2f} ms"
+               f"  ({doc['entries']:,} x {doc['size']} B, E{doc['ensemble']}/"
+               f"W{doc['write_quorum']}/A{doc['ack_quorum']}, {doc['clients']} client(s), "
+               f"{doc['loop']} loop)")
+    rss = doc["bookie_peak_rss_mb"]
+    click.echo(f"cpu   client {doc['client_cpu_s_per_1000_entries']:.3f} s, bookies "
+               f"{doc['bookie_cpu_s_per_1000_entries']:.3f} s per 1,000 entries; bookie peak "
+               f"RSS {'?' if rss is None else f'{rss:.0f}'} MB")
+    if doc.get("disk_fdatasync_per_s"):
+        direct = doc["disk_direct_mb_per_s"]
+        click.echo(f"disk  {doc['disk_fdatasync_per_s']:>12,.0f} fdatasync/s "
+                   f"{'-' if direct is None else f'{direct:,.0f}'} MB/s O_DIRECT (same run)")
+    if doc.get("plot"):
+        click.echo(f"plot  {doc['plot']}")
+
+
+@click.command("write")
+@click.option("--rate", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Open loop: adds/s over all clients, latency from the scheduled send "
+                   "time (0 = closed loop: keep --inflight adds in flight).")
+@_bench_options
+@library_errors
+def write(config_path, journal, plot_path, workdir, as_json, **kwargs):
+    """Durable adds/s, MB/s, latency percentiles and CPU per 1,000 adds.
+
+    \b
+    Example:
+      bkctl bench write                         # 100,000 x 1 KB, E3/W3/A2
+      bkctl bench write --size 65536 --entries 20000 --json
+      bkctl bench write --rate 10000 --duration-s 10 --plot write.png
+    """
+    from appliance.bench import run_bench
+
+    options = _options(config_path, journal, **kwargs)
+    doc = run_bench("write", options, config_path, workdir, plot_path)
+    echo_json(doc) if as_json else _echo(doc, "adds_per_s", "write")
+
+
+@click.command("read")
+@click.option("--read-batch", type=click.IntRange(1, 10_000), default=1000, show_default=True,
+              help="Entries per ReadHandle.read call (latency is per call).")
+@_bench_options
+@library_errors
+def read(config_path, journal, plot_path, workdir, as_json, **kwargs):
+    """Catch-up reads of a closed ledger: entries/s, MB/s, per-call latency.
+
+    Each client first writes --entries entries (not timed), closes the
+    ledger, then reads it back from the start.
+
+    \b
+    Example:
+      bkctl bench read                          # 100,000 x 1 KB
+      bkctl bench read --entries 200000 --read-batch 5000 --json
+    """
+    from appliance.bench import run_bench
+
+    options = _options(config_path, journal, **kwargs)
+    doc = run_bench("read", options, config_path, workdir, plot_path)
+    echo_json(doc) if as_json else _echo(doc, "reads_per_s", "read")
