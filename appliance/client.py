@@ -92,6 +92,8 @@ class Client:
             self.registry = BookieRegistry(self._store)
             self.driver = Driver(self.ledgers, self.registry,
                                  request_timeout_ms=self.config.add_timeout_ms,
+                                 add_batch_entries_max=self.config.add_batch_entries_max,
+                                 add_batch_bytes_max=self.config.add_batch_bytes_max,
                                  transport_options={
                                      "reconnect_ivl_ms": self.config.reconnect_ivl_ms,
                                      "reconnect_ivl_max_ms": self.config.reconnect_ivl_max_ms})

@@ -8,7 +8,9 @@ locks and stay exactly the code the simulation runs.  The driver carries
 out the actions the cores return:
 
 * ``SendAdd`` / ``SendRead`` / ``SendReadLac`` -> wire requests (one
-  ``ADD_BATCH`` per bookie and action: adds to one bookie travel batched);
+  ``ADD_PACKED`` per bookie and action, split at ``add_batch_entries_max`` /
+  ``add_batch_bytes_max``: adds to one bookie travel batched, their bytes in
+  one frame); the reply to a ``SendAdd`` comes back as one ``AddResponses``;
 * ``WriteMetadata`` / ``ReadMetadata`` -> the metadata store, on a small
   worker pool (the store blocks; the driver thread never does);
 * ``SetTimer`` -> a timer heap on the driver thread;
@@ -27,6 +29,7 @@ has ``metadata_workers`` threads.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import logging
@@ -37,6 +40,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from appliance.errors import (
     OK,
+    BadRequestError,
     BKError,
     BookieUnavailableError,
     ClientClosedError,
@@ -44,24 +48,31 @@ from appliance.errors import (
 )
 from appliance.protocol import events as ev
 from ipc.client import Transport
+from ipc.packed import AddPackedReply, AddPackedRequest
 from ipc.replies import AddBatchReply, ErrorReply, LacReply, ReadReply
-from ipc.requests import AddBatchRequest, AddItem, ReadLacRequest, ReadRequest
+from ipc.requests import ReadLacRequest, ReadRequest
 
 log = logging.getLogger(__name__)
 
 DRAIN_ITEMS_MAX = 4096  # queue items applied per wakeup before timers run
 METADATA_WORKERS = 2
 BOOKIE_REFRESH_MS = 1000  # how often live bookies are re-read from the registry
+ADD_BATCH_ENTRIES_MAX = 1024  # entries per ADD_BATCH message (the wire's default limit)
+ADD_BATCH_BYTES_MAX = 8 * 1024 * 1024  # entry bytes per ADD_BATCH message
 
 
 class Driver:
     """See the module docstring.  ``start()`` then use; ``close()`` when done."""
 
     def __init__(self, ledgers, registry, *, request_timeout_ms: int = 5000,
-                 inflight_per_bookie_max: int = 100_000, transport_options: dict | None = None):
+                 inflight_per_bookie_max: int = 100_000, transport_options: dict | None = None,
+                 add_batch_entries_max: int = ADD_BATCH_ENTRIES_MAX,
+                 add_batch_bytes_max: int = ADD_BATCH_BYTES_MAX):
         self.ledgers = ledgers
         self.registry = registry
         self.request_timeout_ms = request_timeout_ms
+        self.add_batch_entries_max = add_batch_entries_max
+        self.add_batch_bytes_max = add_batch_bytes_max
         self.ids = itertools.count(1)  # shared by every core: ids route replies
         self._q: queue.SimpleQueue = queue.SimpleQueue()
         self._routes: dict[int, tuple] = {}  # transport request id -> (core, action)
@@ -147,9 +158,16 @@ class Driver:
 
     # -- wire ---------------------------------------------------------------------
     def _send_add(self, core, action: ev.SendAdd) -> None:
-        items = [AddItem(action.ledger_id, e, action.master_key, d)
-                 for e, d in zip(action.entry_ids, action.datas, strict=True)]
-        self._send(core, action, AddBatchRequest(items, action.recovery))
+        """One ``ADD_PACKED`` per chunk of at most ``add_batch_entries_max``
+        entries / ``add_batch_bytes_max`` bytes; each chunk is routed (and, on
+        failure, answered) as a ``SendAdd`` of its own entries."""
+        entry_ids, datas = action.entry_ids, action.datas
+        for lo, hi in _chunks(datas, self.add_batch_entries_max, self.add_batch_bytes_max):
+            part = action if (lo, hi) == (0, len(datas)) else dataclasses.replace(
+                action, entry_ids=entry_ids[lo:hi], datas=datas[lo:hi])
+            self._send(core, part, AddPackedRequest.of(
+                action.ledger_id, action.master_key, part.entry_ids, part.datas,
+                action.recovery))
 
     def _send(self, core, action, request) -> None:
         bookie_id = action.bookie_id
@@ -300,6 +318,20 @@ class Driver:
         self._pool.shutdown(wait=True)
 
 
+def _chunks(datas, entries_max: int, bytes_max: int):
+    """(lo, hi) index ranges of ``datas``: each at most ``entries_max`` items
+    and ``bytes_max`` bytes (a single bigger item travels alone)."""
+    lo, size, n = 0, 0, len(datas)
+    for i in range(n):
+        length = len(datas[i])
+        if i > lo and (i - lo >= entries_max or size + length > bytes_max):
+            yield lo, i
+            lo, size = i, 0
+        size += length
+    if n:
+        yield lo, n
+
+
 def _translate(action, event, now_ms: int) -> list:
     """A transport event -> the core events it means."""
     reply = event.reply
@@ -307,6 +339,12 @@ def _translate(action, event, now_ms: int) -> list:
         code = event.status if event.status != OK else reply.status
         return _failure_events(action, code, now_ms)
     kind = type(action)
+    if kind is ev.SendAdd and type(reply) is AddPackedReply:
+        if len(reply.entry_ids) != len(action.entry_ids) or \
+                list(reply.entry_ids) != list(action.entry_ids):  # never ack what was not sent
+            return _failure_events(action, BadRequestError.code, now_ms)
+        return [ev.AddResponses(action.request_id, action.bookie_id, action.ledger_id,
+                                action.entry_ids, tuple(reply.statuses), now_ms)]
     if kind is ev.SendAdd and isinstance(reply, AddBatchReply):
         return [ev.AddResponse(action.request_id, action.bookie_id, ledger_id, entry_id,
                                status, now_ms)

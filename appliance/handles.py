@@ -114,11 +114,11 @@ class WriteHandle:
                 self._close_done.set_result(action)
 
     def _settle(self, first: int, last: int, error) -> None:
-        for entry_id in range(first, last + 1):
-            fut = self._futures.pop(entry_id, None)
-            if fut is None:
-                continue
-            self._slots.release()
+        futures = self._futures
+        settled = [(e, futures.pop(e)) for e in range(first, last + 1) if e in futures]
+        if settled:
+            self._slots.release(len(settled))  # slots first: callbacks may add again
+        for entry_id, fut in settled:
             if error is None:
                 fut.set_result(entry_id)
             else:
