@@ -427,7 +427,9 @@ class BulkReader:
         if min(rounds) >= self.config.rounds_max:
             chunk.error = job.failure(chunk)
             return
-        for bookie_id in (b for b in cands if chunk.tries.get(b, 0) == min(rounds)):
+        best = [b for b in cands if chunk.tries.get(b, 0) == min(rounds)]
+        healthy = [b for b in best if b not in suspects]
+        for bookie_id in healthy or best:  # a busy healthy replica beats a suspect one
             conn = self._conn(bookie_id)
             if conn is None:
                 self._failed(job, chunk, bookie_id, BookieUnavailableError.code,
