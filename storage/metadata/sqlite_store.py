@@ -122,7 +122,7 @@ class SqliteStore(MetadataStore):
                                    timeout=self.busy_timeout_ms / 1000)
             try:
                 conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
-                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                mode = self._enable_wal(conn)
                 if mode.lower() != "wal":
                     raise MetadataUnavailableError(f"{self.uri}: cannot enable WAL (got {mode})")
                 conn.execute("PRAGMA synchronous = FULL")
@@ -130,6 +130,24 @@ class SqliteStore(MetadataStore):
                 conn.close()
                 raise
         return conn
+
+    def _enable_wal(self, conn: sqlite3.Connection) -> str:
+        """Switch to WAL.  Several processes opening a new file at once race
+        on the switch, and SQLite answers "locked" at once there (the busy
+        handler does not cover it): retry within ``busy_timeout_ms``."""
+        deadline = time.monotonic() + self.busy_timeout_ms / 1000
+        delay_s = 0.001
+        while True:
+            try:
+                mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+                if mode.lower() == "wal":
+                    return mode
+                return conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(delay_s)
+                delay_s = min(delay_s * 2, 0.05)
 
     def _init_schema(self) -> None:
         with self._write_txn(purge=False) as conn:
