@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from appliance.bulk_read import BulkReadConfig, BulkReader, parse_read_batch, verify_records
+from appliance.bulk_read import BulkReadConfig, BulkReader, parse_reply, verify_records
 from appliance.digest import make_digest
 from appliance.errors import (
     OK,
@@ -20,6 +20,7 @@ from appliance.protocol.entry import pack_entries
 from appliance.protocol.keys import master_key
 from appliance.protocol.metadata import LedgerMetadata
 from ipc.memserver import MemoryBookie
+from ipc.packed import ReadPackedReply, ReadPackedRequest
 from ipc.replies import ReadBatchReply, encode_reply
 from ipc.requests import AddBatchRequest, AddItem, ReadBatchRequest
 from ipc.server import FrameServer
@@ -28,10 +29,14 @@ from tests.ipc.support import ThreadServer
 KEY = master_key(b"secret")
 LEDGER = 42
 FAST = BulkReadConfig(read_timeout_ms=300, retry_backoff_ms=10, batch_entries_max=64)
+FRAMES = BulkReadConfig(read_timeout_ms=300, retry_backoff_ms=10, batch_entries_max=64,
+                        packed_replies=False)  # READ_BATCH: one frame per entry
+BOTH = pytest.mark.parametrize("cfg", [FAST, FRAMES], ids=["read_packed", "read_batch"])
 
 
 class FaultyBookie(MemoryBookie):
-    """A memory bookie that can corrupt, misfile, drop or garble READ_BATCH replies."""
+    """A memory bookie answering READ_BATCH and READ_PACKED, that can corrupt,
+    misfile, drop or garble its replies."""
 
     def __init__(self, bookie_id: str):
         super().__init__(bookie_id)
@@ -39,21 +44,27 @@ class FaultyBookie(MemoryBookie):
         self.misfile: set[int] = set()  # entries served with the next entry's record
         self.silent = False  # never answer READ_BATCH
         self.garble = False  # answer with rows that are not consecutive
+        self.old = False  # refuse READ_PACKED, as a bookie from before that op would
         self.reads = 0
 
     def handle(self, peer, req):
-        if not isinstance(req, ReadBatchRequest):
+        packed = isinstance(req, ReadPackedRequest)
+        if not packed and not isinstance(req, ReadBatchRequest):
             return super().handle(peer, req)
         self.reads += 1
         if self.silent:
             return None
-        reply = super().handle(peer, req)
-        if self.garble and len(reply.rows) > 1:
-            rows = list(reply.rows)
+        if packed and self.old:
+            raise BadRequestError("unknown op 10")
+        as_batch = ReadBatchRequest(req.ledger_id, req.first_entry_id, req.last_entry_id,
+                                    req.max_entries, req.max_bytes, req.fence, req.master_key,
+                                    req.request_id)
+        rows = [self._spoil(r) for r in super().handle(peer, as_batch).rows]
+        if self.garble and len(rows) > 1:
             rows[1] = (rows[1][0] + 5, rows[1][1], rows[1][2])
-            return ReadBatchReply(reply.ledger_id, rows, reply.request_id)
-        return ReadBatchReply(reply.ledger_id, [self._spoil(r) for r in reply.rows],
-                              reply.request_id)
+        if packed:
+            return ReadPackedReply.from_rows(req.ledger_id, rows, req.request_id)
+        return ReadBatchReply(req.ledger_id, rows, req.request_id)
 
     def _spoil(self, row):
         entry_id, status, data = row
@@ -114,12 +125,13 @@ def _read_all(reader, md, first=0, last=None):
     return out
 
 
-def test_reads_every_entry_once_in_order_spread_over_replicas(bookies):
+@BOTH
+def test_reads_every_entry_once_in_order_spread_over_replicas(bookies, cfg):
     handlers, endpoints = bookies(3)
     payloads = _payloads(1000)
     md = _metadata([(0, tuple(handlers))], last=999)
     _store(md, handlers, payloads)
-    with BulkReader(endpoints, FAST) as reader:
+    with BulkReader(endpoints, cfg) as reader:
         got = _read_all(reader, md)
         assert got == list(enumerate(payloads))
         assert _read_all(reader, md, 10, 20) == list(enumerate(payloads))[10:21]
@@ -127,13 +139,14 @@ def test_reads_every_entry_once_in_order_spread_over_replicas(bookies):
     assert all(h.reads > 0 for h in handlers.values())  # load spread over the replicas
 
 
-def test_striped_ledger_and_several_fragments(bookies):
+@BOTH
+def test_striped_ledger_and_several_fragments(bookies, cfg):
     handlers, endpoints = bookies(5)
     ids = tuple(handlers)
     md = _metadata([(0, ids[:3]), (200, ids[2:])], e=3, w=2, last=499)
     payloads = _payloads(500)
     _store(md, handlers, payloads)
-    with BulkReader(endpoints, FAST) as reader:
+    with BulkReader(endpoints, cfg) as reader:
         assert _read_all(reader, md) == list(enumerate(payloads))
 
 
@@ -148,7 +161,8 @@ def test_hmac_digest_ledger(bookies):
             list(reader.read(md, 0, 99, master_key(b"wrong")))
 
 
-def test_corrupt_and_misfiled_records_fail_over_never_served(bookies):
+@BOTH
+def test_corrupt_and_misfiled_records_fail_over_never_served(bookies, cfg):
     handlers, endpoints = bookies(3)
     md = _metadata([(0, tuple(handlers))], last=299)
     payloads = _payloads(300)
@@ -156,7 +170,7 @@ def test_corrupt_and_misfiled_records_fail_over_never_served(bookies):
     a, b, _ = handlers.values()
     a.corrupt.update({5, 150})
     b.misfile.update({7, 151})
-    with BulkReader(endpoints, FAST) as reader:
+    with BulkReader(endpoints, cfg) as reader:
         assert _read_all(reader, md) == list(enumerate(payloads))
         assert reader.counters["bad_records"] >= 1
         assert reader.counters["failovers"] >= 1
@@ -177,7 +191,8 @@ def test_every_replica_corrupt_is_a_digest_error_naming_the_entry(bookies):
         assert all(b in str(info.value) for b in handlers)
 
 
-def test_silent_and_garbling_bookies_are_skipped(bookies):
+@BOTH
+def test_silent_and_garbling_bookies_are_skipped(bookies, cfg):
     handlers, endpoints = bookies(3)
     md = _metadata([(0, tuple(handlers))], last=399)
     payloads = _payloads(400)
@@ -185,10 +200,22 @@ def test_silent_and_garbling_bookies_are_skipped(bookies):
     a, b, _ = handlers.values()
     a.silent = True
     b.garble = True
-    with BulkReader(endpoints, FAST) as reader:
+    with BulkReader(endpoints, cfg) as reader:
         assert _read_all(reader, md) == list(enumerate(payloads))
         assert reader.counters["timeouts"] >= 1
         assert reader.counters["bad_replies"] >= 1
+
+
+def test_bookies_without_read_packed_are_read_with_read_batch(bookies):
+    handlers, endpoints = bookies(3)
+    md = _metadata([(0, tuple(handlers))], last=299)
+    payloads = _payloads(300)
+    _store(md, handlers, payloads)
+    for h in handlers.values():
+        h.old = True
+    with BulkReader(endpoints, FAST) as reader:
+        assert _read_all(reader, md) == list(enumerate(payloads))
+        assert reader.counters["failovers"] == 0  # a refused op is not a failed replica
 
 
 def test_missing_everywhere_is_no_such_entry(bookies):
@@ -264,21 +291,28 @@ def test_verify_records_checks_lac_and_running_length():
     assert verify_records([forged], LEDGER, 0, digest)[0] is None
 
 
-def test_parse_read_batch_refuses_malformed_replies():
-    data = [b"r" * 40, b"s" * 40]
-    frames = encode_reply(ReadBatchReply(LEDGER, [(3, OK, data[0]), (4, OK, data[1])], 9))
-    reply = parse_read_batch([bytes(f) for f in frames], 1 << 20)
-    assert (reply.request_id, reply.first_entry_id, reply.records) == (9, 3, data)
-    stop = encode_reply(ReadBatchReply(LEDGER, [(3, OK, data[0]), (4, 3, None)], 9))
-    assert parse_read_batch([bytes(f) for f in stop], 1 << 20).stop_status == 3
-    good = [bytes(f) for f in frames]
-    for broken in (good[:1], good[:-1], [good[0][:20]] + good[1:],  # frames or header short
-                   [good[0], good[1][:-1]] + good[2:],  # status table short
-                   [good[0], good[1][12:] + good[1][:12]] + good[2:],  # rows out of order
-                   [b"\x02" + good[0][1:]] + good[1:]):  # another wire version
+def test_parse_reply_reads_both_ops_and_refuses_malformed_replies():
+    data = [b"r" * 40, b"s" * 41]
+    rows = [(3, OK, data[0]), (4, OK, data[1])]
+    for reply in (ReadBatchReply(LEDGER, rows, 9), ReadPackedReply.from_rows(LEDGER, rows, 9)):
+        parsed = parse_reply([bytes(f) for f in encode_reply(reply)], 1 << 20)
+        assert (parsed.request_id, parsed.first_entry_id) == (9, 3)
+        assert (bytes(parsed.data), parsed.lengths.tolist()) == (b"".join(data), [40, 41])
+    stop = encode_reply(ReadPackedReply.from_rows(LEDGER, [(3, OK, data[0]), (4, 3, None)], 9))
+    parsed = parse_reply([bytes(f) for f in stop], 1 << 20)
+    assert parsed.stop_status == 3 and parsed.lengths.tolist() == [40]
+    batch = [bytes(f) for f in encode_reply(ReadBatchReply(LEDGER, rows, 9))]
+    packed = [bytes(f) for f in encode_reply(ReadPackedReply.from_rows(LEDGER, rows, 9))]
+    for broken in (batch[:1], batch[:-1], [batch[0][:20]] + batch[1:],  # frames/header short
+                   [batch[0], batch[1][:-1]] + batch[2:],  # status table short
+                   [batch[0], batch[1][12:] + batch[1][:12]] + batch[2:],  # rows out of order
+                   [b"\x02" + batch[0][1:]] + batch[1:],  # another wire version
+                   packed[:2] + [packed[2][:-1]],  # data shorter than the table says
+                   packed + [b"extra"]):  # a frame too many
         with pytest.raises(BadRequestError):
-            parse_read_batch(broken, 1 << 20)
-    with pytest.raises(BadRequestError):
-        parse_read_batch(good, 10)  # a record over entry_bytes_max
-    failed = parse_read_batch([good[0][:28] + (7).to_bytes(4, "big")], 1 << 20)
-    assert failed.status == 7 and failed.records == []
+            parse_reply(broken, 1 << 20)
+    for frames in (batch, packed):
+        with pytest.raises(BadRequestError):
+            parse_reply(frames, 10)  # a record over entry_bytes_max
+    failed = parse_reply([batch[0][:28] + (7).to_bytes(4, "big")], 1 << 20)
+    assert failed.status == 7 and len(failed.lengths) == 0

@@ -1,6 +1,7 @@
 """Bulk reads of committed ledger ranges straight from the bookies, for
-analytics (``appliance.spark``): READ_BATCH messages of many entries, checks
-vectorised over each reply, failover between the replicas of every entry.
+analytics (``appliance.spark``): READ_PACKED messages of many entries (one
+data frame per reply), checks vectorised over each reply, failover between
+the replicas of every entry.
 
     with BulkReader(endpoints) as reader:          # {bookie id: endpoint}
         for chunk in reader.read(metadata, 0, metadata.last_entry_id, master_key):
@@ -35,7 +36,8 @@ Guarantees:
 
 Faults survived: a bookie that is down, restarts, stalls, serves corrupt or
 misfiled records, or answers garbage, as long as one replica of each entry
-answers correctly within the rounds.
+answers correctly within the rounds.  Decoding and verification, the pure
+half, live in ``appliance.bulk_read.records``.
 """
 
 from __future__ import annotations
@@ -44,12 +46,17 @@ import itertools
 import logging
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-import crc32c
-import numpy as np
 import zmq
 
+from appliance.bulk_read.records import (
+    ParsedReply,
+    VerifiedChunk,
+    parse_reply,
+    verify_packed,
+    verify_records,
+)
 from appliance.errors import (
     OK,
     BadRequestError,
@@ -57,34 +64,33 @@ from appliance.errors import (
     BKTimeoutError,
     BookieUnavailableError,
     DigestMismatchError,
-    ProtocolVersionError,
     error_class,
     is_explicit_negative,
 )
-from appliance.protocol.entry import HEADER_BYTES
 from appliance.protocol.invariant import invariant
-from ipc.frames import DEFAULT_LIMITS, REPLY_HEAD, U32, VERSION, Op
+from ipc.frames import DEFAULT_LIMITS
+from ipc.packed import ReadPackedRequest
 from ipc.requests import ReadBatchRequest, encode_request
+
+__all__ = ["BulkReadConfig", "BulkReader", "ParsedReply", "VerifiedChunk", "parse_reply",
+           "verify_packed", "verify_records"]
 
 log = logging.getLogger(__name__)
 
-_HEADER_DTYPE = np.dtype([("ledger", ">u8"), ("entry", ">i8"), ("lac", ">i8"), ("length", ">u8")])
-_ROW_DTYPE = np.dtype([("entry", ">i8"), ("status", ">i4")])
 _NOBLOCK = int(zmq.NOBLOCK)
-_crc = crc32c.crc32c
 
 
 @dataclass(frozen=True)
 class BulkReadConfig:
     """Knobs of a bulk read, each a trade-off."""
 
-    # Deadline of one READ_BATCH.  Shorter: a dead bookie is skipped sooner;
+    # Deadline of one batched read.  Shorter: a dead bookie is skipped sooner;
     # longer: fewer needless failovers from a merely busy bookie.
     read_timeout_ms: int = 5000
-    # Entries asked per READ_BATCH (the bookie also cuts at its own limit).
+    # Entries asked per read (the bookie also cuts at its own limit).
     # More amortises the per-message cost; fewer bounds one reply's memory.
     batch_entries_max: int = 1024
-    # Entry bytes asked per READ_BATCH: bounds one reply's memory.
+    # Entry bytes asked per read: bounds one reply's memory.
     batch_bytes_max: int = 16 * 1024 * 1024
     # Requests outstanding per bookie.  More hides round trips; fewer keeps
     # one reader from crowding out other clients of the bookie.
@@ -99,6 +105,10 @@ class BulkReadConfig:
     retry_backoff_ms: int = 200
     # Largest entry accepted in a reply (header, digest and payload).
     entry_bytes_max: int = DEFAULT_LIMITS.entry_bytes_max
+    # READ_PACKED (a reply's entries in one frame: the per-entry cost of a
+    # ZeroMQ frame disappears on both ends) or READ_BATCH (one frame per
+    # entry; for bookies that predate READ_PACKED).
+    packed_replies: bool = True
 
     def __post_init__(self) -> None:
         for name in ("read_timeout_ms", "batch_entries_max", "batch_bytes_max",
@@ -109,141 +119,6 @@ class BulkReadConfig:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
         if self.retry_backoff_ms < 0:
             raise ValueError(f"retry_backoff_ms must be >= 0, got {self.retry_backoff_ms}")
-
-
-@dataclass(frozen=True, slots=True)
-class VerifiedChunk:
-    """Consecutive verified entries of one ledger.  Payload ``i`` (entry
-    ``first_entry_id + i``) is ``payloads[offsets[i]:offsets[i + 1]]``."""
-
-    ledger_id: int
-    first_entry_id: int
-    payloads: bytes
-    offsets: np.ndarray  # int64, count + 1 values, offsets[0] == 0
-
-    @property
-    def count(self) -> int:
-        return len(self.offsets) - 1
-
-    @property
-    def last_entry_id(self) -> int:
-        return self.first_entry_id + self.count - 1
-
-
-# -- verification (pure) ---------------------------------------------------------------
-def verify_records(records: list, ledger_id: int, first_entry_id: int,
-                   digest) -> tuple[VerifiedChunk | None, str | None]:
-    """Check stored entry records (header, digest, payload) that should be
-    entries ``first_entry_id..`` of ``ledger_id``.
-
-    Returns the longest verified prefix (None if empty) and, if a record
-    failed, why.  Vectorised over the records: one C call per record for
-    CRC32C digests, no per-record Python work for the header checks."""
-    start = HEADER_BYTES + digest.size
-    lens = np.fromiter(map(len, records), np.int64, len(records))
-    n = _prefix_len(lens >= start)
-    bad_why = None if n == len(records) else \
-        f"entry {first_entry_id + n} is {int(lens[n])} bytes, shorter than header and digest"
-    if n == 0:
-        return None, bad_why
-    records, sizes = records[:n], lens[:n] - start
-    head = np.frombuffer(b"".join([r[:start] for r in records]), np.uint8).reshape(n, start)
-    fields = head[:, :HEADER_BYTES].copy().view(_HEADER_DTYPE).ravel()
-    payloads = [r[start:] for r in records]
-    ok = _headers_ok(fields, ledger_id, first_entry_id, sizes)
-    ok &= _digests_ok(records, payloads, head, digest)
-    n_ok = _prefix_len(ok)
-    if n_ok < n:
-        bad_why = _why_bad(fields, n_ok, first_entry_id + n_ok, ledger_id, sizes)
-    if n_ok == 0:
-        return None, bad_why
-    offsets = np.zeros(n_ok + 1, np.int64)
-    np.cumsum(sizes[:n_ok], out=offsets[1:])
-    return VerifiedChunk(ledger_id, first_entry_id, b"".join(payloads[:n_ok]), offsets), bad_why
-
-
-def _headers_ok(fields: np.ndarray, ledger_id: int, first_entry_id: int,
-                sizes: np.ndarray) -> np.ndarray:
-    """Per record: the ids asked for, LAC below the entry, running length
-    grown by exactly the payload since the record before."""
-    expected = np.arange(first_entry_id, first_entry_id + len(fields), dtype=np.int64)
-    ok = (fields["ledger"] == np.uint64(ledger_id)) & (fields["entry"] == expected)
-    ok &= (fields["lac"] >= -1) & (fields["lac"] < fields["entry"])
-    running = fields["length"].astype(np.int64)
-    ok[1:] &= (running[1:] - running[:-1]) == sizes[1:]
-    return ok
-
-
-def _digests_ok(records: list, payloads: list, head: np.ndarray, digest) -> np.ndarray:
-    if digest.name == "crc32c":  # vectorised: the stored digest is a big-endian u32
-        stored = head[:, HEADER_BYTES:HEADER_BYTES + 4].copy().view(">u4").ravel()
-        header_crcs = map(_crc, [r[:HEADER_BYTES] for r in records])
-        computed = np.fromiter(map(_crc, payloads, header_crcs), np.uint32, len(records))
-        return computed == stored
-    start = HEADER_BYTES + digest.size
-    return np.fromiter((digest.compute(r[:HEADER_BYTES], p) == r[HEADER_BYTES:start]
-                        for r, p in zip(records, payloads, strict=True)), bool, len(records))
-
-
-def _prefix_len(ok: np.ndarray) -> int:
-    """Length of the all-True prefix of a boolean array."""
-    return len(ok) if ok.all() else int(np.argmin(ok))
-
-
-def _why_bad(fields: np.ndarray, i: int, entry_id: int, ledger_id: int,
-             sizes: np.ndarray) -> str:
-    got_ledger, got_entry = int(fields["ledger"][i]), int(fields["entry"][i])
-    if (got_ledger, got_entry) != (ledger_id, entry_id):
-        return (f"asked for ledger {ledger_id} entry {entry_id}, got a record of ledger "
-                f"{got_ledger} entry {got_entry}")
-    running = fields["length"].astype(np.int64)
-    if i > 0 and running[i] - running[i - 1] != sizes[i]:
-        return f"entry {entry_id}: running length does not follow the entry before it"
-    return f"entry {entry_id}: digest or header check failed"
-
-
-# -- reply decoding (pure) -----------------------------------------------------------------
-@dataclass(slots=True)
-class _Reply:
-    request_id: int
-    status: int  # OK, or the error of the whole reply
-    first_entry_id: int = -1
-    records: list = field(default_factory=list)  # OK rows' entry bytes, in order
-    stop_status: int = OK  # the status of the row that ended the batch early
-
-
-def parse_read_batch(frames: list, limits_entry_bytes_max: int) -> _Reply:
-    """Decode a READ_BATCH reply (a DEALER's frames).  Raises
-    ``BadRequestError`` for anything malformed, ``ProtocolVersionError`` for
-    another wire version."""
-    head = frames[0] if frames else b""
-    if len(head) < REPLY_HEAD.size:
-        raise BadRequestError(f"reply header of {len(head)} bytes")
-    version, op, _, rid, _, first, status = REPLY_HEAD.unpack_from(head)
-    if version != VERSION:
-        raise ProtocolVersionError(f"reply of wire version {version}, expected {VERSION}")
-    if status != OK:
-        if len(frames) > 2:
-            raise BadRequestError(f"error reply of {len(frames)} frames")
-        return _Reply(rid, status)
-    if op != Op.READ_BATCH or len(head) != REPLY_HEAD.size + U32.size:
-        raise BadRequestError(f"expected a READ_BATCH reply, got op {op}")
-    (count,) = U32.unpack_from(head, REPLY_HEAD.size)
-    if count < 1 or len(frames) != count + 2 or len(frames[1]) != count * _ROW_DTYPE.itemsize:
-        raise BadRequestError(f"READ_BATCH reply of {count} rows in {len(frames)} frames")
-    rows = np.frombuffer(frames[1], _ROW_DTYPE)
-    statuses = rows["status"]
-    n_ok = _prefix_len(statuses == OK)
-    if n_ok < count - 1 or rows["entry"][0] != first or \
-            not np.array_equal(np.diff(rows["entry"]), np.ones(count - 1, np.int64)):
-        raise BadRequestError("READ_BATCH rows are not consecutive OK rows ending in one error")
-    records = frames[2:2 + n_ok]
-    if max(map(len, records), default=0) > limits_entry_bytes_max or \
-            any(len(r) for r in frames[2 + n_ok:]):
-        raise BadRequestError("READ_BATCH data frame over entry_bytes_max, or an error row "
-                              "with data")
-    stop = int(statuses[n_ok]) if n_ok < count else OK
-    return _Reply(rid, OK, first, records, stop)
 
 
 def _recv_frames(sock, frames_max: int) -> list[bytes]:
@@ -346,13 +221,14 @@ def _fragment_end(md, entry_id: int) -> int:
 class _Conn:
     """One DEALER socket to one bookie."""
 
-    __slots__ = ("bookie_id", "endpoint", "sock", "inflight", "suspect_until_s")
+    __slots__ = ("bookie_id", "endpoint", "sock", "inflight", "suspect_until_s", "packed")
 
-    def __init__(self, bookie_id: str, endpoint: str):
+    def __init__(self, bookie_id: str, endpoint: str, packed: bool):
         self.bookie_id, self.endpoint = bookie_id, endpoint
         self.sock = None
         self.inflight = 0
         self.suspect_until_s = 0.0
+        self.packed = packed  # False once the bookie refused READ_PACKED (an older bookie)
 
 
 class BulkReader:
@@ -448,9 +324,9 @@ class BulkReader:
         cfg = self.config
         rid = next(self._rids)
         count = chunk.last - chunk.first + 1
-        req = ReadBatchRequest(job.md.ledger_id, chunk.first, chunk.last,
-                               min(count, cfg.batch_entries_max), cfg.batch_bytes_max,
-                               request_id=rid)
+        kind = ReadPackedRequest if conn.packed else ReadBatchRequest
+        req = kind(job.md.ledger_id, chunk.first, chunk.last, min(count, cfg.batch_entries_max),
+                   cfg.batch_bytes_max, request_id=rid)
         try:
             conn.sock.send_multipart(encode_request(req), _NOBLOCK)
         except zmq.Again:
@@ -458,7 +334,7 @@ class BulkReader:
                          f"{conn.endpoint} is not accepting requests")
             return
         conn.inflight += 1
-        chunk.sent = (conn.bookie_id, rid, now + cfg.read_timeout_ms / 1000.0)
+        chunk.sent = (conn.bookie_id, rid, now + cfg.read_timeout_ms / 1000.0, conn.packed)
         self._pending[rid] = (job, chunk)
         self.counters["requests"] += 1
 
@@ -468,7 +344,8 @@ class BulkReader:
             endpoint = self.endpoints.get(bookie_id)
             if endpoint is None:
                 return None
-            conn = self._conns[bookie_id] = _Conn(bookie_id, endpoint)
+            conn = self._conns[bookie_id] = _Conn(bookie_id, endpoint,
+                                                  self.config.packed_replies)
             self._open_socket(conn)
         return conn
 
@@ -521,7 +398,7 @@ class BulkReader:
 
     def _on_reply(self, conn: _Conn, frames: list) -> None:
         try:
-            reply = parse_read_batch(frames, self.config.entry_bytes_max)
+            reply = parse_reply(frames, self.config.entry_bytes_max)
         except BadRequestError as exc:
             self.counters["bad_replies"] += 1
             from ipc.frames import salvage_ids
@@ -529,9 +406,14 @@ class BulkReader:
             rid = salvage_ids(frames[0])[1] if frames else 0
             self._answer_failed(conn, rid, exc.code, f"undecodable reply: {exc}")
             return
-        job, chunk = self._take(conn, reply.request_id)
+        job, chunk, packed = self._take(conn, reply.request_id)
         if chunk is None:
             return
+        if reply.status == BadRequestError.code and packed:
+            if conn.packed:  # a bookie older than READ_PACKED: READ_BATCH from now on
+                log.info("bookie %s refused READ_PACKED; using READ_BATCH", conn.bookie_id)
+            conn.packed = False
+            return  # not a failure: the chunk is sent again, the other way
         if reply.status != OK:
             self._failed(job, chunk, conn.bookie_id, reply.status, "")
             return
@@ -539,7 +421,8 @@ class BulkReader:
             self._failed(job, chunk, conn.bookie_id, BadRequestError.code,
                          f"answered from entry {reply.first_entry_id}")
             return
-        got, why = verify_records(reply.records, job.md.ledger_id, chunk.first, job.digest)
+        got, why = verify_packed(reply.data, reply.lengths, job.md.ledger_id, chunk.first,
+                                 job.digest)
         if why is not None:
             self.counters["bad_records"] += 1
             log.warning("bookie %s: ledger %d: %s", conn.bookie_id, job.md.ledger_id, why)
@@ -555,14 +438,15 @@ class BulkReader:
         pending = self._pending.get(rid)
         if pending is None or pending[1].sent is None or pending[1].sent[0] != conn.bookie_id:
             self.counters["late_replies"] += 1
-            return None, None
+            return None, None, False
         del self._pending[rid]
         conn.inflight -= 1
-        pending[1].sent = None
-        return pending
+        job, chunk = pending
+        packed, chunk.sent = chunk.sent[3], None
+        return job, chunk, packed
 
     def _answer_failed(self, conn: _Conn, rid: int, code: int, why: str) -> None:
-        job, chunk = self._take(conn, rid)
+        job, chunk, _ = self._take(conn, rid)
         if chunk is not None:
             self._failed(job, chunk, conn.bookie_id, code, why)
 
