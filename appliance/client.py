@@ -94,6 +94,7 @@ class Client:
                                  request_timeout_ms=self.config.add_timeout_ms,
                                  add_batch_entries_max=self.config.add_batch_entries_max,
                                  add_batch_bytes_max=self.config.add_batch_bytes_max,
+                                 read_batch_bytes_max=self.config.read_batch_bytes_max,
                                  transport_options={
                                      "reconnect_ivl_ms": self.config.reconnect_ivl_ms,
                                      "reconnect_ivl_max_ms": self.config.reconnect_ivl_max_ms})

@@ -48,7 +48,7 @@ from appliance.errors import (
 )
 from appliance.protocol import events as ev
 from ipc.client import Transport
-from ipc.packed import AddPackedReply, AddPackedRequest
+from ipc.packed import AddPackedReply, AddPackedRequest, ReadPackedReply, ReadPackedRequest
 from ipc.replies import AddBatchReply, ErrorReply, LacReply, ReadReply
 from ipc.requests import ReadLacRequest, ReadRequest
 
@@ -59,6 +59,7 @@ METADATA_WORKERS = 2
 BOOKIE_REFRESH_MS = 1000  # how often live bookies are re-read from the registry
 ADD_BATCH_ENTRIES_MAX = 1024  # entries per ADD_BATCH message (the wire's default limit)
 ADD_BATCH_BYTES_MAX = 8 * 1024 * 1024  # entry bytes per ADD_BATCH message
+READ_BATCH_BYTES_MAX = 16 * 1024 * 1024  # entry bytes a READ_PACKED reply may carry
 
 
 class Driver:
@@ -67,12 +68,14 @@ class Driver:
     def __init__(self, ledgers, registry, *, request_timeout_ms: int = 5000,
                  inflight_per_bookie_max: int = 100_000, transport_options: dict | None = None,
                  add_batch_entries_max: int = ADD_BATCH_ENTRIES_MAX,
-                 add_batch_bytes_max: int = ADD_BATCH_BYTES_MAX):
+                 add_batch_bytes_max: int = ADD_BATCH_BYTES_MAX,
+                 read_batch_bytes_max: int = READ_BATCH_BYTES_MAX):
         self.ledgers = ledgers
         self.registry = registry
         self.request_timeout_ms = request_timeout_ms
         self.add_batch_entries_max = add_batch_entries_max
         self.add_batch_bytes_max = add_batch_bytes_max
+        self.read_batch_bytes_max = read_batch_bytes_max
         self.ids = itertools.count(1)  # shared by every core: ids route replies
         self._q: queue.SimpleQueue = queue.SimpleQueue()
         self._routes: dict[int, tuple] = {}  # transport request id -> (core, action)
@@ -131,6 +134,11 @@ class Driver:
             kind = type(action)
             if kind is ev.SendAdd:
                 self._send_add(core, action)
+            elif kind is ev.SendReadBatch:
+                count = action.last_entry_id - action.first_entry_id + 1
+                self._send(core, action, ReadPackedRequest(
+                    action.ledger_id, action.first_entry_id, action.last_entry_id, count,
+                    self.read_batch_bytes_max))
             elif kind is ev.SendRead:
                 req = ReadRequest(action.ledger_id, action.entry_id, action.fence,
                                   action.master_key if action.fence else None)
@@ -349,6 +357,10 @@ def _translate(action, event, now_ms: int) -> list:
         return [ev.AddResponse(action.request_id, action.bookie_id, ledger_id, entry_id,
                                status, now_ms)
                 for ledger_id, entry_id, status in reply.rows]
+    if kind is ev.SendReadBatch and type(reply) is ReadPackedReply:
+        return [ev.ReadBatchResponse(action.request_id, action.bookie_id, action.ledger_id, OK,
+                                     tuple(reply.entry_ids), tuple(reply.statuses),
+                                     tuple(reply.entries()), now_ms)]
     if kind is ev.SendRead and isinstance(reply, ReadReply):
         return [ev.ReadResponse(action.request_id, action.bookie_id, action.ledger_id,
                                 action.entry_id, OK, reply.data, now_ms)]
@@ -363,6 +375,9 @@ def _failure_events(action, code: int, now_ms: int) -> list:
     if kind is ev.SendAdd:
         return [ev.AddResponse(action.request_id, action.bookie_id, action.ledger_id, e, code,
                                now_ms) for e in action.entry_ids]
+    if kind is ev.SendReadBatch:
+        return [ev.ReadBatchResponse(action.request_id, action.bookie_id, action.ledger_id,
+                                     code, now_ms=now_ms)]
     if kind is ev.SendRead:
         return [ev.ReadResponse(action.request_id, action.bookie_id, action.ledger_id,
                                 action.entry_id, code, None, now_ms)]

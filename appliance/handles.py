@@ -168,7 +168,8 @@ class ReadHandle:
         self._client = client
         self._driver = client.driver
         self.id = metadata.ledger_id
-        rcfg = ReaderConfig(read_timeout_ms=client.config.read_timeout_ms)
+        rcfg = ReaderConfig(read_timeout_ms=client.config.read_timeout_ms,
+                            read_batch_entries=client.config.read_batch_entries_max)
         self._reader = LedgerReader(metadata, _digest(metadata, key), config=rcfg,
                                     ids=self._driver.ids)
         self._waiting: dict[int, Future] = {}

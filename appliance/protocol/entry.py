@@ -98,6 +98,33 @@ def verify_entry(data, digest, ledger_id: int, entry_id: int) -> tuple[int, int,
     return lac, length, payload
 
 
+def verify_run(records: Sequence, digest, ledger_id: int,
+               first_entry_id: int) -> tuple[list[memoryview], int]:
+    """The batch form of ``verify_entry`` for records of consecutive entries
+    ``first_entry_id..``: the payloads of the longest prefix that verifies
+    (digest, ledger and entry id each checked exactly as ``verify_entry``
+    does) and the highest LAC field among them (-1 if none)."""
+    start = HEADER_BYTES + digest.size
+    compute, unpack = digest.compute, HEADER.unpack_from
+    payloads: list[memoryview] = []
+    top_lac, entry_id = -1, first_entry_id
+    for record in records:
+        view = memoryview(record)
+        if len(view) < start:
+            break
+        payload = view[start:]
+        if compute(view[:HEADER_BYTES], payload) != view[HEADER_BYTES:start]:
+            break
+        got_ledger, got_entry, lac, _ = unpack(view, 0)
+        if got_ledger != ledger_id or got_entry != entry_id:
+            break
+        payloads.append(payload)
+        if lac > top_lac:
+            top_lac = lac
+        entry_id += 1
+    return payloads, top_lac
+
+
 def verify_entries(records: Iterable, digest) -> list[memoryview]:
     """Batch form of ``verify_and_payload`` (raises on the first bad record)."""
     return [verify_and_payload(r, digest) for r in records]

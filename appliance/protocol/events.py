@@ -19,6 +19,8 @@ Actions (core -> driver)
 ``SendAdd``        store entries on one bookie (many entries per action: the
                    batch path); reply with one ``AddResponse`` per entry.
 ``SendRead``       read one entry (``fence=True``: fence the ledger first).
+``SendReadBatch``  read a run of entries from one bookie (E == Qw only); reply
+                   ``ReadBatchResponse``.
 ``SendReadLac``    ask a bookie its LAC (``fence=True``: the recovery fence).
 ``SendWriteLac``   tell a bookie the writer's LAC (best effort, no reply needed).
 ``WriteMetadata``  CAS ``metadata`` over ``expected_version``; reply ``MetadataWritten``.
@@ -35,7 +37,7 @@ Actions (core -> driver)
 Events (driver -> core)
 -----------------------
 ``AddResponse`` (or ``AddResponses``: all replies to one ``SendAdd``),
-``ReadResponse``, ``ReadLacResponse``, ``MetadataWritten``,
+``ReadResponse`` (``ReadBatchResponse``), ``ReadLacResponse``, ``MetadataWritten``,
 ``MetadataRead``, ``TimerFired``, ``AvailableBookies`` (the bookies a writer or
 recovery may pick replacements from: an input, never a lookup).
 """
@@ -67,6 +69,18 @@ class SendRead:
     entry_id: int
     fence: bool
     master_key: bytes  # checked (and stored) by the bookie only when fence=True
+
+
+@dataclass(frozen=True, slots=True)
+class SendReadBatch:
+    """Read entries first..last (one fragment) from one bookie in one request.
+    Only for ledgers whose every bookie stores every entry (E == Qw)."""
+
+    request_id: int
+    bookie_id: str
+    ledger_id: int
+    first_entry_id: int
+    last_entry_id: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +205,23 @@ class ReadResponse:
 
 
 @dataclass(frozen=True, slots=True)
+class ReadBatchResponse:
+    """The answer to one ``SendReadBatch``: ``code`` is OK or why the whole
+    request failed; rows (``entry_ids[i]``, ``codes[i]``, ``datas[i]``: the
+    stored record, or None) run in entry order from the first asked and may
+    stop early (a bookie's limits, or its first non-OK row)."""
+
+    request_id: int
+    bookie_id: str
+    ledger_id: int
+    code: int
+    entry_ids: tuple[int, ...] = ()
+    codes: tuple[int, ...] = ()
+    datas: tuple = ()
+    now_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class ReadLacResponse:
     request_id: int
     bookie_id: str
@@ -231,5 +262,6 @@ class AvailableBookies:
     now_ms: int = 0
 
 
-REQUEST_ACTIONS = (SendAdd, SendRead, SendReadLac, SendWriteLac, WriteMetadata, ReadMetadata)
+REQUEST_ACTIONS = (SendAdd, SendRead, SendReadBatch, SendReadLac, SendWriteLac, WriteMetadata,
+                   ReadMetadata)
 RESULT_ACTIONS = (CompleteAdds, FailAdds, CloseDone, OpenDone, ReadDone, LacRead)

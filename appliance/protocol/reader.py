@@ -17,13 +17,24 @@ Guarantees:
   read, and the last entry of a CLOSED ledger.
 * ``read`` delivers payloads in entry order, one ``ReadDone`` per call.
 
-Bounds: ``read_window_entries`` entries in flight per read, ``read_entries_max``
-per call, ``read_rounds_max`` rounds over the replicas per entry, a timeout
-per request (one periodic tick scans the in-flight requests of this reader).
+* Batch mode (``read_batch_entries > 1`` and E == Qw, so every bookie of a
+  fragment stores every entry of it): runs of entries are asked of one
+  bookie at a time (``SendReadBatch``), rotating over the fragment.  Only
+  the verified in-order prefix of a reply is kept; the first row that is
+  not a good record is read again one by one under exactly the rules above
+  (so a negative still needs every replica), and the rest of the run goes to
+  the next bookie.  Batch mode changes the cost, never the answer.
+
+Bounds: ``read_window_entries`` single-entry reads and
+``read_batches_in_flight`` batch requests in flight per read,
+``read_entries_max`` per call, ``read_rounds_max`` rounds over the replicas per
+entry, a run retried as a batch at most once per bookie of its fragment, a
+timeout per request (one periodic tick scans the in-flight requests).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -37,7 +48,7 @@ from appliance.errors import (
 )
 from appliance.protocol import events as ev
 from appliance.protocol.core import CoreBase
-from appliance.protocol.entry import verify_entry
+from appliance.protocol.entry import verify_entry, verify_run
 from appliance.protocol.metadata import CLOSED, LedgerMetadata
 from appliance.protocol.quorum import ensemble_coverage
 
@@ -55,6 +66,14 @@ class ReaderConfig:
     read_rounds_max: int = 3
     # wait_for_lac: how often to ask the bookies while waiting.
     lac_poll_interval_ms: int = 100
+    # Entries per SendReadBatch when every bookie stores every entry
+    # (E == Qw); 1 = one SendRead per entry.  Bigger: fewer messages (the
+    # cost of a read is per message, not per entry); smaller: less to redo
+    # when a bookie fails mid-batch.
+    read_batch_entries: int = 1
+    # Batch requests of one read() in flight at once (spread over the
+    # fragment's bookies): throughput vs. memory.
+    read_batches_in_flight: int = 4
 
 
 class _EntryRead:
@@ -70,13 +89,21 @@ class _EntryRead:
 
 
 class _ReadOp:
-    __slots__ = ("read_id", "first", "last", "next_entry", "payloads", "done")
+    __slots__ = ("read_id", "first", "last", "next_entry", "payloads", "done", "chunks",
+                 "retry", "singles", "batches", "batch_seq")
 
     def __init__(self, read_id: int, first: int, last: int):
         self.read_id, self.first, self.last = read_id, first, last
-        self.next_entry = first
+        self.next_entry = first  # one-by-one mode: the next entry to start
         self.payloads: dict[int, memoryview] = {}
         self.done = False
+        # batch mode: runs (first, last, failed requests) still to ask, entries
+        # to read one by one (the failover path), requests in flight
+        self.chunks: deque[tuple[int, int, int]] = deque()
+        self.retry: deque[int] = deque()
+        self.singles = 0
+        self.batches = 0
+        self.batch_seq = 0
 
 
 class _LacOp:
@@ -104,6 +131,9 @@ class LedgerReader(CoreBase):
         self._md = metadata
         self.last_add_confirmed = metadata.last_entry_id if metadata.state == CLOSED else -1
         self._requests: dict[int, tuple[_ReadOp, _EntryRead, int]] = {}  # id -> op, entry, sent
+        # id -> op, chunk (first, last, failures), sent
+        self._batch_requests: dict[int, tuple[_ReadOp, tuple[int, int, int], int]] = {}
+        self._handlers[ev.ReadBatchResponse] = self._on_read_batch_response
         self._reads: dict[int, _ReadOp] = {}
         self._lac_requests: dict[int, tuple[_LacOp, int]] = {}  # id -> op, sent
         self._poll_timers: dict[int, _LacOp] = {}
@@ -156,8 +186,27 @@ class LedgerReader(CoreBase):
                                          first_entry_id))
             return self._take()
         self._reads[op.read_id] = op
+        if self._batched():
+            self._plan_chunks(op)
         self._fill_window(op, now_ms)
         return self._take()
+
+    def _batched(self) -> bool:
+        md = self._md
+        return self.config.read_batch_entries > 1 and md.write_quorum == md.ensemble_size
+
+    def _plan_chunks(self, op: _ReadOp) -> None:
+        """Batch mode: the range as runs of at most ``read_batch_entries``,
+        none crossing a fragment boundary."""
+        step = self.config.read_batch_entries
+        starts = [f for f, _ in self._md.ensembles]
+        lo = op.first
+        while lo <= op.last:
+            ends = [f - 1 for f in starts if f > lo]
+            hi = min(op.last, lo + step - 1, *ends)
+            op.chunks.append((lo, hi, 0))
+            lo = hi + 1
+        op.next_entry = op.last + 1  # nothing for the one-by-one sequence
 
     def _fill_window(self, op: _ReadOp, now_ms: int) -> None:
         window = self.config.read_window_entries
@@ -165,9 +214,77 @@ class LedgerReader(CoreBase):
                 and op.next_entry - op.first - len(op.payloads) < window:
             entry_id = op.next_entry
             op.next_entry += 1
-            entry = _EntryRead(entry_id, self._md.write_set(entry_id))
-            self._ask_next_replica(op, entry, now_ms)
+            self._start_entry(op, entry_id, now_ms)
+        while not op.done and op.retry and op.singles < window:
+            self._start_entry(op, op.retry.popleft(), now_ms)
+        while not op.done and op.chunks and op.batches < self.config.read_batches_in_flight:
+            self._send_chunk(op, op.chunks.popleft(), now_ms)
         self._arm_tick()
+
+    def _start_entry(self, op: _ReadOp, entry_id: int, now_ms: int) -> None:
+        op.singles += 1
+        self._ask_next_replica(op, _EntryRead(entry_id, self._md.write_set(entry_id)), now_ms)
+
+    def _send_chunk(self, op: _ReadOp, chunk: tuple[int, int, int], now_ms: int) -> None:
+        """One SendReadBatch; successive chunks rotate over the fragment's bookies."""
+        bookies = self._md.fragment_for(chunk[0])[1]
+        bookie = bookies[(op.batch_seq + chunk[2]) % len(bookies)]
+        op.batch_seq += 1
+        op.batches += 1
+        request_id = self._next_id()
+        self._batch_requests[request_id] = (op, chunk, now_ms)
+        self._out.append(ev.SendReadBatch(request_id, bookie, self.ledger_id, chunk[0],
+                                          chunk[1]))
+
+    def _on_read_batch_response(self, event: ev.ReadBatchResponse) -> None:
+        """Keep the verified prefix of the rows.  A cut reply's rest is asked
+        again as a batch; the first bad row (error, negative, bad digest) is
+        read one by one with the full failover rules of ``SendRead``, and the
+        rows after it go to the next bookie.  A request that failed as a whole
+        goes to the next bookie, and after a failure on every bookie of the
+        fragment its entries are read one by one."""
+        found = self._batch_requests.pop(event.request_id, None)
+        if found is None:
+            self._stale()
+            return
+        op, (lo, hi, failures), _ = found
+        op.batches -= 1
+        if op.done:
+            return
+        next_id = self._take_rows(op, event, lo, hi) if event.code == OK else lo
+        if next_id <= hi:
+            bad_row = event.code == OK and len(event.entry_ids) > next_id - lo
+            if event.code != OK:
+                failures += 1
+            if failures >= len(self._md.fragment_for(lo)[1]):
+                op.retry.extend(range(next_id, hi + 1))
+            elif bad_row:
+                op.retry.append(next_id)
+                if next_id < hi:
+                    op.chunks.appendleft((next_id + 1, hi, failures + 1))
+            elif next_id > lo or event.code != OK:
+                op.chunks.appendleft((next_id, hi, failures))
+            else:  # an OK reply without a single row: no progress, read one by one
+                op.retry.extend(range(next_id, hi + 1))
+        self._after_progress(op, event.now_ms)
+
+    def _take_rows(self, op: _ReadOp, event: ev.ReadBatchResponse, lo: int, hi: int) -> int:
+        """Store the verified in-order prefix of the rows; the first id not stored."""
+        rows = 0  # the prefix of rows that are OK and numbered lo, lo + 1, ... hi
+        for entry_id, code in zip(event.entry_ids, event.codes, strict=True):
+            if entry_id != lo + rows or code != OK or entry_id > hi:
+                break
+            rows += 1
+        payloads, top_lac = verify_run(event.datas[:rows], self._digest, self.ledger_id, lo)
+        op.payloads.update(zip(range(lo, lo + len(payloads)), payloads, strict=True))
+        self._raise_lac(top_lac)
+        return lo + len(payloads)
+
+    def _after_progress(self, op: _ReadOp, now_ms: int) -> None:
+        if len(op.payloads) == op.last - op.first + 1:
+            self._finish_read(op, OK)
+        else:
+            self._fill_window(op, now_ms)
 
     def _ask_next_replica(self, op: _ReadOp, entry: _EntryRead, now_ms: int) -> None:
         if op.done:
@@ -206,10 +323,8 @@ class LedgerReader(CoreBase):
                 return
             self._raise_lac(lac)
             op.payloads[entry.entry_id] = payload
-            if len(op.payloads) == op.last - op.first + 1:
-                self._finish_read(op, OK)
-            else:
-                self._fill_window(op, event.now_ms)
+            op.singles -= 1
+            self._after_progress(op, event.now_ms)
         else:
             self._replica_failed(op, entry, event.code, event.now_ms)
 
@@ -225,6 +340,8 @@ class LedgerReader(CoreBase):
         self._reads.pop(op.read_id, None)
         for request_id in [r for r, found in self._requests.items() if found[0] is op]:
             del self._requests[request_id]
+        for request_id in [r for r, found in self._batch_requests.items() if found[0] is op]:
+            del self._batch_requests[request_id]
         payloads = tuple(op.payloads[e] for e in range(op.first, op.last + 1)) if code == OK \
             else ()
         self._out.append(ev.ReadDone(op.read_id, self.ledger_id, code, op.first, payloads))
@@ -313,7 +430,8 @@ class LedgerReader(CoreBase):
 
     # -- timers -----------------------------------------------------------------------------------
     def _arm_tick(self) -> None:
-        if self._tick is None and (self._requests or self._lac_requests):
+        if self._tick is None and (self._requests or self._lac_requests
+                                   or self._batch_requests):
             self._tick = self._timer(max(1, self.config.read_timeout_ms // 2))
 
     def _on_timer(self, event: ev.TimerFired) -> None:
@@ -336,6 +454,12 @@ class LedgerReader(CoreBase):
             found = self._requests.pop(request_id, None)
             if found is not None and not found[0].done:
                 self._replica_failed(found[0], found[1], BKTimeoutError.code, now_ms)
+        late = [r for r, found in self._batch_requests.items()
+                if now_ms - found[2] >= timeout_ms]
+        for request_id in late:
+            if request_id in self._batch_requests:
+                self._on_read_batch_response(ev.ReadBatchResponse(
+                    request_id, "", self.ledger_id, BKTimeoutError.code, now_ms=now_ms))
         late = [r for r, found in self._lac_requests.items() if now_ms - found[1] >= timeout_ms]
         for request_id in late:
             found = self._lac_requests.pop(request_id, None)
