@@ -12,8 +12,11 @@ of ``add_async`` calls.
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING
 
 from appliance.client import CALL_TIMEOUT_S_MAX, Entry, _check_entry_id, _wait
 from appliance.errors import OK, ClientClosedError, NoSuchEntryError, error_for_code
@@ -21,6 +24,78 @@ from appliance.protocol import events as ev
 from appliance.protocol.metadata import CLOSED
 
 READ_CHUNK_ENTRIES = 1000  # entries per read() round trip through the driver
+
+
+class AddFuture(Future):
+    """The future of one add: a real ``concurrent.futures.Future`` (``wait``,
+    ``as_completed``, callbacks, ``cancel`` all work) whose condition is shared
+    by every add of its handle, because building a ``Condition`` per add cost
+    a quarter of the client's CPU.  So ``result``/``exception`` wait in a loop
+    (a completion wakes every thread waiting on that handle and each re-checks
+    its own future), and a batch of adds completes under one lock.
+    Cancelling an add's future does not un-write the entry."""
+
+    def __init__(self, condition: threading.Condition):
+        self._condition = condition
+        self._state = PENDING
+        self._result = None
+        self._exception = None
+        self._waiters = []
+        self._done_callbacks = []
+
+    def _wait_done(self, timeout: float | None) -> None:
+        """Hold ``_condition``; return once finished (or raise)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self._state in (CANCELLED, CANCELLED_AND_NOTIFIED):
+                raise CancelledError()
+            if self._state == FINISHED:
+                return
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise FutureTimeout()
+            self._condition.wait(remaining)
+
+    def result(self, timeout: float | None = None):
+        with self._condition:
+            self._wait_done(timeout)
+            error = self._exception
+        if error is not None:
+            try:
+                raise error
+            finally:
+                error = None  # no reference cycle through the traceback
+        return self._result
+
+    def exception(self, timeout: float | None = None):
+        with self._condition:
+            self._wait_done(timeout)
+            return self._exception
+
+
+def _complete(condition: threading.Condition, settled: list, error) -> None:
+    """Finish ``settled`` ((entry id, AddFuture) pairs) with their entry id or
+    ``error``: one lock and one wake-up for the batch, then the callbacks.
+    A future its user cancelled stays cancelled."""
+    done = []
+    with condition:
+        for entry_id, fut in settled:
+            if fut._state != PENDING:
+                continue
+            fut._state = FINISHED
+            if error is None:
+                fut._result = entry_id
+                for waiter in fut._waiters:
+                    waiter.add_result(fut)
+            else:
+                fut._exception = error
+                for waiter in fut._waiters:
+                    waiter.add_exception(fut)
+            if fut._done_callbacks:
+                done.append(fut)
+        condition.notify_all()
+    for fut in done:
+        fut._invoke_callbacks()
 
 
 def _digest(md, key):
@@ -50,7 +125,8 @@ class WriteHandle:
         self._queue: deque = deque()  # (payload, future) waiting for the driver
         self._queue_lock = threading.Lock()
         self._flush_posted = False
-        self._futures: dict[int, Future] = {}
+        self._futures: dict[int, AddFuture] = {}
+        self._future_condition = threading.Condition()  # shared by this handle's AddFutures
         self._close_done: Future | None = None
         self._closed = False
         self._driver.call(self._driver.register, self._writer, self).result()
@@ -78,7 +154,7 @@ class WriteHandle:
         if self._closed:
             raise ClientClosedError(f"ledger handle {self.id} is closed")
         self._slots.acquire()  # back-pressure: bounded adds in flight
-        fut: Future = Future()
+        fut = AddFuture(self._future_condition)
         with self._queue_lock:
             self._queue.append((bytes(payload), fut))
             post = not self._flush_posted
@@ -118,11 +194,7 @@ class WriteHandle:
         settled = [(e, futures.pop(e)) for e in range(first, last + 1) if e in futures]
         if settled:
             self._slots.release(len(settled))  # slots first: callbacks may add again
-        for entry_id, fut in settled:
-            if error is None:
-                fut.set_result(entry_id)
-            else:
-                fut.set_exception(error)
+            _complete(self._future_condition, settled, error)
 
     # -- close --------------------------------------------------------------------
     def close(self) -> None:

@@ -1,0 +1,67 @@
+"""AddFuture: the futures of one handle share a condition, yet each behaves
+as a plain concurrent.futures.Future (results, errors, timeouts, cancel,
+callbacks, wait/as_completed, several waiting threads)."""
+
+import threading
+from concurrent.futures import CancelledError, Future, as_completed, wait
+from concurrent.futures import TimeoutError as FutureTimeout
+
+import pytest
+
+from appliance.errors import LedgerFencedError
+from appliance.handles import AddFuture, _complete
+
+
+def futures(n):
+    condition = threading.Condition()
+    return condition, [AddFuture(condition) for _ in range(n)]
+
+
+def test_results_errors_and_callbacks():
+    condition, (a, b, c) = futures(3)
+    assert isinstance(a, Future) and not a.done()
+    seen = []
+    a.add_done_callback(lambda f: seen.append(f.result()))
+    _complete(condition, [(7, a), (8, b)], None)
+    assert (a.result(), b.result(), seen) == (7, 8, [7])
+    with pytest.raises(FutureTimeout):
+        c.result(timeout=0.01)
+    error = LedgerFencedError("fenced")
+    _complete(condition, [(9, c)], error)
+    assert c.exception() is error
+    with pytest.raises(LedgerFencedError):
+        c.result()
+
+
+def test_a_cancelled_add_stays_cancelled_and_the_others_complete():
+    condition, (a, b) = futures(2)
+    assert a.cancel()
+    _complete(condition, [(0, a), (1, b)], None)
+    with pytest.raises(CancelledError):
+        a.result()
+    assert b.result() == 1
+
+
+def test_threads_waiting_on_different_futures_each_get_their_own():
+    condition, fs = futures(4)
+    got = {}
+
+    def waiter(i):
+        got[i] = fs[i].result(timeout=30)
+
+    threads = [threading.Thread(target=waiter, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    _complete(condition, [(10, fs[0])], None)  # wakes every waiter; only one is done
+    _complete(condition, [(11 + i, fs[i]) for i in range(1, 4)], None)
+    for t in threads:
+        t.join(timeout=30)
+    assert got == {0: 10, 1: 12, 2: 13, 3: 14}
+
+
+def test_wait_and_as_completed_see_completions():
+    condition, fs = futures(3)
+    threading.Timer(0.05, lambda: _complete(condition, list(enumerate(fs)), None)).start()
+    done, not_done = wait(fs, timeout=30)
+    assert len(done) == 3 and not not_done
+    assert sorted(f.result() for f in as_completed(fs, timeout=30)) == [0, 1, 2]
