@@ -85,8 +85,9 @@ def plan_partitions(options: ScanOptions, bounds: Bounds) -> list[BookKeeperPart
     read_config = BulkReadConfig(read_timeout_ms=options.read_timeout_ms,
                                  entry_bytes_max=entry_bytes_max)
     if options.min_partitions is None:
-        pieces = split_ranges(ranges, options.max_entries_per_partition,
-                              len(os.sched_getaffinity(0)), DEFAULT_SPLIT_ENTRIES_MIN)
+        cpus = len(os.sched_getaffinity(0))
+        pieces = split_ranges(ranges, options.max_entries_per_partition, cpus,
+                              DEFAULT_SPLIT_ENTRIES_MIN, multiple_of=cpus)
     else:
         pieces = split_ranges(ranges, options.max_entries_per_partition, options.min_partitions)
     return [BookKeeperPartition(i, tuple(p), endpoints, read_config)
@@ -143,17 +144,20 @@ def _endpoints(client, config) -> dict[str, str]:
 
 
 def split_ranges(ranges: list[LedgerRange], max_entries: int, min_partitions: int = 1,
-                 entries_min: int = 1) -> list[list[LedgerRange]]:
-    """Cut ranges into partitions of at most ``target`` entries, where
-    ``target = min(max_entries, max(entries_min, ceil(total / min_partitions)))``,
-    packing consecutive small ranges together (at most
-    ``RANGES_PER_PARTITION_MAX`` per partition).  Pure; each entry lands in
-    exactly one partition."""
+                 entries_min: int = 1, multiple_of: int = 1) -> list[list[LedgerRange]]:
+    """Cut ranges into about ``count`` equal partitions, where ``count`` is
+    ``max(min_partitions, ceil(total / max_entries))`` rounded up to a
+    multiple of ``multiple_of`` (so tasks come in whole waves over the
+    cores), each of at most ``max_entries`` and, if the scan allows, at
+    least ``entries_min`` entries.  Consecutive small ranges are packed
+    together (at most ``RANGES_PER_PARTITION_MAX`` per partition).  Pure;
+    each entry lands in exactly one partition."""
     total = sum(r.count for r in ranges)
     if total == 0:
         return []
-    per_partition = max(entries_min, -(-total // max(1, min_partitions)))
-    target = max(1, min(max_entries, per_partition))
+    count = max(1, min_partitions, -(-total // max_entries))
+    count = -(-count // multiple_of) * multiple_of
+    target = max(1, min(max_entries, max(entries_min, -(-total // count))))
     parts: list[list[LedgerRange]] = []
     current: list[LedgerRange] = []
     room = target

@@ -102,21 +102,29 @@ def _entries(parts) -> list[tuple[int, int]]:
             for e in range(r.first_entry_id, r.last_entry_id + 1)]
 
 
-@pytest.mark.parametrize("sizes, max_entries, min_parts", [
-    ([1], 10, 1), ([0 + 25, 3, 1, 40], 10, 1), ([100_000], 30_000, 1), ([7, 7, 7], 5, 4),
-    ([1000], 1000, 7), ([5, 1, 1, 1], 1_000_000, 2), ([3] * 3000, 1_000_000, 1),
+@pytest.mark.parametrize("sizes, max_entries, min_parts, multiple_of", [
+    ([1], 10, 1, 1), ([25, 3, 1, 40], 10, 1, 1), ([100_000], 30_000, 1, 1), ([7, 7, 7], 5, 4, 1),
+    ([1000], 1000, 7, 1), ([5, 1, 1, 1], 1_000_000, 2, 1), ([3] * 3000, 1_000_000, 1, 1),
+    ([600_000], 250_000, 2, 2), ([22_301], 7000, 2, 2),
 ])
-def test_split_covers_every_entry_once_within_the_target(sizes, max_entries, min_parts):
+def test_split_covers_every_entry_once_in_balanced_partitions(sizes, max_entries, min_parts,
+                                                              multiple_of):
     ranges = [LedgerRange(_md(i), 2, 1 + n) for i, n in enumerate(sizes)]  # entries 2..n+1
-    parts = split_ranges(ranges, max_entries, min_parts)
+    parts = split_ranges(ranges, max_entries, min_parts, multiple_of=multiple_of)
     expected = [(i, e) for i, n in enumerate(sizes) for e in range(2, 2 + n)]
     assert _entries(parts) == expected  # each once, in ledger/entry order
-    total = sum(sizes)
-    target = min(max_entries, -(-total // min_parts))
-    assert all(sum(r.count for r in p) <= target for p in parts)
+    counts = [sum(r.count for r in p) for p in parts]
+    assert max(counts) <= max_entries
     assert all(len(p) <= RANGES_PER_PARTITION_MAX for p in parts)
     if len(sizes) < RANGES_PER_PARTITION_MAX:
-        assert len(parts) == -(-total // target)  # packed: no partition is left half empty
+        assert len(parts) >= min(min_parts, sum(sizes))
+        assert all(c == counts[0] for c in counts[:-1]) and counts[-1] <= counts[0]  # balanced
+        assert len(parts) % multiple_of == 0 or sum(sizes) < len(parts) * multiple_of
+
+
+def test_split_in_whole_waves_over_the_cores():
+    parts = split_ranges([LedgerRange(_md(0), 0, 599_999)], 250_000, 2, 10_000, multiple_of=2)
+    assert [sum(r.count for r in p) for p in parts] == [150_000] * 4  # not 250k, 250k, 100k
 
 
 def test_split_floor_keeps_small_scans_in_few_partitions():
