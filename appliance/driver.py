@@ -76,6 +76,8 @@ class Driver:
         self.add_batch_entries_max = add_batch_entries_max
         self.add_batch_bytes_max = add_batch_bytes_max
         self.read_batch_bytes_max = read_batch_bytes_max
+        self._packed_datas: tuple | None = None  # the last SendAdd's datas and their chunks
+        self._packed: list = []
         self.ids = itertools.count(1)  # shared by every core: ids route replies
         self._q: queue.SimpleQueue = queue.SimpleQueue()
         self._routes: dict[int, tuple] = {}  # transport request id -> (core, action)
@@ -170,12 +172,17 @@ class Driver:
         entries / ``add_batch_bytes_max`` bytes; each chunk is routed (and, on
         failure, answered) as a ``SendAdd`` of its own entries."""
         entry_ids, datas = action.entry_ids, action.datas
-        for lo, hi in _chunks(datas, self.add_batch_entries_max, self.add_batch_bytes_max):
+        if self._packed_datas is not datas:  # a writer sends one tuple to every bookie
+            self._packed_datas = datas
+            self._packed = [(lo, hi, [len(d) for d in datas[lo:hi]], b"".join(datas[lo:hi]))
+                            for lo, hi in _chunks(datas, self.add_batch_entries_max,
+                                                  self.add_batch_bytes_max)]
+        for lo, hi, lengths, data in self._packed:
             part = action if (lo, hi) == (0, len(datas)) else dataclasses.replace(
                 action, entry_ids=entry_ids[lo:hi], datas=datas[lo:hi])
-            self._send(core, part, AddPackedRequest.of(
-                action.ledger_id, action.master_key, part.entry_ids, part.datas,
-                action.recovery))
+            self._send(core, part, AddPackedRequest(action.ledger_id, action.master_key,
+                                                    part.entry_ids, lengths, data,
+                                                    action.recovery))
 
     def _send(self, core, action, request) -> None:
         bookie_id = action.bookie_id

@@ -7,12 +7,15 @@ Guarantees (each checked by the simulation in ``tests/sim``):
   write set *in the fragment that holds it* have acknowledged it, and only
   after every lower entry: the LAC is a prefix of durably replicated entries.
 * Every entry carries the LAC of the moment it was made.
-* A bookie that errs or times out is replaced by an ensemble change: a new
-  fragment from ``LAC + 1`` written to metadata by CAS before any entry is
-  sent to the replacement.  Acks the failed bookie gave to unacknowledged
-  entries are forgotten at once (it is not in their new write set).  On a
-  CAS conflict the writer rereads: if the ledger is no longer OPEN every
-  pending add fails with ``LedgerFencedError``.
+* A bookie that errs (or disconnects) is replaced by an ensemble change: a
+  new fragment from ``LAC + 1`` written to metadata by CAS before any entry is
+  sent to the replacement.  One that leaves adds unanswered for
+  ``add_timeout_ms`` first gets them resent (``add_retries_max`` times in a
+  row: a resend is the same record under the same id, no different from a
+  duplicated message), then it is replaced.  Acks the failed bookie gave to
+  unacknowledged entries are forgotten at once (it is not in their new write
+  set).  On a CAS conflict the writer rereads: if the ledger is no longer
+  OPEN every pending add fails with ``LedgerFencedError``.
 * ``close()`` freezes the LAC and CASes the ledger to CLOSED at it; on a
   conflict: IN_RECOVERY -> ``LedgerFencedError``; CLOSED at the same entry ->
   success; CLOSED elsewhere -> ``MetadataVersionError``.  Adds still pending
@@ -35,6 +38,7 @@ from dataclasses import dataclass
 
 from appliance.errors import (
     OK,
+    BKTimeoutError,
     LedgerClosedError,
     LedgerFencedError,
     MetadataVersionError,
@@ -54,9 +58,16 @@ OPEN_STATE, CLOSING, CLOSED_STATE, FENCED, FAILED = "open", "closing", "closed",
 
 @dataclass(frozen=True)
 class WriterConfig:
-    # A bookie that leaves an add unacknowledged this long is replaced.
+    # A bookie that leaves an add unacknowledged this long gets it resent,
+    # and after add_retries_max such timeouts in a row it is replaced.
     # Shorter: faster failover; longer: fewer needless ensemble changes.
     add_timeout_ms: int = 3_000
+    # Resends before a silent bookie is replaced.  More rides out longer
+    # stalls (bookies sharing a disk all stall together, and replacing them
+    # all ends in NotEnoughBookiesError); fewer replaces a hung bookie sooner
+    # (after about (add_retries_max + 1) * add_timeout_ms).  A bookie that
+    # answers with an error or disconnects is replaced at once.
+    add_retries_max: int = 2
     # Adds in flight (sent, not yet acknowledged).  Bounds memory; add()
     # beyond it raises TooManyRequestsError so the driver applies backpressure.
     pending_adds_max: int = 10_000
@@ -131,7 +142,11 @@ class LedgerWriter(CoreBase):
         self._close_requested = False
         self._state = OPEN_STATE
         self.error_code = OK
+        # per position: batches sent, [entry ids, index of the first maybe unacked, sent ms]
         self._outstanding = [deque() for _ in range(self._size)]
+        self._retries = [0] * self._size  # timeouts in a row per position
+        self._resent_ms = [-1] * self._size  # when each position was last resent to
+        self.add_retries = 0  # batches resent after a timeout (a counter for tests/stats)
         self._tick: int | None = None
         self.lac_written = -1  # highest LAC sent with SendWriteLac (explicit LAC)
         self._lac_moved_ms = 0
@@ -176,7 +191,9 @@ class LedgerWriter(CoreBase):
         return self._take()
 
     def close(self, now_ms: int) -> list:
-        """Close at the LAC; ``CloseDone`` reports the outcome."""
+        """Close at the LAC; one ``CloseDone`` reports the outcome.  Calling it
+        again while that close is in flight adds nothing; after it, it
+        reports the same outcome again."""
         if self._state == CLOSED_STATE:
             self._out.append(ev.CloseDone(self.ledger_id, OK, self.last_add_confirmed))
         elif self._state == FENCED:
@@ -216,22 +233,27 @@ class LedgerWriter(CoreBase):
 
     # -- sending --------------------------------------------------------------------
     def _send(self, entries: Sequence[_Pending], only: frozenset | None, now_ms: int) -> None:
-        """Send entries to their write sets (or only to positions ``only``)."""
-        batches: dict[int, list[_Pending]] = {}
-        positions_of = self._ws.positions
+        """Send entries to their write sets (or only to positions ``only``).
+        Each bookie's batch is remembered once (``_outstanding``), not per entry."""
         size = self._size
-        for pending in entries:
-            for pos in positions_of[pending.entry_id % size]:
-                if only is None or pos in only:
-                    batches.setdefault(pos, []).append(pending)
-        for pos, batch in batches.items():
-            outstanding = self._outstanding[pos]
-            for pending in batch:
-                outstanding.append((pending.entry_id, now_ms))
-            self._out.append(ev.SendAdd(
-                self._next_id(), self._ws.ensemble[pos], self.ledger_id,
-                tuple(p.entry_id for p in batch), tuple(p.data for p in batch),
-                False, self._key))
+        if self._qw == size:  # every position stores every entry: one batch for all
+            if not entries:
+                return
+            batch = (tuple(p.entry_id for p in entries), tuple(p.data for p in entries))
+            batches = {pos: batch for pos in range(size) if only is None or pos in only}
+        else:
+            lists: dict[int, list[_Pending]] = {}
+            positions_of = self._ws.positions
+            for pending in entries:
+                for pos in positions_of[pending.entry_id % size]:
+                    if only is None or pos in only:
+                        lists.setdefault(pos, []).append(pending)
+            batches = {pos: (tuple(p.entry_id for p in b), tuple(p.data for p in b))
+                       for pos, b in lists.items()}
+        for pos, (entry_ids, datas) in batches.items():
+            self._outstanding[pos].append([entry_ids, 0, now_ms])
+            self._out.append(ev.SendAdd(self._next_id(), self._ws.ensemble[pos], self.ledger_id,
+                                        entry_ids, datas, False, self._key))
 
     # -- replies ----------------------------------------------------------------------
     def _on_add_response(self, event: ev.AddResponse) -> None:
@@ -254,7 +276,7 @@ class LedgerWriter(CoreBase):
             self._stop(FENCED, LedgerFencedError.code)
         elif code == UnauthorizedError.code:
             self._stop(FAILED, UnauthorizedError.code)
-        else:
+        elif code != BKTimeoutError.code:  # no answer is not an error: the tick retries
             self._bookie_failed(pos, event.now_ms)
 
     def _on_add_responses(self, event: ev.AddResponses) -> None:
@@ -338,6 +360,7 @@ class LedgerWriter(CoreBase):
         self._failed -= op.replaced
         for pos in op.replaced:
             self._outstanding[pos] = deque()
+            self._retries[pos], self._resent_ms[pos] = 0, -1
         sent = [p for p in self._pending.values() if not p.held]
         held = [p for p in self._pending.values() if p.held]
         self._send(sent, op.replaced, now_ms)
@@ -455,17 +478,49 @@ class LedgerWriter(CoreBase):
         self._arm_tick()
 
     def _check_timeouts(self, now_ms: int) -> None:
+        """A bookie whose oldest unacknowledged add is ``add_timeout_ms`` old
+        gets its unacknowledged adds resent, ``add_retries_max`` times in a
+        row (reset once it has caught up), then it is replaced."""
         timeout_ms = self.config.add_timeout_ms
         for pos, outstanding in enumerate(self._outstanding):
-            bit = 1 << pos
-            while outstanding:
-                pending = self._pending.get(outstanding[0][0])
-                if pending is None or pending.acks & bit:
-                    outstanding.popleft()
-                else:
-                    break
-            if outstanding and now_ms - outstanding[0][1] >= timeout_ms:
+            sent_ms = self._oldest_unacked_ms(pos, outstanding)
+            if sent_ms is None or sent_ms > self._resent_ms[pos]:
+                self._retries[pos] = 0  # everything resent so far was acknowledged
+            if sent_ms is None or now_ms - sent_ms < timeout_ms or self._state != OPEN_STATE \
+                    or pos in self._failed:
+                continue
+            if self._retries[pos] < self.config.add_retries_max:
+                self._retries[pos] += 1
+                self._resent_ms[pos] = now_ms
+                self.add_retries += 1
+                self._resend(pos, now_ms)
+            else:
                 self._bookie_failed(pos, now_ms)
+
+    def _oldest_unacked_ms(self, pos: int, outstanding: deque) -> int | None:
+        """Drop the acknowledged front of ``pos``'s sent batches; when the
+        oldest entry still unacknowledged there was sent (None: none)."""
+        bit, pending_map = 1 << pos, self._pending
+        while outstanding:
+            record = outstanding[0]
+            entry_ids, i = record[0], record[1]
+            while i < len(entry_ids):
+                pending = pending_map.get(entry_ids[i])
+                if pending is not None and not pending.acks & bit:
+                    record[1] = i
+                    return record[2]
+                i += 1
+            outstanding.popleft()
+        return None
+
+    def _resend(self, pos: int, now_ms: int) -> None:
+        """Send ``pos`` every entry of its write sets it has not acknowledged
+        (an add is idempotent: the same record under the same id)."""
+        bit, size, qw = 1 << pos, self._size, self._qw
+        again = [p for p in self._pending.values()
+                 if not p.held and not p.acks & bit and in_write_set(pos, p.entry_id, size, qw)]
+        self._outstanding[pos] = deque()
+        self._send(again, frozenset((pos,)), now_ms)
 
     def _maybe_write_lac(self, now_ms: int) -> None:
         interval_ms = self.config.explicit_lac_interval_ms

@@ -93,7 +93,7 @@ def test_acks_of_a_replaced_bookie_are_forgotten():
 
 
 def test_timeout_replaces_a_silent_bookie():
-    w = writer(metadata(ack_quorum=3), add_timeout_ms=100)
+    w = writer(metadata(ack_quorum=3), add_timeout_ms=100, add_retries_max=0)
     actions = w.add(b"0", now_ms=0)
     timer = one(ev.SetTimer, actions)
     for s in of(ev.SendAdd, actions):
