@@ -85,7 +85,7 @@ class ClientConfig:
     read_timeout_ms: int = _key(5_000, 1, 3_600_000)
     inflight_adds_max: int = _key(1_000, 1, 1_000_000)
     inflight_per_bookie_max: int = _key(1_024, 1, 1_000_000)
-    add_batch_entries_max: int = _key(64, 1, 65_536)
+    add_batch_entries_max: int = _key(512, 1, 65_536)
     add_batch_bytes_max: int = _key(8 * MiB, 1, 2**31)
     read_batch_entries_max: int = _key(256, 1, 65_536)
     read_batch_bytes_max: int = _key(16 * MiB, 1, 2**31)
