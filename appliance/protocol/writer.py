@@ -289,13 +289,16 @@ class LedgerWriter(CoreBase):
         bit, size, qw, qa = 1 << pos, self._size, self._qw, self._qa
         pending_map, advance = self._pending, False
         for entry_id, code in zip(event.entry_ids, event.codes, strict=True):
-            pending = pending_map.get(entry_id)
-            if code != OK or pending is None or pending.held:
+            if code != OK:
                 self._on_add_response(ev.AddResponse(event.request_id, event.bookie_id,
                                                      event.ledger_id, entry_id, code,
                                                      event.now_ms))
                 if self._state != OPEN_STATE or pos in self._failed:
                     break  # this bookie's remaining acks no longer count
+                continue
+            pending = pending_map.get(entry_id)
+            if pending is None or pending.held:  # acknowledged already (the late ack of
+                self.stale_replies += 1  # a quorum), or never sent: as _on_add_response
                 continue
             if pending.acks & bit or (pos - entry_id) % size >= qw:
                 continue
