@@ -174,7 +174,7 @@ class Driver:
         entry_ids, datas = action.entry_ids, action.datas
         if self._packed_datas is not datas:  # a writer sends one tuple to every bookie
             self._packed_datas = datas
-            self._packed = [(lo, hi, [len(d) for d in datas[lo:hi]], b"".join(datas[lo:hi]))
+            self._packed = [(lo, hi, list(map(len, datas[lo:hi])), b"".join(datas[lo:hi]))
                             for lo, hi in _chunks(datas, self.add_batch_entries_max,
                                                   self.add_batch_bytes_max)]
         for lo, hi, lengths, data in self._packed:

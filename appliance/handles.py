@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
 from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING
@@ -121,9 +120,13 @@ class WriteHandle:
         self._writer = LedgerWriter(metadata, version, key, _digest(metadata, key), config=wcfg,
                                     available_bookies=self._driver.available_bookies,
                                     ids=self._driver.ids)
-        self._slots = threading.BoundedSemaphore(cfg.inflight_adds_max)
-        self._queue: deque = deque()  # (payload, future) waiting for the driver
+        # One lock guards the queue and the count of adds in flight; add_async
+        # waits on _room (same lock) while inflight_adds_max adds are in flight.
         self._queue_lock = threading.Lock()
+        self._room = threading.Condition(self._queue_lock)
+        self._inflight, self._inflight_max, self._room_waiters = 0, cfg.inflight_adds_max, 0
+        self._queued_payloads: list = []  # waiting for the driver, with their futures
+        self._queued_futures: list[AddFuture] = []
         self._flush_posted = False
         self._futures: dict[int, AddFuture] = {}
         self._future_condition = threading.Condition()  # shared by this handle's AddFutures
@@ -146,35 +149,48 @@ class WriteHandle:
 
     def add_async(self, payload: bytes) -> Future:
         """Append ``payload``; the future's result is the entry id."""
-        if not isinstance(payload, bytes | bytearray | memoryview):
-            raise TypeError(f"payload must be bytes, got {type(payload).__name__}")
+        if type(payload) is not bytes:
+            if not isinstance(payload, bytes | bytearray | memoryview):
+                raise TypeError(f"payload must be bytes, got {type(payload).__name__}")
+            payload = bytes(payload)  # the caller may reuse its buffer
         if len(payload) > self._entry_bytes_max:
             raise ValueError(f"payload of {len(payload)} bytes exceeds the "
                              f"{self._entry_bytes_max}-byte entry limit")
         if self._closed:
             raise ClientClosedError(f"ledger handle {self.id} is closed")
-        self._slots.acquire()  # back-pressure: bounded adds in flight
         fut = AddFuture(self._future_condition)
         with self._queue_lock:
-            self._queue.append((bytes(payload), fut))
+            if self._inflight >= self._inflight_max:
+                self._wait_for_room()  # back-pressure: bounded adds in flight
+            self._inflight += 1
+            self._queued_payloads.append(payload)
+            self._queued_futures.append(fut)
             post = not self._flush_posted
             self._flush_posted = True
         if post:
             self._driver.post(self._flush)
         return fut
 
+    def _wait_for_room(self) -> None:
+        """Holding ``_queue_lock``: wait until fewer than the limit are in flight."""
+        self._room_waiters += 1
+        try:
+            while self._inflight >= self._inflight_max:
+                self._room.wait()
+        finally:
+            self._room_waiters -= 1
+
     def _flush(self) -> None:
         """Driver thread: hand every queued payload to the writer at once."""
         with self._queue_lock:
-            batch = list(self._queue)
-            self._queue.clear()
+            payloads, futures = self._queued_payloads, self._queued_futures
+            self._queued_payloads, self._queued_futures = [], []
             self._flush_posted = False
-        if not batch:
+        if not payloads:
             return
         first = self._writer.last_add_pushed + 1
-        for i, (_, fut) in enumerate(batch):
-            self._futures[first + i] = fut
-        actions = self._writer.add_many([p for p, _ in batch], self._driver.now_ms())
+        self._futures.update(zip(range(first, first + len(futures)), futures, strict=True))
+        actions = self._writer.add_many(payloads, self._driver.now_ms())
         self._driver.run(self._writer, actions)
 
     def on_result(self, action) -> None:
@@ -193,7 +209,10 @@ class WriteHandle:
         futures = self._futures
         settled = [(e, futures.pop(e)) for e in range(first, last + 1) if e in futures]
         if settled:
-            self._slots.release(len(settled))  # slots first: callbacks may add again
+            with self._queue_lock:  # room first: callbacks may add again
+                self._inflight -= len(settled)
+                if self._room_waiters:
+                    self._room.notify(len(settled))
             _complete(self._future_condition, settled, error)
 
     # -- close --------------------------------------------------------------------
