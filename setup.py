@@ -23,7 +23,8 @@ setup(
     ],
     extras_require={
         "spark": [
-            "pyspark>=4.0,<5",
+            # 4.1: filter pushdown for Python data sources (appliance.spark.filters).
+            "pyspark>=4.1,<5",
             # pyspark's Python data sources exchange Arrow record batches.
             "pyarrow>=15",
             "pandas>=2.0",
