@@ -12,8 +12,9 @@ Guarantees:
   before answering, and every lower entry is acknowledged too.
 * Arguments are checked before anything is sent: wrong types raise
   ``TypeError``, impossible values ``ValueError``, both naming the argument.
-* Back-pressure: at most ``inflight_adds_max`` adds per handle are in
-  flight; ``add_async`` blocks beyond that (bounded memory).
+* Back-pressure: at most ``inflight_adds_max`` adds and
+  ``inflight_bytes_max`` payload bytes per handle are in flight;
+  ``add_async`` blocks beyond that (bounded memory here and in the bookies).
 * Thread-safe: any thread may call any method; the protocol cores run on
   one driver thread (``appliance.driver``).
 * Errors are ``appliance.errors`` classes; a wrong password is refused on

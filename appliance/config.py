@@ -84,6 +84,7 @@ class ClientConfig:
     add_timeout_ms: int = _key(5_000, 1, 3_600_000)
     read_timeout_ms: int = _key(5_000, 1, 3_600_000)
     inflight_adds_max: int = _key(1_000, 1, 1_000_000)
+    inflight_bytes_max: int = _key(32 * MiB, 1, 2**40)
     inflight_per_bookie_max: int = _key(1_024, 1, 1_000_000)
     add_batch_entries_max: int = _key(512, 1, 65_536)
     add_batch_bytes_max: int = _key(8 * MiB, 1, 2**31)

@@ -125,6 +125,7 @@ class WriteHandle:
         self._queue_lock = threading.Lock()
         self._room = threading.Condition(self._queue_lock)
         self._inflight, self._inflight_max, self._room_waiters = 0, cfg.inflight_adds_max, 0
+        self._inflight_bytes, self._inflight_bytes_max = 0, cfg.inflight_bytes_max
         self._queued_payloads: list = []  # waiting for the driver, with their futures
         self._queued_futures: list[AddFuture] = []
         self._flush_posted = False
@@ -159,10 +160,13 @@ class WriteHandle:
         if self._closed:
             raise ClientClosedError(f"ledger handle {self.id} is closed")
         fut = AddFuture(self._future_condition)
+        size = fut.payload_bytes = len(payload)
         with self._queue_lock:
-            if self._inflight >= self._inflight_max:
-                self._wait_for_room()  # back-pressure: bounded adds in flight
+            if self._inflight >= self._inflight_max or \
+                    self._inflight_bytes + size > self._inflight_bytes_max:
+                self._wait_for_room(size)  # back-pressure: bounded adds and bytes in flight
             self._inflight += 1
+            self._inflight_bytes += size
             self._queued_payloads.append(payload)
             self._queued_futures.append(fut)
             post = not self._flush_posted
@@ -171,11 +175,13 @@ class WriteHandle:
             self._driver.post(self._flush)
         return fut
 
-    def _wait_for_room(self) -> None:
-        """Holding ``_queue_lock``: wait until fewer than the limit are in flight."""
+    def _wait_for_room(self, size: int) -> None:
+        """Holding ``_queue_lock``: wait until one more add of ``size`` bytes
+        fits (an add bigger than the byte limit goes once nothing is in flight)."""
         self._room_waiters += 1
         try:
-            while self._inflight >= self._inflight_max:
+            while self._inflight >= self._inflight_max or (
+                    self._inflight and self._inflight_bytes + size > self._inflight_bytes_max):
                 self._room.wait()
         finally:
             self._room_waiters -= 1
@@ -209,10 +215,12 @@ class WriteHandle:
         futures = self._futures
         settled = [(e, futures.pop(e)) for e in range(first, last + 1) if e in futures]
         if settled:
+            freed = sum(fut.payload_bytes for _, fut in settled)
             with self._queue_lock:  # room first: callbacks may add again
                 self._inflight -= len(settled)
+                self._inflight_bytes -= freed
                 if self._room_waiters:
-                    self._room.notify(len(settled))
+                    self._room.notify_all()
             _complete(self._future_condition, settled, error)
 
     # -- close --------------------------------------------------------------------
