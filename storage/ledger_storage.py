@@ -115,8 +115,11 @@ class LedgerStorage(StateOps):
         ledgers, entries, lengths = self._validate_batch(ledger_ids, entry_ids, datas)
         with self._lock:
             self._check_usable()
-            for lo, hi in self._chunks(lengths):
+            chunks = list(self._chunks(lengths))
+            for lo, hi in chunks:
                 self._add_chunk(ledgers[lo:hi], entries[lo:hi], datas[lo:hi], lengths[lo:hi])
+            if len(chunks) > 1 and self.options.journal_write_data:
+                self._journal.request_flush()  # the batch is whole: its last block waits for no one
             self.counters["adds"] += len(datas)
             self.counters["add_batches"] += 1
             if self._bytes_since_checkpoint >= self.options.checkpoint_bytes:
@@ -139,7 +142,12 @@ class LedgerStorage(StateOps):
         return ledgers.astype(np.uint64), entries.astype(np.uint64), lengths
 
     def _chunks(self, lengths: np.ndarray):
-        limit = self.options.add_batch_bytes_max - 64
+        """Blocks of at most ``add_batch_bytes_max`` and, unless one entry is
+        bigger, at most the entry-log buffer: a block that does not fit it is
+        written synchronously from a fresh buffer on the caller's thread
+        (64 KB entries in 8 MB batches spent 70% of a bookie's time there)."""
+        opts = self.options
+        limit = min(opts.add_batch_bytes_max, opts.entry_log_buffer_bytes) - 64
         sizes = lengths + 24
         if int(sizes.sum()) <= limit:
             yield 0, len(lengths)
