@@ -82,6 +82,8 @@ class Driver:
         self._q: queue.SimpleQueue = queue.SimpleQueue()
         self._routes: dict[int, tuple] = {}  # transport request id -> (core, action)
         self._timers: list[tuple[int, int]] = []  # (deadline_ms, timer_id)
+        self._later: list[tuple[float, int, object]] = []  # call_later: (deadline_s, seq, fn)
+        self._later_seq = itertools.count()
         self._timer_owner: dict[int, object] = {}
         self._sinks: dict[int, object] = {}  # id(core) -> sink
         self._cores: dict[int, object] = {}
@@ -120,6 +122,11 @@ class Driver:
     def post(self, fn, *args) -> None:
         """Run ``fn(*args)`` on the driver thread, fire and forget."""
         self._q.put(("post", fn, args))
+
+    def call_later(self, delay_s: float, fn) -> None:
+        """Driver thread only: run ``fn()`` on the driver thread in ``delay_s``
+        (sub-millisecond, unlike the cores' timers)."""
+        heapq.heappush(self._later, (time.monotonic() + delay_s, next(self._later_seq), fn))
 
     # -- used on the driver thread ------------------------------------------------
     def register(self, core, sink) -> None:
@@ -310,11 +317,20 @@ class Driver:
             log.exception("client driver: failure applying %s", kind)
 
     def _wait_s(self) -> float:
-        if not self._timers:
-            return BOOKIE_REFRESH_MS / 1000.0
-        return max(0.0, (self._timers[0][0] - self.now_ms()) / 1000.0)
+        wait_s = BOOKIE_REFRESH_MS / 1000.0
+        if self._timers:
+            wait_s = max(0.0, (self._timers[0][0] - self.now_ms()) / 1000.0)
+        if self._later:
+            wait_s = min(wait_s, max(0.0, self._later[0][0] - time.monotonic()))
+        return wait_s
 
     def _fire_timers(self) -> None:
+        while self._later and self._later[0][0] <= time.monotonic():
+            fn = heapq.heappop(self._later)[2]
+            try:
+                fn()
+            except Exception:
+                log.exception("client driver: failure in a deferred call")
         now = self.now_ms()
         while self._timers and self._timers[0][0] <= now:
             _, timer_id = heapq.heappop(self._timers)

@@ -129,6 +129,9 @@ class WriteHandle:
         self._queued_payloads: list = []  # waiting for the driver, with their futures
         self._queued_futures: list[AddFuture] = []
         self._flush_posted = False
+        self._lingered = self._no_linger = False
+        self._linger_s = cfg.add_linger_us / 1e6
+        self._batch_max = cfg.add_batch_entries_max
         self._futures: dict[int, AddFuture] = {}
         self._future_condition = threading.Condition()  # shared by this handle's AddFutures
         self._close_done: Future | None = None
@@ -145,11 +148,16 @@ class WriteHandle:
 
     # -- adds ---------------------------------------------------------------------
     def add(self, payload: bytes) -> int:
-        """Append ``payload``; returns its entry id once acknowledged."""
-        return _wait(self.add_async(payload), CALL_TIMEOUT_S_MAX, f"add to ledger {self.id}")
+        """Append ``payload``; returns its entry id once acknowledged (its batch
+        leaves at once: a caller that waits sends nothing more to wait for)."""
+        fut = self._add(payload, linger=False)
+        return _wait(fut, CALL_TIMEOUT_S_MAX, f"add to ledger {self.id}")
 
     def add_async(self, payload: bytes) -> Future:
         """Append ``payload``; the future's result is the entry id."""
+        return self._add(payload, linger=True)
+
+    def _add(self, payload, linger: bool) -> AddFuture:
         if type(payload) is not bytes:
             if not isinstance(payload, bytes | bytearray | memoryview):
                 raise TypeError(f"payload must be bytes, got {type(payload).__name__}")
@@ -169,7 +177,8 @@ class WriteHandle:
             self._inflight_bytes += size
             self._queued_payloads.append(payload)
             self._queued_futures.append(fut)
-            post = not self._flush_posted
+            self._no_linger = self._no_linger or not linger
+            post = not self._flush_posted or (not linger and self._lingered)
             self._flush_posted = True
         if post:
             self._driver.post(self._flush)
@@ -187,8 +196,18 @@ class WriteHandle:
             self._room_waiters -= 1
 
     def _flush(self) -> None:
-        """Driver thread: hand every queued payload to the writer at once."""
+        """Driver thread: hand every queued payload to the writer at once.
+        A batch smaller than ``add_batch_entries_max`` first waits
+        ``add_linger_us`` for company (once), so adds arriving one by one
+        travel a few per message instead of one each."""
         with self._queue_lock:
+            queued = len(self._queued_payloads)
+            if 0 < queued < self._batch_max and self._linger_s > 0 and not self._lingered \
+                    and not self._no_linger:
+                self._lingered = True  # _flush_posted stays set: add_async posts nothing
+                self._driver.call_later(self._linger_s, self._flush)
+                return
+            self._lingered = self._no_linger = False
             payloads, futures = self._queued_payloads, self._queued_futures
             self._queued_payloads, self._queued_futures = [], []
             self._flush_posted = False
