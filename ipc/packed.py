@@ -18,6 +18,7 @@ or a batch over its limit.  Layouts: ``ipc/PROTOCOL.md``.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -25,6 +26,7 @@ import numpy as np
 
 from appliance.errors import OK, BadRequestError
 from ipc.frames import (
+    ENTRY_ID_MAX,
     FLAG_FENCE,
     FLAG_RECOVERY,
     LEDGER_ID_MAX,
@@ -140,11 +142,20 @@ class ReadPackedReply:
 
 
 # -- encoding ----------------------------------------------------------------------
+SMALL_ROWS = 32  # below this many rows a table goes through struct: numpy's per-call cost
+_STRUCTS = {dtype: struct.Struct(">" + "".join(dtype[name].str[1:] for name in dtype.names)
+                                 .replace("i8", "q").replace("u4", "I").replace("i4", "i"))
+            for dtype in (ADD_PACKED_ROW, PACKED_STATUS_ROW, READ_PACKED_ROW)}
+
+
 def _table(dtype: np.dtype, **columns) -> bytes:
-    n = len(next(iter(columns.values())))
+    values = list(columns.values())
+    n = len(values[0])
+    if n < SMALL_ROWS:
+        return b"".join(map(_STRUCTS[dtype].pack, *values))
     table = np.empty(n, dtype)
-    for name, values in columns.items():
-        table[name] = values
+    for name, column in columns.items():
+        table[name] = column
     return table.tobytes()
 
 
@@ -159,19 +170,18 @@ def enc_add_packed(req: AddPackedRequest, limits: WireLimits) -> list[Buffer]:
     if not isinstance(req.master_key, bytes | bytearray) or \
             len(req.master_key) != MASTER_KEY_BYTES:
         raise ValueError(f"master_key must be {MASTER_KEY_BYTES} bytes")
-    entries = np.asarray(req.entry_ids, dtype=np.int64)
-    lengths = np.asarray(req.lengths, dtype=np.int64)
+    entries, lengths = req.entry_ids, req.lengths
     total = memoryview(req.data).nbytes
-    if int(entries.min()) < 0:
-        raise ValueError("entry_ids must be >= 0")
-    if int(lengths.min()) < 0 or int(lengths.max()) > limits.entry_bytes_max:
+    if min(entries) < 0 or max(entries) > ENTRY_ID_MAX:
+        raise ValueError(f"entry_ids must be in [0, {ENTRY_ID_MAX}]")
+    if min(lengths) < 0 or max(lengths) > limits.entry_bytes_max:
         raise ValueError(f"every length must be in [0, entry_bytes_max={limits.entry_bytes_max}]")
-    if int(lengths.sum()) != total or total > limits.batch_bytes_max:
-        raise ValueError(f"data is {total} bytes; lengths add up to {int(lengths.sum())} and "
+    if sum(lengths) != total or total > limits.batch_bytes_max:
+        raise ValueError(f"data is {total} bytes; lengths add up to {sum(lengths)} and "
                          f"batch_bytes_max is {limits.batch_bytes_max}")
     flags = FLAG_RECOVERY if req.recovery else 0
     head = REQUEST_HEAD.pack(VERSION, Op.ADD_PACKED, flags, req.request_id, req.ledger_id,
-                             int(entries[0])) + U32.pack(n) + bytes(req.master_key)
+                             entries[0]) + U32.pack(n) + bytes(req.master_key)
     return [head, _table(ADD_PACKED_ROW, entry=entries, length=lengths), req.data]
 
 
@@ -225,10 +235,15 @@ def _count(head, base: int, limits: WireLimits, what: str) -> int:
     return count
 
 
-def _rows(frame, count: int, dtype: np.dtype, what: str) -> np.ndarray:
+def _rows(frame, count: int, dtype: np.dtype, what: str) -> list[list]:
+    """The table's columns, as lists (in dtype field order)."""
     table = memoryview(frame)
     check_size(table, count * dtype.itemsize, f"{what} table")
-    return np.frombuffer(table, dtype, count)
+    if count < SMALL_ROWS:
+        rows = list(_STRUCTS[dtype].iter_unpack(table))
+        return [[row[i] for row in rows] for i in range(len(dtype.names))]
+    array = np.frombuffer(table, dtype, count)
+    return [array[name].tolist() for name in dtype.names]
 
 
 def dec_add_packed(frames, head, flags, rid, ledger_id, entry_id, limits) -> AddPackedRequest:
@@ -238,19 +253,18 @@ def dec_add_packed(frames, head, flags, rid, ledger_id, entry_id, limits) -> Add
     count = _count(head, REQUEST_HEAD.size, limits, "ADD_PACKED")
     if count < 1:
         raise BadRequestError("ADD_PACKED count 0 (needs 1..batch_entries_max)")
-    rows = _rows(frames[1], count, ADD_PACKED_ROW, "ADD_PACKED")
+    entries, lengths = _rows(frames[1], count, ADD_PACKED_ROW, "ADD_PACKED")
     data = memoryview(frames[2])
-    entries, lengths = rows["entry"], rows["length"].astype(np.int64)
-    if int(entries.min()) < 0:
-        raise BadRequestError(f"ADD_PACKED entry id {int(entries.min())} is below 0")
-    if int(lengths.max()) > limits.entry_bytes_max:
-        raise BadRequestError(f"entry of {int(lengths.max())} bytes exceeds entry_bytes_max "
+    if min(entries) < 0:
+        raise BadRequestError(f"ADD_PACKED entry id {min(entries)} is below 0")
+    if max(lengths) > limits.entry_bytes_max:
+        raise BadRequestError(f"entry of {max(lengths)} bytes exceeds entry_bytes_max "
                               f"({limits.entry_bytes_max})")
-    if int(lengths.sum()) != data.nbytes or data.nbytes > limits.batch_bytes_max:
+    if sum(lengths) != data.nbytes or data.nbytes > limits.batch_bytes_max:
         raise BadRequestError(f"ADD_PACKED data frame is {data.nbytes} bytes; the table says "
-                              f"{int(lengths.sum())} (batch_bytes_max {limits.batch_bytes_max})")
+                              f"{sum(lengths)} (batch_bytes_max {limits.batch_bytes_max})")
     key = MASTER_KEY.unpack_from(head, REQUEST_HEAD.size + U32.size)[0]
-    return AddPackedRequest(ledger_id, key, entries.tolist(), lengths.tolist(), data,
+    return AddPackedRequest(ledger_id, key, entries, lengths, data,
                             bool(flags & FLAG_RECOVERY), rid)
 
 
@@ -279,24 +293,22 @@ def dec_add_packed_reply(frames, head, rid, ledger_id, entry_id, limits) -> AddP
     check_frame_count(frames, 2, Op.ADD_PACKED)
     check_size(head, REPLY_HEAD.size + U32.size, "header")
     count = _count(head, REPLY_HEAD.size, limits, "ADD_PACKED reply")
-    rows = _rows(frames[1], count, PACKED_STATUS_ROW, "ADD_PACKED status")
-    return AddPackedReply(ledger_id, rows["entry"].tolist(), rows["status"].tolist(), rid)
+    entries, statuses = _rows(frames[1], count, PACKED_STATUS_ROW, "ADD_PACKED status")
+    return AddPackedReply(ledger_id, entries, statuses, rid)
 
 
 def dec_read_packed_reply(frames, head, rid, ledger_id, entry_id, limits) -> ReadPackedReply:
     check_frame_count(frames, 3, Op.READ_PACKED)
     check_size(head, REPLY_HEAD.size + U32.size, "header")
     count = _count(head, REPLY_HEAD.size, limits, "READ_PACKED reply")
-    rows = _rows(frames[1], count, READ_PACKED_ROW, "READ_PACKED")
+    entries, statuses, lengths = _rows(frames[1], count, READ_PACKED_ROW, "READ_PACKED")
     data = memoryview(frames[2])
-    statuses, lengths = rows["status"], rows["length"].astype(np.int64)
-    if count and int(lengths.max()) > limits.entry_bytes_max:
-        raise BadRequestError(f"READ_PACKED entry of {int(lengths.max())} bytes exceeds "
+    if count and max(lengths) > limits.entry_bytes_max:
+        raise BadRequestError(f"READ_PACKED entry of {max(lengths)} bytes exceeds "
                               f"entry_bytes_max ({limits.entry_bytes_max})")
-    if count and bool(np.any((statuses != OK) & (lengths != 0))):
+    if any(s != OK and n for s, n in zip(statuses, lengths, strict=True)):
         raise BadRequestError("READ_PACKED row with a non-OK status has data")
-    if int(lengths.sum()) != data.nbytes:
+    if sum(lengths) != data.nbytes:
         raise BadRequestError(f"READ_PACKED data frame is {data.nbytes} bytes; the table says "
-                              f"{int(lengths.sum())}")
-    return ReadPackedReply(ledger_id, rows["entry"].tolist(), statuses.tolist(),
-                           lengths.tolist(), data, rid)
+                              f"{sum(lengths)}")
+    return ReadPackedReply(ledger_id, entries, statuses, lengths, data, rid)

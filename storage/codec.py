@@ -44,6 +44,7 @@ RECORD_DTYPE = np.dtype([("ledger", "<u8"), ("entry", "<u8"), ("length", "<u4"),
 assert RECORD_DTYPE.itemsize == RECORD_HEADER_BYTES
 
 crc = crc32c.crc32c
+SMALL_BLOCK_RECORDS = 16  # up to this many records a block is built with struct, not numpy
 
 
 def block_bytes_for(lengths_total: int, count: int) -> int:
@@ -54,6 +55,8 @@ def build_block(seq: int, ledgers: np.ndarray, entries: np.ndarray, datas: list,
                 lengths: np.ndarray) -> tuple[bytes, np.ndarray]:
     """Encode one add batch.  Returns the block and each record's offset in it."""
     count = len(datas)
+    if count <= SMALL_BLOCK_RECORDS:
+        return _build_small_block(seq, ledgers, entries, datas, lengths)
     table = np.empty(count, RECORD_DTYPE)
     table["ledger"] = ledgers
     table["entry"] = entries
@@ -69,6 +72,23 @@ def build_block(seq: int, ledgers: np.ndarray, entries: np.ndarray, datas: list,
     parts[1::2] = [table_bytes[i:i + step] for i in range(0, count * step, step)]
     parts[2::2] = datas
     return b"".join(parts), offsets
+
+
+def _build_small_block(seq: int, ledgers, entries, datas: list,
+                       lengths) -> tuple[bytes, np.ndarray]:
+    """``build_block`` for a few records: the same bytes, built with struct
+    (numpy's per-call cost dominates a batch of one or two entries)."""
+    lens = lengths.tolist()
+    headers = list(map(RECORD_HEADER.pack, ledgers.tolist(), entries.tolist(), lens,
+                       map(crc, datas)))
+    offsets, pos = [], BLOCK_HEADER_BYTES
+    for length in lens:
+        offsets.append(pos)
+        pos += RECORD_HEADER_BYTES + length
+    parts = [_block_header(pos, len(lens), crc(b"".join(headers)), seq)]
+    for header, data in zip(headers, datas, strict=True):
+        parts += (header, data)
+    return b"".join(parts), np.array(offsets, np.int64)
 
 
 def _block_header(block_len: int, count: int, table_crc: int, seq: int) -> bytes:

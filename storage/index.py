@@ -13,7 +13,8 @@ its cost per stored entry is 12 * E / W bytes.  Each ledger also costs about
 500 bytes of Python objects (state object, page dict).
 
 Updates are per batch with numpy (one scatter per (ledger, page) group), so
-the index costs well under a microsecond per added entry.
+the index costs well under a microsecond per added entry; batches of a few
+entries go entry by entry with scalars (numpy's per-call cost dominates them).
 
 The index is not durable by itself: ``snapshot`` persists it at checkpoints
 and the journal (and, without journaled data, the entry-log tail) rebuilds
@@ -33,6 +34,7 @@ MIN_PAGE_SLOTS = 16
 SLOT_BYTES = 12
 ABSENT = 0xFFFF_FFFF  # in the length column: no entry in this slot
 LEDGER_OBJECT_BYTES = 500  # rough Python overhead per ledger, for stats
+SMALL_PUT_ENTRIES = 8  # up to this many entries a put goes entry by entry with scalars
 
 
 class Ledger:
@@ -110,6 +112,11 @@ class Index:
     def put_batch(self, ledgers: np.ndarray, entries: np.ndarray, log_id: int,
                   offsets: np.ndarray, lengths: np.ndarray) -> None:
         """Point each (ledger, entry) at (log_id, offset, length)."""
+        if len(ledgers) <= SMALL_PUT_ENTRIES:
+            for args in zip(ledgers.tolist(), entries.tolist(), offsets.tolist(),
+                            lengths.tolist(), strict=True):
+                self._put_one(log_id, *args)
+            return
         if ledgers[0] == ledgers[-1] and (len(ledgers) < 3 or ledgers.min() == ledgers.max()):
             self._put_ledger(int(ledgers[0]), entries, log_id, offsets, lengths)
             return
@@ -119,6 +126,25 @@ class Index:
         for idx in np.split(order, cuts):
             self._put_ledger(int(ledgers[idx[0]]), entries[idx], log_id,
                              offsets[idx], lengths[idx])
+
+    def _put_one(self, log_id: int, ledger_id: int, entry_id: int, offset: int,
+                 length: int) -> None:
+        """``put_batch`` of one entry with scalars: the same effect (a batch
+        that repeats an id ends with its last location, counted once)."""
+        led = self.ensure(ledger_id)
+        page_no, slot = entry_id >> PAGE_BITS, entry_id & PAGE_MASK
+        page = _grown(led.pages.get(page_no), slot + 1)
+        led.pages[page_no] = page
+        row = page[slot]
+        old_length = int(row[2])
+        if old_length == ABSENT:
+            led.entries += 1
+        else:
+            led.data_bytes -= old_length
+        row[0], row[1], row[2] = log_id, offset, length
+        led.data_bytes += length
+        if entry_id > led.last_entry:
+            led.last_entry = entry_id
 
     def _put_ledger(self, ledger_id, entries, log_id, offsets, lengths) -> None:
         led = self.ensure(ledger_id)

@@ -54,6 +54,7 @@ from .state_ops import StateOps
 log = logging.getLogger(__name__)
 
 CALLBACKS_MAX = 1_000_000  # pending durability callbacks (a bound on memory)
+SMALL_BATCH_ENTRIES = 16  # up to this many entries, plain Python beats numpy's per-call cost
 
 
 class LedgerStorage(StateOps):
@@ -128,6 +129,10 @@ class LedgerStorage(StateOps):
 
     def _validate_batch(self, ledger_ids, entry_ids, datas):
         n = len(datas)
+        if 0 < n <= SMALL_BATCH_ENTRIES and isinstance(ledger_ids, list | tuple) \
+                and isinstance(entry_ids, list | tuple) and len(ledger_ids) == n \
+                and len(entry_ids) == n:
+            return self._validate_small(ledger_ids, entry_ids, datas)
         ledgers = np.asarray(ledger_ids, dtype=np.int64).reshape(-1)
         entries = np.asarray(entry_ids, dtype=np.int64).reshape(-1)
         if n == 0 or len(ledgers) != n or len(entries) != n:
@@ -140,6 +145,19 @@ class LedgerStorage(StateOps):
             raise ValueError(f"entry of {int(lengths.max())} bytes exceeds entry_bytes_max "
                              f"({self.options.entry_bytes_max})")
         return ledgers.astype(np.uint64), entries.astype(np.uint64), lengths
+
+    def _validate_small(self, ledger_ids, entry_ids, datas):
+        """``_validate_batch`` for a few entries: the same checks without
+        numpy's per-call cost (one add per message is common at low load)."""
+        lengths = list(map(len, datas))
+        if min(ledger_ids) < 0 or min(entry_ids) < 0:
+            raise ValueError("ledger_ids and entry_ids must be non-negative")
+        if max(lengths) > self.options.entry_bytes_max:
+            raise ValueError(f"entry of {max(lengths)} bytes exceeds entry_bytes_max "
+                             f"({self.options.entry_bytes_max})")
+        return (np.array(ledger_ids, np.int64).astype(np.uint64),  # int64 first: the
+                np.array(entry_ids, np.int64).astype(np.uint64),   # same overflow errors
+                np.array(lengths, np.int64))
 
     def _chunks(self, lengths: np.ndarray):
         """Blocks of at most ``add_batch_bytes_max`` and, unless one entry is
