@@ -44,7 +44,7 @@ RECORD_DTYPE = np.dtype([("ledger", "<u8"), ("entry", "<u8"), ("length", "<u4"),
 assert RECORD_DTYPE.itemsize == RECORD_HEADER_BYTES
 
 crc = crc32c.crc32c
-SMALL_BLOCK_RECORDS = 16  # up to this many records a block is built with struct, not numpy
+SMALL_BLOCK_RECORDS = 32  # up to this many records a block is built with struct, not numpy
 
 
 def block_bytes_for(lengths_total: int, count: int) -> int:

@@ -34,7 +34,7 @@ MIN_PAGE_SLOTS = 16
 SLOT_BYTES = 12
 ABSENT = 0xFFFF_FFFF  # in the length column: no entry in this slot
 LEDGER_OBJECT_BYTES = 500  # rough Python overhead per ledger, for stats
-SMALL_PUT_ENTRIES = 8  # up to this many entries a put goes entry by entry with scalars
+SMALL_PUT_ENTRIES = 24  # up to this many entries a put goes entry by entry with scalars
 
 
 class Ledger:

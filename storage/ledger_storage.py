@@ -54,7 +54,7 @@ from .state_ops import StateOps
 log = logging.getLogger(__name__)
 
 CALLBACKS_MAX = 1_000_000  # pending durability callbacks (a bound on memory)
-SMALL_BATCH_ENTRIES = 16  # up to this many entries, plain Python beats numpy's per-call cost
+SMALL_BATCH_ENTRIES = 32  # up to this many entries, plain Python beats numpy's per-call cost
 
 
 class LedgerStorage(StateOps):
