@@ -78,7 +78,7 @@ def _echo(doc: dict, rate_key: str, what: str) -> None:
 @click.option("--rate", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="Open loop: adds/s over all clients, latency from the scheduled send "
                    "time (0 = closed loop: keep --inflight adds in flight).")
-@click.option("--sample-every", type=click.IntRange(min=1), default=4, show_default=True,
+@click.option("--sample-every", type=click.IntRange(min=1), default=16, show_default=True,
               help="Time every N-th add (a callback per add costs the client CPU).")
 @_bench_options
 @library_errors
