@@ -90,7 +90,7 @@ class _EntryRead:
 
 class _ReadOp:
     __slots__ = ("read_id", "first", "last", "next_entry", "payloads", "done", "chunks",
-                 "retry", "singles", "batches", "batch_seq")
+                 "retry", "singles", "batches")
 
     def __init__(self, read_id: int, first: int, last: int):
         self.read_id, self.first, self.last = read_id, first, last
@@ -103,7 +103,6 @@ class _ReadOp:
         self.retry: deque[int] = deque()
         self.singles = 0
         self.batches = 0
-        self.batch_seq = 0
 
 
 class _LacOp:
@@ -134,6 +133,7 @@ class LedgerReader(CoreBase):
         # id -> op, chunk (first, last, failures), sent
         self._batch_requests: dict[int, tuple[_ReadOp, tuple[int, int, int], int]] = {}
         self._handlers[ev.ReadBatchResponse] = self._on_read_batch_response
+        self._batches_sent = 0
         self._reads: dict[int, _ReadOp] = {}
         self._lac_requests: dict[int, tuple[_LacOp, int]] = {}  # id -> op, sent
         self._poll_timers: dict[int, _LacOp] = {}
@@ -228,8 +228,8 @@ class LedgerReader(CoreBase):
     def _send_chunk(self, op: _ReadOp, chunk: tuple[int, int, int], now_ms: int) -> None:
         """One SendReadBatch; successive chunks rotate over the fragment's bookies."""
         bookies = self._md.fragment_for(chunk[0])[1]
-        bookie = bookies[(op.batch_seq + chunk[2]) % len(bookies)]
-        op.batch_seq += 1
+        bookie = bookies[(self._batches_sent + chunk[2]) % len(bookies)]
+        self._batches_sent += 1  # over all reads: successive read() calls spread too
         op.batches += 1
         request_id = self._next_id()
         self._batch_requests[request_id] = (op, chunk, now_ms)
