@@ -89,7 +89,7 @@ class ClientConfig:
     add_batch_entries_max: int = _key(512, 1, 65_536)
     add_linger_us: int = _key(500, 0, 1_000_000)
     add_batch_bytes_max: int = _key(8 * MiB, 1, 2**31)
-    read_batch_entries_max: int = _key(256, 1, 65_536)
+    read_batch_entries_max: int = _key(1_024, 1, 65_536)
     read_batch_bytes_max: int = _key(16 * MiB, 1, 2**31)
     reconnect_ivl_ms: int = _key(100, 1, 60_000)
     reconnect_ivl_max_ms: int = _key(2_000, 1, 600_000)
