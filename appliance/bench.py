@@ -268,6 +268,11 @@ def _run_clients(kind: str, config: str, options: BenchOptions,
         go.set()
         results = _collect(done, procs, CLIENT_TIMEOUT_S, "done")
         return results, _cpu_s(pids) - cpu_before
+    except BaseException:
+        for proc in procs:  # a failed run: the others may be waiting for "go"
+            if proc.is_alive():
+                proc.kill()
+        raise
     finally:
         for proc in procs:
             proc.join(timeout=30)

@@ -83,6 +83,7 @@ class ClientConfig:
     digest: str = _key("crc32c", choices=("crc32c", "hmac-sha256"))
     add_timeout_ms: int = _key(5_000, 1, 3_600_000)
     read_timeout_ms: int = _key(5_000, 1, 3_600_000)
+    add_retries_max: int = _key(1, 0, 100)
     inflight_adds_max: int = _key(1_000, 1, 1_000_000)
     inflight_bytes_max: int = _key(32 * MiB, 1, 2**40)
     inflight_per_bookie_max: int = _key(1_024, 1, 1_000_000)

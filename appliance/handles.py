@@ -114,7 +114,7 @@ class WriteHandle:
         self._driver = client.driver
         self.id = metadata.ledger_id
         self._entry_bytes_max = 5 * 1024 * 1024
-        wcfg = WriterConfig(add_timeout_ms=cfg.add_timeout_ms,
+        wcfg = WriterConfig(add_timeout_ms=cfg.add_timeout_ms, add_retries_max=cfg.add_retries_max,
                             pending_adds_max=cfg.inflight_adds_max,
                             entry_bytes_max=self._entry_bytes_max)
         self._writer = LedgerWriter(metadata, version, key, _digest(metadata, key), config=wcfg,

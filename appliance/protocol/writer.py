@@ -67,7 +67,7 @@ class WriterConfig:
     # all ends in NotEnoughBookiesError); fewer replaces a hung bookie sooner
     # (after about (add_retries_max + 1) * add_timeout_ms).  A bookie that
     # answers with an error or disconnects is replaced at once.
-    add_retries_max: int = 2
+    add_retries_max: int = 1
     # Adds in flight (sent, not yet acknowledged).  Bounds memory; add()
     # beyond it raises TooManyRequestsError so the driver applies backpressure.
     pending_adds_max: int = 10_000
@@ -503,10 +503,15 @@ class LedgerWriter(CoreBase):
     def _oldest_unacked_ms(self, pos: int, outstanding: deque) -> int | None:
         """Drop the acknowledged front of ``pos``'s sent batches; when the
         oldest entry still unacknowledged there was sent (None: none)."""
-        bit, pending_map = 1 << pos, self._pending
+        bit, pending_map, lac = 1 << pos, self._pending, self.last_add_confirmed
         while outstanding:
             record = outstanding[0]
             entry_ids, i = record[0], record[1]
+            if entry_ids[-1] <= lac:  # every entry up to the LAC is acknowledged
+                outstanding.popleft()
+                continue
+            if entry_ids[i] <= lac and entry_ids[-1] - entry_ids[0] == len(entry_ids) - 1:
+                i = lac + 1 - entry_ids[0]  # consecutive ids: jump over the acknowledged ones
             while i < len(entry_ids):
                 pending = pending_map.get(entry_ids[i])
                 if pending is not None and not pending.acks & bit:

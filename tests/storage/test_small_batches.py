@@ -44,7 +44,7 @@ def _state(index):
 
 def test_small_puts_leave_the_index_as_batched_puts_do():
     rng = random.Random(7)
-    for _ in range(200):
+    for _ in range(40):
         small, big = ix.Index(), ix.Index()
         for _ in range(4):
             n = rng.randint(1, ix.SMALL_PUT_ENTRIES)
