@@ -166,3 +166,32 @@ def test_store_closed_from_another_thread_stops_a_waiter(tmp_path):
     thread.join(30)
     assert not thread.is_alive()
     assert [type(e).__name__ for e in errors] == ["ClientClosedError"]
+
+
+def test_store_does_not_import_pandas_but_leaves_it_importable(tmp_path):
+    """Opening a SQLite store in a fresh process must not pull in pandas (the
+    spark extra installs it; sqlite-utils would import it: ~70 MB per client),
+    and the application can still import pandas itself afterwards."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from storage.metadata import open_store\n"
+        f"s = open_store('sqlite:///{tmp_path}/md.db')\n"
+        "s.create('/x', b'1')\n"
+        "assert s.get('/x')[0] == b'1'\n"
+        "print('pandas' in sys.modules)\n"
+        "s.close()\n"
+        "try:\n"
+        "    import pandas\n"
+        "    print('importable', pandas.__name__)\n"
+        "except ImportError as exc:\n"
+        "    print('missing', exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True).stdout.split("\n")
+    assert out[0] == "False"
+    import importlib.util
+    if importlib.util.find_spec("pandas") is not None:
+        assert out[1] == "importable pandas"
