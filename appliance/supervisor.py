@@ -11,7 +11,7 @@ Guarantees:
   starts; formatted ones are never touched.
 * One process per ``[[bookies]]`` table, in its own session (so a Ctrl-C on
   the terminal or the supervisor's death does not take bookies down with
-  it), pinned to its ``cpus`` (default: spread over the allowed CPUs), its
+  it), pinned to its ``cpus`` when the config lists some (default: not pinned), its
   output appended to ``<run_dir>/<id>.log``.
 * Watch: a bookie that exits is restarted after a backoff that doubles
   from ``restart_backoff_min_ms`` to ``restart_backoff_max_ms``; one that
@@ -74,11 +74,6 @@ def pid_alive(pid: int | None, marker: str | None = None) -> bool:
         return False
 
 
-def default_cpus(index: int) -> list[int]:
-    allowed = sorted(os.sched_getaffinity(0))
-    return [allowed[index % len(allowed)]]
-
-
 def format_new_bookies(config) -> list[str]:
     """Format every bookie whose directories hold no cookie yet."""
     from storage import LedgerStorage
@@ -101,7 +96,7 @@ class _Bookie:
 
     def __init__(self, spec, index: int):
         self.spec = spec
-        self.cpus = list(spec.cpus) or default_cpus(index)
+        self.cpus = list(spec.cpus)  # empty: not pinned (may use any allowed CPU)
         self.popen: subprocess.Popen | None = None
         self.pid: int | None = None
         self.restarts: list[float] = []
@@ -160,11 +155,12 @@ class Supervisor:
                                        stderr=subprocess.STDOUT, start_new_session=True)
         b.pid = b.popen.pid
         b.last_answer_s = self.clock()  # grace period for boot
-        try:
-            psutil.Process(b.pid).cpu_affinity(b.cpus)
-        except (psutil.Error, ValueError) as exc:
-            log.warning("could not pin %s to CPUs %s: %s", b.spec.id, b.cpus, exc)
-        log.info("started bookie %s (pid %d, cpus %s)", b.spec.id, b.pid, b.cpus)
+        if b.cpus:
+            try:
+                psutil.Process(b.pid).cpu_affinity(b.cpus)
+            except (psutil.Error, ValueError) as exc:
+                log.warning("could not pin %s to CPUs %s: %s", b.spec.id, b.cpus, exc)
+        log.info("started bookie %s (pid %d, cpus %s)", b.spec.id, b.pid, b.cpus or "any")
 
     def _write_state(self) -> None:
         doc = {"pid": os.getpid(), "config": str(self.config.path),

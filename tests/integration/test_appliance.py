@@ -105,6 +105,10 @@ def test_cli_errors_are_one_line_without_traceback(appliance_config, short_tmp):
 
 def test_supervisor_restarts_a_crashed_bookie(appliance_config):
     config, seen = appliance_config
+    cpu = max(os.sched_getaffinity(0))  # bookie-2 pinned to one CPU, the others not
+    text = config.read_text()
+    config.write_text(text.replace('ledger_dir = "b2/ledgers"\n',
+                                   f'ledger_dir = "b2/ledgers"\ncpus = [{cpu}]\n', 1))
     _up(config, seen)
     from appliance.config import load_config
     from appliance.probe import bookie_info
@@ -116,7 +120,9 @@ def test_supervisor_restarts_a_crashed_bookie(appliance_config):
     new = wait_for(lambda: (i := bookie_info(victim.endpoint, 500)) and i["pid"] != old_pid
                    and i, 30, what="bookie restarted")
     seen.add(new["pid"])
-    assert psutil.Process(new["pid"]).cpu_affinity()  # pinned (non-empty set)
+    assert psutil.Process(new["pid"]).cpu_affinity() == [cpu]  # pinned again after restart
+    other_pid = bookie_info(cfg.bookies[0].endpoint, 2000)["pid"]
+    assert sorted(psutil.Process(other_pid).cpu_affinity()) == sorted(os.sched_getaffinity(0))
     assert bkctl("down", config=config).returncode == 0
 
 
