@@ -27,7 +27,9 @@ setup(
             "pyspark>=4.1,<5",
             # pyspark's Python data sources exchange Arrow record batches.
             "pyarrow>=15",
-            "pandas>=2.0",
+            # pandas < 3: pyspark 4.1 warns that it does not fully support
+            # pandas 3 yet and recommends 2.x.
+            "pandas>=2.0,<3",
         ],
         "dev": [
             "pytest>=8,<10",
