@@ -11,7 +11,7 @@ from appliance.errors import OK, LedgerFencedError, UnauthorizedError
 from appliance.protocol.entry import pack_entry
 from ipc.replies import ErrorReply, decode_reply
 from ipc.requests import AddRequest, InfoRequest, ReadRequest, encode_request
-from tests.ipc.support import recv_within
+from tests.ipc.support import exchange_windowed, recv_within
 from tests.ipc.test_fuzz import MESSAGES, WINDOW, _fuzz_messages
 
 
@@ -26,21 +26,8 @@ def test_ten_thousand_bad_frames_leave_the_bookie_serving(make_cluster):
     sock.setsockopt(zmq.LINGER, 0)
     try:
         sock.connect(bookie.endpoint)
-        sent = replies = 0
-        messages = _fuzz_messages(seed=7, count=MESSAGES)
-        more = True
-        while more or replies < sent:
-            while more and sent - replies < WINDOW:
-                frames = next(messages, None)
-                if frames is None:
-                    more = False
-                    break
-                sock.send_multipart(frames)
-                sent += 1
-            if replies < sent:
-                decode_reply(recv_within(sock, 20))  # every reply decodes
-                replies += 1
-        assert sent == replies == MESSAGES
+        sent, replies = exchange_windowed(sock, _fuzz_messages(seed=7, count=MESSAGES), WINDOW)
+        assert sent == len(replies) == MESSAGES
         assert sock.poll(100) == 0, "a message got more than one reply"
         assert cluster.procs[bookie.id].poll() is None
 

@@ -91,3 +91,29 @@ def recv_within(sock: zmq.Socket, timeout_s: float = 10.0) -> list[bytes]:
             raise TimeoutError(f"no message within {timeout_s}s")
         if sock.poll(remaining_ms):
             return sock.recv_multipart()
+
+
+def exchange_windowed(sock: zmq.Socket, messages, window: int,
+                      reply_timeout_s: float = 20.0) -> tuple[int, list]:
+    """Send every message of ``messages`` (an iterable of frame lists), at most
+    ``window`` unanswered at a time, and decode one reply per message.
+
+    Returns (messages sent, decoded replies in arrival order); a reply that
+    does not decode raises, a missing one raises TimeoutError.
+    """
+    from ipc.replies import decode_reply
+
+    it = iter(messages)
+    sent, replies = 0, []
+    more = True
+    while more or len(replies) < sent:
+        while more and sent - len(replies) < window:
+            frames = next(it, None)
+            if frames is None:
+                more = False
+                break
+            sock.send_multipart(frames)
+            sent += 1
+        if len(replies) < sent:
+            replies.append(decode_reply(recv_within(sock, reply_timeout_s)))
+    return sent, replies

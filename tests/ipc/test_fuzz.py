@@ -30,7 +30,7 @@ from ipc.requests import (
     WaitLacRequest,
     encode_request,
 )
-from tests.ipc.support import recv_within
+from tests.ipc.support import exchange_windowed, recv_within
 
 MESSAGES = 10_000
 WINDOW = 64
@@ -87,24 +87,11 @@ def test_ten_thousand_bad_frames_leave_the_server_serving(server_process, dealer
     server = server_process("--wait-lac-timeout-ms-max", "50")
     pid = server.pid
     sock = dealer(server.endpoint)
-    sent = replies = rejected = 0
-    messages = _fuzz_messages(seed=20240611, count=MESSAGES)
-    pending = True
-    while pending or replies < sent:
-        while pending and sent - replies < WINDOW:
-            frames = next(messages, None)
-            if frames is None:
-                pending = False
-                break
-            sock.send_multipart(frames)
-            sent += 1
-        if replies < sent:
-            reply = decode_reply(recv_within(sock, 20))  # every reply must decode
-            replies += 1
-            if isinstance(reply, ErrorReply) and reply.status in (
-                    BadRequestError.code, ProtocolVersionError.code):
-                rejected += 1
-    assert sent == replies == MESSAGES
+    sent, replies = exchange_windowed(sock, _fuzz_messages(seed=20240611, count=MESSAGES),
+                                      WINDOW)
+    rejected = sum(isinstance(r, ErrorReply) and r.status in (
+        BadRequestError.code, ProtocolVersionError.code) for r in replies)
+    assert sent == len(replies) == MESSAGES
     assert sock.poll(100) == 0, "a message got more than one reply"
     assert server.alive() and server.pid == pid
 
