@@ -35,6 +35,7 @@ import heapq
 import itertools
 import logging
 import os
+import stat
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -200,11 +201,26 @@ class FrameServer:
             return
         self._closed = True
         self._sock.close(linger=0)
+        self._remove_socket_file()
         for fd in (getattr(self, "_wake_r", None), getattr(self, "_wake_w", None)):
             if fd is not None:
                 os.close(fd)
         if self._own_context:
             self._ctx.term()
+
+    def _remove_socket_file(self) -> None:
+        """libzmq leaves an ipc:// socket file behind; remove ours, so a clean
+        stop leaves nothing in the run directory (only a socket file, never
+        anything else that happens to sit at that path)."""
+        endpoint = getattr(self, "endpoint", "")
+        if not endpoint.startswith("ipc://"):
+            return
+        path = endpoint[len("ipc://"):]
+        try:
+            if stat.S_ISSOCK(os.lstat(path).st_mode):
+                os.unlink(path)
+        except OSError:
+            pass  # already gone, or not ours to remove
 
     def __enter__(self) -> FrameServer:
         return self

@@ -232,3 +232,10 @@ def test_stop_returns_serve_promptly(thread_server, dealer):
     ts.stop()  # asserts serve() returned within 10 s although polls wait up to 60 s
     with pytest.raises(zmq.ZMQError):
         ts.server._sock.send(b"x")  # the socket is closed
+
+
+def test_close_removes_its_ipc_socket_file(short_tmp):
+    path = short_tmp / "gone.sock"
+    with FrameServer(f"ipc://{path}", MemoryBookie()):
+        assert path.exists()
+    assert not path.exists(), "a clean close leaves no socket file behind"
