@@ -25,12 +25,13 @@ reads (served from the entry-log write buffer or the page cache).
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import itertools
 import logging
 import os
 from collections import defaultdict
+
+import numpy as np
 
 from appliance.errors import (
     OK,
@@ -100,9 +101,7 @@ class BookieHandler:
         if isinstance(req, AddPackedRequest):
             return self._add_packed(peer, req)
         if isinstance(req, ReadPackedRequest):
-            rows, ticket = self._batch_rows(req)
-            return self._after(peer, ticket, ReadPackedReply.from_rows(req.ledger_id, rows,
-                                                                       req.request_id))
+            return self._read_packed(peer, req)
         if isinstance(req, AddBatchRequest):
             return self._add_batch(peer, req)
         if isinstance(req, AddRequest):
@@ -198,51 +197,79 @@ class BookieHandler:
         return self._after(peer, r.ticket, reply)
 
     def _read_batch(self, peer: bytes, req: ReadBatchRequest):
-        rows, ticket = self._batch_rows(req)
+        views, bad, ticket = self._batch_views(req)
+        rows = [(req.first_entry_id + i, OK, bytes(v)) for i, v in enumerate(views)]
+        if bad is not None:
+            rows.append(bad)
         return self._after(peer, ticket, ReadBatchReply(req.ledger_id, rows, req.request_id))
 
-    def _batch_rows(self, req) -> tuple[list, int]:
-        """Rows ``(entry id, status, data or None)`` of a READ_BATCH or
-        READ_PACKED request, and the ticket its reply waits for.
+    def _read_packed(self, peer: bytes, req: ReadPackedRequest):
+        """The READ_BATCH rows, packed: the verified views of the storage runs
+        joined once into the data frame, the table built with numpy."""
+        views, bad, ticket = self._batch_views(req)
+        n = len(views)
+        count = n + (bad is not None)
+        statuses = np.zeros(count, np.int32)
+        lengths = np.zeros(count, np.int64)
+        lengths[:n] = np.fromiter(map(len, views), np.int64, n)
+        if bad is not None:
+            statuses[n] = bad[1]
+        entry_ids = np.arange(req.first_entry_id, req.first_entry_id + count, dtype=np.int64)
+        reply = ReadPackedReply(req.ledger_id, entry_ids, statuses, lengths, b"".join(views),
+                                req.request_id)
+        return self._after(peer, ticket, reply)
+
+    def _batch_views(self, req) -> tuple[list, tuple | None, int]:
+        """The rows of a READ_BATCH or READ_PACKED request: the data of the OK
+        rows from the first asked (in order), the ``(entry id, status, None)``
+        row that ended the batch early (or None), and the ticket the reply
+        waits for.
 
         The first entry goes through the core (fence flag first, then the
         negative / limbo rules); the rest is read in runs with the storage's
-        batched read, each run sized from the bytes still allowed.  A run the
-        storage refuses (a missing or corrupt entry) is re-read entry by entry
-        through the core, so every row gets exactly the per-entry status."""
+        batched read (every record verified), cut at the bytes still allowed.
+        A run the storage refuses (a missing or corrupt entry) is re-read
+        entry by entry through the core, so every row gets exactly the
+        per-entry status."""
         limits = self.server.limits
         max_entries = max(1, min(req.max_entries, limits.batch_entries_max))
         max_bytes = min(req.max_bytes, limits.batch_bytes_max)
         last = min(req.last_entry_id, req.first_entry_id + max_entries - 1)
         r = self.core.read(req.ledger_id, req.first_entry_id, req.fence, req.master_key or b"")
-        rows = [(req.first_entry_id, r.code, r.data if r.code == OK else None)]
-        size, entry_id, stopped = len(r.data) if r.code == OK else 0, req.first_entry_id + 1, \
-            r.code != OK
-        while not stopped and entry_id <= last and size < max_bytes:
-            room = (max_bytes - size) // max(1, size // len(rows)) + 1
-            run_last = min(last, entry_id + min(room, READ_RUN_ENTRIES_MAX) - 1)
-            datas, bad = [], None
+        if r.code != OK:
+            self.counters["reads"] += 1
+            return [], (req.first_entry_id, r.code, None), r.ticket
+        views, bad = [r.data], None
+        size, entry_id = len(r.data), req.first_entry_id + 1
+        while bad is None and entry_id <= last and size < max_bytes:
+            run_last = min(last, entry_id + READ_RUN_ENTRIES_MAX - 1)
             try:
-                datas = self.storage.read_entries(req.ledger_id, entry_id, run_last)
+                got = self.storage.read_entry_views(req.ledger_id, entry_id, run_last,
+                                                    max_bytes - size)
             except BKError:  # per entry, through the core: exact status of the bad one
-                for e in range(entry_id, run_last + 1):
-                    one = self.core.read(req.ledger_id, e)
-                    if one.code != OK:
-                        bad = (e, one.code, None)
-                        break
-                    datas.append(one.data)
-            ends = list(itertools.accumulate(map(len, datas), initial=size))
-            fit = bisect.bisect_right(ends, max_bytes) - 1  # entries within max_bytes
-            rows.extend(zip(range(entry_id, entry_id + fit), itertools.repeat(OK), datas[:fit],
-                            strict=False))
-            size, entry_id = ends[fit], entry_id + fit
-            if fit < len(datas):  # cut by max_bytes: a bad entry after it is never reached
-                stopped = True
-            elif bad is not None:
-                rows.append(bad)
-                stopped = True
-        self.counters["reads"] += len(rows)
-        return rows, r.ticket
+                got, bad = self._one_by_one(req.ledger_id, entry_id, run_last, max_bytes - size)
+            views += got
+            size += sum(map(len, got))
+            entry_id += len(got)
+            if bad is None and entry_id <= run_last:  # cut by max_bytes
+                break
+        self.counters["reads"] += len(views) + (bad is not None)
+        return views, bad, r.ticket
+
+    def _one_by_one(self, ledger_id: int, first: int, last: int, bytes_max: int):
+        """Entries first..last through the core until one fails (its row is
+        returned) or the next would pass ``bytes_max`` (a bad entry after
+        that is never reached)."""
+        datas, size = [], 0
+        for e in range(first, last + 1):
+            one = self.core.read(ledger_id, e)
+            if one.code != OK:
+                return datas, (e, one.code, None)
+            size += len(one.data)
+            if size > bytes_max:
+                break
+            datas.append(one.data)
+        return datas, None
 
     def _read_lac(self, peer: bytes, req: ReadLacRequest):
         r = self.core.read_lac(req.ledger_id, req.fence, req.master_key or b"")
