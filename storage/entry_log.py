@@ -17,8 +17,9 @@ Guarantees:
   scan verifies each block and stops at the first invalid one.
 
 The manager is the seam for BP-32 (one log per ledger): the facade only calls
-``append_block``, ``read_record``, ``flush``, ``sync``, ``position`` and
-``scan_from``; a per-ledger manager can implement the same methods.
+``append_block``, ``read_record``, ``flush``, ``sync`` (or ``begin_sync`` under
+its lock then ``finish_sync`` outside it), ``position`` and ``scan_from``; a
+per-ledger manager can implement the same methods.
 Per-log, per-ledger byte counts (``ledger_bytes``) feed later GC/compaction.
 """
 
@@ -44,6 +45,16 @@ from .options import ALIGN_BYTES, StorageOptions
 LOG_MAGIC = b"BKELOG01"
 _LOG_RE = re.compile(r"^entrylog-(\d{10})\.log$")
 READ_FDS_MAX = 256  # open read descriptors kept (LRU)
+
+
+class SyncToken:
+    """What ``begin_sync`` handed to ``finish_sync``: the number of writes to
+    wait for and the (descriptor, path) pairs to fdatasync (owned: closed after)."""
+
+    __slots__ = ("jobs", "fds")
+
+    def __init__(self, jobs: int, fds: list[tuple[int, str]]):
+        self.jobs, self.fds = jobs, fds
 
 
 def log_path(directory: str, log_id: int) -> str:
@@ -124,6 +135,34 @@ class EntryLogger:
                 os.close(fd)
             del self._unsynced[log_id]
         self.stats["entry_log_syncs"] += 1
+
+    def begin_sync(self) -> SyncToken:
+        """The first half of ``sync()`` for a checkpoint, under the caller's
+        lock: hand the buffer over and take the descriptors written since the
+        last sync.  ``finish_sync`` (without the lock, while appends go on)
+        then makes every block appended before this call durable."""
+        self.flush()
+        fds = []
+        for log_id, fd in list(self._unsynced.items()):
+            path = log_path(self.directory, log_id)
+            if fd == self._fd:  # still appended to: sync a duplicate, the log keeps its own
+                fds.append((os.dup(fd), path))
+            else:  # rotated away: nobody else touches it any more, the token owns it
+                del self._unsynced[log_id]
+                fds.append((fd, path))
+        self.stats["entry_log_syncs"] += 1
+        return SyncToken(self._writer.submitted_jobs, fds)
+
+    def finish_sync(self, token: SyncToken) -> None:
+        """Wait for the token's writes and fdatasync its logs; closes its fds."""
+        try:
+            self._writer.wait_done(token.jobs)
+            for fd, path in token.fds:
+                aio.fdatasync(fd, path)
+        finally:
+            for fd, _path in token.fds:
+                os.close(fd)
+            token.fds = []
 
     @property
     def position(self) -> tuple[int, int]:

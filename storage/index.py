@@ -18,7 +18,11 @@ entries go entry by entry with scalars (numpy's per-call cost dominates them).
 
 The index is not durable by itself: ``snapshot`` persists it at checkpoints
 and the journal (and, without journaled data, the entry-log tail) rebuilds
-what came after.  Not thread-safe: the facade serialises access.
+what came after.  ``freeze()`` gives a checkpoint a consistent copy in
+O(ledgers + pages) without copying the pages: they are shared, and a put
+copies a shared page before writing it (copy on write) until ``thaw()``.
+Not thread-safe: the facade serialises access (the frozen copy is read-only
+and may be read from another thread).
 """
 
 from __future__ import annotations
@@ -54,6 +58,14 @@ class Ledger:
         self.data_bytes = 0
         self.pages: dict[int, np.ndarray] = {}
         self.state_seq = 0  # seq of the last journaled state change
+
+    def frozen_copy(self) -> Ledger:
+        """The state and a shallow copy of the page dict (pages are shared)."""
+        led = Ledger(self.ledger_id)
+        for name in self.__slots__:
+            setattr(led, name, getattr(self, name))
+        led.pages = dict(self.pages)
+        return led
 
     def state_tuple(self) -> list:
         key = None if self.master_key is None else self.master_key.hex()
@@ -92,6 +104,30 @@ def _grown(page: np.ndarray | None, need_slots: int) -> np.ndarray:
 class Index:
     def __init__(self):
         self.ledgers: dict[int, Ledger] = {}
+        self._frozen: Index | None = None  # the copy handed out by freeze(), until thaw()
+        self._shared_pages: set[int] = set()  # ids of its pages: copied before a write
+
+    def freeze(self) -> Index:
+        """A read-only copy of the whole index as of now (see the module docstring)."""
+        copy = Index()
+        shared = set()
+        for ledger_id, led in self.ledgers.items():
+            frozen = copy.ledgers[ledger_id] = led.frozen_copy()
+            shared.update(map(id, frozen.pages.values()))
+        self._frozen, self._shared_pages = copy, shared  # the copy keeps the ids unique
+        return copy
+
+    def thaw(self) -> None:
+        """The frozen copy is no longer read: pages are written in place again."""
+        self._frozen, self._shared_pages = None, set()
+
+    def _writable_page(self, led: Ledger, page_no: int, need_slots: int) -> np.ndarray:
+        old = led.pages.get(page_no)
+        page = _grown(old, need_slots)
+        if page is old and self._shared_pages and id(old) in self._shared_pages:
+            page = old.copy()
+        led.pages[page_no] = page
+        return page
 
     def ledger(self, ledger_id: int) -> Ledger:
         led = self.ledgers.get(ledger_id)
@@ -133,8 +169,7 @@ class Index:
         that repeats an id ends with its last location, counted once)."""
         led = self.ensure(ledger_id)
         page_no, slot = entry_id >> PAGE_BITS, entry_id & PAGE_MASK
-        page = _grown(led.pages.get(page_no), slot + 1)
-        led.pages[page_no] = page
+        page = self._writable_page(led, page_no, slot + 1)
         row = page[slot]
         old_length = int(row[2])
         if old_length == ABSENT:
@@ -161,8 +196,7 @@ class Index:
 
     def _put_page(self, led: Ledger, page_no: int, slots, log_id, offsets, lengths) -> None:
         slots = slots.astype(np.intp)
-        page = _grown(led.pages.get(page_no), int(slots.max()) + 1)
-        led.pages[page_no] = page
+        page = self._writable_page(led, page_no, int(slots.max()) + 1)
         if len(slots) > 1 and not bool(np.all(slots[1:] > slots[:-1])):
             uniq = np.unique(slots)
         else:

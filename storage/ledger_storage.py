@@ -96,6 +96,8 @@ class LedgerStorage(StateOps):
         self._journal_seq = 0
         self._callbacks: list = []
         self._closed = False
+        self._closing = False  # close() is checkpointing: no more changes
+        self._checkpoint_lock = threading.Lock()  # one checkpoint at a time; before _lock
         self._failure: BaseException | None = None
         self._bytes_since_checkpoint = 0
         self._checkpoint_wake = threading.Event()
@@ -275,23 +277,49 @@ class LedgerStorage(StateOps):
 
     # -- checkpoints -----------------------------------------------------------
     def checkpoint(self) -> None:
-        """Sync entry logs, persist the index, free journal segments before it."""
+        """Sync entry logs, persist the index, free journal segments before it.
+
+        Adds and reads go on meanwhile: the storage lock is held only to take
+        the marks, hand the entry-log buffer over and freeze the index (no
+        I/O waits); the syncs, the snapshot write and the segment deletion run
+        outside it.  Crash safety: the snapshot (seq S, journal mark M,
+        entry-log mark P) is written only after every block before P is
+        durable, and M is where the journal was durable when S was taken, so
+        every record after M either has a seq above S (replayed) or is covered
+        by the snapshot (skipped: replay ignores seq <= S)."""
+        with self._checkpoint_lock:
+            with self._lock:
+                self._check_open()
+            self._checkpoint_locked()
+
+    def _checkpoint_locked(self) -> None:
+        """The checkpoint; the caller holds ``_checkpoint_lock`` (one at a time)."""
+        t0 = time.monotonic()
+        self._journal.request_flush()  # without the lock: adds go on while the group syncs
+        self._journal.wait_durable(self._journal_seq)
         with self._lock:
-            self._check_usable()
-            t0 = time.monotonic()
+            self._check_usable(closing_ok=True)
             try:
-                self._journal.request_flush()
-                self._journal.wait_durable(self._journal_seq)
-                mark = self._journal.position
-                self._logs.sync()
-                sf.save_snapshot(self, mark)
-                self._journal.delete_segments_before(mark[0])
+                mark = self._journal.position  # durable: adds after it have seq > S or are in it
+                sync = self._logs.begin_sync()
+                meta = sf.snapshot_meta(self, mark)
+                frozen = self._index.freeze()
             except BaseException as exc:
                 self._failure = exc
                 raise
             self._bytes_since_checkpoint = 0
-            self.counters["checkpoints"] += 1
-            self.counters["checkpoint_s_total"] += time.monotonic() - t0
+        try:
+            self._logs.finish_sync(sync)
+            sf.save_snapshot(self, meta, frozen)
+            self._journal.delete_segments_before(mark[0])
+        except BaseException as exc:
+            self._failure = exc
+            raise
+        finally:
+            with self._lock:
+                self._index.thaw()
+        self.counters["checkpoints"] += 1
+        self.counters["checkpoint_s_total"] += time.monotonic() - t0
 
     def flush(self) -> None:
         """Make everything added so far durable (also in no-journal mode)."""
@@ -326,16 +354,19 @@ class LedgerStorage(StateOps):
         """Checkpoint, stop threads, close files, write the clean marker.  After a
         write/sync failure nothing is synced and no marker is written."""
         error = None
-        with self._lock:
-            if self._closed:
-                return
-            healthy = self._failure is None and self._journal.failure() is None
+        with self._checkpoint_lock:
+            with self._lock:
+                if self._closed or self._closing:
+                    return
+                self._closing = True  # adds and state changes refuse from here on
+                healthy = self._failure is None and self._journal.failure() is None
             if healthy:
                 try:
-                    self.checkpoint()
+                    self._checkpoint_locked()
                 except BaseException as exc:  # noqa: BLE001 - re-raised after cleanup
                     error, healthy = exc, False
-            self._closed = True
+            with self._lock:
+                self._closed = True
         self._shutdown(keep_unsynced=healthy)
         if healthy:
             sf.write_clean_marker(self)
@@ -355,7 +386,7 @@ class LedgerStorage(StateOps):
     def abort(self) -> None:
         """Stop without the final checkpoint or clean marker, as a crash would
         (queued journal records are still written; the write buffer is dropped)."""
-        with self._lock:
+        with self._checkpoint_lock, self._lock:  # a running checkpoint finishes first
             if self._closed:
                 return
             self._closed = True
@@ -376,11 +407,12 @@ class LedgerStorage(StateOps):
         sf.release_locks(self)
 
     def _check_open(self) -> None:
-        if self._closed:
+        if self._closed or self._closing:
             raise ClientClosedError(f"storage of {self.bookie_id} is closed")
 
-    def _check_usable(self) -> None:
-        self._check_open()
+    def _check_usable(self, closing_ok: bool = False) -> None:
+        if not (closing_ok and self._closing):
+            self._check_open()
         failure = self._failure or self._journal.failure() or self._logs.failure()
         if failure is not None:
             raise BookieIOError(f"storage of {self.bookie_id} failed and refuses writes: "

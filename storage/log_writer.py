@@ -3,7 +3,9 @@ caller (the bookie's event loop) keeps filling the next entry-log buffer while
 the previous one goes to disk (double buffering).
 
 Guarantees: writes happen in submission order, one at a time; ``wait_idle``
-returns only once every submitted write completed; a failed write is kept and
+returns only once every submitted write completed, ``wait_done(n)`` once the
+first ``n`` did (a checkpoint waits for its writes while later ones keep
+coming, without being starved by them); a failed write is kept and
 raised (``BookieIOError``) from every later call, never retried.  The queue is
 bounded at one job: ``submit`` waits for the previous write first.
 """
@@ -24,6 +26,8 @@ class BackgroundWriter:
         self._busy = False
         self._stopping = False
         self._failure: BaseException | None = None
+        self.submitted_jobs = 0  # writes handed over so far (read under the caller's lock)
+        self._completed_jobs = 0
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -33,11 +37,20 @@ class BackgroundWriter:
             self._wait_idle_locked()
             self._job = (view, fd, offset, path)
             self._busy = True
+            self.submitted_jobs += 1
             self._cond.notify_all()
 
     def wait_idle(self) -> None:
         with self._cond:
             self._wait_idle_locked()
+
+    def wait_done(self, jobs: int) -> None:
+        """Wait until the first ``jobs`` submitted writes completed."""
+        with self._cond:
+            while self._completed_jobs < jobs and self._failure is None:
+                self._cond.wait()
+            if self._failure is not None:
+                raise BookieIOError(f"entry log write failed: {self._failure}")
 
     def failure(self) -> BaseException | None:
         return self._failure
@@ -73,4 +86,5 @@ class BackgroundWriter:
             with self._cond:
                 self._job = None
                 self._busy = False
+                self._completed_jobs += 1
                 self._cond.notify_all()

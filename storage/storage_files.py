@@ -144,10 +144,15 @@ def _load_or_rebuild(st) -> tuple[dict, bool]:
     return _meta(st.instance_id, 0, (first_seg, 0), (0, 0), {}), True
 
 
-def save_snapshot(st, journal_mark: tuple[int, int]) -> None:
-    meta = _meta(st.instance_id, st._seq, journal_mark, st._logs.position,
+def snapshot_meta(st, journal_mark: tuple[int, int]) -> dict:
+    """The snapshot's meta as of now (a copy: taken under the storage lock)."""
+    return _meta(st.instance_id, st._seq, journal_mark, st._logs.position,
                  st._logs.ledger_bytes)
-    st.counters["snapshot_bytes"] = snapshot.save(st.ledger_dir, meta, st._index)
+
+
+def save_snapshot(st, meta: dict, index: Index) -> None:
+    """Write the snapshot of ``meta`` and ``index`` (a frozen copy: no lock needed)."""
+    st.counters["snapshot_bytes"] = snapshot.save(st.ledger_dir, meta, index)
 
 
 def write_clean_marker(st) -> None:
