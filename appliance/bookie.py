@@ -12,8 +12,10 @@ Boot, in order (any failure exits non-zero with one line naming the cause):
 3. the BP-46 boot rule: after an unclean shutdown in a mode where acks did
    not wait for the journal, fence (and mark limbo) every ledger whose
    ensemble names this bookie, before answering anyone;
-4. bind the endpoint, register in the metadata store (an ephemeral node:
-   it disappears when this process dies), serve.
+4. measure the disks (``appliance.disk_monitor``: read-only beyond
+   ``server.disk_usage_max``, re-checked every ``disk_check_interval_ms``);
+5. bind the endpoint, register in the metadata store (an ephemeral node:
+   it disappears when this process dies, flagged read-only if it is), serve.
 
 SIGTERM / SIGINT: stop serving, unregister, checkpoint and close the
 storage (which leaves the clean-shutdown marker), exit 0.  The bookie does
@@ -72,6 +74,7 @@ def ledgers_on_bookie(ledger_manager, bookie_id: str):
 def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
     """Boot and serve until SIGTERM/SIGINT (see the module docstring)."""
     from appliance.bookie_handler import BookieHandler
+    from appliance.disk_monitor import DiskMonitor, ReadOnlyGate, start_disk_checks
     from appliance.protocol.bookie import BookieCore
     from ipc.server import FrameServer
     from storage import LedgerStorage
@@ -99,7 +102,11 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
         handler = BookieHandler(bookie_id, storage, core,
                                 long_polls_max=config.server.long_polls_max,
                                 wait_lac_timeout_ms_max=config.server.wait_lac_timeout_ms_max)
-        server = FrameServer(spec.endpoint, handler, limits=config.wire_limits(),
+        monitor = DiskMonitor((spec.journal_dir, spec.ledger_dir), config.server.disk_usage_max,
+                              config.server.disk_usage_resume)
+        monitor.check()
+        server = FrameServer(spec.endpoint, ReadOnlyGate(handler, monitor),
+                             limits=config.wire_limits(),
                              drain_messages_max=config.server.drain_messages_max,
                              queue_messages_max=config.server.queue_messages_max)
         handler.attach(server)
@@ -108,7 +115,9 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
         registry.register(bookie_id, server.endpoint,
                           {"pid": os.getpid(), "instance_id": storage.instance_id,
                            "journal_dir": str(spec.journal_dir),
-                           "ledger_dir": str(spec.ledger_dir)})
+                           "ledger_dir": str(spec.ledger_dir)}, read_only=monitor.read_only)
+        start_disk_checks(server, monitor, config.server.disk_check_interval_ms,
+                          lambda ro: registry.set_read_only(bookie_id, ro), monitor.read_only)
         log.info("bookie %s serving on %s (pid %d)", bookie_id, server.endpoint, os.getpid())
         if ready_file:
             _write_ready(ready_file, server.endpoint)

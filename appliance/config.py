@@ -73,6 +73,9 @@ class ServerConfig:
     long_polls_max: int = _key(10_000, 0, 1_000_000)
     wait_lac_timeout_ms_max: int = _key(60_000, 1, 3_600_000)
     queue_messages_max: int = _key(10_000, 1, 1_000_000)
+    disk_usage_max: float = _key(0.95, 0.01, 1.0)
+    disk_usage_resume: float = _key(0.90, 0.01, 1.0)
+    disk_check_interval_ms: int = _key(5_000, 10, 3_600_000)
 
 
 @dataclass(frozen=True)
@@ -427,6 +430,8 @@ def _check_cross(c: ApplianceConfig) -> None:
          "server.batch_bytes_max", c.server.batch_bytes_max),
         ("client.reconnect_ivl_ms", cl.reconnect_ivl_ms,
          "client.reconnect_ivl_max_ms", cl.reconnect_ivl_max_ms),
+        ("server.disk_usage_resume", c.server.disk_usage_resume,
+         "server.disk_usage_max", c.server.disk_usage_max),
         ("supervisor.restart_backoff_min_ms", c.supervisor.restart_backoff_min_ms,
          "supervisor.restart_backoff_max_ms", c.supervisor.restart_backoff_max_ms),
     ]

@@ -62,13 +62,15 @@ class Cluster:
                 LedgerStorage.format(b.id, b.journal_dir, b.ledger_dir,
                                      self.config.storage.to_options())
 
-    def start_bookie(self, bookie_id: str, wait: bool = True) -> subprocess.Popen:
+    def start_bookie(self, bookie_id: str, wait: bool = True,
+                     config_path: Path | None = None) -> subprocess.Popen:
+        """Start one bookie (with another config file if ``config_path``)."""
         ready = self.root / f"{bookie_id}.ready"
         ready.unlink(missing_ok=True)
         log = open(self.root / f"{bookie_id}.log", "ab")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "appliance.bookie", "--config", str(self.config_path),
-             "--id", bookie_id, "--ready-file", str(ready)],
+            [sys.executable, "-m", "appliance.bookie", "--config",
+             str(config_path or self.config_path), "--id", bookie_id, "--ready-file", str(ready)],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         self.procs[bookie_id] = proc

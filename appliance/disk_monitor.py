@@ -1,0 +1,138 @@
+"""Disk-full protection: a bookie turns read-only before its disks fill up.
+
+A bookie whose journal or ledger directory's file system is used beyond
+``server.disk_usage_max`` (a fraction, default 0.95) stops taking new adds:
+it answers them with ``ReadOnlyError`` (retryable), and marks itself
+read-only in the metadata store, so writers replace it in their ensembles
+(an ensemble change, as for any failed bookie) and new ledgers leave it out.
+Everything else is still served: reads, LAC reads, fencing, long polls, and
+recovery adds (a recovering client re-replicates the last entries of a
+ledger; refusing them could leave the ledger unrecoverable), since those
+need little or no space.  Once the usage falls to ``server.disk_usage_resume``
+or below (a lower fraction, so a bookie near the line does not flap) it
+takes adds again and clears the flag.
+
+Checked every ``server.disk_check_interval_ms`` on the bookie's loop and
+once at boot, before the bookie registers.  A check that cannot read the
+usage (the directory vanished, EIO) counts as full: refusing adds is safe,
+taking them onto a disk we cannot see is not.
+
+What this does not cover: the space between the last check and the disk
+filling up.  A write that still hits ENOSPC fails the storage, which then
+refuses every write with ``BookieIOError`` until the bookie is restarted
+(no acknowledged entry is lost either way).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Callable, Iterable
+
+from appliance.errors import ReadOnlyError
+from ipc.packed import AddPackedRequest
+from ipc.replies import InfoReply
+from ipc.requests import AddBatchRequest, AddRequest
+
+log = logging.getLogger(__name__)
+
+ADD_REQUESTS = (AddPackedRequest, AddBatchRequest, AddRequest)
+
+
+def disk_usage_fraction(path: str) -> float:
+    """Used fraction of the file system holding ``path`` (as ``df`` shows it:
+    blocks reserved for root count as used)."""
+    u = shutil.disk_usage(path)
+    return 1.0 - u.free / u.total if u.total else 1.0
+
+
+class DiskMonitor:
+    """Decides read-only from the usage of a set of directories (pure except
+    for ``usage_fn``, which tests replace)."""
+
+    def __init__(self, dirs: Iterable[str], usage_max: float, usage_resume: float,
+                 usage_fn: Callable[[str], float] = disk_usage_fraction):
+        if not 0.0 < usage_resume <= usage_max <= 1.0:
+            raise ValueError(f"need 0 < usage_resume ({usage_resume}) <= usage_max "
+                             f"({usage_max}) <= 1")
+        self.dirs = sorted({os.fspath(d) for d in dirs})
+        self.usage_max = usage_max
+        self.usage_resume = usage_resume
+        self.usage_fn = usage_fn
+        self.read_only = False
+        self.last_usage: dict[str, float] = {}
+
+    def check(self) -> bool:
+        """Measure every directory; return True if the read-only state changed."""
+        worst = 0.0
+        for d in self.dirs:
+            try:
+                used = self.usage_fn(d)
+            except OSError as exc:
+                log.error("cannot read the disk usage of %s (%s): counting it as full", d, exc)
+                used = 1.0
+            self.last_usage[d] = used
+            worst = max(worst, used)
+        if not self.read_only and worst >= self.usage_max:
+            self.read_only = True
+            log.warning("disk usage %.1f%% >= %.1f%% (%s): read-only, new adds refused",
+                        worst * 100, self.usage_max * 100, self._describe())
+            return True
+        if self.read_only and worst <= self.usage_resume:
+            self.read_only = False
+            log.warning("disk usage %.1f%% <= %.1f%%: writable again",
+                        worst * 100, self.usage_resume * 100)
+            return True
+        return False
+
+    def _describe(self) -> str:
+        return ", ".join(f"{d} {u * 100:.1f}%" for d, u in self.last_usage.items())
+
+
+class ReadOnlyGate:
+    """Wraps a bookie's request handler: while ``monitor.read_only``, adds
+    (except recovery adds) are refused with ``ReadOnlyError``; INFO replies
+    carry ``read_only`` and the usage; everything else passes through."""
+
+    def __init__(self, handler, monitor: DiskMonitor):
+        self._handler = handler
+        self.monitor = monitor
+        self.refused_adds = 0
+
+    def handle(self, peer: bytes, req):
+        if self.monitor.read_only and isinstance(req, ADD_REQUESTS) and not req.recovery:
+            self.refused_adds += 1
+            raise ReadOnlyError("bookie is read-only: disk usage at or above "
+                                f"{self.monitor.usage_max:.0%}; adds go to other bookies")
+        reply = self._handler.handle(peer, req)
+        if isinstance(reply, InfoReply):
+            reply.info["read_only"] = self.monitor.read_only
+            reply.info["disk_usage"] = dict(self.monitor.last_usage)
+            reply.info.setdefault("counters", {})["read_only_refused_adds"] = self.refused_adds
+        return reply
+
+    def __getattr__(self, name):  # attach, after_drain, counters, ...
+        return getattr(self._handler, name)
+
+
+def start_disk_checks(server, monitor: DiskMonitor, interval_ms: int,
+                      publish: Callable[[bool], None], published: bool) -> None:
+    """Re-check every ``interval_ms`` on the server's loop.  ``publish(read_only)``
+    records the state in the metadata store; ``published`` is the state recorded
+    now.  A publish that fails is logged and retried at the next check, so the
+    registry catches up with the bookie once the store is reachable."""
+    state = {"published": published}
+
+    def tick() -> None:
+        try:
+            monitor.check()
+            if monitor.read_only != state["published"]:
+                publish(monitor.read_only)
+                state["published"] = monitor.read_only
+        except Exception:  # noqa: BLE001 - a failed publish must not stop the checks
+            log.exception("disk check / read-only publish failed; retrying in %d ms",
+                          interval_ms)
+        server.call_later(interval_ms, tick)
+
+    server.call_later(interval_ms, tick)
