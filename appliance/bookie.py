@@ -15,7 +15,8 @@ Boot, in order (any failure exits non-zero with one line naming the cause):
 4. measure the disks (``appliance.disk_monitor``: read-only beyond
    ``server.disk_usage_max``, re-checked every ``disk_check_interval_ms``);
 5. bind the endpoint, register in the metadata store (an ephemeral node:
-   it disappears when this process dies, flagged read-only if it is), serve.
+   it disappears when this process dies, flagged read-only if it is), start
+   the garbage collector (``appliance.ledger_gc``), serve.
 
 SIGTERM / SIGINT: stop serving, unregister, checkpoint and close the
 storage (which leaves the clean-shutdown marker), exit 0.  The bookie does
@@ -75,6 +76,7 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
     """Boot and serve until SIGTERM/SIGINT (see the module docstring)."""
     from appliance.bookie_handler import BookieHandler
     from appliance.disk_monitor import DiskMonitor, ReadOnlyGate, start_disk_checks
+    from appliance.ledger_gc import LedgerGC
     from appliance.protocol.bookie import BookieCore
     from ipc.server import FrameServer
     from storage import LedgerStorage
@@ -85,7 +87,7 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
     spec = config.bookie(bookie_id)
     options = config.storage.to_options()
     storage = LedgerStorage.open(bookie_id, spec.journal_dir, spec.ledger_dir, options)
-    store = server = registry = None
+    store = server = registry = gc = None
     try:
         store = open_store(config.metadata.uri, base_dir=config.base_dir,
                            session_timeout_ms=config.metadata.session_timeout_ms,
@@ -97,7 +99,8 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
         if possible_loss:
             log.warning("unclean shutdown without a data journal: fencing and marking limbo "
                         "every ledger on this bookie before serving (BP-46)")
-        ticket = core.boot(ledgers_on_bookie(LedgerManager(store), bookie_id), possible_loss)
+        ledger_manager = LedgerManager(store)
+        ticket = core.boot(ledgers_on_bookie(ledger_manager, bookie_id), possible_loss)
         storage.wait_durable(ticket)
         handler = BookieHandler(bookie_id, storage, core,
                                 long_polls_max=config.server.long_polls_max,
@@ -118,6 +121,8 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
                            "ledger_dir": str(spec.ledger_dir)}, read_only=monitor.read_only)
         start_disk_checks(server, monitor, config.server.disk_check_interval_ms,
                           lambda ro: registry.set_read_only(bookie_id, ro), monitor.read_only)
+        gc = LedgerGC(storage, ledger_manager, config.server.gc_interval_ms)
+        gc.start()
         log.info("bookie %s serving on %s (pid %d)", bookie_id, server.endpoint, os.getpid())
         if ready_file:
             _write_ready(ready_file, server.endpoint)
@@ -125,10 +130,12 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
         log.info("bookie %s stopping", bookie_id)
         return 0
     finally:
-        _shutdown(bookie_id, storage, store, server, registry)
+        _shutdown(bookie_id, storage, store, server, registry, gc)
 
 
-def _shutdown(bookie_id, storage, store, server, registry) -> None:
+def _shutdown(bookie_id, storage, store, server, registry, gc) -> None:
+    if gc is not None:
+        gc.stop()
     if registry is not None:
         try:
             registry.unregister(bookie_id)

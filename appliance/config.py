@@ -76,6 +76,7 @@ class ServerConfig:
     disk_usage_max: float = _key(0.95, 0.01, 1.0)
     disk_usage_resume: float = _key(0.90, 0.01, 1.0)
     disk_check_interval_ms: int = _key(5_000, 10, 3_600_000)
+    gc_interval_ms: int = _key(60_000, 100, 86_400_000)
 
 
 @dataclass(frozen=True)

@@ -103,6 +103,14 @@ class EntryLogger:
         per_log = self.ledger_bytes.setdefault(log_id, {})
         per_log[ledger_id] = per_log.get(ledger_id, 0) + nbytes
 
+    def forget_log(self, log_id: int) -> None:
+        """Drop a removed log's read descriptor and byte counts (caller holds the
+        storage lock; the log is sealed: never the active or an unsynced one)."""
+        fd = self._read_fds.pop(log_id, None)
+        if fd is not None:
+            os.close(fd)
+        self.ledger_bytes.pop(log_id, None)
+
     def flush(self) -> None:
         """Hand the buffer (zero-padded to a page) to the background writer and
         continue in the spare buffer; no sync.  Reads of the handed-over range

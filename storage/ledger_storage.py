@@ -99,6 +99,8 @@ class LedgerStorage(StateOps):
         self._closing = False  # close() is checkpointing: no more changes
         self._checkpoint_lock = threading.Lock()  # one checkpoint at a time; before _lock
         self._failure: BaseException | None = None
+        # (ledger ids, entry-log mark log) of the last snapshot written: GC input.
+        self._persisted: tuple[frozenset, int] = (frozenset(), 0)
         self._bytes_since_checkpoint = 0
         self._checkpoint_wake = threading.Event()
         self._checkpointer = None
@@ -275,6 +277,13 @@ class LedgerStorage(StateOps):
             self.counters["reads"] += len(rows)
             return read_views(self._logs, ledger_id, first, rows) if len(rows) else []
 
+    def reclaim_entry_logs(self) -> tuple[list[int], int]:
+        """Remove entry logs that hold only deleted ledgers (``storage.gc``);
+        returns (removed log ids, bytes they held)."""
+        from .gc import reclaim_entry_logs
+
+        return reclaim_entry_logs(self)
+
     # -- checkpoints -----------------------------------------------------------
     def checkpoint(self) -> None:
         """Sync entry logs, persist the index, free journal segments before it.
@@ -311,6 +320,7 @@ class LedgerStorage(StateOps):
         try:
             self._logs.finish_sync(sync)
             sf.save_snapshot(self, meta, frozen)
+            self._persisted = (frozenset(frozen.ledgers), meta["entry_log_mark"][0])
             self._journal.delete_segments_before(mark[0])
         except BaseException as exc:
             self._failure = exc
