@@ -33,6 +33,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from appliance.add_check import packed_records_match
 from appliance.errors import (
     OK,
     BadRequestError,
@@ -157,8 +158,9 @@ class BookieHandler:
 
     def _add_packed(self, peer: bytes, req: AddPackedRequest):
         """One ledger, one core call, one storage block, one reply."""
-        codes, ticket = self.core.add_batch(req.ledger_id, req.entry_ids, req.entries(),
-                                            req.master_key, req.recovery)
+        codes, ticket = self.core.add_packed(req.ledger_id, req.entry_ids, req.lengths,
+                                             req.data, req.master_key, req.recovery,
+                                             records_match=packed_records_match)
         self.counters["adds"] += len(codes)
         return self._after(peer, ticket, AddPackedReply(req.ledger_id, req.entry_ids, codes,
                                                         req.request_id), (req.ledger_id,))
