@@ -120,7 +120,9 @@ def down(config_path):
 @config_option
 @library_errors
 def status(as_json, config_path):
-    """Show each bookie: id, state (up/down/read-only), pid, endpoint, disk use.
+    """Show each bookie: id, state (up/down/read-only), pid, endpoint, disk use
+    (bytes under its directories, and the fullest file system's used share:
+    a bookie turns read-only at server.disk_usage_max).
 
     \b
     Example:
@@ -132,8 +134,10 @@ def status(as_json, config_path):
         echo_json({"config": str(config.path), "bookies": rows})
         return
     for r in rows:
+        used = r["fs_used"]
         click.echo(f"{r['id']:<12} {r['state']:<10} pid={r['pid'] or '-':<8} "
-                   f"{r['endpoint']}  disk={r['disk_bytes'] / 1e6:.1f} MB")
+                   f"{r['endpoint']}  disk={r['disk_bytes'] / 1e6:.1f} MB"
+                   f"  fs_used={'-' if used is None else f'{used:.0%}'}")
 
 
 def _bookie_status(config, b) -> dict:
@@ -143,7 +147,9 @@ def _bookie_status(config, b) -> dict:
     state = "down"
     if info is not None:
         state = "read-only" if info.get("read_only") else "up"
+    usage = (info or {}).get("disk_usage") or {}
     return {"id": b.id, "state": state, "pid": info.get("pid") if info else None,
+            "fs_used": max(usage.values()) if usage else None,
             "endpoint": b.endpoint, "journal_dir": str(b.journal_dir),
             "ledger_dir": str(b.ledger_dir),
             "disk_bytes": _du(b.journal_dir) + _du(b.ledger_dir)}

@@ -61,6 +61,7 @@ def test_bkctl_end_to_end(appliance_config, short_tmp):
     status = json.loads(bkctl("status", "--json", config=config).stdout)
     assert [b["state"] for b in status["bookies"]] == ["up"] * 4
     assert all(b["pid"] and b["disk_bytes"] > 0 for b in status["bookies"])
+    assert all(0.0 < b["fs_used"] < 1.0 for b in status["bookies"])
 
     data = b"".join(b"line %d \xff\x00 binary\n" % i for i in range(3000))
     src = short_tmp / "in.bin"
