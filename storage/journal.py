@@ -37,6 +37,13 @@ from .codec import crc, pack_file_header
 from .journal_scan import RECORD, RECORD_MAGIC, SEGMENT_MAGIC, list_segments, segment_path
 from .options import ALIGN_BYTES, StorageOptions
 
+# Freeing old segments after a checkpoint: bytes per step, pause between
+# steps.  Bigger steps / shorter pauses free space sooner but stall the
+# disk's other fdatasyncs longer at once; at 8 MiB and 5 ms a 64 MiB segment
+# takes ~40 ms, in the checkpointer thread (never the add path).
+FREE_STEP_BYTES = 8 * 1024 * 1024
+FREE_PAUSE_S = 0.005
+
 
 def encode_record(seq: int, rtype: int, body: bytes, self_verifying: bool) -> bytes:
     """The 32-byte record header for ``body`` (ADD bodies verify themselves)."""
@@ -249,12 +256,33 @@ class Journal:
         self.stats["journal_segments_created"] += 1
 
     def delete_segments_before(self, segment_id: int) -> int:
-        """Free segments wholly before a checkpoint mark; returns how many."""
+        """Free segments wholly before a checkpoint mark; returns how many.
+
+        Each segment is shrunk ``FREE_STEP_BYTES`` at a time with a
+        ``FREE_PAUSE_S`` pause between steps before it is unlinked: freeing a
+        preallocated segment's extents at once made every fdatasync on the
+        disk wait (64 KB adds: a ~0.5 s stall of all bookies at each
+        checkpoint).  Segments before the mark are never replayed, so a crash
+        midway leaves only a shorter garbage file, deleted next time."""
         removed = 0
         for sid in list_segments(self.directory):
             if sid < segment_id:
-                os.unlink(segment_path(self.directory, sid))
+                path = segment_path(self.directory, sid)
+                _shrink_gradually(path)
+                os.unlink(path)
                 removed += 1
         if removed:
             aio.fsync_dir(self.directory)
         return removed
+
+
+def _shrink_gradually(path: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        size = os.fstat(fd).st_size
+        while size > FREE_STEP_BYTES:
+            size -= FREE_STEP_BYTES
+            os.ftruncate(fd, size)
+            time.sleep(FREE_PAUSE_S)
+    finally:
+        os.close(fd)
