@@ -63,6 +63,7 @@ from ipc.requests import (
     ReadLacRequest,
     ReadRequest,
     WaitLacRequest,
+    WriteLacRequest,
 )
 
 log = logging.getLogger(__name__)
@@ -120,6 +121,8 @@ class BookieHandler:
             return self._read_batch(peer, req)
         if isinstance(req, ReadLacRequest):
             return self._read_lac(peer, req)
+        if isinstance(req, WriteLacRequest):
+            return self._write_lac(req)
         if isinstance(req, WaitLacRequest):
             return self._wait_lac(peer, req)
         if isinstance(req, PingRequest):
@@ -281,6 +284,16 @@ class BookieHandler:
             return self._after(peer, r.ticket, self._error(req, r.code))
         return self._after(peer, r.ticket,
                            self._lac_reply(req.ledger_id, r.lac, req.request_id, req.OP))
+
+    def _write_lac(self, req: WriteLacRequest):
+        """Explicit LAC from an idle writer: kept (the highest), and long polls
+        waiting on the ledger wake up with it."""
+        r = self.core.write_lac(req.ledger_id, req.lac, req.master_key)
+        if r.code != OK:
+            return self._error(req, r.code)
+        self._wake_waiters(req.ledger_id)
+        return LacReply(req.ledger_id, self.storage.get_explicit_lac(req.ledger_id), -1, None,
+                        req.request_id, req.OP)
 
     def _lac_reply(self, ledger_id: int, lac: int, request_id: int, op: int) -> LacReply:
         last = self.storage.last_entry_id(ledger_id)

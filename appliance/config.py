@@ -96,6 +96,7 @@ class ClientConfig:
     add_batch_bytes_max: int = _key(8 * MiB, 1, 2**31)
     read_batch_entries_max: int = _key(1_024, 1, 65_536)
     read_batch_bytes_max: int = _key(16 * MiB, 1, 2**31)
+    explicit_lac_interval_ms: int = _key(1_000, 0, 3_600_000)
     reconnect_ivl_ms: int = _key(100, 1, 60_000)
     reconnect_ivl_max_ms: int = _key(2_000, 1, 600_000)
 

@@ -50,7 +50,7 @@ from appliance.protocol import events as ev
 from ipc.client import Transport
 from ipc.packed import AddPackedReply, AddPackedRequest, ReadPackedReply, ReadPackedRequest
 from ipc.replies import AddBatchReply, ErrorReply, LacReply, ReadReply
-from ipc.requests import ReadLacRequest, ReadRequest
+from ipc.requests import ReadLacRequest, ReadRequest, WriteLacRequest
 
 log = logging.getLogger(__name__)
 
@@ -161,8 +161,9 @@ class Driver:
                 self._timer_owner[action.timer_id] = core
             elif kind is ev.WriteMetadata or kind is ev.ReadMetadata:
                 self._pool.submit(self._metadata_op, core, action)
-            elif kind is ev.SendWriteLac:
-                pass  # no wire op yet: tailing readers learn the LAC from the next add
+            elif kind is ev.SendWriteLac:  # best effort: the reply (or none) is dropped
+                self._send(core, action, WriteLacRequest(action.ledger_id, action.lac,
+                                                         action.master_key))
             else:
                 sink = self._sinks.get(id(core))
                 if sink is not None:

@@ -116,7 +116,8 @@ class WriteHandle:
         self._entry_bytes_max = 5 * 1024 * 1024
         wcfg = WriterConfig(add_timeout_ms=cfg.add_timeout_ms, add_retries_max=cfg.add_retries_max,
                             pending_adds_max=cfg.inflight_adds_max,
-                            entry_bytes_max=self._entry_bytes_max)
+                            entry_bytes_max=self._entry_bytes_max,
+                            explicit_lac_interval_ms=cfg.explicit_lac_interval_ms)
         self._writer = LedgerWriter(metadata, version, key, _digest(metadata, key), config=wcfg,
                                     available_bookies=self._driver.available_bookies,
                                     ids=self._driver.ids)

@@ -41,6 +41,7 @@ class Op(IntEnum):
     READ_BATCH = 8
     ADD_PACKED = 9  # ADD_BATCH of one ledger, entries in one data frame (ipc/packed.py)
     READ_PACKED = 10  # READ_BATCH whose reply carries the entries in one data frame
+    WRITE_LAC = 11  # the writer's LAC, for readers of an idle ledger (explicit LAC)
 
 
 OPS = frozenset(int(op) for op in Op if op is not Op.ERROR)
@@ -60,6 +61,7 @@ ALLOWED_FLAGS = {
     Op.READ_BATCH: FLAG_FENCE,
     Op.ADD_PACKED: FLAG_RECOVERY,
     Op.READ_PACKED: FLAG_FENCE,
+    Op.WRITE_LAC: 0,
 }
 
 MASTER_KEY_BYTES = 32

@@ -97,8 +97,9 @@ class ReadReply:
 
 @dataclass(slots=True)
 class LacReply:
-    """READ_LAC / WAIT_LAC answer: the LAC the bookie knows (-1 = none), its
-    last stored entry id (-1 = none) and, optionally, that entry's bytes."""
+    """READ_LAC / WAIT_LAC / WRITE_LAC answer: the LAC the bookie knows (-1 =
+    none; for WRITE_LAC the highest explicit LAC it was told), its last stored
+    entry id (-1 = none) and, optionally, that entry's bytes."""
 
     ledger_id: int
     lac: int
@@ -183,8 +184,8 @@ def _enc_read(r: ReadReply, limits) -> list[Buffer]:
 
 
 def _enc_lac(r: LacReply, limits) -> list[Buffer]:
-    if r.op not in (Op.READ_LAC, Op.WAIT_LAC):
-        raise ValueError(f"LacReply op must be READ_LAC or WAIT_LAC, got {r.op}")
+    if r.op not in (Op.READ_LAC, Op.WAIT_LAC, Op.WRITE_LAC):
+        raise ValueError(f"LacReply op must be READ_LAC, WAIT_LAC or WRITE_LAC, got {r.op}")
     head = _head(r.op, r.request_id, r.ledger_id, r.last_entry_id, OK) + I64.pack(r.lac)
     return [head] if r.last_entry is None else [head, r.last_entry]
 
@@ -336,6 +337,7 @@ _DECODERS = {
     Op.READ: _dec_read,
     Op.READ_LAC: _dec_lac,
     Op.WAIT_LAC: _dec_lac,
+    Op.WRITE_LAC: _dec_lac,
     Op.ADD_BATCH: _dec_add_batch,
     Op.READ_BATCH: _dec_read_batch,
     Op.ADD_PACKED: dec_add_packed_reply,

@@ -99,6 +99,18 @@ class ReadLacRequest:
 
 
 @dataclass(slots=True)
+class WriteLacRequest:
+    """The writer's LAC (explicit LAC): lets readers of an idle ledger see its
+    last entry.  The bookie keeps the highest it was told; needs the key."""
+
+    ledger_id: int
+    lac: int
+    master_key: bytes
+    request_id: int = 0
+    OP = Op.WRITE_LAC
+
+
+@dataclass(slots=True)
 class WaitLacRequest:
     """Long poll: reply once the LAC passes ``previous_lac`` or at ``timeout_ms``."""
 
@@ -143,8 +155,8 @@ class ReadBatchRequest:
 
 
 Request = (PingRequest | InfoRequest | AddRequest | ReadRequest | ReadLacRequest
-           | WaitLacRequest | AddBatchRequest | ReadBatchRequest | AddPackedRequest
-           | ReadPackedRequest)
+           | WaitLacRequest | WriteLacRequest | AddBatchRequest | ReadBatchRequest
+           | AddPackedRequest | ReadPackedRequest)
 
 
 # -- encoding (client side: ValueError / TypeError naming the field) ---------
@@ -212,6 +224,12 @@ def _enc_read_lac(req: ReadLacRequest, limits) -> list[Buffer]:
     return [_head(Op.READ_LAC, flags, req.request_id, req.ledger_id, -1) + key]
 
 
+def _enc_write_lac(req: WriteLacRequest, limits) -> list[Buffer]:
+    _check_int("lac", req.lac, -1, 2**63 - 1)
+    key = _check_key("master_key", req.master_key)
+    return [_head(Op.WRITE_LAC, 0, req.request_id, req.ledger_id, req.lac) + key]
+
+
 def _enc_wait_lac(req: WaitLacRequest, limits) -> list[Buffer]:
     _check_int("previous_lac", req.previous_lac, -1, 2**63 - 1)
     _check_int("timeout_ms", req.timeout_ms, 0, 2**32 - 1)
@@ -259,6 +277,7 @@ _ENCODERS = {
     ReadRequest: _enc_read,
     ReadLacRequest: _enc_read_lac,
     WaitLacRequest: _enc_wait_lac,
+    WriteLacRequest: _enc_write_lac,
     AddBatchRequest: _enc_add_batch,
     ReadBatchRequest: _enc_read_batch,
 }
@@ -326,6 +345,14 @@ def _dec_read_lac(frames, head, flags, rid, ledger_id, entry_id, limits):
     return ReadLacRequest(ledger_id, key is not None, key, rid)
 
 
+def _dec_write_lac(frames, head, flags, rid, ledger_id, entry_id, limits):
+    check_frame_count(frames, 1, Op.WRITE_LAC)
+    check_size(head, REQUEST_HEAD.size + MASTER_KEY_BYTES, "header with master key")
+    check_ids(ledger_id, entry_id, -1)
+    key = MASTER_KEY.unpack_from(head, REQUEST_HEAD.size)[0]
+    return WriteLacRequest(ledger_id, entry_id, key, rid)
+
+
 def _dec_wait_lac(frames, head, flags, rid, ledger_id, entry_id, limits):
     check_frame_count(frames, 1, Op.WAIT_LAC)
     check_size(head, REQUEST_HEAD.size + U32.size, "header")
@@ -378,6 +405,7 @@ _DECODERS = {
     Op.READ: _dec_read,
     Op.READ_LAC: _dec_read_lac,
     Op.WAIT_LAC: _dec_wait_lac,
+    Op.WRITE_LAC: _dec_write_lac,
     Op.ADD_BATCH: _dec_add_batch,
     Op.READ_BATCH: _dec_read_batch,
     Op.ADD_PACKED: dec_add_packed,

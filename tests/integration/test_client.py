@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import pytest
 
@@ -17,6 +18,7 @@ from appliance.errors import (
     NoSuchLedgerError,
     UnauthorizedError,
 )
+from tests.helpers import wait_for
 from tests.integration.cluster import wait_registered
 
 PW = b"secret"
@@ -60,7 +62,9 @@ def test_open_without_recovery_reads_up_to_lac_and_does_not_fence(client):
     for p in payloads:  # one at a time: entry i carries LAC i - 1
         lh.add(p)
     rh = client.open_ledger(lh.id, password=PW, recovery=False)
-    assert rh.last_add_confirmed == 18
+    # entry 19 carries LAC 18; 19 itself shows once the idle writer sends its
+    # explicit LAC (client.explicit_lac_interval_ms) - either is a correct view
+    assert rh.last_add_confirmed in (18, 19)
     got = rh.read(0, rh.last_add_confirmed)
     assert [e.payload for e in got] == payloads[: rh.last_add_confirmed + 1]
     with pytest.raises(NoSuchEntryError):
@@ -69,6 +73,30 @@ def test_open_without_recovery_reads_up_to_lac_and_does_not_fence(client):
     assert lh.add(b"the writer is not fenced") == 20
     assert rh.read_lac() >= 19
     lh.close()
+
+
+def test_an_idle_writers_last_entry_reaches_tailing_readers(make_cluster):
+    """Explicit LAC: without another add or a close, a reader that does not
+    recover sees the writer's last entry once the writer has been idle for
+    explicit_lac_interval_ms; with the interval 0 it never does."""
+    for interval_ms, expect in ((200, 9), (0, 8)):
+        c = make_cluster(3, client=(3, 3, 2),
+                         client_extra=f"explicit_lac_interval_ms = {interval_ms}")
+        with appliance.connect(str(c.config_path)) as bk:
+            wait_registered(bk, 3)
+            lh = bk.create_ledger(3, 3, 2, password=PW)
+            for i in range(10):
+                lh.add(b"t%d" % i)
+            rh = bk.open_ledger(lh.id, password=PW, recovery=False)
+            if expect == 9:
+                wait_for(lambda rh=rh: rh.read_lac() == 9, 15, what="explicit LAC 9")
+                assert rh.read(9, 9)[0].payload == b"t9"
+            else:
+                deadline = time.monotonic() + 1.0  # five intervals of the other case
+                while time.monotonic() < deadline:
+                    assert rh.read_lac() == 8
+                    time.sleep(0.1)  # observing that nothing changes: no event to poll for
+            lh.close()
 
 
 def test_recovery_open_fences_the_old_writer(client):
