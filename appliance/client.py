@@ -27,7 +27,7 @@ import random
 import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from appliance.errors import (
     OK,
@@ -44,8 +44,10 @@ from appliance.protocol.metadata import CLOSED, DIGEST_TYPES, LedgerMetadata, ch
 CALL_TIMEOUT_S_MAX = 600.0  # the longest a blocking call waits for the driver
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
+class Entry(NamedTuple):
+    """One entry read back (immutable).  A named tuple: catch-up reads build
+    thousands per call, and a frozen dataclass cost ~4x more to construct."""
+
     ledger_id: int
     entry_id: int
     payload: bytes

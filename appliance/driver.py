@@ -47,6 +47,7 @@ from appliance.errors import (
     code_of,
 )
 from appliance.protocol import events as ev
+from appliance.protocol.reader import PackedRecords
 from ipc.client import Transport
 from ipc.packed import AddPackedReply, AddPackedRequest, ReadPackedReply, ReadPackedRequest
 from ipc.replies import AddBatchReply, ErrorReply, LacReply, ReadReply
@@ -384,7 +385,7 @@ def _translate(action, event, now_ms: int) -> list:
     if kind is ev.SendReadBatch and type(reply) is ReadPackedReply:
         return [ev.ReadBatchResponse(action.request_id, action.bookie_id, action.ledger_id, OK,
                                      tuple(reply.entry_ids), tuple(reply.statuses),
-                                     tuple(reply.entries()), now_ms)]
+                                     PackedRecords(bytes(reply.data), reply.lengths), now_ms)]
     if kind is ev.SendRead and isinstance(reply, ReadReply):
         return [ev.ReadResponse(action.request_id, action.bookie_id, action.ledger_id,
                                 action.entry_id, OK, reply.data, now_ms)]

@@ -16,11 +16,13 @@ import time
 from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING
+from itertools import repeat
 
 from appliance.client import CALL_TIMEOUT_S_MAX, Entry, _check_entry_id, _wait
-from appliance.errors import OK, ClientClosedError, NoSuchEntryError, error_for_code
+from appliance.errors import OK, BKError, ClientClosedError, NoSuchEntryError, error_for_code
 from appliance.protocol import events as ev
 from appliance.protocol.metadata import CLOSED
+from appliance.record_check import verify_run_fast
 
 READ_CHUNK_ENTRIES = 1000  # entries per read() round trip through the driver
 
@@ -290,8 +292,11 @@ class ReadHandle:
         rcfg = ReaderConfig(read_timeout_ms=client.config.read_timeout_ms,
                             read_batch_entries=client.config.read_batch_entries_max)
         self._reader = LedgerReader(metadata, _digest(metadata, key), config=rcfg,
-                                    ids=self._driver.ids)
+                                    ids=self._driver.ids, verify_batch=verify_run_fast)
         self._waiting: dict[int, Future] = {}
+        # read-ahead: ((first, last), started read) of the range after the last read()
+        self._ahead: tuple | None = None
+        self._ahead_lock = threading.Lock()
         self._driver.call(self._driver.register, self._reader, self).result()
         if metadata.state != CLOSED:
             self._call(lambda: self._reader.open(self._driver.now_ms()), None)
@@ -340,15 +345,61 @@ class ReadHandle:
         if last_entry_id > self.last_add_confirmed:
             raise NoSuchEntryError(f"ledger {self.id}: entry {last_entry_id} is past the last "
                                    f"add confirmed ({self.last_add_confirmed})")
+        chunks = [(s, min(s + READ_CHUNK_ENTRIES - 1, last_entry_id))
+                  for s in range(first_entry_id, last_entry_id + 1, READ_CHUNK_ENTRIES)]
+        with self._ahead_lock:
+            ahead, self._ahead = self._ahead, None
+        pending = ahead[1] if ahead is not None and ahead[0] == chunks[0] else None
+        speculative = pending is not None
+        if pending is None:
+            pending = self._start_read(*chunks[0])
         out: list[Entry] = []
-        for start in range(first_entry_id, last_entry_id + 1, READ_CHUNK_ENTRIES):
-            end = min(start + READ_CHUNK_ENTRIES - 1, last_entry_id)
-            read_id = next(self._driver.ids)
-            done = self._call(lambda s=start, e=end, r=read_id: self._reader.read(
-                s, e, self._driver.now_ms(), read_id=r), read_id)
-            out.extend(Entry(self.id, done.first_entry_id + i, bytes(p))
-                       for i, p in enumerate(done.payloads))
+        for i, chunk in enumerate(chunks):
+            following = chunks[i + 1] if i + 1 < len(chunks) else self._next_range(chunk)
+            started = self._start_read(*following) if following is not None else None
+            done = self._finish_read(pending, chunk, retry=speculative)
+            out += map(tuple.__new__, repeat(Entry), zip(
+                repeat(self.id), range(chunk[0], chunk[1] + 1), map(bytes, done.payloads)))
+            pending, speculative = started, False
+        if pending is not None:  # the caller likely asks for it next: keep it in flight
+            with self._ahead_lock:
+                self._ahead = (following, pending)
         return out
+
+    def _next_range(self, chunk: tuple[int, int]) -> tuple[int, int] | None:
+        """The range of the same size after ``chunk``, if it is below the LAC."""
+        last = chunk[1] + chunk[1] - chunk[0] + 1
+        return (chunk[1] + 1, last) if last <= self.last_add_confirmed else None
+
+    def _start_read(self, first: int, last: int) -> tuple[Future, Future]:
+        """Start ``read(first, last)`` on the driver thread without waiting:
+        (the start's future, the ``ReadDone``'s future)."""
+        read_id = next(self._driver.ids)
+        fut: Future = Future()
+
+        def run():
+            self._waiting[read_id] = fut
+            self._driver.run(self._reader, self._reader.read(first, last, self._driver.now_ms(),
+                                                             read_id=read_id))
+
+        return self._driver.call(run), fut
+
+    def _finish_read(self, started: tuple[Future, Future], chunk: tuple[int, int],
+                     retry: bool):
+        """The ``ReadDone`` of a started read; ``retry``: a read started ahead
+        that failed is read again now (the caller's own attempt)."""
+        try:
+            started[0].result(timeout=CALL_TIMEOUT_S_MAX)
+            result = _wait(started[1], CALL_TIMEOUT_S_MAX, f"read of ledger {self.id}")
+            if result.code == OK:
+                return result
+            if not retry:
+                raise error_for_code(result.code, f"ledger {self.id}: "
+                                     f"{error_for_code(result.code)}")
+        except BKError:
+            if not retry:
+                raise
+        return self._finish_read(self._start_read(*chunk), chunk, retry=False)
 
     def read_lac(self) -> int:
         """Ask the bookies for the LAC now; returns it (and remembers it)."""

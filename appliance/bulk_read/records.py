@@ -6,24 +6,23 @@ Guarantees: ``parse_reply`` raises only ``BadRequestError`` (or its subclass
 returns only a prefix of records that passed every check (digest over header
 and payload, ledger and entry ids, LAC below the entry id, running length
 consistent with the record before), so no byte of a bad record is ever handed
-out.  Both are vectorised with numpy over a whole reply.
+out.  Both are vectorised with numpy over a whole reply; the record checks
+are ``appliance.record_check``'s, shared with the client's catch-up reads.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import crc32c
 import numpy as np
 
 from appliance.errors import OK, BadRequestError, ProtocolVersionError
 from appliance.protocol.entry import HEADER_BYTES
+from appliance.record_check import check_records
 from ipc.frames import REPLY_HEAD, U32, VERSION, Op
 from ipc.packed import READ_PACKED_ROW
 
-_HEADER_DTYPE = np.dtype([("ledger", ">u8"), ("entry", ">i8"), ("lac", ">i8"), ("length", ">u8")])
 _ROW_DTYPE = np.dtype([("entry", ">i8"), ("status", ">i4")])
-_crc = crc32c.crc32c
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,75 +56,24 @@ def verify_packed(data, lengths: np.ndarray, ledger_id: int, first_entry_id: int
                   digest) -> tuple[VerifiedChunk | None, str | None]:
     """Check stored entry records (header, digest, payload) lying back to
     back in ``data``, ``lengths[i]`` bytes each, that should be entries
-    ``first_entry_id..`` of ``ledger_id``.
+    ``first_entry_id..`` of ``ledger_id`` (``appliance.record_check``, strict:
+    also LAC below the entry and a consistent running length).
 
     Returns the longest verified prefix (None if empty) and, if a record
-    failed, why.  Vectorised: the headers of all records are gathered and
-    checked with numpy; CRC32C costs one C call per record."""
-    start = HEADER_BYTES + digest.size
-    n = _prefix_len(lengths >= start)
-    bad_why = None if n == len(lengths) else \
-        f"entry {first_entry_id + n} is {int(lengths[n])} bytes, shorter than header and digest"
-    if n == 0:
-        return None, bad_why
-    ends = np.cumsum(lengths[:n])
-    starts, sizes = ends - lengths[:n], lengths[:n] - start
-    head = np.frombuffer(data, np.uint8)[starts[:, None] + np.arange(start)]
-    fields = head[:, :HEADER_BYTES].copy().view(_HEADER_DTYPE).ravel()
-    bounds = list(zip(starts.tolist(), ends.tolist(), strict=True))
-    heads = [data[s:s + HEADER_BYTES] for s, _ in bounds]  # bytes slices: cheaper than views
-    payloads = [data[s + start:e] for s, e in bounds]
-    ok = _headers_ok(fields, ledger_id, first_entry_id, sizes)
-    ok &= _digests_ok(heads, payloads, head, digest)
-    n_ok = _prefix_len(ok)
-    if n_ok < n:
-        bad_why = _why_bad(fields, n_ok, first_entry_id + n_ok, ledger_id, sizes)
-    if n_ok == 0:
-        return None, bad_why
-    offsets = np.zeros(n_ok + 1, np.int64)
-    np.cumsum(sizes[:n_ok], out=offsets[1:])
-    return VerifiedChunk(ledger_id, first_entry_id, b"".join(payloads[:n_ok]), offsets), bad_why
-
-
-def _headers_ok(fields: np.ndarray, ledger_id: int, first_entry_id: int,
-                sizes: np.ndarray) -> np.ndarray:
-    """Per record: the ids asked for, LAC below the entry, running length
-    grown by exactly the payload since the record before."""
-    expected = np.arange(first_entry_id, first_entry_id + len(fields), dtype=np.int64)
-    ok = (fields["ledger"] == np.uint64(ledger_id)) & (fields["entry"] == expected)
-    ok &= (fields["lac"] >= -1) & (fields["lac"] < fields["entry"])
-    running = fields["length"].astype(np.int64)
-    ok[1:] &= (running[1:] - running[:-1]) == sizes[1:]
-    return ok
-
-
-def _digests_ok(heads: list, payloads: list, head: np.ndarray, digest) -> np.ndarray:
-    """Per record: the stored digest (after the header in ``head``) matches."""
-    n = len(heads)
-    if digest.name == "crc32c":  # vectorised: the stored digest is a big-endian u32
-        stored = head[:, HEADER_BYTES:HEADER_BYTES + 4].copy().view(">u4").ravel()
-        computed = np.fromiter(map(_crc, payloads, map(_crc, heads)), np.uint32, n)
-        return computed == stored
-    stored = [bytes(row[HEADER_BYTES:]) for row in head]
-    return np.fromiter((digest.compute(h, p) == d
-                        for h, p, d in zip(heads, payloads, stored, strict=True)), bool, n)
+    failed, why.  The payloads are joined once; offsets come from numpy."""
+    check = check_records(data, lengths, ledger_id, first_entry_id, digest, strict=True)
+    if check.good == 0:
+        return None, check.why
+    sizes = np.asarray(lengths[:check.good], np.int64) - (HEADER_BYTES + digest.size)
+    offsets = np.zeros(check.good + 1, np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    payloads = b"".join(check.payloads[:check.good])
+    return VerifiedChunk(ledger_id, first_entry_id, payloads, offsets), check.why
 
 
 def _prefix_len(ok: np.ndarray) -> int:
     """Length of the all-True prefix of a boolean array."""
     return len(ok) if ok.all() else int(np.argmin(ok))
-
-
-def _why_bad(fields: np.ndarray, i: int, entry_id: int, ledger_id: int,
-             sizes: np.ndarray) -> str:
-    got_ledger, got_entry = int(fields["ledger"][i]), int(fields["entry"][i])
-    if (got_ledger, got_entry) != (ledger_id, entry_id):
-        return (f"asked for ledger {ledger_id} entry {entry_id}, got a record of ledger "
-                f"{got_ledger} entry {got_entry}")
-    running = fields["length"].astype(np.int64)
-    if i > 0 and running[i] - running[i - 1] != sizes[i]:
-        return f"entry {entry_id}: running length does not follow the entry before it"
-    return f"entry {entry_id}: digest or header check failed"
 
 
 # -- reply decoding (pure) -----------------------------------------------------------------

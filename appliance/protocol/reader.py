@@ -76,6 +76,40 @@ class ReaderConfig:
     read_batches_in_flight: int = 4
 
 
+class PackedRecords:
+    """Stored records back to back in one buffer (a READ_PACKED reply's data
+    frame), ``lengths[i]`` bytes each: a sequence of records (``len``,
+    iteration and indexing give memoryviews, a slice gives PackedRecords)
+    that a batch verifier may also check as a whole."""
+
+    __slots__ = ("data", "lengths")
+
+    def __init__(self, data, lengths):
+        self.data, self.lengths = data, lengths
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def _bounds(self):
+        pos = 0
+        for length in self.lengths:
+            yield pos, pos + length
+            pos += length
+
+    def __iter__(self):
+        view = memoryview(self.data)
+        return (view[lo:hi] for lo, hi in self._bounds())
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            lo, hi, step = index.indices(len(self.lengths))
+            if step != 1 or lo != 0:
+                return list(self)[index]
+            lengths = self.lengths[:hi]
+            return PackedRecords(memoryview(self.data)[:sum(lengths)], lengths)
+        return list(self)[index]
+
+
 class _EntryRead:
     __slots__ = ("entry_id", "replicas", "tried", "negatives", "unknown_code", "rounds")
 
@@ -123,10 +157,15 @@ class LedgerReader(CoreBase):
     """Client-side reader of one ledger (see module docstring)."""
 
     def __init__(self, metadata: LedgerMetadata, digest, *, config: ReaderConfig | None = None,
-                 ids: Iterator[int] | None = None):
+                 ids: Iterator[int] | None = None, verify_batch=verify_run):
+        """``verify_batch(records, digest, ledger_id, first_entry_id)``: the
+        batch check of a reply's records, answering exactly as ``verify_run``
+        (a faster one, e.g. ``appliance.record_check.verify_run_fast``, may
+        be injected)."""
         super().__init__(metadata.ledger_id, ids)
         self.config = config or ReaderConfig()
         self._digest = digest
+        self._verify_batch = verify_batch
         self._md = metadata
         self.last_add_confirmed = metadata.last_entry_id if metadata.state == CLOSED else -1
         self._requests: dict[int, tuple[_ReadOp, _EntryRead, int]] = {}  # id -> op, entry, sent
@@ -270,15 +309,27 @@ class LedgerReader(CoreBase):
 
     def _take_rows(self, op: _ReadOp, event: ev.ReadBatchResponse, lo: int, hi: int) -> int:
         """Store the verified in-order prefix of the rows; the first id not stored."""
-        rows = 0  # the prefix of rows that are OK and numbered lo, lo + 1, ... hi
-        for entry_id, code in zip(event.entry_ids, event.codes, strict=True):
-            if entry_id != lo + rows or code != OK or entry_id > hi:
-                break
-            rows += 1
-        payloads, top_lac = verify_run(event.datas[:rows], self._digest, self.ledger_id, lo)
+        rows = self._good_rows(event, lo, hi)
+        payloads, top_lac = self._verify_batch(event.datas[:rows], self._digest,
+                                               self.ledger_id, lo)
         op.payloads.update(zip(range(lo, lo + len(payloads)), payloads, strict=True))
         self._raise_lac(top_lac)
         return lo + len(payloads)
+
+    @staticmethod
+    def _good_rows(event: ev.ReadBatchResponse, lo: int, hi: int) -> int:
+        """The prefix of rows that are OK and numbered lo, lo + 1, ... hi."""
+        ids, codes = event.entry_ids, event.codes
+        n = min(len(ids), hi - lo + 1)
+        if n and len(codes) == len(ids) and codes.count(OK) == len(codes) \
+                and list(ids[:n]) == list(range(lo, lo + n)):
+            return n  # the usual reply, checked without a Python loop
+        rows = 0
+        for entry_id, code in zip(ids, codes, strict=True):
+            if entry_id != lo + rows or code != OK or entry_id > hi:
+                break
+            rows += 1
+        return rows
 
     def _after_progress(self, op: _ReadOp, now_ms: int) -> None:
         if len(op.payloads) == op.last - op.first + 1:
@@ -342,8 +393,8 @@ class LedgerReader(CoreBase):
             del self._requests[request_id]
         for request_id in [r for r, found in self._batch_requests.items() if found[0] is op]:
             del self._batch_requests[request_id]
-        payloads = tuple(op.payloads[e] for e in range(op.first, op.last + 1)) if code == OK \
-            else ()
+        payloads = tuple(map(op.payloads.__getitem__, range(op.first, op.last + 1))) \
+            if code == OK else ()
         self._out.append(ev.ReadDone(op.read_id, self.ledger_id, code, op.first, payloads))
 
     # -- LAC reads ------------------------------------------------------------------------------
