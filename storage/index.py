@@ -149,8 +149,16 @@ class Index:
                   offsets: np.ndarray, lengths: np.ndarray) -> None:
         """Point each (ledger, entry) at (log_id, offset, length)."""
         if len(ledgers) <= SMALL_PUT_ENTRIES:
-            for args in zip(ledgers.tolist(), entries.tolist(), offsets.tolist(),
-                            lengths.tolist(), strict=True):
+            ids = entries.tolist()
+            first, n = ids[0], len(ids)
+            if n > 1 and (first & PAGE_MASK) + n <= PAGE_SLOTS and ids[-1] == first + n - 1 \
+                    and ids == list(range(first, first + n)):
+                lids = ledgers.tolist()
+                if lids.count(lids[0]) == n:
+                    self._put_run(lids[0], first, log_id, offsets, lengths)
+                    return
+            for args in zip(ledgers.tolist(), ids, offsets.tolist(), lengths.tolist(),
+                            strict=True):
                 self._put_one(log_id, *args)
             return
         if ledgers[0] == ledgers[-1] and (len(ledgers) < 3 or ledgers.min() == ledgers.max()):
@@ -180,6 +188,25 @@ class Index:
         led.data_bytes += length
         if entry_id > led.last_entry:
             led.last_entry = entry_id
+
+    def _put_run(self, ledger_id: int, first: int, log_id: int, offsets, lengths) -> None:
+        """A few consecutive ids of one ledger within one page (the usual small
+        batch): slice assignments instead of one scalar put per entry."""
+        led = self.ensure(ledger_id)
+        lo = first & PAGE_MASK
+        hi = lo + len(offsets)
+        page = self._writable_page(led, first >> PAGE_BITS, hi)
+        old = page[lo:hi, 2].tolist()
+        new_count = old.count(ABSENT)
+        led.entries += new_count
+        if new_count != len(old):
+            led.data_bytes -= sum(x for x in old if x != ABSENT)
+        page[lo:hi, 0] = log_id
+        page[lo:hi, 1] = offsets
+        page[lo:hi, 2] = lengths
+        led.data_bytes += int(np.add.reduce(lengths))
+        if first + len(old) - 1 > led.last_entry:
+            led.last_entry = first + len(old) - 1
 
     def _put_ledger(self, ledger_id, entries, log_id, offsets, lengths) -> None:
         led = self.ensure(ledger_id)

@@ -44,7 +44,7 @@ from appliance.errors import BookieIOError, ClientClosedError, TooManyRequestsEr
 
 from . import journal_scan as js
 from . import storage_files as sf
-from .codec import build_block, verify_record
+from .codec import BLOCK_HEADER_BYTES, build_block, verify_record
 from .index import Index
 from .options import StorageOptions
 from .read_path import fit_bytes, read_rows, read_views
@@ -170,10 +170,10 @@ class LedgerStorage(StateOps):
         (64 KB entries in 8 MB batches spent 70% of a bookie's time there)."""
         opts = self.options
         limit = min(opts.add_batch_bytes_max, opts.entry_log_buffer_bytes) - 64
-        sizes = lengths + 24
-        if int(sizes.sum()) <= limit:
+        if int(np.add.reduce(lengths)) + 24 * len(lengths) <= limit:
             yield 0, len(lengths)
             return
+        sizes = lengths + 24
         lo, acc = 0, 0
         for i, size in enumerate(sizes.tolist()):
             if acc + size > limit and i > lo:
@@ -198,8 +198,12 @@ class LedgerStorage(StateOps):
 
     def _index_block(self, ledgers, entries, log_id, offsets, lengths, block_len) -> None:
         self._index.put_batch(ledgers, entries, log_id, offsets, lengths)
-        for ledger_id, nbytes in unique_ledger_bytes(ledgers, lengths + 24):
-            self._logs.note_ledger_bytes(log_id, ledger_id, nbytes)
+        if ledgers[0] == ledgers[-1] and (len(ledgers) < 3 or ledgers.min() == ledgers.max()):
+            # one ledger: its bytes are the block's records (as unique_ledger_bytes counts)
+            self._logs.note_ledger_bytes(log_id, int(ledgers[0]), block_len - BLOCK_HEADER_BYTES)
+        else:
+            for ledger_id, nbytes in unique_ledger_bytes(ledgers, lengths + 24):
+                self._logs.note_ledger_bytes(log_id, ledger_id, nbytes)
         self._bytes_since_checkpoint += block_len
 
     # -- durability ------------------------------------------------------------

@@ -60,3 +60,45 @@ def test_small_puts_leave_the_index_as_batched_puts_do():
             finally:
                 ix.SMALL_PUT_ENTRIES = saved
         assert _state(small) == _state(big)
+
+
+def test_small_runs_of_consecutive_ids_leave_the_index_as_batched_puts_do():
+    """The one-ledger consecutive-ids path (slices): near page edges, over
+    entries already stored (a resend), and mixed with other puts."""
+    rng = random.Random(11)
+    for _ in range(60):
+        small, big = ix.Index(), ix.Index()
+        for _ in range(6):
+            n = rng.randint(1, ix.SMALL_PUT_ENTRIES)
+            first = rng.choice([0, 1, ix.PAGE_SLOTS - n, ix.PAGE_SLOTS - 1, ix.PAGE_SLOTS + 3,
+                                rng.randrange(3 * ix.PAGE_SLOTS)])
+            ledger = rng.choice([1, 2])
+            args = (np.full(n, ledger, np.uint64), np.arange(first, first + n, dtype=np.uint64),
+                    rng.randrange(1, 9), np.array([rng.randrange(2 ** 31) for _ in range(n)],
+                                                  np.int64),
+                    np.array([rng.randrange(5000) for _ in range(n)], np.int64))
+            small.put_batch(*args)
+            saved, ix.SMALL_PUT_ENTRIES = ix.SMALL_PUT_ENTRIES, -1  # the numpy path
+            try:
+                big.put_batch(*args)
+            finally:
+                ix.SMALL_PUT_ENTRIES = saved
+        assert _state(small) == _state(big)
+
+
+def test_per_log_ledger_bytes_count_each_record_once(opener):
+    st = opener()
+    sizes = {1: 0, 2: 0}
+    for n, ledgers in ((1, [1]), (5, [1] * 5), (40, [2] * 40), (6, [1, 2] * 3)):
+        datas = [bytes(range(i % 200)) for i in range(n)]
+        first = {led: st.last_entry_id(led) + 1 if st.ledger_exists(led) else 0
+                 for led in (1, 2)}
+        entries = []
+        for led in ledgers:
+            entries.append(first[led])
+            first[led] += 1
+        st.add_entries(ledgers, entries, datas)
+        for led, data in zip(ledgers, datas, strict=True):
+            sizes[led] += len(data) + 24  # record header + data
+    per_log = st.ledger_bytes()
+    assert {led: sum(p.get(led, 0) for p in per_log.values()) for led in (1, 2)} == sizes
