@@ -123,6 +123,28 @@ def temp_config_text(options: BenchOptions) -> str:
     return "".join(parts)
 
 
+SEGMENT_ROOM_BYTES = 4 * 64 * 1024 * 1024  # preallocated journal segments per bookie, about
+
+
+def needed_bytes(options: BenchOptions) -> int:
+    """Disk a temporary appliance will take, about: every payload (plus its
+    headers) on write_quorum bookies, twice with the journal, and each
+    bookie's preallocated journal segments."""
+    records = options.entries * options.clients + WARMUP_ADDS * options.clients
+    copies = options.write_quorum * (2 if options.journal else 1)
+    return records * (options.size + 64) * copies + options.bookies * SEGMENT_ROOM_BYTES
+
+
+def check_free_space(options: BenchOptions, directory: str) -> None:
+    """Refuse to start a run that would fill the disk (a full disk fails the
+    bookies, and other users of the machine with them)."""
+    need, free = needed_bytes(options), shutil.disk_usage(directory).free
+    if need * 1.2 > free:
+        raise ValueError(f"this run needs about {need / 1e9:.1f} GB in {directory} and only "
+                         f"{free / 1e9:.1f} GB are free: use fewer --entries or a smaller "
+                         "--size, or --dir on a bigger disk")
+
+
 @contextmanager
 def bench_appliance(options: BenchOptions, config_path: str | None, workdir: str | None):
     """Yield (config path, data dir or None): the given appliance, or a
@@ -130,6 +152,7 @@ def bench_appliance(options: BenchOptions, config_path: str | None, workdir: str
     if config_path is not None:
         yield str(Path(config_path).resolve()), None
         return
+    check_free_space(options, workdir or tempfile.gettempdir())
     root = Path(tempfile.mkdtemp(prefix="bkb", dir=workdir))
     try:
         config = root / "bench.toml"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -113,3 +114,13 @@ def test_text_output_from_a_real_subprocess(tmp_path):
         capture_output=True, text=True, timeout=240, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "adds/s" in proc.stdout and "per 1,000 entries" in proc.stdout
+
+
+def test_a_run_that_would_fill_the_disk_is_refused_before_it_starts(tmp_path):
+    free_gb = shutil.disk_usage(tmp_path).free / 1e9
+    entries = int(free_gb * 1e9 / (65536 * 6)) + 1000  # more than the disk holds, six copies
+    result = CliRunner().invoke(cli, ["bench", "write", "--size", "65536", "--entries",
+                                      str(entries), "--baseline-s", "0", "--dir", str(tmp_path)])
+    assert result.exit_code != 0
+    assert "GB are free" in result.output and "Traceback" not in result.output
+    assert os.listdir(tmp_path) == []  # nothing was started or written
