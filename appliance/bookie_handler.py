@@ -65,6 +65,7 @@ from ipc.requests import (
     WaitLacRequest,
     WriteLacRequest,
 )
+from storage.read_path import split_parts
 
 log = logging.getLogger(__name__)
 
@@ -202,64 +203,77 @@ class BookieHandler:
         return self._after(peer, r.ticket, reply)
 
     def _read_batch(self, peer: bytes, req: ReadBatchRequest):
-        views, bad, ticket = self._batch_views(req)
-        rows = [(req.first_entry_id + i, OK, bytes(v)) for i, v in enumerate(views)]
+        parts, lengths, bad, ticket = self._batch_parts(req)
+        datas = split_parts(parts, lengths)
+        rows = [(req.first_entry_id + i, OK, d) for i, d in enumerate(datas)]
         if bad is not None:
             rows.append(bad)
         return self._after(peer, ticket, ReadBatchReply(req.ledger_id, rows, req.request_id))
 
     def _read_packed(self, peer: bytes, req: ReadPackedRequest):
-        """The READ_BATCH rows, packed: the verified views of the storage runs
-        joined once into the data frame, the table built with numpy."""
-        views, bad, ticket = self._batch_views(req)
-        n = len(views)
+        """The READ_BATCH rows, packed: the storage's verified buffers are the
+        data frame (joined only if there are several), the table is numpy."""
+        parts, lengths, bad, ticket = self._batch_parts(req)
+        n = len(lengths)
         count = n + (bad is not None)
         statuses = np.zeros(count, np.int32)
-        lengths = np.zeros(count, np.int64)
-        lengths[:n] = np.fromiter(map(len, views), np.int64, n)
+        lengths = np.concatenate([lengths, np.zeros(count - n, np.int64)])
         if bad is not None:
             statuses[n] = bad[1]
         entry_ids = np.arange(req.first_entry_id, req.first_entry_id + count, dtype=np.int64)
-        reply = ReadPackedReply(req.ledger_id, entry_ids, statuses, lengths, b"".join(views),
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        reply = ReadPackedReply(req.ledger_id, entry_ids, statuses, lengths, data,
                                 req.request_id)
         return self._after(peer, ticket, reply)
 
-    def _batch_views(self, req) -> tuple[list, tuple | None, int]:
-        """The rows of a READ_BATCH or READ_PACKED request: the data of the OK
-        rows from the first asked (in order), the ``(entry id, status, None)``
-        row that ended the batch early (or None), and the ticket the reply
-        waits for.
+    def _batch_parts(self, req) -> tuple[list, np.ndarray, tuple | None, int]:
+        """The rows of a READ_BATCH or READ_PACKED request: buffers whose
+        concatenation is the data of the OK rows from the first asked, in
+        order; each OK row's length; the ``(entry id, status, None)`` row
+        that ended the batch early (or None); the ticket the reply waits for.
 
         The first entry goes through the core (fence flag first, then the
-        negative / limbo rules); the rest is read in runs with the storage's
-        batched read (every record verified), cut at the bytes still allowed.
-        A run the storage refuses (a missing or corrupt entry) is re-read
-        entry by entry through the core, so every row gets exactly the
-        per-entry status."""
+        negative / limbo rules); then it and the rest are read in runs with
+        the storage's batched read (every record verified), cut at the bytes
+        allowed.  A run the storage refuses (a missing or corrupt entry) is
+        re-read entry by entry through the core, so every row gets exactly
+        the per-entry status."""
         limits = self.server.limits
         max_entries = max(1, min(req.max_entries, limits.batch_entries_max))
         max_bytes = min(req.max_bytes, limits.batch_bytes_max)
-        last = min(req.last_entry_id, req.first_entry_id + max_entries - 1)
-        r = self.core.read(req.ledger_id, req.first_entry_id, req.fence, req.master_key or b"")
+        first = req.first_entry_id
+        last = min(req.last_entry_id, first + max_entries - 1)
+        r = self.core.read(req.ledger_id, first, req.fence, req.master_key or b"")
         if r.code != OK:
             self.counters["reads"] += 1
-            return [], (req.first_entry_id, r.code, None), r.ticket
-        views, bad = [r.data], None
-        size, entry_id = len(r.data), req.first_entry_id + 1
+            return [], np.zeros(0, np.int64), (first, r.code, None), r.ticket
+        parts, lengths, bad = [r.data], [np.array([len(r.data)], np.int64)], None
+        size, entry_id = len(r.data), first + 1
+        if size < max_bytes and last > first:  # re-read with the run: one buffer for all
+            try:
+                got, got_lengths = self.storage.read_entries_packed(
+                    req.ledger_id, first, min(last, first + READ_RUN_ENTRIES_MAX - 1), max_bytes)
+                parts, lengths = got, [got_lengths]
+                size, entry_id = int(got_lengths.sum()), first + len(got_lengths)
+            except BKError:
+                pass  # the loop below finds the bad entry
         while bad is None and entry_id <= last and size < max_bytes:
             run_last = min(last, entry_id + READ_RUN_ENTRIES_MAX - 1)
             try:
-                got = self.storage.read_entry_views(req.ledger_id, entry_id, run_last,
-                                                    max_bytes - size)
+                got, got_lengths = self.storage.read_entries_packed(
+                    req.ledger_id, entry_id, run_last, max_bytes - size)
             except BKError:  # per entry, through the core: exact status of the bad one
                 got, bad = self._one_by_one(req.ledger_id, entry_id, run_last, max_bytes - size)
-            views += got
-            size += sum(map(len, got))
-            entry_id += len(got)
+                got_lengths = np.fromiter(map(len, got), np.int64, len(got))
+            parts += got
+            lengths.append(got_lengths)
+            size += int(got_lengths.sum())
+            entry_id += len(got_lengths)
             if bad is None and entry_id <= run_last:  # cut by max_bytes
                 break
-        self.counters["reads"] += len(views) + (bad is not None)
-        return views, bad, r.ticket
+        lengths = np.concatenate(lengths)
+        self.counters["reads"] += len(lengths) + (bad is not None)
+        return parts, lengths, bad, r.ticket
 
     def _one_by_one(self, ledger_id: int, first: int, last: int, bytes_max: int):
         """Entries first..last through the core until one fails (its row is

@@ -12,13 +12,15 @@ it, is ever handed out.  The answers equal ``appliance.protocol.entry``'s
 ``verify_run`` (the tests compare them); only the cost differs.
 
 Cost per reply: the headers are gathered and compared with numpy.  With
-CRC32C digests one C call per record computes the payload's CRC, and the
-header's part of the digest is added with numpy (CRC32C is affine: the
-CRC of header + payload is the header's CRC advanced over the payload's
-length, XOR the payload's CRC; the header CRCs come from per-position byte
-tables, the advance from per-length tables, both cached).  HMAC digests
-cost one HMAC per record.  No sockets, files or clocks: it sits outside
-``appliance.protocol`` only because it imports the ``crc32c`` C extension.
+CRC32C digests and records of one length (the usual reply) there is no
+per-record Python at all: the reply is viewed as a matrix, the payloads are
+joined with one copy and checked with ONE ``crc32c`` call against the
+combination of the CRCs the stored digests imply (``appliance.crc_vec``); if
+that fails, or lengths differ, each record costs one C call (the header's
+part of the digest added with numpy) and the first bad one is found.  HMAC
+digests cost one HMAC per record.  No sockets, files or clocks: it sits
+outside ``appliance.protocol`` only because it imports the ``crc32c`` C
+extension.
 """
 
 from __future__ import annotations
@@ -29,94 +31,108 @@ from functools import lru_cache
 import crc32c
 import numpy as np
 
+from appliance import crc_vec
 from appliance.protocol.entry import HEADER_BYTES
 
 _HEADER_DTYPE = np.dtype([("ledger", ">u8"), ("entry", ">i8"), ("lac", ">i8"), ("length", ">u8")])
 _crc = crc32c.crc32c
 # Distinct payload lengths in one reply up to which the digest takes the
-# one-call path; past it (many lengths) two CRC calls per record are cheaper
-# than building the advance tables.
+# one-call-per-record path; past it two CRC calls per record are cheaper
+# than the per-length advance.
 FAST_LENGTHS_MAX = 8
 _BYTE_BITS = ((np.arange(256)[:, None] >> np.arange(8)) & 1).astype(bool)
 
 
 @dataclass(slots=True)
 class RecordCheck:
-    """``payloads[:good]`` are verified payloads of entries ``first..``;
-    ``top_lac``: the highest LAC field among them (-1 if none); ``why``:
-    what is wrong with record ``good`` (None if every record passed)."""
+    """Records ``0..good-1`` verified (entries ``first..``); ``top_lac``: the
+    highest LAC field among them (-1 if none); ``why``: what is wrong with
+    record ``good`` (None if every record passed).  The payloads are
+    ``payloads`` (one per record) or, on the joined path, ``joined`` (all
+    of them back to back, ``size`` bytes each)."""
 
     good: int
-    payloads: list
     top_lac: int
     why: str | None
+    payloads: list | None = None
+    joined: bytes | None = None
+    size: int = 0
+
+    def payload_list(self) -> list:
+        """The verified payloads, one object each (bytes or views)."""
+        if self.payloads is not None:
+            return self.payloads[:self.good]
+        size, joined = self.size, self.joined
+        if size == 0:
+            return [b""] * self.good
+        return list(map(joined.__getitem__, map(slice, range(0, self.good * size, size),
+                                                range(size, self.good * size + 1, size))))
+
+    def payload_bytes(self) -> bytes:
+        """The verified payloads joined."""
+        if self.payloads is not None:
+            return b"".join(self.payloads[:self.good])
+        return self.joined[:self.good * self.size]
 
 
-# -- CRC32C arithmetic ------------------------------------------------------------------
-def _advance_basis(nbytes: int) -> np.ndarray:
-    """Images of the 32 one-bit CRC values advanced over ``nbytes`` zero bytes."""
-    zeros = bytes(nbytes)
-    base = _crc(zeros)  # the advance is linear; crc32c(zeros, v) is affine in v
-    return np.array([_crc(zeros, 1 << k) ^ base for k in range(32)], np.uint32)
-
-
-def _byte_tables(basis: np.ndarray) -> np.ndarray:
-    """4 x 256 table: T[j][b] = the linear map applied to byte b at position j."""
-    parts = basis.reshape(4, 8)  # bits 8j..8j+7
-    return np.bitwise_xor.reduce(np.where(_BYTE_BITS[None, :, :], parts[:, None, :],
-                                          np.uint32(0)), axis=2).astype(np.uint32)
-
-
-@lru_cache(maxsize=64)
-def _advance_tables(nbytes: int) -> np.ndarray:
-    return _byte_tables(_advance_basis(nbytes))
-
-
+# -- CRC32C digests --------------------------------------------------------------------
 @lru_cache(maxsize=1)
-def _header_tables() -> tuple[np.ndarray, int]:
-    """(32 x 256 table T, c0 = the CRC of a zero header): for any header h,
-    crc(h) = c0 ^ XOR_j T[j][h[j]] (the XOR part is linear in h)."""
+def _header_tables() -> np.ndarray:
+    """32 x 256 table T: crc(h) ^ crc(zero header) = XOR_j T[j][h[j]] (linear)."""
     c0 = _crc(bytes(HEADER_BYTES))
     table = np.zeros((HEADER_BYTES, 256), np.uint32)
     probe = bytearray(HEADER_BYTES)
     for j in range(HEADER_BYTES):
-        for b in (1 << k for k in range(8)):  # linear: the 8 bits give every byte value
-            probe[j] = b
-            table[j, b] = _crc(probe) ^ c0
+        for k in range(8):
+            probe[j] = 1 << k
+            table[j, 1 << k] = _crc(probe) ^ c0
         probe[j] = 0
         table[j] = np.bitwise_xor.reduce(np.where(_BYTE_BITS, table[j, 1 << np.arange(8)],
                                                   np.uint32(0)), axis=1)
-    return table, c0
+    return table
 
 
-def _apply(tables: np.ndarray, values: np.ndarray) -> np.ndarray:
-    out = tables[0][values & 0xFF]
-    for j in range(1, 4):
-        out ^= tables[j][(values >> (8 * j)) & 0xFF]
+def _header_crcs(head: np.ndarray) -> np.ndarray:
+    """CRC32C of each record's 32-byte header (rows of ``head``).  By
+    linearity crc(h_i) = crc(h_0) ^ L(h_i ^ h_0): only the byte positions
+    that differ from the first header cost a pass (ids, LAC and length
+    change in their low bytes only)."""
+    table = _header_tables()
+    diff = head[:, :HEADER_BYTES] ^ head[0, :HEADER_BYTES]
+    out = np.full(len(head), _crc(head[0, :HEADER_BYTES].tobytes()), np.uint32)
+    for j in np.flatnonzero(diff.any(axis=0)).tolist():
+        out ^= table[j][diff[:, j]]
     return out
 
 
+def _stored_crcs(head: np.ndarray) -> np.ndarray:
+    return head[:, HEADER_BYTES:HEADER_BYTES + 4].copy().view(">u4").ravel()
+
+
 def _crc_digests_ok(head: np.ndarray, payloads: list, sizes: np.ndarray) -> np.ndarray:
-    """Per record: the stored CRC32C (big-endian, after the header) matches."""
+    """Per record: the stored CRC32C (big-endian, after the header) matches;
+    one C call per record."""
     n = len(payloads)
-    stored = head[:, HEADER_BYTES:HEADER_BYTES + 4].copy().view(">u4").ravel()
+    stored = _stored_crcs(head)
     distinct = np.unique(sizes)
     if len(distinct) > FAST_LENGTHS_MAX:
         heads = list(map(bytes, head[:, :HEADER_BYTES]))
         return np.fromiter(map(_crc, payloads, map(_crc, heads)), np.uint32, n) == stored
-    table, _ = _header_tables()
-    # crc(h_i) = crc(h_0) ^ L(h_i ^ h_0) with L linear: only the byte positions
-    # that differ from the first header cost a pass (ids and lengths change
-    # in their low bytes only)
-    diff = head[:, :HEADER_BYTES] ^ head[0, :HEADER_BYTES]
-    header_crc = np.full(n, _crc(head[0, :HEADER_BYTES].tobytes()), np.uint32)
-    for j in np.flatnonzero(diff.any(axis=0)).tolist():
-        header_crc ^= table[j][diff[:, j]]
+    header_crc = _header_crcs(head)
     advanced = np.empty(n, np.uint32)
     for size in distinct.tolist():
         pick = sizes == size
-        advanced[pick] = _apply(_advance_tables(size), header_crc[pick])
+        advanced[pick] = crc_vec.advance(header_crc[pick], size)
     return (advanced ^ np.fromiter(map(_crc, payloads), np.uint32, n)) == stored
+
+
+def _joined_digests_ok(head: np.ndarray, joined: bytes, size: int) -> bool:
+    """All stored CRC32Cs match, for records of one payload ``size`` whose
+    payloads are ``joined``: the payload CRCs they imply, combined, must be
+    the CRC of the joined payloads (one C call for the whole reply).  A
+    mismatch means some record is bad (the caller then checks one by one)."""
+    implied = _stored_crcs(head) ^ crc_vec.advance(_header_crcs(head), size)
+    return crc_vec.joined_crc(implied, size) == _crc(joined)
 
 
 # -- records --------------------------------------------------------------------------
@@ -131,7 +147,13 @@ def check_records(data, lengths: np.ndarray, ledger_id: int, first_entry_id: int
     why = None if n == len(lengths) else \
         f"entry {first_entry_id + n} is {int(lengths[n])} bytes, shorter than header and digest"
     if n == 0:
-        return RecordCheck(0, [], -1, why)
+        return RecordCheck(0, -1, why, payloads=[])
+    if digest.name == "crc32c" and n > 1 and (lengths[:n] == lengths[0]).all():
+        check = _check_uniform(data, int(lengths[0]), n, start, ledger_id, first_entry_id,
+                               strict)
+        if check is not None:
+            check.why = why
+            return check
     ends = np.cumsum(lengths[:n])
     starts, sizes = ends - lengths[:n], lengths[:n] - start
     head = np.frombuffer(data, np.uint8)[starts[:, None] + np.arange(start)]
@@ -146,7 +168,25 @@ def check_records(data, lengths: np.ndarray, ledger_id: int, first_entry_id: int
     if good < n:
         why = _why_bad(fields, good, first_entry_id + good, ledger_id, sizes)
     top_lac = int(fields["lac"][:good].max()) if good else -1
-    return RecordCheck(good, payloads, max(top_lac, -1), why)
+    return RecordCheck(good, max(top_lac, -1), why, payloads=payloads)
+
+
+def _check_uniform(data, record_bytes: int, n: int, start: int, ledger_id: int,
+                   first_entry_id: int, strict: bool) -> RecordCheck | None:
+    """``n`` CRC32C records of one length: the reply as an n x length matrix,
+    no per-record Python.  None if any record fails (the caller then finds
+    which, one by one)."""
+    rows = np.frombuffer(data, np.uint8, n * record_bytes).reshape(n, record_bytes)
+    head = rows[:, :start]
+    fields = head[:, :HEADER_BYTES].copy().view(_HEADER_DTYPE).ravel()
+    size = record_bytes - start
+    if not _headers_ok(fields, ledger_id, first_entry_id, np.full(n, size, np.int64),
+                       strict).all():
+        return None
+    joined = rows[:, start:].tobytes()
+    if not _joined_digests_ok(head, joined, size):
+        return None
+    return RecordCheck(n, max(int(fields["lac"].max()), -1), None, joined=joined, size=size)
 
 
 def _headers_ok(fields: np.ndarray, ledger_id: int, first_entry_id: int,
@@ -201,4 +241,4 @@ def verify_run_fast(records, digest, ledger_id: int, first_entry_id: int) -> tup
         return [], -1
     check = check_records(data, np.asarray(lengths, np.int64), ledger_id, first_entry_id,
                           digest, strict=False)
-    return check.payloads[:check.good], check.top_lac
+    return check.payload_list(), check.top_lac

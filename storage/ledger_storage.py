@@ -47,7 +47,7 @@ from . import storage_files as sf
 from .codec import BLOCK_HEADER_BYTES, build_block, verify_record
 from .index import Index
 from .options import StorageOptions
-from .read_path import fit_bytes, read_rows, read_views
+from .read_path import fit_bytes, read_parts, read_rows
 from .recovery import unique_ledger_bytes
 from .state_ops import StateOps
 
@@ -267,19 +267,21 @@ class LedgerStorage(StateOps):
             self.counters["reads"] += len(rows)
             return read_rows(self._logs, ledger_id, first, rows)
 
-    def read_entry_views(self, ledger_id: int, first: int, last: int,
-                         bytes_max: int) -> list[memoryview]:
-        """``read_entries`` of the leading entries whose data adds up to at
-        most ``bytes_max`` (maybe none), as views: each one verified, none copied."""
+    def read_entries_packed(self, ledger_id: int, first: int, last: int,
+                            bytes_max: int) -> tuple[list, np.ndarray]:
+        """The leading entries of first..last whose data adds up to at most
+        ``bytes_max`` (maybe none), each verified, not copied: buffers whose
+        concatenation is their data in order, and each entry's length."""
         if first < 0 or last < first or last - first >= 65536:
-            raise ValueError(f"read_entry_views range {first}..{last} is empty, negative or "
-                             f"longer than 65536")
+            raise ValueError(f"read_entries_packed range {first}..{last} is empty, negative "
+                             f"or longer than 65536")
         with self._lock:
             self._check_open()
             rows = self._index.locate_range(ledger_id, first, last)
             rows = rows[:fit_bytes(rows, bytes_max)]
             self.counters["reads"] += len(rows)
-            return read_views(self._logs, ledger_id, first, rows) if len(rows) else []
+            parts = read_parts(self._logs, ledger_id, first, rows) if len(rows) else []
+            return parts, rows[:, 2].astype(np.int64)
 
     def reclaim_entry_logs(self) -> tuple[list[int], int]:
         """Remove entry logs that hold only deleted ledgers (``storage.gc``);

@@ -9,10 +9,11 @@ from __future__ import annotations
 import dataclasses
 import random
 
+import crc32c
 import numpy as np
 import pytest
 
-from appliance import record_check
+from appliance import crc_vec, record_check
 from appliance.digest import make_digest
 from appliance.errors import OK
 from appliance.protocol import events as ev
@@ -26,8 +27,12 @@ from tests.protocol.test_read_batches import BatchLoop, fill
 KEY = master_key(b"pw")
 
 
-def _records(rng: random.Random, digest, count: int, first: int = 1000) -> list[bytes]:
-    sizes = [rng.choice([0, 1, 7, 100, 1024, 3000]) for _ in range(count)]
+def _records(rng: random.Random, digest, count: int, first: int = 1000,
+             uniform: bool = False) -> list[bytes]:
+    """Records of varied payload sizes, or (``uniform``) of one size: the
+    joined path that checks a whole reply with one CRC call."""
+    one = rng.choice([0, 1, 100, 1024])
+    sizes = [one if uniform else rng.choice([0, 1, 7, 100, 1024, 3000]) for _ in range(count)]
     payloads = [rng.randbytes(n) for n in sizes]
     records, _ = pack_entries(42, first, first - 1, 10_000, payloads, digest)
     return records
@@ -51,14 +56,14 @@ def _damage(rng: random.Random, records: list[bytes]) -> list[bytes]:
 
 
 @pytest.mark.parametrize("digest_type", ["crc32c", "hmac-sha256"])
-@pytest.mark.parametrize("many_lengths", [False, True])
-def test_same_answers_as_verify_run(digest_type, many_lengths, monkeypatch):
-    if many_lengths:  # the two-calls-per-record CRC path
+@pytest.mark.parametrize("path", ["uniform", "varied", "many_lengths"])
+def test_same_answers_as_verify_run(digest_type, path, monkeypatch):
+    if path == "many_lengths":  # the two-calls-per-record CRC path
         monkeypatch.setattr(record_check, "FAST_LENGTHS_MAX", 0)
     digest = make_digest(digest_type, KEY)
-    rng = random.Random(f"{digest_type}{many_lengths}")
+    rng = random.Random(f"{digest_type}{path}")
     for trial in range(60):
-        records = _records(rng, digest, rng.randrange(1, 40))
+        records = _records(rng, digest, rng.randrange(1, 40), uniform=path == "uniform")
         if trial % 3:
             records = _damage(rng, records)
         want_payloads, want_lac = verify_run(records, digest, 42, 1000)
@@ -154,3 +159,32 @@ def test_reader_core_with_packed_replies_reads_the_same(damaged):
     assert results[0] == results[1]
     assert results[0][0] == [b"e%d" % e for e in range(40)]
     assert results[0][2] > 5 if damaged else results[0][2] == 5  # 5 batches, + failovers
+
+
+def test_joined_crc_equals_the_crc_of_the_concatenation():
+    rng = random.Random(5)
+    for size in (0, 1, 100, 1024, 5000):
+        for n in (1, 2, 31, 32, 33, 1000, 1025):
+            pieces = [rng.randbytes(size) for _ in range(n)]
+            crcs = np.array([crc32c.crc32c(p) for p in pieces], np.uint32)
+            assert crc_vec.joined_crc(crcs, size) == crc32c.crc32c(b"".join(pieces))
+    head, tail = rng.randbytes(32), rng.randbytes(70_000)  # squared advance tables
+    advanced = crc_vec.advance(np.array([crc32c.crc32c(head)], np.uint32), len(tail))
+    assert int(advanced[0]) ^ crc32c.crc32c(tail) == crc32c.crc32c(head + tail)
+
+
+def test_uniform_reply_damage_anywhere_is_found_record_by_record():
+    digest = make_digest("crc32c", KEY)
+    rng = random.Random(9)
+    records = _records(rng, digest, 64, uniform=True)
+    while len(records[0]) < 40:
+        records = _records(rng, digest, 64, uniform=True)
+    data, lengths = b"".join(records), [len(records[0])] * 64
+    assert check_records(data, lengths, 42, 1000, digest).joined is not None  # one-call path
+    for _ in range(40):
+        pos = rng.randrange(len(data))
+        bad = bytearray(data)
+        bad[pos] ^= 1 << rng.randrange(8)
+        check = check_records(bytes(bad), lengths, 42, 1000, digest, strict=False)
+        assert check.good == pos // lengths[0]
+        assert check.payload_list() == [r[36:] for r in records[:check.good]]

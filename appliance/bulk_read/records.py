@@ -67,7 +67,7 @@ def verify_packed(data, lengths: np.ndarray, ledger_id: int, first_entry_id: int
     sizes = np.asarray(lengths[:check.good], np.int64) - (HEADER_BYTES + digest.size)
     offsets = np.zeros(check.good + 1, np.int64)
     np.cumsum(sizes, out=offsets[1:])
-    payloads = b"".join(check.payloads[:check.good])
+    payloads = check.payload_bytes()
     return VerifiedChunk(ledger_id, first_entry_id, payloads, offsets), check.why
 
 
