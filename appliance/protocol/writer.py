@@ -48,7 +48,7 @@ from appliance.errors import (
 )
 from appliance.protocol import events as ev
 from appliance.protocol.core import CoreBase
-from appliance.protocol.entry import HEADER
+from appliance.protocol.entry import HEADER, HEADER_BYTES
 from appliance.protocol.invariant import invariant
 from appliance.protocol.metadata import CLOSED, IN_RECOVERY, OPEN, LedgerMetadata
 from appliance.protocol.quorum import WriteSets, in_write_set
@@ -90,18 +90,6 @@ class WriterConfig:
         return tick
 
 
-class _Pending:
-    __slots__ = ("entry_id", "data", "length", "acks", "count", "held")
-
-    def __init__(self, entry_id: int, data: bytes, length: int, held: bool):
-        self.entry_id = entry_id
-        self.data = data
-        self.length = length
-        self.acks = 0  # bit i: ensemble position i acknowledged
-        self.count = 0
-        self.held = held  # created during an ensemble change: not sent yet
-
-
 class _MetaOp:
     """One in-flight metadata operation (ensemble change or close)."""
 
@@ -136,7 +124,14 @@ class LedgerWriter(CoreBase):
         self.last_add_pushed = -1
         self.length = 0  # payload bytes of entries 0..last_add_confirmed
         self._length_pushed = 0
-        self._pending: dict[int, _Pending] = {}
+        # Adds in flight, by entry id: the record, and the ensemble positions that
+        # acknowledged it (bit i: position i; the ack count is its popcount).  Plain
+        # dicts of bytes and ints: no object per add (cheaper to make, and nothing
+        # more for the garbage collector to scan).
+        self._data: dict[int, bytes] = {}
+        self._acks: dict[int, int] = {}
+        self._held: set[int] = set()  # made during an ensemble change: not sent yet
+        self._overhead = HEADER_BYTES + digest.size  # record bytes that are not payload
         self._failed: set[int] = set()  # ensemble positions awaiting replacement
         self._op: _MetaOp | None = None
         self._close_requested = False
@@ -164,7 +159,7 @@ class LedgerWriter(CoreBase):
 
     @property
     def pending_count(self) -> int:
-        return len(self._pending)
+        return len(self._data)
 
     # -- user calls ---------------------------------------------------------------
     def add(self, payload: bytes, now_ms: int) -> list:
@@ -180,13 +175,13 @@ class LedgerWriter(CoreBase):
             code = self.error_code if self.error_code != OK else LedgerClosedError.code
             self._out.append(ev.FailAdds(self.ledger_id, first, self.last_add_pushed, code))
             return self._take()
-        if len(self._pending) + len(payloads) > self.config.pending_adds_max:
-            raise TooManyRequestsError(f"{len(self._pending)} adds in flight; limit is "
+        if len(self._data) + len(payloads) > self.config.pending_adds_max:
+            raise TooManyRequestsError(f"{len(self._data)} adds in flight; limit is "
                                        f"pending_adds_max={self.config.pending_adds_max}")
         held = self._op is not None
-        created = self._make_entries(payloads, held)
+        ids, records = self._make_entries(payloads, held)
         if not held:
-            self._send(created, None, now_ms)
+            self._send(ids, records, None, now_ms)
         self._arm_tick()
         return self._take()
 
@@ -215,41 +210,51 @@ class LedgerWriter(CoreBase):
                 raise ValueError(f"payload of {len(payload)} bytes exceeds "
                                  f"entry_bytes_max={limit}")
 
-    def _make_entries(self, payloads: Sequence[bytes], held: bool) -> list[_Pending]:
+    def _make_entries(self, payloads: Sequence[bytes], held: bool) -> tuple[list, list]:
+        """The new entries' ids and records (now pending)."""
         lac, length = self.last_add_confirmed, self._length_pushed
-        entry_id = self.last_add_pushed
+        first = entry_id = self.last_add_pushed + 1
         pack, compute, ledger = HEADER.pack, self._digest.compute, self.ledger_id
-        created = []
+        records = []
         for payload in payloads:
-            entry_id += 1
             length += len(payload)
             header = pack(ledger, entry_id, lac, length)
-            record = b"".join((header, compute(header, payload), payload))
-            pending = _Pending(entry_id, record, length, held)
-            self._pending[entry_id] = pending
-            created.append(pending)
-        self.last_add_pushed, self._length_pushed = entry_id, length
-        return created
+            records.append(b"".join((header, compute(header, payload), payload)))
+            entry_id += 1
+        ids = range(first, entry_id)
+        self._data.update(zip(ids, records, strict=True))
+        self._acks.update(dict.fromkeys(ids, 0))
+        if held:
+            self._held.update(ids)
+        self.last_add_pushed, self._length_pushed = entry_id - 1, length
+        return list(ids), records
+
+    def _records(self, entry_ids: Sequence[int]) -> list[bytes]:
+        data = self._data
+        return [data[e] for e in entry_ids]
 
     # -- sending --------------------------------------------------------------------
-    def _send(self, entries: Sequence[_Pending], only: frozenset | None, now_ms: int) -> None:
-        """Send entries to their write sets (or only to positions ``only``).
-        Each bookie's batch is remembered once (``_outstanding``), not per entry."""
+    def _send(self, entry_ids: Sequence[int], records: Sequence[bytes],
+              only: frozenset | None, now_ms: int) -> None:
+        """Send entries (ids and their records) to their write sets (or only to
+        positions ``only``).  Each bookie's batch is remembered once
+        (``_outstanding``), not per entry."""
         size = self._size
         if self._qw == size:  # every position stores every entry: one batch for all
-            if not entries:
+            if not entry_ids:
                 return
-            batch = (tuple(p.entry_id for p in entries), tuple(p.data for p in entries))
+            batch = (tuple(entry_ids), tuple(records))
             batches = {pos: batch for pos in range(size) if only is None or pos in only}
         else:
-            lists: dict[int, list[_Pending]] = {}
+            lists: dict[int, tuple[list, list]] = {}
             positions_of = self._ws.positions
-            for pending in entries:
-                for pos in positions_of[pending.entry_id % size]:
+            for entry_id, record in zip(entry_ids, records, strict=True):
+                for pos in positions_of[entry_id % size]:
                     if only is None or pos in only:
-                        lists.setdefault(pos, []).append(pending)
-            batches = {pos: (tuple(p.entry_id for p in b), tuple(p.data for p in b))
-                       for pos, b in lists.items()}
+                        ids, recs = lists.setdefault(pos, ([], []))
+                        ids.append(entry_id)
+                        recs.append(record)
+            batches = {pos: (tuple(ids), tuple(recs)) for pos, (ids, recs) in lists.items()}
         for pos, (entry_ids, datas) in batches.items():
             self._outstanding[pos].append([entry_ids, 0, now_ms])
             self._out.append(ev.SendAdd(self._next_id(), self._ws.ensemble[pos], self.ledger_id,
@@ -257,20 +262,20 @@ class LedgerWriter(CoreBase):
 
     # -- replies ----------------------------------------------------------------------
     def _on_add_response(self, event: ev.AddResponse) -> None:
-        pending = self._pending.get(event.entry_id)
+        acks = self._acks.get(event.entry_id)
         pos = self._ws.index.get(event.bookie_id)
-        if (self._state != OPEN_STATE or pending is None or pending.held or pos is None
-                or not in_write_set(pos, event.entry_id, self._size, self._qw)):
+        if (self._state != OPEN_STATE or acks is None or event.entry_id in self._held
+                or pos is None or not in_write_set(pos, event.entry_id, self._size, self._qw)):
             self._stale()
             return
         code = event.code
         if code == OK:
             bit = 1 << pos
-            if pos in self._failed or pending.acks & bit:
+            if pos in self._failed or acks & bit:
                 return
-            pending.acks |= bit
-            pending.count += 1
-            if pending.count >= self._qa and event.entry_id == self.last_add_confirmed + 1:
+            acks |= bit
+            self._acks[event.entry_id] = acks
+            if acks.bit_count() >= self._qa and event.entry_id == self.last_add_confirmed + 1:
                 self._advance(event.now_ms)
         elif code == LedgerFencedError.code:
             self._stop(FENCED, LedgerFencedError.code)
@@ -287,7 +292,8 @@ class LedgerWriter(CoreBase):
             super()._on_add_responses(event)
             return
         bit, size, qw, qa = 1 << pos, self._size, self._qw, self._qa
-        pending_map, advance = self._pending, False
+        acks_map, held, advance = self._acks, self._held, False
+        next_id = self.last_add_confirmed + 1
         for entry_id, code in zip(event.entry_ids, event.codes, strict=True):
             if code != OK:
                 self._on_add_response(ev.AddResponse(event.request_id, event.bookie_id,
@@ -296,29 +302,31 @@ class LedgerWriter(CoreBase):
                 if self._state != OPEN_STATE or pos in self._failed:
                     break  # this bookie's remaining acks no longer count
                 continue
-            pending = pending_map.get(entry_id)
-            if pending is None or pending.held:  # acknowledged already (the late ack of
-                self.stale_replies += 1  # a quorum), or never sent: as _on_add_response
+            acks = acks_map.get(entry_id)
+            if acks is None or (held and entry_id in held):  # acknowledged already (the
+                self.stale_replies += 1  # late ack of a quorum), or never sent: as
+                continue  # _on_add_response
+            if acks & bit or (pos - entry_id) % size >= qw:
                 continue
-            if pending.acks & bit or (pos - entry_id) % size >= qw:
-                continue
-            pending.acks |= bit
-            pending.count += 1
-            if pending.count >= qa and entry_id == self.last_add_confirmed + 1:
+            acks |= bit
+            acks_map[entry_id] = acks
+            if entry_id == next_id and acks.bit_count() >= qa:
                 advance = True
         if advance and self._state == OPEN_STATE:
             self._advance(event.now_ms)
 
     def _advance(self, now_ms: int) -> None:
         first = entry_id = self.last_add_confirmed + 1
-        pending_map, qa = self._pending, self._qa
+        acks_map, data_map, held, qa = self._acks, self._data, self._held, self._qa
+        length, overhead = self.length, self._overhead
         while True:
-            pending = pending_map.get(entry_id)
-            if pending is None or pending.count < qa or pending.held:
+            acks = acks_map.get(entry_id)
+            if acks is None or acks.bit_count() < qa or (held and entry_id in held):
                 break
-            del pending_map[entry_id]
-            self.length = pending.length
+            del acks_map[entry_id]
+            length += len(data_map.pop(entry_id)) - overhead
             entry_id += 1
+        self.length = length
         if entry_id > first:
             self.last_add_confirmed = entry_id - 1
             self._changes_in_a_row = 0
@@ -331,10 +339,10 @@ class LedgerWriter(CoreBase):
             return
         self._failed.add(pos)
         bit = 1 << pos
-        for pending in self._pending.values():  # rare: only on a failure
-            if pending.acks & bit:
-                pending.acks &= ~bit
-                pending.count -= 1
+        acks_map = self._acks
+        for entry_id, acks in acks_map.items():  # rare: only on a failure
+            if acks & bit:
+                acks_map[entry_id] = acks & ~bit
         if self._op is None:
             self._start_ensemble_change()
 
@@ -364,12 +372,12 @@ class LedgerWriter(CoreBase):
         for pos in op.replaced:
             self._outstanding[pos] = deque()
             self._retries[pos], self._resent_ms[pos] = 0, -1
-        sent = [p for p in self._pending.values() if not p.held]
-        held = [p for p in self._pending.values() if p.held]
-        self._send(sent, op.replaced, now_ms)
-        for pending in held:
-            pending.held = False
-        self._send(held, None, now_ms)
+        held_set = self._held
+        sent = [e for e in self._data if e not in held_set]
+        held = [e for e in self._data if e in held_set]
+        self._send(sent, self._records(sent), op.replaced, now_ms)
+        self._held = set()
+        self._send(held, self._records(held), None, now_ms)
         self._arm_tick()
         if self._close_requested:
             self._start_close()
@@ -449,7 +457,9 @@ class LedgerWriter(CoreBase):
         first = self.last_add_confirmed + 1
         if self.last_add_pushed >= first:
             self._out.append(ev.FailAdds(self.ledger_id, first, self.last_add_pushed, code))
-        self._pending.clear()
+        self._data.clear()
+        self._acks.clear()
+        self._held.clear()
         for outstanding in self._outstanding:
             outstanding.clear()
 
@@ -466,7 +476,7 @@ class LedgerWriter(CoreBase):
     def _arm_tick(self) -> None:
         lac_to_write = (self.config.explicit_lac_interval_ms > 0
                         and self.last_add_confirmed > self.lac_written)
-        if self._tick is None and self._state == OPEN_STATE and (self._pending or lac_to_write):
+        if self._tick is None and self._state == OPEN_STATE and (self._data or lac_to_write):
             self._tick = self._timer(self.config.tick_ms())
 
     def _on_timer(self, event: ev.TimerFired) -> None:
@@ -503,7 +513,7 @@ class LedgerWriter(CoreBase):
     def _oldest_unacked_ms(self, pos: int, outstanding: deque) -> int | None:
         """Drop the acknowledged front of ``pos``'s sent batches; when the
         oldest entry still unacknowledged there was sent (None: none)."""
-        bit, pending_map, lac = 1 << pos, self._pending, self.last_add_confirmed
+        bit, acks_map, lac = 1 << pos, self._acks, self.last_add_confirmed
         while outstanding:
             record = outstanding[0]
             entry_ids, i = record[0], record[1]
@@ -513,8 +523,8 @@ class LedgerWriter(CoreBase):
             if entry_ids[i] <= lac and entry_ids[-1] - entry_ids[0] == len(entry_ids) - 1:
                 i = lac + 1 - entry_ids[0]  # consecutive ids: jump over the acknowledged ones
             while i < len(entry_ids):
-                pending = pending_map.get(entry_ids[i])
-                if pending is not None and not pending.acks & bit:
+                acks = acks_map.get(entry_ids[i])
+                if acks is not None and not acks & bit:
                     record[1] = i
                     return record[2]
                 i += 1
@@ -525,10 +535,11 @@ class LedgerWriter(CoreBase):
         """Send ``pos`` every entry of its write sets it has not acknowledged
         (an add is idempotent: the same record under the same id)."""
         bit, size, qw = 1 << pos, self._size, self._qw
-        again = [p for p in self._pending.values()
-                 if not p.held and not p.acks & bit and in_write_set(pos, p.entry_id, size, qw)]
+        held = self._held
+        again = [e for e, acks in self._acks.items()
+                 if e not in held and not acks & bit and in_write_set(pos, e, size, qw)]
         self._outstanding[pos] = deque()
-        self._send(again, frozenset((pos,)), now_ms)
+        self._send(again, self._records(again), frozenset((pos,)), now_ms)
 
     def _maybe_write_lac(self, now_ms: int) -> None:
         interval_ms = self.config.explicit_lac_interval_ms
