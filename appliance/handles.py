@@ -34,6 +34,9 @@ class AddFuture(Future):
     a quarter of the client's CPU.  So ``result``/``exception`` wait in a loop
     (a completion wakes every thread waiting on that handle and each re-checks
     its own future), and a batch of adds completes under one lock.
+    Its two lists (``wait``'s waiters, callbacks) are made on first use: most
+    adds never get either, and two lists per add in flight were most of the
+    objects the garbage collector kept scanning.
     Cancelling an add's future does not un-write the entry."""
 
     def __init__(self, condition: threading.Condition):
@@ -41,8 +44,20 @@ class AddFuture(Future):
         self._state = PENDING
         self._result = None
         self._exception = None
-        self._waiters = []
-        self._done_callbacks = []
+        self._waiter_list = None
+        self._callback_list = None
+
+    @property
+    def _waiters(self) -> list:  # the base class and concurrent.futures.wait use it
+        if self._waiter_list is None:
+            self._waiter_list = []
+        return self._waiter_list
+
+    @property
+    def _done_callbacks(self) -> list:
+        if self._callback_list is None:
+            self._callback_list = []
+        return self._callback_list
 
     def _wait_done(self, timeout: float | None) -> None:
         """Hold ``_condition``; return once finished (or raise)."""
@@ -84,15 +99,16 @@ def _complete(condition: threading.Condition, settled: list, error) -> None:
             if fut._state != PENDING:
                 continue
             fut._state = FINISHED
+            waiters = fut._waiter_list or ()
             if error is None:
                 fut._result = entry_id
-                for waiter in fut._waiters:
+                for waiter in waiters:
                     waiter.add_result(fut)
             else:
                 fut._exception = error
-                for waiter in fut._waiters:
+                for waiter in waiters:
                     waiter.add_exception(fut)
-            if fut._done_callbacks:
+            if fut._callback_list:
                 done.append(fut)
         condition.notify_all()
     for fut in done:
