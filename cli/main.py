@@ -43,9 +43,10 @@ def _register_commands() -> None:
 
     bench.add_command(bench_spark)
     from cli.admin import down, status, up
+    from cli.bookie import bookie
     from cli.ledger import ledger
 
-    for command in (up, down, status, ledger):
+    for command in (up, down, status, ledger, bookie):
         cli.add_command(command)
 
 

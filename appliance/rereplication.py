@@ -1,0 +1,454 @@
+"""Re-replication of a lost bookie's data (``bkctl bookie recover``).
+
+For a bookie B that is gone (dead disk, retired host), every ledger fragment
+naming B is one copy short.  ``Rereplicator.recover(B)`` restores the write
+quorum: for each CLOSED ledger naming B and each fragment naming B, it picks
+a live writable replacement R outside that fragment's ensemble, copies every
+entry of the fragment whose write set contains B from a surviving replica to
+R, and only then re-points the fragment at R with a compare-and-swap.
+
+Safety argument (durability is the product):
+
+* **Never remove B before its entries are durable elsewhere.**  Entries go to
+  R as recovery adds (accepted by a closed, fenced ledger) carrying the
+  ledger's master key; R answers an ADD_PACKED only once the batch is durable
+  (journal fsync).  The CAS that drops B from the fragment is issued only
+  after every batch of that fragment was acknowledged OK by R.
+* **Nothing unverified is copied.**  Each record read from a replica has its
+  digest, ledger id and entry id checked (``verify_run``) before it is
+  written; a bad or missing record makes the copier fail over to the next
+  replica of that entry; when no replica can serve an entry the ledger is
+  reported as failed and its metadata is left untouched.
+* **Concurrent changes.**  The CAS transform (``replace_bookie``) only
+  applies while the fragment still has exactly the planned ensemble; a
+  version conflict is retried by re-reading; a changed fragment re-plans the
+  ledger (at most ``REPLAN_TRIES_MAX`` times); a deleted ledger ends quietly.
+* **Crashes and re-runs.**  A crash before the CAS leaves B in the metadata,
+  so the next run copies again (re-adding an entry R already holds is
+  harmless); after the CAS the fragment is done.  Running twice is a no-op.
+* **Open ledgers** (OPEN / IN_RECOVERY) are skipped by default: their writer
+  may still change the ensemble.  With ``recover_open`` they are first
+  opened with recovery (fenced and closed by ``Client.open_ledger``).
+* **Passwords.**  Metadata holds only a hash of the master key; ledgers whose
+  hash matches none of the given passwords are skipped and reported.
+
+Limits: ``READ_BATCH_ENTRIES_MAX`` / ``READ_BATCH_BYTES_MAX`` per read,
+``WRITES_IN_FLIGHT_MAX`` unacknowledged write batches, ``REQUEST_TIMEOUT_MS``
+per request, ``REPLACEMENT_TRIES_MAX`` replacements tried per fragment.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+
+from appliance.digest import make_digest
+from appliance.errors import OK, BKError, BKTimeoutError, NoSuchLedgerError, error_class
+from appliance.protocol.entry import verify_run
+from appliance.protocol.invariant import invariant
+from appliance.protocol.keys import master_key
+from appliance.protocol.metadata import CLOSED, LedgerMetadata
+from appliance.protocol.rereplication_plan import (
+    RECOVER_OPEN,
+    SKIP_OPEN,
+    FragmentPlan,
+    StalePlanError,
+    choose_replacement,
+    ledger_action,
+    matching_key,
+    plan_ledger,
+    replace_bookie,
+)
+from ipc.client import Event, Transport
+from ipc.packed import AddPackedRequest, ReadPackedRequest
+
+log = logging.getLogger(__name__)
+
+READ_BATCH_ENTRIES_MAX = 256  # entries asked of a replica in one READ_PACKED
+READ_BATCH_BYTES_MAX = 8 * 1024 * 1024  # and their bytes: bounds memory per batch
+WRITES_IN_FLIGHT_MAX = 4  # write batches sent to the replacement, not yet acknowledged
+REQUEST_TIMEOUT_MS = 10_000  # one read or write; a slower bookie counts as failed
+REPLAN_TRIES_MAX = 3  # a ledger whose fragments keep changing under us is reported
+REPLACEMENT_TRIES_MAX = 2  # replacements tried for one fragment before giving up
+PROGRESS_ENTRIES_EVERY = 10_000  # a progress line at least this often while copying
+
+
+class CopyError(Exception):
+    """A fragment could not be copied: no surviving replica served an entry."""
+
+
+class ReplacementError(CopyError):
+    """The replacement refused (or did not acknowledge) a write."""
+
+
+@dataclass
+class RecoveryReport:
+    """What one run did.  ``ok`` only when nothing was skipped or failed."""
+
+    bookie_id: str
+    dry_run: bool = False
+    ledgers_recovered: list[int] = field(default_factory=list)
+    fragments: list[dict] = field(default_factory=list)  # replaced (or planned, dry run)
+    entries_copied: int = 0
+    skipped: list[dict] = field(default_factory=list)  # {"ledger_id", "reason"}
+    failed: list[dict] = field(default_factory=list)  # {"ledger_id", "reason"}
+
+    @property
+    def ok(self) -> bool:
+        return not self.skipped and not self.failed
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "ok": self.ok}
+
+
+class _Wire:
+    """Request/reply over one ``Transport`` (events of other requests are
+    kept until asked for)."""
+
+    def __init__(self, transport: Transport, timeout_ms: int):
+        self.transport = transport
+        self.timeout_ms = timeout_ms
+        self._done: dict[int, Event] = {}
+
+    def send(self, bookie_id: str, request) -> int:
+        return self.transport.send(bookie_id, request, self.timeout_ms)
+
+    def wait(self, rid: int) -> Event:
+        # The transport delivers exactly one event per request by its deadline;
+        # this outer deadline only guards against a transport bug.
+        deadline_s = time.monotonic() + 2 * self.timeout_ms / 1000.0
+        while rid not in self._done:
+            if time.monotonic() > deadline_s:
+                raise BKTimeoutError(f"request {rid} got no event")
+            for event in self.transport.next_events(self.timeout_ms):
+                self._done[event.request_id] = event
+        return self._done.pop(rid)
+
+    def call(self, bookie_id: str, request) -> Event:
+        return self.wait(self.send(bookie_id, request))
+
+
+def _code_name(status: int) -> str:
+    return error_class(status).__name__
+
+
+class Rereplicator:
+    """Re-replicates the fragments of one lost bookie (see module docstring).
+
+    ``ledgers``: a ``LedgerManager``; ``registry``: a ``BookieRegistry``;
+    ``passwords``: the candidate ledger passwords; ``open_ledger(id, password)``
+    fences and closes an open ledger (``Client.open_ledger``), needed only for
+    ``recover_open``; ``on_progress(line)`` receives progress lines."""
+
+    def __init__(self, ledgers, registry, *, passwords: Sequence[bytes] = (b"",),
+                 open_ledger: Callable[[int, bytes], object] | None = None,
+                 on_progress: Callable[[str], None] | None = None,
+                 transport: Transport | None = None,
+                 request_timeout_ms: int = REQUEST_TIMEOUT_MS):
+        self.ledgers = ledgers
+        self.registry = registry
+        self._keys = {master_key(bytes(p)): bytes(p) for p in passwords}
+        self._open_ledger = open_ledger
+        self._progress = on_progress or (lambda line: None)
+        self._own_transport = transport is None
+        self._transport = transport or Transport()
+        self._wire = _Wire(self._transport, request_timeout_ms)
+        self._endpoints: dict[str, str] = {}
+        self._load: dict[str, int] = {}
+        self._live: dict[str, dict] = {}
+        self._copied_at_last_line = 0
+
+    def close(self) -> None:
+        if self._own_transport:
+            self._transport.close()
+
+    def __enter__(self) -> Rereplicator:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- whole runs -----------------------------------------------------------------
+    def recover(self, bookie_id: str, *, recover_open: bool = False,
+                dry_run: bool = False) -> RecoveryReport:
+        """Re-replicate every ledger naming ``bookie_id``; ``ValueError`` if the
+        id is unknown (never registered, no cookie, named by no ledger)."""
+        report = RecoveryReport(bookie_id, dry_run=dry_run)
+        targets = self._ledgers_naming(bookie_id)
+        self._check_known(bookie_id, targets)
+        if bookie_id in self.registry.available():
+            self._progress(f"note: {bookie_id} is still registered; its fragments are "
+                           "re-replicated from the other replicas all the same")
+        for done, ledger_id in enumerate(targets, 1):
+            if dry_run:
+                self._plan_only(ledger_id, bookie_id, recover_open, report)
+            else:
+                self._recover_ledger(ledger_id, bookie_id, recover_open, report)
+            self._progress(f"ledgers {done}/{len(targets)} done, "
+                           f"{report.entries_copied} entries copied")
+        return report
+
+    def _ledgers_naming(self, bookie_id: str) -> list[int]:
+        found = []
+        for ledger_id in self.ledgers.list_ledgers():
+            try:
+                md, _ = self.ledgers.read_ledger(ledger_id)
+            except NoSuchLedgerError:
+                continue  # deleted since the listing
+            if bookie_id in md.bookies():
+                found.append(ledger_id)
+        return found
+
+    def _check_known(self, bookie_id: str, targets: list[int]) -> None:
+        if targets or bookie_id in self.registry.available():
+            return
+        if self.registry.read_cookie(bookie_id) is None:
+            raise ValueError(f"unknown bookie id {bookie_id!r}: not registered, no cookie, "
+                             "and no ledger names it")
+
+    # -- one ledger -----------------------------------------------------------------
+    def _recover_ledger(self, ledger_id: int, lost: str, recover_open: bool,
+                        report: RecoveryReport) -> None:
+        for _ in range(REPLAN_TRIES_MAX):
+            try:
+                md, _ = self.ledgers.read_ledger(ledger_id)
+            except NoSuchLedgerError:
+                return  # deleted meanwhile: nothing left to protect
+            if lost not in md.bookies():
+                return
+            key = self._admit(md, lost, recover_open, report)
+            if key is None:
+                return
+            if md.state != CLOSED:
+                if not self._close_open(ledger_id, key, report):
+                    return
+                continue  # re-read the now closed ledger
+            try:
+                self._recover_closed(md, lost, key, report)
+                return
+            except StalePlanError as exc:
+                log.info("ledger %d changed while re-replicating (%s); planning again",
+                         ledger_id, exc)
+            except NoSuchLedgerError:
+                return
+            except (CopyError, BKError) as exc:
+                report.failed.append({"ledger_id": ledger_id, "reason": str(exc)})
+                return
+        report.failed.append({"ledger_id": ledger_id, "reason": f"its fragments changed "
+                              f"{REPLAN_TRIES_MAX} times while re-replicating; run again"})
+
+    def _admit(self, md: LedgerMetadata, lost: str, recover_open: bool,
+               report: RecoveryReport) -> bytes | None:
+        """The ledger's master key, or None after reporting why it is skipped."""
+        if ledger_action(md, recover_open) == SKIP_OPEN:
+            report.skipped.append({"ledger_id": md.ledger_id, "reason": (
+                f"ledger is {md.state}: its writer may still change the ensemble "
+                "(close it, or pass --recover-open)")})
+            return None
+        key = matching_key(md, list(self._keys))
+        if key is None:
+            report.skipped.append({"ledger_id": md.ledger_id,
+                                   "reason": "wrong password (pass its --password)"})
+        return key
+
+    def _close_open(self, ledger_id: int, key: bytes, report: RecoveryReport) -> bool:
+        invariant(self._open_ledger is not None, "recover_open needs an open_ledger callable")
+        try:
+            self._open_ledger(ledger_id, self._keys[key])
+        except NoSuchLedgerError:
+            return False
+        except BKError as exc:
+            report.failed.append({"ledger_id": ledger_id,
+                                  "reason": f"could not recover the open ledger: "
+                                            f"{type(exc).__name__}: {exc}"})
+            return False
+        self._progress(f"ledger {ledger_id}: was open; fenced and closed")
+        return True
+
+    def _recover_closed(self, md: LedgerMetadata, lost: str, key: bytes,
+                        report: RecoveryReport) -> None:
+        self._refresh_live()
+        replaced = 0
+        for plan in plan_ledger(md, lost):
+            outcome = self._recover_fragment(md, plan, key, report)
+            if outcome is None:
+                return  # skipped (reported) or deleted
+            replaced += outcome
+        if replaced:
+            report.ledgers_recovered.append(md.ledger_id)
+        self._progress(f"ledger {md.ledger_id}: done, {report.entries_copied} entries "
+                       "copied so far")
+
+    def _recover_fragment(self, md: LedgerMetadata, plan: FragmentPlan, key: bytes,
+                          report: RecoveryReport) -> int | None:
+        """Copy one fragment and re-point it; 1 when we re-pointed it, 0 when
+        another run had, None when the ledger was skipped or deleted."""
+        tried: set[str] = set()
+        for _ in range(REPLACEMENT_TRIES_MAX):
+            writable = {b: info["read_only"] for b, info in self._live.items() if b not in tried}
+            replacement = choose_replacement(plan.ensemble, plan.lost, writable, self._load,
+                                             salt=md.ledger_id)
+            if replacement is None:
+                break
+            tried.add(replacement)
+            try:
+                copied = self._copy_fragment(md, plan, key, replacement, report)
+            except ReplacementError as exc:
+                log.warning("ledger %d: %s; trying another replacement", md.ledger_id, exc)
+                continue
+            return self._repoint(plan, replacement, copied, report)
+        reason = (f"no writable replacement for fragment at entry {plan.first_entry_id} "
+                  f"(ensemble {', '.join(plan.ensemble)}; tried {sorted(tried) or 'none'})")
+        report.skipped.append({"ledger_id": md.ledger_id, "reason": reason})
+        return None
+
+    def _repoint(self, plan: FragmentPlan, replacement: str, copied: int,
+                 report: RecoveryReport) -> int | None:
+        """The CAS, after every copy is durable on ``replacement``."""
+        try:
+            md, _ = self.ledgers.update_ledger(
+                plan.ledger_id, lambda m: replace_bookie(m, plan, replacement))
+        except NoSuchLedgerError:
+            return None
+        fragment = dict(md.ensembles)[plan.first_entry_id]
+        invariant(plan.lost not in fragment,
+                  f"ledger {plan.ledger_id} fragment {plan.first_entry_id} still names "
+                  f"{plan.lost} after the CAS")
+        if replacement not in fragment:
+            return 0  # another run re-pointed it at another bookie first
+        self._load[replacement] = self._load.get(replacement, 0) + 1
+        report.fragments.append({"ledger_id": plan.ledger_id,
+                                 "first_entry_id": plan.first_entry_id,
+                                 "last_entry_id": plan.last_entry_id,
+                                 "replacement": replacement, "entries": copied})
+        return 1
+
+    # -- copying --------------------------------------------------------------------
+    def _refresh_live(self) -> None:
+        self._live = self.registry.available()
+        for bookie_id, info in self._live.items():
+            if self._endpoints.get(bookie_id) != info["endpoint"]:
+                self._transport.add_bookie(bookie_id, info["endpoint"])
+                self._endpoints[bookie_id] = info["endpoint"]
+
+    def _copy_fragment(self, md: LedgerMetadata, plan: FragmentPlan, key: bytes,
+                       replacement: str, report: RecoveryReport) -> int:
+        """Copy ``plan``'s entries to ``replacement``; returns how many, once
+        every batch is durable there.  ``CopyError`` otherwise."""
+        digest = make_digest(md.digest_type, key)
+        pending: deque[tuple[int, list[int]]] = deque()
+        copied = 0
+        for first, last in plan.runs():
+            next_id = first
+            while next_id <= last:
+                end = min(last, next_id + READ_BATCH_ENTRIES_MAX - 1)
+                records = self._read_verified(plan, next_id, end, digest)
+                ids = list(range(next_id, next_id + len(records)))
+                request = AddPackedRequest.of(md.ledger_id, key, ids, records, recovery=True)
+                pending.append((self._wire.send(replacement, request), ids))
+                while len(pending) >= WRITES_IN_FLIGHT_MAX:
+                    copied += self._await_write(replacement, *pending.popleft())
+                next_id += len(records)
+        while pending:
+            copied += self._await_write(replacement, *pending.popleft())
+        report.entries_copied += copied
+        if report.entries_copied - self._copied_at_last_line >= PROGRESS_ENTRIES_EVERY:
+            self._copied_at_last_line = report.entries_copied
+            self._progress(f"{report.entries_copied} entries copied")
+        return copied
+
+    def _await_write(self, replacement: str, rid: int, ids: list[int]) -> int:
+        event = self._wire.wait(rid)
+        if event.status != OK:
+            raise ReplacementError(f"replacement {replacement} refused entries "
+                                   f"{ids[0]}..{ids[-1]}: {_code_name(event.status)}")
+        reply = event.reply
+        statuses = list(reply.statuses)
+        if list(reply.entry_ids) != ids or any(s != OK for s in statuses):
+            bad = next((s for s in statuses if s != OK), OK)
+            raise ReplacementError(f"replacement {replacement} refused entries "
+                                   f"{ids[0]}..{ids[-1]}: "
+                                   f"{_code_name(bad) if bad != OK else 'rows do not match'}")
+        return len(ids)
+
+    def _read_verified(self, plan: FragmentPlan, first: int, end: int, digest) -> list:
+        """Verified records of ``first..k`` (k >= first, k <= end) from one
+        surviving replica of ``first``; fails over between replicas."""
+        errors = []
+        for source in plan.sources(first):
+            if source not in self._live:
+                errors.append(f"{source}: not registered")
+                continue
+            request = ReadPackedRequest(plan.ledger_id, first, end, end - first + 1,
+                                        READ_BATCH_BYTES_MAX)
+            event = self._wire.call(source, request)
+            if event.status != OK:
+                errors.append(f"{source}: {_code_name(event.status)}")
+                continue
+            records = _ok_prefix(event.reply, first)
+            payloads, _ = verify_run(records, digest, plan.ledger_id, first)
+            if payloads:
+                return records[:len(payloads)]
+            reason = (_code_name(event.reply.statuses[0]) if len(event.reply.statuses)
+                      and event.reply.statuses[0] != OK else "record failed verification")
+            errors.append(f"{source}: {reason}")
+        raise CopyError(f"entry {first} of ledger {plan.ledger_id}: no surviving replica "
+                        f"served it ({'; '.join(errors) or 'no replica besides the lost one'})")
+
+    # -- dry run --------------------------------------------------------------------
+    def _plan_only(self, ledger_id: int, lost: str, recover_open: bool,
+                   report: RecoveryReport) -> None:
+        try:
+            md, _ = self.ledgers.read_ledger(ledger_id)
+        except NoSuchLedgerError:
+            return
+        if self._admit(md, lost, recover_open, report) is None:
+            return
+        self._refresh_live()
+        if ledger_action(md, recover_open) == RECOVER_OPEN:
+            report.fragments.append({"ledger_id": ledger_id, "action": "recover-open first"})
+            return
+        for plan in plan_ledger(md, lost):
+            writable = {b: info["read_only"] for b, info in self._live.items()}
+            replacement = choose_replacement(plan.ensemble, lost, writable, self._load,
+                                             salt=ledger_id)
+            if replacement is None:
+                report.skipped.append({"ledger_id": ledger_id, "reason": (
+                    f"no writable replacement for fragment at entry {plan.first_entry_id}")})
+                return
+            self._load[replacement] = self._load.get(replacement, 0) + 1
+            report.fragments.append({"ledger_id": ledger_id,
+                                     "first_entry_id": plan.first_entry_id,
+                                     "last_entry_id": plan.last_entry_id,
+                                     "replacement": replacement,
+                                     "entries": plan.entry_count()})
+
+
+def _ok_prefix(reply, first: int) -> list:
+    """The records of the leading OK rows that are ``first, first+1, ...``."""
+    records = reply.entries()
+    out = []
+    for i, (entry_id, status) in enumerate(zip(reply.entry_ids, reply.statuses, strict=True)):
+        if status != OK or entry_id != first + i:
+            break
+        out.append(records[i])
+    return out
+
+
+def underreplicated(ledgers, registry) -> list[dict]:
+    """Ledgers whose fragments name a bookie that is not registered now:
+    ``[{"ledger_id", "state", "missing": [bookie ids]}]``, by ledger id."""
+    live = set(registry.available())
+    found = []
+    for ledger_id in ledgers.list_ledgers():
+        try:
+            md, _ = ledgers.read_ledger(ledger_id)
+        except NoSuchLedgerError:
+            continue
+        missing = sorted(md.bookies() - live)
+        if missing:
+            found.append({"ledger_id": ledger_id, "state": md.state, "missing": missing})
+    return found

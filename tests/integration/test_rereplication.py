@@ -1,0 +1,238 @@
+"""``bkctl bookie recover`` on real bookie processes: a bookie is stopped for
+good, its ledgers are re-replicated, and every entry is readable from the
+copies alone."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import appliance
+from appliance.digest import make_digest, master_key
+from appliance.errors import LedgerClosedError, LedgerFencedError
+from appliance.protocol.entry import verify_run
+from appliance.protocol.rereplication_plan import runs_to_copy
+from appliance.rereplication import Rereplicator, underreplicated
+from ipc.client import Transport
+from ipc.packed import ReadPackedRequest
+from tests.helpers import wait_for
+from tests.integration.cluster import wait_registered
+
+PW = b"pw"
+OTHER_PW = b"other"
+REPO = Path(__file__).resolve().parents[2]
+CLI_TIMEOUT_S = 180
+
+
+def _payloads(ledger_tag: int, count: int) -> list[bytes]:
+    return [b"ledger %d entry %d " % (ledger_tag, i) + b"x" * (i % 37) for i in range(count)]
+
+
+def _write_closed(bk, count: int, password: bytes = PW, tag: int = 0):
+    lh = bk.create_ledger(3, 3, 2, password=password)
+    payloads = _payloads(tag, count)
+    for fut in [lh.add_async(p) for p in payloads]:
+        fut.result(timeout=60)
+    lh.close()
+    return lh.id, payloads
+
+
+def _multi_fragment_ledger(cluster, bk):
+    """A closed ledger with two fragments: a bookie of its ensemble is killed
+    half-way, so the writer replaces it (then the bookie comes back)."""
+    lh = bk.create_ledger(3, 3, 2, password=PW)
+    payloads = _payloads(99, 240)
+    assert [lh.add(p) for p in payloads[:120]] == list(range(120))
+    victim = lh.metadata.ensembles[0][1][0]
+    cluster.kill(victim, signal.SIGKILL)
+    for fut in [lh.add_async(p) for p in payloads[120:]]:
+        fut.result(timeout=60)
+    wait_for(lambda: len(lh.metadata.ensembles) >= 2, 30, what="ensemble change")
+    lh.close()
+    cluster.start_bookie(victim)
+    wait_registered(bk, 5)
+    return lh.id, payloads
+
+
+def _ledger_naming(bk, bookie_id: str, count: int, password: bytes, tag: int,
+                   tries_max: int = 40):
+    """A closed ledger whose ensemble includes ``bookie_id`` (ensembles are
+    random: ledgers that miss it are kept, closed and empty)."""
+    for _ in range(tries_max):
+        lh = bk.create_ledger(3, 3, 2, password=password)
+        if bookie_id in lh.metadata.bookies():
+            payloads = _payloads(tag, count)
+            for fut in [lh.add_async(p) for p in payloads]:
+                fut.result(timeout=60)
+            return lh, payloads
+        lh.close()
+    raise AssertionError(f"no ledger on {bookie_id} after {tries_max} tries")
+
+
+def _bkctl(config_path, *args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cli.main", *args, "--config",
+                           str(config_path)], cwd=REPO, capture_output=True, text=True,
+                          timeout=CLI_TIMEOUT_S, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def _read_all(bk, ledger_id: int, password: bytes = PW) -> list[bytes]:
+    rh = bk.open_ledger(ledger_id, password=password)
+    if rh.last_add_confirmed < 0:
+        return []
+    return [bytes(e.payload) for e in rh.read(0, rh.last_add_confirmed)]
+
+
+def _replacement_holds(bk, fragment: dict, lost: str, password: bytes) -> int:
+    """Read the lost bookie's share of ``fragment`` from its replacement
+    alone, verifying every record; returns how many entries it holds."""
+    md = bk.ledger_metadata(fragment["ledger_id"])
+    ensemble = dict(md.ensembles)[fragment["first_entry_id"]]
+    position = ensemble.index(fragment["replacement"])
+    digest = make_digest(md.digest_type, master_key(password))
+    endpoint = bk.registry.get(fragment["replacement"])["endpoint"]
+    held = 0
+    with Transport() as transport:
+        transport.add_bookie("r", endpoint)
+        for first, last in runs_to_copy(fragment["first_entry_id"], fragment["last_entry_id"],
+                                        md.ensemble_size, md.write_quorum, position):
+            transport.send("r", ReadPackedRequest(md.ledger_id, first, last, last - first + 1,
+                                                  64 << 20), 10_000)
+            (event,) = wait_for(lambda: transport.next_events(100), 15, what="read reply")
+            assert event.status == 0, event
+            verified, _ = verify_run(event.reply.entries(), digest, md.ledger_id, first)
+            assert len(verified) == last - first + 1, (fragment, first, last, len(verified))
+            held += len(verified)
+    return held
+
+
+def test_recover_a_lost_bookie_end_to_end(make_cluster):
+    cluster = make_cluster(5, client=(3, 3, 2))
+    config = cluster.config_path
+    with appliance.connect(str(config)) as bk:
+        wait_registered(bk, 5)
+        expected: dict[int, list[bytes]] = {}
+        multi_id, expected[multi_id] = _multi_fragment_ledger(cluster, bk)
+        multi = bk.ledger_metadata(multi_id)
+        lost = multi.ensembles[0][1][1]  # kept in both fragments
+        assert all(lost in ens for _, ens in multi.ensembles)
+        for tag in (1, 2, 3):
+            lh, expected_payloads = _ledger_naming(bk, lost, 150 * tag, PW, tag)
+            lh.close()
+            expected[lh.id] = expected_payloads
+        empty, _ = _ledger_naming(bk, lost, 0, PW, 4)
+        empty.close()
+        expected[empty.id] = []
+        stranger, stranger_payloads = _ledger_naming(bk, lost, 50, OTHER_PW, 5)
+        stranger.close()
+        writer, open_payloads = _ledger_naming(bk, lost, 80, PW, 6)  # stays OPEN
+
+        cluster.stop_bookie(lost)
+        wait_for(lambda: lost not in bk.registry.available(), 15, what=f"{lost} gone")
+        named = {i for i in bk.list_ledgers() if lost in bk.ledger_metadata(i).bookies()}
+        assert named == {*expected, stranger.id, writer.id}
+        # per fragment, the other original replicas (to stop one of them later)
+        originals = [b for i in named for _, ens in bk.ledger_metadata(i).ensembles
+                     if lost in ens for b in ens if b != lost]
+
+        # underreplicated lists exactly the ledgers naming the lost bookie
+        result = _bkctl(config, "bookie", "underreplicated", "--json")
+        assert result.returncode == 0, result.stderr
+        listed = json.loads(result.stdout)
+        assert {item["ledger_id"] for item in listed} == named
+        assert all(item["missing"] == [lost] for item in listed)
+
+        # unknown ids are refused with one line
+        result = _bkctl(config, "bookie", "recover", "bookie-99")
+        assert result.returncode != 0
+        assert "unknown bookie id" in result.stderr and len(result.stderr.splitlines()) == 1
+
+        # dry run: plans, changes nothing
+        result = _bkctl(config, "bookie", "recover", lost, "--password", "pw", "--dry-run",
+                        "--json")
+        assert result.returncode == 1, result.stderr  # the open and the stranger are skipped
+        plan = json.loads(result.stdout)
+        assert plan["dry_run"] is True and plan["entries_copied"] == 0
+        assert {f["ledger_id"] for f in plan["fragments"]} == set(expected)
+        assert all(bk.ledger_metadata(i).bookies() >= {lost} for i in named)
+
+        # first run: CLOSED ledgers with the given password; the rest is reported
+        result = _bkctl(config, "bookie", "recover", lost, "--password", "pw", "--json")
+        assert result.returncode == 1, result.stderr
+        report = json.loads(result.stdout)
+        assert sorted(report["ledgers_recovered"]) == sorted(expected)
+        assert report["entries_copied"] == sum(len(p) for p in expected.values())
+        reasons = {s["ledger_id"]: s["reason"] for s in report["skipped"]}
+        assert set(reasons) == {stranger.id, writer.id} and report["failed"] == []
+        assert "wrong password" in reasons[stranger.id]
+        assert "OPEN" in reasons[writer.id] and "--recover-open" in reasons[writer.id]
+        assert f"ledgers {len(named)}/{len(named)} done" in result.stderr  # progress
+        for ledger_id in expected:
+            md = bk.ledger_metadata(ledger_id)
+            assert lost not in md.bookies() and md.state == "CLOSED"
+        assert len([f for f in report["fragments"] if f["ledger_id"] == multi_id]) == 2
+        for fragment in report["fragments"]:
+            assert fragment["replacement"] != lost
+            holds = _replacement_holds(bk, fragment, lost, PW)
+            assert holds == fragment["entries"]
+
+        # second run: both passwords, open ledgers fenced and closed first
+        result = _bkctl(config, "bookie", "recover", lost, "--password", "pw",
+                        "--password", "other", "--recover-open")
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "2 ledger(s) re-replicated" in result.stdout
+        with pytest.raises((LedgerFencedError, LedgerClosedError)):
+            writer.add(b"after recovery")  # the writer was fenced out
+        expected[stranger.id] = stranger_payloads
+        expected[writer.id] = open_payloads
+
+        # a third run is a no-op; nothing is under-replicated any more
+        result = _bkctl(config, "bookie", "recover", lost, "--password", "pw", "--password",
+                        "other", "--json")
+        assert result.returncode == 0, result.stderr
+        again = json.loads(result.stdout)
+        assert again["ok"] is True and again["entries_copied"] == 0
+        assert again["ledgers_recovered"] == [] and again["fragments"] == []
+        result = _bkctl(config, "bookie", "underreplicated", "--json")
+        assert result.returncode == 0 and json.loads(result.stdout) == []
+        assert all(lost not in bk.ledger_metadata(i).bookies() for i in bk.list_ledgers())
+
+        # every entry reads back with the lost bookie down and one more original
+        # replica stopped: the one sharing the most fragments with it
+        second = max(set(originals), key=originals.count)
+        cluster.stop_bookie(second)
+        wait_for(lambda: second not in bk.registry.available(), 15, what=f"{second} gone")
+    with appliance.connect(str(config)) as bk:
+        for ledger_id, payloads in expected.items():
+            password = OTHER_PW if ledger_id == stranger.id else PW
+            assert _read_all(bk, ledger_id, password) == payloads, ledger_id
+        # and a ledger whose replacement is its only bookie left still reads back
+        solo = next(f for f in report["fragments"] if f["entries"] >= 150)
+        (ensemble,) = [ens for _, ens in bk.ledger_metadata(solo["ledger_id"]).ensembles]
+        for bookie_id in set(ensemble) - {solo["replacement"]}:
+            cluster.stop_bookie(bookie_id)
+        assert _read_all(bk, solo["ledger_id"]) == expected[solo["ledger_id"]]
+
+
+def test_recover_skips_when_no_writable_replacement_and_keeps_metadata(make_cluster):
+    cluster = make_cluster(3, client=(3, 3, 2))
+    with appliance.connect(str(cluster.config_path)) as bk:
+        wait_registered(bk, 3)
+        ledger_id, payloads = _write_closed(bk, 30)
+        lost = bk.ledger_metadata(ledger_id).ensembles[0][1][0]
+        cluster.stop_bookie(lost)
+        wait_for(lambda: lost not in bk.registry.available(), 15, what=f"{lost} gone")
+        assert underreplicated(bk.ledgers, bk.registry) == [
+            {"ledger_id": ledger_id, "state": "CLOSED", "missing": [lost]}]
+        with Rereplicator(bk.ledgers, bk.registry, passwords=[PW]) as rr:
+            report = rr.recover(lost)
+        assert not report.ok and report.entries_copied == 0
+        (skip,) = report.skipped
+        assert skip["ledger_id"] == ledger_id and "no writable replacement" in skip["reason"]
+        assert lost in bk.ledger_metadata(ledger_id).bookies()  # never dropped uncopied
+        assert _read_all(bk, ledger_id) == payloads
