@@ -16,11 +16,11 @@ import pytest
 import appliance
 from appliance.digest import make_digest, master_key
 from appliance.errors import LedgerClosedError, LedgerFencedError
-from appliance.protocol.entry import verify_run
-from appliance.protocol.rereplication_plan import runs_to_copy
+from appliance.protocol.entry import pack_entry, verify_run
+from appliance.protocol.rereplication_plan import plan_ledger, runs_to_copy
 from appliance.rereplication import Rereplicator, underreplicated
 from ipc.client import Transport
-from ipc.packed import ReadPackedRequest
+from ipc.packed import AddPackedRequest, ReadPackedRequest
 from tests.helpers import wait_for
 from tests.integration.cluster import wait_registered
 
@@ -236,3 +236,102 @@ def test_recover_skips_when_no_writable_replacement_and_keeps_metadata(make_clus
         assert skip["ledger_id"] == ledger_id and "no writable replacement" in skip["reason"]
         assert lost in bk.ledger_metadata(ledger_id).bookies()  # never dropped uncopied
         assert _read_all(bk, ledger_id) == payloads
+
+
+def _overwrite(bk, bookie_id: str, ledger_id: int, entry_id: int, record: bytes) -> None:
+    """Store ``record`` as the entry on one bookie (a recovery add): a stand-in
+    for a copy damaged on that bookie's disk."""
+    with Transport() as transport:
+        transport.add_bookie("b", bk.registry.get(bookie_id)["endpoint"])
+        request = AddPackedRequest.of(ledger_id, master_key(PW), [entry_id], [record],
+                                      recovery=True)
+        transport.send("b", request, 10_000)
+        (event,) = wait_for(lambda: transport.next_events(100), 15, what="add reply")
+        assert event.status == 0 and list(event.reply.statuses) == [0], event
+
+
+def _damaged(record: bytes) -> bytes:
+    return record[:-1] + bytes([record[-1] ^ 0xFF])  # last payload byte flipped
+
+
+def test_recover_fails_over_damaged_copies_and_never_copies_them(make_cluster):
+    cluster = make_cluster(4, client=(3, 3, 2))
+    with appliance.connect(str(cluster.config_path)) as bk:
+        wait_registered(bk, 4)
+        first_id, first_payloads = _write_closed(bk, 40, tag=1)
+        lost = bk.ledger_metadata(first_id).ensembles[0][1][0]
+        second, _ = _ledger_naming(bk, lost, 40, PW, 2)
+        second.close()
+        digest = make_digest("crc32c", master_key(PW))
+        plans = {i: plan_ledger(bk.ledger_metadata(i), lost)[0] for i in (first_id, second.id)}
+        records = {ledger_id: pack_entry(ledger_id, entry_id, -1, 0, b"forged", digest)
+                   for ledger_id, entry_id in ((first_id, 6), (second.id, 3))}
+        # first ledger: entry 6 damaged on the replica asked first (for the batch
+        # from entry 0 and again from entry 6); the other replica's copy is good
+        asked_first = plans[first_id].sources(0)[0]
+        assert plans[first_id].sources(6)[0] == asked_first
+        _overwrite(bk, asked_first, first_id, 6, _damaged(records[first_id]))
+        # second ledger: entry 3 damaged on every surviving replica
+        for source in plans[second.id].sources(3):
+            _overwrite(bk, source, second.id, 3, _damaged(records[second.id]))
+
+        cluster.stop_bookie(lost)
+        wait_for(lambda: lost not in bk.registry.available(), 15, what=f"{lost} gone")
+        with Rereplicator(bk.ledgers, bk.registry, passwords=[PW]) as rr:
+            report = rr.recover(lost)
+        assert report.ledgers_recovered == [first_id]
+        (failure,) = report.failed
+        assert failure["ledger_id"] == second.id and "entry 3" in failure["reason"]
+        assert lost not in bk.ledger_metadata(first_id).bookies()
+        assert lost in bk.ledger_metadata(second.id).bookies()  # untouched: nothing to copy
+        (fragment,) = report.fragments
+        assert _replacement_holds(bk, fragment, lost, PW) == 40  # the good copy of entry 6
+        assert _read_all(bk, first_id) == first_payloads
+
+
+class _Crash(Exception):
+    pass
+
+
+class _CrashBeforeCas:
+    """A LedgerManager whose first metadata update dies (the process crashed
+    after the copies were durable, before the CAS)."""
+
+    def __init__(self, ledgers):
+        self._ledgers = ledgers
+        self.crashed = False
+
+    def __getattr__(self, name):
+        return getattr(self._ledgers, name)
+
+    def update_ledger(self, *args, **kwargs):
+        if not self.crashed:
+            self.crashed = True
+            raise _Crash("power cut")
+        return self._ledgers.update_ledger(*args, **kwargs)
+
+
+def test_a_run_that_crashed_before_its_cas_is_finished_by_the_next(make_cluster):
+    cluster = make_cluster(4, client=(3, 3, 2))
+    with appliance.connect(str(cluster.config_path)) as bk:
+        wait_registered(bk, 4)
+        first_id, first_payloads = _write_closed(bk, 60, tag=1)
+        lost = bk.ledger_metadata(first_id).ensembles[0][1][0]
+        second, second_payloads = _ledger_naming(bk, lost, 70, PW, 2)
+        second.close()
+        cluster.stop_bookie(lost)
+        wait_for(lambda: lost not in bk.registry.available(), 15, what=f"{lost} gone")
+        crashing = _CrashBeforeCas(bk.ledgers)
+        with Rereplicator(crashing, bk.registry, passwords=[PW]) as rr, \
+                pytest.raises(_Crash):
+            rr.recover(lost)
+        assert crashing.crashed
+        for ledger_id in (first_id, second.id):
+            assert lost in bk.ledger_metadata(ledger_id).bookies()  # copied, not re-pointed
+        with Rereplicator(bk.ledgers, bk.registry, passwords=[PW]) as rr:
+            report = rr.recover(lost)
+        assert report.ok and sorted(report.ledgers_recovered) == sorted([first_id, second.id])
+        assert report.entries_copied == 130  # written again: harmless
+        for ledger_id, payloads in ((first_id, first_payloads), (second.id, second_payloads)):
+            assert lost not in bk.ledger_metadata(ledger_id).bookies()
+            assert _read_all(bk, ledger_id) == payloads
