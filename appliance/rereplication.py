@@ -176,6 +176,8 @@ class Rereplicator:
                 dry_run: bool = False) -> RecoveryReport:
         """Re-replicate every ledger naming ``bookie_id``; ``ValueError`` if the
         id is unknown (never registered, no cookie, named by no ledger)."""
+        if recover_open and self._open_ledger is None:
+            raise ValueError("recover_open needs the open_ledger callable (Client.open_ledger)")
         report = RecoveryReport(bookie_id, dry_run=dry_run)
         targets = self._ledgers_naming(bookie_id)
         self._check_known(bookie_id, targets)
@@ -187,7 +189,7 @@ class Rereplicator:
                 self._plan_only(ledger_id, bookie_id, recover_open, report)
             else:
                 self._recover_ledger(ledger_id, bookie_id, recover_open, report)
-            self._progress(f"ledgers {done}/{len(targets)} done, "
+            self._progress(f"ledgers {done}/{len(targets)} done (last: {ledger_id}), "
                            f"{report.entries_copied} entries copied")
         return report
 
@@ -279,8 +281,6 @@ class Rereplicator:
             replaced += outcome
         if replaced:
             report.ledgers_recovered.append(md.ledger_id)
-        self._progress(f"ledger {md.ledger_id}: done, {report.entries_copied} entries "
-                       "copied so far")
 
     def _recover_fragment(self, md: LedgerMetadata, plan: FragmentPlan, key: bytes,
                           report: RecoveryReport) -> int | None:
