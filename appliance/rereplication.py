@@ -286,23 +286,28 @@ class Rereplicator:
                           report: RecoveryReport) -> int | None:
         """Copy one fragment and re-point it; 1 when we re-pointed it, 0 when
         another run had, None when the ledger was skipped or deleted."""
-        tried: set[str] = set()
+        refusals: dict[str, str] = {}
         for _ in range(REPLACEMENT_TRIES_MAX):
-            writable = {b: info["read_only"] for b, info in self._live.items() if b not in tried}
+            writable = {b: info["read_only"] for b, info in self._live.items()
+                        if b not in refusals}
             replacement = choose_replacement(plan.ensemble, plan.lost, writable, self._load,
                                              salt=md.ledger_id)
             if replacement is None:
                 break
-            tried.add(replacement)
             try:
                 copied = self._copy_fragment(md, plan, key, replacement, report)
             except ReplacementError as exc:
                 log.warning("ledger %d: %s; trying another replacement", md.ledger_id, exc)
+                refusals[replacement] = str(exc)
                 continue
             return self._repoint(plan, replacement, copied, report)
-        reason = (f"no writable replacement for fragment at entry {plan.first_entry_id} "
-                  f"(ensemble {', '.join(plan.ensemble)}; tried {sorted(tried) or 'none'})")
-        report.skipped.append({"ledger_id": md.ledger_id, "reason": reason})
+        where = f"fragment at entry {plan.first_entry_id} (ensemble {', '.join(plan.ensemble)})"
+        if refusals:
+            report.failed.append({"ledger_id": md.ledger_id, "reason": (
+                f"no replacement took the copies of {where}: {'; '.join(refusals.values())}")})
+        else:
+            report.skipped.append({"ledger_id": md.ledger_id,
+                                   "reason": f"no writable replacement for {where}"})
         return None
 
     def _repoint(self, plan: FragmentPlan, replacement: str, copied: int,

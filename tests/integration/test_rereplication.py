@@ -17,10 +17,11 @@ import appliance
 from appliance.digest import make_digest, master_key
 from appliance.errors import LedgerClosedError, LedgerFencedError
 from appliance.protocol.entry import pack_entry, verify_run
-from appliance.protocol.rereplication_plan import plan_ledger, runs_to_copy
+from appliance.protocol.rereplication_plan import choose_replacement, plan_ledger, runs_to_copy
 from appliance.rereplication import Rereplicator, underreplicated
 from ipc.client import Transport
 from ipc.packed import AddPackedRequest, ReadPackedRequest
+from ipc.requests import ReadLacRequest
 from tests.helpers import wait_for
 from tests.integration.cluster import wait_registered
 
@@ -335,3 +336,33 @@ def test_a_run_that_crashed_before_its_cas_is_finished_by_the_next(make_cluster)
         for ledger_id, payloads in ((first_id, first_payloads), (second.id, second_payloads)):
             assert lost not in bk.ledger_metadata(ledger_id).bookies()
             assert _read_all(bk, ledger_id) == payloads
+
+
+def test_a_replacement_that_refuses_the_copies_is_swapped_for_another(make_cluster):
+    cluster = make_cluster(5, client=(3, 3, 2))
+    with appliance.connect(str(cluster.config_path)) as bk:
+        wait_registered(bk, 5)
+        ledger_id, payloads = _write_closed(bk, 50)
+        md = bk.ledger_metadata(ledger_id)
+        lost = md.ensembles[0][1][0]
+        cluster.stop_bookie(lost)
+        wait_for(lambda: lost not in bk.registry.available(), 15, what=f"{lost} gone")
+        live = {b: info["read_only"] for b, info in bk.registry.available().items()}
+        (plan,) = plan_ledger(md, lost)
+        first_choice = choose_replacement(plan.ensemble, lost, live, {}, salt=ledger_id)
+        # the first choice already holds this ledger id under another key: it
+        # refuses every add for it (UnauthorizedError)
+        with Transport() as transport:
+            transport.add_bookie("b", bk.registry.get(first_choice)["endpoint"])
+            transport.send("b", ReadLacRequest(ledger_id, fence=True,
+                                               master_key=master_key(b"someone else")), 10_000)
+            (event,) = wait_for(lambda: transport.next_events(100), 15, what="fence reply")
+            assert event.status == 0, event
+        with Rereplicator(bk.ledgers, bk.registry, passwords=[PW]) as rr:
+            report = rr.recover(lost)
+        assert report.ok, report
+        (fragment,) = report.fragments
+        assert fragment["replacement"] not in (first_choice, lost, *plan.ensemble)
+        assert _replacement_holds(bk, fragment, lost, PW) == 50
+        assert bk.ledger_metadata(ledger_id).ensembles[0][1][0] == fragment["replacement"]
+        assert _read_all(bk, ledger_id) == payloads
