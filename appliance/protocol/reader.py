@@ -23,7 +23,11 @@ Guarantees:
   the verified in-order prefix of a reply is kept; the first row that is
   not a good record is read again one by one under exactly the rules above
   (so a negative still needs every replica), and the rest of the run goes to
-  the next bookie.  Batch mode changes the cost, never the answer.
+  the next bookie.  Batch mode changes the cost, never the answer.  A
+  reply's records may come packed (``PackedRecords``: one buffer and the
+  lengths); they are checked by the injected ``verify_batch``:
+  ``verify_run`` by default (the simulation), a vectorised check with the
+  same answers in the client (``appliance.record_check.verify_run_fast``).
 
 Bounds: ``read_window_entries`` single-entry reads and
 ``read_batches_in_flight`` batch requests in flight per read,

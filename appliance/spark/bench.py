@@ -88,13 +88,50 @@ def _measure_size(spark, config: str, size: int, entries: int, n_ledgers: int, r
               .load())
     out = {"size": size, "rows": rows, "payload_mb": payload_bytes / 1e6, "ledgers": ids,
            "partitions": df.rdd.getNumPartitions()}
+    from appliance.bench import bookie_pids
+
+    bookies = bookie_pids(config)
     for name, frame in (("bookkeeper", df), ("parquet", spark.read.parquet(parquet)),
                         ("python_memory_source", memory)):
+        cpu_before = cpu_by_role(bookies)
         times = [_time_noop(frame) for _ in range(repeat)]
+        cpu_after = cpu_by_role(bookies)
         best = min(times)
         out[name] = {"runs_s": [round(t, 4) for t in times], "best_s": round(best, 4),
-                     "rows_per_s": rows / best, "mb_per_s": payload_bytes / 1e6 / best}
+                     "rows_per_s": rows / best, "mb_per_s": payload_bytes / 1e6 / best,
+                     "cpu_us_per_row": {role: (cpu_after[role] - cpu_before[role]) * 1e6 /
+                                        (rows * repeat) for role in cpu_after}}
     out["ratio_to_parquet"] = out["bookkeeper"]["rows_per_s"] / out["parquet"]["rows_per_s"]
+    return out
+
+
+def cpu_by_role(bookie_pids: dict[str, int]) -> dict[str, float]:
+    """CPU seconds used so far by the bookies, the Spark JVM (this process's
+    java child) and the Python workers (the JVM's descendants, with workers
+    that already exited: their parent's reaped-children times)."""
+    import psutil
+
+    def own(proc) -> float:
+        t = proc.cpu_times()
+        return t.user + t.system
+
+    out = {"bookies": 0.0, "spark_jvm": 0.0, "python_workers": 0.0}
+    for pid in bookie_pids.values():
+        try:
+            out["bookies"] += own(psutil.Process(pid))
+        except psutil.Error:
+            continue
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if proc.name() != "java":
+                continue
+            out["spark_jvm"] += own(proc)
+            for worker in proc.children(recursive=True):
+                t = worker.cpu_times()
+                out["python_workers"] += t.user + t.system + t.children_user + \
+                    t.children_system
+        except psutil.Error:
+            continue
     return out
 
 

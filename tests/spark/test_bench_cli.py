@@ -28,6 +28,9 @@ def test_bench_spark_json_reports_every_source(spark, tmp_path):
         m = run[name]
         assert len(m["runs_s"]) == 1 and m["best_s"] == min(m["runs_s"]) > 0
         assert m["rows_per_s"] == pytest.approx(600 / m["best_s"], rel=1e-3)  # best_s rounded
+        cpu = m["cpu_us_per_row"]  # per process kind, over the timed runs
+        assert set(cpu) == {"bookies", "spark_jvm", "python_workers"}
+        assert min(cpu.values()) >= 0 and cpu["spark_jvm"] > 0
     assert run["ratio_to_parquet"] == run["bookkeeper"]["rows_per_s"] / \
         run["parquet"]["rows_per_s"]
     assert os.listdir(tmp_path) == []  # appliance, Parquet files: all removed
