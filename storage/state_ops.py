@@ -112,13 +112,16 @@ class StateOps:
             return self._index.ledger(ledger_id).explicit_lac
 
     # -- existence / delete -------------------------------------------------------
-    def delete_ledger(self, ledger_id: int) -> None:
+    def delete_ledger(self, ledger_id: int) -> int:
         """Forget a ledger (journaled); idempotent.  Its bytes stay in the entry
-        logs until garbage collection (``ledger_bytes`` says where)."""
+        logs until garbage collection (``ledger_bytes`` says where).  Returns
+        the ticket after which the delete survives a crash (0: nothing to do)."""
         with self._lock:
-            if ledger_id in self._index.ledgers:
-                self._journal_state(js.DELETE, LEDGER.pack(ledger_id))
-                self._index.drop(ledger_id)
+            if ledger_id not in self._index.ledgers:
+                return 0
+            ticket = self._journal_state(js.DELETE, LEDGER.pack(ledger_id))
+            self._index.drop(ledger_id)
+            return ticket
 
     def last_entry_id(self, ledger_id: int) -> int:
         with self._lock:

@@ -11,6 +11,8 @@ Ack log lines (``os.write`` with O_APPEND, one write per group of acks)::
     O                  the storage opened (so the next open must be unclean)
     A ledger first last   entries first..last of ledger are durable
     F ledger key_hex      ledger fenced and its master key set, both durable
+    D ledger              a doomed ledger's delete is durable (then GC ran: "G logs")
+    G removed             entry logs garbage-collected by one reclaim_entry_logs()
     X message             the writer saw something wrong (the test fails)
 """
 
@@ -24,6 +26,8 @@ from storage import LedgerStorage
 
 DATA_LEDGERS = (1, 2, 3, 4, 5)
 FENCE_LEDGER_BASE = 1_000_000
+DOOMED_LEDGER_BASE = 2_000_000_000
+DOOMED_ENTRY_BYTES = 2000
 _POOL = random.Random(1234).randbytes(1 << 16)
 BATCH_ENTRIES_MAX = 48
 WINDOW_MAX = 8  # batches in flight before the writer waits
@@ -54,6 +58,8 @@ class Writer:
             self.st.checkpoint()
         elif roll < 0.06:
             self.fence_new_ledger()
+        elif roll < 0.075:
+            self.doom_a_ledger()
         else:
             self.add_batch()
         if len(self.pending) >= WINDOW_MAX:
@@ -80,6 +86,23 @@ class Writer:
         self.st.set_master_key(led, fence_key(led))
         ticket = self.st.fence(led)
         self.pending.append((ticket, [f"F {led} {fence_key(led).hex()}"]))
+
+    def doom_a_ledger(self) -> None:
+        """Write a ledger over two entry logs' worth of bytes (so at least one
+        log holds nothing else), delete it, checkpoint and collect garbage:
+        the parent checks that no acknowledged entry of the data ledgers went
+        with it and that the delete, once durable, stays."""
+        led = DOOMED_LEDGER_BASE + self.rng.randrange(1 << 30)
+        per_batch = max(1, self.st.options.add_batch_bytes_max // (DOOMED_ENTRY_BYTES + 64))
+        total = 2 * self.st.options.entry_log_rotate_bytes // DOOMED_ENTRY_BYTES + per_batch
+        data = bytes(DOOMED_ENTRY_BYTES)
+        for first in range(0, total, per_batch):
+            ids = list(range(first, min(total, first + per_batch)))
+            self.st.add_entries([led] * len(ids), ids, [data] * len(ids))
+        self.pending.append((self.st.delete_ledger(led), [f"D {led}"]))
+        self.st.checkpoint()
+        removed, _ = self.st.reclaim_entry_logs()
+        os.write(self.ack_fd, f"G {len(removed)}\n".encode())
 
     def ack_durable(self) -> None:
         durable = self.st.durable_ticket
