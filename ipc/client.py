@@ -59,11 +59,11 @@ from appliance.errors import (
 from ipc.frames import DEFAULT_LIMITS, WireLimits, salvage_ids
 from ipc.replies import ErrorReply, LacReply, Reply, decode_reply
 from ipc.requests import Request, encode_request
+from ipc.zmq_frames import recv_frames, send_frames
 
 log = logging.getLogger(__name__)
 
 _MONITOR_EVENTS = zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED
-_NOBLOCK = int(zmq.NOBLOCK)
 _ZERO_COPY_BYTES_MIN = 64 * 1024
 
 
@@ -396,7 +396,7 @@ class _IoLoop:
         try:
             # Zero-copy only pays for big frames; small ones are cheaper to copy.
             copy = all(len(f) < _ZERO_COPY_BYTES_MIN for f in frames)
-            conn.sock.send_multipart(frames, _NOBLOCK, copy=copy)
+            send_frames(conn.sock, frames, copy)
         except zmq.Again:
             self._emit(bookie_id, rid, op, TooManyRequestsError.code)
             return
@@ -407,7 +407,7 @@ class _IoLoop:
     def _drain(self, conn: _Conn) -> None:
         for _ in range(self.t._drain_max):
             try:
-                frames = conn.sock.recv_multipart(_NOBLOCK, copy=False)
+                frames = recv_frames(conn.sock)
             except zmq.Again:
                 return
             self._on_reply(conn.bookie_id, frames)

@@ -47,10 +47,9 @@ from appliance.protocol.invariant import invariant
 from ipc.frames import DEFAULT_LIMITS, WireLimits, salvage_ids
 from ipc.replies import ErrorReply, Reply, encode_reply, error_reply
 from ipc.requests import Request, decode_request
+from ipc.zmq_frames import recv_frames, send_frames
 
 log = logging.getLogger(__name__)
-
-_NOBLOCK = int(zmq.NOBLOCK)
 _ZERO_COPY_BYTES_MIN = 64 * 1024
 
 
@@ -164,7 +163,7 @@ class FrameServer:
         # Zero-copy only pays for big frames; small ones are cheaper to copy.
         copy = all(len(f) < _ZERO_COPY_BYTES_MIN for f in frames)
         try:
-            self._sock.send_multipart([peer, *frames], _NOBLOCK, copy=copy)
+            send_frames(self._sock, [peer, *frames], copy)
         except (zmq.Again, zmq.ZMQError):
             self.counters["replies_dropped"] += 1
             return False
@@ -246,7 +245,7 @@ class FrameServer:
     def _drain_socket(self) -> None:
         for _ in range(self.drain_messages_max):
             try:
-                msg = self._sock.recv_multipart(_NOBLOCK, copy=False)
+                msg = recv_frames(self._sock)
             except zmq.Again:
                 break
             self._dispatch(msg)
