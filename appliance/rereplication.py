@@ -46,7 +46,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 from appliance.digest import make_digest
-from appliance.errors import OK, BKError, BKTimeoutError, NoSuchLedgerError, error_class
+from appliance.errors import (
+    OK,
+    BKError,
+    BKTimeoutError,
+    CorruptMetadataError,
+    NoSuchLedgerError,
+    error_class,
+)
 from appliance.protocol.entry import verify_run
 from appliance.protocol.invariant import invariant
 from appliance.protocol.keys import master_key
@@ -179,7 +186,7 @@ class Rereplicator:
         if recover_open and self._open_ledger is None:
             raise ValueError("recover_open needs the open_ledger callable (Client.open_ledger)")
         report = RecoveryReport(bookie_id, dry_run=dry_run)
-        targets = self._ledgers_naming(bookie_id)
+        targets = self._ledgers_naming(bookie_id, report)
         self._check_known(bookie_id, targets)
         if bookie_id in self.registry.available():
             self._progress(f"note: {bookie_id} is still registered; its fragments are "
@@ -193,13 +200,18 @@ class Rereplicator:
                            f"{report.entries_copied} entries copied")
         return report
 
-    def _ledgers_naming(self, bookie_id: str) -> list[int]:
+    def _ledgers_naming(self, bookie_id: str, report: RecoveryReport) -> list[int]:
+        """Ledger ids whose metadata names ``bookie_id``; a damaged record is
+        reported as failed (the others are still re-replicated)."""
         found = []
         for ledger_id in self.ledgers.list_ledgers():
             try:
                 md, _ = self.ledgers.read_ledger(ledger_id)
             except NoSuchLedgerError:
                 continue  # deleted since the listing
+            except CorruptMetadataError as exc:
+                report.failed.append({"ledger_id": ledger_id, "reason": str(exc)})
+                continue
             if bookie_id in md.bookies():
                 found.append(ledger_id)
         return found

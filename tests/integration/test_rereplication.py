@@ -22,6 +22,7 @@ from appliance.rereplication import Rereplicator, underreplicated
 from ipc.client import Transport
 from ipc.packed import AddPackedRequest, ReadPackedRequest
 from ipc.requests import ReadLacRequest
+from storage.metadata.ledgers import ledger_path
 from tests.helpers import wait_for
 from tests.integration.cluster import wait_registered
 
@@ -220,19 +221,24 @@ def test_recover_a_lost_bookie_end_to_end(make_cluster):
         assert _read_all(bk, solo["ledger_id"]) == expected[solo["ledger_id"]]
 
 
-def test_recover_skips_when_no_writable_replacement_and_keeps_metadata(make_cluster):
+def test_no_writable_replacement_or_a_damaged_record_is_reported_metadata_kept(make_cluster):
     cluster = make_cluster(3, client=(3, 3, 2))
     with appliance.connect(str(cluster.config_path)) as bk:
         wait_registered(bk, 3)
         ledger_id, payloads = _write_closed(bk, 30)
+        damaged_id, _ = _write_closed(bk, 1)
         lost = bk.ledger_metadata(ledger_id).ensembles[0][1][0]
         cluster.stop_bookie(lost)
         wait_for(lambda: lost not in bk.registry.available(), 15, what=f"{lost} gone")
         assert underreplicated(bk.ledgers, bk.registry) == [
-            {"ledger_id": ledger_id, "state": "CLOSED", "missing": [lost]}]
+            {"ledger_id": i, "state": "CLOSED", "missing": [lost]} for i in (ledger_id, damaged_id)]
+        _, version = bk.ledgers.read_ledger(damaged_id)
+        bk.ledgers.store.set(ledger_path(damaged_id), b"not a ledger record", version)
         with Rereplicator(bk.ledgers, bk.registry, passwords=[PW]) as rr:
             report = rr.recover(lost)
         assert not report.ok and report.entries_copied == 0
+        (failure,) = report.failed  # a damaged record is reported, the rest carries on
+        assert failure["ledger_id"] == damaged_id and ledger_path(damaged_id) in failure["reason"]
         (skip,) = report.skipped
         assert skip["ledger_id"] == ledger_id and "no writable replacement" in skip["reason"]
         assert lost in bk.ledger_metadata(ledger_id).bookies()  # never dropped uncopied
