@@ -164,7 +164,8 @@ class Rereplicator:
         self._transport = transport or Transport()
         self._wire = _Wire(self._transport, request_timeout_ms)
         self._endpoints: dict[str, str] = {}
-        self._load: dict[str, int] = {}
+        self._load: dict[str, int] = {}  # fragments each bookie took in this run
+        self._repointed: set[int] = set()  # ledgers with a fragment re-pointed by us
         self._live: dict[str, dict] = {}
         self._copied_at_last_line = 0
 
@@ -241,7 +242,9 @@ class Rereplicator:
                     return
                 continue  # re-read the now closed ledger
             try:
-                self._recover_closed(md, lost, key, report)
+                if self._recover_closed(md, lost, key, report) \
+                        and ledger_id in self._repointed:
+                    report.ledgers_recovered.append(ledger_id)
                 return
             except StalePlanError as exc:
                 log.info("ledger %d changed while re-replicating (%s); planning again",
@@ -283,21 +286,18 @@ class Rereplicator:
         return True
 
     def _recover_closed(self, md: LedgerMetadata, lost: str, key: bytes,
-                        report: RecoveryReport) -> None:
+                        report: RecoveryReport) -> bool:
+        """True once no fragment names ``lost``; False if one was skipped or
+        failed (reported) or the ledger was deleted."""
         self._refresh_live()
-        replaced = 0
-        for plan in plan_ledger(md, lost):
-            outcome = self._recover_fragment(md, plan, key, report)
-            if outcome is None:
-                return  # skipped (reported) or deleted
-            replaced += outcome
-        if replaced:
-            report.ledgers_recovered.append(md.ledger_id)
+        return all(self._recover_fragment(md, plan, key, report)
+                   for plan in plan_ledger(md, lost))
 
     def _recover_fragment(self, md: LedgerMetadata, plan: FragmentPlan, key: bytes,
-                          report: RecoveryReport) -> int | None:
-        """Copy one fragment and re-point it; 1 when we re-pointed it, 0 when
-        another run had, None when the ledger was skipped or deleted."""
+                          report: RecoveryReport) -> bool:
+        """Copy one fragment and re-point it: True when it no longer names the
+        lost bookie (re-pointed by us or by another run), False when the
+        ledger was skipped, failed (both reported) or deleted."""
         refusals: dict[str, str] = {}
         for _ in range(REPLACEMENT_TRIES_MAX):
             writable = {b: info["read_only"] for b, info in self._live.items()
@@ -320,28 +320,30 @@ class Rereplicator:
         else:
             report.skipped.append({"ledger_id": md.ledger_id,
                                    "reason": f"no writable replacement for {where}"})
-        return None
+        return False
 
     def _repoint(self, plan: FragmentPlan, replacement: str, copied: int,
-                 report: RecoveryReport) -> int | None:
-        """The CAS, after every copy is durable on ``replacement``."""
+                 report: RecoveryReport) -> bool:
+        """The CAS, after every copy is durable on ``replacement``; False if
+        the ledger was deleted meanwhile."""
         try:
             md, _ = self.ledgers.update_ledger(
                 plan.ledger_id, lambda m: replace_bookie(m, plan, replacement))
         except NoSuchLedgerError:
-            return None
+            return False
         fragment = dict(md.ensembles)[plan.first_entry_id]
         invariant(plan.lost not in fragment,
                   f"ledger {plan.ledger_id} fragment {plan.first_entry_id} still names "
                   f"{plan.lost} after the CAS")
         if replacement not in fragment:
-            return 0  # another run re-pointed it at another bookie first
+            return True  # another run re-pointed it at another bookie first
+        self._repointed.add(plan.ledger_id)
         self._load[replacement] = self._load.get(replacement, 0) + 1
         report.fragments.append({"ledger_id": plan.ledger_id,
                                  "first_entry_id": plan.first_entry_id,
                                  "last_entry_id": plan.last_entry_id,
                                  "replacement": replacement, "entries": copied})
-        return 1
+        return True
 
     # -- copying --------------------------------------------------------------------
     def _refresh_live(self) -> None:
