@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 
 from appliance.protocol.keys import password_hash
 from appliance.protocol.metadata import CLOSED, LedgerMetadata
+from appliance.protocol.quorum import write_set_positions
 
 # What the driver does with a ledger naming the lost bookie.
 RECOVER = "recover"  # CLOSED: copy and re-point its fragments
@@ -69,10 +70,8 @@ class FragmentPlan:
     def sources(self, entry_id: int) -> tuple[str, ...]:
         """The surviving replicas of ``entry_id``: its write set without the
         lost bookie, in write-set order."""
-        size = len(self.ensemble)
-        start = entry_id % size
-        members = (self.ensemble[(start + i) % size] for i in range(self.write_quorum))
-        return tuple(b for b in members if b != self.lost)
+        positions = write_set_positions(entry_id, len(self.ensemble), self.write_quorum)
+        return tuple(self.ensemble[p] for p in positions if self.ensemble[p] != self.lost)
 
 
 def ledger_action(md: LedgerMetadata, recover_open: bool) -> str:

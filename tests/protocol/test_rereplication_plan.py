@@ -137,3 +137,16 @@ def test_matching_key_picks_the_password_whose_hash_matches():
     assert matching_key(md, [bad, good]) == good
     assert matching_key(md, [bad]) is None
     assert matching_key(_closed([(0, "abc")], last_entry_id=3), [bad]) == bad
+
+
+@pytest.mark.parametrize("e,w", [(3, 3), (4, 2), (5, 3)])
+def test_every_planned_entry_is_in_the_lost_bookies_write_set_and_sources_are_the_rest(e, w):
+    names = "abcdefgh"
+    md = _closed([(0, names[:e]), (17, names[1:e + 1])], last_entry_id=40, e=e, w=w, a=1)
+    for plan in plan_ledger(md, "b"):
+        planned = _expand(plan.runs())
+        in_range = range(plan.first_entry_id, plan.last_entry_id + 1)
+        assert planned == [x for x in in_range if "b" in md.write_set(x)]
+        for entry_id in planned:
+            assert plan.sources(entry_id) == tuple(
+                b for b in md.write_set(entry_id) if b != "b")
