@@ -385,7 +385,7 @@ def _translate(action, event, now_ms: int) -> list:
     if kind is ev.SendReadBatch and type(reply) is ReadPackedReply:
         return [ev.ReadBatchResponse(action.request_id, action.bookie_id, action.ledger_id, OK,
                                      tuple(reply.entry_ids), tuple(reply.statuses),
-                                     PackedRecords(bytes(reply.data), reply.lengths), now_ms)]
+                                     PackedRecords(reply.data, reply.lengths), now_ms)]
     if kind is ev.SendRead and isinstance(reply, ReadReply):
         return [ev.ReadResponse(action.request_id, action.bookie_id, action.ledger_id,
                                 action.entry_id, OK, reply.data, now_ms)]
