@@ -11,7 +11,11 @@ with one copy, and ONE CRC32C call over it must equal the records' CRCs
 combined (``appliance.crc_vec``); the joined data (a numpy array) is what a
 READ_PACKED reply sends.  Otherwise (lengths differ, or that check fails)
 each record costs one C call of CRC32C over a view of the run, and the
-first bad record is named.
+first bad record is named.  Strength of the combined check: that of one
+CRC32C over the joined data (every error of up to 3 bits and every burst of
+up to 32 bits is caught; other damage escapes with probability 2^-32, as
+with per-record CRCs; per-record CRCs of short records also catch up to 5
+bit errors each).
 
 Faults: a short read, a record whose header disagrees with the index (a
 misdirected write or a stale index) or whose data fails its CRC raise
