@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 from collections.abc import Callable, Iterable
 
 from appliance.errors import ReadOnlyError
@@ -41,10 +40,14 @@ ADD_REQUESTS = (AddPackedRequest, AddBatchRequest, AddRequest)
 
 
 def disk_usage_fraction(path: str) -> float:
-    """Used fraction of the file system holding ``path`` (as ``df`` shows it:
-    blocks reserved for root count as used)."""
-    u = shutil.disk_usage(path)
-    return 1.0 - u.free / u.total if u.total else 1.0
+    """Used share of the file system holding ``path``, as ``df`` computes Use%:
+    used / (used + available to unprivileged users), so it reaches 1.0 exactly
+    when an unprivileged write would get ENOSPC, and agrees with what an
+    operator sees in ``df`` (blocks reserved for root are not counted)."""
+    st = os.statvfs(path)
+    used = (st.f_blocks - st.f_bfree) * st.f_frsize
+    avail = st.f_bavail * st.f_frsize
+    return used / (used + avail) if used + avail else 1.0
 
 
 class DiskMonitor:

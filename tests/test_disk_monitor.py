@@ -83,3 +83,16 @@ def test_gate_refuses_adds_but_not_recovery_adds_reads_or_info():
     gate.handle(b"peer", adds[0])  # writable again: passes through
     assert inner.seen[-1] is adds[0]
     assert gate.handle(b"peer", InfoRequest()).info["read_only"] is False
+
+
+def test_usage_is_what_df_shows(tmp_path):
+    """Operators compare `bkctl status` fs_used with df: same formula (df
+    rounds Use% up to a whole percent)."""
+    import subprocess
+
+    from appliance.disk_monitor import disk_usage_fraction
+
+    out = subprocess.run(["df", "--output=pcent", str(tmp_path)], capture_output=True,
+                         text=True, check=True).stdout.split()[-1]
+    ours = disk_usage_fraction(str(tmp_path)) * 100
+    assert int(out.rstrip("%")) - 1.5 <= ours <= int(out.rstrip("%")) + 0.5
