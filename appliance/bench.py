@@ -21,7 +21,9 @@ How it counts:
   coordinated omission).  ``inflight`` still bounds memory.
 * **read**: each client writes ``entries`` entries to a ledger, closes it,
   opens it again and reads it back with ``ReadHandle.read`` calls of
-  ``read_batch`` entries; latency is per call.  Payloads are checked.
+  ``read_batch`` entries (latency per call), or with one
+  ``ReadHandle.read_chunks`` (``read_chunks``: the bulk API; latency per
+  chunk).  Payloads are checked.
 * adds_per_s / reads_per_s = entries completed over the wall time from the
   first client's start to the last client's end; MB are 10**6 payload bytes.
 * CPU: ``process_time`` of the client processes and the CPU the bookie
@@ -87,6 +89,7 @@ class BenchOptions:
     duration_s: float | None = None
     rate: float = 0.0
     read_batch: int = 1000
+    read_chunks: bool = False
     sample_every: int = 16
     bookies: int = 4
     baseline_s: float = 0.5
@@ -358,6 +361,8 @@ def _prepare_and_run(kind, bk, lh, options, payloads, ready, go, index) -> dict:
     rh = bk.open_ledger(lh.id, password=PASSWORD)
     ready.put(("ready", index, None))
     _wait_go(go)
+    if options.read_chunks:
+        return read_chunks_loop(rh, payloads, options.entries, options.duration_s)
     return read_loop(rh, payloads, options.entries, options.read_batch, options.duration_s)
 
 
@@ -461,6 +466,35 @@ def read_loop(rh, payloads: list[bytes], entries: int, batch: int,
             "cpu_s": time.process_time() - cpu0, "sent": np.array(sent), "done": np.array(done)}
 
 
+def read_chunks_loop(rh, payloads: list[bytes], entries: int, duration_s: float | None) -> dict:
+    """Read entries 0..entries-1 back with ``ReadHandle.read_chunks`` (one
+    call, chunks of one buffer each); latency is per chunk (time since the
+    previous one); order, count and sampled bytes are checked."""
+    last_entry = min(entries, rh.last_add_confirmed + 1) - 1
+    sent, done = [], []
+    cpu0, start = time.process_time(), time.perf_counter()
+    stop_at = start + duration_s if duration_s else float("inf")
+    count, prev = 0, start
+    for chunk in rh.read_chunks(0, last_entry):
+        now = time.perf_counter()
+        sent.append(prev)
+        done.append(now)
+        prev = now
+        if chunk.first_entry_id != count:
+            raise RuntimeError(f"chunk starts at {chunk.first_entry_id}, expected {count}")
+        data = bytes(chunk.payloads)
+        for i in (0, chunk.count // 2, chunk.count - 1):
+            entry = chunk.first_entry_id + i
+            if data[chunk.offsets[i]:chunk.offsets[i + 1]] != payloads[entry & 63]:
+                raise RuntimeError(f"entry {entry} came back with other bytes")
+        count += chunk.count
+        if now >= stop_at:
+            break
+    end = time.perf_counter()
+    return {"start": start, "end": end, "count": count, "bytes": count * len(payloads[0]),
+            "cpu_s": time.process_time() - cpu0, "sent": np.array(sent), "done": np.array(done)}
+
+
 def _check_read(got, first: int, last: int, payloads: list[bytes]) -> None:
     if len(got) != last - first + 1 or got[0].entry_id != first or got[-1].entry_id != last:
         raise RuntimeError(f"read {first}..{last} returned {len(got)} entries "
@@ -493,7 +527,9 @@ def summarise(kind: str, options: BenchOptions, results: list[dict], bookie_cpu_
         "bookie_cpu_s_per_1000_entries": bookie_cpu_s * per_1000,
         "bookie_peak_rss_mb": peak_rss_mb,
         "kind": kind, "entries": count, "wall_s": wall_s, "latency_samples": len(latency_ms),
-        "latency_unit": "add" if kind == "write" else f"read() call of {options.read_batch}",
+        "latency_unit": "add" if kind == "write" else (
+            "read_chunks() chunk" if options.read_chunks
+            else f"read() call of {options.read_batch}"),
         "loop": "open" if options.rate > 0 else "closed",
         **{k: v for k, v in dataclasses.asdict(options).items() if k != "entries"},
     }

@@ -101,6 +101,9 @@ def write(config_path, journal, plot_path, workdir, as_json, **kwargs):
 @click.command("read")
 @click.option("--read-batch", type=click.IntRange(1, 10_000), default=1000, show_default=True,
               help="Entries per ReadHandle.read call (latency is per call).")
+@click.option("--chunks", "read_chunks", is_flag=True, default=False,
+              help="Read with ReadHandle.read_chunks (bulk: one buffer per chunk, no Entry "
+                   "per entry) instead of read() calls; latency is per chunk.")
 @_bench_options
 @library_errors
 def read(config_path, journal, plot_path, workdir, as_json, **kwargs):
@@ -113,6 +116,7 @@ def read(config_path, journal, plot_path, workdir, as_json, **kwargs):
     Example:
       bkctl bench read                          # 100,000 x 1 KB
       bkctl bench read --entries 200000 --read-batch 5000 --json
+      bkctl bench read --chunks                 # the bulk API, same ledger shape
     """
     from appliance.bench import run_bench
 

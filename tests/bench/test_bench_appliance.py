@@ -64,6 +64,17 @@ def test_read_checks_what_it_reads_and_plots(tmp_path):
     assert os.listdir(work) == []
 
 
+def test_read_with_the_bulk_chunks_api(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    doc = _bench("read", "--chunks", "--entries", "20000", "-e", "2", "-w", "2", "-a", "2",
+                 "--baseline-s", "0", "--dir", str(work))
+    _check_figures(doc, "reads_per_s", 20000, 1024)
+    assert doc["read_chunks"] is True and doc["latency_unit"] == "read_chunks() chunk"
+    assert doc["latency_samples"] >= 20000 // 1024  # one per chunk (at most 1,024 entries)
+    assert os.listdir(work) == []
+
+
 def test_open_loop_paces_adds_at_the_rate(tmp_path):
     doc = _bench("write", "--entries", "1500", "--rate", "1000", "--inflight", "100",
                  "--no-journal", "--baseline-s", "0", "--dir", str(tmp_path))
