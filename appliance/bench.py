@@ -90,6 +90,7 @@ class BenchOptions:
     rate: float = 0.0
     read_batch: int = 1000
     read_chunks: bool = False
+    add_batch: int = 1
     sample_every: int = 16
     bookies: int = 4
     baseline_s: float = 0.5
@@ -103,6 +104,9 @@ class BenchOptions:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.size < 0 or self.rate < 0 or self.baseline_s < 0:
             raise ValueError("size, rate and baseline_s must be >= 0")
+        if self.add_batch < 1 or (self.add_batch > 1 and self.rate > 0):
+            raise ValueError(f"add_batch must be >= 1, and 1 with --rate (open loop), got "
+                             f"{self.add_batch}")
         if self.duration_s is not None and self.duration_s <= 0:
             raise ValueError(f"duration_s must be > 0, got {self.duration_s}")
         return self
@@ -354,6 +358,9 @@ def _prepare_and_run(kind, bk, lh, options, payloads, ready, go, index) -> dict:
         ready.put(("ready", index, None))
         _wait_go(go)
         rate = options.rate / options.clients
+        if options.add_batch > 1:
+            return write_batches_loop(lh, payloads, options.entries, options.add_batch,
+                                      options.duration_s, options.sample_every)
         return write_loop(lh, payloads, options.entries, rate, options.duration_s,
                           options.sample_every)
     write_loop(lh, payloads, options.entries, 0.0, None, sample_every=1024)
@@ -434,6 +441,43 @@ def write_loop(lh, payloads: list[bytes], entries: int, rate: float, duration_s:
     error = None
     if last is not None:  # acks are in order: its callbacks run after every earlier one's,
         last.add_done_callback(lambda _: all_done.set())  # and it fails if any add failed
+        all_done.wait(CLIENT_TIMEOUT_S)
+        error = last.exception()
+    end = time.perf_counter()
+    if error is not None:
+        raise RuntimeError(f"adds failed: {type(error).__name__}: {error}")
+    return {"start": start, "end": end, "count": n, "bytes": n * len(payloads[0]),
+            "cpu_s": time.process_time() - cpu0, "sent": sent.array(k), "done": done.array(k)}
+
+
+def write_batches_loop(lh, payloads: list[bytes], entries: int, batch: int,
+                       duration_s: float | None, sample_every: int = 1) -> dict:
+    """Closed loop with ``WriteHandle.add_many_async`` calls of ``batch``
+    payloads (it blocks while the handle's in-flight limits are reached);
+    latency of every ``sample_every``-th add, from the call that queued it."""
+    sent, done = _Times(), _Times()
+    all_done = threading.Event()
+
+    def on_done(k: int, _fut) -> None:
+        done.set(k, time.perf_counter())
+
+    cpu0, start = time.process_time(), time.perf_counter()
+    stop_at = start + duration_s if duration_s else float("inf")
+    n = k = 0
+    last = None
+    while n < entries and time.perf_counter() < stop_at:
+        count = min(batch, entries - n)
+        t0 = time.perf_counter()
+        futs = lh.add_many_async([payloads[(n + i) & 63] for i in range(count)])
+        for i in range(-n % sample_every, count, sample_every):
+            sent.set(k, t0)
+            futs[i].add_done_callback(functools.partial(on_done, k))
+            k += 1
+        last = futs[-1]
+        n += count
+    error = None
+    if last is not None:  # in order: the last one's callback runs after every earlier one's
+        last.add_done_callback(lambda _: all_done.set())
         all_done.wait(CLIENT_TIMEOUT_S)
         error = last.exception()
     end = time.perf_counter()

@@ -176,7 +176,41 @@ class WriteHandle:
         """Append ``payload``; the future's result is the entry id."""
         return self._add(payload, linger=True)
 
-    def _add(self, payload, linger: bool) -> AddFuture:
+    def add_many_async(self, payloads) -> list[Future]:
+        """Append every payload of ``payloads``, in order, as consecutive
+        entries; one future per payload (result: its entry id), as
+        ``add_async`` would give, for a fraction of its cost per entry: the
+        checks, the queue lock and the hand-off to the driver are paid per
+        chunk of adds, not per add.  Every payload is checked (type, size)
+        before any is queued, so a bad one raises and queues nothing.  Waits,
+        like ``add_async``, while ``inflight_adds_max`` adds or
+        ``inflight_bytes_max`` bytes are in flight."""
+        batch = [self._checked(p) for p in payloads]
+        if self._closed:
+            raise ClientClosedError(f"ledger handle {self.id} is closed")
+        futures: list[Future] = []
+        step = max(1, min(self._inflight_max, self._batch_max))
+        for lo in range(0, len(batch), step):
+            chunk = batch[lo:lo + step]
+            futs = [AddFuture(self._future_condition) for _ in chunk]
+            size = 0
+            for fut, payload in zip(futs, chunk, strict=True):
+                size += len(payload)
+                fut.payload_bytes = len(payload)
+            with self._queue_lock:
+                self._wait_for_room(size, len(chunk))
+                self._inflight += len(chunk)
+                self._inflight_bytes += size
+                self._queued_payloads += chunk
+                self._queued_futures += futs
+                post = not self._flush_posted
+                self._flush_posted = True
+            if post:
+                self._driver.post(self._flush)
+            futures += futs
+        return futures
+
+    def _checked(self, payload) -> bytes:
         if type(payload) is not bytes:
             if not isinstance(payload, bytes | bytearray | memoryview):
                 raise TypeError(f"payload must be bytes, got {type(payload).__name__}")
@@ -184,6 +218,10 @@ class WriteHandle:
         if len(payload) > self._entry_bytes_max:
             raise ValueError(f"payload of {len(payload)} bytes exceeds the "
                              f"{self._entry_bytes_max}-byte entry limit")
+        return payload
+
+    def _add(self, payload, linger: bool) -> AddFuture:
+        payload = self._checked(payload)
         if self._closed:
             raise ClientClosedError(f"ledger handle {self.id} is closed")
         fut = AddFuture(self._future_condition)
@@ -203,12 +241,13 @@ class WriteHandle:
             self._driver.post(self._flush)
         return fut
 
-    def _wait_for_room(self, size: int) -> None:
-        """Holding ``_queue_lock``: wait until one more add of ``size`` bytes
-        fits (an add bigger than the byte limit goes once nothing is in flight)."""
+    def _wait_for_room(self, size: int, count: int = 1) -> None:
+        """Holding ``_queue_lock``: wait until ``count`` more adds of ``size``
+        bytes in all fit (adds bigger than the byte limit go once nothing is in
+        flight; ``count`` is at most ``inflight_adds_max``)."""
         self._room_waiters += 1
         try:
-            while self._inflight >= self._inflight_max or (
+            while self._inflight + count > self._inflight_max or (
                     self._inflight and self._inflight_bytes + size > self._inflight_bytes_max):
                 self._room.wait()
         finally:

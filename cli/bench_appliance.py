@@ -80,6 +80,9 @@ def _echo(doc: dict, rate_key: str, what: str) -> None:
                    "time (0 = closed loop: keep --inflight adds in flight).")
 @click.option("--sample-every", type=click.IntRange(min=1), default=16, show_default=True,
               help="Time every N-th add (a callback per add costs the client CPU).")
+@click.option("--add-batch", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Closed loop: queue adds N at a time with WriteHandle.add_many_async "
+                   "(1 = one add_async per entry).")
 @_bench_options
 @library_errors
 def write(config_path, journal, plot_path, workdir, as_json, **kwargs):
@@ -90,6 +93,7 @@ def write(config_path, journal, plot_path, workdir, as_json, **kwargs):
       bkctl bench write                         # 100,000 x 1 KB, E3/W3/A2
       bkctl bench write --size 65536 --entries 20000 --json
       bkctl bench write --rate 10000 --duration-s 10 --plot write.png
+      bkctl bench write --add-batch 512         # adds queued 512 at a time
     """
     from appliance.bench import run_bench
 

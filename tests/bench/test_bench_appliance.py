@@ -64,6 +64,16 @@ def test_read_checks_what_it_reads_and_plots(tmp_path):
     assert os.listdir(work) == []
 
 
+def test_write_with_add_many_batches(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    doc = _bench("write", "--add-batch", "256", "--entries", "5000", "--sample-every", "7",
+                 "--baseline-s", "0", "--dir", str(work))
+    _check_figures(doc, "adds_per_s", 5000, 1024)
+    assert doc["add_batch"] == 256 and doc["latency_samples"] == len(range(0, 5000, 7))
+    assert os.listdir(work) == []
+
+
 def test_read_with_the_bulk_chunks_api(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
@@ -102,6 +112,7 @@ def test_against_a_running_appliance_with_two_clients(make_cluster):
     (["write", "-e", "3", "-w", "2", "-a", "3"], "ack_quorum"),
     (["read", "--plot", "out.txt"], ".png"),
     (["write", "-e", "5"], "5 live bookies"),
+    (["write", "--add-batch", "4", "--rate", "100"], "add_batch"),
 ])
 def test_bad_options_are_one_line_errors(tmp_path, args, message):
     result = CliRunner().invoke(cli, ["bench", *args, "--entries", "10", "--baseline-s", "0",
