@@ -409,13 +409,32 @@ class _Times:
         return np.concatenate(self.chunks)[:n] if self.chunks else np.empty(0)
 
 
+def _wait_last(last) -> None:
+    """Wait for the last add: acks are in order, so its callbacks run after
+    every earlier one's, and it fails if any add failed."""
+    if last is None:
+        return
+    all_done = threading.Event()
+    last.add_done_callback(lambda _: all_done.set())
+    all_done.wait(CLIENT_TIMEOUT_S)
+    error = last.exception()
+    if error is not None:
+        raise RuntimeError(f"adds failed: {type(error).__name__}: {error}")
+
+
+def _result(start: float, count: int, size: int, cpu0: float, sent, done) -> dict:
+    """One client's raw figures, the loop just ended."""
+    return {"start": start, "end": time.perf_counter(), "count": count,
+            "bytes": count * size, "cpu_s": time.process_time() - cpu0,
+            "sent": np.asarray(sent), "done": np.asarray(done)}
+
+
 def write_loop(lh, payloads: list[bytes], entries: int, rate: float, duration_s: float | None,
                sample_every: int = 1) -> dict:
     """Adds, at most the handle's ``inflight_adds_max`` in flight (its
     ``add_async`` blocks beyond); open loop at ``rate``/s if > 0.  The
     latency of every ``sample_every``-th add is recorded."""
     sent, done = _Times(), _Times()
-    all_done = threading.Event()
 
     def on_done(k: int, _fut) -> None:  # failures: see the last future's check below
         done.set(k, time.perf_counter())
@@ -438,16 +457,8 @@ def write_loop(lh, payloads: list[bytes], entries: int, rate: float, duration_s:
             last.add_done_callback(functools.partial(on_done, k))
             k += 1
         n += 1
-    error = None
-    if last is not None:  # acks are in order: its callbacks run after every earlier one's,
-        last.add_done_callback(lambda _: all_done.set())  # and it fails if any add failed
-        all_done.wait(CLIENT_TIMEOUT_S)
-        error = last.exception()
-    end = time.perf_counter()
-    if error is not None:
-        raise RuntimeError(f"adds failed: {type(error).__name__}: {error}")
-    return {"start": start, "end": end, "count": n, "bytes": n * len(payloads[0]),
-            "cpu_s": time.process_time() - cpu0, "sent": sent.array(k), "done": done.array(k)}
+    _wait_last(last)
+    return _result(start, n, len(payloads[0]), cpu0, sent.array(k), done.array(k))
 
 
 def write_batches_loop(lh, payloads: list[bytes], entries: int, batch: int,
@@ -456,7 +467,6 @@ def write_batches_loop(lh, payloads: list[bytes], entries: int, batch: int,
     payloads (it blocks while the handle's in-flight limits are reached);
     latency of every ``sample_every``-th add, from the call that queued it."""
     sent, done = _Times(), _Times()
-    all_done = threading.Event()
 
     def on_done(k: int, _fut) -> None:
         done.set(k, time.perf_counter())
@@ -475,16 +485,8 @@ def write_batches_loop(lh, payloads: list[bytes], entries: int, batch: int,
             k += 1
         last = futs[-1]
         n += count
-    error = None
-    if last is not None:  # in order: the last one's callback runs after every earlier one's
-        last.add_done_callback(lambda _: all_done.set())
-        all_done.wait(CLIENT_TIMEOUT_S)
-        error = last.exception()
-    end = time.perf_counter()
-    if error is not None:
-        raise RuntimeError(f"adds failed: {type(error).__name__}: {error}")
-    return {"start": start, "end": end, "count": n, "bytes": n * len(payloads[0]),
-            "cpu_s": time.process_time() - cpu0, "sent": sent.array(k), "done": done.array(k)}
+    _wait_last(last)
+    return _result(start, n, len(payloads[0]), cpu0, sent.array(k), done.array(k))
 
 
 def read_loop(rh, payloads: list[bytes], entries: int, batch: int,
@@ -505,9 +507,7 @@ def read_loop(rh, payloads: list[bytes], entries: int, batch: int,
         sent.append(t0)
         _check_read(got, first, last, payloads)
         count += len(got)
-    end = time.perf_counter()
-    return {"start": start, "end": end, "count": count, "bytes": count * len(payloads[0]),
-            "cpu_s": time.process_time() - cpu0, "sent": np.array(sent), "done": np.array(done)}
+    return _result(start, count, len(payloads[0]), cpu0, sent, done)
 
 
 def read_chunks_loop(rh, payloads: list[bytes], entries: int, duration_s: float | None) -> dict:
@@ -534,9 +534,7 @@ def read_chunks_loop(rh, payloads: list[bytes], entries: int, duration_s: float 
         count += chunk.count
         if now >= stop_at:
             break
-    end = time.perf_counter()
-    return {"start": start, "end": end, "count": count, "bytes": count * len(payloads[0]),
-            "cpu_s": time.process_time() - cpu0, "sent": np.array(sent), "done": np.array(done)}
+    return _result(start, count, len(payloads[0]), cpu0, sent, done)
 
 
 def _check_read(got, first: int, last: int, payloads: list[bytes]) -> None:

@@ -377,14 +377,7 @@ class ReadHandle:
         (``NoSuchEntryError`` past the LAC, before anything is sent)."""
         from appliance.bulk_read import BulkReadConfig, BulkReader
 
-        _check_entry_id("first_entry_id", first_entry_id)
-        _check_entry_id("last_entry_id", last_entry_id)
-        if last_entry_id < first_entry_id:
-            raise ValueError(f"last_entry_id {last_entry_id} is before first_entry_id "
-                             f"{first_entry_id}")
-        if last_entry_id > self.last_add_confirmed:
-            raise NoSuchEntryError(f"ledger {self.id}: entry {last_entry_id} is past the last "
-                                   f"add confirmed ({self.last_add_confirmed})")
+        self._check_range(first_entry_id, last_entry_id)
         cfg = self._client.config
         config = BulkReadConfig(read_timeout_ms=cfg.read_timeout_ms,
                                 batch_entries_max=cfg.read_batch_entries_max,
@@ -422,9 +415,8 @@ class ReadHandle:
                                  f"{error_for_code(result.code)}")
         return result
 
-    def read(self, first_entry_id: int, last_entry_id: int) -> list[Entry]:
-        """Entries first..last (inclusive), in order.  Reading past the LAC
-        raises ``NoSuchEntryError``."""
+    def _check_range(self, first_entry_id: int, last_entry_id: int) -> None:
+        """Before anything is sent: ids are ints >= 0, in order, within the LAC."""
         _check_entry_id("first_entry_id", first_entry_id)
         _check_entry_id("last_entry_id", last_entry_id)
         if last_entry_id < first_entry_id:
@@ -433,6 +425,11 @@ class ReadHandle:
         if last_entry_id > self.last_add_confirmed:
             raise NoSuchEntryError(f"ledger {self.id}: entry {last_entry_id} is past the last "
                                    f"add confirmed ({self.last_add_confirmed})")
+
+    def read(self, first_entry_id: int, last_entry_id: int) -> list[Entry]:
+        """Entries first..last (inclusive), in order.  Reading past the LAC
+        raises ``NoSuchEntryError``."""
+        self._check_range(first_entry_id, last_entry_id)
         chunks = [(s, min(s + READ_CHUNK_ENTRIES - 1, last_entry_id))
                   for s in range(first_entry_id, last_entry_id + 1, READ_CHUNK_ENTRIES)]
         with self._ahead_lock:
