@@ -164,14 +164,17 @@ def bench_appliance(options: BenchOptions, config_path: str | None, workdir: str
     try:
         config = root / "bench.toml"
         config.write_text(temp_config_text(options))
-        with _supervisor(config, options.bookies):
+        with supervisor_running(config, options.bookies):
             yield str(config), root
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
 @contextmanager
-def _supervisor(config: Path, bookies: int):
+def supervisor_running(config: Path, bookies: int):
+    """A supervisor started on ``config``, once ``bookies`` bookies registered;
+    stopped with SIGTERM (killed after 60 s) at exit.  Also used by
+    ``appliance.spark.bench``."""
     log = open(config.parent / "supervisor.log", "ab")
     proc = subprocess.Popen([sys.executable, "-m", "appliance.supervisor", "--config",
                              str(config)], stdin=subprocess.DEVNULL, stdout=log,

@@ -22,11 +22,8 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,7 +36,6 @@ from appliance.spark.source import ARROW_SCHEMA, SCHEMA_DDL
 
 BENCH_TAG = "bkctl-bench-spark"
 PASSWORD = b"bench"
-START_TIMEOUT_S = 60.0
 WRITE_WINDOW = 800  # adds in flight per ledger while loading (below inflight_adds_max)
 
 
@@ -196,51 +192,15 @@ def _appliance(config_path: str | None, work: str):
     if config_path is not None:
         yield str(Path(config_path).resolve())
         return
+    from appliance.bench import BenchOptions, supervisor_running, temp_config_text
+
     root = Path(work) / "appliance"
     root.mkdir()
     config = root / "bench.toml"
-    config.write_text(_temp_config())
-    log = open(root / "supervisor.log", "ab")
-    proc = subprocess.Popen([sys.executable, "-m", "appliance.supervisor", "--config",
-                             str(config)], stdin=subprocess.DEVNULL, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    log.close()
-    try:
-        _wait_for_bookies(str(config), proc, 3)
+    # three bookies, the client's default in-flight limit, journal on
+    config.write_text(temp_config_text(BenchOptions(bookies=3, inflight=1000)))
+    with supervisor_running(config, 3):
         yield str(config)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
-def _temp_config() -> str:
-    parts = ['[metadata]\nuri = "sqlite:///meta.db"\n']
-    for i in range(1, 4):
-        parts.append(textwrap.dedent(f"""
-            [[bookies]]
-            id = "bookie-{i}"
-            journal_dir = "b{i}/journal"
-            ledger_dir = "b{i}/ledgers"
-            endpoint = "ipc://b{i}.sock"
-            """))
-    parts.append('\n[supervisor]\nrun_dir = "run"\n')
-    return "".join(parts)
-
-
-def _wait_for_bookies(config: str, proc, count: int) -> None:
-    import appliance
-
-    deadline = time.monotonic() + START_TIMEOUT_S
-    with appliance.connect(config) as client:
-        while len(client.registry.available()) < count:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the temporary appliance did not start ({config}; see "
-                                   f"{Path(config).parent / 'run'})")
-            time.sleep(0.1)
 
 
 class _MemoryReader(DataSourceReader):
