@@ -9,7 +9,7 @@ __version__ = "0.1.0"
 
 def connect(target):
     """Connect to an appliance: a config file path or a metadata URI.
-    Returns a ``appliance.client.Client`` (a context manager)."""
-    from appliance.client import connect as _connect
+    Returns a ``appliance.client.client.Client`` (a context manager)."""
+    from appliance.client.client import connect as _connect
 
     return _connect(target)

@@ -40,7 +40,7 @@ def up(detach, config_path):
     config = _load(config_path)
     check_host(config)  # refuse a bad host before any process starts
     if not detach:
-        from appliance.supervisor import main as supervisor_main
+        from appliance.supervisor.supervisor import main as supervisor_main
 
         raise SystemExit(supervisor_main(["--config", str(config.path)]))
     config.run_path.mkdir(parents=True, exist_ok=True)
@@ -55,8 +55,8 @@ def up(detach, config_path):
 
 
 def _wait_until_up(config, proc, log_path: Path) -> None:
-    from appliance.probe import bookie_info
-    from appliance.supervisor import read_state
+    from appliance.supervisor.probe import bookie_info
+    from appliance.supervisor.supervisor import read_state
 
     deadline = time.monotonic() + config.supervisor.start_timeout_ms / 1000.0
     waiting = list(config.bookies)
@@ -91,7 +91,7 @@ def down(config_path):
     Example:
       bkctl down --config configs/local.toml
     """
-    from appliance.supervisor import pid_alive, read_state
+    from appliance.supervisor.supervisor import pid_alive, read_state
 
     config = _load(config_path)
     state = read_state(config)
@@ -141,7 +141,7 @@ def status(as_json, config_path):
 
 
 def _bookie_status(config, b) -> dict:
-    from appliance.probe import bookie_info
+    from appliance.supervisor.probe import bookie_info
 
     info = bookie_info(b.endpoint, PROBE_TIMEOUT_MS)
     state = "down"

@@ -47,7 +47,7 @@ def _bench_options(f):
 
 
 def _options(config_path, journal, **kwargs):
-    from appliance.bench import BenchOptions
+    from appliance.bench.ledgers import BenchOptions
 
     if config_path is not None and journal is not None:
         raise click.UsageError("--journal/--no-journal applies to the temporary appliance; "
@@ -95,7 +95,7 @@ def write(config_path, journal, plot_path, workdir, as_json, **kwargs):
       bkctl bench write --rate 10000 --duration-s 10 --plot write.png
       bkctl bench write --add-batch 512         # adds queued 512 at a time
     """
-    from appliance.bench import run_bench
+    from appliance.bench.ledgers import run_bench
 
     options = _options(config_path, journal, **kwargs)
     doc = run_bench("write", options, config_path, workdir, plot_path)
@@ -122,7 +122,7 @@ def read(config_path, journal, plot_path, workdir, as_json, **kwargs):
       bkctl bench read --entries 200000 --read-batch 5000 --json
       bkctl bench read --chunks                 # the bulk API, same ledger shape
     """
-    from appliance.bench import run_bench
+    from appliance.bench.ledgers import run_bench
 
     options = _options(config_path, journal, **kwargs)
     doc = run_bench("read", options, config_path, workdir, plot_path)

@@ -44,7 +44,7 @@ def spark(config_path, sizes, entries, ledgers, repeat, master, directory, as_js
       bkctl bench spark --json
       bkctl bench spark --config configs/local.toml --entries 500000 --sizes 100
     """
-    from appliance.spark.bench import run_spark_bench
+    from appliance.bench.spark import run_spark_bench
 
     result = run_spark_bench(config_path, sizes, entries, ledgers, repeat, master, directory)
     if as_json:

@@ -41,7 +41,7 @@ def recover(bookie_id, passwords, recover_open, dry_run, as_json, config_path):
       bkctl bookie recover bookie-3 --password secret --json
     """
     import appliance
-    from appliance.rereplication import Rereplicator
+    from appliance.rereplication.rereplicator import Rereplicator
 
     keys = [p.encode() for p in passwords] or [b""]
     with appliance.connect(config_path) as bk, Rereplicator(
@@ -97,7 +97,7 @@ def underreplicated_(as_json, config_path):
       bkctl bookie underreplicated --json
     """
     import appliance
-    from appliance.rereplication import underreplicated
+    from appliance.rereplication.rereplicator import underreplicated
 
     with appliance.connect(config_path) as bk:
         found = underreplicated(bk.ledgers, bk.registry)

@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from appliance.errors import OK
+from appliance.protocol.errors import OK
 from ipc.client import Transport
 from ipc.requests import AddBatchRequest, AddItem, AddRequest
 

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from appliance.errors import (
+from appliance.protocol.errors import (
     OK,
     BadRequestError,
     BKTimeoutError,

@@ -21,7 +21,7 @@ import struct
 from dataclasses import dataclass
 from enum import IntEnum
 
-from appliance.errors import BadRequestError, ProtocolVersionError
+from appliance.protocol.errors import BadRequestError, ProtocolVersionError
 
 VERSION = 1
 MiB = 1024 * 1024
@@ -70,7 +70,7 @@ ENTRY_ID_MAX = 2**63 - 1
 
 # version u8, op u8, flags u16, request id u64, ledger id u64, entry id i64
 REQUEST_HEAD = struct.Struct("!BBHQQq")  # 28 bytes
-# ... the same, then status i32 (0 = OK, else an appliance.errors code)
+# ... the same, then status i32 (0 = OK, else an appliance.protocol.errors code)
 REPLY_HEAD = struct.Struct("!BBHQQqi")  # 32 bytes
 
 MASTER_KEY = struct.Struct("!32s")

@@ -25,7 +25,7 @@ import signal
 import sys
 import uuid
 
-from appliance.errors import (
+from appliance.protocol.errors import (
     OK,
     LedgerFencedError,
     NoSuchEntryError,

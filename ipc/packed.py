@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from appliance.errors import OK, BadRequestError
+from appliance.protocol.errors import OK, BadRequestError
 from ipc.frames import (
     ENTRY_ID_MAX,
     FLAG_FENCE,

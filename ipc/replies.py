@@ -1,6 +1,6 @@
 """Replies (bookie -> client): one class per op, ``encode_reply`` and ``decode_reply``.
 
-Every reply header carries a status: 0 (OK) or an ``appliance.errors`` code.
+Every reply header carries a status: 0 (OK) or an ``appliance.protocol.errors`` code.
 A non-OK reply has the same shape for every op (``ErrorReply``: the 32-byte
 header and, optionally, one UTF-8 message frame for humans; programs act on
 the code only).  OK replies carry the op's fixed extension and frames.
@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from appliance.errors import OK, BadRequestError, BKError, code_of, error_for_code
+from appliance.protocol.errors import OK, BadRequestError, BKError, code_of, error_for_code
 from ipc.frames import (
     ADD_STATUS_ROW,
     DEFAULT_LIMITS,

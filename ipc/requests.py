@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from appliance.errors import BadRequestError
+from appliance.protocol.errors import BadRequestError
 from ipc.frames import (
     ADD_ROW,
     DEFAULT_LIMITS,

@@ -42,7 +42,7 @@ from typing import Protocol
 
 import zmq
 
-from appliance.errors import BadRequestError, BKError, BookieIOError, TooManyRequestsError
+from appliance.protocol.errors import BadRequestError, BKError, BookieIOError, TooManyRequestsError
 from appliance.protocol.invariant import invariant
 from ipc.frames import DEFAULT_LIMITS, WireLimits, salvage_ids
 from ipc.replies import ErrorReply, Reply, encode_reply, error_reply

@@ -16,7 +16,7 @@ import logging
 import mmap
 import os
 
-from appliance.errors import BookieIOError, ConfigError
+from appliance.protocol.errors import BookieIOError, ConfigError
 
 from .options import ALIGN_BYTES
 

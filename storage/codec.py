@@ -33,7 +33,7 @@ import struct
 import crc32c
 import numpy as np
 
-from appliance.errors import CorruptRecordError
+from appliance.protocol.errors import CorruptRecordError
 
 BLOCK_MAGIC = 0x4245_4B42  # b"BKEB" little-endian
 BLOCK_HEADER = struct.Struct("<IIIIIIQ")  # magic hdr_crc len count table_crc flags seq

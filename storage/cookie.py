@@ -24,7 +24,7 @@ import json
 import os
 import uuid
 
-from appliance.errors import CookieMismatchError
+from appliance.protocol.errors import CookieMismatchError
 
 from . import aligned_io as aio
 from .codec import crc

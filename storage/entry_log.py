@@ -29,7 +29,7 @@ import collections
 import os
 import re
 
-from appliance.errors import BookieIOError, CorruptRecordError
+from appliance.protocol.errors import BookieIOError, CorruptRecordError
 
 from . import aligned_io as aio
 from .codec import (

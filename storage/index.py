@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from appliance.errors import NoSuchEntryError, NoSuchLedgerError
+from appliance.protocol.errors import NoSuchEntryError, NoSuchLedgerError
 
 PAGE_BITS = 12
 PAGE_SLOTS = 1 << PAGE_BITS

@@ -29,7 +29,7 @@ import struct
 import threading
 import time
 
-from appliance.errors import BookieIOError
+from appliance.protocol.errors import BookieIOError
 from appliance.protocol.invariant import invariant
 
 from . import aligned_io as aio

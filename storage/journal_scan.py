@@ -31,7 +31,7 @@ import re
 import struct
 from dataclasses import dataclass
 
-from appliance.errors import CorruptRecordError
+from appliance.protocol.errors import CorruptRecordError
 
 from .aligned_io import FileWindow
 from .codec import crc, parse_block, unpack_file_header

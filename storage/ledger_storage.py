@@ -40,7 +40,7 @@ import time
 
 import numpy as np
 
-from appliance.errors import BookieIOError, ClientClosedError, TooManyRequestsError
+from appliance.protocol.errors import BookieIOError, ClientClosedError, TooManyRequestsError
 
 from . import journal_scan as js
 from . import storage_files as sf

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 
-from appliance.errors import BookieIOError
+from appliance.protocol.errors import BookieIOError
 
 from . import aligned_io as aio
 

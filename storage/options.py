@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from appliance.errors import ConfigError
+from appliance.protocol.errors import ConfigError
 
 KiB = 1024
 MiB = 1024 * KiB

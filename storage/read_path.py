@@ -8,7 +8,7 @@ Cost: per run, the record headers are gathered and compared with numpy.
 Records of one length (the usual case: a writer's batch) are checked with
 no per-record Python: each block's records are a matrix, the data is joined
 with one copy, and ONE CRC32C call over it must equal the records' CRCs
-combined (``appliance.crc_vec``); the joined data (a numpy array) is what a
+combined (``storage.crc_vec``); the joined data (a numpy array) is what a
 READ_PACKED reply sends.  Otherwise (lengths differ, or that check fails)
 each record costs one C call of CRC32C over a view of the run, and the
 first bad record is named.  Strength of the combined check: that of one
@@ -28,8 +28,8 @@ from __future__ import annotations
 import crc32c
 import numpy as np
 
-from appliance import crc_vec
-from appliance.errors import CorruptRecordError
+from appliance.protocol.errors import CorruptRecordError
+from storage import crc_vec
 
 from .codec import RECORD_DTYPE, RECORD_HEADER_BYTES, verify_record
 

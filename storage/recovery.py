@@ -28,7 +28,7 @@ import logging
 
 import numpy as np
 
-from appliance.errors import CorruptRecordError
+from appliance.protocol.errors import CorruptRecordError
 
 from . import journal_scan as js
 from .codec import parse_block

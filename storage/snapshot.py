@@ -24,7 +24,7 @@ import struct
 
 import numpy as np
 
-from appliance.errors import CorruptRecordError
+from appliance.protocol.errors import CorruptRecordError
 
 from . import aligned_io as aio
 from .codec import crc

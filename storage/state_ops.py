@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import struct
 
-from appliance.errors import UnauthorizedError
+from appliance.protocol.errors import UnauthorizedError
 
 from . import journal_scan as js
 

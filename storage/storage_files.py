@@ -17,7 +17,7 @@ import logging
 import os
 import re
 
-from appliance.errors import ConfigError, CorruptRecordError
+from appliance.protocol.errors import ConfigError, CorruptRecordError
 
 from . import aligned_io as aio
 from . import cookie as ck

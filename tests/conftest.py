@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["tests.zookeeper"]
+pytest_plugins = ["tests.support.zookeeper"]
 
 
 @pytest.fixture

@@ -41,7 +41,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from appliance.errors import (
+from appliance.protocol.entry import HEADER, HEADER_BYTES
+from appliance.protocol.errors import (
     OK,
     BadRequestError,
     BKError,
@@ -52,7 +53,6 @@ from appliance.errors import (
     UnauthorizedError,
     code_of,
 )
-from appliance.protocol.entry import HEADER, HEADER_BYTES
 from appliance.protocol.keys import MASTER_KEY_BYTES
 from appliance.protocol.quorum import ALL_PROTECTIONS, Protections
 

@@ -1,5 +1,5 @@
 """The stored entry format: what a writer sends, a bookie stores and a reader
-verifies.  Pure: the digest is an injected object (``appliance.digest``).
+verifies.  Pure: the digest is an injected object (``appliance.checks.digest``).
 
 Layout (big-endian)::
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Sequence
 
-from appliance.errors import BadRequestError, DigestMismatchError
+from appliance.protocol.errors import BadRequestError, DigestMismatchError
 
 HEADER = struct.Struct(">QqqQ")
 HEADER_BYTES = HEADER.size  # 32

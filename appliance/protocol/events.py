@@ -11,7 +11,7 @@ ids the core was given, see ``CoreBase``) and every reply event echoes it.
 Replies the core no longer expects (late, duplicated, reordered, or from a
 superseded round) are ignored or applied idempotently, so the driver may
 deliver at-least-once and in any order.  Error ``code`` values are
-``appliance.errors`` codes (``OK = 0``); their response class (positive /
+``appliance.protocol.errors`` codes (``OK = 0``); their response class (positive /
 explicit negative / unknown) is decided by ``errors.is_explicit_negative``.
 
 Actions (core -> driver)

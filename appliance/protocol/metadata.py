@@ -13,7 +13,7 @@ import base64
 import json
 from dataclasses import dataclass, field, replace
 
-from appliance.errors import (
+from appliance.protocol.errors import (
     CorruptMetadataError,
     LedgerClosedError,
     LedgerFencedError,

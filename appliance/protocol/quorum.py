@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from appliance.errors import OK, is_explicit_negative
+from appliance.protocol.errors import OK, is_explicit_negative
 
 PROTECTION_NAMES = ("recovery-read-fence", "fragment-start", "fence-on-boot", "limbo")
 

@@ -27,7 +27,7 @@ Guarantees:
   reply's records may come packed (``PackedRecords``: one buffer and the
   lengths); they are checked by the injected ``verify_batch``:
   ``verify_run`` by default (the simulation), a vectorised check with the
-  same answers in the client (``appliance.record_check.verify_run_fast``).
+  same answers in the client (``appliance.checks.record_check.verify_run_fast``).
 
 Bounds: ``read_window_entries`` single-entry reads and
 ``read_batches_in_flight`` batch requests in flight per read,
@@ -42,7 +42,10 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from appliance.errors import (
+from appliance.protocol import events as ev
+from appliance.protocol.core import CoreBase
+from appliance.protocol.entry import verify_entry, verify_run
+from appliance.protocol.errors import (
     OK,
     BKTimeoutError,
     DataUnknownError,
@@ -50,9 +53,6 @@ from appliance.errors import (
     NoSuchEntryError,
     is_explicit_negative,
 )
-from appliance.protocol import events as ev
-from appliance.protocol.core import CoreBase
-from appliance.protocol.entry import verify_entry, verify_run
 from appliance.protocol.metadata import CLOSED, LedgerMetadata
 from appliance.protocol.quorum import ensemble_coverage
 
@@ -164,7 +164,7 @@ class LedgerReader(CoreBase):
                  ids: Iterator[int] | None = None, verify_batch=verify_run):
         """``verify_batch(records, digest, ledger_id, first_entry_id)``: the
         batch check of a reply's records, answering exactly as ``verify_run``
-        (a faster one, e.g. ``appliance.record_check.verify_run_fast``, may
+        (a faster one, e.g. ``appliance.checks.record_check.verify_run_fast``, may
         be injected)."""
         super().__init__(metadata.ledger_id, ids)
         self.config = config or ReaderConfig()

@@ -38,14 +38,14 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from appliance.errors import (
+from appliance.protocol import events as ev
+from appliance.protocol.core import CoreBase
+from appliance.protocol.errors import (
     OK,
     BKTimeoutError,
     MetadataVersionError,
     UnauthorizedError,
 )
-from appliance.protocol import events as ev
-from appliance.protocol.core import CoreBase
 from appliance.protocol.keys import password_hash
 from appliance.protocol.metadata import CLOSED, OPEN, LedgerMetadata
 from appliance.protocol.quorum import ALL_PROTECTIONS, Protections, ensemble_coverage

@@ -15,7 +15,9 @@ entry's header, or from one plain read of it when nothing was recovered).
 
 from __future__ import annotations
 
-from appliance.errors import (
+from appliance.protocol import events as ev
+from appliance.protocol.entry import verify_entry
+from appliance.protocol.errors import (
     OK,
     BKTimeoutError,
     DataUnknownError,
@@ -24,8 +26,6 @@ from appliance.errors import (
     UnauthorizedError,
     is_explicit_negative,
 )
-from appliance.protocol import events as ev
-from appliance.protocol.entry import verify_entry
 from appliance.protocol.invariant import invariant
 from appliance.protocol.metadata import LedgerMetadata
 from appliance.protocol.quorum import (

@@ -36,7 +36,10 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from appliance.errors import (
+from appliance.protocol import events as ev
+from appliance.protocol.core import CoreBase
+from appliance.protocol.entry import HEADER, HEADER_BYTES
+from appliance.protocol.errors import (
     OK,
     BKTimeoutError,
     LedgerClosedError,
@@ -46,9 +49,6 @@ from appliance.errors import (
     TooManyRequestsError,
     UnauthorizedError,
 )
-from appliance.protocol import events as ev
-from appliance.protocol.core import CoreBase
-from appliance.protocol.entry import HEADER, HEADER_BYTES
 from appliance.protocol.invariant import invariant
 from appliance.protocol.metadata import CLOSED, IN_RECOVERY, OPEN, LedgerMetadata
 from appliance.protocol.quorum import WriteSets, in_write_set

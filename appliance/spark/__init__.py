@@ -10,7 +10,7 @@
 
 The driver plans partitions from ledger metadata with bounds fixed at
 planning (``planner``); each task reads its ranges straight from the bookies
-with batched, verified, failing-over reads (``appliance.bulk_read``) and
+with batched, verified, failing-over reads (``appliance.client.bulk_read``) and
 yields Arrow record batches (``source``).  Options: ``options``; filter
 pushdown: ``filters``; usage and numbers: ``docs/SPARK.md``.
 """

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
 
-from appliance.bulk_read import BulkReadConfig
+from appliance.client.bulk_read import BulkReadConfig
 from appliance.errors import BKError, NoSuchLedgerError, UnauthorizedError
 from appliance.protocol.metadata import CLOSED, LedgerMetadata
 from appliance.spark.filters import Bounds

@@ -99,7 +99,7 @@ def _check_schema(schema) -> None:
 
 def read_partition(partition, password: bytes):
     """Executor side: the partition's rows as Arrow record batches."""
-    from appliance.bulk_read import BulkReader
+    from appliance.client.bulk_read import BulkReader
     from appliance.protocol.keys import master_key
 
     key = master_key(password)

@@ -12,17 +12,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from appliance.errors import ConfigError
+from appliance.protocol.errors import ConfigError
 from storage.metadata.api import ANY_VERSION, DATA_BYTES_MAX, MetadataStore, validate_path
-from storage.metadata.bookies import BookieRegistry
-from storage.metadata.ledgers import LedgerManager
 
 SESSION_TIMEOUT_MS_DEFAULT = 10_000
 CONNECT_TIMEOUT_MS_DEFAULT = 5_000
 SCHEMES = "sqlite:///relative.db, sqlite:////absolute.db or zk://host:port[,host:port]/chroot"
 
-__all__ = ["ANY_VERSION", "DATA_BYTES_MAX", "BookieRegistry", "LedgerManager", "MetadataStore",
-           "open_store", "parse_uri"]
+__all__ = ["ANY_VERSION", "DATA_BYTES_MAX", "MetadataStore", "open_store", "parse_uri"]
 
 
 def parse_uri(uri: str, base_dir: str | Path | None = None) -> tuple[str, dict]:

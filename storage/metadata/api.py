@@ -21,7 +21,7 @@ Guarantees (both backends, checked by ``tests/metadata``):
   (or its children) differs from what the caller knows, or the timeout
   passes (``None``; a read already in flight may add its own bounded
   operation timeout).
-* Errors are the ``appliance.errors`` metadata classes; messages name the
+* Errors are the ``appliance.protocol.errors`` metadata classes; messages name the
   path, or the endpoint when the store is unreachable
   (``MetadataUnavailableError``).  Operations on a closed store raise
   ``ClientClosedError``.  Bad arguments raise ``ValueError``/``TypeError``
@@ -35,7 +35,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 
-from appliance.errors import ClientClosedError
+from appliance.protocol.errors import ClientClosedError
 
 log = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import crc32c
 
-from appliance.errors import (
+from appliance.protocol.errors import (
     ClientClosedError,
     CorruptMetadataError,
     MetadataError,

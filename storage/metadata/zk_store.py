@@ -27,7 +27,7 @@ from kazoo import exceptions as kz
 from kazoo.client import KazooClient, KazooState
 from kazoo.retry import KazooRetry
 
-from appliance.errors import (
+from appliance.protocol.errors import (
     MetadataError,
     MetadataUnavailableError,
     MetadataVersionError,

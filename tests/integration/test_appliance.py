@@ -112,7 +112,7 @@ def test_supervisor_restarts_a_crashed_bookie(appliance_config):
                                    f'ledger_dir = "b2/ledgers"\ncpus = [{cpu}]\n', 1))
     _up(config, seen)
     from appliance.config import load_config
-    from appliance.probe import bookie_info
+    from appliance.supervisor.probe import bookie_info
 
     cfg = load_config(config)
     victim = cfg.bookies[1]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import zmq
 
-from appliance.digest import make_digest, master_key
+from appliance.checks.digest import make_digest, master_key
 from appliance.errors import OK, LedgerFencedError, UnauthorizedError
 from appliance.protocol.entry import pack_entry
 from ipc.replies import ErrorReply, decode_reply

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from appliance.client import Entry
+from appliance.client.calls import Entry
 from appliance.errors import NoSuchEntryError
 
 PW = b"secret"

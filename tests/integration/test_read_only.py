@@ -7,9 +7,9 @@ from __future__ import annotations
 import zmq
 
 import appliance
-from appliance.digest import master_key
+from appliance.checks.digest import master_key
 from appliance.errors import ReadOnlyError
-from appliance.probe import bookie_info
+from appliance.supervisor.probe import bookie_info
 from ipc.replies import decode_reply
 from ipc.requests import AddRequest, encode_request
 from tests.helpers import wait_for

@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 
 import appliance
-from appliance.digest import make_digest, master_key
+from appliance.checks.digest import make_digest, master_key
 from appliance.errors import LedgerClosedError, LedgerFencedError
+from appliance.meta.ledgers import ledger_path
 from appliance.protocol.entry import pack_entry, verify_run
 from appliance.protocol.rereplication_plan import choose_replacement, plan_ledger, runs_to_copy
-from appliance.rereplication import Rereplicator, underreplicated
+from appliance.rereplication.rereplicator import Rereplicator, underreplicated
 from ipc.client import Transport
 from ipc.packed import AddPackedRequest, ReadPackedRequest
 from ipc.requests import ReadLacRequest
-from storage.metadata.ledgers import ledger_path
 from tests.helpers import wait_for
 from tests.integration.cluster import wait_registered
 

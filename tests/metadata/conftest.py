@@ -1,5 +1,5 @@
 """The backend fixture: every contract test runs once on SQLite and once on
-the real ZooKeeper of ``tests/zookeeper.py``, each in a fresh namespace."""
+the real ZooKeeper of ``tests/support/zookeeper.py``, each in a fresh namespace."""
 
 from __future__ import annotations
 

@@ -12,8 +12,8 @@ from appliance.errors import (
     NodeExistsError,
     NoNodeError,
 )
+from appliance.meta.bookies import AVAILABLE_ROOT, COOKIES_ROOT, BookieRegistry
 from storage.metadata import ANY_VERSION
-from storage.metadata.bookies import AVAILABLE_ROOT, COOKIES_ROOT, BookieRegistry
 from tests.helpers import wait_for
 
 

@@ -13,11 +13,11 @@ from appliance.errors import (
     MetadataVersionError,
     NoSuchLedgerError,
 )
+from appliance.meta import ledgers as ledgers_module
+from appliance.meta.ledgers import NEW_LEDGER_VERSION, LedgerManager, ledger_path
 from appliance.protocol.invariant import InvariantViolation
 from appliance.protocol.metadata import CLOSED, IN_RECOVERY, OPEN, LedgerMetadata
 from storage.metadata import ANY_VERSION
-from storage.metadata import ledgers as ledgers_module
-from storage.metadata.ledgers import NEW_LEDGER_VERSION, LedgerManager, ledger_path
 
 ENSEMBLE = ["bookie-1", "bookie-2", "bookie-3"]
 

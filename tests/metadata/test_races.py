@@ -7,8 +7,8 @@ import multiprocessing
 import queue as queue_module
 
 from appliance.errors import MetadataVersionError
+from appliance.meta.ledgers import LedgerManager
 from storage.metadata import open_store
-from storage.metadata.ledgers import LedgerManager
 
 PROCESSES = 4
 INCREMENTS_PER_PROCESS = 1_000

@@ -97,7 +97,7 @@ def test_malformed_hosts_are_refused(bad):
 
 SERVER_OWNER_SCRIPT = """
 import sys
-from storage.metadata.zk_server import ZooKeeperServer
+from appliance.bench.zk_server import ZooKeeperServer
 server = ZooKeeperServer(sys.argv[1], die_with_parent=True).start()
 print(server.pid, flush=True)
 sys.stdin.read()

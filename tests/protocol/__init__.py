@@ -1,1 +1,1 @@
-"""Unit tests of the pure protocol core (appliance.protocol) and appliance.digest."""
+"""Unit tests of the pure protocol core (appliance.protocol) and appliance.checks.digest."""

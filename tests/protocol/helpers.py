@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from appliance.digest import make_digest, master_key, password_hash
+from appliance.checks.digest import make_digest, master_key, password_hash
 from appliance.protocol import events as ev
 from appliance.protocol.metadata import LedgerMetadata
 

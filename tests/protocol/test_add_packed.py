@@ -1,5 +1,5 @@
 """BookieCore.add_packed: entries packed in one frame, with and without the
-vectorised id check (``appliance.add_check``), give the same codes and store
+vectorised id check (``appliance.bookie.add_check``), give the same codes and store
 the same bytes as add_batch, on good batches and on damaged ones."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from appliance.add_check import VECTOR_ENTRIES_MIN, packed_records_match
-from appliance.digest import make_digest, master_key
+from appliance.bookie.add_check import VECTOR_ENTRIES_MIN, packed_records_match
+from appliance.checks.digest import make_digest, master_key
 from appliance.errors import OK, BadRequestError, LedgerFencedError, UnauthorizedError
 from appliance.protocol.bookie import BookieCore
 from appliance.protocol.entry import pack_entry

@@ -2,7 +2,7 @@
 
 import pytest
 
-from appliance.digest import make_digest, master_key
+from appliance.checks.digest import make_digest, master_key
 from appliance.errors import (
     OK,
     BadRequestError,

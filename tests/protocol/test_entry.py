@@ -2,7 +2,7 @@
 
 import pytest
 
-from appliance.digest import make_digest, master_key, password_hash
+from appliance.checks.digest import make_digest, master_key, password_hash
 from appliance.errors import BadRequestError, DigestMismatchError
 from appliance.protocol.entry import (
     HEADER_BYTES,

@@ -1,6 +1,6 @@
 """LedgerRecovery against real bookie cores (tests.protocol.helpers.Loop)."""
 
-from appliance.digest import master_key
+from appliance.checks.digest import master_key
 from appliance.errors import (
     OK,
     BKTimeoutError,

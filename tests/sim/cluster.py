@@ -11,7 +11,7 @@ repair, which is not part of this core).
 
 from __future__ import annotations
 
-from appliance.digest import make_digest, master_key, password_hash
+from appliance.checks.digest import make_digest, master_key, password_hash
 from appliance.errors import OK, error_class
 from appliance.protocol.metadata import CLOSED, LedgerMetadata
 from tests.sim.apps import ReaderApp, RecoveryApp, WriterApp

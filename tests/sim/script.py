@@ -6,7 +6,7 @@ step.  Used by the scenario tests in ``tests/sim/test_scenarios.py``.
 
 from __future__ import annotations
 
-from appliance.digest import master_key
+from appliance.checks.digest import master_key
 from appliance.errors import OK
 from appliance.protocol import events as ev
 from appliance.protocol.entry import pack_entry

@@ -1,4 +1,4 @@
-"""``appliance.bulk_read`` against in-memory bookies on threads (real ZeroMQ,
+"""``appliance.client.bulk_read`` against in-memory bookies on threads (real ZeroMQ,
 real wire codec): order and exactly-once, failover on every kind of bad
 answer, and clear errors when no replica serves an entry."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from appliance.bulk_read import BulkReadConfig, BulkReader, parse_reply, verify_records
-from appliance.digest import make_digest
+from appliance.checks.digest import make_digest
+from appliance.client.bulk_read import BulkReadConfig, BulkReader, parse_reply, verify_records
 from appliance.errors import (
     OK,
     BadRequestError,

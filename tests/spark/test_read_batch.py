@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from appliance.bookie_handler import BookieHandler
-from appliance.digest import make_digest
+from appliance.bookie.handler import BookieHandler
+from appliance.checks.digest import make_digest
 from appliance.errors import (
     OK,
     CorruptRecordError,

@@ -7,7 +7,7 @@ returns only a prefix of records that passed every check (digest over header
 and payload, ledger and entry ids, LAC below the entry id, running length
 consistent with the record before), so no byte of a bad record is ever handed
 out.  Both are vectorised with numpy over a whole reply; the record checks
-are ``appliance.record_check``'s, shared with the client's catch-up reads.
+are ``appliance.checks.record_check``'s, shared with the client's catch-up reads.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from appliance.checks.record_check import check_records
 from appliance.errors import OK, BadRequestError, ProtocolVersionError
 from appliance.protocol.entry import HEADER_BYTES
-from appliance.record_check import check_records
 from ipc.frames import REPLY_HEAD, U32, VERSION, Op
 from ipc.packed import READ_PACKED_ROW
 
@@ -56,7 +56,7 @@ def verify_packed(data, lengths: np.ndarray, ledger_id: int, first_entry_id: int
                   digest) -> tuple[VerifiedChunk | None, str | None]:
     """Check stored entry records (header, digest, payload) lying back to
     back in ``data``, ``lengths[i]`` bytes each, that should be entries
-    ``first_entry_id..`` of ``ledger_id`` (``appliance.record_check``, strict:
+    ``first_entry_id..`` of ``ledger_id`` (``appliance.checks.record_check``, strict:
     also LAC below the entry and a consistent running length).
 
     Returns the longest verified prefix (None if empty) and, if a record

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from appliance.disk_monitor import DiskMonitor, ReadOnlyGate
+from appliance.bookie.disk_monitor import DiskMonitor, ReadOnlyGate
 from appliance.errors import ReadOnlyError
 from ipc.packed import AddPackedRequest
 from ipc.replies import InfoReply, PingReply
@@ -90,7 +90,7 @@ def test_usage_is_what_df_shows(tmp_path):
     rounds Use% up to a whole percent)."""
     import subprocess
 
-    from appliance.disk_monitor import disk_usage_fraction
+    from appliance.bookie.disk_monitor import disk_usage_fraction
 
     out = subprocess.run(["df", "--output=pcent", str(tmp_path)], capture_output=True,
                          text=True, check=True).stdout.split()[-1]

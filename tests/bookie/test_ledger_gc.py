@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from appliance.bookie.ledger_gc import LedgerGC
 from appliance.errors import MetadataUnavailableError, NoSuchLedgerError
-from appliance.ledger_gc import LedgerGC
 from storage import LedgerStorage
 from tests.storage.conftest import small_options
 

@@ -1,7 +1,7 @@
 """Vectorised verification of entry records lying back to back in one buffer
 (a READ_PACKED reply's data frame): the shared fast path of the client's
 catch-up reads (``appliance.protocol.reader`` via ``verify_run_fast``) and of
-the Spark executors' bulk reads (``appliance.bulk_read``).
+the Spark executors' bulk reads (``appliance.client.bulk_read``).
 
 Guarantees: ``check_records`` counts a record as good only if its digest
 (over header and payload) matches and its header names the ledger and entry
@@ -15,7 +15,7 @@ Cost per reply: the headers are gathered and compared with numpy.  With
 CRC32C digests and records of one length (the usual reply) there is no
 per-record Python at all: the reply is viewed as a matrix, the payloads are
 joined with one copy and checked with ONE ``crc32c`` call against the
-combination of the CRCs the stored digests imply (``appliance.crc_vec``:
+combination of the CRCs the stored digests imply (``storage.crc_vec``:
 the strength of one CRC32C over the joined payloads: errors of up to 3 bits
 and bursts up to 32 bits always caught, other damage missed with
 probability 2^-32); if that fails, or lengths differ, each record costs one
@@ -34,8 +34,8 @@ from functools import lru_cache
 import crc32c
 import numpy as np
 
-from appliance import crc_vec
 from appliance.protocol.entry import HEADER_BYTES
+from storage import crc_vec
 
 _HEADER_DTYPE = np.dtype([("ledger", ">u8"), ("entry", ">i8"), ("lac", ">i8"), ("length", ">u8")])
 _crc = crc32c.crc32c

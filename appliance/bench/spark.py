@@ -84,7 +84,7 @@ def _measure_size(spark, config: str, size: int, entries: int, n_ledgers: int, r
               .load())
     out = {"size": size, "rows": rows, "payload_mb": payload_bytes / 1e6, "ledgers": ids,
            "partitions": df.rdd.getNumPartitions()}
-    from appliance.bench import bookie_pids
+    from appliance.bench.ledgers import bookie_pids
 
     bookies = bookie_pids(config)
     for name, frame in (("bookkeeper", df), ("parquet", spark.read.parquet(parquet)),
@@ -192,7 +192,7 @@ def _appliance(config_path: str | None, work: str):
     if config_path is not None:
         yield str(Path(config_path).resolve())
         return
-    from appliance.bench import BenchOptions, supervisor_running, temp_config_text
+    from appliance.bench.ledgers import BenchOptions, supervisor_running, temp_config_text
 
     root = Path(work) / "appliance"
     root.mkdir()

@@ -33,7 +33,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from appliance.add_check import packed_records_match
+from appliance.bookie.add_check import packed_records_match
 from appliance.errors import (
     OK,
     BadRequestError,

@@ -42,7 +42,7 @@ from pathlib import Path
 import psutil
 
 from appliance.errors import BKError, ConfigError
-from appliance.probe import bookie_info
+from appliance.supervisor.probe import bookie_info
 
 log = logging.getLogger("appliance.supervisor")
 
@@ -273,6 +273,3 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -45,7 +45,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
-from appliance.digest import make_digest
+from appliance.checks.digest import make_digest
 from appliance.errors import (
     OK,
     BKError,
@@ -227,12 +227,15 @@ class Rereplicator:
     # -- one ledger -----------------------------------------------------------------
     def _recover_ledger(self, ledger_id: int, lost: str, recover_open: bool,
                         report: RecoveryReport) -> None:
+        closed_by_us = False
         for _ in range(REPLAN_TRIES_MAX):
             try:
                 md, _ = self.ledgers.read_ledger(ledger_id)
             except NoSuchLedgerError:
                 return  # deleted meanwhile: nothing left to protect
             if lost not in md.bookies():
+                if closed_by_us:  # our recovery's write-back replaced the lost bookie
+                    report.ledgers_recovered.append(ledger_id)
                 return
             key = self._admit(md, lost, recover_open, report)
             if key is None:
@@ -240,6 +243,7 @@ class Rereplicator:
             if md.state != CLOSED:
                 if not self._close_open(ledger_id, key, report):
                     return
+                closed_by_us = True
                 continue  # re-read the now closed ledger
             try:
                 if self._recover_closed(md, lost, key, report) \

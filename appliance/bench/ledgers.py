@@ -174,7 +174,7 @@ def bench_appliance(options: BenchOptions, config_path: str | None, workdir: str
 def supervisor_running(config: Path, bookies: int):
     """A supervisor started on ``config``, once ``bookies`` bookies registered;
     stopped with SIGTERM (killed after 60 s) at exit.  Also used by
-    ``appliance.spark.bench``."""
+    ``appliance.bench.spark``."""
     log = open(config.parent / "supervisor.log", "ab")
     proc = subprocess.Popen([sys.executable, "-m", "appliance.supervisor", "--config",
                              str(config)], stdin=subprocess.DEVNULL, stdout=log,

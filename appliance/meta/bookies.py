@@ -31,8 +31,8 @@ from appliance.errors import (
     NodeExistsError,
     NoNodeError,
 )
+from appliance.meta.records import decode_record, encode_record
 from storage.metadata.api import ANY_VERSION, MetadataStore
-from storage.metadata.records import decode_record, encode_record
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ import os
 
 import pytest
 
-from storage.metadata.zk_server import ZooKeeperServer
+from appliance.bench.zk_server import ZooKeeperServer
 
 _chroots = itertools.count()
 

@@ -12,11 +12,11 @@ Boot, in order (any failure exits non-zero with one line naming the cause):
 3. the BP-46 boot rule: after an unclean shutdown in a mode where acks did
    not wait for the journal, fence (and mark limbo) every ledger whose
    ensemble names this bookie, before answering anyone;
-4. measure the disks (``appliance.disk_monitor``: read-only beyond
+4. measure the disks (``appliance.bookie.disk_monitor``: read-only beyond
    ``server.disk_usage_max``, re-checked every ``disk_check_interval_ms``);
 5. bind the endpoint, register in the metadata store (an ephemeral node:
    it disappears when this process dies, flagged read-only if it is), start
-   the garbage collector (``appliance.ledger_gc``), serve.
+   the garbage collector (``appliance.bookie.ledger_gc``), serve.
 
 SIGTERM / SIGINT: stop serving, unregister, checkpoint and close the
 storage (which leaves the clean-shutdown marker), exit 0.  The bookie does
@@ -74,15 +74,15 @@ def ledgers_on_bookie(ledger_manager, bookie_id: str):
 
 def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
     """Boot and serve until SIGTERM/SIGINT (see the module docstring)."""
-    from appliance.bookie_handler import BookieHandler
-    from appliance.disk_monitor import DiskMonitor, ReadOnlyGate, start_disk_checks
-    from appliance.ledger_gc import LedgerGC
+    from appliance.bookie.disk_monitor import DiskMonitor, ReadOnlyGate, start_disk_checks
+    from appliance.bookie.handler import BookieHandler
+    from appliance.bookie.ledger_gc import LedgerGC
+    from appliance.meta.bookies import BookieRegistry
+    from appliance.meta.ledgers import LedgerManager
     from appliance.protocol.bookie import BookieCore
     from ipc.server import FrameServer
     from storage import LedgerStorage
     from storage.metadata import open_store
-    from storage.metadata.bookies import BookieRegistry
-    from storage.metadata.ledgers import LedgerManager
 
     spec = config.bookie(bookie_id)
     options = config.storage.to_options()
@@ -182,6 +182,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bookie {args.bookie_id}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -16,7 +16,7 @@ Guarantees:
   ``inflight_bytes_max`` payload bytes per handle are in flight;
   ``add_async`` blocks beyond that (bounded memory here and in the bookies).
 * Thread-safe: any thread may call any method; the protocol cores run on
-  one driver thread (``appliance.driver``).
+  one driver thread (``appliance.client.driver``).
 * Errors are ``appliance.errors`` classes; a wrong password is refused on
   open before anything is fenced (``UnauthorizedError``).
 """
@@ -26,12 +26,10 @@ from __future__ import annotations
 import random
 import time
 from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
-from typing import NamedTuple
 
+from appliance.client.calls import CALL_TIMEOUT_S_MAX, check_entry_id, wait_result
 from appliance.errors import (
     OK,
-    BKTimeoutError,
     ClientClosedError,
     NotEnoughBookiesError,
     UnauthorizedError,
@@ -41,17 +39,6 @@ from appliance.protocol import events as ev
 from appliance.protocol.keys import master_key, password_hash
 from appliance.protocol.metadata import CLOSED, DIGEST_TYPES, LedgerMetadata, check_quorums
 
-CALL_TIMEOUT_S_MAX = 600.0  # the longest a blocking call waits for the driver
-
-
-class Entry(NamedTuple):
-    """One entry read back (immutable).  A named tuple: catch-up reads build
-    thousands per call, and a frozen dataclass cost ~4x more to construct."""
-
-    ledger_id: int
-    entry_id: int
-    payload: bytes
-
 
 def _check_password(password) -> bytes:
     if not isinstance(password, bytes | bytearray):
@@ -59,30 +46,15 @@ def _check_password(password) -> bytes:
     return bytes(password)
 
 
-def _check_entry_id(name: str, value) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value}")
-    return value
-
-
-def _wait(fut: Future, timeout_s: float, what: str):
-    try:
-        return fut.result(timeout=timeout_s)
-    except FutureTimeout:
-        raise BKTimeoutError(f"{what} did not finish within {timeout_s:.0f}s") from None
-
-
 class Client:
     """A connection to one appliance: its metadata store and its bookies."""
 
     def __init__(self, target):
+        from appliance.client.driver import Driver
         from appliance.config import ClientConfig, resolve_target
-        from appliance.driver import Driver
+        from appliance.meta.bookies import BookieRegistry
+        from appliance.meta.ledgers import LedgerManager
         from storage.metadata import open_store
-        from storage.metadata.bookies import BookieRegistry
-        from storage.metadata.ledgers import LedgerManager
 
         uri, base_dir, config = resolve_target(target)
         self.config = config.client if config is not None else ClientConfig()
@@ -114,7 +86,7 @@ class Client:
                       digest: str | None = None, custom: dict | None = None):
         """Create an OPEN ledger on ``ensemble`` live bookies; returns its
         write handle."""
-        from appliance.handles import WriteHandle
+        from appliance.client.handles import WriteHandle
 
         self._check_open()
         e = self.config.ensemble if ensemble is None else ensemble
@@ -125,7 +97,7 @@ class Client:
         if digest not in DIGEST_TYPES:
             raise ValueError(f"digest must be one of {DIGEST_TYPES}, got {digest!r}")
         key = master_key(_check_password(password))
-        live = list(_wait(self.driver.call(lambda: self.driver.available_bookies), 30.0,
+        live = list(wait_result(self.driver.call(lambda: self.driver.available_bookies), 30.0,
                           "listing bookies"))
         if len(live) < e:
             raise NotEnoughBookiesError(f"ensemble of {e} needs {e} live writable bookies; "
@@ -140,10 +112,10 @@ class Client:
         """Open for reading.  ``recovery=True`` fences the ledger and recovers
         its end (the old writer can add no more); ``False`` reads up to the
         LAC without disturbing the writer."""
-        from appliance.handles import ReadHandle
+        from appliance.client.handles import ReadHandle
 
         self._check_open()
-        _check_entry_id("ledger_id", ledger_id)
+        check_entry_id("ledger_id", ledger_id)
         key = master_key(_check_password(password))
         md, version = self.ledgers.read_ledger(ledger_id)
         if md.password_hash is not None and md.password_hash != password_hash(key):
@@ -153,7 +125,7 @@ class Client:
         return ReadHandle(self, md, key)
 
     def _recover(self, md: LedgerMetadata, version: int, key: bytes) -> LedgerMetadata:
-        from appliance.digest import make_digest
+        from appliance.checks.digest import make_digest
         from appliance.protocol.recovery import LedgerRecovery
 
         done: Future = Future()
@@ -171,9 +143,9 @@ class Client:
             self.driver.run(core, core.start(self.driver.now_ms()))
             return core
 
-        core = _wait(self.driver.call(start), CALL_TIMEOUT_S_MAX, "starting recovery")
+        core = wait_result(self.driver.call(start), CALL_TIMEOUT_S_MAX, "starting recovery")
         try:
-            result = _wait(done, CALL_TIMEOUT_S_MAX, f"recovery of ledger {md.ledger_id}")
+            result = wait_result(done, CALL_TIMEOUT_S_MAX, f"recovery of ledger {md.ledger_id}")
         finally:
             self.driver.post(self.driver.unregister, core)
         if result.code != OK:
@@ -187,13 +159,13 @@ class Client:
 
     def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
         self._check_open()
-        _check_entry_id("ledger_id", ledger_id)
+        check_entry_id("ledger_id", ledger_id)
         return self.ledgers.read_ledger(ledger_id)[0]
 
     def delete_ledger(self, ledger_id: int) -> None:
         """Delete the ledger's metadata; its id is never reused."""
         self._check_open()
-        _check_entry_id("ledger_id", ledger_id)
+        check_entry_id("ledger_id", ledger_id)
         self.ledgers.delete_ledger(ledger_id)
 
     # -- lifecycle --------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""``appliance.record_check``: the vectorised record checks shared by the
+"""``appliance.checks.record_check``: the vectorised record checks shared by the
 client's catch-up reads and the Spark bulk reads answer exactly as the pure
 core's ``verify_run`` (same verified prefix, same payloads, same LAC) on good
 and damaged replies, with both digests and on both CRC paths; and the reader
@@ -13,14 +13,15 @@ import crc32c
 import numpy as np
 import pytest
 
-from appliance import crc_vec, record_check
-from appliance.digest import make_digest
+from appliance.checks import record_check
+from appliance.checks.digest import make_digest
+from appliance.checks.record_check import check_records, verify_run_fast
 from appliance.errors import OK
 from appliance.protocol import events as ev
 from appliance.protocol.entry import pack_entries, verify_run
 from appliance.protocol.keys import master_key
 from appliance.protocol.reader import LedgerReader, PackedRecords, ReaderConfig
-from appliance.record_check import check_records, verify_run_fast
+from storage import crc_vec
 from tests.protocol.helpers import DIGEST, metadata, one
 from tests.protocol.test_read_batches import BatchLoop, fill
 

@@ -18,11 +18,11 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING
 from itertools import repeat
 
-from appliance.client import CALL_TIMEOUT_S_MAX, Entry, _check_entry_id, _wait
+from appliance.checks.record_check import verify_run_fast
+from appliance.client.calls import CALL_TIMEOUT_S_MAX, Entry, check_entry_id, wait_result
 from appliance.errors import OK, BKError, ClientClosedError, NoSuchEntryError, error_for_code
 from appliance.protocol import events as ev
 from appliance.protocol.metadata import CLOSED
-from appliance.record_check import verify_run_fast
 
 READ_CHUNK_ENTRIES = 1000  # entries per read() round trip through the driver
 
@@ -116,7 +116,7 @@ def _complete(condition: threading.Condition, settled: list, error) -> None:
 
 
 def _digest(md, key):
-    from appliance.digest import make_digest
+    from appliance.checks.digest import make_digest
 
     return make_digest(md.digest_type, key)
 
@@ -170,7 +170,7 @@ class WriteHandle:
         """Append ``payload``; returns its entry id once acknowledged (its batch
         leaves at once: a caller that waits sends nothing more to wait for)."""
         fut = self._add(payload, linger=False)
-        return _wait(fut, CALL_TIMEOUT_S_MAX, f"add to ledger {self.id}")
+        return wait_result(fut, CALL_TIMEOUT_S_MAX, f"add to ledger {self.id}")
 
     def add_async(self, payload: bytes) -> Future:
         """Append ``payload``; the future's result is the entry id."""
@@ -321,7 +321,7 @@ class WriteHandle:
 
         self._driver.call(start).result()
         try:
-            done = _wait(self._close_done, CALL_TIMEOUT_S_MAX, f"close of ledger {self.id}")
+            done = wait_result(self._close_done, CALL_TIMEOUT_S_MAX, f"close of ledger {self.id}")
         finally:
             self._driver.post(self._driver.unregister, self._writer)
         if done.code != OK:
@@ -367,7 +367,7 @@ class ReadHandle:
 
     def read_chunks(self, first_entry_id: int, last_entry_id: int):
         """Bulk catch-up read: entries ``first..last`` (at most the LAC) as
-        ``appliance.bulk_read.VerifiedChunk`` s, in order, each entry once:
+        ``appliance.client.bulk_read.VerifiedChunk`` s, in order, each entry once:
         ``chunk.first_entry_id``, ``chunk.count``, and payload ``i`` is
         ``chunk.payloads[chunk.offsets[i]:chunk.offsets[i + 1]]`` (one buffer
         per chunk, no object per entry).  The same verified bytes as ``read``
@@ -375,7 +375,7 @@ class ReadHandle:
         fetched straight from the bookies with READ_PACKED, several requests
         in flight: the fast way to replay a long ledger.  Raises like ``read``
         (``NoSuchEntryError`` past the LAC, before anything is sent)."""
-        from appliance.bulk_read import BulkReadConfig, BulkReader
+        from appliance.client.bulk_read import BulkReadConfig, BulkReader
 
         self._check_range(first_entry_id, last_entry_id)
         cfg = self._client.config
@@ -409,7 +409,7 @@ class ReadHandle:
             self._driver.run(self._reader, start())
 
         self._driver.call(run).result()
-        result = _wait(fut, CALL_TIMEOUT_S_MAX, f"read of ledger {self.id}")
+        result = wait_result(fut, CALL_TIMEOUT_S_MAX, f"read of ledger {self.id}")
         if result.code != OK:
             raise error_for_code(result.code, f"ledger {self.id}: "
                                  f"{error_for_code(result.code)}")
@@ -417,8 +417,8 @@ class ReadHandle:
 
     def _check_range(self, first_entry_id: int, last_entry_id: int) -> None:
         """Before anything is sent: ids are ints >= 0, in order, within the LAC."""
-        _check_entry_id("first_entry_id", first_entry_id)
-        _check_entry_id("last_entry_id", last_entry_id)
+        check_entry_id("first_entry_id", first_entry_id)
+        check_entry_id("last_entry_id", last_entry_id)
         if last_entry_id < first_entry_id:
             raise ValueError(f"last_entry_id ({last_entry_id}) < first_entry_id "
                              f"({first_entry_id})")
@@ -475,7 +475,7 @@ class ReadHandle:
         that failed is read again now (the caller's own attempt)."""
         try:
             started[0].result(timeout=CALL_TIMEOUT_S_MAX)
-            result = _wait(started[1], CALL_TIMEOUT_S_MAX, f"read of ledger {self.id}")
+            result = wait_result(started[1], CALL_TIMEOUT_S_MAX, f"read of ledger {self.id}")
             if result.code == OK:
                 return result
             if not retry:

@@ -42,10 +42,10 @@ from appliance.errors import (
     NoSuchLedgerError,
     NotEmptyError,
 )
+from appliance.meta.records import decode_record, encode_record
 from appliance.protocol.invariant import invariant
 from appliance.protocol.metadata import CLOSED, IN_RECOVERY, OPEN, LedgerMetadata
 from storage.metadata.api import ANY_VERSION, MetadataStore
-from storage.metadata.records import decode_record, encode_record
 
 LEDGERS_ROOT = "/ledgers"
 IDGEN_PATH = "/ledgers/idgen"

@@ -102,7 +102,7 @@ def temporary_store_uri(backend: str) -> Iterator[str]:
         if backend == "sqlite":
             yield f"sqlite:///{Path(tmp) / 'metadata.db'}"
             return
-        from storage.metadata.zk_server import ZooKeeperServer
+        from appliance.bench.zk_server import ZooKeeperServer
 
         with ZooKeeperServer(Path(tmp) / "zk", die_with_parent=True) as server:
             yield server.uri("/bench")

@@ -37,7 +37,7 @@ Guarantees:
 Faults survived: a bookie that is down, restarts, stalls, serves corrupt or
 misfiled records, or answers garbage, as long as one replica of each entry
 answers correctly within the rounds.  Decoding and verification, the pure
-half, live in ``appliance.bulk_read.records``.
+half, live in ``appliance.client.bulk_read.records``.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from dataclasses import dataclass
 
 import zmq
 
-from appliance.bulk_read.records import (
+from appliance.client.bulk_read.records import (
     ParsedReply,
     VerifiedChunk,
     parse_reply,
@@ -256,7 +256,7 @@ class BulkReader:
     def read(self, metadata, first_entry_id: int, last_entry_id: int,
              master_key: bytes) -> Iterator[VerifiedChunk]:
         """Verified entries ``first..last`` of the ledger, in order (see module doc)."""
-        from appliance.digest import make_digest
+        from appliance.checks.digest import make_digest
 
         if self._closed:
             raise BookieUnavailableError("this bulk reader is closed")

@@ -8,8 +8,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 
 import pytest
 
+from appliance.client.handles import AddFuture, _complete
 from appliance.errors import LedgerFencedError
-from appliance.handles import AddFuture, _complete
 
 
 def futures(n):

@@ -1,0 +1,13 @@
+"""Room of the benchmarks behind ``bkctl bench`` (none of it runs in the
+appliance itself).
+
+* ``ledgers``: ``bkctl bench write|read``: durable adds and catch-up reads
+  through the client binding, against a temporary appliance or a running one;
+* ``metadata``: ``bkctl bench metadata``: the CAS stores, SQLite against a
+  real ZooKeeper;
+* ``spark``: ``bkctl bench spark``: the Spark data source against Parquet;
+* ``zk_server``: a ZooKeeperServer from pyspark's jars (benchmarks, tests).
+
+The storage engine's own benchmark is ``storage.bench``; the wire's is
+``ipc.bench``.
+"""

@@ -1,0 +1,10 @@
+"""Room of re-replication: restoring the write quorum of ledgers that name a
+lost bookie.
+
+* ``rereplicator``: ``Rereplicator`` (``bkctl bookie recover``) copies a lost
+  bookie's share from surviving replicas and re-points fragments by CAS only
+  after the replacement's durable acks; ``underreplicated`` lists what a
+  lost bookie leaves one copy short.
+
+What to copy and from where is pure code: ``appliance.protocol.rereplication_plan``.
+"""
