@@ -1,7 +1,14 @@
 """The BookKeeper appliance: client binding, bookie server and supervisor.
 
+Rooms by runtime role: ``appliance.protocol`` (the pure core and the
+kernel every layer shares), ``client``, ``bookie``, ``supervisor``,
+``meta``, ``checks``, ``rereplication``, ``spark``, ``bench``; the
+config (``appliance.config``) is shared by all.  README.md "Layout" gives
+the layer rule.
+
 Importing ``appliance`` is cheap and pulls in no sockets: the heavier
-modules load on first use.
+modules load on first use (``storage`` and ``ipc`` import
+``appliance.protocol``, which must not drag the client in).
 """
 
 __version__ = "0.1.0"

@@ -1,11 +1,12 @@
-"""The metadata store: a ZooKeeper-shaped compare-and-swap tree (SQLite or a
-real ZooKeeper, chosen by URI) and the BookKeeper metadata model on top.
+"""The metadata store backends: a ZooKeeper-shaped compare-and-swap tree
+(SQLite or a real ZooKeeper, chosen by URI).  The BookKeeper metadata model
+on top (ledgers, bookie registry) is ``appliance.meta``.
 
     store = open_store("sqlite:///metadata.db", base_dir=config_dir)
     store = open_store("zk://127.0.0.1:2181,127.0.0.1:2182/appliance")
 
-See ``api.py`` for the guarantees every backend gives, ``ledgers.py`` and
-``bookies.py`` for the model, and ``docs/METADATA.md``.
+See ``api.py`` for the guarantees every backend gives, and
+``docs/METADATA.md``.
 """
 
 from __future__ import annotations
