@@ -1,7 +1,7 @@
 """``bkctl bench write`` and ``bkctl bench read``: durable adds and catch-up
 reads end to end, on a temporary appliance of their own (four bookies under a
 temp dir, removed afterwards) or on a running one with ``--config``.
-How the figures are counted: ``appliance.bench``."""
+How the figures are counted: ``appliance.bench.ledgers``."""
 
 from __future__ import annotations
 
