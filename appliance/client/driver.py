@@ -83,7 +83,7 @@ class Driver:
         self._q: queue.SimpleQueue = queue.SimpleQueue()
         self._routes: dict[int, tuple] = {}  # transport request id -> (core, action)
         self._timers: list[tuple[int, int]] = []  # (deadline_ms, timer_id)
-        self._later: list[tuple[float, int, object]] = []  # call_later: (deadline_s, seq, fn)
+        self._later: list[tuple[float, int, object]] = []  # call_later_s: (deadline_s, seq, fn)
         self._later_seq = itertools.count()
         self._timer_owner: dict[int, object] = {}
         self._sinks: dict[int, object] = {}  # id(core) -> sink
@@ -124,7 +124,7 @@ class Driver:
         """Run ``fn(*args)`` on the driver thread, fire and forget."""
         self._q.put(("post", fn, args))
 
-    def call_later(self, delay_s: float, fn) -> None:
+    def call_later_s(self, delay_s: float, fn) -> None:
         """Driver thread only: run ``fn()`` on the driver thread in ``delay_s``
         (sub-millisecond, unlike the cores' timers)."""
         heapq.heappush(self._later, (time.monotonic() + delay_s, next(self._later_seq), fn))
