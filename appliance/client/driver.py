@@ -50,7 +50,7 @@ from appliance.protocol import events as ev
 from appliance.protocol.reader import PackedRecords
 from ipc.client import Transport
 from ipc.packed import AddPackedReply, AddPackedRequest, ReadPackedReply, ReadPackedRequest
-from ipc.replies import AddBatchReply, ErrorReply, LacReply, ReadReply
+from ipc.replies import ErrorReply, LacReply, ReadReply
 from ipc.requests import ReadLacRequest, ReadRequest, WriteLacRequest
 
 log = logging.getLogger(__name__)
@@ -378,10 +378,6 @@ def _translate(action, event, now_ms: int) -> list:
             return _failure_events(action, BadRequestError.code, now_ms)
         return [ev.AddResponses(action.request_id, action.bookie_id, action.ledger_id,
                                 action.entry_ids, tuple(reply.statuses), now_ms)]
-    if kind is ev.SendAdd and isinstance(reply, AddBatchReply):
-        return [ev.AddResponse(action.request_id, action.bookie_id, ledger_id, entry_id,
-                               status, now_ms)
-                for ledger_id, entry_id, status in reply.rows]
     if kind is ev.SendReadBatch and type(reply) is ReadPackedReply:
         return [ev.ReadBatchResponse(action.request_id, action.bookie_id, action.ledger_id, OK,
                                      tuple(reply.entry_ids), tuple(reply.statuses),
