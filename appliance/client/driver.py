@@ -22,9 +22,10 @@ refuses, is answered to the core as ``BookieUnavailableError`` (unknown
 class: it drives an ensemble change, never a wrong negative).
 
 Limits: the driver queue is unbounded in type but bounded in practice by
-the handles' in-flight semaphores (adds) and by one outstanding call per
-user thread; ``drain_items_max`` bounds work per wakeup; the metadata pool
-has ``metadata_workers`` threads.
+each write handle's in-flight count (its add paths wait on a condition
+while ``inflight_adds_max`` adds or ``inflight_bytes_max`` bytes are in
+flight) and by one outstanding call per user thread; ``DRAIN_ITEMS_MAX``
+bounds work per wakeup; the metadata pool has ``METADATA_WORKERS`` threads.
 """
 
 from __future__ import annotations
