@@ -226,7 +226,7 @@ class MemoryBookie:
             raise TooManyRequestsError(f"more than {self.long_polls_max} pending long polls")
         timeout_ms = min(req.timeout_ms, self.wait_lac_timeout_ms_max)
         waiter = [peer, req, None]
-        waiter[2] = self.server.call_later(timeout_ms, lambda: self._expire(ledger, waiter))
+        waiter[2] = self.server.call_later_ms(timeout_ms, lambda: self._expire(ledger, waiter))
         ledger.waiters.append(waiter)
         self.long_polls += 1
         return None

@@ -10,7 +10,7 @@
   storage's ``durable_fd``) and calls back when one is readable, so the
   handler can *defer* a reply (an add is acknowledged only once durable)
   and send it later with ``send_reply``;
-* runs timers (``call_later``) for long-poll expiry; deadlines come from the
+* runs timers (``call_later_ms``) for long-poll expiry; deadlines come from the
   injected ``clock`` (``time.monotonic`` by default) and only here.
 
 Faults it survives: short, garbage, unknown-version or oversize messages get
@@ -62,7 +62,7 @@ class RequestHandler(Protocol):
 
 
 class Timer:
-    """A pending ``call_later``; ``cancel()`` is idempotent."""
+    """A pending ``call_later_ms``; ``cancel()`` is idempotent."""
 
     __slots__ = ("deadline_s", "callback", "cancelled", "_server")
 
@@ -146,7 +146,7 @@ class FrameServer:
         if self._fds.pop(fd, None) is not None:
             self._poller.unregister(fd)
 
-    def call_later(self, delay_ms: float, callback: Callable[[], None]) -> Timer:
+    def call_later_ms(self, delay_ms: float, callback: Callable[[], None]) -> Timer:
         """Run ``callback()`` on the loop after ``delay_ms``; bounded by timers_max."""
         if self._timers_live >= self.timers_max:
             raise TooManyRequestsError(f"more than timers_max ({self.timers_max}) timers")

@@ -44,7 +44,7 @@ from appliance.protocol.errors import BookieIOError, ClientClosedError, TooManyR
 
 from . import journal_scan as js
 from . import storage_files as sf
-from .codec import BLOCK_HEADER_BYTES, build_block, verify_record
+from .codec import BLOCK_HEADER_BYTES, RECORD_HEADER_BYTES, build_block, verify_record
 from .index import Index
 from .options import StorageOptions
 from .read_path import fit_bytes, read_parts, read_rows
@@ -170,10 +170,10 @@ class LedgerStorage(StateOps):
         (64 KB entries in 8 MB batches spent 70% of a bookie's time there)."""
         opts = self.options
         limit = min(opts.add_batch_bytes_max, opts.entry_log_buffer_bytes) - 64
-        if int(np.add.reduce(lengths)) + 24 * len(lengths) <= limit:
+        if int(np.add.reduce(lengths)) + RECORD_HEADER_BYTES * len(lengths) <= limit:
             yield 0, len(lengths)
             return
-        sizes = lengths + 24
+        sizes = lengths + RECORD_HEADER_BYTES
         lo, acc = 0, 0
         for i, size in enumerate(sizes.tolist()):
             if acc + size > limit and i > lo:
@@ -202,7 +202,7 @@ class LedgerStorage(StateOps):
             # one ledger: its bytes are the block's records (as unique_ledger_bytes counts)
             self._logs.note_ledger_bytes(log_id, int(ledgers[0]), block_len - BLOCK_HEADER_BYTES)
         else:
-            for ledger_id, nbytes in unique_ledger_bytes(ledgers, lengths + 24):
+            for ledger_id, nbytes in unique_ledger_bytes(ledgers, lengths + RECORD_HEADER_BYTES):
                 self._logs.note_ledger_bytes(log_id, ledger_id, nbytes)
         self._bytes_since_checkpoint += block_len
 
@@ -251,7 +251,7 @@ class LedgerStorage(StateOps):
         with self._lock:
             self._check_open()
             log_id, offset, length = self._index.locate(ledger_id, entry_id)
-            raw = self._logs.read_record(log_id, offset, 24 + length)
+            raw = self._logs.read_record(log_id, offset, RECORD_HEADER_BYTES + length)
             self.counters["reads"] += 1
             return bytes(verify_record(raw, ledger_id, entry_id, length,
                                        f"entry log {log_id} offset {offset}"))

@@ -136,6 +136,6 @@ def start_disk_checks(server, monitor: DiskMonitor, interval_ms: int,
         except Exception:  # noqa: BLE001 - a failed publish must not stop the checks
             log.exception("disk check / read-only publish failed; retrying in %d ms",
                           interval_ms)
-        server.call_later(interval_ms, tick)
+        server.call_later_ms(interval_ms, tick)
 
-    server.call_later(interval_ms, tick)
+    server.call_later_ms(interval_ms, tick)

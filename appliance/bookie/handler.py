@@ -325,7 +325,7 @@ class BookieHandler:
             raise TooManyRequestsError(f"more than {self.long_polls_max} pending long polls")
         waiter = [peer, req, None]
         timeout_ms = min(req.timeout_ms, self.wait_lac_timeout_ms_max)
-        waiter[2] = self.server.call_later(timeout_ms, lambda: self._expire(waiter))
+        waiter[2] = self.server.call_later_ms(timeout_ms, lambda: self._expire(waiter))
         self._waiters[req.ledger_id].append(waiter)
         self._long_polls += 1
         return None

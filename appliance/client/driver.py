@@ -22,9 +22,10 @@ refuses, is answered to the core as ``BookieUnavailableError`` (unknown
 class: it drives an ensemble change, never a wrong negative).
 
 Limits: the driver queue is unbounded in type but bounded in practice by
-the handles' in-flight semaphores (adds) and by one outstanding call per
-user thread; ``drain_items_max`` bounds work per wakeup; the metadata pool
-has ``metadata_workers`` threads.
+each write handle's in-flight count (its add paths wait on a condition
+while ``inflight_adds_max`` adds or ``inflight_bytes_max`` bytes are in
+flight) and by one outstanding call per user thread; ``DRAIN_ITEMS_MAX``
+bounds work per wakeup; the metadata pool has ``METADATA_WORKERS`` threads.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from appliance.protocol import events as ev
 from appliance.protocol.reader import PackedRecords
 from ipc.client import Transport
 from ipc.packed import AddPackedReply, AddPackedRequest, ReadPackedReply, ReadPackedRequest
-from ipc.replies import AddBatchReply, ErrorReply, LacReply, ReadReply
+from ipc.replies import ErrorReply, LacReply, ReadReply
 from ipc.requests import ReadLacRequest, ReadRequest, WriteLacRequest
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,7 @@ class Driver:
         self._q: queue.SimpleQueue = queue.SimpleQueue()
         self._routes: dict[int, tuple] = {}  # transport request id -> (core, action)
         self._timers: list[tuple[int, int]] = []  # (deadline_ms, timer_id)
-        self._later: list[tuple[float, int, object]] = []  # call_later: (deadline_s, seq, fn)
+        self._later: list[tuple[float, int, object]] = []  # call_later_s: (deadline_s, seq, fn)
         self._later_seq = itertools.count()
         self._timer_owner: dict[int, object] = {}
         self._sinks: dict[int, object] = {}  # id(core) -> sink
@@ -124,7 +125,7 @@ class Driver:
         """Run ``fn(*args)`` on the driver thread, fire and forget."""
         self._q.put(("post", fn, args))
 
-    def call_later(self, delay_s: float, fn) -> None:
+    def call_later_s(self, delay_s: float, fn) -> None:
         """Driver thread only: run ``fn()`` on the driver thread in ``delay_s``
         (sub-millisecond, unlike the cores' timers)."""
         heapq.heappush(self._later, (time.monotonic() + delay_s, next(self._later_seq), fn))
@@ -378,10 +379,6 @@ def _translate(action, event, now_ms: int) -> list:
             return _failure_events(action, BadRequestError.code, now_ms)
         return [ev.AddResponses(action.request_id, action.bookie_id, action.ledger_id,
                                 action.entry_ids, tuple(reply.statuses), now_ms)]
-    if kind is ev.SendAdd and isinstance(reply, AddBatchReply):
-        return [ev.AddResponse(action.request_id, action.bookie_id, ledger_id, entry_id,
-                               status, now_ms)
-                for ledger_id, entry_id, status in reply.rows]
     if kind is ev.SendReadBatch and type(reply) is ReadPackedReply:
         return [ev.ReadBatchResponse(action.request_id, action.bookie_id, action.ledger_id, OK,
                                      tuple(reply.entry_ids), tuple(reply.statuses),

@@ -263,7 +263,7 @@ class WriteHandle:
             if 0 < queued < self._batch_max and self._linger_s > 0 and not self._lingered \
                     and not self._no_linger:
                 self._lingered = True  # _flush_posted stays set: add_async posts nothing
-                self._driver.call_later(self._linger_s, self._flush)
+                self._driver.call_later_s(self._linger_s, self._flush)
                 return
             self._lingered = self._no_linger = False
             payloads, futures = self._queued_payloads, self._queued_futures

@@ -18,8 +18,9 @@ from appliance.errors import (
     TooManyRequestsError,
 )
 from ipc.client import Event, Transport
-from ipc.frames import REPLY_HEAD, Op
-from ipc.replies import AddReply, PingReply
+from ipc.frames import DEFAULT_LIMITS, REPLY_HEAD, Op
+from ipc.packed import AddPackedRequest
+from ipc.replies import AddBatchReply, AddReply, PingReply, encode_reply
 from ipc.requests import (
     AddBatchRequest,
     AddItem,
@@ -207,6 +208,30 @@ def test_a_garbled_reply_completes_its_request_with_an_error(transport, short_tm
         router.send_multipart([peer, head[:12] + bytes(REPLY_HEAD.size - 20)])
         [event] = events_for(t, 1)
         assert (event.request_id, event.status) == (rid, BadRequestError.code)
+        assert t.counters["bad_replies"] == 1
+    finally:
+        router.close(linger=0)
+        ctx.term()
+
+
+def test_an_ok_reply_of_another_op_is_an_error_not_a_reply(transport, short_tmp):
+    # The client driver relies on this: an ADD_PACKED request is answered by an
+    # AddPackedReply or by an error, never by some other op's reply.
+    ctx = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    try:
+        router.bind(f"ipc://{short_tmp}/raw.sock")
+        t = transport()
+        t.add_bookie("raw", f"ipc://{short_tmp}/raw.sock")
+        rid = t.send("raw", AddPackedRequest.of(7, KEY, [0], [b"x"]), 5000)
+        assert router.poll(10000)
+        peer = router.recv_multipart()[0]
+        router.send_multipart([peer, *encode_reply(AddBatchReply([(7, 0, OK)], rid),
+                                                   DEFAULT_LIMITS)])
+        [event] = events_for(t, 1)
+        assert (event.request_id, event.status, event.reply) == (rid, BadRequestError.code,
+                                                                 None)
         assert t.counters["bad_replies"] == 1
     finally:
         router.close(linger=0)

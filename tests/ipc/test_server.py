@@ -214,13 +214,13 @@ def test_timers_are_bounded_and_cancellable(short_tmp):
     with FrameServer(f"ipc://{short_tmp}/x.sock", MemoryBookie(), timers_max=2,
                      clock=lambda: now[0]) as server:
         fired = []
-        first = server.call_later(10, lambda: fired.append("first"))
-        server.call_later(20, lambda: fired.append("second"))
+        first = server.call_later_ms(10, lambda: fired.append("first"))
+        server.call_later_ms(20, lambda: fired.append("second"))
         with pytest.raises(TooManyRequestsError):
-            server.call_later(30, lambda: fired.append("third"))
+            server.call_later_ms(30, lambda: fired.append("third"))
         first.cancel()
         first.cancel()  # idempotent
-        server.call_later(5, lambda: fired.append("fourth"))
+        server.call_later_ms(5, lambda: fired.append("fourth"))
         now[0] += 1.0
         server._run_due_timers()
         assert fired == ["fourth", "second"]

@@ -14,6 +14,7 @@ import pytest
 
 from appliance.errors import CorruptRecordError, NoSuchEntryError
 from storage import read_path
+from storage.codec import RECORD_HEADER_BYTES
 from storage.read_path import split_parts
 
 
@@ -83,7 +84,7 @@ def test_damaged_record_in_a_run_is_an_error_not_bytes(opener, where, varied):
     log = next(p for p in _logs(st.ledger_dir) if datas[137] in open(p, "rb").read())
     with open(log, "rb") as f:
         pos = f.read().find(datas[137])
-    header = pos - 24  # u64 ledger, u64 entry, u32 length, u32 crc
+    header = pos - RECORD_HEADER_BYTES  # u64 ledger, u64 entry, u32 length, u32 crc
     _flip(log, {"data": pos + 100, "ledger id": header + 1, "length": header + 16,
                 "crc": header + 21}[where])
     st2 = opener()

@@ -11,6 +11,8 @@ import pytest
 
 from appliance.errors import BookieIOError, ConfigError, CorruptRecordError, NoSuchEntryError
 from storage import LedgerStorage
+from storage.codec import BLOCK_HEADER_BYTES, RECORD_HEADER_BYTES
+from storage.journal_scan import RECORD_BYTES as JOURNAL_RECORD_BYTES
 
 from .conftest import small_options
 
@@ -187,7 +189,8 @@ def test_group_ending_just_before_a_page_boundary_replays(opener, short_padding)
     # Found by the crash test: padding shorter than a 4-byte magic was read as
     # the start of a record and the journal was cut there, dropping later groups.
     # journal: 4096 (segment header) + 32 (record) + 32 (block) + 24 (entry) + L
-    length = 8192 - short_padding - 4096 - 32 - 32 - 24
+    length = (8192 - short_padding - 4096 - JOURNAL_RECORD_BYTES - BLOCK_HEADER_BYTES
+              - RECORD_HEADER_BYTES)
     st = opener()
     st.wait_durable(st.add_entry(1, 0, b"p" * length), timeout_s=10)
     st.wait_durable(st.add_entry(1, 1, b"after"), timeout_s=10)
@@ -200,7 +203,7 @@ def test_group_ending_just_before_a_page_boundary_replays(opener, short_padding)
 @pytest.mark.parametrize("short_padding", [1, 2, 3])
 def test_entry_log_block_ending_just_before_a_page_boundary_scans(opener, short_padding):
     # entry log: 4096 (log header) + 32 (block) + 24 (entry) + L, journal not used
-    length = 8192 - short_padding - 4096 - 32 - 24
+    length = 8192 - short_padding - 4096 - BLOCK_HEADER_BYTES - RECORD_HEADER_BYTES
     st = opener(journal_write_data=False)
     st.add_entry(1, 0, b"q" * length)
     st.flush()

@@ -99,6 +99,6 @@ def test_per_log_ledger_bytes_count_each_record_once(opener):
             first[led] += 1
         st.add_entries(ledgers, entries, datas)
         for led, data in zip(ledgers, datas, strict=True):
-            sizes[led] += len(data) + 24  # record header + data
+            sizes[led] += len(data) + codec.RECORD_HEADER_BYTES
     per_log = st.ledger_bytes()
     assert {led: sum(p.get(led, 0) for p in per_log.values()) for led in (1, 2)} == sizes
