@@ -7,7 +7,8 @@ A trace file is a list of blocks separated by blank lines::
     # a comment: what the reader should notice
     add 3
     ----
-    writer->bookie-1 SendAdd(rq=1, entry=0..2)
+    writer->bookie-1 SendAdd rq=1 entries=0-2
+    bookie-1->writer AddResponse rq=1 entry=0 OK
     ...
 
 The line before ``----`` is a command (``create``, ``add``, ``run``, ``drop``,
@@ -21,8 +22,9 @@ What it guarantees: the output depends only on the file (one seed, no wall
 clock, no addresses, no set or hash order), so a run is byte-for-byte
 repeatable and ``UPDATE_TRACES=1`` rewrites the expected output in place,
 keeping the comments and commands.  Observing changes nothing: the recorder
-only wraps the world's log calls and the metadata store's apply step, and
-draws nothing from the RNG.  A violation the checker reports fails the run
+only wraps instance hooks (the world's log calls, the metadata store's apply
+step, each client's result callback, the rules it installs) and draws
+nothing from the RNG.  A violation the checker reports fails the run
 unless an ``expect-violation NAME`` command names it.
 """
 
