@@ -99,6 +99,7 @@ class RecoveryApp:
         self.result: ev.OpenDone | None = None
         self.attempts, self.attempts_max = 0, attempts_max
         self.on_done = on_done
+        self.window_entries = RecoveryConfig.window_entries  # a trace may read fewer ahead
         cluster.world.at(start_ms, self.begin)
 
     def begin(self) -> None:
@@ -113,7 +114,8 @@ class RecoveryApp:
         timeout_ms = c.cfg.recovery_timeout_ms or c.cfg.add_timeout_ms
         config = RecoveryConfig(request_timeout_ms=timeout_ms,
                                 retry_backoff_ms=max(10, timeout_ms // 2),
-                                positive_min=c.cfg.positive_min)
+                                positive_min=c.cfg.positive_min,
+                                window_entries=self.window_entries)
         self.core = LedgerRecovery(md, version, self.master_key, c.digest, config=config,
                                    protections=c.protections, available_bookies=c.available(),
                                    ids=self.host.ids)
