@@ -1,5 +1,5 @@
 """Shared fixtures.  Tests never sleep to wait for something: they poll with a
-deadline (``tests.helpers.wait_for``).  No fixed ports: ipc:// under a temp
+deadline (``tests.support.launch.wait_for``).  No fixed ports: ipc:// under a temp
 dir, or port 0."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["tests.support.zookeeper"]
+pytest_plugins = ["tests.support.launch", "tests.support.zookeeper"]
 
 
 @pytest.fixture

@@ -1,6 +1,8 @@
 """Room of the benchmarks behind ``bkctl bench`` (none of it runs in the
 appliance itself).
 
+* ``launcher``: the one launcher of temporary appliances and the one config
+  writer (start, poll until ready, stop), for the benches and the tests;
 * ``ledgers``: ``bkctl bench write|read``: durable adds and catch-up reads
   through the client binding, against a temporary appliance or a running one;
 * ``metadata``: ``bkctl bench metadata``: the CAS stores, SQLite against a

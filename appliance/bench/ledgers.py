@@ -44,14 +44,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import multiprocessing as mp
-import os
 import queue
-import shutil
-import signal
-import subprocess
-import sys
 import tempfile
-import textwrap
 import threading
 import time
 from contextlib import contextmanager
@@ -61,7 +55,14 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-START_TIMEOUT_S = 60.0  # temporary appliance: every bookie registered by then
+from appliance.bench.launcher import (
+    START_TIMEOUT_S,
+    bookie_pids,
+    check_free_space,
+    reap,
+    temporary_appliance,
+)
+
 CLIENT_TIMEOUT_S = 3600.0  # the longest a client may take (a bound, not a target)
 WARMUP_ADDS = 2000  # untimed adds per client before the measured phase
 PASSWORD = b"bench"
@@ -113,23 +114,6 @@ class BenchOptions:
 
 
 # -- the temporary appliance ----------------------------------------------------------
-def temp_config_text(options: BenchOptions) -> str:
-    """A config for ``options.bookies`` bookies in the current folder."""
-    parts = ['[metadata]\nuri = "sqlite:///meta.db"\n']
-    for i in range(1, options.bookies + 1):
-        parts.append(textwrap.dedent(f"""
-            [[bookies]]
-            id = "bookie-{i}"
-            journal_dir = "b{i}/journal"
-            ledger_dir = "b{i}/ledgers"
-            endpoint = "ipc://b{i}.sock"
-            """))
-    parts.append(f"\n[storage]\njournal_write_data = {str(options.journal).lower()}\n")
-    parts.append(f"\n[client]\ninflight_adds_max = {options.inflight}\n")
-    parts.append('\n[supervisor]\nrun_dir = "run"\n')
-    return "".join(parts)
-
-
 SEGMENT_ROOM_BYTES = 4 * 64 * 1024 * 1024  # preallocated journal segments per bookie, about
 
 
@@ -142,16 +126,6 @@ def needed_bytes(options: BenchOptions) -> int:
     return records * (options.size + 64) * copies + options.bookies * SEGMENT_ROOM_BYTES
 
 
-def check_free_space(options: BenchOptions, directory: str) -> None:
-    """Refuse to start a run that would fill the disk (a full disk fails the
-    bookies, and other users of the machine with them)."""
-    need, free = needed_bytes(options), shutil.disk_usage(directory).free
-    if need * 1.2 > free:
-        raise ValueError(f"this run needs about {need / 1e9:.1f} GB in {directory} and only "
-                         f"{free / 1e9:.1f} GB are free: use fewer --entries or a smaller "
-                         "--size, or --dir on a bigger disk")
-
-
 @contextmanager
 def bench_appliance(options: BenchOptions, config_path: str | None, workdir: str | None):
     """Yield (config path, data dir or None): the given appliance, or a
@@ -159,65 +133,14 @@ def bench_appliance(options: BenchOptions, config_path: str | None, workdir: str
     if config_path is not None:
         yield str(Path(config_path).resolve()), None
         return
-    check_free_space(options, workdir or tempfile.gettempdir())
-    root = Path(tempfile.mkdtemp(prefix="bkb", dir=workdir))
-    try:
-        config = root / "bench.toml"
-        config.write_text(temp_config_text(options))
-        with supervisor_running(config, options.bookies):
-            yield str(config), root
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-
-
-@contextmanager
-def supervisor_running(config: Path, bookies: int):
-    """A supervisor started on ``config``, once ``bookies`` bookies registered;
-    stopped with SIGTERM (killed after 60 s) at exit.  Also used by
-    ``appliance.bench.spark``."""
-    log = open(config.parent / "supervisor.log", "ab")
-    proc = subprocess.Popen([sys.executable, "-m", "appliance.supervisor", "--config",
-                             str(config)], stdin=subprocess.DEVNULL, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    log.close()
-    try:
-        _wait_for_bookies(str(config), proc, bookies)
-        yield proc
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
-def _wait_for_bookies(config: str, proc, count: int) -> None:
-    import appliance
-
-    deadline = time.monotonic() + START_TIMEOUT_S
-    with appliance.connect(config) as client:
-        while len(client.registry.available()) < count:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                log = Path(config).parent / "supervisor.log"
-                tail = log.read_text(errors="replace").strip().splitlines()[-1:] \
-                    if log.exists() else []
-                raise RuntimeError(f"the temporary appliance did not start within "
-                                   f"{START_TIMEOUT_S:.0f}s: {' '.join(tail) or 'no log'}")
-            time.sleep(0.05)
+    check_free_space(needed_bytes(options), workdir or tempfile.gettempdir())
+    with temporary_appliance(options.bookies, workdir, storage={
+            "journal_write_data": options.journal}, client={
+            "inflight_adds_max": options.inflight}) as (config, root):
+        yield str(config), root
 
 
 # -- bookie processes: CPU and memory ------------------------------------------------
-def bookie_pids(config: str) -> dict[str, int]:
-    """Live bookies of the appliance and their pids (from the registry)."""
-    import appliance
-
-    with appliance.connect(config) as client:
-        live = client.registry.available()
-    pids = {b: (doc.get("info") or {}).get("pid") for b, doc in live.items()}
-    return {b: int(pid) for b, pid in pids.items() if pid}
-
-
 def _cpu_s(pids: dict[str, int]) -> float:
     total = 0.0
     for pid in pids.values():
@@ -307,11 +230,7 @@ def _run_clients(kind: str, config: str, options: BenchOptions,
                 proc.kill()
         raise
     finally:
-        for proc in procs:
-            proc.join(timeout=30)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
+        reap(procs)
 
 
 def _collect(q, procs, timeout_s: float, what: str) -> list:

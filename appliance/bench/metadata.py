@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from appliance.bench.launcher import reap
 from appliance.errors import MetadataVersionError
 from storage.metadata import open_store
 
@@ -76,11 +77,7 @@ def measure_cas(uri: str, processes: int, ops_per_process: int, shared: bool) ->
         except queue_module.Empty as exc:
             raise RuntimeError("a benchmark worker did not report in time") from exc
         finally:
-            for proc in procs:
-                proc.join(timeout=30)
-                if proc.is_alive():
-                    proc.kill()
-                    proc.join()
+            reap(procs)
         errors = [o[1] for o in outcomes if o[0] != "ok"]
         if errors:
             raise RuntimeError(f"benchmark worker failed: {errors[0]}")

@@ -32,6 +32,7 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from appliance.bench.launcher import bookie_pids, temporary_appliance
 from appliance.spark.source import ARROW_SCHEMA, SCHEMA_DDL
 
 BENCH_TAG = "bkctl-bench-spark"
@@ -84,8 +85,6 @@ def _measure_size(spark, config: str, size: int, entries: int, n_ledgers: int, r
               .load())
     out = {"size": size, "rows": rows, "payload_mb": payload_bytes / 1e6, "ledgers": ids,
            "partitions": df.rdd.getNumPartitions()}
-    from appliance.bench.ledgers import bookie_pids
-
     bookies = bookie_pids(config)
     for name, frame in (("bookkeeper", df), ("parquet", spark.read.parquet(parquet)),
                         ("python_memory_source", memory)):
@@ -188,18 +187,12 @@ def _session(master: str):
 
 @contextmanager
 def _appliance(config_path: str | None, work: str):
-    """The given appliance's config, or a temporary one (stopped at exit)."""
+    """The given appliance's config, or a temporary one (stopped at exit):
+    three bookies, the client's default in-flight limit, journal on."""
     if config_path is not None:
         yield str(Path(config_path).resolve())
         return
-    from appliance.bench.ledgers import BenchOptions, supervisor_running, temp_config_text
-
-    root = Path(work) / "appliance"
-    root.mkdir()
-    config = root / "bench.toml"
-    # three bookies, the client's default in-flight limit, journal on
-    config.write_text(temp_config_text(BenchOptions(bookies=3, inflight=1000)))
-    with supervisor_running(config, 3):
+    with temporary_appliance(3, work, prefix="a") as (config, _root):
         yield str(config)
 
 

@@ -16,12 +16,12 @@ import ctypes
 import logging
 import os
 import signal
-import socket
 import subprocess
-import time
 from pathlib import Path
 
 from kazoo.client import KazooClient
+
+from appliance.bench.launcher import free_tcp_port, spawn, stop_process, wait_started
 
 log = logging.getLogger(__name__)
 # The readiness probe expects refused connections while the JVM starts.
@@ -53,12 +53,6 @@ def _die_with_parent() -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     pr_set_pdeathsig = 1
     libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class ZooKeeperServer:
@@ -94,7 +88,7 @@ class ZooKeeperServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         last_error = ""
         for _ in range(START_TRIES_MAX):
-            self.port = port or _free_port()
+            self.port = port or free_tcp_port()
             self._spawn()
             try:
                 self._wait_until_serving(timeout_s)
@@ -114,44 +108,31 @@ class ZooKeeperServer:
             "maxClientCnxns=0\n")
         cmd = [self.java, f"-Xmx{JVM_HEAP_MB}m", "-cp", f"{pyspark_jars_dir()}/*",
                MAIN_CLASS, str(cfg)]
-        with open(self._log_path, "ab") as out:
-            self._proc = subprocess.Popen(
-                cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                cwd=self.data_dir, env={**os.environ, "ZOO_LOG_DIR": str(self.data_dir)},
-                preexec_fn=_die_with_parent if self.die_with_parent else None)
+        self._proc = spawn(cmd, self._log_path, cwd=self.data_dir, start_new_session=False,
+                           env={**os.environ, "ZOO_LOG_DIR": str(self.data_dir)},
+                           preexec_fn=_die_with_parent if self.die_with_parent else None)
 
     def _wait_until_serving(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                raise RuntimeError(f"ZooKeeper exited with {self._proc.returncode}: "
-                                   f"{self.log_tail()}")
-            client = KazooClient(hosts=self.hosts, timeout=2.0, logger=_probe_log)
-            try:
-                client.start(timeout=0.5)
-                client.get("/")
-                return
-            except Exception:  # not listening yet: poll again until the deadline
-                time.sleep(0.1)
-            finally:
-                client.stop()
-                client.close()
-        raise RuntimeError(f"ZooKeeper on {self.hosts} not serving within {timeout_s} s: "
-                           f"{self.log_tail()}")
+        wait_started(self._proc, self._serving, f"ZooKeeper on {self.hosts}", self._log_path,
+                     timeout_s, interval_s=0.1)
 
-    def log_tail(self, chars: int = 2000) -> str:
+    def _serving(self) -> bool:
+        client = KazooClient(hosts=self.hosts, timeout=2.0, logger=_probe_log)
         try:
-            return self._log_path.read_text(errors="replace")[-chars:]
-        except OSError:
-            return "(no log)"
+            client.start(timeout=0.5)
+            client.get("/")
+            return True
+        except Exception:  # noqa: BLE001 - not listening yet: polled again until the deadline
+            return False
+        finally:
+            client.stop()
+            client.close()
 
     def stop(self) -> None:
         """Kill the JVM (like a crash: ZooKeeper's log makes that safe) and wait."""
         if self._proc is None:
             return
-        if self._proc.poll() is None:
-            self._proc.kill()
-        self._proc.wait(timeout=30)
+        stop_process(self._proc, timeout_s=30, sig=signal.SIGKILL)
         self._proc = None
 
     def __enter__(self) -> ZooKeeperServer:

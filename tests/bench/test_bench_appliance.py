@@ -7,16 +7,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
+from tests.support.bkctl import bkctl
 
-ROOT = Path(__file__).resolve().parents[2]
 CONTRACT_KEYS = {"mb_per_s", "p50_ms", "p95_ms", "p99_ms", "p999_ms",
                  "client_cpu_s_per_1000_entries", "bookie_cpu_s_per_1000_entries",
                  "bookie_peak_rss_mb"}
@@ -130,10 +127,8 @@ def test_journal_flag_is_refused_with_a_running_appliance(make_cluster):
 
 
 def test_text_output_from_a_real_subprocess(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "cli.main", "bench", "write", "--entries", "1000",
-         "--baseline-s", "0", "--dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=240, cwd=ROOT)
+    proc = bkctl("bench", "write", "--entries", "1000", "--baseline-s", "0", "--dir",
+                 str(tmp_path), text=True)
     assert proc.returncode == 0, proc.stderr
     assert "adds/s" in proc.stdout and "per 1,000 entries" in proc.stdout
 

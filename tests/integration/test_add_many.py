@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 
 import appliance
-from tests.integration.cluster import wait_registered
+from tests.support.launch import wait_registered
 
 PW = b"pw"
 
 
 def test_add_many_gives_consecutive_ids_and_reads_back(make_cluster):
-    cluster = make_cluster(3, client=(3, 3, 2), client_extra="inflight_adds_max = 700")
+    cluster = make_cluster(3, quorums=(3, 3, 2), client={"inflight_adds_max": 700})
     with appliance.connect(str(cluster.config_path)) as bk:
         wait_registered(bk, 3)
         lh = bk.create_ledger(3, 3, 2, password=PW)

@@ -6,52 +6,18 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import psutil
-import pytest
 
 import appliance
-from tests.helpers import wait_for
-from tests.integration.cluster import wait_registered, write_config
-
-BKCTL = [sys.executable, "-m", "cli.main"]
-
-
-def bkctl(*args: str, config: Path, input: bytes | None = None, timeout: float = 120):
-    return subprocess.run([*BKCTL, *args, "--config", str(config)], input=input,
-                          capture_output=True, timeout=timeout)
-
-
-def _pids_from_state(config: Path) -> list[int]:
-    from appliance.config import load_config
-
-    path = load_config(config).run_path / "supervisor.json"
-    if not path.exists():
-        return []
-    doc = json.loads(path.read_text())
-    return [doc["pid"], *doc["bookies"].values()]
-
-
-@pytest.fixture
-def appliance_config(short_tmp):
-    """A config for 4 bookies; whatever the test started is killed after."""
-    config = write_config(short_tmp, 4)
-    seen: set[int] = set()
-    yield config, seen
-    seen.update(_pids_from_state(config))
-    for pid in seen:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+from tests.support.bkctl import bkctl
+from tests.support.launch import supervisor_pids, wait_for, wait_registered
 
 
 def _up(config: Path, seen: set[int]) -> None:
     result = bkctl("up", "--detach", config=config)
-    seen.update(_pids_from_state(config))
+    seen.update(supervisor_pids(config))
     assert result.returncode == 0, result.stderr.decode()
 
 
@@ -130,14 +96,14 @@ def test_supervisor_restarts_a_crashed_bookie(appliance_config):
 def test_bookies_keep_serving_when_the_supervisor_dies(appliance_config):
     config, seen = appliance_config
     _up(config, seen)
-    sup_pid = _pids_from_state(config)[0]
+    sup_pid = supervisor_pids(config)[0]
     os.kill(sup_pid, signal.SIGKILL)
     with appliance.connect(str(config)) as bk:
         lh = bk.create_ledger(3, 3, 2)
         assert [lh.add(b"x%d" % i) for i in range(10)] == list(range(10))
         lh.close()
     _up(config, seen)  # a new supervisor adopts the running bookies
-    pids_after = _pids_from_state(config)
+    pids_after = supervisor_pids(config)
     assert pids_after[0] != sup_pid and set(pids_after[1:]) <= seen
     assert bkctl("down", config=config).returncode == 0
 
@@ -154,7 +120,7 @@ def test_whole_appliance_killed_and_restarted_keeps_acknowledged_entries(applian
             futures = [lh.add_async(p) for p in payloads]
             assert [f.result(timeout=60) for f in futures] == list(range(n))
             acked[lh.id] = payloads  # left OPEN: the writer "dies" with the appliance
-    for pid in _pids_from_state(config):
+    for pid in supervisor_pids(config):
         os.kill(pid, signal.SIGKILL)
     _up(config, seen)
     with appliance.connect(str(config)) as bk:

@@ -17,8 +17,7 @@ from tests.ipc.test_fuzz import MESSAGES, WINDOW, _fuzz_messages
 
 def test_ten_thousand_bad_frames_leave_the_bookie_serving(make_cluster):
     # mutated WAIT_LAC timeouts would park up to the bound: keep it short
-    cluster = make_cluster(1, client=(1, 1, 1),
-                           extra="\n[server]\nwait_lac_timeout_ms_max = 50\n")
+    cluster = make_cluster(1, quorums=(1, 1, 1), server={"wait_lac_timeout_ms_max": 50})
     bookie = cluster.config.bookies[0]
     pid = cluster.procs[bookie.id].pid
     ctx = zmq.Context()

@@ -3,6 +3,7 @@ recovery, failover, errors."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import textwrap
@@ -18,8 +19,7 @@ from appliance.errors import (
     NoSuchLedgerError,
     UnauthorizedError,
 )
-from tests.helpers import wait_for
-from tests.integration.cluster import wait_registered
+from tests.support.launch import stop_process, wait_for, wait_registered
 
 PW = b"secret"
 
@@ -80,8 +80,8 @@ def test_an_idle_writers_last_entry_reaches_tailing_readers(make_cluster):
     recover sees the writer's last entry once the writer has been idle for
     explicit_lac_interval_ms; with the interval 0 it never does."""
     for interval_ms, expect in ((200, 9), (0, 8)):
-        c = make_cluster(3, client=(3, 3, 2),
-                         client_extra=f"explicit_lac_interval_ms = {interval_ms}")
+        c = make_cluster(3, quorums=(3, 3, 2),
+                         client={"explicit_lac_interval_ms": interval_ms})
         with appliance.connect(str(c.config_path)) as bk:
             wait_registered(bk, 3)
             lh = bk.create_ledger(3, 3, 2, password=PW)
@@ -238,8 +238,7 @@ def test_writer_killed_then_five_concurrent_recoveries_agree(cluster, client):
             if line.startswith("ACK"):
                 acked.append(int(line.split()[1]))
     finally:
-        proc.kill()
-        proc.wait()
+        stop_process(proc, sig=signal.SIGKILL)
     results: list = [None] * 5
 
     def recover(i: int) -> None:

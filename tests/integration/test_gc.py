@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import appliance
 from storage.entry_log import list_logs
-from tests.helpers import wait_for
-from tests.integration.cluster import wait_registered
+from tests.support.launch import wait_for, wait_registered
 
 PW = b"pw"
-GC = ("\n[server]\ngc_interval_ms = 200\n"
-      "[storage]\ncheckpoint_interval_s = 0.5\nentry_log_rotate_bytes = 262144\n"
-      "add_batch_bytes_max = 131072\nentry_bytes_max = 65536\n")
+GC = {"server": {"gc_interval_ms": 200},
+      "storage": {"checkpoint_interval_s": 0.5, "entry_log_rotate_bytes": 262144,
+                  "add_batch_bytes_max": 131072, "entry_bytes_max": 65536}}
 
 
 def _log_ids(cluster):
@@ -19,7 +18,7 @@ def _log_ids(cluster):
 
 
 def test_deleted_ledger_space_is_reclaimed_and_survivors_stay_readable(make_cluster):
-    cluster = make_cluster(3, client=(3, 3, 2), extra=GC)
+    cluster = make_cluster(3, quorums=(3, 3, 2), **GC)
     with appliance.connect(str(cluster.config_path)) as bk:
         wait_registered(bk, 3)
         doomed = bk.create_ledger(3, 3, 2, password=PW)

@@ -12,9 +12,8 @@ from appliance.errors import ReadOnlyError
 from appliance.supervisor.probe import bookie_info
 from ipc.replies import decode_reply
 from ipc.requests import AddRequest, encode_request
-from tests.helpers import wait_for
-from tests.integration.cluster import wait_registered
 from tests.ipc.support import recv_within
+from tests.support.launch import wait_for, wait_registered
 
 PW = b"pw"
 
@@ -28,7 +27,7 @@ def _full_disk_config(cluster):
 
 
 def test_a_full_bookie_is_replaced_in_the_ensemble_and_still_serves_reads(make_cluster):
-    cluster = make_cluster(4, client=(3, 3, 2))
+    cluster = make_cluster(4, quorums=(3, 3, 2))
     with appliance.connect(str(cluster.config_path)) as bk:
         wait_registered(bk, 4)
         lh = bk.create_ledger(3, 3, 2, password=PW)

@@ -5,11 +5,7 @@ copies alone."""
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -23,13 +19,11 @@ from appliance.rereplication.rereplicator import Rereplicator, underreplicated
 from ipc.client import Transport
 from ipc.packed import AddPackedRequest, ReadPackedRequest
 from ipc.requests import ReadLacRequest
-from tests.helpers import wait_for
-from tests.integration.cluster import wait_registered
+from tests.support.bkctl import bkctl
+from tests.support.launch import wait_for, wait_registered
 
 PW = b"pw"
 OTHER_PW = b"other"
-REPO = Path(__file__).resolve().parents[2]
-CLI_TIMEOUT_S = 180
 
 
 def _payloads(ledger_tag: int, count: int) -> list[bytes]:
@@ -77,12 +71,6 @@ def _ledger_naming(bk, bookie_id: str, count: int, password: bytes, tag: int,
     raise AssertionError(f"no ledger on {bookie_id} after {tries_max} tries")
 
 
-def _bkctl(config_path, *args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cli.main", *args, "--config",
-                           str(config_path)], cwd=REPO, capture_output=True, text=True,
-                          timeout=CLI_TIMEOUT_S, env={**os.environ, "PYTHONPATH": str(REPO)})
-
-
 def _read_all(bk, ledger_id: int, password: bytes = PW) -> list[bytes]:
     rh = bk.open_ledger(ledger_id, password=password)
     if rh.last_add_confirmed < 0:
@@ -114,7 +102,7 @@ def _replacement_holds(bk, fragment: dict, lost: str, password: bytes) -> int:
 
 
 def test_recover_a_lost_bookie_end_to_end(make_cluster):
-    cluster = make_cluster(5, client=(3, 3, 2))
+    cluster = make_cluster(5, quorums=(3, 3, 2))
     config = cluster.config_path
     with appliance.connect(str(config)) as bk:
         wait_registered(bk, 5)
@@ -143,20 +131,20 @@ def test_recover_a_lost_bookie_end_to_end(make_cluster):
                      if lost in ens for b in ens if b != lost]
 
         # underreplicated lists exactly the ledgers naming the lost bookie
-        result = _bkctl(config, "bookie", "underreplicated", "--json")
+        result = bkctl("bookie", "underreplicated", "--json", config=config, text=True)
         assert result.returncode == 0, result.stderr
         listed = json.loads(result.stdout)
         assert {item["ledger_id"] for item in listed} == named
         assert all(item["missing"] == [lost] for item in listed)
 
         # unknown ids are refused with one line
-        result = _bkctl(config, "bookie", "recover", "bookie-99")
+        result = bkctl("bookie", "recover", "bookie-99", config=config, text=True)
         assert result.returncode != 0
         assert "unknown bookie id" in result.stderr and len(result.stderr.splitlines()) == 1
 
         # dry run: plans, changes nothing
-        result = _bkctl(config, "bookie", "recover", lost, "--password", "pw", "--dry-run",
-                        "--json")
+        result = bkctl("bookie", "recover", lost, "--password", "pw", "--dry-run",
+                       "--json", config=config, text=True)
         assert result.returncode == 1, result.stderr  # the open and the stranger are skipped
         plan = json.loads(result.stdout)
         assert plan["dry_run"] is True and plan["entries_copied"] == 0
@@ -164,7 +152,8 @@ def test_recover_a_lost_bookie_end_to_end(make_cluster):
         assert all(bk.ledger_metadata(i).bookies() >= {lost} for i in named)
 
         # first run: CLOSED ledgers with the given password; the rest is reported
-        result = _bkctl(config, "bookie", "recover", lost, "--password", "pw", "--json")
+        result = bkctl("bookie", "recover", lost, "--password", "pw", "--json", config=config,
+                       text=True)
         assert result.returncode == 1, result.stderr
         report = json.loads(result.stdout)
         assert sorted(report["ledgers_recovered"]) == sorted(expected)
@@ -184,8 +173,8 @@ def test_recover_a_lost_bookie_end_to_end(make_cluster):
             assert holds == fragment["entries"]
 
         # second run: both passwords, open ledgers fenced and closed first
-        result = _bkctl(config, "bookie", "recover", lost, "--password", "pw",
-                        "--password", "other", "--recover-open")
+        result = bkctl("bookie", "recover", lost, "--password", "pw",
+                       "--password", "other", "--recover-open", config=config, text=True)
         assert result.returncode == 0, result.stdout + result.stderr
         assert "2 ledger(s) re-replicated" in result.stdout
         with pytest.raises((LedgerFencedError, LedgerClosedError)):
@@ -194,13 +183,13 @@ def test_recover_a_lost_bookie_end_to_end(make_cluster):
         expected[writer.id] = open_payloads
 
         # a third run is a no-op; nothing is under-replicated any more
-        result = _bkctl(config, "bookie", "recover", lost, "--password", "pw", "--password",
-                        "other", "--json")
+        result = bkctl("bookie", "recover", lost, "--password", "pw", "--password",
+                       "other", "--json", config=config, text=True)
         assert result.returncode == 0, result.stderr
         again = json.loads(result.stdout)
         assert again["ok"] is True and again["entries_copied"] == 0
         assert again["ledgers_recovered"] == [] and again["fragments"] == []
-        result = _bkctl(config, "bookie", "underreplicated", "--json")
+        result = bkctl("bookie", "underreplicated", "--json", config=config, text=True)
         assert result.returncode == 0 and json.loads(result.stdout) == []
         assert all(lost not in bk.ledger_metadata(i).bookies() for i in bk.list_ledgers())
 
@@ -224,7 +213,7 @@ def test_recover_a_lost_bookie_end_to_end(make_cluster):
 
 
 def test_no_writable_replacement_or_a_damaged_record_is_reported_metadata_kept(make_cluster):
-    cluster = make_cluster(3, client=(3, 3, 2))
+    cluster = make_cluster(3, quorums=(3, 3, 2))
     with appliance.connect(str(cluster.config_path)) as bk:
         wait_registered(bk, 3)
         ledger_id, payloads = _write_closed(bk, 30)
@@ -264,7 +253,7 @@ def _damaged(record: bytes) -> bytes:
 
 
 def test_recover_fails_over_damaged_copies_and_never_copies_them(make_cluster):
-    cluster = make_cluster(4, client=(3, 3, 2))
+    cluster = make_cluster(4, quorums=(3, 3, 2))
     with appliance.connect(str(cluster.config_path)) as bk:
         wait_registered(bk, 4)
         first_id, first_payloads = _write_closed(bk, 40, tag=1)
@@ -321,7 +310,7 @@ class _CrashBeforeCas:
 
 
 def test_a_run_that_crashed_before_its_cas_is_finished_by_the_next(make_cluster):
-    cluster = make_cluster(4, client=(3, 3, 2))
+    cluster = make_cluster(4, quorums=(3, 3, 2))
     with appliance.connect(str(cluster.config_path)) as bk:
         wait_registered(bk, 4)
         first_id, first_payloads = _write_closed(bk, 60, tag=1)
@@ -347,7 +336,7 @@ def test_a_run_that_crashed_before_its_cas_is_finished_by_the_next(make_cluster)
 
 
 def test_a_replacement_that_refuses_the_copies_is_swapped_for_another(make_cluster):
-    cluster = make_cluster(5, client=(3, 3, 2))
+    cluster = make_cluster(5, quorums=(3, 3, 2))
     with appliance.connect(str(cluster.config_path)) as bk:
         wait_registered(bk, 5)
         ledger_id, payloads = _write_closed(bk, 50)

@@ -4,6 +4,7 @@ thread, and a bounded receive."""
 from __future__ import annotations
 
 import selectors
+import signal
 import subprocess
 import sys
 import threading
@@ -11,13 +12,17 @@ import time
 
 import zmq
 
+from appliance.bench.launcher import spawn, stop_process, wait_started
 from ipc.server import FrameServer
 
 READY_TIMEOUT_S = 20.0
+STOP_TIMEOUT_S = 10.0  # SIGTERM, then SIGKILL after this long
 
 
 class ServerProcess:
-    """A ``python -m ipc.memserver`` subprocess; ``start()`` waits for READY."""
+    """A ``python -m ipc.memserver`` subprocess; ``start()`` waits for READY.
+    Started, waited for and stopped with the launcher's helpers, like the
+    bookies of ``tests.support.launch``."""
 
     def __init__(self, endpoint: str, *extra_args: str):
         self.endpoint = endpoint
@@ -26,16 +31,18 @@ class ServerProcess:
 
     def start(self) -> ServerProcess:
         cmd = [sys.executable, "-m", "ipc.memserver", "--endpoint", self.endpoint, *self.args]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-        with selectors.DefaultSelector() as sel:
-            sel.register(self.proc.stdout, selectors.EVENT_READ)
-            if not sel.select(READY_TIMEOUT_S):
-                self.stop()
-                raise TimeoutError(f"memserver not ready after {READY_TIMEOUT_S}s")
-        line = self.proc.stdout.readline()
-        if not line.startswith("READY "):
+        self.proc = spawn(cmd, stdout=subprocess.PIPE, text=True, start_new_session=False)
+        try:
+            with selectors.DefaultSelector() as sel:
+                sel.register(self.proc.stdout, selectors.EVENT_READ)
+                wait_started(self.proc, lambda: sel.select(0), "memserver", None,
+                             READY_TIMEOUT_S)
+            line = self.proc.stdout.readline()
+            if not line.startswith("READY "):
+                raise RuntimeError(f"memserver failed to start: {line!r}")
+        except BaseException:
             self.stop()
-            raise RuntimeError(f"memserver failed to start: {line!r}")
+            raise
         self.endpoint = line.split()[1]
         return self
 
@@ -47,19 +54,12 @@ class ServerProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def kill(self) -> None:
-        self.proc.kill()
-        self.proc.wait(timeout=10)
+        stop_process(self.proc, STOP_TIMEOUT_S, signal.SIGKILL)
 
     def stop(self) -> int | None:
         if self.proc is None:
             return None
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        stop_process(self.proc, STOP_TIMEOUT_S)
         self.proc.stdout.close()
         return self.proc.returncode
 

@@ -29,7 +29,7 @@ from ipc.requests import (
     ReadBatchRequest,
     WaitLacRequest,
 )
-from tests.helpers import wait_for
+from tests.support.launch import wait_for
 
 KEY = bytes(range(32))
 

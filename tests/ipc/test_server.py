@@ -29,8 +29,8 @@ from ipc.requests import (
     encode_request,
 )
 from ipc.server import FrameServer
-from tests.helpers import wait_for
 from tests.ipc.support import recv_within
+from tests.support.launch import wait_for
 
 KEY = bytes(range(32))
 

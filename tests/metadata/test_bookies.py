@@ -14,7 +14,7 @@ from appliance.errors import (
 )
 from appliance.meta.bookies import AVAILABLE_ROOT, COOKIES_ROOT, BookieRegistry
 from storage.metadata import ANY_VERSION
-from tests.helpers import wait_for
+from tests.support.launch import wait_for
 
 
 def test_register_is_visible_to_others_with_endpoint_and_info(backend):

@@ -9,6 +9,7 @@ import queue as queue_module
 from appliance.errors import MetadataVersionError
 from appliance.meta.ledgers import LedgerManager
 from storage.metadata import open_store
+from tests.support.launch import reap
 
 PROCESSES = 4
 INCREMENTS_PER_PROCESS = 1_000
@@ -70,11 +71,7 @@ def _run_workers(target, uri: str, count: int) -> list:
     except queue_module.Empty as exc:
         raise AssertionError("a worker neither became ready nor reported") from exc
     finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-                p.join()
+        reap(procs)
     errors = [detail for status, detail in outcomes if status != "ok"]
     assert not errors, errors
     return [detail for _, detail in outcomes]

@@ -12,7 +12,7 @@ import threading
 import time
 from pathlib import Path
 
-from tests.helpers import wait_for
+from tests.support.launch import stop_process, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -43,9 +43,7 @@ def test_ephemeral_node_vanishes_after_owner_is_killed(backend):
         assert gone_after_s <= backend.expiry_bound_s
         assert observer.children("/") == []
     finally:
-        if owner.poll() is None:
-            owner.kill()
-        owner.wait(timeout=30)
+        stop_process(owner, 30, signal.SIGKILL)
 
 
 def test_ephemeral_node_outlives_the_session_timeout_while_owner_lives(backend):

@@ -16,7 +16,7 @@ from appliance.errors import (
 )
 from storage.metadata import open_store, parse_uri
 from storage.metadata.sqlite_store import SqliteStore
-from tests.helpers import wait_for
+from tests.support.launch import wait_for
 
 
 class FakeClock:

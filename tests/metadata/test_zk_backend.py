@@ -15,7 +15,7 @@ import pytest
 
 from appliance.errors import MetadataUnavailableError
 from storage.metadata import open_store, parse_uri
-from tests.helpers import free_tcp_port, wait_for
+from tests.support.launch import free_tcp_port, stop_process, wait_for
 
 HANG_GUARD_S = 30  # far above the timeouts used below: exceeding it means a hang
 
@@ -117,9 +117,7 @@ def test_server_dies_with_a_killed_parent(tmp_path):
         parent.wait(timeout=30)
         wait_for(lambda: not _running(jvm_pid), timeout_s=30, what="the JVM to die")
     finally:
-        if parent.poll() is None:
-            parent.kill()
-        parent.wait(timeout=30)
+        stop_process(parent, 30, signal.SIGKILL)
         if jvm_pid is not None and _running(jvm_pid):
             os.kill(jvm_pid, signal.SIGKILL)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.cluster import Cluster, wait_registered
+from tests.support.launch import Cluster, wait_registered
 
 PASSWORD = b"spark-pw"
 

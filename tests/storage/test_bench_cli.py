@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
+from tests.support.bkctl import bkctl
 
 KEYS = {"adds_per_s", "mb_per_s", "p50_ms", "p99_ms", "disk_fdatasync_per_s",
         "disk_direct_mb_per_s"}
@@ -30,11 +29,8 @@ def test_bench_storage_json_has_the_contract_keys(tmp_path):
 
 
 def test_bench_storage_subprocess_text_output(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "cli.main", "bench", "storage", "--size", "4096", "--entries",
-         "500", "--baseline-s", "0.05", "--dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=120, cwd=os.path.dirname(os.path.dirname(
-            os.path.dirname(os.path.abspath(__file__)))))
+    proc = bkctl("bench", "storage", "--size", "4096", "--entries", "500", "--baseline-s",
+                 "0.05", "--dir", str(tmp_path), text=True)
     assert proc.returncode == 0, proc.stderr
     assert "adds/s" in proc.stdout and "fdatasync/s" in proc.stdout
 

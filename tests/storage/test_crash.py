@@ -20,7 +20,7 @@ import traceback
 import pytest
 
 from storage import LedgerStorage
-from tests.helpers import wait_for
+from tests.support.launch import ForkedChild, fork_child, stop_process, wait_for
 
 from . import crash_writer as cw
 from .conftest import small_options
@@ -120,13 +120,14 @@ def _verify(st, book: AckBook, ranges, fences, rng, full: bool, where: str) -> N
             assert st.read_entry(led, entry) == cw.entry_data(led, entry), where
 
 
-def _kill_point(pid: int, book: AckBook, rng: random.Random) -> None:
-    """Wait for the chosen moment (polling, never sleeping blind), then SIGKILL."""
+def _kill_point(child: ForkedChild, book: AckBook, rng: random.Random) -> None:
+    """Wait for the chosen moment (polling, never sleeping blind); the caller
+    then SIGKILLs the child."""
     choice = rng.random()
     interval_s = rng.uniform(0.0002, 0.003)
 
     def child_gone() -> bool:  # without reaping it, so the pid cannot be reused
-        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        return child.poll() is not None
 
     if choice < 0.1:
         pass  # during start-up / recovery
@@ -136,25 +137,16 @@ def _kill_point(pid: int, book: AckBook, rng: random.Random) -> None:
         target = rng.randint(2, 30)
         wait_for(lambda: book.lines() >= target or child_gone(), ACK_WAIT_S, interval_s,
                  f"{target} ack lines")
+
+
+def _writer_main(body, journal_dir, ledger_dir, options, ack_path: str, seed: int) -> None:
+    """The forked child's body: a failure is logged as an ``X`` line for the test."""
     try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-def _fork_writer(body, dirs, options, ack_path: str, seed: int) -> int:
-    pid = os.fork()
-    if pid == 0:  # child: never returns into pytest
-        code = 0
-        try:
-            body(*dirs, options, ack_path, seed)
-        except BaseException:
-            code = 3
-            with open(ack_path, "a") as f:
-                f.write("X " + traceback.format_exc().replace("\n", " | ") + "\n")
-        finally:
-            os._exit(code)
-    return pid
+        body(journal_dir, ledger_dir, options, ack_path, seed)
+    except BaseException:
+        with open(ack_path, "a") as f:
+            f.write("X " + traceback.format_exc().replace("\n", " | ") + "\n")
+        raise
 
 
 def _run_crash_points(dirs, points: int, body, options, seed: int, tmp_path) -> AckBook:
@@ -163,18 +155,12 @@ def _run_crash_points(dirs, points: int, body, options, seed: int, tmp_path) -> 
     open(book.path, "w").close()
     for point in range(points):
         where = f"seed {seed} crash point {point}"
-        pid = _fork_writer(body, dirs, options, book.path, rng.randrange(1 << 30))
+        child = fork_child(_writer_main, body, *dirs, options, book.path,
+                           rng.randrange(1 << 30))
         try:
-            _kill_point(pid, book, rng)
+            _kill_point(child, book, rng)
         finally:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            try:
-                os.waitpid(pid, 0)
-            except ChildProcessError:
-                pass
+            stop_process(child, ACK_WAIT_S, signal.SIGKILL)
         ranges, fences, opened = book.consume()
         st = LedgerStorage.open("bookie-1", *dirs, options)
         try:

@@ -1,0 +1,24 @@
+"""The one bkctl runner of the tests: ``python -m cli.main ARGS [--config
+PATH]`` in a real subprocess of this tree (cwd and PYTHONPATH = the
+repository), with a bound on how long it may take.  Click's in-process
+runner is for the rest (``click.testing.CliRunner``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+CLI_TIMEOUT_S = 240.0  # a bound, not a target: a loaded 2-core machine runs bkctl slowly
+
+
+def bkctl(*args: str, config: str | os.PathLike | None = None, input: bytes | str | None = None,
+          text: bool = False, timeout_s: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess:
+    """Run bkctl to its end; stdout and stderr captured (str if ``text``)."""
+    argv = [sys.executable, "-m", "cli.main", *args]
+    if config is not None:
+        argv += ["--config", str(config)]
+    return subprocess.run(argv, input=input, capture_output=True, text=text, cwd=REPO,
+                          timeout=timeout_s, env={**os.environ, "PYTHONPATH": str(REPO)})
