@@ -10,7 +10,9 @@ the LAC a client piggybacks in each entry: it reports its highest stored
 entry id as the LAC (a test-double simplification, documented in INFO).
 
 Limits: ``bytes_max`` of stored entry bytes (then adds fail with
-``TooManyRequestsError``), ``long_polls_max`` pending WAIT_LACs, and
+``TooManyRequestsError``), ``pending_acks_max`` deferred acks (the bookies'
+rule, ``appliance.protocol.durable_replies``), ``long_polls_max`` pending
+WAIT_LACs, and
 ``wait_lac_timeout_ms_max`` clamps every long poll.
 
 Run as ``python -m ipc.memserver --endpoint ipc:///tmp/x.sock``: it prints
@@ -25,6 +27,7 @@ import signal
 import sys
 import uuid
 
+from appliance.protocol.durable_replies import DurableReplies
 from appliance.protocol.errors import (
     OK,
     LedgerFencedError,
@@ -73,7 +76,7 @@ class MemoryBookie:
 
     def __init__(self, bookie_id: str = "mem-bookie", *, defer_acks: bool = False,
                  bytes_max: int = 256 * MiB, long_polls_max: int = 10000,
-                 wait_lac_timeout_ms_max: int = 60000):
+                 wait_lac_timeout_ms_max: int = 60000, pending_acks_max: int = 200_000):
         self.bookie_id = bookie_id
         self.instance_id = uuid.uuid4().hex
         self.defer_acks = defer_acks
@@ -84,7 +87,10 @@ class MemoryBookie:
         self.ledgers: dict[int, _Ledger] = {}
         self.bytes_stored = 0
         self.long_polls = 0
-        self._pending_acks: list = []  # (peer, reply) waiting for the "durable" fd
+        # acks parked until the "durable" fd fires: the bookies' durable-reply rule,
+        # with a ticket per stored add (``_written``) and the fd as the group commit
+        self._pending_acks = DurableReplies(pending_acks_max)
+        self._written = self._durable = 0
         self._ticket_r = self._ticket_w = -1
         self._ticket_requested = False
 
@@ -158,7 +164,9 @@ class MemoryBookie:
     def _ack(self, peer: bytes, reply):
         if not self.defer_acks:
             return reply
-        self._pending_acks.append((peer, reply))
+        self._written += 1  # this ack's ticket; durable once the fd fires
+        if self._pending_acks.hold(self._written, self._durable, (peer, reply)):
+            return reply
         return None
 
     def after_drain(self) -> None:
@@ -170,8 +178,8 @@ class MemoryBookie:
     def _on_durable(self) -> None:
         os.read(self._ticket_r, 4096)
         self._ticket_requested = False
-        pending, self._pending_acks = self._pending_acks, []
-        for peer, reply in pending:
+        self._durable = self._written  # everything stored so far is "durable" now
+        for peer, reply in self._pending_acks.release(self._durable):
             self.server.send_reply(peer, reply)
 
     # -- reads ---------------------------------------------------------------

@@ -9,7 +9,8 @@ Guarantees:
 * **An add is acknowledged only once durable**: the core returns the
   storage ticket a reply must wait for; replies whose ticket is not yet
   durable are parked (bounded by ``pending_replies_max``) and sent from the
-  loop when the storage's ``durable_fd`` reports progress.  Fence replies
+  loop when the storage's ``durable_fd`` reports progress.  The rule is
+  ``appliance.protocol.durable_replies``, the one the simulation checks.  Fence replies
   (reads and LAC reads with the fence flag) wait the same way, so a
   recovering client never counts a fence that a crash could undo.
 * Replies leave in ticket order per wakeup; a reply whose client went away
@@ -25,8 +26,6 @@ reads (served from the entry-log write buffer or the page cache).
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import logging
 import os
 from collections import defaultdict
@@ -42,6 +41,7 @@ from appliance.errors import (
     error_for_code,
 )
 from appliance.protocol.bookie import BookieCore
+from appliance.protocol.durable_replies import DurableReplies
 from ipc.frames import VERSION
 from ipc.packed import AddPackedReply, AddPackedRequest, ReadPackedReply, ReadPackedRequest
 from ipc.replies import (
@@ -89,8 +89,8 @@ class BookieHandler:
         self.long_polls_max = long_polls_max
         self.wait_lac_timeout_ms_max = wait_lac_timeout_ms_max
         self.server = None
-        self._pending: list = []  # heap of (ticket, seq, peer, reply, touched ledgers)
-        self._seq = itertools.count()
+        # replies (peer, reply, touched ledgers) parked until their add is durable
+        self._pending = DurableReplies(pending_replies_max)
         self._waiters: dict[int, list] = defaultdict(list)  # ledger -> [peer, req, timer]
         self._long_polls = 0
         self.counters = {"adds": 0, "reads": 0, "fences": 0, "errors": 0}
@@ -172,21 +172,15 @@ class BookieHandler:
     def _after(self, peer: bytes, ticket: int, reply, touched: tuple[int, ...] = ()):
         """Send now if ``ticket`` is durable, else park the reply until it is.
         ``touched``: ledgers whose long polls may wake once the reply goes."""
-        if ticket <= self.storage.durable_ticket:
-            for ledger_id in touched:
-                self._wake_waiters(ledger_id)
-            return reply
-        if len(self._pending) >= self.pending_replies_max:
-            raise TooManyRequestsError(
-                f"more than {self.pending_replies_max} replies wait for the journal")
-        heapq.heappush(self._pending, (ticket, next(self._seq), peer, reply, touched))
-        return None
+        if not self._pending.hold(ticket, self.storage.durable_ticket, (peer, reply, touched)):
+            return None
+        for ledger_id in touched:
+            self._wake_waiters(ledger_id)
+        return reply
 
     def _on_durable(self) -> None:
-        durable = self.storage.drain_durable()
         woken: set[int] = set()
-        while self._pending and self._pending[0][0] <= durable:
-            _, _, peer, reply, touched = heapq.heappop(self._pending)
+        for peer, reply, touched in self._pending.release(self.storage.drain_durable()):
             self.server.send_reply(peer, reply)
             woken.update(touched)
         for ledger_id in woken:

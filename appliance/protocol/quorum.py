@@ -9,9 +9,10 @@
   it never guesses.
 
 ``Protections`` lists the four rules whose absence BookKeeper's TLA+ model
-turned into counterexamples.  Production code uses ``Protections()`` (all
-on); switching one off exists only so the simulation can show the checker
-finds the matching counterexample.
+turned into counterexamples, and the durable-reply rule (a bookie answers
+only once its journal made the change durable).  Production code uses
+``Protections()`` (all on); switching one off exists only so the simulation
+can show the checker finds the matching counterexample.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from dataclasses import dataclass
 
 from appliance.protocol.errors import OK, is_explicit_negative
 
-PROTECTION_NAMES = ("recovery-read-fence", "fragment-start", "fence-on-boot", "limbo")
+PROTECTION_NAMES = ("recovery-read-fence", "fragment-start", "fence-on-boot", "limbo",
+                    "durable-reply")
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +31,7 @@ class Protections:
     fragment_start: bool = True  # recovery starts no earlier than the last fragment (2615)
     fence_on_boot: bool = True  # BP-46: fence every ledger after possible data loss
     limbo: bool = True  # BP-46: limbo ledgers answer "unknown", never an explicit negative
+    durable_reply: bool = True  # replies wait for their journal ticket (durable_replies)
 
     @classmethod
     def without(cls, *names: str) -> Protections:

@@ -5,7 +5,8 @@ carrying out their actions and feeding back events.
 Bookie durability modes:
 
 * journal (``journal=True``): a reply waits until its ticket is synced
-  (group commit every ``sync_interval_ms``); a crash loses only what was
+  (group commit every ``sync_interval_ms``) by the product's own rule,
+  ``appliance.protocol.durable_replies``; a crash loses only what was
   never acknowledged.
 * journal-less (BP-46): replies go out at once and storage is flushed every
   ``flush_interval_ms``; a crash loses acknowledged entries *and* fence
@@ -20,9 +21,12 @@ import itertools
 from appliance.errors import OK, MetadataVersionError, NoNodeError
 from appliance.protocol import events as ev
 from appliance.protocol.bookie import BookieCore
+from appliance.protocol.durable_replies import DurableReplies
 from appliance.protocol.metadata import CLOSED
 from tests.sim.storage import MemStorage
 from tests.sim.world import World, describe
+
+PARKED_REPLIES_MAX = 1_000_000  # far above what a seed parks: the bound never decides
 
 
 class SimBookie:
@@ -36,7 +40,8 @@ class SimBookie:
         self.up = True
         self.unclean = False
         self.crashes = 0
-        self._waiting: list[tuple[int, str, list]] = []
+        # (dst, replies) parked until their ticket is durable: the product's rule
+        self._waiting = DurableReplies(PARKED_REPLIES_MAX, protections=protections)
         self._sync_armed = False
         self._incarnation = 0
         self.after_request = None  # the nemesis hook: called after each request served
@@ -78,9 +83,9 @@ class SimBookie:
             self.after_request(self.name, getattr(msg, "fence", False))
 
     def _reply(self, dst: str, replies: list, ticket: int) -> None:
-        if self.journal and ticket > self.storage.durable_ticket:
-            self._waiting.append((ticket, dst, replies))
-        else:
+        # journal-less (BP-46): acknowledged before the flush, so nothing waits
+        wait_for = ticket if self.journal else 0
+        if self._waiting.hold(wait_for, self.storage.durable_ticket, (dst, replies)):
             for reply in replies:
                 self.world.net.send(self.name, dst, reply)
         if self.storage.unsynced_ops:
@@ -97,14 +102,9 @@ class SimBookie:
             return
         self._sync_armed = False
         self.storage.sync()
-        durable, still = self.storage.durable_ticket, []
-        for ticket, dst, replies in self._waiting:
-            if ticket <= durable:
-                for reply in replies:
-                    self.world.net.send(self.name, dst, reply)
-            else:
-                still.append((ticket, dst, replies))
-        self._waiting = still
+        for dst, replies in self._waiting.release(self.storage.durable_ticket):
+            for reply in replies:
+                self.world.net.send(self.name, dst, reply)
 
     # -- crash and restart ---------------------------------------------------------------
     def crash(self, keep_ops: int = 0) -> dict[int, set[int]]:
