@@ -37,6 +37,7 @@ from appliance.protocol.errors import (
     UnauthorizedError,
     code_of,
 )
+from appliance.protocol.read_batch import batch_rows, batch_window
 from ipc.frames import VERSION, MiB
 from ipc.replies import (
     AddBatchReply,
@@ -203,22 +204,17 @@ class MemoryBookie:
         return ReadReply(req.ledger_id, req.entry_id, data, req.request_id)
 
     def _read_batch(self, req: ReadBatchRequest) -> ReadBatchReply:
+        """Rows by the bookies' rule (``appliance.protocol.read_batch``)."""
         ledger = self._ledger_for_read(req.ledger_id, req.fence, req.master_key)
         limits = self.server.limits
-        max_entries = min(req.max_entries, limits.batch_entries_max)
-        max_bytes = min(req.max_bytes, limits.batch_bytes_max)
-        rows, size, entry_id = [], 0, req.first_entry_id
-        while entry_id <= req.last_entry_id and len(rows) < max_entries:
+        window = batch_window(req.first_entry_id, req.last_entry_id, req.max_entries,
+                              req.max_bytes, limits.batch_entries_max, limits.batch_bytes_max)
+
+        def read_one(entry_id: int):
             data = ledger.entries.get(entry_id)
-            if data is None:
-                rows.append((entry_id, NoSuchEntryError.code, None))
-                break
-            if rows and size + len(data) > max_bytes:
-                break
-            rows.append((entry_id, OK, data))
-            size += len(data)
-            entry_id += 1
-        return ReadBatchReply(req.ledger_id, rows, req.request_id)
+            return (OK, data) if data is not None else (NoSuchEntryError.code, None)
+
+        return ReadBatchReply(req.ledger_id, batch_rows(window, read_one), req.request_id)
 
     # -- LAC and long polls --------------------------------------------------
     def _lac_reply(self, ledger_id: int, ledger: _Ledger, request_id: int, op: int) -> LacReply:

@@ -42,6 +42,7 @@ from appliance.errors import (
 )
 from appliance.protocol.bookie import BookieCore
 from appliance.protocol.durable_replies import DurableReplies
+from appliance.protocol.read_batch import batch_rows, batch_window
 from ipc.frames import VERSION
 from ipc.packed import AddPackedReply, AddPackedRequest, ReadPackedReply, ReadPackedRequest
 from ipc.replies import (
@@ -226,38 +227,40 @@ class BookieHandler:
         order; each OK row's length; the ``(entry id, status, None)`` row
         that ended the batch early (or None); the ticket the reply waits for.
 
-        The first entry goes through the core (fence flag first, then the
-        negative / limbo rules); then it and the rest are read in runs with
-        the storage's batched read (every record verified), cut at the bytes
-        allowed.  A run the storage refuses (a missing or corrupt entry) is
-        re-read entry by entry through the core, so every row gets exactly
-        the per-entry status."""
+        Which rows: ``appliance.protocol.read_batch`` (the rule the
+        simulation runs).  The first entry goes through the core (fence flag
+        first, then the negative / limbo rules); then it and the rest are
+        read in runs with the storage's batched read (every record verified),
+        cut at the bytes allowed (``fit_bytes``: the rule, vectorised).  A run
+        the storage refuses (a missing or corrupt entry) is re-read entry by
+        entry through the core, so every row gets exactly the per-entry
+        status."""
         limits = self.server.limits
-        max_entries = max(1, min(req.max_entries, limits.batch_entries_max))
-        max_bytes = min(req.max_bytes, limits.batch_bytes_max)
-        first = req.first_entry_id
-        last = min(req.last_entry_id, first + max_entries - 1)
+        window = batch_window(req.first_entry_id, req.last_entry_id, req.max_entries,
+                              req.max_bytes, limits.batch_entries_max, limits.batch_bytes_max)
+        first, last, max_bytes = window.first_entry_id, window.last_entry_id, window.bytes_max
         r = self.core.read(req.ledger_id, first, req.fence, req.master_key or b"")
         if r.code != OK:
             self.counters["reads"] += 1
             return [], np.zeros(0, np.int64), (first, r.code, None), r.ticket
         parts, lengths, bad = [r.data], [np.array([len(r.data)], np.int64)], None
         size, entry_id = len(r.data), first + 1
-        if size < max_bytes and last > first:  # re-read with the run: one buffer for all
+        if size <= max_bytes and last > first:  # re-read with the run: one buffer for all
             try:
                 got, got_lengths = self.storage.read_entries_packed(
                     req.ledger_id, first, min(last, first + READ_RUN_ENTRIES_MAX - 1), max_bytes)
-                parts, lengths = got, [got_lengths]
-                size, entry_id = int(got_lengths.sum()), first + len(got_lengths)
+                if len(got_lengths):
+                    parts, lengths = got, [got_lengths]
+                    size, entry_id = int(got_lengths.sum()), first + len(got_lengths)
             except BKError:
                 pass  # the loop below finds the bad entry
-        while bad is None and entry_id <= last and size < max_bytes:
+        while bad is None and entry_id <= last and size <= max_bytes:
             run_last = min(last, entry_id + READ_RUN_ENTRIES_MAX - 1)
             try:
                 got, got_lengths = self.storage.read_entries_packed(
                     req.ledger_id, entry_id, run_last, max_bytes - size)
             except BKError:  # per entry, through the core: exact status of the bad one
-                got, bad = self._one_by_one(req.ledger_id, entry_id, run_last, max_bytes - size)
+                got, bad = self._one_by_one(req.ledger_id, window, entry_id, run_last, size)
                 got_lengths = np.fromiter(map(len, got), np.int64, len(got))
             parts += got
             lengths.append(got_lengths)
@@ -269,20 +272,17 @@ class BookieHandler:
         self.counters["reads"] += len(lengths) + (bad is not None)
         return parts, lengths, bad, r.ticket
 
-    def _one_by_one(self, ledger_id: int, first: int, last: int, bytes_max: int):
-        """Entries first..last through the core until one fails (its row is
-        returned) or the next would pass ``bytes_max`` (a bad entry after
-        that is never reached)."""
-        datas, size = [], 0
-        for e in range(first, last + 1):
-            one = self.core.read(ledger_id, e)
-            if one.code != OK:
-                return datas, (e, one.code, None)
-            size += len(one.data)
-            if size > bytes_max:
-                break
-            datas.append(one.data)
-        return datas, None
+    def _one_by_one(self, ledger_id: int, window, first: int, last: int, size: int):
+        """Entries first..last through the core, by the batch rule: until one
+        is refused (its row is returned) or the next does not fit."""
+        def read_one(entry_id: int):
+            one = self.core.read(ledger_id, entry_id)
+            return one.code, one.data
+
+        rows = batch_rows(window, read_one, start=first, size=size, last=last)
+        if rows and rows[-1][1] != OK:
+            return [data for _, _, data in rows[:-1]], rows[-1]
+        return [data for _, _, data in rows], None
 
     def _read_lac(self, peer: bytes, req: ReadLacRequest):
         r = self.core.read_lac(req.ledger_id, req.fence, req.master_key or b"")

@@ -7,13 +7,15 @@ import dataclasses
 from appliance.errors import OK, BKTimeoutError, NoSuchEntryError
 from appliance.protocol import events as ev
 from appliance.protocol.entry import pack_entry, verify_run
+from appliance.protocol.read_batch import batch_rows, batch_window
 from appliance.protocol.reader import LedgerReader, ReaderConfig
 from tests.protocol.helpers import DIGEST, KEY, Loop, metadata, of, one
 
 
 class BatchLoop(Loop):
-    """``Loop`` that also answers SendReadBatch the way a bookie does: rows in
-    entry order, stopping after the first non-OK row or ``rows_max`` rows."""
+    """``Loop`` that also answers SendReadBatch the way a bookie does (the
+    bookies' rule, ``appliance.protocol.read_batch``): rows in entry order,
+    stopping after the first non-OK row or ``rows_max`` rows."""
 
     rows_max = 10_000
 
@@ -23,13 +25,16 @@ class BatchLoop(Loop):
         self.sent.append(a)
         if a.bookie_id in self.down or self.drop(a):
             return None
-        bookie, rows = self.bookies[a.bookie_id], []
-        for entry_id in range(a.first_entry_id, a.last_entry_id + 1):
+        bookie = self.bookies[a.bookie_id]
+
+        def read_one(entry_id):
             r = bookie.read(a.ledger_id, entry_id)
-            rows.append((entry_id, r.code, r.data))
-            if r.code != OK or len(rows) >= self.rows_max:
-                break
-        ids, codes, datas = zip(*rows, strict=True)
+            return r.code, r.data
+
+        asked = a.last_entry_id - a.first_entry_id + 1
+        window = batch_window(a.first_entry_id, a.last_entry_id, asked, 1 << 30,
+                              self.rows_max, 1 << 30)
+        ids, codes, datas = zip(*batch_rows(window, read_one), strict=True)
         return ev.ReadBatchResponse(a.request_id, a.bookie_id, a.ledger_id, OK, ids, codes,
                                     datas)
 

@@ -161,7 +161,8 @@ class ReaderApp:
         md, _ = self.c.meta.get(self.c.ledger_id)
         timeout_ms = self.c.cfg.add_timeout_ms
         config = ReaderConfig(read_timeout_ms=timeout_ms, lac_poll_interval_ms=20,
-                              read_rounds_max=5 if self.whole else 2)
+                              read_rounds_max=5 if self.whole else 2,
+                              read_batch_entries=self.c.cfg.read_batch_entries)
         self.core = LedgerReader(md, self.c.digest, config=config, ids=self.host.ids)
         self.host.call(self.core, self.core.open, self.c.world.now_ms)
 

@@ -41,7 +41,8 @@ class Cluster:
             self.bookies[name] = SimBookie(
                 self.world, name, journal=cfg.journal, protections=protections,
                 on_store=self.checker.on_store, sync_interval_ms=cfg.sync_interval_ms,
-                flush_interval_ms=cfg.flush_interval_ms)
+                flush_interval_ms=cfg.flush_interval_ms,
+                batch_limits=(cfg.bookie_batch_entries_max, cfg.bookie_batch_bytes_max))
             self.bookies[name].after_request = self.maybe_crash
             self.bookies[name].batch_replies = batch_replies
         self.checker.bookies = self.bookies

@@ -67,6 +67,11 @@ class SimConfig:
     stall_at_entry: int | None = None  # stall_when_idle: not before this many entries
     crash_down_ms: tuple[int, int] = (5, 300)  # how long a triggered crash keeps a bookie down
     flaky_links: list[tuple[int, str, str, int, float]] = field(default_factory=list)
+    # batch reads (E == Qw only): entries per reader request, and the bookies'
+    # limits, which cut replies by the product's rule (appliance.protocol.read_batch)
+    read_batch_entries: int = 1
+    bookie_batch_entries_max: int = 64
+    bookie_batch_bytes_max: int = 1 << 20
 
     @property
     def lossy_crashes_max(self) -> int:
@@ -122,7 +127,17 @@ def random_config(seed: int) -> SimConfig:
         _draw_nemeses(cfg, rng)
     elif profile == "zombie":
         _draw_zombie(cfg, rng)
+    _draw_batch_reads(cfg, random.Random(seed * 7919 + 29))  # leaves the draws above as they were
     return cfg
+
+
+def _draw_batch_reads(cfg: SimConfig, rng: random.Random) -> None:
+    """Readers ask for batches on about half the seeds; bookies' limits are
+    small enough on some to cut replies by entries or by bytes (a record here
+    is a ~40-byte header plus a short payload)."""
+    cfg.read_batch_entries = rng.choice((1, 4, 16))
+    cfg.bookie_batch_entries_max = rng.choice((64, 3))
+    cfg.bookie_batch_bytes_max = rng.choice((1 << 20, 200, 1))
 
 
 def _draw_faults(cfg: SimConfig, rng: random.Random, busy: bool) -> None:

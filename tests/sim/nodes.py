@@ -23,6 +23,7 @@ from appliance.protocol import events as ev
 from appliance.protocol.bookie import BookieCore
 from appliance.protocol.durable_replies import DurableReplies
 from appliance.protocol.metadata import CLOSED
+from appliance.protocol.read_batch import batch_rows, batch_window
 from tests.sim.storage import MemStorage
 from tests.sim.world import World, describe
 
@@ -31,12 +32,14 @@ PARKED_REPLIES_MAX = 1_000_000  # far above what a seed parks: the bound never d
 
 class SimBookie:
     def __init__(self, world: World, name: str, *, journal: bool, protections, on_store,
-                 sync_interval_ms: int, flush_interval_ms: int):
+                 sync_interval_ms: int, flush_interval_ms: int,
+                 batch_limits: tuple[int, int] = (64, 1 << 20)):
         self.world, self.name, self.journal = world, name, journal
         self.storage = MemStorage(on_add=lambda lid, eid, data: on_store(name, lid, eid, data))
         self.core = BookieCore(self.storage, protections=protections)
         self.sync_interval_ms = sync_interval_ms
         self.flush_interval_ms = flush_interval_ms
+        self.batch_entries_max, self.batch_bytes_max = batch_limits
         self.up = True
         self.unclean = False
         self.crashes = 0
@@ -68,6 +71,8 @@ class SimBookie:
             ticket = reply.ticket
             replies = [ev.ReadResponse(msg.request_id, self.name, msg.ledger_id, msg.entry_id,
                                        reply.code, reply.data)]
+        elif kind is ev.SendReadBatch:
+            replies, ticket = self._read_batch(msg)
         elif kind is ev.SendReadLac:
             reply = core.read_lac(msg.ledger_id, msg.fence, msg.master_key)
             ticket = reply.ticket
@@ -81,6 +86,23 @@ class SimBookie:
         self._reply(src, replies, ticket)
         if self.after_request is not None:
             self.after_request(self.name, getattr(msg, "fence", False))
+
+    def _read_batch(self, msg: ev.SendReadBatch) -> tuple[list, int]:
+        """Rows by the product's batch rule; the reply waits for the first
+        read's ticket, as the real bookie's does."""
+        window = batch_window(msg.first_entry_id, msg.last_entry_id,
+                              msg.last_entry_id - msg.first_entry_id + 1, 1 << 30,
+                              self.batch_entries_max, self.batch_bytes_max)
+        tickets = []
+
+        def read_one(entry_id: int):
+            reply = self.core.read(msg.ledger_id, entry_id)
+            tickets.append(reply.ticket)
+            return reply.code, reply.data
+
+        ids, codes, datas = zip(*batch_rows(window, read_one), strict=True)
+        return [ev.ReadBatchResponse(msg.request_id, self.name, msg.ledger_id, OK, ids, codes,
+                                     datas)], tickets[0]
 
     def _reply(self, dst: str, replies: list, ticket: int) -> None:
         # journal-less (BP-46): acknowledged before the flush, so nothing waits
