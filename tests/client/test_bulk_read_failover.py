@@ -16,6 +16,7 @@ from appliance.errors import (
     DigestMismatchError,
     NoSuchEntryError,
     NoSuchLedgerError,
+    is_explicit_negative,
 )
 
 WS = ("b1", "b2", "b3")
@@ -106,6 +107,11 @@ def test_the_error_is_a_negative_only_when_every_answer_was_one():
     assert "ledger 42 entry 7: no replica served it (b1: no entry; b2: no ledger)" in str(err)
     mixed = [NoSuchEntryError.code, BKTimeoutError.code]
     assert isinstance(no_replica_error(42, 7, mixed, []), BKTimeoutError)  # the last answer
+    # a "no" last, after replicas that never answered, is still unknown (found by the
+    # simulation's bulk reader: a closed ledger's entry reported as missing)
+    late_no = [BKTimeoutError.code, BKTimeoutError.code, NoSuchEntryError.code]
+    err = no_replica_error(42, 7, late_no, [])
+    assert isinstance(err, BKTimeoutError) and not is_explicit_negative(err.code)
 
 
 def test_the_error_class_for_bad_records_timeouts_and_no_answers():

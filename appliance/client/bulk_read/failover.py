@@ -18,7 +18,9 @@ the same decision.  The rules the reader's guarantees rest on:
   a pause before the next round (a restarting bookie gets a moment).
 * **Honest errors**: the error is an explicit negative (BP-46) only when
   every answer was one; a bad record makes it ``DigestMismatchError``; all
-  timeouts make it ``BKTimeoutError``; otherwise the last answer's class.
+  timeouts make it ``BKTimeoutError``; otherwise the class of the last
+  answer that was not a negative (a timeout after a "no such entry" is
+  still unknown, never a "no").
 """
 
 from __future__ import annotations
@@ -76,7 +78,8 @@ def no_replica_error(ledger_id: int, entry_id: int, codes: Sequence[int],
         cls = DigestMismatchError
     elif codes and all(c == BKTimeoutError.code for c in codes):
         cls = BKTimeoutError
-    else:
-        cls = error_class(codes[-1]) if codes else BookieUnavailableError
+    else:  # the last answer that was not a negative: some replica never said "no"
+        unknown = [c for c in codes if not is_explicit_negative(c)]
+        cls = error_class(unknown[-1]) if unknown else BookieUnavailableError
     return cls(f"ledger {ledger_id} entry {entry_id}: no replica served it "
                f"({'; '.join(answers)})")
