@@ -12,9 +12,10 @@ repair, which is not part of this core).
 from __future__ import annotations
 
 from appliance.checks.digest import make_digest, master_key, password_hash
-from appliance.errors import OK, error_class
+from appliance.errors import OK, error_class, is_explicit_negative
 from appliance.protocol.metadata import CLOSED, LedgerMetadata
 from tests.sim.apps import ReaderApp, RecoveryApp, WriterApp
+from tests.sim.bulk import BulkReadApp
 from tests.sim.checker import Checker
 from tests.sim.config import SimConfig
 from tests.sim.nodes import MetaStore, SimBookie
@@ -236,6 +237,40 @@ class Cluster:
         if reader.next_entry != last + 1:
             raise Violation("acked-lost", f"final reader read {reader.next_entry} entries of "
                                           f"{last + 1}")
+        self._bulk_read_under_faults()
+
+    # -- bulk reads: the product's failover decisions (tests/sim/bulk.py) ------------------
+    def _bulk_read_under_faults(self) -> None:
+        """A bulk read of the closed ledger while messages are lost and one
+        bookie may be cut off: it may fail, but only with an honest error."""
+        md, _ = self.meta.get(self.ledger_id)
+        rng, net = self.world.rng, self.world.net
+        net.drop_p = rng.choice((0.0, 0.1, 0.3))
+        self.bulk_cut = rng.choice(md.ensembles[-1][1]) if rng.random() < 0.5 else None
+        if self.bulk_cut is not None:
+            net.cut("bulk-reader", self.bulk_cut)
+        self.world.log(f"bulk read under faults: drop_p={net.drop_p} cut={self.bulk_cut}")
+        BulkReadApp(self, "bulk-reader", md, on_done=self._bulk_faulty_done).start()
+
+    def _bulk_faulty_done(self, app: BulkReadApp) -> None:
+        last = app.md.last_entry_id
+        if app.error is None and app.next_entry != last + 1:
+            raise Violation("acked-lost", f"bulk read ended at {app.next_entry} of {last + 1}")
+        if app.error is not None and is_explicit_negative(app.error.code):
+            raise Violation("bulk-negative", f"bulk read of a closed ledger: {app.error}")
+        self.bulk_failovers = app.failovers
+        self.world.net.drop_p = 0.0
+        self.world.net.heal()
+        self.world.log(f"bulk read under faults: {app.error or 'all read'}; healed")
+        BulkReadApp(self, "bulk-reader-2", app.md, on_done=self._bulk_done).start()
+
+    def _bulk_done(self, app: BulkReadApp) -> None:
+        """Healed, every entry has a live replica that holds it (the final
+        reader read them all): the bulk read must read them all too."""
+        if app.error is not None:
+            raise Violation("bulk-read", f"healed bulk read failed: {app.error}")
+        if app.next_entry != app.md.last_entry_id + 1:
+            raise Violation("acked-lost", f"bulk read ended at {app.next_entry}")
         self.finished, self.outcome = True, "closed"
 
     def _stuck(self, why: str) -> None:
