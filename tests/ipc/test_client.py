@@ -193,7 +193,10 @@ def test_remove_and_close_fail_outstanding_requests(transport, thread_server):
         t.send("b2", PingRequest(), 100)
 
 
-def test_a_garbled_reply_completes_its_request_with_an_error(transport, short_tmp):
+@pytest.fixture
+def raw_bookie(transport, short_tmp):
+    """A bare ROUTER standing in for a bookie (the test writes its replies by
+    hand) and a transport connected to it as bookie "raw"; both closed after."""
     ctx = zmq.Context()
     router = ctx.socket(zmq.ROUTER)
     router.setsockopt(zmq.LINGER, 0)
@@ -201,38 +204,34 @@ def test_a_garbled_reply_completes_its_request_with_an_error(transport, short_tm
         router.bind(f"ipc://{short_tmp}/raw.sock")
         t = transport()
         t.add_bookie("raw", f"ipc://{short_tmp}/raw.sock")
-        rid = t.send("raw", PingRequest(), 5000)
-        assert router.poll(10000)
-        peer, head = router.recv_multipart()
-        # Right version, op and request id, but the header is cut short.
-        router.send_multipart([peer, head[:12] + bytes(REPLY_HEAD.size - 20)])
-        [event] = events_for(t, 1)
-        assert (event.request_id, event.status) == (rid, BadRequestError.code)
-        assert t.counters["bad_replies"] == 1
+        yield router, t
     finally:
         router.close(linger=0)
         ctx.term()
 
 
-def test_an_ok_reply_of_another_op_is_an_error_not_a_reply(transport, short_tmp):
+def test_a_garbled_reply_completes_its_request_with_an_error(raw_bookie):
+    router, t = raw_bookie
+    rid = t.send("raw", PingRequest(), 5000)
+    assert router.poll(10000)
+    peer, head = router.recv_multipart()
+    # Right version, op and request id, but the header is cut short.
+    router.send_multipart([peer, head[:12] + bytes(REPLY_HEAD.size - 20)])
+    [event] = events_for(t, 1)
+    assert (event.request_id, event.status) == (rid, BadRequestError.code)
+    assert t.counters["bad_replies"] == 1
+
+
+def test_an_ok_reply_of_another_op_is_an_error_not_a_reply(raw_bookie):
     # The client driver relies on this: an ADD_PACKED request is answered by an
     # AddPackedReply or by an error, never by some other op's reply.
-    ctx = zmq.Context()
-    router = ctx.socket(zmq.ROUTER)
-    router.setsockopt(zmq.LINGER, 0)
-    try:
-        router.bind(f"ipc://{short_tmp}/raw.sock")
-        t = transport()
-        t.add_bookie("raw", f"ipc://{short_tmp}/raw.sock")
-        rid = t.send("raw", AddPackedRequest.of(7, KEY, [0], [b"x"]), 5000)
-        assert router.poll(10000)
-        peer = router.recv_multipart()[0]
-        router.send_multipart([peer, *encode_reply(AddBatchReply([(7, 0, OK)], rid),
-                                                   DEFAULT_LIMITS)])
-        [event] = events_for(t, 1)
-        assert (event.request_id, event.status, event.reply) == (rid, BadRequestError.code,
-                                                                 None)
-        assert t.counters["bad_replies"] == 1
-    finally:
-        router.close(linger=0)
-        ctx.term()
+    router, t = raw_bookie
+    rid = t.send("raw", AddPackedRequest.of(7, KEY, [0], [b"x"]), 5000)
+    assert router.poll(10000)
+    peer = router.recv_multipart()[0]
+    router.send_multipart([peer, *encode_reply(AddBatchReply([(7, 0, OK)], rid),
+                                               DEFAULT_LIMITS)])
+    [event] = events_for(t, 1)
+    assert (event.request_id, event.status, event.reply) == (rid, BadRequestError.code,
+                                                             None)
+    assert t.counters["bad_replies"] == 1
