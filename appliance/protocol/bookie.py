@@ -19,12 +19,16 @@ Rules:
   bookie can vouch it never stored the entry; a **limbo** ledger (BP-46:
   data may have been lost) answers ``DataUnknownError`` instead.
 * **LAC** = max(explicit LAC, LAC field of the highest stored entry).
-* **Boot (BP-46)**: after possible data loss (unclean shutdown without a
-  journal, or a cookie mismatch) ``boot`` fences every ledger whose ensemble
-  includes this bookie, closed ones too, and marks the non-closed ones limbo.
-  (BP-46's boot sequence says "non-closed" for both; its scenario 1 only
-  stays safe when a ledger closed *before* the crash is fenced as well,
-  which its protection section asks for: "all those ledgers are fenced".)
+* **Boot (BP-46)**: after possible data loss (unclean shutdown after
+  journal-less adds, an index rebuilt from a scan, a replaced disk) ``boot``
+  fences every ledger whose ensemble includes this bookie and marks it
+  limbo, closed ones too.  Departures from BP-46's boot sequence, which says
+  "non-closed" for both: its scenario 1 only stays safe when a ledger closed
+  *before* the crash is fenced as well (its protection section asks for
+  "all those ledgers are fenced"); and limbo is the durable "to repair"
+  mark of phase two (``appliance.protocol.repair``), so a closed ledger whose
+  share may be gone answers "unknown" rather than "no such entry" until it
+  is repaired, and a crash during repair resumes where it stopped.
 * **Records**: an add whose header names another ledger/entry than the
   request is refused (``BadRequestError``): a bookie never files entry i
   under another id.
@@ -213,10 +217,10 @@ class BookieCore:
         if not possible_data_loss:
             return 0
         ticket = 0
-        for ledger_id, closed in ledgers:
+        for ledger_id, _closed in ledgers:
             if self.protections.fence_on_boot:
                 ticket = max(ticket, self.storage.fence(ledger_id))
-            if self.protections.limbo and not closed:
+            if self.protections.limbo:
                 ticket = max(ticket, self.storage.mark_limbo(ledger_id))
         return ticket
 

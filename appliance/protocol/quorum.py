@@ -9,8 +9,9 @@
   it never guesses.
 
 ``Protections`` lists the four rules whose absence BookKeeper's TLA+ model
-turned into counterexamples, and the durable-reply rule (a bookie answers
-only once its journal made the change durable).  Production code uses
+turned into counterexamples, the durable-reply rule (a bookie answers
+only once its journal made the change durable) and the repair rule (limbo is
+cleared only once the bookie holds its whole share, ``appliance.protocol.repair``).  Production code uses
 ``Protections()`` (all on); switching one off exists only so the simulation
 can show the checker finds the matching counterexample.
 """
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from appliance.protocol.errors import OK, is_explicit_negative
 
 PROTECTION_NAMES = ("recovery-read-fence", "fragment-start", "fence-on-boot", "limbo",
-                    "durable-reply")
+                    "durable-reply", "repair-share")
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +33,7 @@ class Protections:
     fence_on_boot: bool = True  # BP-46: fence every ledger after possible data loss
     limbo: bool = True  # BP-46: limbo ledgers answer "unknown", never an explicit negative
     durable_reply: bool = True  # replies wait for their journal ticket (durable_replies)
+    repair_share: bool = True  # BP-46 repair clears limbo only once the whole share is held
 
     @classmethod
     def without(cls, *names: str) -> Protections:
