@@ -20,6 +20,9 @@ setup(
         # crc32c: hardware-accelerated CRC32C in C (SSE4.2/ARMv8); a pure
         # Python CRC would cost more than the fsync on the hot path.
         "crc32c>=2.3,<3",
+        # pynacl: libsodium's sealed boxes; ledger keys sealed to the cluster
+        # key in metadata (appliance.meta.custody), opened by repairing bookies.
+        "pynacl>=1.5,<2",
     ],
     extras_require={
         "spark": [

@@ -77,6 +77,8 @@ class ServerConfig:
     disk_usage_resume: float = _key(0.90, 0.01, 1.0)
     disk_check_interval_ms: int = _key(5_000, 10, 3_600_000)
     gc_interval_ms: int = _key(60_000, 100, 86_400_000)
+    cookie_auto_fix: bool = _key(False)
+    cluster_key_file: Path = _key("")
 
 
 @dataclass(frozen=True)
@@ -154,6 +156,13 @@ class ApplianceConfig:
         if self.supervisor.run_dir:
             return Path(self.supervisor.run_dir)
         return self.base_dir / f".{self.path.stem}.run"
+
+    @property
+    def cluster_key_path(self) -> Path:
+        """The cluster private key (``appliance.meta.custody``)."""
+        if self.server.cluster_key_file:
+            return Path(self.server.cluster_key_file)
+        return self.run_path / "cluster.key"
 
     def bookie(self, bookie_id: str) -> BookieConfig:
         for b in self.bookies:

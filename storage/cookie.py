@@ -9,6 +9,12 @@ other role (directories swapped) or comes from another format (instance ids
 differ).  Directory paths are recorded but not compared: moving the whole
 data tree is legitimate, swapping or replacing a disk is not.
 
+Two more markers in the ledger dir carry BP-46's "possible data loss" across
+restarts: ``JOURNAL_LESS`` (adds were being acknowledged without the journal:
+the mode the data was written in, not the current config, decides) and
+``POSSIBLE_LOSS`` (the reasons found, kept until the bookie's phase one is
+durable, so a crash in between cannot hide them).
+
 The clean marker (``CLEAN`` in the ledger dir) is written by a clean close
 after the final checkpoint and consumed (deleted, dir fsynced) by the next
 open before anything is written: its absence at open means the previous run
@@ -31,6 +37,12 @@ from .codec import crc
 
 COOKIE_NAME = "COOKIE"
 CLEAN_NAME = "CLEAN"
+# Present while adds may be acknowledged without the journal (journal_write_data
+# false): after an unclean shutdown, acknowledged entries may be gone.
+JOURNAL_LESS_NAME = "JOURNAL_LESS"
+# Possible data loss was detected and BP-46 phase one has not yet made its
+# fences and limbo marks durable: every boot until then redoes phase one.
+POSSIBLE_LOSS_NAME = "POSSIBLE_LOSS"
 ROLES = ("journal", "ledger")
 
 
@@ -117,3 +129,26 @@ def consume_clean_marker(ledger_dir: str, instance_id: str) -> bool:
     os.unlink(path)
     aio.fsync_dir(ledger_dir)
     return doc is not None and doc.get("instance_id") == instance_id
+
+
+def read_marker(ledger_dir: str, name: str) -> dict | None:
+    """A marker's document; None if absent.  A damaged marker reads as
+    present (``{"damaged": True}``): its meaning errs on the safe side."""
+    try:
+        with open(os.path.join(ledger_dir, name), "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return None
+    return _unseal(raw) or {"damaged": True}
+
+
+def write_marker(ledger_dir: str, name: str, doc: dict) -> None:
+    aio.write_file_atomic(os.path.join(ledger_dir, name), [_seal(doc)])
+
+
+def remove_marker(ledger_dir: str, name: str) -> None:
+    try:
+        os.unlink(os.path.join(ledger_dir, name))
+    except FileNotFoundError:
+        return
+    aio.fsync_dir(ledger_dir)

@@ -105,6 +105,8 @@ class LedgerStorage(StateOps):
         self._checkpoint_wake = threading.Event()
         self._checkpointer = None
         self.clean_shutdown_before = False
+        self.possible_loss_reasons: list[str] = []  # BP-46: why data may be gone (open)
+        self.fresh = False  # holds nothing and never did since format
         self.instance_id = ""
         self.recovery_stats: dict = {}
         self.counters = {"adds": 0, "add_batches": 0, "reads": 0, "checkpoints": 0,
@@ -440,6 +442,20 @@ class LedgerStorage(StateOps):
     def __exit__(self, *exc) -> None:
         self.close()
 
+    # -- BP-46 detection (see storage_files.note_possible_loss) -------------------
+    def note_possible_loss(self, reason: str) -> None:
+        """Durably record another reason why data may be gone (a replaced
+        disk, ...): every boot redoes phase one until ``possible_loss_handled``."""
+        sf.note_possible_loss(self, reason)
+
+    def possible_loss_handled(self) -> None:
+        """Phase one's fences and limbo marks are durable: forget the reasons."""
+        sf.possible_loss_handled(self)
+
+    def limbo_count(self) -> int:
+        with self._lock:
+            return sum(1 for led in self._index.ledgers.values() if led.limbo)
+
     def stats(self) -> dict:
         with self._lock:
             out = dict(self.counters)
@@ -448,7 +464,9 @@ class LedgerStorage(StateOps):
             out.update(entries=self._index.entry_count(), bytes=self._index.data_bytes(),
                        ledgers=len(self._index.ledgers), index_bytes=self._index.index_bytes(),
                        seq=self._seq, durable_ticket=self.durable_ticket,
-                       pending_callbacks=len(self._callbacks), pid=os.getpid())
+                       pending_callbacks=len(self._callbacks), pid=os.getpid(),
+                       limbo_ledgers=sum(1 for led in self._index.ledgers.values()
+                                         if led.limbo))
             out.update(self.recovery_stats)
             return out
 

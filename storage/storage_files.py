@@ -95,6 +95,8 @@ def recover_into(st) -> None:
     direct_j = aio.decide_direct_io(st.journal_dir, st.options.direct_io, "journal_dir")
     direct_l = aio.decide_direct_io(st.ledger_dir, st.options.direct_io, "ledger_dir")
     clean = ck.consume_clean_marker(st.ledger_dir, st.instance_id)
+    journal_less = ck.read_marker(st.ledger_dir, ck.JOURNAL_LESS_NAME) is not None
+    pending = ck.read_marker(st.ledger_dir, ck.POSSIBLE_LOSS_NAME)
     meta, rebuilt = _load_or_rebuild(st)
     min_seq = int(meta["seq"])
     log_mark, log_off = meta["entry_log_mark"]
@@ -119,11 +121,48 @@ def recover_into(st) -> None:
         log.warning("%s: clean marker present but %d records had to be replayed; "
                     "treating the shutdown as unclean", st.ledger_dir, replayed)
     st.clean_shutdown_before = clean and not replayed and not rebuilt
+    _note_possible_loss(st, pending, rebuilt, journal_less)
+    st.fresh = st._seq == 0 and not st._index.ledgers
     st.recovery_stats = {"recovered_journal_records": end.records,
                          "recovered_log_blocks": len(scanned), "recovery_cut": end.cut,
                          "index_rebuilt": rebuilt, **replayer.applied}
     if replayed or rebuilt or not clean:
         st.checkpoint()
+
+
+def _note_possible_loss(st, pending: dict | None, rebuilt: bool, journal_less: bool) -> None:
+    """BP-46 detection, kept durable before the open checkpoint can erase
+    its evidence (a rebuilt index is checkpointed; a marker-less crash is
+    not repeated): ``st.possible_loss_reasons`` lists why data may be gone."""
+    reasons = list((pending or {}).get("reasons", ["damaged POSSIBLE_LOSS marker"]
+                                       if pending else []))
+    if rebuilt:
+        reasons.append("index rebuilt from a scan (fence bits and keys may be lost)")
+    if journal_less and not st.clean_shutdown_before:
+        reasons.append("unclean shutdown after adds acknowledged without the journal")
+    if reasons and reasons != (pending or {}).get("reasons"):
+        ck.write_marker(st.ledger_dir, ck.POSSIBLE_LOSS_NAME, {"reasons": reasons})
+    if not st.options.journal_write_data and not journal_less:
+        ck.write_marker(st.ledger_dir, ck.JOURNAL_LESS_NAME, {"since_seq": st._seq})
+    st.possible_loss_reasons = reasons
+
+
+def note_possible_loss(st, reason: str) -> None:
+    """Record one more reason (durably) before acting on it."""
+    if reason not in st.possible_loss_reasons:
+        st.possible_loss_reasons.append(reason)
+        ck.write_marker(st.ledger_dir, ck.POSSIBLE_LOSS_NAME,
+                        {"reasons": st.possible_loss_reasons})
+
+
+def possible_loss_handled(st) -> None:
+    """Phase one is durable: forget the reasons; the journal-less mark too
+    once adds wait for the journal again (data written before is covered
+    by phase one's limbo)."""
+    ck.remove_marker(st.ledger_dir, ck.POSSIBLE_LOSS_NAME)
+    if st.options.journal_write_data:
+        ck.remove_marker(st.ledger_dir, ck.JOURNAL_LESS_NAME)
+    st.possible_loss_reasons = []
 
 
 def _load_or_rebuild(st) -> tuple[dict, bool]:

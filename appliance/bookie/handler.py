@@ -95,6 +95,7 @@ class BookieHandler:
         self._waiters: dict[int, list] = defaultdict(list)  # ledger -> [peer, req, timer]
         self._long_polls = 0
         self.counters = {"adds": 0, "reads": 0, "fences": 0, "errors": 0}
+        self.extra_info = None  # () -> dict merged into INFO (boot reasons, repair progress)
 
     def attach(self, server) -> None:
         self.server = server
@@ -139,7 +140,8 @@ class BookieHandler:
                         long_polls=self._long_polls)
         return {"bookie_id": self.bookie_id, "instance_id": self.storage.instance_id,
                 "wire_version": VERSION, "pid": os.getpid(), "kind": "bookie",
-                "counters": counters, "storage": _jsonable(self.storage.stats())}
+                "counters": counters, "storage": _jsonable(self.storage.stats()),
+                **(self.extra_info() if self.extra_info is not None else {})}
 
     # -- adds -----------------------------------------------------------------
     def _add_batch(self, peer: bytes, req: AddBatchRequest):

@@ -5,18 +5,24 @@
 Boot, in order (any failure exits non-zero with one line naming the cause):
 
 1. open the storage (cookies on both directories verified, journal replayed);
-2. check the local cookie against the copy in the metadata store: a bookie
-   whose directories were wiped and re-formatted, swapped or copied from
-   another bookie refuses to start (BP-46: it may have lost data it
-   acknowledged).  The first boot after a format publishes the copy;
-3. the BP-46 boot rule: after an unclean shutdown in a mode where acks did
-   not wait for the journal, fence (and mark limbo) every ledger whose
-   ensemble names this bookie, before answering anyone;
-4. measure the disks (``appliance.bookie.disk_monitor``: read-only beyond
+2. check the local cookie against the copy in the metadata store
+   (``appliance.bookie.cookies``): a bookie whose directories were wiped,
+   replaced or swapped is refused with one line naming ``bkctl bookie
+   fix-cookie``, or with ``server.cookie_auto_fix`` fixes it and goes on
+   with possible data loss recorded.  The first boot publishes the copy;
+3. BP-46 phase one (``possible_loss``): when data this bookie acknowledged
+   may be gone (unclean shutdown after journal-less adds, in the mode the
+   data was written in; index rebuilt from a scan; a replaced disk; empty
+   directories that ledgers name), fence *and* limbo every ledger whose
+   ensembles name it, closed ones too, durably, before answering anyone;
+4. open the cluster key (``appliance.meta.custody``) and measure the disks
+   (``appliance.bookie.disk_monitor``: read-only beyond
    ``server.disk_usage_max``, re-checked every ``disk_check_interval_ms``);
 5. bind the endpoint, register in the metadata store (an ephemeral node:
    it disappears when this process dies, flagged read-only if it is), start
-   the garbage collector (``appliance.bookie.ledger_gc``), serve.
+   the garbage collector (``appliance.bookie.ledger_gc``) and BP-46 phase
+   two (``appliance.bookie.repair``: every limbo ledger is recovered if
+   open, its missing share copied from peers, its limbo cleared), serve.
 
 SIGTERM / SIGINT: stop serving, unregister, checkpoint and close the
 storage (which leaves the clean-shutdown marker), exit 0.  The bookie does
@@ -26,37 +32,17 @@ not depend on the supervisor: it keeps serving if the supervisor dies.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import signal
 import sys
 
-from appliance.errors import BKError, CookieMismatchError
+from appliance.bookie.cookies import check_metadata_cookie
+from appliance.errors import BKError
+
+__all__ = ["check_metadata_cookie", "ledgers_on_bookie", "main", "possible_loss", "run_bookie"]
 
 log = logging.getLogger("appliance.bookie")
-
-
-def check_metadata_cookie(registry, bookie_id: str, storage) -> None:
-    """Compare the storage's identity with the metadata copy; publish it on
-    first boot.  Raises ``CookieMismatchError`` naming both instance ids."""
-    local = {"bookie_id": bookie_id, "instance_id": storage.instance_id}
-    found = registry.read_cookie(bookie_id)
-    if found is None:
-        registry.write_cookie(bookie_id, json.dumps(local, sort_keys=True).encode())
-        return
-    data, _version = found
-    try:
-        remote = json.loads(data)
-    except ValueError as exc:
-        raise CookieMismatchError(f"bookie {bookie_id}: the cookie in the metadata store is "
-                                  f"unreadable ({exc})") from exc
-    if remote.get("instance_id") != storage.instance_id:
-        raise CookieMismatchError(
-            f"bookie {bookie_id}: its directories hold instance {storage.instance_id} but the "
-            f"metadata store knows instance {remote.get('instance_id')}: the disks were wiped, "
-            "re-formatted or swapped, so data this bookie acknowledged may be lost. Restore the "
-            "original directories, or retire this bookie id and start it under a new one")
 
 
 def ledgers_on_bookie(ledger_manager, bookie_id: str):
@@ -72,12 +58,30 @@ def ledgers_on_bookie(ledger_manager, bookie_id: str):
             yield ledger_id, md.is_closed
 
 
+def possible_loss(storage, named: list) -> list[str]:
+    """BP-46: why this bookie may have lost data it acknowledged (empty: it
+    did not).  The storage's reasons (unclean shutdown after journal-less
+    adds, in the mode the data was written in; an index rebuilt from a scan;
+    a replaced disk, recorded by the cookie check or ``bkctl bookie
+    fix-cookie``), plus: a bookie holding nothing since its format while
+    the metadata store names it in ledgers (its disks were replaced)."""
+    reasons = list(storage.possible_loss_reasons)
+    if storage.fresh and named:
+        reason = f"empty directories, but {len(named)} ledger(s) name this bookie"
+        storage.note_possible_loss(reason)
+        reasons.append(reason)
+    return reasons
+
+
 def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
     """Boot and serve until SIGTERM/SIGINT (see the module docstring)."""
     from appliance.bookie.disk_monitor import DiskMonitor, ReadOnlyGate, start_disk_checks
     from appliance.bookie.handler import BookieHandler
     from appliance.bookie.ledger_gc import LedgerGC
+    from appliance.bookie.repair import Repairer
+    from appliance.client.client import Client
     from appliance.meta.bookies import BookieRegistry
+    from appliance.meta.custody import open_custody
     from appliance.meta.ledgers import LedgerManager
     from appliance.protocol.bookie import BookieCore
     from ipc.server import FrameServer
@@ -87,21 +91,30 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
     spec = config.bookie(bookie_id)
     options = config.storage.to_options()
     storage = LedgerStorage.open(bookie_id, spec.journal_dir, spec.ledger_dir, options)
-    store = server = registry = gc = None
+    store = server = registry = gc = repairer = None
     try:
         store = open_store(config.metadata.uri, base_dir=config.base_dir,
                            session_timeout_ms=config.metadata.session_timeout_ms,
                            connect_timeout_ms=config.metadata.connect_timeout_ms)
         registry = BookieRegistry(store)
-        check_metadata_cookie(registry, bookie_id, storage)
+        check_metadata_cookie(registry, bookie_id, storage,
+                              auto_fix=config.server.cookie_auto_fix)
         core = BookieCore(storage)
-        possible_loss = not storage.clean_shutdown_before and not options.journal_write_data
-        if possible_loss:
-            log.warning("unclean shutdown without a data journal: fencing and marking limbo "
-                        "every ledger on this bookie before serving (BP-46)")
         ledger_manager = LedgerManager(store)
-        ticket = core.boot(ledgers_on_bookie(ledger_manager, bookie_id), possible_loss)
-        storage.wait_durable(ticket)
+        named = list(ledgers_on_bookie(ledger_manager, bookie_id))
+        reasons = possible_loss(storage, named)
+        if reasons:
+            log.warning("BP-46 phase one: possible data loss (%s): fencing and marking limbo "
+                        "%d ledger(s) naming %s before serving", "; ".join(reasons),
+                        len(named), bookie_id)
+            storage.wait_durable(core.boot(named, True))
+            storage.possible_loss_handled()
+        boot = {"reasons": reasons, "clean_shutdown_before": storage.clean_shutdown_before,
+                "ledgers_fenced": len(named) if reasons else 0,
+                "recovery": dict(storage.recovery_stats)}
+        custody = open_custody(store, config.cluster_key_path)
+        repairer = Repairer(bookie_id, storage, core, ledger_manager, registry,
+                            custody=custody, open_client=lambda: Client(config.path))
         handler = BookieHandler(bookie_id, storage, core,
                                 long_polls_max=config.server.long_polls_max,
                                 wait_lac_timeout_ms_max=config.server.wait_lac_timeout_ms_max)
@@ -113,6 +126,7 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
                              drain_messages_max=config.server.drain_messages_max,
                              queue_messages_max=config.server.queue_messages_max)
         handler.attach(server)
+        handler.extra_info = lambda: {"boot": boot, "repair": repairer.status()}
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: server.stop())
         registry.register(bookie_id, server.endpoint,
@@ -123,6 +137,7 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
                           lambda ro: registry.set_read_only(bookie_id, ro), monitor.read_only)
         gc = LedgerGC(storage, ledger_manager, config.server.gc_interval_ms)
         gc.start()
+        repairer.start()  # phase two: in the background, while serving
         log.info("bookie %s serving on %s (pid %d)", bookie_id, server.endpoint, os.getpid())
         if ready_file:
             _write_ready(ready_file, server.endpoint)
@@ -130,10 +145,12 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
         log.info("bookie %s stopping", bookie_id)
         return 0
     finally:
-        _shutdown(bookie_id, storage, store, server, registry, gc)
+        _shutdown(bookie_id, storage, store, server, registry, gc, repairer)
 
 
-def _shutdown(bookie_id, storage, store, server, registry, gc) -> None:
+def _shutdown(bookie_id, storage, store, server, registry, gc, repairer) -> None:
+    if repairer is not None:
+        repairer.stop()
     if gc is not None:
         gc.stop()
     if registry is not None:

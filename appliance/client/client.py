@@ -79,6 +79,7 @@ class Client:
         self.driver.start()
         self._closed = False
         self._rng = random.Random()
+        self._cluster_key: bytes | None = None
 
     # -- ledgers ----------------------------------------------------------------
     def create_ledger(self, ensemble: int | None = None, write_quorum: int | None = None,
@@ -104,19 +105,36 @@ class Client:
                                         f"{len(live)} are up ({', '.join(live) or 'none'})")
         chosen = self._rng.sample(live, e)
         md = self.ledgers.create_ledger(e, w, a, chosen, digest, password_hash(key),
-                                        custom=custom, ctime_ms=int(time.time() * 1000))
+                                        custom=custom, ctime_ms=int(time.time() * 1000),
+                                        sealed_key=self._sealed(key))
         _, version = self.ledgers.read_ledger(md.ledger_id)
         return WriteHandle(self, md, version, key)
+
+    def _sealed(self, key: bytes) -> bytes | None:
+        """``key`` sealed to the appliance's cluster key, for repair without an
+        operator (``appliance.meta.custody``); None while no bookie has
+        published one yet."""
+        from appliance.meta.custody import read_public_key, seal
+
+        if self._cluster_key is None:
+            self._cluster_key = read_public_key(self._store)
+        return seal(self._cluster_key, key) if self._cluster_key is not None else None
 
     def open_ledger(self, ledger_id: int, password: bytes = b"", recovery: bool = True):
         """Open for reading.  ``recovery=True`` fences the ledger and recovers
         its end (the old writer can add no more); ``False`` reads up to the
         LAC without disturbing the writer."""
+        return self.open_ledger_with_key(ledger_id, master_key(_check_password(password)),
+                                         recovery)
+
+    def open_ledger_with_key(self, ledger_id: int, key: bytes, recovery: bool = True):
+        """``open_ledger`` with the 32-byte master key instead of the password
+        (for the appliance's own repair and re-replication, which get keys
+        from ``appliance.meta.custody``)."""
         from appliance.client.handles import ReadHandle
 
         self._check_open()
         check_entry_id("ledger_id", ledger_id)
-        key = master_key(_check_password(password))
         md, version = self.ledgers.read_ledger(ledger_id)
         if md.password_hash is not None and md.password_hash != password_hash(key):
             raise UnauthorizedError(f"wrong password for ledger {ledger_id}")

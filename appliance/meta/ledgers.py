@@ -87,7 +87,8 @@ def ledger_path(ledger_id: int) -> str:
 def check_transition(old: LedgerMetadata, new: LedgerMetadata, where: str) -> None:
     """Refuse (as a bug) a change no protocol step makes."""
     invariant(new.ledger_id == old.ledger_id, f"{where}: ledger id changed to {new.ledger_id}")
-    fixed = ("ensemble_size", "write_quorum", "ack_quorum", "digest_type", "password_hash")
+    fixed = ("ensemble_size", "write_quorum", "ack_quorum", "digest_type", "password_hash",
+             "sealed_key")
     for name in fixed:
         invariant(getattr(new, name) == getattr(old, name), f"{where}: {name} changed")
     invariant(_STATE_ORDER[new.state] >= _STATE_ORDER[old.state],
@@ -114,7 +115,8 @@ class LedgerManager:
     def create_ledger(self, ensemble_size: int, write_quorum: int, ack_quorum: int,
                       ensemble: list[str], digest_type: str = "crc32c",
                       password_hash: bytes | None = None, custom: dict[str, str] | None = None,
-                      ctime_ms: int | None = None) -> LedgerMetadata:
+                      ctime_ms: int | None = None,
+                      sealed_key: bytes | None = None) -> LedgerMetadata:
         """Allocate an id and store a new OPEN ledger (version
         ``NEW_LEDGER_VERSION``).  Arguments are checked before anything is
         written."""
@@ -127,7 +129,7 @@ class LedgerManager:
         template = LedgerMetadata(
             ledger_id=0, ensemble_size=ensemble_size, write_quorum=write_quorum,
             ack_quorum=ack_quorum, ensembles=((0, tuple(ensemble)),), digest_type=digest_type,
-            password_hash=password_hash,
+            password_hash=password_hash, sealed_key=sealed_key,
             ctime_ms=self._clock_ms() if ctime_ms is None else int(ctime_ms),
             custom=tuple(sorted(custom.items())))
         metadata = dataclasses.replace(template, ledger_id=self._allocate_id())

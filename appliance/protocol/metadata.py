@@ -57,6 +57,9 @@ class LedgerMetadata:
     length: int = 0  # payload bytes up to last_entry_id, once CLOSED
     digest_type: str = "crc32c"
     password_hash: bytes | None = None  # hash of the master key; None = no password
+    # The master key sealed to the appliance's cluster key (appliance.meta.custody):
+    # only holders of the cluster private key (bookies, repair) can open it.
+    sealed_key: bytes | None = None
     ctime_ms: int = 0
     custom: tuple[tuple[str, str], ...] = field(default_factory=tuple)
 
@@ -165,6 +168,8 @@ class LedgerMetadata:
             "password_hash": (base64.b64encode(self.password_hash).decode()
                               if self.password_hash is not None else None),
             "ctime_ms": self.ctime_ms,
+            **({"sealed_key": base64.b64encode(self.sealed_key).decode()}
+               if self.sealed_key is not None else {}),
             "ensembles": [[first, list(bookies)] for first, bookies in self.ensembles],
             "custom": dict(self.custom),
         }
@@ -187,6 +192,8 @@ class LedgerMetadata:
                 length=int(doc["length"]),
                 digest_type=doc["digest_type"],
                 password_hash=base64.b64decode(ph) if ph is not None else None,
+                sealed_key=(base64.b64decode(doc["sealed_key"])
+                            if doc.get("sealed_key") is not None else None),
                 ctime_ms=int(doc["ctime_ms"]),
                 ensembles=tuple((int(f), tuple(b)) for f, b in doc["ensembles"]),
                 custom=tuple(sorted(doc.get("custom", {}).items())),

@@ -10,10 +10,11 @@
 
 ``Protections`` lists the four rules whose absence BookKeeper's TLA+ model
 turned into counterexamples, the durable-reply rule (a bookie answers
-only once its journal made the change durable) and the repair rule (limbo is
-cleared only once the bookie holds its whole share, ``appliance.protocol.repair``).  Production code uses
-``Protections()`` (all on); switching one off exists only so the simulation
-can show the checker finds the matching counterexample.
+only once its journal made the change durable) and the repair rule (limbo
+is cleared only once the bookie holds its whole share,
+``appliance.protocol.repair``).  Production code uses ``Protections()``
+(all on); switching one off exists only so the simulation can show the
+checker finds the matching counterexample.
 """
 
 from __future__ import annotations

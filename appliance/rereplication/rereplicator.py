@@ -293,7 +293,7 @@ class Rereplicator:
                         report: RecoveryReport) -> bool:
         """True once no fragment names ``lost``; False if one was skipped or
         failed (reported) or the ledger was deleted."""
-        self._refresh_live()
+        self.refresh_live()
         return all(self._recover_fragment(md, plan, key, report)
                    for plan in plan_ledger(md, lost))
 
@@ -350,7 +350,7 @@ class Rereplicator:
         return True
 
     # -- copying --------------------------------------------------------------------
-    def _refresh_live(self) -> None:
+    def refresh_live(self) -> None:
         self._live = self.registry.available()
         for bookie_id, info in self._live.items():
             if self._endpoints.get(bookie_id) != info["endpoint"]:
@@ -368,7 +368,7 @@ class Rereplicator:
             next_id = first
             while next_id <= last:
                 end = min(last, next_id + READ_BATCH_ENTRIES_MAX - 1)
-                records = self._read_verified(plan, next_id, end, digest)
+                records = self.read_verified(plan, next_id, end, digest)
                 ids = list(range(next_id, next_id + len(records)))
                 request = AddPackedRequest.of(md.ledger_id, key, ids, records, recovery=True)
                 pending.append((self._wire.send(replacement, request), ids))
@@ -397,7 +397,7 @@ class Rereplicator:
                                    f"{_code_name(bad) if bad != OK else 'rows do not match'}")
         return len(ids)
 
-    def _read_verified(self, plan: FragmentPlan, first: int, end: int, digest) -> list:
+    def read_verified(self, plan: FragmentPlan, first: int, end: int, digest) -> list:
         """Verified records of ``first..k`` (k >= first, k <= end) from one
         surviving replica of ``first``; fails over between replicas."""
         errors = []
@@ -430,7 +430,7 @@ class Rereplicator:
             return
         if self._admit(md, lost, recover_open, report) is None:
             return
-        self._refresh_live()
+        self.refresh_live()
         if ledger_action(md, recover_open) == RECOVER_OPEN:
             report.fragments.append({"ledger_id": ledger_id, "action": "recover-open first"})
             return

@@ -99,11 +99,13 @@ def test_limbo_never_answers_an_explicit_negative():
     assert bookie.read(1, 5).code == NoSuchEntryError.code
 
 
-def test_boot_fences_closed_ledgers_too_and_limbos_only_open_ones():
+def test_boot_fences_and_limbos_closed_ledgers_too():
+    # limbo is phase two's durable "to repair" mark: a closed ledger whose
+    # share may be gone answers "unknown", not "no such entry", until repaired
     bookie = BookieCore(MemStorage())
     bookie.boot([(1, True), (2, False)], possible_data_loss=True)
     storage = bookie.storage
-    assert storage.is_fenced(1) and not storage.is_limbo(1)
+    assert storage.is_fenced(1) and storage.is_limbo(1)
     assert storage.is_fenced(2) and storage.is_limbo(2)
 
 

@@ -1,0 +1,145 @@
+"""Bookie identity across its disks and the metadata store (BP-46 cookies).
+
+Each bookie's two directories carry a cookie (``storage.cookie``: bookie id,
+role, instance id of the format); the metadata store keeps a copy of the
+instance id under ``/bookies/cookies/<id>``.  A disk that was wiped,
+replaced or swapped shows up as a missing cookie or another instance id.
+
+* Boot (``check_metadata_cookie``): a local instance the metadata store does
+  not know means the bookie may have lost data it acknowledged.  Without
+  ``server.cookie_auto_fix`` the boot is refused with one line naming
+  ``bkctl bookie fix-cookie``; with it, the reason is recorded durably in the
+  ledger dir (``POSSIBLE_LOSS``) *before* the metadata copy is rewritten,
+  and the bookie boots through BP-46 phase one (fence and limbo every ledger
+  naming it) and phase two (repair from peers).
+* ``fix_cookie`` (``bkctl bookie fix-cookie ID``, bookie stopped): accept the
+  bookie's current disks.  New empty directories are formatted; directories
+  with valid matching cookies are kept; the metadata copy is rewritten and
+  the ``POSSIBLE_LOSS`` marker makes the next start fence, limbo and repair.
+  Half a bookie (one directory with data and a cookie, the other new or of
+  another format) is refused unless ``reformat`` is given, which wipes and
+  formats both: a journal without its entry logs (or the reverse) cannot be
+  trusted piecemeal, and the peers hold every acknowledged entry (with an
+  ack quorum of 1 they may not: the message says so).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+
+from appliance.errors import CookieMismatchError
+
+log = logging.getLogger("appliance.bookie")
+
+FIX_REASON = "cookie fixed by `bkctl bookie fix-cookie`"
+
+
+def check_metadata_cookie(registry, bookie_id: str, storage, *, auto_fix: bool = False) -> None:
+    """Compare the storage's identity with the metadata copy; publish it on
+    first boot.  A mismatch raises ``CookieMismatchError`` naming the fix,
+    or with ``auto_fix`` records possible data loss and rewrites the copy."""
+    local = _cookie_doc(bookie_id, storage.instance_id)
+    found = registry.read_cookie(bookie_id)
+    if found is None:
+        registry.write_cookie(bookie_id, local)
+        return
+    data, version = found
+    try:
+        remote = json.loads(data).get("instance_id")
+    except (ValueError, AttributeError):
+        remote = None  # unreadable: treated as another instance
+    if remote == storage.instance_id:
+        return
+    what = (f"bookie {bookie_id}: its directories hold instance {storage.instance_id} but "
+            f"the metadata store knows instance {remote}: the disks were wiped, replaced or "
+            "swapped, so data this bookie acknowledged may be lost")
+    if not auto_fix:
+        raise CookieMismatchError(
+            f"{what}. With the bookie stopped, run `bkctl bookie fix-cookie {bookie_id}` to "
+            "accept these disks (the next start fences, limbos and repairs its ledgers from "
+            "peers), or set server.cookie_auto_fix = true; or restore the original disks")
+    storage.note_possible_loss(f"cookie mismatch (instance {remote} replaced by "
+                               f"{storage.instance_id}); fixed automatically")
+    registry.write_cookie(bookie_id, local, expected_version=version)
+    log.warning("%s; server.cookie_auto_fix: cookie rewritten, booting through BP-46 "
+                "fence/limbo and repair", what)
+
+
+def _cookie_doc(bookie_id: str, instance_id: str) -> bytes:
+    return json.dumps({"bookie_id": bookie_id, "instance_id": instance_id},
+                      sort_keys=True).encode()
+
+
+def _listing(directory: Path) -> list[str]:
+    try:
+        return sorted(os.listdir(directory))
+    except FileNotFoundError:
+        return []
+
+
+def fix_cookie(config, bookie_id: str, registry, *, reformat: bool = False) -> list[str]:
+    """Accept bookie ``bookie_id``'s configured disks as they are now (see the
+    module docstring); returns what was done, one line each.  The bookie
+    must not be running."""
+    from storage import LedgerStorage
+    from storage import cookie as ck
+
+    spec = config.bookie(bookie_id)
+    if bookie_id in registry.available():
+        raise CookieMismatchError(f"bookie {bookie_id} is running (registered): stop it "
+                                  "first (`bkctl down`, or kill its process)")
+    dirs = {"journal_dir": Path(spec.journal_dir), "ledger_dir": Path(spec.ledger_dir)}
+    docs = {}
+    for name, directory in dirs.items():
+        try:
+            docs[name] = ck.read_cookie(str(directory))
+        except CookieMismatchError:
+            docs[name] = {"damaged": True}
+    done = []
+    usable = all(d is not None and d.get("bookie_id") == bookie_id and not d.get("damaged")
+                 for d in docs.values()) and len({d["instance_id"] for d in docs.values()}) == 1
+    if not usable:
+        if all(d is None for d in docs.values()) and not any(
+                _listing(d) for d in dirs.values()):
+            pass  # two new empty disks: format below
+        elif not reformat:
+            state = "; ".join(f"{name} {dirs[name]}: " + (
+                "no cookie" if d is None else "damaged cookie" if d.get("damaged")
+                else f"instance {d.get('instance_id')} of bookie {d.get('bookie_id')}")
+                for name, d in docs.items())
+            raise CookieMismatchError(
+                f"bookie {bookie_id}: its directories do not form one bookie ({state}). "
+                "Pass --reformat to wipe and format both (its data is then repaired from "
+                "peers; entries written with an ack quorum of 1 may exist nowhere else), "
+                "or restore the missing disk")
+        else:
+            for name, directory in dirs.items():
+                for entry in _listing(directory):
+                    path = directory / entry
+                    if path.is_dir() and not path.is_symlink():
+                        shutil.rmtree(path)
+                    else:
+                        path.unlink()
+                done.append(f"wiped {name} {directory}")
+        for directory in dirs.values():
+            directory.mkdir(parents=True, exist_ok=True)
+        LedgerStorage.format(bookie_id, dirs["journal_dir"], dirs["ledger_dir"],
+                             config.storage.to_options())
+        docs["ledger_dir"] = ck.read_cookie(str(dirs["ledger_dir"]))
+        done.append(f"formatted {bookie_id} (instance {docs['ledger_dir']['instance_id']})")
+    instance_id = docs["ledger_dir"]["instance_id"]
+    ck.write_marker(str(dirs["ledger_dir"]), ck.POSSIBLE_LOSS_NAME, {"reasons": [FIX_REASON]})
+    done.append("the next start fences and limbos every ledger naming it, then repairs them "
+                "from peers")
+    found = registry.read_cookie(bookie_id)
+    doc = _cookie_doc(bookie_id, instance_id)
+    if found is None:
+        registry.write_cookie(bookie_id, doc)
+    elif found[0] != doc:
+        registry.write_cookie(bookie_id, doc, expected_version=found[1])
+    done.insert(0, f"metadata cookie of {bookie_id} now names instance {instance_id}")
+    return done
