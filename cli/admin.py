@@ -122,7 +122,8 @@ def down(config_path):
 def status(as_json, config_path):
     """Show each bookie: id, state (up/down/read-only), pid, endpoint, disk use
     (bytes under its directories, and the fullest file system's used share:
-    a bookie turns read-only at server.disk_usage_max).
+    a bookie turns read-only at server.disk_usage_max), and its ledgers in
+    BP-46 limbo (repairing from peers; `bkctl bookie info ID` for details).
 
     \b
     Example:
@@ -135,9 +136,10 @@ def status(as_json, config_path):
         return
     for r in rows:
         used = r["fs_used"]
+        limbo = f"  limbo={r['limbo_ledgers']}" if r["limbo_ledgers"] else ""
         click.echo(f"{r['id']:<12} {r['state']:<10} pid={r['pid'] or '-':<8} "
                    f"{r['endpoint']}  disk={r['disk_bytes'] / 1e6:.1f} MB"
-                   f"  fs_used={'-' if used is None else f'{used:.0%}'}")
+                   f"  fs_used={'-' if used is None else f'{used:.0%}'}{limbo}")
 
 
 def _bookie_status(config, b) -> dict:
@@ -148,8 +150,10 @@ def _bookie_status(config, b) -> dict:
     if info is not None:
         state = "read-only" if info.get("read_only") else "up"
     usage = (info or {}).get("disk_usage") or {}
+    storage = (info or {}).get("storage") or {}
     return {"id": b.id, "state": state, "pid": info.get("pid") if info else None,
             "fs_used": max(usage.values()) if usage else None,
+            "limbo_ledgers": storage.get("limbo_ledgers") if info else None,
             "endpoint": b.endpoint, "journal_dir": str(b.journal_dir),
             "ledger_dir": str(b.ledger_dir),
             "disk_bytes": _du(b.journal_dir) + _du(b.ledger_dir)}

@@ -1,4 +1,5 @@
-"""bkctl bookie: re-replicate a lost bookie's data, list under-replicated ledgers.
+"""bkctl bookie: re-replicate a lost bookie's data, list under-replicated ledgers,
+show a bookie's identity and BP-46 repair, accept replaced disks.
 
 Thin commands over ``appliance.rereplication``: progress lines go to stderr,
 the summary (or one JSON document with ``--json``) to stdout; the exit code
@@ -9,12 +10,14 @@ from __future__ import annotations
 
 import click
 
+from appliance.errors import BKError
 from cli.common import config_option, echo_json, json_option, library_errors
 
 
 @click.group()
 def bookie():
-    """Bookie maintenance: re-replicate a lost bookie's ledgers."""
+    """Bookie maintenance: re-replicate a lost bookie's ledgers, show a
+    bookie's identity and repair progress, accept replaced disks."""
 
 
 @bookie.command()
@@ -107,3 +110,113 @@ def underreplicated_(as_json, config_path):
     for item in found:
         click.echo(f"ledger {item['ledger_id']} ({item['state']}): missing "
                    f"{', '.join(item['missing'])}")
+
+
+@bookie.command(name="info")
+@click.argument("bookie_id")
+@json_option
+@config_option
+@library_errors
+def info_(bookie_id, as_json, config_path):
+    """Show BOOKIE_ID's identity and BP-46 state: the cookie on its disks and
+    in the metadata store, whether it is up, why its last boot fenced its
+    ledgers (if it did), how many ledgers are in limbo and the repair's
+    progress (entries and bytes copied, ledgers waiting to retry and why).
+
+    \b
+    Example:
+      bkctl bookie info bookie-2 --json
+    """
+    import json as _json
+
+    from appliance.config import load_config
+    from appliance.meta.bookies import BookieRegistry
+    from appliance.supervisor.probe import bookie_info
+    from storage import cookie as ck
+    from storage.metadata import open_store
+
+    config = load_config(config_path)
+    spec = config.bookie(bookie_id)
+    disks = {}
+    for name, directory in (("journal_dir", spec.journal_dir), ("ledger_dir", spec.ledger_dir)):
+        try:
+            doc = ck.read_cookie(str(directory))
+            disks[name] = {"path": str(directory),
+                           "instance_id": doc.get("instance_id") if doc else None}
+        except BKError as exc:
+            disks[name] = {"path": str(directory), "error": str(exc)}
+    with open_store(config.metadata.uri, base_dir=config.base_dir,
+                    session_timeout_ms=config.metadata.session_timeout_ms,
+                    connect_timeout_ms=config.metadata.connect_timeout_ms) as store:
+        found = BookieRegistry(store).read_cookie(bookie_id)
+    meta_instance = None
+    if found is not None:
+        try:
+            meta_instance = _json.loads(found[0]).get("instance_id")
+        except ValueError:
+            meta_instance = "(unreadable)"
+    live = bookie_info(spec.endpoint, 1000)
+    pending = ck.read_marker(str(spec.ledger_dir), ck.POSSIBLE_LOSS_NAME)
+    out = {"id": bookie_id, "state": "up" if live else "down", "endpoint": spec.endpoint,
+           "cookie": {"disks": disks, "metadata_instance_id": meta_instance,
+                      "matches": all(d.get("instance_id") == meta_instance
+                                     for d in disks.values())},
+           "pending_possible_loss": (pending or {}).get("reasons"),
+           "limbo_ledgers": None, "boot": None, "repair": None}
+    if live:
+        out["limbo_ledgers"] = (live.get("storage") or {}).get("limbo_ledgers")
+        out["boot"], out["repair"] = live.get("boot"), live.get("repair")
+    if as_json:
+        echo_json(out)
+        return
+    click.echo(f"{bookie_id}: {out['state']} ({spec.endpoint})")
+    for name, d in disks.items():
+        click.echo(f"  {name:<12} {d['path']}  instance={d.get('instance_id') or d.get('error')}")
+    click.echo(f"  metadata cookie instance={meta_instance}"
+               f"{'' if out['cookie']['matches'] else '  MISMATCH: see bkctl bookie fix-cookie'}")
+    if out["pending_possible_loss"]:
+        click.echo(f"  next start fences and repairs: {'; '.join(out['pending_possible_loss'])}")
+    if not live:
+        return
+    boot = out["boot"] or {}
+    reasons = boot.get("reasons") or []
+    click.echo(f"  last boot: {'; '.join(reasons) if reasons else 'no possible data loss'}"
+               + (f" ({boot.get('ledgers_fenced')} ledger(s) fenced and put in limbo)"
+                  if reasons else ""))
+    repair = out["repair"] or {}
+    click.echo(f"  limbo ledgers: {out['limbo_ledgers']}  repair: {repair.get('state')}, "
+               f"{repair.get('ledgers_repaired', 0)} repaired, "
+               f"{repair.get('entries_copied', 0)} entries / "
+               f"{repair.get('bytes_copied', 0) / 1e6:.1f} MB copied")
+    for ledger_id, reason in (repair.get("failures") or {}).items():
+        click.echo(f"  ledger {ledger_id} waiting to retry: {reason}")
+
+
+@bookie.command(name="fix-cookie")
+@click.argument("bookie_id")
+@click.option("--reformat", is_flag=True,
+              help="Also when only one of its two directories is new: wipe and format both.")
+@config_option
+@library_errors
+def fix_cookie_(bookie_id, reformat, config_path):
+    """Accept BOOKIE_ID's current disks after a disk swap or wipe (the bookie
+    must be stopped): new empty directories are formatted, the cookie in the
+    metadata store is rewritten to name them, and the next start fences
+    every ledger naming the bookie, puts it in limbo (it answers "unknown",
+    never "no such entry") and repairs it from its peers (BP-46).
+
+    \b
+    Example:
+      bkctl bookie fix-cookie bookie-2 && bkctl up
+    """
+    from appliance.bookie.cookies import fix_cookie
+    from appliance.config import load_config
+    from appliance.meta.bookies import BookieRegistry
+    from storage.metadata import open_store
+
+    config = load_config(config_path)
+    with open_store(config.metadata.uri, base_dir=config.base_dir,
+                    session_timeout_ms=config.metadata.session_timeout_ms,
+                    connect_timeout_ms=config.metadata.connect_timeout_ms) as store:
+        for line in fix_cookie(config, bookie_id, BookieRegistry(store), reformat=reformat):
+            click.echo(line)
