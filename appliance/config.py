@@ -111,7 +111,7 @@ class SupervisorConfig:
     restart_window_ms: int = _key(60_000, 1, 86_400_000)
     ping_interval_ms: int = _key(1_000, 10, 600_000)
     ping_timeout_ms: int = _key(3_000, 10, 600_000)
-    start_timeout_ms: int = _key(30_000, 100, 3_600_000)
+    start_timeout_ms: int = _key(300_000, 100, 86_400_000)
     stop_timeout_ms: int = _key(10_000, 100, 3_600_000)
     # Where the supervisor keeps its state file and the bookies' logs
     # ("" = a folder ".<config name>.run" beside the config file).

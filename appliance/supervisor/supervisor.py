@@ -14,8 +14,11 @@ Guarantees:
   it), pinned to its ``cpus`` when the config lists some (default: not pinned), its
   output appended to ``<run_dir>/<id>.log``.
 * Watch: a bookie that exits is restarted after a backoff that doubles
-  from ``restart_backoff_min_ms`` to ``restart_backoff_max_ms``; one that
-  stops answering INFO for ``ping_timeout_ms`` is killed and restarted; more
+  from ``restart_backoff_min_ms`` to ``restart_backoff_max_ms``.  A starting
+  bookie (journal replay, BP-46 phase one) is given ``start_timeout_ms`` to
+  answer INFO for the first time; only once it has answered does
+  ``ping_timeout_ms`` apply: one that then stops answering for that long is
+  killed and restarted.  Replay time never counts as a hang; more
   than ``restarts_max`` restarts within ``restart_window_ms`` and it stays
   down (logged), so a broken disk does not spin.
 * SIGTERM / SIGINT: every bookie gets SIGTERM (clean shutdown: checkpoint
@@ -103,6 +106,8 @@ class _Bookie:
         self.next_start_s = 0.0
         self.backoff_ms = 0
         self.last_answer_s = 0.0
+        self.started_s = 0.0  # spawn (or adoption) time
+        self.serving = False  # answered INFO since that: liveness pings apply from then
         self.given_up = False
 
     def alive(self) -> bool:
@@ -139,6 +144,7 @@ class Supervisor:
             pid = old.get(b.spec.id)
             if pid_alive(pid, b.spec.id):
                 b.pid = pid  # left running by a supervisor that died: adopt it
+                b.started_s = b.last_answer_s = self.clock()
                 log.info("adopted running bookie %s (pid %d)", b.spec.id, pid)
 
     def start_all(self) -> None:
@@ -154,7 +160,8 @@ class Supervisor:
             b.popen = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,
                                        stderr=subprocess.STDOUT, start_new_session=True)
         b.pid = b.popen.pid
-        b.last_answer_s = self.clock()  # grace period for boot
+        b.started_s = b.last_answer_s = self.clock()
+        b.serving = False  # judged by start_timeout_ms until it answers
         if b.cpus:
             try:
                 psutil.Process(b.pid).cpu_affinity(b.cpus)
@@ -186,17 +193,31 @@ class Supervisor:
             if b.given_up:
                 continue
             if b.alive():
-                if bookie_info(b.spec.endpoint, min(self.sup.ping_timeout_ms, 1000)) is not None:
-                    b.last_answer_s = now
-                    b.backoff_ms = 0
-                elif now - b.last_answer_s > self.sup.ping_timeout_ms / 1000.0:
-                    log.warning("bookie %s (pid %s) stopped answering: killing it",
-                                b.spec.id, b.pid)
-                    self._kill(b)
+                self._check_alive(b, now)
                 continue
             changed |= self._maybe_restart(b, now)
         if changed:
             self._write_state()
+
+    def _check_alive(self, b: _Bookie, now: float) -> None:
+        """A starting bookie (replaying its journal, BP-46 phase one) is
+        judged by ``start_timeout_ms`` until it first answers; only a serving
+        one is judged by ``ping_timeout_ms``."""
+        if bookie_info(b.spec.endpoint, min(self.sup.ping_timeout_ms, 1000)) is not None:
+            if not b.serving:
+                b.serving = True
+                log.info("bookie %s (pid %s) serving after %d ms", b.spec.id, b.pid,
+                         (now - b.started_s) * 1000)
+            b.last_answer_s = now
+            b.backoff_ms = 0
+        elif b.serving and now - b.last_answer_s > self.sup.ping_timeout_ms / 1000.0:
+            log.warning("bookie %s (pid %s) stopped answering for %d ms: killing it",
+                        b.spec.id, b.pid, self.sup.ping_timeout_ms)
+            self._kill(b)
+        elif not b.serving and now - b.started_s > self.sup.start_timeout_ms / 1000.0:
+            log.warning("bookie %s (pid %s) did not start serving within start_timeout_ms "
+                        "(%d ms): killing it", b.spec.id, b.pid, self.sup.start_timeout_ms)
+            self._kill(b)
 
     def _maybe_restart(self, b: _Bookie, now: float) -> bool:
         if b.next_start_s == 0.0:
