@@ -21,6 +21,7 @@ import struct
 from dataclasses import dataclass
 from enum import IntEnum
 
+from appliance.protocol.entry import ENTRY_OVERHEAD_MAX, PAYLOAD_BYTES_MAX
 from appliance.protocol.errors import BadRequestError, ProtocolVersionError
 
 VERSION = 1
@@ -87,8 +88,10 @@ READ_STATUS_ROW = struct.Struct("!qi")  # READ_BATCH reply table: entry, status
 class WireLimits:
     """Bounds every decoder enforces; a violation is a ``BadRequestError``.
 
-    entry_bytes_max: largest entry (client-built bytes) in any op; bigger
-        entries cost memory on every hop and delay everything queued behind.
+    entry_bytes_max: largest entry (client-built bytes: payload, header and
+        digest) in any op: the payload limit plus ``ENTRY_OVERHEAD_MAX``;
+        bigger entries cost memory on every hop and delay everything queued
+        behind.
     batch_entries_max: most entries in one ADD_BATCH / READ_BATCH /
         ADD_PACKED / READ_PACKED message (and so the most frames: this + 2);
         more amortises per-message Python cost, fewer bounds the latency of
@@ -98,7 +101,7 @@ class WireLimits:
     text_bytes_max: most bytes of an error message or INFO JSON frame.
     """
 
-    entry_bytes_max: int = 5 * MiB
+    entry_bytes_max: int = PAYLOAD_BYTES_MAX + ENTRY_OVERHEAD_MAX
     batch_entries_max: int = 1024
     batch_bytes_max: int = 64 * MiB
     text_bytes_max: int = 64 * 1024

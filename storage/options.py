@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from appliance.protocol.entry import ENTRY_OVERHEAD_MAX, PAYLOAD_BYTES_MAX
 from appliance.protocol.errors import ConfigError
 
 KiB = 1024
@@ -79,8 +80,10 @@ class StorageOptions:
     bounding replay time and journal disk use under heavy load."""
 
     # -- limits ----------------------------------------------------------------
-    entry_bytes_max: int = 5 * MiB
-    """Largest entry accepted (the client's header, digest and payload)."""
+    entry_bytes_max: int = PAYLOAD_BYTES_MAX + ENTRY_OVERHEAD_MAX
+    """Largest record accepted (the client's header, digest and payload): the
+    config key ``storage.entry_bytes_max`` is the largest *payload*, and
+    ``StorageConfig.to_options`` adds ``ENTRY_OVERHEAD_MAX`` to it."""
 
     add_batch_bytes_max: int = 16 * MiB
     """Largest block written as one journal record / entry-log block;

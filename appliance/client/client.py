@@ -57,7 +57,16 @@ class Client:
         from storage.metadata import open_store
 
         uri, base_dir, config = resolve_target(target)
+        from appliance.protocol.entry import ENTRY_OVERHEAD_MAX, PAYLOAD_BYTES_MAX
+        from ipc.frames import WireLimits
+
         self.config = config.client if config is not None else ClientConfig()
+        # the one payload limit (storage.entry_bytes_max); records carry a header
+        # and a digest on top, so the wire takes the largest legal record
+        self.payload_bytes_max = (config.storage.entry_bytes_max if config is not None
+                                  else PAYLOAD_BYTES_MAX)
+        limits = (config.wire_limits() if config is not None
+                  else WireLimits(entry_bytes_max=PAYLOAD_BYTES_MAX + ENTRY_OVERHEAD_MAX))
         md_cfg = config.metadata if config is not None else None
         kwargs = ({"session_timeout_ms": md_cfg.session_timeout_ms,
                    "connect_timeout_ms": md_cfg.connect_timeout_ms} if md_cfg else {})
@@ -70,7 +79,7 @@ class Client:
                                  add_batch_entries_max=self.config.add_batch_entries_max,
                                  add_batch_bytes_max=self.config.add_batch_bytes_max,
                                  read_batch_bytes_max=self.config.read_batch_bytes_max,
-                                 transport_options={
+                                 transport_options={"limits": limits,
                                      "reconnect_ivl_ms": self.config.reconnect_ivl_ms,
                                      "reconnect_ivl_max_ms": self.config.reconnect_ivl_max_ms})
         except BaseException:

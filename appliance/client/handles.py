@@ -131,7 +131,7 @@ class WriteHandle:
         self._client = client
         self._driver = client.driver
         self.id = metadata.ledger_id
-        self._entry_bytes_max = 5 * 1024 * 1024
+        self._entry_bytes_max = client.payload_bytes_max  # checked once, before sending
         wcfg = WriterConfig(add_timeout_ms=cfg.add_timeout_ms, add_retries_max=cfg.add_retries_max,
                             pending_adds_max=cfg.inflight_adds_max,
                             entry_bytes_max=self._entry_bytes_max,
