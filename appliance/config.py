@@ -134,12 +134,9 @@ class StorageConfig:
             raise AttributeError(name) from None
 
     def to_options(self):
-        from appliance.protocol.entry import ENTRY_OVERHEAD_MAX
         from storage.options import StorageOptions
 
-        values = dict(self.values)
-        values["entry_bytes_max"] = self.entry_bytes_max + ENTRY_OVERHEAD_MAX
-        return StorageOptions(**values).validate()
+        return StorageOptions(**self.values).validate()
 
 
 @dataclass(frozen=True)
@@ -409,10 +406,7 @@ def _storage(table) -> StorageConfig:
             raise _Refusal(f"storage.{name}", "unknown key", _suggest(name, known))
         values[name] = _convert(f"storage.{name}", value, known[name].type, {"low": 0},
                                 Path("."))
-    from appliance.protocol.entry import PAYLOAD_BYTES_MAX
-
     defaults = {n: f.default for n, f in known.items() if f.default is not MISSING}
-    defaults["entry_bytes_max"] = PAYLOAD_BYTES_MAX  # the key is the largest payload
     merged = {**defaults, **values}
     try:
         StorageConfig(merged).to_options()

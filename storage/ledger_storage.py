@@ -147,9 +147,9 @@ class LedgerStorage(StateOps):
         if ledgers.min() < 0 or entries.min() < 0:
             raise ValueError("ledger_ids and entry_ids must be non-negative")
         lengths = np.fromiter(map(len, datas), np.int64, n)
-        if lengths.max() > self.options.entry_bytes_max:
-            raise ValueError(f"entry of {int(lengths.max())} bytes exceeds entry_bytes_max "
-                             f"({self.options.entry_bytes_max})")
+        if lengths.max() > self.options.record_bytes_max:
+            raise ValueError(f"record of {int(lengths.max())} bytes exceeds entry_bytes_max "
+                             f"plus header and digest ({self.options.record_bytes_max})")
         return ledgers.astype(np.uint64), entries.astype(np.uint64), lengths
 
     def _validate_small(self, ledger_ids, entry_ids, datas):
@@ -158,9 +158,9 @@ class LedgerStorage(StateOps):
         lengths = list(map(len, datas))
         if min(ledger_ids) < 0 or min(entry_ids) < 0:
             raise ValueError("ledger_ids and entry_ids must be non-negative")
-        if max(lengths) > self.options.entry_bytes_max:
-            raise ValueError(f"entry of {max(lengths)} bytes exceeds entry_bytes_max "
-                             f"({self.options.entry_bytes_max})")
+        if max(lengths) > self.options.record_bytes_max:
+            raise ValueError(f"record of {max(lengths)} bytes exceeds entry_bytes_max "
+                             f"plus header and digest ({self.options.record_bytes_max})")
         return (np.array(ledger_ids, np.int64).astype(np.uint64),  # int64 first: the
                 np.array(entry_ids, np.int64).astype(np.uint64),   # same overflow errors
                 np.array(lengths, np.int64))

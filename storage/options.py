@@ -80,14 +80,19 @@ class StorageOptions:
     bounding replay time and journal disk use under heavy load."""
 
     # -- limits ----------------------------------------------------------------
-    entry_bytes_max: int = PAYLOAD_BYTES_MAX + ENTRY_OVERHEAD_MAX
-    """Largest record accepted (the client's header, digest and payload): the
-    config key ``storage.entry_bytes_max`` is the largest *payload*, and
-    ``StorageConfig.to_options`` adds ``ENTRY_OVERHEAD_MAX`` to it."""
+    entry_bytes_max: int = PAYLOAD_BYTES_MAX
+    """Largest payload of one entry (the one limit, CONTRACT: 5 MiB).  A
+    stored record adds the client's header and digest: storage accepts
+    records up to ``record_bytes_max`` = this + ``ENTRY_OVERHEAD_MAX``."""
 
     add_batch_bytes_max: int = 16 * MiB
     """Largest block written as one journal record / entry-log block;
     add_entries splits bigger batches.  Bounds the journal's aligned buffer."""
+
+    @property
+    def record_bytes_max(self) -> int:
+        """Largest record (payload + header + digest) storage accepts."""
+        return self.entry_bytes_max + ENTRY_OVERHEAD_MAX
 
     def validate(self) -> StorageOptions:
         """Raise ConfigError (naming the key and the fix) on impossible values."""
@@ -99,7 +104,7 @@ class StorageOptions:
                 _refuse(f.name, value, "true or false")
         if self.entry_log_rotate_bytes >= 4 * GiB:
             _refuse("entry_log_rotate_bytes", self.entry_log_rotate_bytes, "less than 4 GiB")
-        if self.entry_bytes_max + 64 > self.add_batch_bytes_max:
+        if self.record_bytes_max + 64 > self.add_batch_bytes_max:
             _refuse("add_batch_bytes_max", self.add_batch_bytes_max, "above entry_bytes_max")
         record_room = _align_up(self.add_batch_bytes_max + 64)
         if self.journal_segment_bytes < 2 * ALIGN_BYTES + record_room:

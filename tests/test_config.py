@@ -21,6 +21,7 @@ from appliance.config import (
     resolve_target,
 )
 from appliance.errors import ConfigError
+from appliance.protocol.entry import ENTRY_OVERHEAD_MAX
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = REPO / "configs"
@@ -138,7 +139,9 @@ def test_defaults_fill_missing_sections(tmp_path):
         3, 3, 2)
     assert config.supervisor.ping_interval_ms == 1000
     limits = config.wire_limits()
-    assert limits.entry_bytes_max == 5 * 1024 * 1024 and limits.batch_entries_max == 1024
+    # the wire takes the largest legal record: a 5 MiB payload plus header and digest
+    assert limits.entry_bytes_max == 5 * 1024 * 1024 + ENTRY_OVERHEAD_MAX
+    assert limits.batch_entries_max == 1024
 
 
 # -- refusals: one line naming the key and the fix ----------------------------------------

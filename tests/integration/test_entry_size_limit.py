@@ -16,7 +16,8 @@ def test_record_limits_hold_the_largest_legal_record():
     largest_digest = max(HmacSha256Digest.size, Crc32cDigest.size)
     assert ENTRY_OVERHEAD_MAX == HEADER_BYTES + largest_digest
     assert DEFAULT_LIMITS.entry_bytes_max >= PAYLOAD_BYTES_MAX + ENTRY_OVERHEAD_MAX
-    assert StorageOptions().entry_bytes_max >= PAYLOAD_BYTES_MAX + ENTRY_OVERHEAD_MAX
+    assert StorageOptions().entry_bytes_max == PAYLOAD_BYTES_MAX  # the key is the payload
+    assert StorageOptions().record_bytes_max >= PAYLOAD_BYTES_MAX + ENTRY_OVERHEAD_MAX
 
 
 @pytest.mark.parametrize("digest", ["crc32c", "hmac-sha256"])

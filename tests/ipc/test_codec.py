@@ -17,6 +17,7 @@ from appliance.errors import (
 )
 from ipc.frames import (
     ADD_ROW,
+    DEFAULT_LIMITS,
     FLAG_FENCE,
     REPLY_HEAD,
     REQUEST_HEAD,
@@ -260,7 +261,8 @@ def test_salvage_ids_reads_what_it_can():
     (AddRequest(1, 0, KEY, "text"), TypeError, "data"),
     (AddRequest(-1, 0, KEY, b"x"), ValueError, "ledger_id"),
     (AddRequest(True, 0, KEY, b"x"), TypeError, "ledger_id"),
-    (AddRequest(1, 0, KEY, b"x" * (5 * 1024 * 1024 + 1)), ValueError, "entry_bytes_max"),
+    (AddRequest(1, 0, KEY, b"x" * (DEFAULT_LIMITS.entry_bytes_max + 1)), ValueError,
+     "entry_bytes_max"),
     (ReadRequest(1, 0, fence=True), ValueError, "master_key"),
     (WaitLacRequest(1, -2, 10), ValueError, "previous_lac"),
     (WriteLacRequest(1, -2, KEY), ValueError, "lac"),

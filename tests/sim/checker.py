@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from appliance.protocol.entry import HEADER_BYTES
 from appliance.protocol.metadata import CLOSED
+from appliance.protocol.repair import share_runs
 from tests.sim.world import Violation
 
 
@@ -88,6 +89,20 @@ class Checker:
         self._to_check.update(e for e in lost.get(self.ledger_id, ()) if e <= limit)
         if self.journal and self.closed is not None and lost.get(self.ledger_id):
             self._check_closed_quorum(lost[self.ledger_id])
+
+    def on_limbo_cleared(self, bookie: str, ledger_id: int, md) -> None:
+        """BP-46 repair: a bookie clears limbo only holding (durably) every
+        entry of its share of the closed ledger; its explicit negatives are
+        trusted again from here, and it may be the last copy."""
+        if ledger_id != self.ledger_id or md.state != CLOSED:
+            return
+        storage = self.bookies[bookie].storage
+        for first, last in share_runs(md, bookie):
+            for entry_id in range(first, last + 1):
+                if not storage.durable_has(ledger_id, entry_id):
+                    self.fail("repair-incomplete", f"{bookie} cleared limbo without entry "
+                                                   f"{entry_id} of its share (closed at "
+                                                   f"{md.last_entry_id})")
 
     def on_metadata(self, old, new) -> None:
         if old.state == CLOSED:

@@ -46,6 +46,8 @@ class Cluster:
                 batch_limits=(cfg.bookie_batch_entries_max, cfg.bookie_batch_bytes_max))
             self.bookies[name].after_request = self.maybe_crash
             self.bookies[name].batch_replies = batch_replies
+            self.bookies[name].meta = self.meta
+            self.bookies[name].on_limbo_cleared = self.checker.on_limbo_cleared
         self.checker.bookies = self.bookies
         self.triggered_crashes = 0
         self.zombie_recoveries = 0

@@ -10,7 +10,12 @@ Bookie durability modes:
   never acknowledged.
 * journal-less (BP-46): replies go out at once and storage is flushed every
   ``flush_interval_ms``; a crash loses acknowledged entries *and* fence
-  flags.  The BP-46 boot rule (fence + limbo) runs after such a crash.
+  flags.  The BP-46 boot rule (fence + limbo) runs after such a crash,
+  then phase two: the bookie waits for the ledger to be closed, reads the
+  missing entries of its share from the other replicas over the simulated
+  network (only a positive whose header names the entry is data), and
+  clears limbo when ``appliance.protocol.repair.may_clear_limbo`` says the
+  share is durably whole.
 """
 
 from __future__ import annotations
@@ -20,14 +25,17 @@ import itertools
 
 from appliance.errors import OK, MetadataVersionError, NoNodeError
 from appliance.protocol import events as ev
+from appliance.protocol import repair
 from appliance.protocol.bookie import BookieCore
 from appliance.protocol.durable_replies import DurableReplies
+from appliance.protocol.entry import HEADER
 from appliance.protocol.metadata import CLOSED
 from appliance.protocol.read_batch import batch_rows, batch_window
 from tests.sim.storage import MemStorage
 from tests.sim.world import World, describe
 
 PARKED_REPLIES_MAX = 1_000_000  # far above what a seed parks: the bound never decides
+REPAIR_TICK_MS = 20  # a repairing bookie re-checks its limbo ledgers this often
 
 
 class SimBookie:
@@ -48,6 +56,12 @@ class SimBookie:
         self._sync_armed = False
         self._incarnation = 0
         self.after_request = None  # the nemesis hook: called after each request served
+        # BP-46 phase two (appliance.protocol.repair decides every step)
+        self.meta = None  # the cluster's MetaStore, set by the cluster
+        self.on_limbo_cleared = None  # checker hook: (bookie, ledger id, metadata)
+        self._repair_armed = False
+        self._repair_rid = 0
+        self.repair_stats = {"started": 0, "copied": 0, "cleared": 0}
         self.batch_replies = False  # one AddResponses per SendAdd instead of one per entry
         world.nodes[name] = self
 
@@ -57,6 +71,9 @@ class SimBookie:
             return
         kind = type(msg)
         core = self.core
+        if kind is ev.ReadResponse:
+            self._repair_copy(msg)
+            return
         if kind is ev.SendAdd:
             codes, ticket = core.add_batch(msg.ledger_id, msg.entry_ids, msg.datas,
                                            msg.master_key, msg.recovery)
@@ -149,13 +166,74 @@ class SimBookie:
         self.world.log(f"stop {self.name} (clean)")
 
     def restart(self, boot_ledgers) -> None:
-        """Boot: after an unclean stop without a journal, apply BP-46 first."""
+        """Boot: after an unclean stop without a journal, apply BP-46 first
+        (phase one), then repair in the background (phase two)."""
         possible_loss = self.unclean and not self.journal
         self.core.boot(boot_ledgers, possible_loss)
         self.storage.sync()  # boot marks are durable before serving
         self.unclean = False
         self.up = True
         self.world.log(f"restart {self.name}" + (" (BP-46 boot rule)" if possible_loss else ""))
+        if any(self.storage.is_limbo(lid) for lid in self.storage.ledgers()):
+            self.repair_stats["started"] += 1
+            self._arm_repair()
+
+    # -- BP-46 phase two: repair from peers --------------------------------------------
+    def _arm_repair(self) -> None:
+        if not self._repair_armed:
+            self._repair_armed = True
+            self.world.schedule(REPAIR_TICK_MS, self._repair_tick, self._incarnation)
+
+    def _repair_tick(self, incarnation: int) -> None:
+        """One pass over the limbo ledgers: wait for a close (the sim's writer,
+        recoveries and readers close the ledger), ask the other replicas for
+        missing share entries, clear limbo once the share is durably whole.
+        A crash stops the pass; the next boot resumes (limbo is durable)."""
+        self._repair_armed = False
+        if incarnation != self._incarnation or not self.up:
+            return
+        storage = self.storage
+        pending = False
+        for ledger_id in [lid for lid in storage.ledgers() if storage.is_limbo(lid)]:
+            md, _ = self.meta.get(ledger_id)
+            step = repair.next_step(md, self.name,
+                                    lambda e, lid=ledger_id: storage.durable_has(lid, e))
+            if step == repair.COPY:
+                for first, last in repair.missing_runs(
+                        repair.share_runs(md, self.name),
+                        lambda e, lid=ledger_id: storage.has(lid, e)):
+                    for entry_id in range(first, last + 1):
+                        for source in repair.sources(md, self.name, entry_id):
+                            self._repair_rid += 1
+                            self.world.net.send(self.name, source, ev.SendRead(
+                                -self._repair_rid, source, ledger_id, entry_id, False, b""))
+                if storage.unsynced_ops:
+                    self._arm_sync()
+            if repair.may_clear_limbo(md, self.name,
+                                      lambda e, lid=ledger_id: storage.durable_has(lid, e),
+                                      protections=self.core.protections):
+                self.core.clear_limbo(ledger_id)
+                storage.sync()  # the clear is durable (the real bookie waits for it)
+                self.repair_stats["cleared"] += 1
+                self.world.log(f"{self.name} repaired ledger {ledger_id}: limbo cleared")
+                if self.on_limbo_cleared is not None:
+                    self.on_limbo_cleared(self.name, ledger_id, md)
+            else:
+                pending = True
+        if pending:
+            self._arm_repair()
+
+    def _repair_copy(self, msg: ev.ReadResponse) -> None:
+        """A peer's answer to a repair read: only a verified positive is data."""
+        storage = self.storage
+        if msg.code != OK or msg.data is None or not storage.ledger_exists(msg.ledger_id) \
+                or not storage.is_limbo(msg.ledger_id) \
+                or storage.has(msg.ledger_id, msg.entry_id) \
+                or HEADER.unpack_from(msg.data, 0)[:2] != (msg.ledger_id, msg.entry_id):
+            return
+        storage.add_entries([msg.ledger_id], [msg.entry_id], [msg.data])
+        self.repair_stats["copied"] += 1
+        self._arm_sync()
 
 
 def _fmt_lost(lost: dict[int, set[int]]) -> str:

@@ -102,7 +102,7 @@ def test_delete_ledger(opener):
 def test_bad_input_is_refused_and_storage_keeps_working(opener):
     st = opener()
     with pytest.raises(ValueError, match="entry_bytes_max"):
-        st.add_entry(1, 0, b"x" * (64 * 1024 + 1))
+        st.add_entry(1, 0, b"x" * (st.options.record_bytes_max + 1))  # 64 KiB payload + 64
     with pytest.raises(ValueError):
         st.add_entries([1, 2], [0], [b"a", b"b"])
     with pytest.raises(ValueError):
