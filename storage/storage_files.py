@@ -136,10 +136,12 @@ def _note_possible_loss(st, pending: dict | None, rebuilt: bool, journal_less: b
     not repeated): ``st.possible_loss_reasons`` lists why data may be gone."""
     reasons = list((pending or {}).get("reasons", ["damaged POSSIBLE_LOSS marker"]
                                        if pending else []))
+    found = []
     if rebuilt:
-        reasons.append("index rebuilt from a scan (fence bits and keys may be lost)")
+        found.append("index rebuilt from a scan (fence bits and keys may be lost)")
     if journal_less and not st.clean_shutdown_before:
-        reasons.append("unclean shutdown after adds acknowledged without the journal")
+        found.append("unclean shutdown after adds acknowledged without the journal")
+    reasons += [r for r in found if r not in reasons]
     if reasons and reasons != (pending or {}).get("reasons"):
         ck.write_marker(st.ledger_dir, ck.POSSIBLE_LOSS_NAME, {"reasons": reasons})
     if not st.options.journal_write_data and not journal_less:
