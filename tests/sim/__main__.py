@@ -51,6 +51,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{summary.steps} steps) with {args.jobs} job(s)"
           + (f", protections off: {', '.join(disabled)}" if disabled else "")
           + f": {len(summary.failures)} violation(s); outcomes: {outcomes}")
+    r = summary.repair
+    print(f"BP-46 repair: {r['started']} repairs started, {r['copied']} entries copied, "
+          f"{r['cleared']} limbo cleared, {r['peers_lost_checks']} repaired bookies read "
+          "alone (peers lost)")
     for result in summary.failures[:args.show]:
         print(result.report(disabled))
     if len(summary.failures) > args.show:

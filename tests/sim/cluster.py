@@ -14,6 +14,7 @@ from __future__ import annotations
 from appliance.checks.digest import make_digest, master_key, password_hash
 from appliance.errors import OK, error_class, is_explicit_negative
 from appliance.protocol.metadata import CLOSED, LedgerMetadata
+from appliance.protocol.repair import share_runs
 from tests.sim.apps import ReaderApp, RecoveryApp, WriterApp
 from tests.sim.bulk import BulkReadApp
 from tests.sim.checker import Checker
@@ -53,6 +54,7 @@ class Cluster:
         self.zombie_recoveries = 0
         self.stalls = 0
         self.lossy_crashes = 0
+        self.peers_lost_checks = 0  # repaired bookies checked alone at the end
         self.healed = False
         self.finished = False
         self.outcome = "running"
@@ -273,7 +275,29 @@ class Cluster:
             raise Violation("bulk-read", f"healed bulk read failed: {app.error}")
         if app.next_entry != app.md.last_entry_id + 1:
             raise Violation("acked-lost", f"bulk read ended at {app.next_entry}")
+        self._repaired_bookies_serve_alone(app.md)
         self.finished, self.outcome = True, "closed"
+
+    def _repaired_bookies_serve_alone(self, md) -> None:
+        """BP-46 end to end: each bookie that lost data and repaired this
+        ledger (limbo cleared) must, with its peers lost, serve every entry of
+        its share by itself: the writer's record, never a negative."""
+        for name, bookie in sorted(self.bookies.items()):
+            if not bookie.repaired.get(self.ledger_id) or self.storage_limbo(bookie):
+                continue
+            self.peers_lost_checks += 1
+            for first, last in share_runs(md, name):
+                for entry_id in range(first, last + 1):
+                    reply = bookie.core.read(self.ledger_id, entry_id)
+                    if reply.code != OK or reply.data != self.checker.records.get(entry_id):
+                        raise Violation("acked-lost", (
+                            f"{name} repaired ledger {self.ledger_id}, but with its peers lost "
+                            f"it answers {error_class(reply.code).__name__} for entry "
+                            f"{entry_id} of its share"))
+
+    def storage_limbo(self, bookie) -> bool:
+        return bookie.storage.ledger_exists(self.ledger_id) \
+            and bookie.storage.is_limbo(self.ledger_id)
 
     def _stuck(self, why: str) -> None:
         if self.liveness_expected:

@@ -62,6 +62,7 @@ class SimBookie:
         self._repair_armed = False
         self._repair_rid = 0
         self.repair_stats = {"started": 0, "copied": 0, "cleared": 0}
+        self.repaired: dict[int, bool] = {}  # ledger -> limbo cleared by repair
         self.batch_replies = False  # one AddResponses per SendAdd instead of one per entry
         world.nodes[name] = self
 
@@ -215,6 +216,7 @@ class SimBookie:
                 self.core.clear_limbo(ledger_id)
                 storage.sync()  # the clear is durable (the real bookie waits for it)
                 self.repair_stats["cleared"] += 1
+                self.repaired[ledger_id] = True
                 self.world.log(f"{self.name} repaired ledger {ledger_id}: limbo cleared")
                 if self.on_limbo_cleared is not None:
                     self.on_limbo_cleared(self.name, ledger_id, md)

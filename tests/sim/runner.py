@@ -30,6 +30,7 @@ class RunResult:
     steps: int
     sim_ms: int
     trace: list[str] = field(default_factory=list)
+    repair: Counter = field(default_factory=Counter)  # BP-46 phase two in this run
 
     @property
     def ok(self) -> bool:
@@ -65,8 +66,12 @@ def run_seed(seed: int, disabled: tuple[str, ...] = (), trace_max: int = 60,
     except Exception as exc:  # a bug in the core or the harness: report it, never hide it
         violation = "crash"
         detail = f"{type(exc).__name__}: {exc}\n" + traceback.format_exc()
+    repair = Counter(peers_lost_checks=cluster.peers_lost_checks)
+    for bookie in cluster.bookies.values():
+        repair.update(bookie.repair_stats)
     return RunResult(seed, violation, detail, cluster.outcome, cfg.summary(), world.steps,
-                     world.now_ms, world.trace_lines() if violation or keep_trace else [])
+                     world.now_ms, world.trace_lines() if violation or keep_trace else [],
+                     repair)
 
 
 def _run_one(args) -> RunResult:
@@ -81,6 +86,7 @@ class Summary:
     failures: list[RunResult]
     outcomes: Counter
     steps: int
+    repair: Counter = field(default_factory=Counter)
 
 
 def run_seeds(seeds: range | list[int], disabled: tuple[str, ...] = (), jobs: int = 1,
@@ -91,6 +97,7 @@ def run_seeds(seeds: range | list[int], disabled: tuple[str, ...] = (), jobs: in
     failures: list[RunResult] = []
     outcomes: Counter = Counter()
     steps = ran = 0
+    repair: Counter = Counter()
     work = [(seed, tuple(disabled)) for seed in seeds]
     if jobs <= 1:
         results = map(_run_one, work)
@@ -102,6 +109,7 @@ def run_seeds(seeds: range | list[int], disabled: tuple[str, ...] = (), jobs: in
         for result in results:
             ran += 1
             steps += result.steps
+            repair.update(result.repair)
             outcomes[result.outcome.split(" ")[0] if result.ok else "violation"] += 1
             if not result.ok:
                 failures.append(result)
@@ -112,4 +120,4 @@ def run_seeds(seeds: range | list[int], disabled: tuple[str, ...] = (), jobs: in
             pool.terminate()
             pool.join()
     failures.sort(key=lambda r: r.seed)
-    return Summary(ran, time.monotonic() - started, failures, outcomes, steps)
+    return Summary(ran, time.monotonic() - started, failures, outcomes, steps, repair)
