@@ -16,6 +16,7 @@ import fcntl
 import logging
 import os
 import re
+import time
 
 from appliance.protocol.errors import ConfigError, CorruptRecordError
 
@@ -88,6 +89,7 @@ def release_locks(st) -> None:
 
 def recover_into(st) -> None:
     """The open sequence; fills ``st`` (a LedgerStorage under construction)."""
+    started = time.monotonic()
     doc = ck.verify_cookies(st.bookie_id, st.journal_dir, st.ledger_dir)
     st.instance_id, st.cookie = doc["instance_id"], doc
     instance = bytes.fromhex(st.instance_id)
@@ -128,6 +130,7 @@ def recover_into(st) -> None:
                          "index_rebuilt": rebuilt, **replayer.applied}
     if replayed or rebuilt or not clean:
         st.checkpoint()
+    st.recovery_stats["open_s"] = round(time.monotonic() - started, 3)
 
 
 def _note_possible_loss(st, pending: dict | None, rebuilt: bool, journal_less: bool) -> None:

@@ -1,0 +1,72 @@
+"""``bkctl bench repair`` and ``bkctl bench boot``: BP-46 self-repair rate
+and crash-restart (journal replay) time, on bookie processes of their own
+under a temp dir.  How they are counted: ``appliance.bench.repair``."""
+
+from __future__ import annotations
+
+import click
+
+from cli.common import echo_json, json_option, library_errors
+
+
+@click.command("repair")
+@click.option("--mb", type=click.IntRange(min=1), default=1024, show_default=True,
+              help="Data the repaired bookie lost (one E3/W3/A2 ledger of this size).")
+@click.option("--entry-bytes", type=click.IntRange(min=1), default=65536, show_default=True,
+              help="Payload bytes per entry.")
+@click.option("--dir", "workdir", type=click.Path(file_okay=False, exists=True), default=None,
+              help="Temp dir for the bookies (default: $TMPDIR).")
+@json_option
+@library_errors
+def repair(mb, entry_bytes, workdir, as_json):
+    """A bookie whose disks were replaced repairs itself from its peers
+    (BP-46 phase two): boot-to-serving time, repair time, entries/s and MB/s.
+
+    \b
+    Example:
+      bkctl bench repair --mb 1024 --json
+    """
+    from appliance.bench.repair import run_repair_bench
+
+    doc = run_repair_bench(mb * 1024 * 1024, entry_bytes, workdir)
+    if as_json:
+        echo_json(doc)
+        return
+    click.echo(f"repair {doc['entries_copied']:,} entries / {doc['bytes_copied'] / 1e6:,.0f} MB "
+               f"in {doc['repair_s']:.1f} s: {doc['entries_per_s']:,.0f} entries/s, "
+               f"{doc['mb_per_s']:,.1f} MB/s (serving after {doc['boot_to_serving_s']:.2f} s; "
+               f"written in {doc['write_s']:.1f} s)")
+
+
+@click.command("boot")
+@click.option("--journal-mb", default="256,1024", show_default=True,
+              help="Comma-separated unflushed journal sizes to crash with.")
+@click.option("--entry-bytes", type=click.IntRange(min=1), default=65536, show_default=True,
+              help="Payload bytes per entry.")
+@click.option("--dir", "workdir", type=click.Path(file_okay=False, exists=True), default=None,
+              help="Temp dir for the bookie (default: $TMPDIR).")
+@json_option
+@library_errors
+def boot(journal_mb, entry_bytes, workdir, as_json):
+    """Boot-to-serving time of a bookie killed with SIZE of unflushed journal
+    (no checkpoint since): the replay a restart waits for.
+
+    \b
+    Example:
+      bkctl bench boot --journal-mb 128,512,2048
+    """
+    from appliance.bench.repair import run_boot_bench
+
+    try:
+        sizes = [int(x) * 1024 * 1024 for x in journal_mb.split(",") if x.strip()]
+    except ValueError as exc:
+        raise click.BadParameter(f"{journal_mb!r}: give sizes in MB, e.g. 256,1024") from exc
+    rows = run_boot_bench(sizes, entry_bytes, workdir)
+    if as_json:
+        echo_json(rows)
+        return
+    for r in rows:
+        click.echo(f"journal {r['journal_bytes'] / 1e6:>8,.0f} MB  storage open (replay) "
+                   f"{r['storage_open_s']:>6.2f} s ({r['replay_mb_per_s']:,.0f} MB/s, "
+                   f"{r['replayed_records']} records)  serving after "
+                   f"{r['boot_to_serving_s']:>6.2f} s")
