@@ -94,8 +94,9 @@ def verify_cookies(bookie_id: str, journal_dir: str, ledger_dir: str) -> dict:
         if doc is None:
             raise CookieMismatchError(
                 f"{role}_dir {directory} has no cookie: the directory was wiped, is a new "
-                f"disk or the wrong mount; mount the right disk, or format the bookie "
-                f"(LedgerStorage.format) and let BP-46 recovery re-replicate its data")
+                f"disk or the wrong mount. Mount the right disk, or accept the new one with "
+                f"`bkctl bookie fix-cookie {bookie_id}` (or server.cookie_auto_fix = true): "
+                f"the bookie then fences, limbos and repairs its ledgers from peers")
         if doc.get("bookie_id") != bookie_id:
             raise CookieMismatchError(
                 f"{role}_dir {directory} belongs to bookie {doc.get('bookie_id')!r}, not "
@@ -152,3 +153,35 @@ def remove_marker(ledger_dir: str, name: str) -> None:
     except FileNotFoundError:
         return
     aio.fsync_dir(ledger_dir)
+
+
+REPLACED_MARK = "replaced (a new empty disk)"
+
+
+def adopt_replaced_dir(bookie_id: str, journal_dir: str, ledger_dir: str) -> str | None:
+    """One directory of the pair is new and empty while the other still holds
+    this bookie's valid cookie: give the new one a cookie of the same
+    instance, after recording in the ledger dir's ``POSSIBLE_LOSS`` marker
+    that its data is gone.  Returns that reason, or None when the pair is
+    not in that state (both cookies there, both missing, the other directory
+    not this bookie's, or the new one not empty: those stay refusals)."""
+    dirs = dict(zip(ROLES, (journal_dir, ledger_dir), strict=True))
+    docs = {role: read_cookie(directory) for role, directory in dirs.items()}
+    missing = [role for role, doc in docs.items() if doc is None]
+    if len(missing) != 1:
+        return None
+    new_role = missing[0]
+    kept = docs[ROLES[1 - ROLES.index(new_role)]]
+    if kept.get("bookie_id") != bookie_id or kept.get("role") == new_role:
+        return None
+    new_dir = dirs[new_role]
+    os.makedirs(new_dir, exist_ok=True)
+    if [n for n in os.listdir(new_dir) if n != POSSIBLE_LOSS_NAME]:
+        return None  # not empty: never adopt a directory holding something else
+    reason = f"{new_role}_dir {new_dir} {REPLACED_MARK}: what it held is gone"
+    found = read_marker(ledger_dir, POSSIBLE_LOSS_NAME) or {}
+    reasons = [r for r in found.get("reasons", []) if r != reason] + [reason]
+    write_marker(ledger_dir, POSSIBLE_LOSS_NAME, {"reasons": reasons})
+    doc = {**{k: v for k, v in kept.items() if k != "role"}, "role": new_role}
+    aio.write_file_atomic(os.path.join(new_dir, COOKIE_NAME), [_seal(doc)])
+    return reason

@@ -133,12 +133,18 @@ def scan_segment(fd: int, size: int, start: int, on_record,
 
 
 def replay(directory: str, mark_segment: int, mark_offset: int, on_record,
-           already_verified=None) -> ReplayEnd:
+           already_verified=None, allow_missing_mark: bool = False) -> ReplayEnd:
     """Feed every valid record from the mark to ``on_record(type, seq, body, block)``.
 
     ``already_verified(seq)``: True for ADD blocks whose entry-log copy was verified
     (their journal copy's data CRCs are then not checked again)."""
     segments = [s for s in list_segments(directory) if s >= mark_segment]
+    if allow_missing_mark and mark_segment and (not segments or segments[0] != mark_segment):
+        log.warning("journal segment %s (the checkpoint mark) is missing: the journal dir "
+                    "was replaced; replaying what is there", segment_path(directory, mark_segment))
+        if not segments:
+            return ReplayEnd(mark_segment, mark_offset, 0, 0, None)
+        mark_segment, mark_offset = segments[0], 0
     if mark_segment and (not segments or segments[0] != mark_segment):
         raise CorruptRecordError(
             f"journal segment {segment_path(directory, mark_segment)} (the checkpoint mark) "

@@ -109,8 +109,10 @@ def recover_into(st) -> None:
                              for k, v in meta["ledger_bytes"].items()}
     replayer = Replayer(st, scanned, min_seq)
     mark_seg, mark_off = meta["journal_mark"]
+    journal_replaced = any(r.startswith("journal_dir ") and ck.REPLACED_MARK in r
+                           for r in (pending or {}).get("reasons", []))
     end = js.replay(st.journal_dir, mark_seg, mark_off, replayer.on_record,
-                    replayer.by_seq.__contains__)
+                    replayer.by_seq.__contains__, allow_missing_mark=journal_replaced)
     replayer.finish()
     st._seq = max(replayer.max_seq, end.last_seq, min_seq)
     segments = js.list_segments(st.journal_dir)

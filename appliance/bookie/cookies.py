@@ -16,11 +16,13 @@ replaced or swapped shows up as a missing cookie or another instance id.
   bookie's current disks.  New empty directories are formatted; directories
   with valid matching cookies are kept; the metadata copy is rewritten and
   the ``POSSIBLE_LOSS`` marker makes the next start fence, limbo and repair.
-  Half a bookie (one directory with data and a cookie, the other new or of
-  another format) is refused unless ``reformat`` is given, which wipes and
-  formats both: a journal without its entry logs (or the reverse) cannot be
-  trusted piecemeal, and the peers hold every acknowledged entry (with an
-  ack quorum of 1 they may not: the message says so).
+  One new empty directory beside one that still holds this bookie's cookie
+  is adopted (``storage.cookie.adopt_replaced_dir``: same instance; a lost
+  journal replays from what is there, a lost ledger dir is rebuilt from the
+  journal; either way possible loss is recorded).  Anything else (the other
+  directory holds another bookie's or another format's data) is refused
+  unless ``reformat`` is given, which wipes and formats both (the peers hold
+  every acknowledged entry, except entries written with an ack quorum of 1).
 """
 
 from __future__ import annotations
@@ -100,6 +102,10 @@ def fix_cookie(config, bookie_id: str, registry, *, reformat: bool = False) -> l
         except CookieMismatchError:
             docs[name] = {"damaged": True}
     done = []
+    adopted = ck.adopt_replaced_dir(bookie_id, str(dirs["journal_dir"]), str(dirs["ledger_dir"]))
+    if adopted:
+        done.append(f"{adopted}; cookie written")
+        docs = {name: ck.read_cookie(str(d)) for name, d in dirs.items()}
     usable = all(d is not None and d.get("bookie_id") == bookie_id and not d.get("damaged")
                  for d in docs.values()) and len({d["instance_id"] for d in docs.values()}) == 1
     if not usable:

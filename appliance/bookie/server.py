@@ -90,6 +90,13 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
 
     spec = config.bookie(bookie_id)
     options = config.storage.to_options()
+    if config.server.cookie_auto_fix:
+        from storage.cookie import adopt_replaced_dir
+
+        adopted = adopt_replaced_dir(bookie_id, str(spec.journal_dir), str(spec.ledger_dir))
+        if adopted:
+            log.warning("server.cookie_auto_fix: %s; cookie written, booting through BP-46 "
+                        "fence/limbo and repair", adopted)
     storage = LedgerStorage.open(bookie_id, spec.journal_dir, spec.ledger_dir, options)
     store = server = registry = gc = repairer = None
     try:

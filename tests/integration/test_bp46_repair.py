@@ -209,3 +209,26 @@ def test_wiped_bookie_cookie_fix_then_repairs(make_cluster, auto_fix):
                                   "--json").stdout)
         assert shown["cookie"]["matches"] and shown["limbo_ledgers"] == 0
         assert_whole_share_alone(cluster, bk, victim, [open_lh.id, closed_lh.id])
+
+
+@pytest.mark.parametrize("lost", ["journal_dir", "ledger_dir"])
+def test_one_replaced_disk_with_cookie_auto_fix_repairs(make_cluster, lost):
+    import shutil
+
+    import appliance
+
+    cluster = make_cluster(3, server={"cookie_auto_fix": True})
+    with appliance.connect(str(cluster.config_path)) as bk:
+        wait_registered(bk, 3)
+        open_lh, closed_lh = write_ledgers(bk)
+        victim = "bookie-2"
+        cluster.kill(victim)
+        directory = getattr(cluster.config.bookie(victim), lost)
+        shutil.rmtree(directory)
+        directory.mkdir()
+        cluster.start_bookie(victim)
+        reasons = info(cluster, victim)["boot"]["reasons"]
+        assert any(lost in r for r in reasons), reasons
+        wait_for(lambda: limbo(cluster, victim) == 0, 60.0,
+                 what=f"{victim} repaired: {info(cluster, victim)['repair']}")
+        assert_whole_share_alone(cluster, bk, victim, [open_lh.id, closed_lh.id])

@@ -77,3 +77,46 @@ def test_a_reason_noted_by_the_bookie_is_durable(opener):
     st.abort()
     st = opener()
     assert st.possible_loss_reasons == ["cookie mismatch"]
+
+
+def _wipe(directory) -> None:
+    import shutil
+
+    shutil.rmtree(directory)
+    os.makedirs(directory)
+
+
+def test_a_replaced_journal_disk_is_adopted_and_recorded(opener, dirs):
+    st = opener()
+    _add(st, 1, 10)
+    st.close()  # checkpointed: the entries live in the entry logs
+    _wipe(dirs[0])
+    reason = ck.adopt_replaced_dir("bookie-1", str(dirs[0]), str(dirs[1]))
+    assert reason and "journal_dir" in reason
+    st = opener()
+    assert reason in st.possible_loss_reasons
+    assert st.read_entry(1, 9)
+    _add(st, 2, 3)  # it takes writes again
+    st.close()
+    assert opener().read_entry(2, 2)
+
+
+def test_a_replaced_ledger_disk_is_rebuilt_from_the_journal(opener, dirs):
+    st = opener()
+    _add(st, 1, 10)
+    st.abort()  # crash: the journal still holds the adds
+    _wipe(dirs[1])
+    reason = ck.adopt_replaced_dir("bookie-1", str(dirs[0]), str(dirs[1]))
+    assert reason and "ledger_dir" in reason
+    st = opener()
+    assert reason in st.possible_loss_reasons
+    assert any("rebuilt" in r for r in st.possible_loss_reasons)
+    assert st.read_entry(1, 9)
+
+
+def test_nothing_is_adopted_unless_exactly_one_new_empty_directory(dirs):
+    assert ck.adopt_replaced_dir("bookie-1", str(dirs[0]), str(dirs[1])) is None  # both fine
+    _wipe(dirs[0])
+    (dirs[0] / "stray").write_text("someone else's file")
+    assert ck.adopt_replaced_dir("bookie-1", str(dirs[0]), str(dirs[1])) is None  # not empty
+    assert ck.adopt_replaced_dir("bookie-2", str(dirs[0]), str(dirs[1])) is None
