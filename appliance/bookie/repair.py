@@ -179,9 +179,12 @@ class Repairer:
         """One pass over one limbo ledger; True once its limbo is cleared."""
         from appliance.protocol import repair
 
+        held: set[int] | None = None  # share entries verified present in this pass
         for _ in range(3):  # recover, then copy, then clear
             md = self._metadata(ledger_id)
-            step = repair.next_step(md, self.bookie_id, self._has_entry(ledger_id))
+            if md is not None and md.is_closed and held is None:
+                held = self._held(md)
+            step = repair.next_step(md, self.bookie_id, (held or set()).__contains__)
             if step == repair.GONE:
                 self._clear(ledger_id)
                 return True
@@ -190,9 +193,9 @@ class Repairer:
                 self._recover(md, key)
                 continue
             if step == repair.COPY:
-                self._copy(md, key, copier)
+                self._copy(md, key, copier, held)
                 continue
-            if repair.may_clear_limbo(md, self.bookie_id, self._has_entry(ledger_id),
+            if repair.may_clear_limbo(md, self.bookie_id, held.__contains__,
                                       protections=self.core.protections):
                 if key is not None and self.storage.get_master_key(ledger_id) is None:
                     self.storage.wait_durable(self.storage.set_master_key(ledger_id, key))
@@ -207,17 +210,24 @@ class Repairer:
         except NoSuchLedgerError:
             return None
 
-    def _has_entry(self, ledger_id: int):
-        storage = self.storage
+    def _held(self, md) -> set[int]:
+        """The entries of this bookie's share it holds intact: each one read
+        back and its checksum verified (an entry log cut short or damaged
+        under an index that still names the entry counts as missing)."""
+        from appliance.protocol import repair
 
-        def has(entry_id: int) -> bool:
-            try:
-                storage.read_entry(ledger_id, entry_id)  # verifies its checksum
-                return True
-            except (BKError, OSError):
-                return False
-
-        return has
+        storage, ledger_id = self.storage, md.ledger_id
+        held = set()
+        if not storage.ledger_exists(ledger_id):
+            return held
+        for first, last in repair.share_runs(md, self.bookie_id):
+            for entry_id in range(first, last + 1):
+                try:
+                    storage.read_entry(ledger_id, entry_id)  # verifies its checksum
+                    held.add(entry_id)
+                except (BKError, OSError):
+                    continue
+        return held
 
     def _key(self, md) -> bytes | None:
         """This bookie's stored key for the ledger, else the sealed one."""
@@ -241,7 +251,7 @@ class Repairer:
         return (f"no master key for ledger {md.ledger_id} to {purpose}: this bookie holds none "
                 f"and {why}")
 
-    def _copy(self, md, key: bytes | None, copier) -> None:
+    def _copy(self, md, key: bytes | None, copier, held: set[int]) -> None:
         from appliance.checks.digest import make_digest
         from appliance.protocol import repair
         from appliance.protocol.rereplication_plan import FragmentPlan
@@ -251,7 +261,7 @@ class Repairer:
         digest = make_digest(md.digest_type, key or b"\0" * 32)
         copier.refresh_live()
         runs = list(repair.missing_runs(repair.share_runs(md, self.bookie_id),
-                                        self._has_entry(md.ledger_id)))
+                                        held.__contains__))
         for first, last in runs:
             plan = FragmentPlan(md.ledger_id, first, last, md.fragment_for(first)[1],
                                 md.write_quorum, self.bookie_id)
@@ -264,6 +274,7 @@ class Repairer:
                 ids = list(range(next_id, next_id + len(records)))
                 self.storage.wait_durable(
                     self.storage.add_entries([md.ledger_id] * len(ids), ids, records))
+                held.update(ids)
                 with self._lock:
                     self.stats["entries_copied"] += len(ids)
                     self.stats["bytes_copied"] += sum(len(r) for r in records)
