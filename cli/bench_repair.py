@@ -9,14 +9,22 @@ import click
 from cli.common import echo_json, json_option, library_errors
 
 
+def _common(f):
+    """--entry-bytes, --dir and --json, shared by both commands."""
+    for option in reversed([
+            click.option("--entry-bytes", type=click.IntRange(min=1), default=65536,
+                         show_default=True, help="Payload bytes per entry."),
+            click.option("--dir", "workdir", type=click.Path(file_okay=False, exists=True),
+                         default=None, help="Temp dir for the bookies (default: $TMPDIR)."),
+            json_option]):
+        f = option(f)
+    return f
+
+
 @click.command("repair")
 @click.option("--mb", type=click.IntRange(min=1), default=1024, show_default=True,
               help="Data the repaired bookie lost (one E3/W3/A2 ledger of this size).")
-@click.option("--entry-bytes", type=click.IntRange(min=1), default=65536, show_default=True,
-              help="Payload bytes per entry.")
-@click.option("--dir", "workdir", type=click.Path(file_okay=False, exists=True), default=None,
-              help="Temp dir for the bookies (default: $TMPDIR).")
-@json_option
+@_common
 @library_errors
 def repair(mb, entry_bytes, workdir, as_json):
     """A bookie whose disks were replaced repairs itself from its peers
@@ -41,11 +49,7 @@ def repair(mb, entry_bytes, workdir, as_json):
 @click.command("boot")
 @click.option("--journal-mb", default="256,1024", show_default=True,
               help="Comma-separated unflushed journal sizes to crash with.")
-@click.option("--entry-bytes", type=click.IntRange(min=1), default=65536, show_default=True,
-              help="Payload bytes per entry.")
-@click.option("--dir", "workdir", type=click.Path(file_okay=False, exists=True), default=None,
-              help="Temp dir for the bookie (default: $TMPDIR).")
-@json_option
+@_common
 @library_errors
 def boot(journal_mb, entry_bytes, workdir, as_json):
     """Boot-to-serving time of a bookie killed with SIZE of unflushed journal

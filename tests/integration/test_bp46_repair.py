@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -172,12 +173,16 @@ def _bkctl(config: Path, *args: str) -> subprocess.CompletedProcess:
     return bkctl(*args, config=config, text=True)
 
 
-def _wipe(cluster, bookie_id: str) -> None:
-    import shutil
-
-    spec = cluster.config.bookie(bookie_id)
-    for d in (spec.journal_dir, spec.ledger_dir):
-        shutil.rmtree(d)
+def repaired_alone(cluster, bk, victim: str, ledgers, reason_has: str = "") -> None:
+    """``victim`` (just restarted) booted through phase one, repairs to no
+    limbo ledger, then serves its whole share with its peers stopped."""
+    reasons = info(cluster, victim)["boot"]["reasons"]
+    assert reasons and reason_has in "; ".join(reasons), reasons
+    wait_for(lambda: limbo(cluster, victim) == 0, 60.0,
+             what=f"{victim} repaired: {info(cluster, victim)['repair']}")
+    shown = json.loads(_bkctl(cluster.config_path, "bookie", "info", victim, "--json").stdout)
+    assert shown["cookie"]["matches"] and shown["limbo_ledgers"] == 0
+    assert_whole_share_alone(cluster, bk, victim, [lh.id for lh in ledgers])
 
 
 @pytest.mark.parametrize("auto_fix", [True, False])
@@ -187,10 +192,12 @@ def test_wiped_bookie_cookie_fix_then_repairs(make_cluster, auto_fix):
     cluster = make_cluster(3, server={"cookie_auto_fix": auto_fix})
     with appliance.connect(str(cluster.config_path)) as bk:
         wait_registered(bk, 3)
-        open_lh, closed_lh = write_ledgers(bk)
+        ledgers = write_ledgers(bk)
         victim = "bookie-3"
         cluster.kill(victim)
-        _wipe(cluster, victim)
+        spec = cluster.config.bookie(victim)
+        for d in (spec.journal_dir, spec.ledger_dir):
+            shutil.rmtree(d)
         cluster.format()  # what the supervisor does with cookie-less directories
         if not auto_fix:
             proc = cluster.start_bookie(victim, wait=False)
@@ -201,34 +208,21 @@ def test_wiped_bookie_cookie_fix_then_repairs(make_cluster, auto_fix):
             assert done.returncode == 0, done.stderr
             assert "metadata cookie" in done.stdout
         cluster.start_bookie(victim)
-        reasons = info(cluster, victim)["boot"]["reasons"]
-        assert reasons, "a wiped bookie must boot through BP-46 phase one"
-        wait_for(lambda: limbo(cluster, victim) == 0, 60.0,
-                 what=f"{victim} repaired: {info(cluster, victim)['repair']}")
-        shown = json.loads(_bkctl(cluster.config_path, "bookie", "info", victim,
-                                  "--json").stdout)
-        assert shown["cookie"]["matches"] and shown["limbo_ledgers"] == 0
-        assert_whole_share_alone(cluster, bk, victim, [open_lh.id, closed_lh.id])
+        repaired_alone(cluster, bk, victim, ledgers)
 
 
 @pytest.mark.parametrize("lost", ["journal_dir", "ledger_dir"])
 def test_one_replaced_disk_with_cookie_auto_fix_repairs(make_cluster, lost):
-    import shutil
-
     import appliance
 
     cluster = make_cluster(3, server={"cookie_auto_fix": True})
     with appliance.connect(str(cluster.config_path)) as bk:
         wait_registered(bk, 3)
-        open_lh, closed_lh = write_ledgers(bk)
+        ledgers = write_ledgers(bk)
         victim = "bookie-2"
         cluster.kill(victim)
         directory = getattr(cluster.config.bookie(victim), lost)
         shutil.rmtree(directory)
         directory.mkdir()
         cluster.start_bookie(victim)
-        reasons = info(cluster, victim)["boot"]["reasons"]
-        assert any(lost in r for r in reasons), reasons
-        wait_for(lambda: limbo(cluster, victim) == 0, 60.0,
-                 what=f"{victim} repaired: {info(cluster, victim)['repair']}")
-        assert_whole_share_alone(cluster, bk, victim, [open_lh.id, closed_lh.id])
+        repaired_alone(cluster, bk, victim, ledgers, reason_has=lost)

@@ -11,7 +11,13 @@ import appliance
 from appliance.config import load_config
 from appliance.supervisor.probe import bookie_info
 from tests.support.bkctl import bkctl
-from tests.support.launch import supervisor_pids, wait_for, wait_registered, write_config
+from tests.support.launch import (
+    kill_pids,
+    supervisor_pids,
+    wait_for,
+    wait_registered,
+    write_config,
+)
 
 ENTRY = 1024 * 1024
 TOTAL = 1024 * ENTRY  # >= 1 GB through the victim
@@ -61,11 +67,7 @@ def test_kill_9_after_1_gb_one_restart_no_ping_kill(short_tmp):
         assert bkctl("down", config=config).returncode == 0
     finally:
         seen.update(supervisor_pids(config))
-        for pid in seen:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_pids(seen)
 
 
 def _supervisor_log(cfg) -> str:

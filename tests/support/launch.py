@@ -32,7 +32,8 @@ import pytest
 from appliance.bench import launcher
 from appliance.bench.launcher import free_tcp_port, reap, stop_process, wait_for, wait_started
 
-__all__ = ["Cluster", "ForkedChild", "fork_child", "free_tcp_port", "reap", "stop_process",
+__all__ = ["Cluster", "ForkedChild", "fork_child", "free_tcp_port", "kill_pids", "reap",
+           "stop_process",
            "supervisor_pids", "wait_for", "wait_registered", "wait_started", "write_config"]
 
 READY_TIMEOUT_S = 30.0  # a bookie: serving by then
@@ -243,7 +244,12 @@ def appliance_config(short_tmp):
     seen: set[int] = set()
     yield config, seen
     seen.update(supervisor_pids(config))
-    for pid in seen:
+    kill_pids(seen)
+
+
+def kill_pids(pids) -> None:
+    """SIGKILL every pid that still exists."""
+    for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
