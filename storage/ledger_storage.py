@@ -465,8 +465,7 @@ class LedgerStorage(StateOps):
                        ledgers=len(self._index.ledgers), index_bytes=self._index.index_bytes(),
                        seq=self._seq, durable_ticket=self.durable_ticket,
                        pending_callbacks=len(self._callbacks), pid=os.getpid(),
-                       limbo_ledgers=sum(1 for led in self._index.ledgers.values()
-                                         if led.limbo))
+                       limbo_ledgers=self.limbo_count())
             out.update(self.recovery_stats)
             return out
 

@@ -151,6 +151,9 @@ def _note_possible_loss(st, pending: dict | None, rebuilt: bool, journal_less: b
         ck.write_marker(st.ledger_dir, ck.POSSIBLE_LOSS_NAME, {"reasons": reasons})
     if not st.options.journal_write_data and not journal_less:
         ck.write_marker(st.ledger_dir, ck.JOURNAL_LESS_NAME, {"since_seq": st._seq})
+    elif st.options.journal_write_data and journal_less and st.clean_shutdown_before:
+        # the clean close checkpointed what was written without the journal
+        ck.remove_marker(st.ledger_dir, ck.JOURNAL_LESS_NAME)
     st.possible_loss_reasons = reasons
 
 

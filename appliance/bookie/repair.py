@@ -89,7 +89,7 @@ class Repairer:
         with self._lock:
             out = dict(self.stats)
             out["failures"] = {str(k): v for k, v in self.stats["failures"].items()}
-        out["limbo_ledgers"] = len(self._limbo())
+        out["limbo_ledgers"] = self.storage.limbo_count()
         return out
 
     def _limbo(self) -> list[int]:

@@ -37,6 +37,11 @@ def test_a_clean_stop_after_journal_less_adds_is_no_loss(opener):
     st = opener(journal_write_data=False)
     assert st.possible_loss_reasons == []
     assert st.clean_shutdown_before
+    st.close()
+    st = opener(journal_write_data=True)  # switched on after a clean stop
+    _add(st, 2, 5)
+    st.abort()  # a later crash with every add journaled is no loss
+    assert opener(journal_write_data=True).possible_loss_reasons == []
 
 
 def test_reasons_survive_a_crash_until_handled(opener, dirs):
