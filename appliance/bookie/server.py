@@ -79,7 +79,6 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
     from appliance.bookie.handler import BookieHandler
     from appliance.bookie.ledger_gc import LedgerGC
     from appliance.bookie.repair import Repairer
-    from appliance.client.client import Client
     from appliance.meta.bookies import BookieRegistry
     from appliance.meta.custody import open_custody
     from appliance.meta.ledgers import LedgerManager
@@ -121,7 +120,7 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
                 "recovery": dict(storage.recovery_stats)}
         custody = open_custody(store, config.cluster_key_path)
         repairer = Repairer(bookie_id, storage, core, ledger_manager, registry,
-                            custody=custody, open_client=lambda: Client(config.path))
+                            custody=custody, open_client=lambda: _client(config))
         handler = BookieHandler(bookie_id, storage, core,
                                 long_polls_max=config.server.long_polls_max,
                                 wait_lac_timeout_ms_max=config.server.wait_lac_timeout_ms_max)
@@ -153,6 +152,13 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
         return 0
     finally:
         _shutdown(bookie_id, storage, store, server, registry, gc, repairer)
+
+
+def _client(config):
+    """A ledger client for repair's recoveries (imported only when needed)."""
+    from appliance.client.client import Client
+
+    return Client(config.path)
 
 
 def _shutdown(bookie_id, storage, store, server, registry, gc, repairer) -> None:
