@@ -106,6 +106,16 @@ class LedgerMetadata:
         start = entry_id % self.ensemble_size
         return tuple(bookies[(start + i) % self.ensemble_size] for i in range(self.write_quorum))
 
+    def sealed_bookies_replaced(self, other: LedgerMetadata) -> bool:
+        """``other`` is this OPEN ledger with only bookies of *sealed*
+        fragments (every fragment but the last) replaced: what re-replication
+        does to an open ledger without disturbing its writer.  Same fragment
+        starts and sizes, the same last fragment, the same state."""
+        return (self.state == other.state and len(self.ensembles) == len(other.ensembles)
+                and self.ensembles[-1] == other.ensembles[-1]
+                and all(a[0] == b[0] and len(a[1]) == len(b[1])
+                        for a, b in zip(self.ensembles, other.ensembles, strict=True)))
+
     def bookies(self) -> set[str]:
         return {b for _, ens in self.ensembles for b in ens}
 

@@ -15,7 +15,9 @@ Guarantees (each checked by the simulation in ``tests/sim``):
   duplicated message), then it is replaced.  Acks the failed bookie gave to
   unacknowledged entries are forgotten at once (it is not in their new write
   set).  On a CAS conflict the writer rereads: if the ledger is no longer
-  OPEN every pending add fails with ``LedgerFencedError``.
+  OPEN every pending add fails with ``LedgerFencedError``; if only bookies of
+  sealed fragments changed (re-replication: those entries were acknowledged
+  before the next fragment began) it adopts the metadata and retries.
 * ``close()`` freezes the LAC and CASes the ledger to CLOSED at it; on a
   conflict: IN_RECOVERY -> ``LedgerFencedError``; CLOSED at the same entry ->
   success; CLOSED elsewhere -> ``MetadataVersionError``.  Adds still pending
@@ -430,11 +432,14 @@ class LedgerWriter(CoreBase):
         if event.code != OK or md is None:
             self._retry_or_stop(op, event)
             return
-        if md.state == OPEN and md.ensembles != self._md.ensembles:
-            # only this writer changes an OPEN ledger's fragments: someone else is meddling
+        if md.state == OPEN and md.ensembles != self._md.ensembles \
+                and not self._md.sealed_bookies_replaced(md):
+            # only this writer changes an OPEN ledger's last fragment: someone is meddling
             self._stop(FENCED, MetadataVersionError.code)
         elif md.state == OPEN:
-            self._version = event.version
+            # re-replication may have re-pointed a sealed fragment (its entries are all
+            # acknowledged): adopt it, so the retried change or close keeps it
+            self._md, self._version = md, event.version
             self._retry_or_stop(op, event)
         elif op.kind == "close" and md.state == CLOSED:
             self._md, self._version = md, event.version

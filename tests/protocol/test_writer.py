@@ -1,5 +1,7 @@
 """LedgerWriter decisions, event by event."""
 
+import dataclasses
+
 import pytest
 
 from appliance.errors import (
@@ -223,3 +225,37 @@ def test_an_error_inside_a_batch_stops_counting_that_bookie():
     resend = one(ev.SendAdd, applied)
     assert (resend.bookie_id, resend.entry_ids) == ("b4", (0, 1, 2))
     assert one(ev.CompleteAdds, batch_ack(w, resend)).last_entry_id == 2
+
+
+def test_a_sealed_fragment_re_pointed_meanwhile_is_adopted_and_kept():
+    # two fragments: (0: b1 b2 b3), (1: b1 b2 b4); re-replication re-points the
+    # sealed first one from b3 to b5 while the writer goes on
+    w = writer()
+    first = {s.bookie_id: s for s in of(ev.SendAdd, w.add(b"0", 0))}
+    ack(w, first["b1"]), ack(w, first["b2"])
+    sends = {s.bookie_id: s for s in of(ev.SendAdd, w.add(b"1", 0))}
+    change = one(ev.WriteMetadata, ack(w, sends["b3"], code=BookieIOError.code))
+    w.handle(ev.MetadataWritten(change.request_id, 1, OK, version=2))
+    md = change.metadata
+    rereplicated = dataclasses.replace(md, ensembles=((0, ("b1", "b2", "b5")),
+                                                      md.ensembles[1]))
+    close = one(ev.WriteMetadata, w.close(0))
+    reread = one(ev.ReadMetadata, w.handle(ev.MetadataWritten(
+        close.request_id, 2, MetadataVersionError.code)))
+    retry = one(ev.WriteMetadata, w.handle(ev.MetadataRead(reread.request_id, 1, OK,
+                                                          rereplicated, 3)))
+    assert retry.expected_version == 3
+    assert retry.metadata.ensembles[0] == (0, ("b1", "b2", "b5"))  # kept, not overwritten
+    assert retry.metadata.state == "CLOSED"
+    done = w.handle(ev.MetadataWritten(retry.request_id, 1, OK, version=4))
+    assert one(ev.CloseDone, done).code == OK
+
+
+def test_a_changed_last_fragment_still_fences_the_writer():
+    w = writer()
+    close = one(ev.WriteMetadata, w.close(0))
+    reread = one(ev.ReadMetadata, w.handle(ev.MetadataWritten(
+        close.request_id, 1, MetadataVersionError.code)))
+    meddled = dataclasses.replace(metadata(), ensembles=((0, ("b1", "b2", "b5")),))
+    done = w.handle(ev.MetadataRead(reread.request_id, 1, OK, meddled, 3))
+    assert one(ev.CloseDone, done).code == MetadataVersionError.code
