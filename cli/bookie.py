@@ -60,8 +60,8 @@ def recover(bookie_id, passwords, recover_open, dry_run, as_json, config_path):
 
 
 def _opener(bk):
-    def open_ledger(ledger_id: int, password: bytes) -> None:
-        bk.open_ledger(ledger_id, password=password, recovery=True)
+    def open_ledger(ledger_id: int, key: bytes) -> None:
+        bk.open_ledger_with_key(ledger_id, key, recovery=True)
     return open_ledger
 
 

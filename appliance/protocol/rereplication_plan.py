@@ -18,8 +18,12 @@ Guarantees:
 * ``choose_replacement`` never picks a bookie already in the fragment's
   ensemble, the lost bookie itself, or a read-only one; among the rest it
   spreads the load (fewest fragments taken so far in this run).
+* ``plan_sealed`` lists the sealed fragments (all but the last) of an OPEN
+  ledger naming the lost bookie: they can be re-replicated while the writer
+  goes on.
 * ``replace_bookie`` (the CAS transform) changes only the one fragment, only
-  while it still has exactly the ensemble that was planned; it returns
+  while it still has exactly the ensemble that was planned, and never the
+  last fragment of a ledger that is not CLOSED; it returns
   ``None`` when the fragment no longer names the lost bookie (another run
   finished it) and raises ``StalePlanError`` for any other change, so a
   fragment is never re-pointed at a bookie that did not receive its copies.
@@ -96,6 +100,19 @@ def plan_ledger(md: LedgerMetadata, lost: str) -> list[FragmentPlan]:
     return plans
 
 
+def plan_sealed(md: LedgerMetadata, lost: str) -> list[FragmentPlan]:
+    """The *sealed* fragments of an OPEN ledger naming ``lost`` (every
+    fragment but the last: the writer moved on from ``LAC + 1``, so their
+    entries are all acknowledged), with their entry ranges.  Re-pointing
+    them does not disturb the writer (``LedgerMetadata.sealed_bookies_replaced``)."""
+    plans = []
+    for index, (first, ensemble) in enumerate(md.ensembles[:-1]):
+        if lost in ensemble:
+            plans.append(FragmentPlan(md.ledger_id, first, md.ensembles[index + 1][0] - 1,
+                                      tuple(ensemble), md.write_quorum, lost))
+    return plans
+
+
 def runs_to_copy(first_entry_id: int, last_entry_id: int, ensemble_size: int,
                  write_quorum: int, position: int) -> Iterator[tuple[int, int]]:
     """Runs ``(first, last)`` (inclusive) of the entries in
@@ -152,13 +169,14 @@ def replace_bookie(md: LedgerMetadata, plan: FragmentPlan,
     """The CAS transform: ``plan``'s fragment names ``replacement`` where it
     named the lost bookie.  ``None``: nothing to change (already re-pointed).
     ``StalePlanError``: the ledger is no longer as planned."""
-    if md.state != CLOSED:
-        raise StalePlanError(f"ledger {md.ledger_id} is {md.state}, planned as CLOSED")
     for index, (first, ensemble) in enumerate(md.ensembles):
         if first != plan.first_entry_id:
             continue
         if plan.lost not in ensemble:
             return None
+        if md.state != CLOSED and index == len(md.ensembles) - 1:
+            raise StalePlanError(f"ledger {md.ledger_id} is {md.state} and its fragment at "
+                                 f"{first} is the last: its writer may still add to it")
         if tuple(ensemble) != plan.ensemble:
             raise StalePlanError(f"ledger {md.ledger_id} fragment at {first} changed to "
                                  f"{list(ensemble)}")

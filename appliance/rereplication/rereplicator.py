@@ -67,6 +67,7 @@ from appliance.protocol.rereplication_plan import (
     ledger_action,
     matching_key,
     plan_ledger,
+    plan_sealed,
     replace_bookie,
 )
 from ipc.client import Event, Transport
@@ -102,6 +103,7 @@ class RecoveryReport:
     entries_copied: int = 0
     skipped: list[dict] = field(default_factory=list)  # {"ledger_id", "reason"}
     failed: list[dict] = field(default_factory=list)  # {"ledger_id", "reason"}
+    sealed: list[int] = field(default_factory=list)  # open ledgers: sealed fragments done
 
     @property
     def ok(self) -> bool:
@@ -146,12 +148,15 @@ class Rereplicator:
     """Re-replicates the fragments of one lost bookie (see module docstring).
 
     ``ledgers``: a ``LedgerManager``; ``registry``: a ``BookieRegistry``;
-    ``passwords``: the candidate ledger passwords; ``open_ledger(id, password)``
-    fences and closes an open ledger (``Client.open_ledger``), needed only for
+    ``passwords``: the candidate ledger passwords; ``key_for(metadata)``: a
+    ledger's master key without a password (``KeyCustody.unseal``: automatic
+    re-replication), tried after the passwords; ``open_ledger(id, key)``
+    fences and closes an open ledger (``Client.open_ledger_with_key``), needed only for
     ``recover_open``; ``on_progress(line)`` receives progress lines."""
 
     def __init__(self, ledgers, registry, *, passwords: Sequence[bytes] = (b"",),
                  open_ledger: Callable[[int, bytes], object] | None = None,
+                 key_for: Callable[[LedgerMetadata], bytes | None] | None = None,
                  on_progress: Callable[[str], None] | None = None,
                  transport: Transport | None = None,
                  request_timeout_ms: int = REQUEST_TIMEOUT_MS):
@@ -159,6 +164,7 @@ class Rereplicator:
         self.registry = registry
         self._keys = {master_key(bytes(p)): bytes(p) for p in passwords}
         self._open_ledger = open_ledger
+        self._key_for = key_for
         self._progress = on_progress or (lambda line: None)
         self._own_transport = transport is None
         self._transport = transport or Transport()
@@ -201,6 +207,16 @@ class Rereplicator:
                            f"{report.entries_copied} entries copied")
         return report
 
+    def recover_ledger(self, ledger_id: int, lost: str, *, recover_open: bool = False,
+                       sealed_only: bool = False) -> RecoveryReport:
+        """Re-replicate one ledger's fragments naming ``lost``.  ``sealed_only``:
+        an OPEN ledger's sealed fragments are re-pointed and its writer goes
+        on (its last fragment is left to it); ``recover_open``: it is fenced
+        and closed first, then every fragment is re-pointed."""
+        report = RecoveryReport(lost)
+        self._recover_ledger(ledger_id, lost, recover_open, report, sealed_only=sealed_only)
+        return report
+
     def _ledgers_naming(self, bookie_id: str, report: RecoveryReport) -> list[int]:
         """Ledger ids whose metadata names ``bookie_id``; a damaged record is
         reported as failed (the others are still re-replicated)."""
@@ -226,7 +242,7 @@ class Rereplicator:
 
     # -- one ledger -----------------------------------------------------------------
     def _recover_ledger(self, ledger_id: int, lost: str, recover_open: bool,
-                        report: RecoveryReport) -> None:
+                        report: RecoveryReport, sealed_only: bool = False) -> None:
         closed_by_us = False
         for _ in range(REPLAN_TRIES_MAX):
             try:
@@ -237,9 +253,24 @@ class Rereplicator:
                 if closed_by_us:  # our recovery's write-back replaced the lost bookie
                     report.ledgers_recovered.append(ledger_id)
                 return
-            key = self._admit(md, lost, recover_open, report)
+            sealed = sealed_only and md.state != CLOSED and not recover_open
+            key = self._admit(md, lost, recover_open or sealed, report)
             if key is None:
                 return
+            if sealed:
+                try:
+                    self.refresh_live()
+                    if all(self._recover_fragment(md, plan, key, report)
+                           for plan in plan_sealed(md, lost)):
+                        report.sealed.append(ledger_id)
+                    return
+                except StalePlanError as exc:
+                    log.info("ledger %d changed while re-replicating (%s); planning again",
+                             ledger_id, exc)
+                    continue
+                except (CopyError, BKError) as exc:
+                    report.failed.append({"ledger_id": ledger_id, "reason": str(exc)})
+                    return
             if md.state != CLOSED:
                 if not self._close_open(ledger_id, key, report):
                     return
@@ -270,6 +301,8 @@ class Rereplicator:
                 "(close it, or pass --recover-open)")})
             return None
         key = matching_key(md, list(self._keys))
+        if key is None and self._key_for is not None:
+            key = self._key_for(md)
         if key is None:
             report.skipped.append({"ledger_id": md.ledger_id,
                                    "reason": "wrong password (pass its --password)"})
@@ -278,7 +311,7 @@ class Rereplicator:
     def _close_open(self, ledger_id: int, key: bytes, report: RecoveryReport) -> bool:
         invariant(self._open_ledger is not None, "recover_open needs an open_ledger callable")
         try:
-            self._open_ledger(ledger_id, self._keys[key])
+            self._open_ledger(ledger_id, key)
         except NoSuchLedgerError:
             return False
         except BKError as exc:

@@ -13,11 +13,13 @@ from appliance.protocol.rereplication_plan import (
     RECOVER,
     RECOVER_OPEN,
     SKIP_OPEN,
+    FragmentPlan,
     StalePlanError,
     choose_replacement,
     ledger_action,
     matching_key,
     plan_ledger,
+    plan_sealed,
     replace_bookie,
     runs_to_copy,
 )
@@ -150,3 +152,16 @@ def test_every_planned_entry_is_in_the_lost_bookies_write_set_and_sources_are_th
         for entry_id in planned:
             assert plan.sources(entry_id) == tuple(
                 b for b in md.write_set(entry_id) if b != "b")
+
+
+def test_sealed_fragments_of_an_open_ledger_are_planned_and_re_pointed_not_the_last():
+    md = dataclasses.replace(_closed([(0, "abc"), (10, "abd"), (20, "aed")], -1), state=OPEN)
+    plans = plan_sealed(md, "b")
+    assert [(p.first_entry_id, p.last_entry_id) for p in plans] == [(0, 9), (10, 19)]
+    assert plan_sealed(md, "e") == []  # only in the last fragment: its writer's business
+    updated = replace_bookie(md, plans[0], "x")
+    assert updated.state == OPEN and updated.ensembles[0] == (0, ("a", "x", "c"))
+    assert md.sealed_bookies_replaced(updated)
+    last = FragmentPlan(7, 20, 25, ("a", "e", "d"), 3, "e")
+    with pytest.raises(StalePlanError):
+        replace_bookie(md, last, "x")
