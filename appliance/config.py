@@ -119,6 +119,14 @@ class SupervisorConfig:
 
 
 @dataclass(frozen=True)
+class AutoRecoveryConfig:
+    enabled: bool = _key(True)
+    lost_bookie_delay_ms: int = _key(30_000, 0, 86_400_000)
+    check_interval_ms: int = _key(60_000, 100, 86_400_000)
+    open_ledger_grace_ms: int = _key(30_000, 0, 86_400_000)
+
+
+@dataclass(frozen=True)
 class StorageConfig:
     """``[storage]``: the fields of ``storage.options.StorageOptions`` (read
     as ``config.storage.direct_io``)."""
@@ -149,6 +157,7 @@ class ApplianceConfig:
     server: ServerConfig
     client: ClientConfig
     supervisor: SupervisorConfig
+    autorecovery: AutoRecoveryConfig = AutoRecoveryConfig()
 
     @property
     def run_path(self) -> Path:
@@ -181,7 +190,8 @@ class ApplianceConfig:
 
 
 SECTIONS = {"metadata": MetadataConfig, "bookies": BookieConfig, "storage": StorageConfig,
-            "server": ServerConfig, "client": ClientConfig, "supervisor": SupervisorConfig}
+            "server": ServerConfig, "client": ClientConfig, "supervisor": SupervisorConfig,
+            "autorecovery": AutoRecoveryConfig}
 
 
 # -- errors -------------------------------------------------------------------------
@@ -233,7 +243,8 @@ def _build(path: Path, doc: dict) -> ApplianceConfig:
         storage=_storage(doc.get("storage", {})),
         server=_section(doc, "server", ServerConfig, base),
         client=_section(doc, "client", ClientConfig, base),
-        supervisor=_section(doc, "supervisor", SupervisorConfig, base))
+        supervisor=_section(doc, "supervisor", SupervisorConfig, base),
+        autorecovery=_section(doc, "autorecovery", AutoRecoveryConfig, base))
     _check_distinct(config.bookies)
     _check_cross(config)
     return config

@@ -93,23 +93,33 @@ def _print_summary(report) -> None:
 @library_errors
 def underreplicated_(as_json, config_path):
     """List ledgers whose fragments name a bookie that is not registered now
-    (down or gone): what `bkctl bookie recover` would act on.
+    (down or gone): what `bkctl bookie recover` would act on; and the ledgers
+    autorecovery has marked under-replicated (durable marks, `marked`).
 
     \b
     Example:
       bkctl bookie underreplicated --json
     """
     import appliance
+    from appliance.autorecovery.marks import Marks
     from appliance.rereplication.rereplicator import underreplicated
 
     with appliance.connect(config_path) as bk:
         found = underreplicated(bk.ledgers, bk.registry)
+        marks = Marks(bk.ledgers.store).marks()
+    for item in found:
+        item["marked"] = item["ledger_id"] in marks
+    known = {item["ledger_id"] for item in found}
+    for ledger_id, mark in sorted(marks.items()):
+        if ledger_id not in known:  # marked for a live bookie (share lost, decommission)
+            found.append({"ledger_id": ledger_id, "state": None,
+                          "missing": mark.get("missing", []), "marked": True})
     if as_json:
         echo_json(found)
         return
     for item in found:
-        click.echo(f"ledger {item['ledger_id']} ({item['state']}): missing "
-                   f"{', '.join(item['missing'])}")
+        click.echo(f"ledger {item['ledger_id']} ({item['state'] or 'marked'}): missing "
+                   f"{', '.join(item['missing'])}" + (" [marked]" if item["marked"] else ""))
 
 
 @bookie.command(name="info")

@@ -48,10 +48,12 @@ def _register_commands() -> None:
     bench.add_command(bench_repair)
     bench.add_command(bench_boot)
     from cli.admin import down, status, up
+    from cli.autorecovery import autorecovery, decommission
     from cli.bookie import bookie
     from cli.ledger import ledger
 
-    for command in (up, down, status, ledger, bookie):
+    bookie.add_command(decommission)
+    for command in (up, down, status, ledger, bookie, autorecovery):
         cli.add_command(command)
 
 

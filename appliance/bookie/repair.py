@@ -45,6 +45,17 @@ COPY_BATCH_ENTRIES = 256  # entries read from a peer in one request
 PROGRESS_EVERY_S = 5.0
 
 
+def ledger_key(storage, custody, md) -> bytes | None:
+    """A ledger's master key for the appliance's own work (repair,
+    re-replication): the one this bookie stores for it, else the one sealed
+    in its metadata (``appliance.meta.custody``), else None."""
+    if storage.ledger_exists(md.ledger_id):
+        local = storage.get_master_key(md.ledger_id)
+        if local is not None:
+            return local
+    return custody.unseal(md) if custody is not None else None
+
+
 class Repairer:
     """The repair loop of one bookie (see the module docstring).
 
@@ -230,12 +241,7 @@ class Repairer:
         return held
 
     def _key(self, md) -> bytes | None:
-        """This bookie's stored key for the ledger, else the sealed one."""
-        if self.storage.ledger_exists(md.ledger_id):
-            local = self.storage.get_master_key(md.ledger_id)
-            if local is not None:
-                return local
-        return self.custody.unseal(md) if self.custody is not None else None
+        return ledger_key(self.storage, self.custody, md)
 
     def _recover(self, md, key: bytes | None) -> None:
         if key is None:

@@ -97,7 +97,7 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
             log.warning("server.cookie_auto_fix: %s; cookie written, booting through BP-46 "
                         "fence/limbo and repair", adopted)
     storage = LedgerStorage.open(bookie_id, spec.journal_dir, spec.ledger_dir, options)
-    store = server = registry = gc = repairer = None
+    store = server = registry = gc = repairer = autorecovery = None
     try:
         store = open_store(config.metadata.uri, base_dir=config.base_dir,
                            session_timeout_ms=config.metadata.session_timeout_ms,
@@ -144,6 +144,15 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
         gc = LedgerGC(storage, ledger_manager, config.server.gc_interval_ms)
         gc.start()
         repairer.start()  # phase two: in the background, while serving
+        if config.autorecovery.enabled:
+            from appliance.autorecovery.service import AutoRecovery
+            from appliance.bookie.repair import ledger_key
+
+            autorecovery = AutoRecovery(
+                bookie_id, store, ledger_manager, registry, config.autorecovery,
+                key_for=lambda md: ledger_key(storage, custody, md),
+                open_client=lambda: _client(config))
+            autorecovery.start()
         log.info("bookie %s serving on %s (pid %d)", bookie_id, server.endpoint, os.getpid())
         if ready_file:
             _write_ready(ready_file, server.endpoint)
@@ -151,7 +160,7 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
         log.info("bookie %s stopping", bookie_id)
         return 0
     finally:
-        _shutdown(bookie_id, storage, store, server, registry, gc, repairer)
+        _shutdown(bookie_id, storage, store, server, registry, gc, repairer, autorecovery)
 
 
 def _client(config):
@@ -161,9 +170,11 @@ def _client(config):
     return Client(config.path)
 
 
-def _shutdown(bookie_id, storage, store, server, registry, gc, repairer) -> None:
-    if repairer is not None:
-        repairer.stop()
+def _shutdown(bookie_id, storage, store, server, registry, gc, repairer,
+              autorecovery) -> None:
+    for worker in (autorecovery, repairer):
+        if worker is not None:
+            worker.stop()
     if gc is not None:
         gc.stop()
     if registry is not None:

@@ -1,0 +1,177 @@
+"""Autorecovery's state in the metadata store (so it survives any process,
+and works the same when several hosts run supervisors):
+
+* ``/autorecovery/underreplicated/<ledger id>``: a durable mark, JSON
+  ``{"missing": [bookie ids], "reasons": [...], "since_ms": t}``: this
+  ledger has fragments naming bookies that lost their copy;
+* ``/autorecovery/locks/<ledger id>``: an ephemeral node, the worker
+  copying that ledger now; it disappears with the worker's session, so a
+  worker that dies mid-copy leaves the mark for another;
+* ``/autorecovery/auditor``: an ephemeral node, the one active auditor;
+* ``/autorecovery/workers/<worker>``: each worker's ephemeral status;
+* ``/autorecovery/disabled``: present while ``bkctl autorecovery disable``
+  is in force (a maintenance switch honoured by the auditor and workers).
+"""
+
+from __future__ import annotations
+
+import json
+
+from appliance.errors import MetadataVersionError, NodeExistsError, NoNodeError
+
+ROOT = "/autorecovery"
+MARKS = f"{ROOT}/underreplicated"
+LOCKS = f"{ROOT}/locks"
+AUDITOR = f"{ROOT}/auditor"
+WORKERS = f"{ROOT}/workers"
+DISABLED = f"{ROOT}/disabled"
+
+
+def _encode(doc: dict) -> bytes:
+    return json.dumps(doc, sort_keys=True).encode()
+
+
+def _decode(data: bytes) -> dict:
+    try:
+        doc = json.loads(data)
+        return doc if isinstance(doc, dict) else {}
+    except ValueError:
+        return {}
+
+
+class Marks:
+    """The nodes above, over one metadata store."""
+
+    def __init__(self, store):
+        self.store = store
+
+    # -- under-replication marks ---------------------------------------------------
+    def mark(self, ledger_id: int, missing, reason: str, now_ms: int) -> bool:
+        """Add ``missing`` bookies to the ledger's mark (created if absent);
+        True when something changed."""
+        path = f"{MARKS}/{ledger_id}"
+        for _ in range(10):
+            try:
+                data, version = self.store.get(path)
+            except NoNodeError:
+                doc = {"missing": sorted(set(missing)), "reasons": [reason], "since_ms": now_ms}
+                try:
+                    self.store.create(path, _encode(doc), make_parents=True)
+                    return True
+                except NodeExistsError:
+                    continue
+            doc = _decode(data)
+            known = set(doc.get("missing", []))
+            if set(missing) <= known:
+                return False
+            doc["missing"] = sorted(known | set(missing))
+            doc["reasons"] = (doc.get("reasons", []) + [reason])[-5:]
+            try:
+                self.store.set(path, _encode(doc), version)
+                return True
+            except (MetadataVersionError, NoNodeError):
+                continue
+        return False
+
+    def marks(self) -> dict[int, dict]:
+        try:
+            names = self.store.children(MARKS)
+        except NoNodeError:
+            return {}
+        out = {}
+        for name in names:
+            try:
+                out[int(name)] = _decode(self.store.get(f"{MARKS}/{name}")[0])
+            except (NoNodeError, ValueError):
+                continue
+        return out
+
+    def unmark(self, ledger_id: int) -> None:
+        try:
+            self.store.delete(f"{MARKS}/{ledger_id}")
+        except NoNodeError:
+            pass
+
+    # -- per-ledger locks ------------------------------------------------------------
+    def try_lock(self, ledger_id: int, owner: str) -> bool:
+        try:
+            self.store.create(f"{LOCKS}/{ledger_id}", _encode({"owner": owner}),
+                              ephemeral=True, make_parents=True)
+            return True
+        except NodeExistsError:
+            return False
+
+    def unlock(self, ledger_id: int) -> None:
+        try:
+            self.store.delete(f"{LOCKS}/{ledger_id}")
+        except NoNodeError:
+            pass
+
+    def locks(self) -> dict[int, str]:
+        try:
+            names = self.store.children(LOCKS)
+        except NoNodeError:
+            return {}
+        out = {}
+        for name in names:
+            try:
+                out[int(name)] = _decode(self.store.get(f"{LOCKS}/{name}")[0]).get("owner", "?")
+            except (NoNodeError, ValueError):
+                continue
+        return out
+
+    # -- the auditor: one at a time ----------------------------------------------------
+    def try_become_auditor(self, who: str) -> bool:
+        """True if this store's session holds the auditor node (now or already)."""
+        try:
+            self.store.create(AUDITOR, _encode({"auditor": who}), ephemeral=True,
+                              make_parents=True)
+            return True
+        except NodeExistsError:
+            return self.store.ephemeral_owner(AUDITOR) == self.store.session_id
+
+    def auditor(self) -> str | None:
+        try:
+            return _decode(self.store.get(AUDITOR)[0]).get("auditor")
+        except NoNodeError:
+            return None
+
+    # -- worker status ---------------------------------------------------------------
+    def publish_worker(self, who: str, doc: dict) -> None:
+        path = f"{WORKERS}/{who}"
+        try:
+            self.store.set(path, _encode(doc), -1)
+        except NoNodeError:
+            try:
+                self.store.create(path, _encode(doc), ephemeral=True, make_parents=True)
+            except NodeExistsError:
+                pass
+
+    def workers(self) -> dict[str, dict]:
+        try:
+            names = self.store.children(WORKERS)
+        except NoNodeError:
+            return {}
+        out = {}
+        for name in names:
+            try:
+                out[name] = _decode(self.store.get(f"{WORKERS}/{name}")[0])
+            except NoNodeError:
+                continue
+        return out
+
+    # -- the maintenance switch ------------------------------------------------------
+    def enabled(self) -> bool:
+        return not self.store.exists(DISABLED)
+
+    def set_enabled(self, enabled: bool) -> None:
+        if enabled:
+            try:
+                self.store.delete(DISABLED)
+            except NoNodeError:
+                pass
+        else:
+            try:
+                self.store.create(DISABLED, b"", make_parents=True)
+            except NodeExistsError:
+                pass

@@ -1,0 +1,228 @@
+"""Automatic re-replication: the auditor and the replication workers.
+
+Both run in every bookie process (a thread, ``AutoRecovery``), so they live
+as long as the bookies do: with or without the supervisor, and on every host
+once several hosts run bookies.  All their state is in the metadata store
+(``appliance.autorecovery.marks``).
+
+* **Auditor** (one at a time: the bookie whose session holds the ephemeral
+  ``/autorecovery/auditor`` node; another takes over when it dies).  It
+  watches the registry: a bookie that ledgers name and that is not
+  registered for ``autorecovery.lost_bookie_delay_ms`` is *lost* (one that
+  comes back in time is forgotten); every ledger with a fragment naming a
+  lost bookie gets a durable mark.  Every ``check_interval_ms`` it also asks
+  each registered bookie of each CLOSED ledger, whose share is not empty,
+  for the ledger (READ_LAC): one that answers "no such ledger" no longer
+  holds its share, and the ledger is marked for it.
+* **Workers** (one per bookie process): each takes a marked ledger under an
+  ephemeral lock (gone with the worker's session: a worker that dies
+  mid-copy leaves the mark for another), and re-replicates it off each
+  marked bookie with the re-replication engine
+  (``appliance.rereplication.rereplicator``): a CLOSED ledger entirely; an
+  OPEN one's sealed fragments without disturbing its writer; an OPEN one
+  whose *last* fragment still names the bookie ``open_ledger_grace_ms``
+  after the mark (its writer is idle or gone) is fenced and closed first.
+  A fragment is re-pointed by CAS only after every copy was acknowledged
+  durable by the replacement.  The mark is removed once no fragment names
+  a marked bookie.
+* Keys: the bookie's own stored key for the ledger, else the one sealed in
+  its metadata (``appliance.meta.custody``, the same answer as BP-46 repair).
+* ``bkctl autorecovery disable`` (a node in the store) stops the auditor's
+  marking and the workers' next copy at once; ``enable`` resumes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from appliance.autorecovery.marks import Marks
+from appliance.errors import OK, BKError, NoSuchLedgerError
+
+log = logging.getLogger("appliance.autorecovery")
+
+TICK_S = 0.5  # how often the auditor looks at the registry and a worker at the marks
+PROBE_TIMEOUT_MS = 2000
+
+
+class AutoRecovery:
+    """The auditor (when elected) and one worker, in one bookie process."""
+
+    def __init__(self, bookie_id: str, store, ledger_manager, registry, config, *,
+                 key_for, open_client, clock=time.monotonic):
+        self.bookie_id = bookie_id
+        self.marks = Marks(store)
+        self.ledgers = ledger_manager
+        self.registry = registry
+        self.config = config
+        self._key_for = key_for
+        self._open_client = open_client
+        self._client = None
+        self._clock = clock
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.missing_since: dict[str, float] = {}
+        self._seen_live: set[str] = set()
+        self._last_check = -1e18
+        self.stats = {"healed": 0, "entries_copied": 0, "last_error": None, "copying": None,
+                      "auditor": False, "ticks": 0}
+
+    # -- lifecycle ---------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="autorecovery", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        if self._client is not None:
+            self._client.close()
+
+    def _run(self) -> None:
+        from appliance.rereplication.rereplicator import Rereplicator
+
+        with Rereplicator(self.ledgers, self.registry, key_for=self._key_for,
+                          open_ledger=self._open_ledger) as rr:
+            while not self._stop.wait(TICK_S):
+                try:
+                    self.step(rr)
+                except Exception as exc:  # noqa: BLE001 - keep going, say why
+                    self.stats["last_error"] = f"{type(exc).__name__}: {exc}"
+                    log.warning("autorecovery on %s: %s", self.bookie_id, exc)
+
+    def step(self, rr) -> None:
+        now = self._clock()
+        enabled = self.marks.enabled()
+        self.stats["auditor"] = self.marks.try_become_auditor(self.bookie_id)
+        if enabled and self.stats["auditor"]:
+            self.audit(now)
+        if enabled:
+            self.work(rr, now)
+        self.stats["ticks"] += 1
+        self.marks.publish_worker(self.bookie_id, {**self.stats, "enabled": enabled})
+
+    def _open_ledger(self, ledger_id: int, key: bytes) -> None:
+        if self._client is None:
+            self._client = self._open_client()
+        self._client.open_ledger_with_key(ledger_id, key, recovery=True)
+
+    # -- the auditor -------------------------------------------------------------
+    def audit(self, now: float) -> None:
+        live = set(self.registry.available())
+        for bookie in self._seen_live - live:
+            self.missing_since.setdefault(bookie, now)
+        for bookie in live:
+            if self.missing_since.pop(bookie, None) is not None:
+                log.info("autorecovery: %s is back before it was declared lost", bookie)
+        self._seen_live |= live
+        delay_s = self.config.lost_bookie_delay_ms / 1000.0
+        lost = {b for b, since in self.missing_since.items() if now - since >= delay_s}
+        check = now - self._last_check >= self.config.check_interval_ms / 1000.0
+        if not lost and not check:
+            return
+        if check:
+            self._last_check = now
+        for ledger_id in self.ledgers.list_ledgers():
+            try:
+                md, _ = self.ledgers.read_ledger(ledger_id)
+            except NoSuchLedgerError:
+                continue
+            named = md.bookies()
+            for bookie in named - live - set(self.missing_since):
+                self.missing_since[bookie] = now  # named but never seen: the clock starts
+            gone = sorted(named & lost)
+            if gone and self.marks.mark(ledger_id, gone, "bookie lost", _ms()):
+                log.warning("autorecovery: ledger %d under-replicated: %s lost", ledger_id,
+                            ", ".join(gone))
+            if check and md.is_closed:
+                self._check_shares(md, live)
+
+    def _check_shares(self, md, live: set[str]) -> None:
+        from appliance.protocol.repair import share_runs
+
+        for bookie in sorted(md.bookies() & live):
+            if not share_runs(md, bookie):
+                continue
+            code = _read_lac_code(self.registry, bookie, md.ledger_id)
+            if code == NoSuchLedgerError.code and self.marks.mark(
+                    md.ledger_id, [bookie], "bookie no longer holds its share", _ms()):
+                log.warning("autorecovery: %s no longer holds ledger %d: marked", bookie,
+                            md.ledger_id)
+
+    # -- a worker ----------------------------------------------------------------
+    def work(self, rr, now: float) -> None:
+        for ledger_id, mark in sorted(self.marks.marks().items()):
+            if self._stop.is_set() or not self.marks.enabled():
+                return
+            if not self.marks.try_lock(ledger_id, self.bookie_id):
+                continue
+            try:
+                self.stats["copying"] = ledger_id
+                self._heal(rr, ledger_id, mark)
+            except Exception as exc:  # noqa: BLE001 - the mark stays: retried later
+                self.stats["last_error"] = f"ledger {ledger_id}: {type(exc).__name__}: {exc}"
+                log.warning("autorecovery: ledger %d not healed yet: %s", ledger_id, exc)
+            finally:
+                self.stats["copying"] = None
+                self.marks.unlock(ledger_id)
+
+    def _heal(self, rr, ledger_id: int, mark: dict) -> None:
+        try:
+            md, _ = self.ledgers.read_ledger(ledger_id)
+        except NoSuchLedgerError:
+            self.marks.unmark(ledger_id)
+            return
+        marked = [b for b in mark.get("missing", []) if b in md.bookies()]
+        grace_ms = self.config.open_ledger_grace_ms
+        overdue = _ms() - int(mark.get("since_ms", _ms())) >= grace_ms
+        for lost in marked:
+            if md.is_closed:
+                report = rr.recover_ledger(ledger_id, lost)
+            elif lost in md.last_fragment[1] and overdue:
+                log.warning("autorecovery: open ledger %d still writes to lost %s after "
+                            "%d ms: fencing and closing it", ledger_id, lost, grace_ms)
+                report = rr.recover_ledger(ledger_id, lost, recover_open=True)
+            else:
+                report = rr.recover_ledger(ledger_id, lost, sealed_only=True)
+            self.stats["entries_copied"] += report.entries_copied
+            if report.failed:
+                raise BKError("; ".join(f["reason"] for f in report.failed))
+        md, _ = self.ledgers.read_ledger(ledger_id)
+        left = [b for b in marked if b in md.bookies()]
+        if not left:
+            self.marks.unmark(ledger_id)
+            self.stats["healed"] += 1
+            log.warning("autorecovery: ledger %d back to full replication (off %s)",
+                        ledger_id, ", ".join(marked) or "nothing")
+
+
+def _ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _read_lac_code(registry, bookie_id: str, ledger_id: int) -> int | None:
+    """The status of a plain READ_LAC of ``ledger_id`` at ``bookie_id`` (None:
+    no answer)."""
+    import zmq
+
+    from ipc.replies import ErrorReply, decode_reply
+    from ipc.requests import ReadLacRequest, encode_request
+
+    info = registry.available().get(bookie_id)
+    if info is None:
+        return None
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        sock.connect(info["endpoint"])
+        sock.send_multipart(encode_request(ReadLacRequest(ledger_id, request_id=1)))
+        if not sock.poll(PROBE_TIMEOUT_MS, zmq.POLLIN):
+            return None
+        reply = decode_reply(sock.recv_multipart())
+        return reply.status if isinstance(reply, ErrorReply) else OK
+    except (zmq.ZMQError, BKError):
+        return None
+    finally:
+        sock.close()
