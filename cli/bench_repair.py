@@ -1,6 +1,7 @@
-"""``bkctl bench repair`` and ``bkctl bench boot``: BP-46 self-repair rate
-and crash-restart (journal replay) time, on bookie processes of their own
-under a temp dir.  How they are counted: ``appliance.bench.repair``."""
+"""``bkctl bench repair``, ``bench boot`` and ``bench autorecovery``: BP-46
+self-repair rate, crash-restart (journal replay) time and automatic
+re-replication of a lost bookie, on bookie processes of their own under a
+temp dir.  How they are counted: ``appliance.bench.repair``."""
 
 from __future__ import annotations
 
@@ -74,3 +75,30 @@ def boot(journal_mb, entry_bytes, workdir, as_json):
                    f"{r['storage_open_s']:>6.2f} s ({r['replay_mb_per_s']:,.0f} MB/s, "
                    f"{r['replayed_records']} records)  serving after "
                    f"{r['boot_to_serving_s']:>6.2f} s")
+
+
+@click.command("autorecovery")
+@click.option("--mb", type=click.IntRange(min=1), default=1024, show_default=True,
+              help="Data on the lost bookie (one E3/W3/A2 ledger of this size).")
+@click.option("--delay-ms", type=click.IntRange(min=0), default=0, show_default=True,
+              help="autorecovery.lost_bookie_delay_ms for the run.")
+@_common
+@library_errors
+def autorecovery(mb, delay_ms, entry_bytes, workdir, as_json):
+    """A bookie is killed and wiped; nobody acts: time until the appliance
+    has re-replicated its share (no fragment names it), and the copy rate.
+
+    \b
+    Example:
+      bkctl bench autorecovery --mb 1024 --json
+    """
+    from appliance.bench.repair import run_autorecovery_bench
+
+    doc = run_autorecovery_bench(mb * 1024 * 1024, entry_bytes, delay_ms, workdir)
+    if as_json:
+        echo_json(doc)
+        return
+    click.echo(f"autorecovery {doc['bytes'] / 1e6:,.0f} MB ({doc['entries']:,} entries): full "
+               f"redundancy {doc['loss_to_full_redundancy_s']:.1f} s after the loss "
+               f"(delay {delay_ms} ms); copy {doc['entries_per_s']:,.0f} entries/s, "
+               f"{doc['mb_per_s']:,.1f} MB/s")

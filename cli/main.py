@@ -42,9 +42,11 @@ def _register_commands() -> None:
     from cli.bench_spark import spark as bench_spark
 
     bench.add_command(bench_spark)
+    from cli.bench_repair import autorecovery as bench_autorecovery
     from cli.bench_repair import boot as bench_boot
     from cli.bench_repair import repair as bench_repair
 
+    bench.add_command(bench_autorecovery)
     bench.add_command(bench_repair)
     bench.add_command(bench_boot)
     from cli.admin import down, status, up

@@ -166,3 +166,44 @@ def run_boot_bench(journal_sizes: list[int], entry_bytes: int,
             bookies.stop()
             shutil.rmtree(root, ignore_errors=True)
     return rows
+
+
+def run_autorecovery_bench(total_bytes: int, entry_bytes: int, delay_ms: int = 0,
+                           workdir: str | None = None) -> dict:
+    """Four bookies, one E3/W3/A2 ledger of ``total_bytes`` on a victim that
+    is killed and wiped: the time from the kill until no fragment names it
+    (autorecovery alone, ``lost_bookie_delay_ms = delay_ms``), and the copy
+    rate of that time minus the delay."""
+    import appliance
+
+    root = Path(tempfile.mkdtemp(prefix="bkauto", dir=workdir))
+    check_free_space(8 * total_bytes, str(root))
+    bookies = _Bookies(root, 4, client={"ensemble": 3, "write_quorum": 3, "ack_quorum": 2},
+                       autorecovery={"lost_bookie_delay_ms": delay_ms},
+                       metadata={"session_timeout_ms": SESSION_TIMEOUT_MS})
+    try:
+        for b in bookies.config.bookies:
+            bookies.format(b.id)
+            bookies.start(b.id)
+        entries, write_s = _write(bookies.path, total_bytes, entry_bytes, (3, 3, 2))
+        with appliance.connect(str(bookies.path)) as bk:
+            (ledger_id,) = bk.list_ledgers()
+            victim = bk.ledger_metadata(ledger_id).ensembles[0][1][0]
+            spec = bookies.config.bookie(victim)
+            bookies.kill(victim)
+            started = time.monotonic()
+            for d in (spec.journal_dir, spec.ledger_dir):
+                shutil.rmtree(d)
+            wait_for(lambda: victim not in bk.ledger_metadata(ledger_id).bookies(),
+                     REPAIR_TIMEOUT_S, what="re-replication", interval_s=0.05)
+            healed_s = time.monotonic() - started
+        copy_s = max(healed_s - delay_ms / 1000.0, 1e-9)
+        copied = entries * entry_bytes
+        return {"entries": entries, "entry_bytes": entry_bytes, "bytes": copied,
+                "write_s": round(write_s, 3), "lost_bookie_delay_ms": delay_ms,
+                "loss_to_full_redundancy_s": round(healed_s, 3),
+                "copy_s": round(copy_s, 3), "entries_per_s": round(entries / copy_s, 1),
+                "mb_per_s": round(copied / copy_s / 1e6, 1)}
+    finally:
+        bookies.stop()
+        shutil.rmtree(root, ignore_errors=True)
