@@ -71,7 +71,8 @@ def _print_summary(report) -> None:
         if "replacement" in f:
             click.echo(f"ledger {f['ledger_id']} entries {f['first_entry_id']}.."
                        f"{f['last_entry_id']}: {report.bookie_id} -> {f['replacement']} "
-                       f"({verb} {f['entries']})")
+                       f"({verb} {f['entries']}"
+                       f"{'; the recovery had replaced it' if f.get('by_recovery') else ''})")
         else:
             click.echo(f"ledger {f['ledger_id']}: {f['action']}")
     for s in report.skipped:

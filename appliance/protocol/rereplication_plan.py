@@ -113,6 +113,34 @@ def plan_sealed(md: LedgerMetadata, lost: str) -> list[FragmentPlan]:
     return plans
 
 
+def plan_settle(before: LedgerMetadata, after: LedgerMetadata,
+                lost: str) -> list[FragmentPlan]:
+    """After a recovery closed an OPEN ledger (``before`` -> ``after``): the
+    shares its write-back gave to the bookies that took ``lost``'s place.
+
+    Recovery re-writes the unconfirmed tail and, when ``lost`` fails those
+    writes, changes the ensemble: a replacement R enters a fragment of
+    ``after`` at ``lost``'s position.  Those writes were acknowledged at the
+    ack quorum, like any add, so R may not hold all of its share durably yet.
+    Each plan names R as ``lost`` (its sources are the other replicas) and
+    covers the fragment's entries whose write set holds R; copying them to R
+    durably keeps the rule that a lost bookie leaves a fragment only once
+    its replacement is durable."""
+    plans = []
+    for index, (first, ensemble) in enumerate(after.ensembles):
+        previous = next((ens for start, ens in reversed(before.ensembles) if start <= first),
+                        None)
+        if previous is None or len(previous) != len(ensemble):
+            continue
+        last = (min(after.ensembles[index + 1][0] - 1, after.last_entry_id)
+                if index + 1 < len(after.ensembles) else after.last_entry_id)
+        for position, bookie in enumerate(ensemble):
+            if previous[position] == lost and bookie != lost:
+                plans.append(FragmentPlan(after.ledger_id, first, last, tuple(ensemble),
+                                          after.write_quorum, bookie))
+    return plans
+
+
 def runs_to_copy(first_entry_id: int, last_entry_id: int, ensemble_size: int,
                  write_quorum: int, position: int) -> Iterator[tuple[int, int]]:
     """Runs ``(first, last)`` (inclusive) of the entries in

@@ -68,6 +68,7 @@ from appliance.protocol.rereplication_plan import (
     matching_key,
     plan_ledger,
     plan_sealed,
+    plan_settle,
     replace_bookie,
 )
 from ipc.client import Event, Transport
@@ -272,7 +273,8 @@ class Rereplicator:
                     report.failed.append({"ledger_id": ledger_id, "reason": str(exc)})
                     return
             if md.state != CLOSED:
-                if not self._close_open(ledger_id, key, report):
+                if not self._close_open(ledger_id, key, report) \
+                        or not self._settle(md, lost, key, report):
                     return
                 closed_by_us = True
                 continue  # re-read the now closed ledger
@@ -320,6 +322,37 @@ class Rereplicator:
                                             f"{type(exc).__name__}: {exc}"})
             return False
         self._progress(f"ledger {ledger_id}: was open; fenced and closed")
+        return True
+
+    def _settle(self, before: LedgerMetadata, lost: str, key: bytes,
+                report: RecoveryReport) -> bool:
+        """After our recovery closed the ledger: copy, durably, the share its
+        write-back gave each bookie that took ``lost``'s place
+        (``plan_settle``), since those writes were acknowledged at the ack
+        quorum only.  False (reported) when a copy failed or the ledger is gone."""
+        try:
+            after, _ = self.ledgers.read_ledger(before.ledger_id)
+        except NoSuchLedgerError:
+            return False
+        plans = [p for p in plan_settle(before, after, lost) if p.entry_count()]
+        if not plans:
+            return True
+        self.refresh_live()
+        for plan in plans:
+            try:
+                copied = self._copy_fragment(after, plan, key, plan.lost, report)
+            except (ReplacementError, CopyError, BKError) as exc:
+                report.failed.append({"ledger_id": plan.ledger_id, "reason": (
+                    f"the recovery put {plan.lost} in place of {lost} from entry "
+                    f"{plan.first_entry_id}, and its share could not be made durable "
+                    f"there: {exc}")})
+                return False
+            report.fragments.append({"ledger_id": plan.ledger_id,
+                                     "first_entry_id": plan.first_entry_id,
+                                     "last_entry_id": plan.last_entry_id,
+                                     "replacement": plan.lost, "entries": copied,
+                                     "by_recovery": True})
+            self._repointed.add(plan.ledger_id)
         return True
 
     def _recover_closed(self, md: LedgerMetadata, lost: str, key: bytes,

@@ -25,6 +25,8 @@ from tests.support.launch import wait_for, wait_registered
 PW = b"pw"
 OTHER_PW = b"other"
 
+MANUAL = {"enabled": False}  # these tests run the re-replication by hand
+
 
 def _payloads(ledger_tag: int, count: int) -> list[bytes]:
     return [b"ledger %d entry %d " % (ledger_tag, i) + b"x" * (i % 37) for i in range(count)]
@@ -102,7 +104,10 @@ def _replacement_holds(bk, fragment: dict, lost: str, password: bytes) -> int:
 
 
 def test_recover_a_lost_bookie_end_to_end(make_cluster):
-    cluster = make_cluster(5, quorums=(3, 3, 2))
+    # the open ledger's writer never publishes its LAC on its own, so the
+    # recovery re-writes its tail and replaces the lost bookie itself
+    cluster = make_cluster(5, quorums=(3, 3, 2), client={"explicit_lac_interval_ms": 0},
+                           autorecovery=MANUAL)
     config = cluster.config_path
     with appliance.connect(str(config)) as bk:
         wait_registered(bk, 5)
@@ -174,9 +179,20 @@ def test_recover_a_lost_bookie_end_to_end(make_cluster):
 
         # second run: both passwords, open ledgers fenced and closed first
         result = bkctl("bookie", "recover", lost, "--password", "pw",
-                       "--password", "other", "--recover-open", config=config, text=True)
+                       "--password", "other", "--recover-open", "--json", config=config,
+                       text=True)
         assert result.returncode == 0, result.stdout + result.stderr
-        assert "2 ledger(s) re-replicated" in result.stdout
+        second_run = json.loads(result.stdout)
+        # both healed ledgers are reported, also when the recovery's own
+        # ensemble change (the writer never published its LAC) replaced the
+        # lost bookie; then that replacement's share was copied durably too
+        assert sorted(second_run["ledgers_recovered"]) == sorted([stranger.id, writer.id])
+        by_recovery = [f for f in second_run["fragments"] if f.get("by_recovery")]
+        assert [f["ledger_id"] for f in by_recovery] == [writer.id]
+        assert by_recovery[0]["entries"] >= 1
+        for fragment in second_run["fragments"]:
+            password = OTHER_PW if fragment["ledger_id"] == stranger.id else PW
+            assert _replacement_holds(bk, fragment, lost, password) == fragment["entries"]
         with pytest.raises((LedgerFencedError, LedgerClosedError)):
             writer.add(b"after recovery")  # the writer was fenced out
         expected[stranger.id] = stranger_payloads
@@ -213,7 +229,7 @@ def test_recover_a_lost_bookie_end_to_end(make_cluster):
 
 
 def test_no_writable_replacement_or_a_damaged_record_is_reported_metadata_kept(make_cluster):
-    cluster = make_cluster(3, quorums=(3, 3, 2))
+    cluster = make_cluster(3, quorums=(3, 3, 2), autorecovery=MANUAL)
     with appliance.connect(str(cluster.config_path)) as bk:
         wait_registered(bk, 3)
         ledger_id, payloads = _write_closed(bk, 30)
@@ -253,7 +269,7 @@ def _damaged(record: bytes) -> bytes:
 
 
 def test_recover_fails_over_damaged_copies_and_never_copies_them(make_cluster):
-    cluster = make_cluster(4, quorums=(3, 3, 2))
+    cluster = make_cluster(4, quorums=(3, 3, 2), autorecovery=MANUAL)
     with appliance.connect(str(cluster.config_path)) as bk:
         wait_registered(bk, 4)
         first_id, first_payloads = _write_closed(bk, 40, tag=1)
@@ -310,7 +326,7 @@ class _CrashBeforeCas:
 
 
 def test_a_run_that_crashed_before_its_cas_is_finished_by_the_next(make_cluster):
-    cluster = make_cluster(4, quorums=(3, 3, 2))
+    cluster = make_cluster(4, quorums=(3, 3, 2), autorecovery=MANUAL)
     with appliance.connect(str(cluster.config_path)) as bk:
         wait_registered(bk, 4)
         first_id, first_payloads = _write_closed(bk, 60, tag=1)
@@ -336,7 +352,7 @@ def test_a_run_that_crashed_before_its_cas_is_finished_by_the_next(make_cluster)
 
 
 def test_a_replacement_that_refuses_the_copies_is_swapped_for_another(make_cluster):
-    cluster = make_cluster(5, quorums=(3, 3, 2))
+    cluster = make_cluster(5, quorums=(3, 3, 2), autorecovery=MANUAL)
     with appliance.connect(str(cluster.config_path)) as bk:
         wait_registered(bk, 5)
         ledger_id, payloads = _write_closed(bk, 50)

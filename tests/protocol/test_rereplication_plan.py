@@ -20,6 +20,7 @@ from appliance.protocol.rereplication_plan import (
     matching_key,
     plan_ledger,
     plan_sealed,
+    plan_settle,
     replace_bookie,
     runs_to_copy,
 )
@@ -165,3 +166,26 @@ def test_sealed_fragments_of_an_open_ledger_are_planned_and_re_pointed_not_the_l
     last = FragmentPlan(7, 20, 25, ("a", "e", "d"), 3, "e")
     with pytest.raises(StalePlanError):
         replace_bookie(md, last, "x")
+
+
+def test_settle_plans_the_share_a_recovery_gave_the_bookie_that_replaced_the_lost_one():
+    # open: b in a sealed fragment and in the last one; the recovery's
+    # write-back failed on b at entry 14 and put x in its place
+    before = dataclasses.replace(_closed([(0, "abc"), (10, "dbc")], -1), state=OPEN)
+    after = _closed([(0, "abc"), (10, "dbc"), (14, "dxc")], 17)
+    (plan,) = plan_settle(before, after, "b")
+    assert (plan.first_entry_id, plan.last_entry_id, plan.lost) == (14, 17, "x")
+    assert plan.ensemble == ("d", "x", "c") and plan.entry_count() == 4
+    assert {b for e in range(14, 18) for b in plan.sources(e)} == {"d", "c"}
+    # a fragment replaced in place (LAC never published: from entry 0)
+    before = dataclasses.replace(_closed([(0, "abc")], -1), state=OPEN)
+    after = _closed([(0, "axc")], 5)
+    (plan,) = plan_settle(before, after, "b")
+    assert (plan.first_entry_id, plan.last_entry_id, plan.lost) == (0, 5, "x")
+    # the recovery changed nothing about b (sealed fragments keep it): nothing
+    before = dataclasses.replace(_closed([(0, "abc"), (10, "adc")], -1), state=OPEN)
+    assert plan_settle(before, _closed([(0, "abc"), (10, "adc")], 12), "b") == []
+    # E > W: only the entries whose write set holds the replacement's position
+    before = dataclasses.replace(_closed([(0, "abcde")], -1, e=5, w=2), state=OPEN)
+    (plan,) = plan_settle(before, _closed([(0, "axcde")], 9, e=5, w=2), "b")
+    assert _expand(plan.runs()) == [0, 1, 5, 6]
