@@ -11,7 +11,10 @@ modules load on first use (``storage`` and ``ipc`` import
 ``appliance.protocol``, which must not drag the client in).
 """
 
+from appliance.protocol.logs import DLSN
+
 __version__ = "0.1.0"
+__all__ = ["DLSN", "connect"]
 
 
 def connect(target):

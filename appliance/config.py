@@ -127,6 +127,19 @@ class AutoRecoveryConfig:
 
 
 @dataclass(frozen=True)
+class LogConfig:
+    """``[log]``: the log layer's writer (seed 003).  Segments use the
+    ``[client]`` quorums."""
+
+    flush_bytes: int = _key(128 * 1024, 1, 64 * MiB)
+    flush_interval_us: int = _key(1_000, 0, 60_000_000)
+    control_interval_ms: int = _key(2, 0, 3_600_000)
+    segment_bytes_max: int = _key(256 * MiB, 0, 2**50)
+    segment_records_max: int = _key(0, 0, 2**50)
+    segment_age_ms: int = _key(3_600_000, 0, 30 * 86_400_000)
+
+
+@dataclass(frozen=True)
 class StorageConfig:
     """``[storage]``: the fields of ``storage.options.StorageOptions`` (read
     as ``config.storage.direct_io``)."""
@@ -158,6 +171,7 @@ class ApplianceConfig:
     client: ClientConfig
     supervisor: SupervisorConfig
     autorecovery: AutoRecoveryConfig = AutoRecoveryConfig()
+    log: LogConfig = LogConfig()
 
     @property
     def run_path(self) -> Path:
@@ -191,7 +205,7 @@ class ApplianceConfig:
 
 SECTIONS = {"metadata": MetadataConfig, "bookies": BookieConfig, "storage": StorageConfig,
             "server": ServerConfig, "client": ClientConfig, "supervisor": SupervisorConfig,
-            "autorecovery": AutoRecoveryConfig}
+            "autorecovery": AutoRecoveryConfig, "log": LogConfig}
 
 
 # -- errors -------------------------------------------------------------------------
@@ -244,7 +258,8 @@ def _build(path: Path, doc: dict) -> ApplianceConfig:
         server=_section(doc, "server", ServerConfig, base),
         client=_section(doc, "client", ClientConfig, base),
         supervisor=_section(doc, "supervisor", SupervisorConfig, base),
-        autorecovery=_section(doc, "autorecovery", AutoRecoveryConfig, base))
+        autorecovery=_section(doc, "autorecovery", AutoRecoveryConfig, base),
+        log=_section(doc, "log", LogConfig, base))
     _check_distinct(config.bookies)
     _check_cross(config)
     return config
@@ -442,6 +457,10 @@ def _check_cross(c: ApplianceConfig) -> None:
     if cl.ack_quorum > cl.write_quorum:
         raise _Refusal("client.ack_quorum", f"{cl.ack_quorum} is above write_quorum "
                        f"({cl.write_quorum})", "keep ensemble >= write_quorum >= ack_quorum")
+    if c.log.flush_bytes > c.storage.entry_bytes_max:
+        raise _Refusal("log.flush_bytes", f"{c.log.flush_bytes} is above storage."
+                       f"entry_bytes_max ({c.storage.entry_bytes_max}): a log entry could not "
+                       "be stored", "lower log.flush_bytes")
     pairs = [
         ("client.add_batch_entries_max", cl.add_batch_entries_max,
          "server.batch_entries_max", c.server.batch_entries_max),

@@ -61,6 +61,9 @@ class Client:
         from ipc.frames import WireLimits
 
         self.config = config.client if config is not None else ClientConfig()
+        from appliance.config import LogConfig
+
+        self.log_config = config.log if config is not None else LogConfig()
         # the one payload limit (storage.entry_bytes_max); records carry a header
         # and a digest on top, so the wire takes the largest legal record
         self.payload_bytes_max = (config.storage.entry_bytes_max if config is not None
@@ -73,6 +76,9 @@ class Client:
         self._store = open_store(uri, base_dir=base_dir, **kwargs)
         try:
             self.ledgers = LedgerManager(self._store)
+            from appliance.meta.logs import LogManager
+
+            self.logs = LogManager(self._store)
             self.registry = BookieRegistry(self._store)
             self.driver = Driver(self.ledgers, self.registry,
                                  request_timeout_ms=self.config.add_timeout_ms,
@@ -194,6 +200,25 @@ class Client:
         self._check_open()
         check_entry_id("ledger_id", ledger_id)
         self.ledgers.delete_ledger(ledger_id)
+
+    # -- logs (seed 003) ----------------------------------------------------------
+    def log(self, name: str, password: bytes = b""):
+        """A handle on the log ``name`` (``appliance.logs.log.Log``); the log
+        is created by its first writer.  ``password`` protects its segments'
+        ledgers (every writer and reader of the log must give the same)."""
+        from appliance.logs.log import Log
+
+        self._check_open()
+        return Log(self, self.logs, name, _check_password(password), self.log_config)
+
+    def list_logs(self) -> list[str]:
+        self._check_open()
+        return self.logs.list_logs()
+
+    def delete_log(self, name: str, password: bytes = b"") -> None:
+        """Delete a log: its writer is fenced, its segments' ledgers and its
+        metadata removed.  ``NoSuchLogError`` if there is none."""
+        self.log(name, password).delete()
 
     # -- lifecycle --------------------------------------------------------------
     def _check_open(self) -> None:

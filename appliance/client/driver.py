@@ -7,7 +7,8 @@ all arrive on one queue and are applied in order, so the cores need no
 locks and stay exactly the code the simulation runs.  The driver carries
 out the actions the cores return:
 
-* ``SendAdd`` / ``SendRead`` / ``SendReadLac`` -> wire requests (one
+* ``SendAdd`` / ``SendRead`` / ``SendReadLac`` / ``SendWaitLac`` (a long poll,
+  timed out after its own wait plus the request timeout) -> wire requests (one
   ``ADD_PACKED`` per bookie and action, split at ``add_batch_entries_max`` /
   ``add_batch_bytes_max``: adds to one bookie travel batched, their bytes in
   one frame); the reply to a ``SendAdd`` comes back as one ``AddResponses``;
@@ -52,7 +53,7 @@ from appliance.protocol.reader import PackedRecords
 from ipc.client import Transport
 from ipc.packed import AddPackedReply, AddPackedRequest, ReadPackedReply, ReadPackedRequest
 from ipc.replies import ErrorReply, LacReply, ReadReply
-from ipc.requests import ReadLacRequest, ReadRequest, WriteLacRequest
+from ipc.requests import ReadLacRequest, ReadRequest, WaitLacRequest, WriteLacRequest
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +159,9 @@ class Driver:
                 req = ReadLacRequest(action.ledger_id, action.fence,
                                      action.master_key if action.fence else None)
                 self._send(core, action, req)
+            elif kind is ev.SendWaitLac:  # a long poll: its own timeout on top
+                self._send(core, action, WaitLacRequest(action.ledger_id, action.previous_lac,
+                                                        action.timeout_ms), action.timeout_ms)
             elif kind is ev.SetTimer:
                 heapq.heappush(self._timers, (self.now_ms() + action.delay_ms, action.timer_id))
                 self._timer_owner[action.timer_id] = core
@@ -194,11 +198,12 @@ class Driver:
                                                     part.entry_ids, lengths, data,
                                                     action.recovery))
 
-    def _send(self, core, action, request) -> None:
+    def _send(self, core, action, request, extra_timeout_ms: int = 0) -> None:
         bookie_id = action.bookie_id
         try:
             self._ensure_bookie(bookie_id)
-            rid = self.transport.send(bookie_id, request, self.request_timeout_ms)
+            rid = self.transport.send(bookie_id, request,
+                                      self.request_timeout_ms + extra_timeout_ms)
         except (BKError, ValueError) as exc:
             log.debug("cannot send to %s: %s", bookie_id, exc)
             code = exc.code if isinstance(exc, BKError) else BookieUnavailableError.code
@@ -386,7 +391,7 @@ def _translate(action, event, now_ms: int) -> list:
     if kind is ev.SendRead and isinstance(reply, ReadReply):
         return [ev.ReadResponse(action.request_id, action.bookie_id, action.ledger_id,
                                 action.entry_id, OK, reply.data, now_ms)]
-    if kind is ev.SendReadLac and isinstance(reply, LacReply):
+    if (kind is ev.SendReadLac or kind is ev.SendWaitLac) and isinstance(reply, LacReply):
         return [ev.ReadLacResponse(action.request_id, action.bookie_id, action.ledger_id, OK,
                                    reply.lac, now_ms)]
     return _failure_events(action, BookieUnavailableError.code, now_ms)
@@ -403,7 +408,7 @@ def _failure_events(action, code: int, now_ms: int) -> list:
     if kind is ev.SendRead:
         return [ev.ReadResponse(action.request_id, action.bookie_id, action.ledger_id,
                                 action.entry_id, code, None, now_ms)]
-    if kind is ev.SendReadLac:
+    if kind is ev.SendReadLac or kind is ev.SendWaitLac:
         return [ev.ReadLacResponse(action.request_id, action.bookie_id, action.ledger_id, code,
                                    -1, now_ms)]
     return []

@@ -20,7 +20,14 @@ from itertools import repeat
 
 from appliance.checks.record_check import verify_run_fast
 from appliance.client.calls import CALL_TIMEOUT_S_MAX, Entry, check_entry_id, wait_result
-from appliance.errors import OK, BKError, ClientClosedError, NoSuchEntryError, error_for_code
+from appliance.errors import (
+    OK,
+    BKError,
+    BKTimeoutError,
+    ClientClosedError,
+    NoSuchEntryError,
+    error_for_code,
+)
 from appliance.protocol import events as ev
 from appliance.protocol.metadata import CLOSED
 
@@ -346,7 +353,8 @@ class ReadHandle:
         self.id = metadata.ledger_id
         self._key = key
         rcfg = ReaderConfig(read_timeout_ms=client.config.read_timeout_ms,
-                            read_batch_entries=client.config.read_batch_entries_max)
+                            read_batch_entries=client.config.read_batch_entries_max,
+                            long_poll=True)
         self._reader = LedgerReader(metadata, _digest(metadata, key), config=rcfg,
                                     ids=self._driver.ids, verify_batch=verify_run_fast)
         self._waiting: dict[int, Future] = {}
@@ -492,6 +500,32 @@ class ReadHandle:
         done = self._call(lambda: self._reader.read_lac(self._driver.now_ms(), read_id=read_id),
                           read_id)
         return done.lac
+
+    def wait_for_lac(self, above: int, timeout_s: float) -> int:
+        """Block until the LAC exceeds ``above`` or ``timeout_s`` passed;
+        returns the LAC then (``<= above`` on timeout).  The bookies are asked
+        with WAIT_LAC long polls: each answers as soon as it learns a LAC past
+        ``above``, so a tailing reader sees a new entry about one round trip
+        after the writer's next message reached the bookies.  A CLOSED
+        ledger answers at once."""
+        if not isinstance(above, int) or isinstance(above, bool) or above < -1:
+            raise ValueError(f"above must be an int >= -1, got {above!r}")
+        if not isinstance(timeout_s, int | float) or timeout_s < 0:
+            raise ValueError(f"timeout_s must be >= 0, got {timeout_s!r}")
+        read_id = next(self._driver.ids)
+        fut: Future = Future()
+        timeout_ms = max(1, int(timeout_s * 1000))
+
+        def run():
+            self._waiting[read_id] = fut
+            self._driver.run(self._reader, self._reader.wait_for_lac(
+                above, timeout_ms, self._driver.now_ms(), read_id=read_id))
+
+        self._driver.call(run).result()
+        result = wait_result(fut, CALL_TIMEOUT_S_MAX + timeout_s, f"LAC wait on ledger {self.id}")
+        if result.code not in (OK, BKTimeoutError.code):
+            raise error_for_code(result.code, f"ledger {self.id}: {error_for_code(result.code)}")
+        return result.lac
 
     def close(self) -> None:
         self._driver.post(self._driver.unregister, self._reader)

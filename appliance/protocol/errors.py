@@ -207,6 +207,31 @@ class ClientClosedError(BKError):
     code = 32
 
 
+# -- logs (seed 003) -------------------------------------------------------------
+class LogError(BKError):
+    """A log (named stream of records) could not do what was asked."""
+
+    code = 40
+
+
+class LogFencedError(LogError):
+    """A newer writer took the log over: this writer can write no more."""
+
+    code = 41
+
+
+class NoSuchLogError(LogError):
+    """No log of that name."""
+
+    code = 42
+
+
+class LogTruncatedError(LogError):
+    """The position asked for is before the log's truncation point."""
+
+    code = 43
+
+
 _BY_CODE: dict[int, type[BKError]] = {}
 
 
@@ -284,6 +309,10 @@ __all__ = [
     "CookieMismatchError",
     "ConfigError",
     "ClientClosedError",
+    "LogError",
+    "LogFencedError",
+    "NoSuchLogError",
+    "LogTruncatedError",
     "EXPLICIT_NEGATIVE_CODES",
     "error_class",
     "error_for_code",

@@ -22,6 +22,7 @@ Actions (core -> driver)
 ``SendReadBatch``  read a run of entries from one bookie (E == Qw only); reply
                    ``ReadBatchResponse``.
 ``SendReadLac``    ask a bookie its LAC (``fence=True``: the recovery fence).
+``SendWaitLac``    long poll: a bookie's LAC once it exceeds a value, or at a timeout.
 ``SendWriteLac``   tell a bookie the writer's LAC (best effort, no reply needed).
 ``WriteMetadata``  CAS ``metadata`` over ``expected_version``; reply ``MetadataWritten``.
 ``ReadMetadata``   reply ``MetadataRead``.
@@ -90,6 +91,19 @@ class SendReadLac:
     ledger_id: int
     fence: bool
     master_key: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SendWaitLac:
+    """Long poll: the bookie answers (``ReadLacResponse``) once its LAC for
+    the ledger exceeds ``previous_lac``, or with the LAC it has after
+    ``timeout_ms``."""
+
+    request_id: int
+    bookie_id: str
+    ledger_id: int
+    previous_lac: int
+    timeout_ms: int
 
 
 @dataclass(frozen=True, slots=True)

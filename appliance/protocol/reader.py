@@ -68,8 +68,12 @@ class ReaderConfig:
     read_entries_max: int = 10_000
     # Rounds over all replicas of one entry before the read fails.
     read_rounds_max: int = 3
-    # wait_for_lac: how often to ask the bookies while waiting.
+    # wait_for_lac: how often to ask the bookies while waiting (READ_LAC
+    # polls), or, with ``long_poll``, the pause after a round that failed.
     lac_poll_interval_ms: int = 100
+    # wait_for_lac sends WAIT_LAC long polls (a bookie answers as soon as its
+    # LAC passes the value) instead of polling READ_LAC.
+    long_poll: bool = False
     # Entries per SendReadBatch when every bookie stores every entry
     # (E == Qw); 1 = one SendRead per entry.  Bigger: fewer messages (the
     # cost of a read is per message, not per entry); smaller: less to redo
@@ -145,12 +149,13 @@ class _ReadOp:
 
 class _LacOp:
     __slots__ = ("read_id", "purpose", "answered", "errors", "last_error", "above",
-                 "deadline_ms", "round_open")
+                 "deadline_ms", "round_open", "negatives")
 
     def __init__(self, read_id: int, purpose: str, above: int | None, deadline_ms: int | None):
         self.read_id = read_id
         self.purpose = purpose  # "open", "read" or "wait"
         self.answered = 0  # OK or explicit-negative replies this round
+        self.negatives = 0  # of which explicit negatives (the bookie has no such ledger)
         self.errors = 0
         self.last_error = BKTimeoutError.code
         self.above, self.deadline_ms = above, deadline_ms
@@ -425,13 +430,21 @@ class LedgerReader(CoreBase):
         self._send_lac_round(op, now_ms)
 
     def _send_lac_round(self, op: _LacOp, now_ms: int) -> None:
-        op.answered = op.errors = 0
+        op.answered = op.errors = op.negatives = 0
         op.last_error = BKTimeoutError.code
         op.round_open = True
+        long_poll = op.purpose == "wait" and self.config.long_poll
+        wait_ms = max(1, op.deadline_ms - now_ms) if long_poll else 0
         for bookie in self._md.last_fragment[1]:
             request_id = self._next_id()
-            self._lac_requests[request_id] = (op, now_ms)
-            self._out.append(ev.SendReadLac(request_id, bookie, self.ledger_id, False, b""))
+            # a long poll counts as failed only a read timeout after its own
+            self._lac_requests[request_id] = (op, now_ms + wait_ms)
+            if long_poll:
+                self._out.append(ev.SendWaitLac(request_id, bookie, self.ledger_id, op.above,
+                                                wait_ms))
+            else:
+                self._out.append(ev.SendReadLac(request_id, bookie, self.ledger_id, False,
+                                                b""))
         self._arm_tick()
 
     def _on_read_lac_response(self, event: ev.ReadLacResponse) -> None:
@@ -443,8 +456,15 @@ class LedgerReader(CoreBase):
         if event.code == OK:
             self._raise_lac(event.lac)
             op.answered += 1
+            if op.purpose == "wait" and self.config.long_poll and op.round_open \
+                    and self.last_add_confirmed > op.above:
+                op.round_open = False  # one bookie past the mark is enough
+                self._drop_lac_requests(op)
+                self._lac_round_done(op, OK, event.now_ms)
+                return
         elif is_explicit_negative(event.code):
             op.answered += 1  # this bookie has nothing of the ledger: LAC -1
+            op.negatives += 1
         else:
             op.errors += 1
             op.last_error = event.code
@@ -475,6 +495,8 @@ class LedgerReader(CoreBase):
             self._out.append(ev.LacRead(op.read_id, self.ledger_id, OK, lac))
         elif now_ms >= op.deadline_ms:
             self._out.append(ev.LacRead(op.read_id, self.ledger_id, BKTimeoutError.code, lac))
+        elif self.config.long_poll and code == OK and not op.negatives:
+            self._send_lac_round(op, now_ms)  # the bookies answered at their timeout: again
         else:
             delay_ms = min(self.config.lac_poll_interval_ms, op.deadline_ms - now_ms)
             self._poll_timers[self._timer(delay_ms)] = op

@@ -2,7 +2,13 @@
 
 import pytest
 
-from appliance.errors import OK, BKTimeoutError, DataUnknownError, NoSuchEntryError
+from appliance.errors import (
+    OK,
+    BKTimeoutError,
+    DataUnknownError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+)
 from appliance.protocol import events as ev
 from appliance.protocol.entry import pack_entry
 from appliance.protocol.reader import LedgerReader, ReaderConfig
@@ -102,6 +108,47 @@ def test_wait_for_lac_polls_until_it_moves_or_times_out():
         loop.fire_timers(r, now_ms)
     got = one(ev.LacRead, loop.results)
     assert (got.code, got.lac) == (BKTimeoutError.code, 0)
+
+
+def test_wait_for_lac_long_polls_answer_with_the_first_bookie_past_the_mark():
+    loop = Loop(metadata())
+    loop.drop = lambda a: isinstance(a, ev.SendWaitLac)  # answered by hand below
+    r = reader(loop, long_poll=True, lac_poll_interval_ms=10)
+
+    def answer(poll, code=OK, lac=-1, now_ms=0):
+        return loop.run(r, r.handle(ev.ReadLacResponse(poll.request_id, poll.bookie_id, 1, code,
+                                                      lac, now_ms)))
+
+    loop.run(r, r.wait_for_lac(-1, timeout_ms=1000, now_ms=0))
+    polls = of(ev.SendWaitLac, loop.sent)
+    assert sorted(p.bookie_id for p in polls) == ["b1", "b2", "b3"]
+    assert all((p.previous_lac, p.timeout_ms) == (-1, 1000) for p in polls)
+    assert not of(ev.SendReadLac, loop.sent) and loop.results == []
+    answer(polls[1], lac=0, now_ms=5)  # one bookie learnt LAC 0: enough
+    got = one(ev.LacRead, loop.results)
+    assert (got.code, got.lac) == (OK, 0) and r.last_add_confirmed == 0
+    answer(polls[0], lac=0, now_ms=6)  # the others' late answers change nothing
+    assert len(loop.results) == 1
+
+    # every bookie answers at its timeout with nothing new: the wait times out
+    loop.results.clear()
+    loop.sent.clear()
+    loop.run(r, r.wait_for_lac(0, timeout_ms=100, now_ms=10))
+    for poll in of(ev.SendWaitLac, loop.sent):
+        answer(poll, lac=0, now_ms=110)
+    got = one(ev.LacRead, loop.results)
+    assert (got.code, got.lac) == (BKTimeoutError.code, 0)
+
+    # bookies that do not know the ledger yet answer at once: the next round
+    # waits lac_poll_interval_ms instead of spinning
+    loop.results.clear()
+    loop.sent.clear()
+    loop.run(r, r.wait_for_lac(0, timeout_ms=100, now_ms=200))
+    for poll in of(ev.SendWaitLac, loop.sent):
+        answer(poll, code=NoSuchLedgerError.code, now_ms=200)
+    assert len(of(ev.SendWaitLac, loop.sent)) == 3 and loop.results == []
+    loop.fire_timers(r, now_ms=210)
+    assert len(of(ev.SendWaitLac, loop.sent)) == 6
 
 
 def test_closed_ledger_lac_is_its_last_entry():

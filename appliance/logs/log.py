@@ -1,0 +1,100 @@
+"""A handle on one named log: its writer, readers, truncation, deletion."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+
+from appliance.errors import NoSuchLedgerError, NoSuchLogError
+from appliance.logs.reader import LogReader
+from appliance.logs.writer import LogWriter, segment_end
+from appliance.protocol.logs import (
+    DLSN,
+    TRUNCATED,
+    LogMetadata,
+    check_log_name,
+    drop_truncated,
+    take_ownership,
+    truncate,
+)
+
+log = logging.getLogger("appliance.logs")
+
+
+class Log:
+    def __init__(self, client, logs, name: str, password: bytes, config):
+        self._client = client
+        self._logs = logs
+        self.name = check_log_name(name)
+        self._password = password
+        self._config = config
+
+    def writer(self) -> LogWriter:
+        """The log's one writer (the log is created if it does not exist):
+        any earlier writer is fenced (``LogFencedError`` on its next write)."""
+        owner = f"{socket.gethostname()}:{os.getpid()}"
+        return LogWriter(self._client, self._logs, self.name, self._password, self._config,
+                         owner)
+
+    def reader(self, start: DLSN | str | None = None, start_txid: int | None = None) -> LogReader:
+        """A reader from ``start`` (a DLSN, default ``DLSN.FIRST``) or from the
+        first record whose txid is >= ``start_txid``.  ``NoSuchLogError`` if
+        the log does not exist."""
+        if isinstance(start, str):
+            start = DLSN.parse(start)
+        elif start is not None and not isinstance(start, DLSN):
+            raise TypeError(f"start must be a DLSN or 'seq/entry/slot', got "
+                            f"{type(start).__name__}")
+        return LogReader(self._client, self._logs, self.name, self._password, start, start_txid)
+
+    def metadata(self) -> LogMetadata:
+        return self._logs.read_log(self.name)[0]
+
+    def exists(self) -> bool:
+        return self._logs.log_exists(self.name)
+
+    def truncate(self, before: DLSN | str) -> list[int]:
+        """Drop the whole segments entirely before ``before`` (the segment
+        holding it stays) and delete their ledgers; returns the segment
+        numbers dropped.  Finishes an earlier truncation cut short."""
+        before = DLSN.parse(before)
+        md, _ = self._logs.update_log(self.name, lambda m: truncate(m, before))
+        return self._drop_truncated(md)
+
+    def _drop_truncated(self, md: LogMetadata) -> list[int]:
+        doomed = [s for s in md.segments if s.state == TRUNCATED]
+        for seg in doomed:
+            try:
+                self._client.delete_ledger(seg.ledger_id)
+            except NoSuchLedgerError:
+                pass
+        seqs = {s.seq for s in doomed}
+        if seqs:
+            self._logs.update_log(self.name, lambda m: drop_truncated(m, seqs))
+        return sorted(seqs)
+
+    def delete(self) -> None:
+        """Fence any writer, delete every segment's ledger, then the log."""
+        md, _ = self._logs.update_log(self.name, lambda m: take_ownership(m, "deleting"))
+        seg = md.in_progress
+        if seg is not None:  # fence its writer: no add after this is acknowledged
+            segment_end(self._client, seg.seq, seg.ledger_id, self._password)
+        for seg in md.segments:
+            try:
+                self._client.delete_ledger(seg.ledger_id)
+            except NoSuchLedgerError:
+                pass
+        try:
+            self._logs.delete_log_record(self.name)
+        except NoSuchLogError:
+            pass
+        log.info("log %s deleted (%d segments)", self.name, len(md.segments))
+
+
+def describe(md: LogMetadata) -> dict:
+    doc = md.describe()
+    doc["in_progress"] = md.in_progress.seq if md.in_progress is not None else None
+    doc["records"] = md.records
+    return doc
+

@@ -1,0 +1,219 @@
+"""A reader of a log (``Log.reader()``): from a position or a txid, across
+segments, tailing the in-progress one.
+
+* Records come in DLSN order, each once; control entries are skipped.
+* Completed segments are read to their last entry; the in-progress one up
+  to its ledger's LAC, waiting for more with WAIT_LAC long polls
+  (``ReadHandle.wait_for_lac``).  Between polls (every ``POLL_S``) the log's
+  metadata is read again, so a segment completed by a rollover or by a new
+  writer's recovery is read to its end and the reader moves on.
+* ``read()`` returns what is there at once; only when nothing is, it waits up
+  to ``timeout_s`` for the first new record.  A reader resumed at
+  ``last.dlsn.next()`` sees every later record once, with no gap.
+* A position before the log's truncation point is ``LogTruncatedError``
+  (also when a truncation overtakes a slow reader).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import NamedTuple
+
+from appliance.errors import LogTruncatedError, NoSuchEntryError, NoSuchLedgerError
+from appliance.protocol.log_entry import unpack_entry
+from appliance.protocol.logs import COMPLETED, DLSN, check_txid
+
+POLL_S = 0.2  # longest LAC wait before the log's metadata is looked at again
+READ_ENTRIES_MAX = 64  # entries fetched per ledger read
+
+
+class LogRecord(NamedTuple):
+    dlsn: DLSN
+    txid: int
+    payload: bytes
+
+
+class LogReader:
+    def __init__(self, client, logs, name: str, password: bytes, start: DLSN | None = None,
+                 start_txid: int | None = None):
+        if start is not None and start_txid is not None:
+            raise ValueError("give start or start_txid, not both")
+        self._client = client
+        self._logs = logs
+        self.name = name
+        self._password = password
+        self._md, self._version = logs.read_log(name)  # NoSuchLogError
+        self._min_txid = None
+        if start_txid is not None:
+            self._min_txid = check_txid(start_txid)
+            self._pos = self._txid_start(start_txid)
+        else:
+            self._pos = DLSN.parse(start) if start is not None else DLSN.FIRST
+            if start is not None:
+                self._md.check_readable(self._pos)
+            else:
+                self._pos = max(self._pos, self._md.truncated_before)
+        self._seg = None
+        self._rh = None
+        self._next_entry = 0
+        self._pending: deque[LogRecord] = deque()
+        self._closed = False
+
+    @property
+    def position(self) -> DLSN:
+        """Where the next ``read()`` continues (after the last delivered record)."""
+        return self._pending[0].dlsn if self._pending else self._pos
+
+    def _txid_start(self, txid: int) -> DLSN:
+        """The first segment that may hold a record with a txid >= ``txid``."""
+        for seg in self._md.live_segments:
+            if seg.state != COMPLETED or (seg.records and seg.last_txid >= txid):
+                return DLSN(seg.seq, 0, 0)
+        return DLSN(self._md.next_seq, 0, 0)
+
+    # -- reading -----------------------------------------------------------------------
+    def read(self, max_records: int = 1000, timeout_s: float = 1.0) -> list[LogRecord]:
+        """Up to ``max_records`` records, in order; waits up to ``timeout_s``
+        only while there is none (``[]`` when none came)."""
+        if not isinstance(max_records, int) or max_records < 1:
+            raise ValueError(f"max_records must be an int >= 1, got {max_records!r}")
+        if self._closed:
+            from appliance.errors import ClientClosedError
+
+            raise ClientClosedError(f"reader of log {self.name!r} is closed")
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        out: list[LogRecord] = []
+        while len(out) < max_records:
+            while self._pending and len(out) < max_records:
+                out.append(self._pending.popleft())
+            if len(out) >= max_records or not self._fetch(not out, deadline):
+                break
+        if out:
+            self._pos = out[-1].dlsn.next()
+        return out
+
+    def __iter__(self):
+        """Every record from the start position on, tailing forever."""
+        while True:
+            yield from self.read(timeout_s=POLL_S)
+
+    def _refresh(self) -> None:
+        self._md, self._version = self._logs.read_log(self.name)
+
+    def _fetch(self, wait: bool, deadline: float) -> bool:
+        """Decode more records into the pending queue; False when there is
+        nothing more now (after waiting until ``deadline`` if ``wait``)."""
+        while True:
+            seg = self._segment()
+            if seg is None:  # past the last segment: wait for the writer to start one
+                remaining = deadline - time.monotonic()
+                if not wait or remaining <= 0:
+                    return False
+                changed = self._logs.wait_for_change(self.name, self._version,
+                                                     min(remaining, POLL_S))
+                if changed is not None:
+                    self._md, self._version = changed
+                continue
+            end = seg.last_entry_id if seg.state == COMPLETED \
+                else self._rh.last_add_confirmed
+            if self._next_entry <= end:
+                if self._read_entries(seg, min(end, self._next_entry + READ_ENTRIES_MAX - 1)):
+                    return True
+                continue
+            if seg.state == COMPLETED:
+                self._leave_segment(seg.seq + 1)
+                continue
+            remaining = deadline - time.monotonic()
+            if not wait or remaining <= 0:
+                return False
+            lac = self._rh.wait_for_lac(self._next_entry - 1, min(remaining, POLL_S))
+            if lac < self._next_entry:  # nothing new: has the segment been completed?
+                self._refresh()
+                self._check_position()
+                current = self._md.segment(seg.seq)
+                if current is not None and current.state == COMPLETED:
+                    self._seg = current
+                    self._reopen(closed=True)
+
+    def _check_position(self) -> None:
+        if self._pos < self._md.truncated_before:
+            raise LogTruncatedError(f"log {self.name!r}: position {self._pos} was truncated "
+                                    f"while reading (records before "
+                                    f"{self._md.truncated_before} are gone)")
+
+    def _segment(self):
+        """The segment being read (opened), or None past the last one."""
+        if self._seg is not None:
+            return self._seg
+        self._check_position()
+        live = self._md.segments_from(self._pos)
+        if not live:
+            return None
+        seg = live[0]
+        if seg.seq > self._pos.seq:
+            self._pos = DLSN(seg.seq, 0, 0)
+        self._seg = seg
+        try:
+            self._reopen(closed=seg.state == COMPLETED)
+        except NoSuchLedgerError:  # deleted under us: truncated, or the log deleted
+            self._seg = None
+            self._refresh()
+            self._check_position()
+            raise
+        self._next_entry = self._pos.entry_id
+        return self._seg
+
+    def _reopen(self, closed: bool) -> None:
+        if self._rh is not None:
+            self._rh.close()
+            self._rh = None
+        self._rh = self._client.open_ledger(self._seg.ledger_id, self._password, recovery=False)
+        if closed and self._rh.last_add_confirmed < self._seg.last_entry_id:
+            raise NoSuchEntryError(f"log {self.name!r}: segment {self._seg.seq} should end at "
+                                   f"entry {self._seg.last_entry_id}, its ledger "
+                                   f"{self._seg.ledger_id} ends at "
+                                   f"{self._rh.last_add_confirmed}")
+
+    def _leave_segment(self, next_seq: int) -> None:
+        if self._rh is not None:
+            self._rh.close()
+            self._rh = None
+        self._seg = None
+        self._pos = max(self._pos, DLSN(next_seq, 0, 0))
+        if not self._md.segments_from(self._pos):
+            self._refresh()
+
+    def _read_entries(self, seg, last: int) -> bool:
+        """Read entries ``next .. last`` of the segment; True if any record
+        was queued."""
+        first = self._next_entry
+        entries = self._rh.read(first, last)
+        self._next_entry = last + 1
+        queued = False
+        pos, min_txid = self._pos, self._min_txid
+        for entry in entries:
+            header, txids, payloads = unpack_entry(entry.payload)
+            if header.control:
+                continue
+            for slot, (txid, payload) in enumerate(zip(txids, payloads, strict=True)):
+                dlsn = DLSN(seg.seq, entry.entry_id, slot)
+                if dlsn < pos or (min_txid is not None and txid < min_txid):
+                    continue
+                min_txid = None  # txids increase: every later record qualifies
+                self._pending.append(LogRecord(dlsn, txid, payload))
+                queued = True
+        self._min_txid = min_txid
+        return queued
+
+    def close(self) -> None:
+        self._closed = True
+        if self._rh is not None:
+            self._rh.close()
+            self._rh = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

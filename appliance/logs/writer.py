@@ -1,0 +1,380 @@
+"""The one writer of a log (``Log.writer()``).
+
+Opening takes the log over (``take_ownership``: the epoch goes up, every
+older writer is fenced from here), recovers the previous writer's segment if
+it was left IN_PROGRESS (its ledger opened with recovery: fenced and closed
+at its last acknowledged entry, so whatever that writer had acknowledged
+stays and it can add no more), completes it, and starts a segment of its
+own on a new ledger.
+
+Writes: records are buffered and packed many to a ledger entry
+(``appliance.protocol.log_entry``).  An entry leaves when the buffer holds
+``log.flush_bytes``, when its oldest record waited ``log.flush_interval_us``,
+or on ``flush()`` / a blocking ``write()``.  A write's future resolves to its
+``DLSN`` once the entry is acknowledged by the ledger layer (durable on an
+ack quorum), in order.  When the writer is idle after an entry was
+acknowledged it adds one *control* entry (after ``log.control_interval_ms``)
+so the bookies learn the LAC and tailing readers see the last records.
+Rollover: before an entry leaves, a segment over ``log.segment_bytes_max`` /
+``segment_records_max`` / ``segment_age_ms`` is closed, completed and a new
+one started.
+
+Errors are sticky: once a write fails (``LogFencedError`` when a newer writer
+took over; any other ledger error as it came), that write and every later
+one fail with the same error; open a new writer to go on.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import Future
+
+from appliance.client.calls import CALL_TIMEOUT_S_MAX, wait_result
+from appliance.errors import (
+    BKError,
+    ClientClosedError,
+    LedgerClosedError,
+    LedgerFencedError,
+    LogFencedError,
+    NoSuchLedgerError,
+)
+from appliance.protocol.log_entry import (
+    HEADER_BYTES,
+    RECORD_OVERHEAD,
+    EntryHeader,
+    pack_entry,
+    read_header,
+)
+from appliance.protocol.logs import (
+    DLSN,
+    IN_PROGRESS,
+    NO_TXID,
+    RolloverPolicy,
+    SegmentEnd,
+    check_txid,
+    complete_segment,
+    start_segment,
+    take_ownership,
+)
+
+log = logging.getLogger("appliance.logs")
+
+IDLE_WAIT_S = 1.0  # the flusher's longest sleep with nothing to do
+
+
+def as_log_error(exc: BaseException, name: str) -> BaseException:
+    """A ledger error seen by a log writer, as the log's error."""
+    if isinstance(exc, LedgerFencedError | LedgerClosedError):
+        return LogFencedError(f"log {name!r}: another writer took the log over "
+                              f"(this writer's segment was fenced)")
+    return exc
+
+
+def segment_end(client, seq: int, ledger_id: int, password: bytes) -> SegmentEnd:
+    """Recover (fence and close) a segment's ledger and read what it holds
+    from its last entry's header."""
+    try:
+        rh = client.open_ledger(ledger_id, password, recovery=True)
+    except NoSuchLedgerError:
+        return SegmentEnd()
+    try:
+        last = rh.metadata.last_entry_id
+        if last < 0:
+            return SegmentEnd()
+        (entry,) = rh.read(last, last)
+        h = read_header(entry.payload)
+        return SegmentEnd(records=h.records, first_txid=h.first_txid, last_txid=h.last_txid,
+                          last_dlsn=DLSN(seq, h.last_entry, h.last_slot)
+                          if h.last_entry >= 0 else None, last_entry_id=last)
+    finally:
+        rh.close()
+
+
+class LogWriter:
+    def __init__(self, client, logs, name: str, password: bytes, config, owner: str):
+        self._client = client
+        self._logs = logs
+        self.name = name
+        self._password = password
+        self._policy = RolloverPolicy(config.segment_bytes_max, config.segment_records_max,
+                                      config.segment_age_ms)
+        self._flush_bytes = config.flush_bytes
+        self._flush_s = config.flush_interval_us / 1e6
+        self._control_s = config.control_interval_ms / 1000.0
+        self._entry_max = client.payload_bytes_max
+        self.record_bytes_max = self._entry_max - HEADER_BYTES - RECORD_OVERHEAD
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._error: BaseException | None = None
+        self._closed = False
+        self._buf_txids: list[int] = []
+        self._buf_payloads: list[bytes] = []
+        self._buf_futures: list[Future] = []
+        self._buf_bytes = 0
+        self._buf_since = 0.0
+        self._last_add: Future | None = None
+        self._control_due = False  # an entry with records was sent; no entry after it yet
+        self._acked_at = 0.0
+        self.stats = {"entries": 0, "control_entries": 0, "segments_started": 0}
+
+        logs.create_log(name)
+        md, _ = logs.update_log(name, lambda m: take_ownership(m, owner))
+        self.epoch = md.epoch
+        md = self._recover_previous(md)
+        self._last_txid = md.last_txid
+        self._start_segment()
+        self._thread = threading.Thread(target=self._run, name=f"log-writer-{name}",
+                                        daemon=True)
+        self._thread.start()
+
+    # -- segments --------------------------------------------------------------------
+    def _recover_previous(self, md):
+        seg = md.in_progress
+        if seg is None:
+            return md
+        end = segment_end(self._client, seg.seq, seg.ledger_id, self._password)
+        log.info("log %s: recovered segment %d (ledger %d): %d records", self.name, seg.seq,
+                 seg.ledger_id, end.records)
+
+        def done(m):
+            current = m.segment(seg.seq)
+            if current is None or current.state != IN_PROGRESS:
+                return None
+            return complete_segment(m, self.epoch, seg.seq, end)
+        md, _ = self._logs.update_log(self.name, done)
+        return md
+
+    def _start_segment(self) -> None:
+        wh = self._client.create_ledger(password=self._password, custom={"log": self.name})
+        try:
+            md, _ = self._logs.update_log(self.name, lambda m: start_segment(
+                m, self.epoch, wh.id, self._logs.clock_ms()))
+        except BaseException:
+            self._discard(wh)
+            raise
+        self._wh = wh
+        self._seg = md.in_progress
+        self._next_entry = 0
+        self._seg_records = self._seg_bytes = 0
+        self._seg_first = self._seg_last = NO_TXID
+        self._seg_last_data = (-1, 0)
+        self._seg_started = time.monotonic()
+        self.stats["segments_started"] += 1
+
+    def _discard(self, wh) -> None:
+        """A ledger created for a segment the log never took: remove it."""
+        try:
+            wh.close()
+            self._client.delete_ledger(wh.id)
+        except BKError as exc:
+            log.warning("log %s: could not remove unused ledger %d: %s", self.name, wh.id, exc)
+
+    def _complete_current(self) -> None:
+        """Holding the lock: close the segment's ledger (every entry
+        acknowledged) and mark it COMPLETED."""
+        try:
+            self._wh.close()
+        except BKError as exc:
+            raise self._fail(as_log_error(exc, self.name)) from exc
+        seq, (last_entry, last_slot) = self._seg.seq, self._seg_last_data
+        end = SegmentEnd(records=self._seg_records, first_txid=self._seg_first,
+                         last_txid=self._seg_last,
+                         last_dlsn=DLSN(seq, last_entry, last_slot) if last_entry >= 0 else None,
+                         last_entry_id=self._next_entry - 1)
+        try:
+            self._logs.update_log(self.name, lambda m: complete_segment(m, self.epoch, seq, end))
+        except BKError as exc:
+            raise self._fail(exc) from exc
+
+    def _fail(self, exc: BaseException) -> BaseException:
+        if self._error is None:
+            self._error = exc
+        return self._error
+
+    # -- writes ----------------------------------------------------------------------
+    def write(self, payload, txid: int | None = None) -> DLSN:
+        """Append one record; blocks until it is durable; its DLSN."""
+        fut = self.write_async(payload, txid, linger=False)
+        return wait_result(fut, CALL_TIMEOUT_S_MAX, f"write to log {self.name!r}")
+
+    def write_async(self, payload, txid: int | None = None, *, linger: bool = True) -> Future:
+        """Append one record; the future's result is its DLSN.  ``txid``
+        (strictly above the previous one) or previous + 1."""
+        if type(payload) is not bytes:
+            if not isinstance(payload, bytes | bytearray | memoryview):
+                raise TypeError(f"payload must be bytes, got {type(payload).__name__}")
+            payload = bytes(payload)
+        if len(payload) > self.record_bytes_max:
+            raise ValueError(f"record of {len(payload)} bytes exceeds the "
+                             f"{self.record_bytes_max}-byte record limit")
+        if txid is not None:
+            check_txid(txid)
+        fut: Future = Future()
+        size = len(payload) + RECORD_OVERHEAD
+        with self._lock:
+            self._check_usable()
+            if txid is None:
+                txid = self._last_txid + 1 if self._last_txid != NO_TXID else 1
+            elif txid <= self._last_txid:
+                raise ValueError(f"txid {txid} does not increase: the log's last txid is "
+                                 f"{self._last_txid}")
+            if self._buf_bytes + size + HEADER_BYTES > self._entry_max:
+                self._flush_locked()
+            if not self._buf_payloads:
+                self._buf_since = time.monotonic()
+                self._wake.notify()
+            self._last_txid = txid
+            self._buf_txids.append(txid)
+            self._buf_payloads.append(payload)
+            self._buf_futures.append(fut)
+            self._buf_bytes += size
+            if self._buf_bytes >= self._flush_bytes or not linger:
+                self._flush_locked()
+        return fut
+
+    def _check_usable(self) -> None:
+        if self._error is not None:
+            raise self._error
+        if self._closed:
+            raise ClientClosedError(f"writer of log {self.name!r} is closed")
+
+    def _flush_locked(self, control: bool = False) -> None:
+        """Holding the lock: send the buffered records as one entry (or a
+        control entry)."""
+        if not self._buf_payloads and not control:
+            return
+        if self._error is not None:
+            self._fail_buffer(self._error)
+            return
+        txids, payloads, futures = self._buf_txids, self._buf_payloads, self._buf_futures
+        self._buf_txids, self._buf_payloads, self._buf_futures = [], [], []
+        size, self._buf_bytes = self._buf_bytes, 0
+        try:
+            if payloads and self._policy.due(self._seg_bytes, self._seg_records,
+                                             int((time.monotonic() - self._seg_started) * 1000)):
+                self._complete_current()
+                self._start_segment()
+            entry_id = self._next_entry
+            if payloads:
+                self._seg_records += len(payloads)
+                self._seg_bytes += size
+                if self._seg_first == NO_TXID:
+                    self._seg_first = txids[0]
+                self._seg_last = txids[-1]
+                self._seg_last_data = (entry_id, len(payloads) - 1)
+            header = EntryHeader(control and not payloads, len(payloads), self._seg_records,
+                                 self._seg_first, self._seg_last, *self._seg_last_data)
+            data = pack_entry(header, txids, payloads)
+            add = self._wh.add_async(data)
+        except BaseException as exc:
+            err = self._fail(as_log_error(exc, self.name))
+            for fut in futures:
+                fut.set_exception(err)
+            if isinstance(exc, BKError):
+                return
+            raise
+        self._next_entry += 1
+        self._last_add = add
+        self._control_due = bool(payloads)
+        self.stats["entries" if payloads else "control_entries"] += 1
+        seq = self._seg.seq
+        add.add_done_callback(lambda f: self._on_added(f, seq, entry_id, futures))
+
+    def _fail_buffer(self, err: BaseException) -> None:
+        futures, self._buf_futures = self._buf_futures, []
+        self._buf_txids, self._buf_payloads, self._buf_bytes = [], [], 0
+        for fut in futures:
+            fut.set_exception(err)
+
+    def _on_added(self, add: Future, seq: int, entry_id: int, futures: list[Future]) -> None:
+        """Driver thread (no lock taken): settle the records of one entry."""
+        exc = add.exception()
+        if exc is None and add.result() != entry_id:
+            exc = BKError(f"log {self.name!r}: entry {add.result()} acknowledged where "
+                          f"{entry_id} was expected")
+        if exc is not None:
+            err = self._fail(as_log_error(exc, self.name))
+            for fut in futures:
+                fut.set_exception(err)
+            return
+        self._acked_at = time.monotonic()
+        for slot, fut in enumerate(futures):
+            fut.set_result(DLSN(seq, entry_id, slot))
+
+    # -- the flusher: time-based flushes and control entries ---------------------------
+    def _run(self) -> None:
+        with self._lock:
+            while not self._closed:
+                now = time.monotonic()
+                wait = IDLE_WAIT_S
+                try:
+                    if self._buf_payloads:
+                        due = self._buf_since + self._flush_s
+                        if now >= due:
+                            self._flush_locked()
+                            continue
+                        wait = due - now
+                    elif self._control_due and self._control_s and self._error is None:
+                        last = self._last_add
+                        if last is not None and last.done():
+                            due = self._acked_at + self._control_s
+                            if now >= due:
+                                self._flush_locked(control=True)
+                                continue
+                            wait = due - now
+                        else:
+                            wait = min(self._control_s, IDLE_WAIT_S)
+                except BaseException as exc:  # noqa: BLE001 - kept as the writer's error
+                    self._fail(exc)
+                    log.warning("log %s: flush failed: %s", self.name, exc)
+                self._wake.wait(max(wait, 0.0001))
+
+    # -- flush and close ------------------------------------------------------------------
+    def flush(self) -> None:
+        """Send what is buffered and wait until everything written so far is
+        durable (or raise the writer's error)."""
+        with self._lock:
+            self._check_usable()
+            self._flush_locked()
+            last = self._last_add
+        if last is not None:
+            try:
+                wait_result(last, CALL_TIMEOUT_S_MAX, f"flush of log {self.name!r}")
+            except BKError as exc:
+                raise as_log_error(exc, self.name) from exc
+        if self._error is not None:
+            raise self._error
+
+    def close(self) -> None:
+        """Flush, close the segment's ledger and mark the segment COMPLETED.
+        Raises the writer's error if a write had failed (or the close found
+        the writer fenced); a second call does nothing."""
+        with self._lock:
+            if self._closed:
+                return
+            if self._error is None:
+                self._flush_locked()
+            self._closed = True
+            self._wake.notify()
+        self._thread.join(timeout=CALL_TIMEOUT_S_MAX)
+        with self._lock:
+            if self._error is None:
+                try:
+                    self._complete_current()
+                except BKError:
+                    pass  # kept in self._error
+            else:
+                try:  # release the ledger handle; its error is already ours
+                    self._wh.close()
+                except BKError:
+                    pass
+        if self._error is not None:
+            raise self._error
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

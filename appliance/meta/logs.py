@@ -1,0 +1,115 @@
+"""Log metadata (seed 003) on any ``MetadataStore``: one node per log,
+``/logs/<name>``, holding ``LogMetadata.to_bytes()`` in the checksummed
+envelope of ``records.py``; every change goes through one
+read-transform-CAS-retry loop (``update_log``), like ledgers.
+
+Guarantees: a damaged record is ``CorruptMetadataError`` naming its path; a
+missing log is ``NoSuchLogError``; a transform that raises (e.g.
+``LogFencedError`` from a superseded writer's epoch) writes nothing; a CAS
+conflict is retried by re-reading and re-applying the pure transform, so a
+decision is always taken on the current record.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+
+from appliance.errors import (
+    CorruptMetadataError,
+    MetadataVersionError,
+    NodeExistsError,
+    NoNodeError,
+    NoSuchLogError,
+)
+from appliance.meta.records import decode_record, encode_record
+from appliance.protocol.logs import LogMetadata, check_log_name, new_log
+from storage.metadata.api import ANY_VERSION, MetadataStore
+
+LOGS_ROOT = "/logs"
+UPDATE_RETRIES_MAX = 64
+BACKOFF_MS_MAX = 20
+
+LogTransform = Callable[[LogMetadata], LogMetadata | None]
+
+
+def log_path(name: str) -> str:
+    return f"{LOGS_ROOT}/{check_log_name(name)}"
+
+
+class LogManager:
+    def __init__(self, store: MetadataStore, *, sleep: Callable[[float], None] = time.sleep,
+                 rng: random.Random | None = None,
+                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)):
+        self.store = store
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+        self.clock_ms = clock_ms
+
+    def read_log(self, name: str) -> tuple[LogMetadata, int]:
+        path = log_path(name)
+        try:
+            data, version = self.store.get(path)
+        except NoNodeError as exc:
+            raise NoSuchLogError(f"log {name!r} does not exist") from exc
+        md = LogMetadata.from_bytes(decode_record(data, path), where=path)
+        if md.name != name:
+            raise CorruptMetadataError(f"{path}: holds log {md.name!r}")
+        return md, version
+
+    def log_exists(self, name: str) -> bool:
+        return self.store.exists(log_path(name))
+
+    def create_log(self, name: str) -> tuple[LogMetadata, int]:
+        """Create the log if it does not exist; its (metadata, version) either way."""
+        md = new_log(name, self.clock_ms())
+        try:
+            self.store.create(log_path(name), encode_record(md.to_bytes()), make_parents=True)
+        except NodeExistsError:
+            pass
+        return self.read_log(name)
+
+    def list_logs(self) -> list[str]:
+        try:
+            return sorted(self.store.children(LOGS_ROOT))
+        except NoNodeError:
+            return []
+
+    def update_log(self, name: str, transform: LogTransform, *,
+                   retries_max: int = UPDATE_RETRIES_MAX) -> tuple[LogMetadata, int]:
+        """Read, apply the pure ``transform``, CAS; a conflict re-reads and
+        re-applies.  The transform may raise (nothing written) or return
+        ``None`` / the same record (no change)."""
+        path = log_path(name)
+        for attempt in range(retries_max + 1):
+            current, version = self.read_log(name)
+            updated = transform(current)
+            if updated is None or updated == current:
+                return current, version
+            try:
+                new_version = self.store.set(path, encode_record(updated.to_bytes()), version)
+                return updated, new_version
+            except NoNodeError as exc:
+                raise NoSuchLogError(f"log {name!r} was deleted") from exc
+            except MetadataVersionError:
+                self._sleep(self._rng.random() * min(BACKOFF_MS_MAX, attempt + 1) / 1000)
+        raise MetadataVersionError(f"{path}: gave up after {retries_max} conflicts")
+
+    def wait_for_change(self, name: str, version: int,
+                        timeout_s: float) -> tuple[LogMetadata, int] | None:
+        """Block until the log's version is not ``version`` (None on timeout)."""
+        path = log_path(name)
+        try:
+            changed = self.store.wait_for_change(path, version, timeout_s)
+        except NoNodeError as exc:
+            raise NoSuchLogError(f"log {name!r} does not exist") from exc
+        if changed is None:
+            return None
+        return LogMetadata.from_bytes(decode_record(changed[0], path), where=path), changed[1]
+
+    def delete_log_record(self, name: str, expected_version: int = ANY_VERSION) -> None:
+        try:
+            self.store.delete(log_path(name), expected_version)
+        except NoNodeError as exc:
+            raise NoSuchLogError(f"log {name!r} does not exist") from exc
