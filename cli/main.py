@@ -53,9 +53,10 @@ def _register_commands() -> None:
     from cli.autorecovery import autorecovery, decommission
     from cli.bookie import bookie
     from cli.ledger import ledger
+    from cli.log import log
 
     bookie.add_command(decommission)
-    for command in (up, down, status, ledger, bookie, autorecovery):
+    for command in (up, down, status, ledger, log, bookie, autorecovery):
         cli.add_command(command)
 
 

@@ -172,3 +172,89 @@ def test_truncate_drops_whole_segments_and_their_ledgers_and_delete_removes_the_
             bk.ledger_metadata(ledger_id)
     with pytest.raises(NoSuchLogError):
         log.reader()
+
+
+def test_bkctl_log_commands(make_cluster):
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.support.bkctl import REPO, bkctl
+
+    cluster = make_cluster(3, quorums=(3, 3, 2), log=SMALL_SEGMENTS,
+                           autorecovery={"enabled": False})
+    config = cluster.config_path
+    with appliance.connect(str(config)) as client:
+        wait_registered(client, 3)
+    lines = b"".join(b"line %d\n" % i for i in range(120))
+    result = bkctl("log", "append", "events", "-", "--txid-from", "500", config=config,
+                   input=lines)
+    assert result.returncode == 0, result.stderr
+    last = DLSN.parse(result.stdout.decode().strip())
+    assert b"120 record(s)" in result.stderr
+
+    result = bkctl("log", "list", "--json", config=config, text=True)
+    assert json.loads(result.stdout) == ["events"]
+    result = bkctl("log", "describe", "events", "--json", config=config, text=True)
+    doc = json.loads(result.stdout)
+    assert doc["records"] == 120 and doc["last_txid"] == 619
+    assert doc["segments"][-1]["last_dlsn"] == str(last)
+
+    result = bkctl("log", "read", "events", config=config)
+    assert result.returncode == 0 and result.stdout == lines
+    result = bkctl("log", "read", "events", "--from-txid", "610", "--json", config=config,
+                   text=True)
+    docs = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [d["txid"] for d in docs] == list(range(610, 620))
+    assert docs[-1]["dlsn"] == str(last)
+
+    # --follow tails: records appended later show up; Ctrl-C ends it cleanly
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", "log", "read", "events", "--from", str(last),
+         "--follow", "--config", str(config)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert follow.stdout.readline() == b"line 119\n"
+        assert bkctl("log", "append", "events", "-", config=config,
+                     input=b"later 1\nlater 2\n").returncode == 0
+        assert follow.stdout.readline() == b"later 1\n"
+        assert follow.stdout.readline() == b"later 2\n"
+        follow.send_signal(signal.SIGINT)
+        assert follow.wait(timeout=30) == 0
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+            follow.wait()
+
+    # bad input: one clear line, non-zero exit
+    result = bkctl("log", "read", "events", "--from", "1/x/0", config=config, text=True)
+    assert result.returncode != 0 and "bad DLSN" in result.stderr
+    result = bkctl("log", "read", "nope", config=config, text=True)
+    assert result.returncode != 0 and "NoSuchLogError" in result.stderr
+
+    result = bkctl("log", "truncate", "events", "--before", str(last), config=config, text=True)
+    assert result.returncode == 0 and "segment(s) dropped" in result.stdout
+    result = bkctl("log", "delete", "events", config=config, text=True)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(bkctl("log", "list", "--json", config=config, text=True).stdout) == []
+
+
+def test_read_handle_waits_for_the_lac_with_long_polls(bk):
+    lh = bk.create_ledger(3, 3, 2)
+    lh.add(b"zero")
+    lh.add(b"one")  # carries LAC 0 to the bookies
+    rh = bk.open_ledger(lh.id, recovery=False)
+    assert rh.last_add_confirmed == 0
+    assert rh.wait_for_lac(0, timeout_s=0.2) == 0  # nothing new: times out, LAC unchanged
+    waited: list = []
+    t = threading.Thread(target=lambda: waited.append(rh.wait_for_lac(0, timeout_s=30)))
+    t.start()
+    lh.add(b"two")  # carries LAC 1: the long polls answer
+    t.join(timeout=60)
+    assert waited == [1] and rh.read(1, 1)[0].payload == b"one"
+    with pytest.raises(ValueError):
+        rh.wait_for_lac(-2, timeout_s=1)
+    rh.close()
+    lh.close()

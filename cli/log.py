@@ -1,0 +1,221 @@
+"""bkctl log: list, describe, append to, read (and follow), truncate and
+delete logs (seed 003; docs/LOGS.md).  A few lines each over the client
+binding's ``Client.log``."""
+
+from __future__ import annotations
+
+import base64
+import json
+import signal
+import sys
+
+import click
+
+from cli.common import config_option, echo_json, json_option, library_errors
+
+APPEND_WINDOW = 10_000  # records written before their positions are awaited
+
+
+def _connect(config_path: str):
+    import appliance
+
+    return appliance.connect(config_path)
+
+
+def _password(f):
+    return click.option("--password", default="",
+                        help="The log's password (every writer and reader gives the "
+                             "same; default: none).")(f)
+
+
+def _dlsn(ctx, param, value):
+    if value is None:
+        return None
+    from appliance import DLSN
+
+    try:
+        return DLSN.parse(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+
+
+@click.group()
+def log():
+    """Named logs: streams of records on ledgers, one writer, tailing readers
+    (docs/LOGS.md)."""
+
+
+@log.command(name="list")
+@json_option
+@config_option
+@library_errors
+def list_(as_json, config_path):
+    """List log names.
+
+    \b
+    Example:
+      bkctl log list --json
+    """
+    with _connect(config_path) as bk:
+        names = bk.list_logs()
+    if as_json:
+        echo_json(names)
+    else:
+        for name in names:
+            click.echo(name)
+
+
+@log.command()
+@click.argument("name")
+@json_option
+@config_option
+@library_errors
+def describe(name, as_json, config_path):
+    """Show a log's segments: sequence number, ledger id, state, first/last
+    txid, last DLSN and records.
+
+    \b
+    Example:
+      bkctl log describe orders --json
+    """
+    from appliance.logs.log import describe as describe_log
+
+    with _connect(config_path) as bk:
+        doc = describe_log(bk.logs.read_log(name)[0])
+    if as_json:
+        echo_json(doc)
+        return
+    click.echo(f"log {doc['name']}: {len(doc['segments'])} segment(s), "
+               f"{doc['records']} record(s) in completed segments, last txid "
+               f"{doc['last_txid']}, writer epoch {doc['epoch']} ({doc['owner'] or 'none'}), "
+               f"truncated before {doc['truncated_before']}")
+    for s in doc["segments"]:
+        click.echo(f"  segment {s['seq']}: ledger {s['ledger_id']} {s['state']:<11} "
+                   f"records {s['records']:<8} txids {s['first_txid']}..{s['last_txid']} "
+                   f"last {s['last_dlsn']}")
+
+
+@log.command()
+@click.argument("name")
+@click.argument("file", type=click.File("rb"))
+@click.option("--txid-from", type=int, default=None,
+              help="The first record's txid (the next ones count up from it); default: "
+                   "the log's last txid + 1.")
+@_password
+@config_option
+@library_errors
+def append(name, file, txid_from, password, config_path):
+    """Write each line of FILE ('-' for stdin) as a record of log NAME
+    (created if needed) and print the last record's DLSN.
+
+    \b
+    Example:
+      seq 1 1000 | bkctl log append orders -
+      bkctl log append orders events.txt --txid-from 5000
+    """
+    with _connect(config_path) as bk:
+        with bk.log(name, password.encode()).writer() as w:
+            pending, last, txid, count = [], None, txid_from, 0
+            for line in file:
+                pending.append(w.write_async(line.rstrip(b"\n"), txid))
+                txid = None if txid is None else txid + 1
+                count += 1
+                if len(pending) >= APPEND_WINDOW:
+                    last = pending[-1].result()
+                    pending.clear()
+            w.flush()
+            if pending:
+                last = pending[-1].result()
+    if last is None:
+        click.echo("no records written", err=True)
+        return
+    click.echo(str(last))
+    click.echo(f"{count} record(s) written to log {name}", err=True)
+
+
+@log.command()
+@click.argument("name")
+@click.option("--from", "start", callback=_dlsn, default=None, metavar="DLSN",
+              help="Start at this position (seq/entry/slot, as printed by append).")
+@click.option("--from-txid", type=int, default=None,
+              help="Start at the first record whose txid is >= this.")
+@click.option("--follow", "-f", is_flag=True,
+              help="Keep waiting for new records (like tail -f) until Ctrl-C.")
+@_password
+@json_option
+@config_option
+@library_errors
+def read(name, start, from_txid, follow, password, as_json, config_path):
+    """Print the records of log NAME, one per line (--json: one object per
+    record per line: dlsn, txid, payload base64).
+
+    \b
+    Example:
+      bkctl log read orders
+      bkctl log read orders --from 3/17/0 --json
+      bkctl log read orders --from-txid 5000 --follow
+    """
+    if start is not None and from_txid is not None:
+        raise click.UsageError("give --from or --from-txid, not both")
+    out = sys.stdout.buffer
+    stop = []
+    if follow:  # Ctrl-C / SIGTERM end the tail cleanly, after the records printed
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.append(True))
+    with _connect(config_path) as bk:
+        with bk.log(name, password.encode()).reader(start=start, start_txid=from_txid) as r:
+            while not stop:
+                records = r.read(max_records=1000, timeout_s=0.2 if follow else 0)
+                for rec in records:
+                    out.write(_format(rec, as_json))
+                out.flush()
+                if not records and not follow:
+                    break
+
+
+def _format(rec, as_json: bool) -> bytes:
+    if not as_json:
+        return rec.payload + b"\n"
+    doc = {"dlsn": str(rec.dlsn), "txid": rec.txid,
+           "payload": base64.b64encode(rec.payload).decode()}
+    return json.dumps(doc, sort_keys=True).encode() + b"\n"
+
+
+@log.command()
+@click.argument("name")
+@click.option("--before", callback=_dlsn, required=True, metavar="DLSN",
+              help="Drop the records before this position (whole segments: the segment "
+                   "holding it stays).")
+@_password
+@config_option
+@library_errors
+def truncate(name, before, password, config_path):
+    """Drop the whole segments of log NAME before DLSN and delete their
+    ledgers.
+
+    \b
+    Example:
+      bkctl log truncate orders --before 12/0/0
+    """
+    with _connect(config_path) as bk:
+        dropped = bk.log(name, password.encode()).truncate(before)
+    click.echo(f"{len(dropped)} segment(s) dropped" +
+               (f": {', '.join(map(str, dropped))}" if dropped else ""))
+
+
+@log.command()
+@click.argument("name")
+@_password
+@config_option
+@library_errors
+def delete(name, password, config_path):
+    """Delete log NAME: its writer is fenced, its segments' ledgers and its
+    metadata removed.
+
+    \b
+    Example:
+      bkctl log delete orders
+    """
+    with _connect(config_path) as bk:
+        bk.delete_log(name, password.encode())
+    click.echo(f"log {name} deleted")
