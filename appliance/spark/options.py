@@ -14,6 +14,9 @@ before anything connects.  Option names are case-insensitive (as in Spark).
 | ``minPartitions`` | driver's CPUs | split further until there are this many (default: |
 |  |  | not below 10000 entries each) |
 | ``readTimeoutMs`` | 5000 | deadline of one batched read before failing over |
+| ``log`` | (none) | read this log's records instead of ledgers (schema |
+|  |  | ``dlsn string, txid long, payload binary``); not with ``ledgers`` or |
+|  |  | the entry bounds |
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class ScanOptions:
     max_entries_per_partition: int = MAX_ENTRIES_PER_PARTITION
     min_partitions: int | None = None  # None: the driver's CPUs, pieces >= 10000
     read_timeout_ms: int = 5000
+    log: str | None = None  # a log's records instead of ledgers
 
     def start_for(self, ledger_id: int) -> int:
         if isinstance(self.starting, int):
@@ -73,13 +77,18 @@ def parse_options(raw: Mapping[str, str]) -> ScanOptions:
                                             MAX_ENTRIES_PER_PARTITION),
         min_partitions=_positive("minPartitions", opts.pop("minpartitions", None), None),
         read_timeout_ms=_positive("readTimeoutMs", opts.pop("readtimeoutms", None), 5000),
+        log=_log_name(opts.pop("log", None)),
     )
+    if out.log is not None and (out.ledgers is not None or out.starting != 0
+                                or out.ending != ID_MAX):
+        raise ValueError("bookkeeper source: option log reads a whole log; do not combine it "
+                         "with ledgers, startingEntry or endingEntry")
     if (out.min_partitions or 0) > PARTITIONS_MAX:
         raise ValueError(f"option minPartitions must be <= {PARTITIONS_MAX}, got "
                          f"{out.min_partitions}")
     if opts:
         raise ValueError(f"bookkeeper source: unknown option(s) {sorted(opts)}; known: config, "
-                         "metadata, ledgers, password, startingEntry, endingEntry, "
+                         "metadata, ledgers, log, password, startingEntry, endingEntry, "
                          "maxEntriesPerPartition, minPartitions, readTimeoutMs")
     return out
 
@@ -128,3 +137,14 @@ def _bound(name: str, text, keyword: str, default: int):
         raise ValueError(f"option {name} must be a JSON object of ledger id -> entry id")
     return {_int(f"{name} (ledger id)", k): _int(f"{name} (entry id)", v)
             for k, v in doc.items()}
+
+
+def _log_name(text) -> str | None:
+    if text is None:
+        return None
+    from appliance.protocol.logs import check_log_name
+
+    try:
+        return check_log_name(str(text))
+    except ValueError as exc:
+        raise ValueError(f"option log: {exc}") from None

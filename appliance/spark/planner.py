@@ -53,11 +53,12 @@ class BookKeeperPartition(InputPartition):
     """One Spark task: ledger ranges read in order by one ``BulkReader``."""
 
     def __init__(self, index: int, ranges: tuple[LedgerRange, ...], endpoints: dict[str, str],
-                 read_config: BulkReadConfig):
+                 read_config: BulkReadConfig, segments: dict[int, int] | None = None):
         super().__init__(index)
         self.ranges = ranges
         self.endpoints = endpoints
         self.read_config = read_config
+        self.segments = segments  # a log scan: ledger id -> segment number
 
     def __repr__(self) -> str:
         spans = ", ".join(f"{r.metadata.ledger_id}:{r.first_entry_id}..{r.last_entry_id}"
@@ -77,8 +78,12 @@ def plan_partitions(options: ScanOptions, bounds: Bounds) -> list[BookKeeperPart
     except BKError as exc:
         raise type(exc)(f"bookkeeper source: cannot reach the appliance ({options.where}): "
                         f"{exc}") from exc
+    segments = None
     with client:
-        ranges = ledger_ranges(client, options, bounds)
+        if options.log is not None:
+            ranges, segments = log_ranges(client, options)
+        else:
+            ranges = ledger_ranges(client, options, bounds)
         endpoints = _endpoints(client, config)
     entry_bytes_max = (config.wire_limits().entry_bytes_max if config is not None
                        else BulkReadConfig().entry_bytes_max)
@@ -90,8 +95,40 @@ def plan_partitions(options: ScanOptions, bounds: Bounds) -> list[BookKeeperPart
                               DEFAULT_SPLIT_ENTRIES_MIN, multiple_of=cpus)
     else:
         pieces = split_ranges(ranges, options.max_entries_per_partition, options.min_partitions)
-    return [BookKeeperPartition(i, tuple(p), endpoints, read_config)
+    return [BookKeeperPartition(i, tuple(p), endpoints, read_config,
+                                {r.metadata.ledger_id: segments[r.metadata.ledger_id]
+                                 for r in p} if segments is not None else None)
             for i, p in enumerate(pieces)]
+
+
+def log_ranges(client, options: ScanOptions) -> tuple[list[LedgerRange], dict[int, int]]:
+    """A log scan: every live segment's entries (COMPLETED: to its last
+    entry; the IN_PROGRESS one: to the LAC read now, without disturbing the
+    writer), and each ledger's segment number."""
+    from appliance.errors import NoSuchLogError
+    from appliance.protocol.logs import COMPLETED
+
+    try:
+        md, _ = client.logs.read_log(options.log)
+    except NoSuchLogError:
+        raise NoSuchLogError(f"bookkeeper source: log {options.log!r} does not exist "
+                             f"({options.where})") from None
+    ranges, segments = [], {}
+    for seg in md.live_segments:
+        try:
+            ledger = client.ledger_metadata(seg.ledger_id)
+        except NoSuchLedgerError:
+            raise NoSuchLedgerError(f"bookkeeper source: segment {seg.seq} of log "
+                                    f"{options.log!r} (ledger {seg.ledger_id}) is gone: "
+                                    "truncated or deleted while planning") from None
+        if seg.state == COMPLETED:
+            last = seg.last_entry_id
+        else:
+            ledger, last = _readable_end(client, ledger, options)
+        if last >= 0:
+            ranges.append(LedgerRange(ledger, 0, last))
+            segments[seg.ledger_id] = seg.seq
+    return ranges, segments
 
 
 def ledger_ranges(client, options: ScanOptions, bounds: Bounds) -> list[LedgerRange]:

@@ -29,11 +29,16 @@ SCHEMA_DDL = "ledger_id long not null, entry_id long not null, payload binary no
 ARROW_SCHEMA = pa.schema([pa.field("ledger_id", pa.int64(), nullable=False),
                           pa.field("entry_id", pa.int64(), nullable=False),
                           pa.field("payload", pa.binary(), nullable=False)])
+LOG_SCHEMA_DDL = "dlsn string not null, txid long not null, payload binary not null"
 # Rows and payload bytes per Arrow record batch.  Bigger batches amortise the
 # per-batch cost in the Python worker and the JVM; smaller ones bound memory.
 # Bytes stay far below 2 GiB, the limit of binary's int32 offsets.
 BATCH_ROWS_MAX = 65536
 BATCH_BYTES_MAX = 32 * 1024 * 1024
+
+
+def _is_log_scan(options) -> bool:
+    return any(str(k).lower() == "log" for k in options)
 
 
 class BookKeeperDataSource(DataSource):
@@ -44,10 +49,10 @@ class BookKeeperDataSource(DataSource):
         return "bookkeeper"
 
     def schema(self) -> str:
-        return SCHEMA_DDL
+        return LOG_SCHEMA_DDL if _is_log_scan(self.options) else SCHEMA_DDL
 
     def reader(self, schema) -> DataSourceReader:
-        _check_schema(schema)
+        _check_schema(schema, _is_log_scan(self.options))
         return BookKeeperReader(dict(self.options))
 
 
@@ -56,7 +61,7 @@ class BookKeeperPushdownDataSource(BookKeeperDataSource):
     (registered when ``spark.sql.python.filterPushdown.enabled`` is on)."""
 
     def reader(self, schema) -> DataSourceReader:
-        _check_schema(schema)
+        _check_schema(schema, _is_log_scan(self.options))
         return BookKeeperPushdownReader(dict(self.options))
 
 
@@ -77,23 +82,35 @@ class BookKeeperReader(DataSourceReader):
 
         if not isinstance(partition, BookKeeperPartition):
             return iter(())  # nothing to read: Spark plans one empty partition
+        if partition.segments is not None:
+            from appliance.spark.logs import read_log_partition
+
+            return read_log_partition(partition, self.options.password)
         return read_partition(partition, self.options.password)
 
 
 class BookKeeperPushdownReader(BookKeeperReader):
     def pushFilters(self, filters):  # noqa: N802 - Spark's name
+        if self.options.log is not None:  # no ledger_id / entry_id columns: Spark filters
+            return list(filters)
         self.bounds, rest = push_filters(filters)
         return rest
 
 
-def _check_schema(schema) -> None:
-    from pyspark.sql.types import BinaryType, LongType, StructField, StructType
+def _check_schema(schema, log: bool = False) -> None:
+    from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
-    expected = StructType([StructField("ledger_id", LongType(), False),
-                           StructField("entry_id", LongType(), False),
-                           StructField("payload", BinaryType(), False)])
+    if log:
+        expected = StructType([StructField("dlsn", StringType(), False),
+                               StructField("txid", LongType(), False),
+                               StructField("payload", BinaryType(), False)])
+    else:
+        expected = StructType([StructField("ledger_id", LongType(), False),
+                               StructField("entry_id", LongType(), False),
+                               StructField("payload", BinaryType(), False)])
     if schema is not None and schema != expected:
-        raise ValueError(f"the bookkeeper source has a fixed schema ({SCHEMA_DDL}); "
+        ddl = LOG_SCHEMA_DDL if log else SCHEMA_DDL
+        raise ValueError(f"the bookkeeper source has a fixed schema ({ddl}); "
                          f"do not pass another one (got {schema.simpleString()})")
 
 

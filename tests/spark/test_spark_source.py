@@ -170,3 +170,41 @@ def test_reads_fail_over_a_dead_bookie_and_fail_naming_them_when_all_are_down(
     assert f"ledger {ledger_id} entry 0: no replica served it" in message
     for bookie in app.cluster.config.bookies:
         assert bookie.endpoint in message
+
+
+def test_a_log_is_read_record_by_record_across_segments_in_progress_one_included(source, data):
+    import dataclasses
+    import time
+
+    from appliance.spark.logs import LOG_ARROW_SCHEMA
+
+    app = data
+    app.client.log_config = dataclasses.replace(app.client.log_config, segment_records_max=40)
+    writer = app.client.log("spark-events", PASSWORD).writer()
+    written = []
+    for i in range(130):
+        written.append((writer.write_async(b"event %d" % i), i))
+        if i % 10 == 9:
+            writer.flush()
+    written = [(str(f.result(timeout=60)), i + 1, b"event %d" % i) for f, i in written]
+    md = app.client.log("spark-events", PASSWORD).metadata()
+    assert md.in_progress is not None and len(md.live_segments) >= 3  # still writing
+    # the writer's control entry makes its last records visible to readers
+    deadline = time.monotonic() + 30
+    with app.client.log("spark-events", PASSWORD).reader() as r:
+        seen = []
+        while len(seen) < 130 and time.monotonic() < deadline:
+            seen += r.read(timeout_s=1)
+    assert len(seen) == 130
+
+    df = load(source, app, log="spark-events", minPartitions="3")
+    assert df.schema.simpleString() == "struct<dlsn:string,txid:bigint,payload:binary>"
+    rows = sorted(((r.dlsn, r.txid, bytes(r.payload)) for r in df.collect()),
+                  key=lambda row: row[1])
+    assert rows == written
+    assert LOG_ARROW_SCHEMA.names == ["dlsn", "txid", "payload"]
+    with pytest.raises(Exception, match="does not exist"):
+        load(source, app, log="no-such-log").collect()
+    with pytest.raises(Exception, match="do not combine"):
+        load(source, app, log="spark-events", ledgers="1").collect()
+    writer.close()
