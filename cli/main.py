@@ -47,6 +47,9 @@ def _register_commands() -> None:
     from cli.bench_repair import repair as bench_repair
 
     bench.add_command(bench_autorecovery)
+    from cli.bench_log import log as bench_log
+
+    bench.add_command(bench_log)
     bench.add_command(bench_repair)
     bench.add_command(bench_boot)
     from cli.admin import down, status, up

@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 from appliance.errors import LogTruncatedError, NoSuchEntryError, NoSuchLedgerError
 from appliance.protocol.log_entry import unpack_entry
-from appliance.protocol.logs import COMPLETED, DLSN, check_txid
+from appliance.protocol.logs import COMPLETED, DLSN, check_txid, dlsn_of
 
 POLL_S = 0.2  # longest LAC wait before the log's metadata is looked at again
 READ_ENTRIES_MAX = 64  # entries fetched per ledger read
@@ -192,16 +192,24 @@ class LogReader:
         self._next_entry = last + 1
         queued = False
         pos, min_txid = self._pos, self._min_txid
+        seq, pending, make = seg.seq, self._pending, LogRecord._make
         for entry in entries:
             header, txids, payloads = unpack_entry(entry.payload)
             if header.control:
                 continue
+            entry_id = entry.entry_id
+            if min_txid is None and (seq, entry_id, 0) >= pos:  # the common case: take all
+                pending.extend(map(make, zip(
+                    [dlsn_of(seq, entry_id, slot) for slot in range(len(txids))],
+                    txids, payloads, strict=True)))
+                queued = queued or bool(txids)
+                continue
             for slot, (txid, payload) in enumerate(zip(txids, payloads, strict=True)):
-                dlsn = DLSN(seg.seq, entry.entry_id, slot)
+                dlsn = dlsn_of(seq, entry_id, slot)
                 if dlsn < pos or (min_txid is not None and txid < min_txid):
                     continue
                 min_txid = None  # txids increase: every later record qualifies
-                self._pending.append(LogRecord(dlsn, txid, payload))
+                pending.append(LogRecord(dlsn, txid, payload))
                 queued = True
         self._min_txid = min_txid
         return queued

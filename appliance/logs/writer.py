@@ -32,6 +32,7 @@ import time
 from concurrent.futures import Future
 
 from appliance.client.calls import CALL_TIMEOUT_S_MAX, wait_result
+from appliance.client.handles import AddFuture, complete_futures
 from appliance.errors import (
     BKError,
     ClientClosedError,
@@ -55,6 +56,7 @@ from appliance.protocol.logs import (
     SegmentEnd,
     check_txid,
     complete_segment,
+    dlsn_of,
     start_segment,
     take_ownership,
 )
@@ -107,6 +109,9 @@ class LogWriter:
         self.record_bytes_max = self._entry_max - HEADER_BYTES - RECORD_OVERHEAD
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
+        # one condition shared by every record's future (one per record cost
+        # more than the rest of a write)
+        self._futures_done = threading.Condition()
         self._error: BaseException | None = None
         self._closed = False
         self._buf_txids: list[int] = []
@@ -211,7 +216,7 @@ class LogWriter:
                              f"{self.record_bytes_max}-byte record limit")
         if txid is not None:
             check_txid(txid)
-        fut: Future = Future()
+        fut = AddFuture(self._futures_done)
         size = len(payload) + RECORD_OVERHEAD
         with self._lock:
             self._check_usable()
@@ -270,8 +275,7 @@ class LogWriter:
             add = self._wh.add_async(data)
         except BaseException as exc:
             err = self._fail(as_log_error(exc, self.name))
-            for fut in futures:
-                fut.set_exception(err)
+            complete_futures(self._futures_done, [(None, f) for f in futures], err)
             if isinstance(exc, BKError):
                 return
             raise
@@ -285,8 +289,7 @@ class LogWriter:
     def _fail_buffer(self, err: BaseException) -> None:
         futures, self._buf_futures = self._buf_futures, []
         self._buf_txids, self._buf_payloads, self._buf_bytes = [], [], 0
-        for fut in futures:
-            fut.set_exception(err)
+        complete_futures(self._futures_done, [(None, f) for f in futures], err)
 
     def _on_added(self, add: Future, seq: int, entry_id: int, futures: list[Future]) -> None:
         """Driver thread (no lock taken): settle the records of one entry."""
@@ -296,12 +299,11 @@ class LogWriter:
                           f"{entry_id} was expected")
         if exc is not None:
             err = self._fail(as_log_error(exc, self.name))
-            for fut in futures:
-                fut.set_exception(err)
+            complete_futures(self._futures_done, [(None, f) for f in futures], err)
             return
         self._acked_at = time.monotonic()
-        for slot, fut in enumerate(futures):
-            fut.set_result(DLSN(seq, entry_id, slot))
+        complete_futures(self._futures_done, [(dlsn_of(seq, entry_id, slot), fut)
+                                              for slot, fut in enumerate(futures)], None)
 
     # -- the flusher: time-based flushes and control entries ---------------------------
     def _run(self) -> None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import namedtuple
 from dataclasses import dataclass, field, replace
 
 from appliance.protocol.errors import (
@@ -74,31 +75,28 @@ def check_txid(txid: object) -> int:
     return txid
 
 
-@dataclass(frozen=True, order=True)
-class DLSN:
+class DLSN(namedtuple("_DLSNFields", "seq entry_id slot")):
     """A record's position: (segment sequence number, entry id, slot).
-    Ordered and hashable; ``str`` is ``"seq/entry/slot"``, read back by
-    ``DLSN.parse``; ``DLSN.FIRST`` is before every record."""
+    Ordered and hashable (a tuple); ``str`` is ``"seq/entry/slot"``, read
+    back by ``DLSN.parse``; ``DLSN.FIRST`` is before every record.  The
+    constructor checks its arguments; ``dlsn_of`` (internal) does not."""
 
-    seq: int
-    entry_id: int
-    slot: int
+    __slots__ = ()
+    FIRST: DLSN
 
-    FIRST = None  # set below: DLSN(0, 0, 0)
-
-    def __post_init__(self) -> None:
-        for name in ("seq", "entry_id", "slot"):
-            value = getattr(self, name)
+    def __new__(cls, seq: int, entry_id: int, slot: int):
+        for name, value in (("seq", seq), ("entry_id", entry_id), ("slot", slot)):
             if not isinstance(value, int) or isinstance(value, bool):
                 raise TypeError(f"DLSN {name} must be an int, got {type(value).__name__}")
             if value < 0:
                 raise ValueError(f"DLSN {name} must be >= 0, got {value}")
+        return tuple.__new__(cls, (seq, entry_id, slot))
 
     def __str__(self) -> str:
-        return f"{self.seq}/{self.entry_id}/{self.slot}"
+        return f"{self[0]}/{self[1]}/{self[2]}"
 
     def __repr__(self) -> str:
-        return f"DLSN({self.seq}, {self.entry_id}, {self.slot})"
+        return f"DLSN({self[0]}, {self[1]}, {self[2]})"
 
     @classmethod
     def parse(cls, text: object) -> DLSN:
@@ -117,10 +115,15 @@ class DLSN:
     def next(self) -> DLSN:
         """The position just after this one: a reader started there sees
         every record after this one and not this one."""
-        return DLSN(self.seq, self.entry_id, self.slot + 1)
+        return tuple.__new__(DLSN, (self[0], self[1], self[2] + 1))
 
     def to_list(self) -> list[int]:
-        return [self.seq, self.entry_id, self.slot]
+        return list(self)
+
+
+def dlsn_of(seq: int, entry_id: int, slot: int) -> DLSN:
+    """A DLSN from values known to be valid (no checks: the hot path)."""
+    return tuple.__new__(DLSN, (seq, entry_id, slot))
 
 
 DLSN.FIRST = DLSN(0, 0, 0)
