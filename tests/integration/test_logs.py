@@ -258,3 +258,47 @@ def test_read_handle_waits_for_the_lac_with_long_polls(bk):
         rh.wait_for_lac(-2, timeout_s=1)
     rh.close()
     lh.close()
+
+
+def test_two_writers_racing_to_open_exactly_one_owns_the_log(bk):
+    """Ownership passes by epoch: of two writers opening at once, the one
+    that took the log first is fenced once the other has (at its open, its
+    write or its close); every write that returned a DLSN is in the log, once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    log = bk.log("race")
+    acked: dict[bytes, DLSN] = {}
+    fenced = 0
+    for round_no in range(4):
+        barrier = threading.Barrier(2)
+
+        def open_and_write(tag):
+            barrier.wait(timeout=30)
+            try:
+                w = log.writer()
+            except LogFencedError:
+                return "fenced", None
+            try:
+                return "wrote", w.write(tag)
+            except LogFencedError:
+                return "fenced", None
+            finally:
+                try:
+                    w.close()
+                except LogFencedError:
+                    pass
+
+        tags = [b"a%d" % round_no, b"b%d" % round_no]
+        with ThreadPoolExecutor(2) as pool:
+            results = list(pool.map(open_and_write, tags))
+        assert any(r[0] == "wrote" for r in results), results
+        fenced += sum(r[0] == "fenced" for r in results)
+        acked.update((tag, pos) for tag, (what, pos) in zip(tags, results, strict=True)
+                     if what == "wrote")
+    md = log.metadata()
+    assert md.epoch == 8 and md.in_progress is None  # 8 takeovers, every segment closed
+    with log.reader() as r:
+        records = r.read(max_records=100, timeout_s=5)
+    got = {rec.payload: rec.dlsn for rec in records}
+    assert len(got) == len(records)  # no record twice
+    assert {tag: got.get(tag) for tag in acked} == acked
