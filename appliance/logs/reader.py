@@ -17,7 +17,7 @@ segments, tailing the in-progress one.
 from __future__ import annotations
 
 import time
-from collections import deque
+from itertools import repeat
 from typing import NamedTuple
 
 from appliance.errors import LogTruncatedError, NoSuchEntryError, NoSuchLedgerError
@@ -57,13 +57,16 @@ class LogReader:
         self._seg = None
         self._rh = None
         self._next_entry = 0
-        self._pending: deque[LogRecord] = deque()
+        self._pending: list[LogRecord] = []  # decoded, not delivered yet
+        self._taken = 0  # of _pending, delivered already
         self._closed = False
 
     @property
     def position(self) -> DLSN:
         """Where the next ``read()`` continues (after the last delivered record)."""
-        return self._pending[0].dlsn if self._pending else self._pos
+        if self._taken < len(self._pending):
+            return self._pending[self._taken].dlsn
+        return self._pos
 
     def _txid_start(self, txid: int) -> DLSN:
         """The first segment that may hold a record with a txid >= ``txid``."""
@@ -85,8 +88,13 @@ class LogReader:
         deadline = time.monotonic() + max(0.0, timeout_s)
         out: list[LogRecord] = []
         while len(out) < max_records:
-            while self._pending and len(out) < max_records:
-                out.append(self._pending.popleft())
+            pending, taken = self._pending, self._taken
+            if taken < len(pending):
+                take = pending[taken:taken + max_records - len(out)]
+                out += take
+                self._taken = taken = taken + len(take)
+                if taken >= len(pending):
+                    self._pending, self._taken = [], 0
             if len(out) >= max_records or not self._fetch(not out, deadline):
                 break
         if out:
@@ -192,16 +200,19 @@ class LogReader:
         self._next_entry = last + 1
         queued = False
         pos, min_txid = self._pos, self._min_txid
-        seq, pending, make = seg.seq, self._pending, LogRecord._make
+        seq, pending = seg.seq, self._pending
+        new, record, dlsn_type = tuple.__new__, LogRecord, DLSN
         for entry in entries:
             header, txids, payloads = unpack_entry(entry.payload)
             if header.control:
                 continue
             entry_id = entry.entry_id
             if min_txid is None and (seq, entry_id, 0) >= pos:  # the common case: take all
-                pending.extend(map(make, zip(
-                    [dlsn_of(seq, entry_id, slot) for slot in range(len(txids))],
-                    txids, payloads, strict=True)))
+                # built in C loops: two tuples per record, no Python frame
+                dlsns = map(new, repeat(dlsn_type), zip(repeat(seq), repeat(entry_id),
+                                                         range(len(txids))))
+                pending.extend(map(new, repeat(record), zip(dlsns, txids, payloads,
+                                                            strict=True)))
                 queued = queued or bool(txids)
                 continue
             for slot, (txid, payload) in enumerate(zip(txids, payloads, strict=True)):

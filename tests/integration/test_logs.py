@@ -272,7 +272,7 @@ def test_two_writers_racing_to_open_exactly_one_owns_the_log(bk):
     for round_no in range(4):
         barrier = threading.Barrier(2)
 
-        def open_and_write(tag):
+        def open_and_write(tag, barrier=barrier):
             barrier.wait(timeout=30)
             try:
                 w = log.writer()
