@@ -35,19 +35,18 @@ def log(sizes, records, rate, tail_seconds, peer, no_peer, workdir, as_json):
       bkctl bench log --size 100 --json
       bkctl bench log --size 100 --size 1024 --records 200000
     """
-    import click as _click
-
     from appliance.bench.logs import default_peer, run_log_bench
 
     script = None if no_peer else (peer or str(default_peer()))
     doc = run_log_bench(list(sizes), records, rate, tail_seconds, script, workdir,
-                        on_progress=lambda line: _click.echo(line, err=True))
+                        on_progress=lambda line: click.echo(line, err=True))
     if as_json:
         echo_json(doc)
         return
     for r in doc["runs"]:
         click.echo(f"{r['size']} B records: write {r['records_per_s']:,}/s "
-                   f"({r['records_per_entry']} per entry), catch-up read "
+                   f"({r['records_per_entry']} per entry; "
+                   f"{r['batched_records_per_s']:,}/s batched), catch-up read "
                    f"{r['read_records_per_s']:,}/s, tail at {r['tail_rate']:,}/s: "
                    f"p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms")
         p = r.get("peer")

@@ -174,20 +174,18 @@ class BookieHandler:
 
     def _after(self, peer: bytes, ticket: int, reply, touched: tuple[int, ...] = ()):
         """Send now if ``ticket`` is durable, else park the reply until it is.
-        ``touched``: ledgers whose long polls may wake once the reply goes."""
-        if not self._pending.hold(ticket, self.storage.durable_ticket, (peer, reply, touched)):
-            return None
+        ``touched``: ledgers whose long polls wake now: the LAC an add carries
+        is the writer's, about entries already acknowledged (durable on an ack
+        quorum), so it may be shown before this add itself is durable."""
         for ledger_id in touched:
             self._wake_waiters(ledger_id)
+        if not self._pending.hold(ticket, self.storage.durable_ticket, (peer, reply, touched)):
+            return None
         return reply
 
     def _on_durable(self) -> None:
-        woken: set[int] = set()
-        for peer, reply, touched in self._pending.release(self.storage.drain_durable()):
+        for peer, reply, _ in self._pending.release(self.storage.drain_durable()):
             self.server.send_reply(peer, reply)
-            woken.update(touched)
-        for ledger_id in woken:
-            self._wake_waiters(ledger_id)
 
     # -- reads ----------------------------------------------------------------
     def _read(self, peer: bytes, req: ReadRequest):

@@ -302,3 +302,22 @@ def test_two_writers_racing_to_open_exactly_one_owns_the_log(bk):
     got = {rec.payload: rec.dlsn for rec in records}
     assert len(got) == len(records)  # no record twice
     assert {tag: got.get(tag) for tag in acked} == acked
+
+
+def test_write_many_async_gives_each_record_its_position_and_checks_first(bk):
+    log = bk.log("many")
+    with log.writer() as w:
+        futures = w.write_many_async([b"m%d" % i for i in range(2500)])
+        with pytest.raises(ValueError, match="strictly increase"):
+            w.write_many_async([b"x", b"y"], txids=[5000, 5000])
+        with pytest.raises(TypeError):
+            w.write_many_async([b"x", "not bytes"])
+        w.write_many_async([b"t1", b"t2"], txids=[9000, 9001])
+        w.flush()
+        positions = [f.result() for f in futures]
+    assert positions == sorted(positions) and len(set(positions)) == 2500
+    with log.reader() as r:
+        records = _read_all(r, 2502)
+    assert [rec.payload for rec in records] == [b"m%d" % i for i in range(2500)] + [b"t1", b"t2"]
+    assert [rec.txid for rec in records][-3:] == [2500, 9000, 9001]
+    assert [rec.dlsn for rec in records[:2500]] == positions
