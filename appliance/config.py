@@ -457,10 +457,6 @@ def _check_cross(c: ApplianceConfig) -> None:
     if cl.ack_quorum > cl.write_quorum:
         raise _Refusal("client.ack_quorum", f"{cl.ack_quorum} is above write_quorum "
                        f"({cl.write_quorum})", "keep ensemble >= write_quorum >= ack_quorum")
-    if c.log.flush_bytes > c.storage.entry_bytes_max:
-        raise _Refusal("log.flush_bytes", f"{c.log.flush_bytes} is above storage."
-                       f"entry_bytes_max ({c.storage.entry_bytes_max}): a log entry could not "
-                       "be stored", "lower log.flush_bytes")
     pairs = [
         ("client.add_batch_entries_max", cl.add_batch_entries_max,
          "server.batch_entries_max", c.server.batch_entries_max),
