@@ -55,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"BP-46 repair: {r['started']} repairs started, {r['copied']} entries copied, "
           f"{r['cleared']} limbo cleared, {r['peers_lost_checks']} repaired bookies read "
           "alone (peers lost)")
+    print(f"re-replication under a writing writer: {r['repointed_sealed']} sealed fragments "
+          "re-pointed")
     for result in summary.failures[:args.show]:
         print(result.report(disabled))
     if len(summary.failures) > args.show:

@@ -30,6 +30,7 @@ class WriterApp:
                                  available_bookies=cluster.available(), ids=self.host.ids)
         self.stopped = False
         self.closed_at: int | None = None
+        self.failures: list[tuple[int, int]] = []  # (when, code) of every FailAdds
         world.schedule(0, self._add_tick)
 
     def _add_tick(self) -> None:
@@ -81,6 +82,8 @@ class WriterApp:
     def on_result(self, core, action) -> None:
         if isinstance(action, ev.CompleteAdds):
             self.c.checker.on_writer_ack(action.first_entry_id, action.last_entry_id)
+        elif isinstance(action, ev.FailAdds):
+            self.failures.append((self.c.world.now_ms, action.code))
         elif isinstance(action, ev.CloseDone) and action.code == OK:
             self.closed_at = action.last_entry_id
             self.c.checker.on_close_reported("writer", action.last_entry_id)

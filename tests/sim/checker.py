@@ -17,8 +17,12 @@ that lost data, a metadata write, a read) and runs at the end of that step:
 ``phantom-lac``      no reader sees a LAC the writer never had.
 ``closed-quorum``    (journal mode: no acknowledged data can be lost) every entry
                      of a closed ledger is durable on >= Qa bookies of its write set.
-``fragments``        earlier fragments never change; new ones never start before
-                     the last one.
+``fragments``        new fragments never start before the last one; an earlier
+                     (sealed) fragment changes only by re-replication: the same
+                     start and size, bookies replaced one for one.
+``repoint-durable``  at the metadata write that puts a bookie into a sealed
+                     fragment, it durably holds that position's share of the
+                     fragment (every acknowledged entry of it in its write set).
 """
 
 from __future__ import annotations
@@ -108,9 +112,14 @@ class Checker:
         if old.state == CLOSED:
             self.fail("one-close", f"metadata rewritten after CLOSED at {old.last_entry_id}")
         kept = len(old.ensembles) - 1
-        if new.ensembles[:kept] != old.ensembles[:kept] or any(
-                first < old.last_fragment[0] for first, _ in new.ensembles[kept:]):
+        if len(new.ensembles) < kept or any(
+                a[0] != b[0] or len(a[1]) != len(b[1])
+                for a, b in zip(old.ensembles[:kept], new.ensembles[:kept], strict=True)) \
+                or any(first < old.last_fragment[0] for first, _ in new.ensembles[kept:]):
             self.fail("fragments", f"fragments {old.ensembles} became {new.ensembles}")
+        for index in range(kept):
+            if new.ensembles[index] != old.ensembles[index]:
+                self._check_repointed(new, index, old.ensembles[index][1])
         if new.ensembles != old.ensembles:
             self._check_all = True
         if new.state == CLOSED:
@@ -119,6 +128,23 @@ class Checker:
             self._check_lacs()
             if self.journal:
                 self._check_closed_quorum(range(new.last_entry_id + 1))
+
+    def _check_repointed(self, md, index: int, before: tuple[str, ...]) -> None:
+        """A sealed fragment re-pointed: each newcomer must already hold, durably,
+        its position's share of the fragment's acknowledged entries."""
+        first, ensemble = md.ensembles[index]
+        end = min(md.ensembles[index + 1][0] - 1, self.acked_max)
+        size, quorum = md.ensemble_size, md.write_quorum
+        for position, bookie in enumerate(ensemble):
+            if bookie == before[position]:
+                continue
+            storage = self.bookies[bookie].storage
+            for entry_id in range(first, end + 1):
+                if (position - entry_id) % size < quorum \
+                        and not storage.durable_has(self.ledger_id, entry_id):
+                    self.fail("repoint-durable", f"{bookie} replaced {before[position]} in the "
+                                                 f"fragment at {first} without entry "
+                                                 f"{entry_id} of its share")
 
     def on_close_reported(self, who: str, last_entry_id: int) -> None:
         if self.closed is None or self.closed.last_entry_id != last_entry_id:

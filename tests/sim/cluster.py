@@ -11,6 +11,8 @@ repair, which is not part of this core).
 
 from __future__ import annotations
 
+import random
+
 from appliance.checks.digest import make_digest, master_key, password_hash
 from appliance.errors import OK, error_class, is_explicit_negative
 from appliance.protocol.metadata import CLOSED, LedgerMetadata
@@ -20,6 +22,7 @@ from tests.sim.bulk import BulkReadApp
 from tests.sim.checker import Checker
 from tests.sim.config import SimConfig
 from tests.sim.nodes import MetaStore, SimBookie
+from tests.sim.rerep import SealedRereplicator
 from tests.sim.world import Violation, World
 
 LEDGER_ID = 1
@@ -55,6 +58,7 @@ class Cluster:
         self.stalls = 0
         self.lossy_crashes = 0
         self.peers_lost_checks = 0  # repaired bookies checked alone at the end
+        self.repointed_sealed = 0  # sealed fragments re-pointed under the writer
         self.healed = False
         self.finished = False
         self.outcome = "running"
@@ -95,6 +99,9 @@ class Cluster:
             self.apps.append(RecoveryApp(self, f"recovery-{i}", start_ms))
         for i, start_ms in enumerate(cfg.readers, 1):
             self.apps.append(ReaderApp(self, f"reader-{i}", start_ms, cfg.heal_at_ms))
+        for i, at in enumerate(cfg.rereplications):
+            self.apps.append(SealedRereplicator(self, at, random.Random(cfg.seed * 31 + i),
+                                                broken=cfg.rereplicate_broken, index=i))
         for at, name, down_ms in cfg.crashes:
             world.at(at, self.crash, name, down_ms)
         for at, a, b, length in cfg.partitions:

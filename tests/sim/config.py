@@ -72,6 +72,10 @@ class SimConfig:
     read_batch_entries: int = 1
     bookie_batch_entries_max: int = 64
     bookie_batch_bytes_max: int = 1 << 20
+    # re-replication of a sealed fragment while the writer writes (tests/sim/rerep.py):
+    # start times (journal seeds only: a journal-less crash may leave no copy to take)
+    rereplications: list[int] = field(default_factory=list)
+    rereplicate_broken: bool = False  # re-point before copying (must be caught)
 
     @property
     def lossy_crashes_max(self) -> int:
@@ -128,7 +132,28 @@ def random_config(seed: int) -> SimConfig:
     elif profile == "zombie":
         _draw_zombie(cfg, rng)
     _draw_batch_reads(cfg, random.Random(seed * 7919 + 29))  # leaves the draws above as they were
+    _draw_rereplications(cfg, random.Random(seed * 7919 + 31))
     return cfg
+
+
+def _draw_rereplications(cfg: SimConfig, rng: random.Random) -> None:
+    """On about half of the journal seeds with a spare bookie, one or two
+    re-replications of a sealed fragment start while the writer is writing
+    (each first crashes a bookie of the last fragment if there is no sealed
+    fragment yet, so the writer changes its ensemble)."""
+    if cfg.journal and cfg.bookies > cfg.ensemble and cfg.write_quorum >= 2 \
+            and rng.random() < 0.6:
+        cfg.rereplications = sorted(rng.randint(10, 250)
+                                    for _ in range(rng.randint(1, 2)))
+        cfg.entries = max(cfg.entries, 400)  # a writer still writing when it happens
+        later = cfg.rereplications[-1] + 300  # closes and recoveries come after it
+        cfg.recoveries = sorted(max(at, later) for at in cfg.recoveries)
+        if cfg.writer_close_at_ms is not None:
+            cfg.writer_close_at_ms = max(cfg.writer_close_at_ms, later)
+        if cfg.writer_dies_at_ms is not None:
+            cfg.writer_dies_at_ms = max(cfg.writer_dies_at_ms, later)
+        cfg.pause_trigger_p = cfg.zombie_recovery_p = 0.0  # no early zombie recovery
+        cfg.writer_pauses = [(max(at, later), length) for at, length in cfg.writer_pauses]
 
 
 def _draw_batch_reads(cfg: SimConfig, rng: random.Random) -> None:

@@ -66,7 +66,8 @@ def run_seed(seed: int, disabled: tuple[str, ...] = (), trace_max: int = 60,
     except Exception as exc:  # a bug in the core or the harness: report it, never hide it
         violation = "crash"
         detail = f"{type(exc).__name__}: {exc}\n" + traceback.format_exc()
-    repair = Counter(peers_lost_checks=cluster.peers_lost_checks)
+    repair = Counter(peers_lost_checks=cluster.peers_lost_checks,
+                     repointed_sealed=cluster.repointed_sealed)
     for bookie in cluster.bookies.values():
         repair.update(bookie.repair_stats)
     return RunResult(seed, violation, detail, cluster.outcome, cfg.summary(), world.steps,
