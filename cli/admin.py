@@ -122,8 +122,10 @@ def down(config_path):
 def status(as_json, config_path):
     """Show each bookie: id, state (up/down/read-only), pid, endpoint, disk use
     (bytes under its directories, and the fullest file system's used share:
-    a bookie turns read-only at server.disk_usage_max), and its ledgers in
-    BP-46 limbo (repairing from peers; `bkctl bookie info ID` for details).
+    a bookie turns read-only at server.disk_usage_max), its entry logs (live
+    bytes the index points at, garbage that compaction or GC can give back,
+    files, open logs), and its ledgers in BP-46 limbo (repairing from peers;
+    `bkctl bookie info ID` for details).
 
     \b
     Example:
@@ -137,9 +139,12 @@ def status(as_json, config_path):
     for r in rows:
         used = r["fs_used"]
         limbo = f"  limbo={r['limbo_ledgers']}" if r["limbo_ledgers"] else ""
+        logs = "" if r["live_bytes"] is None else (
+            f"  live={r['live_bytes'] / 1e6:.1f} MB garbage={r['garbage_bytes'] / 1e6:.1f} MB"
+            f" logs={r['entry_logs']}")
         click.echo(f"{r['id']:<12} {r['state']:<10} pid={r['pid'] or '-':<8} "
                    f"{r['endpoint']}  disk={r['disk_bytes'] / 1e6:.1f} MB"
-                   f"  fs_used={'-' if used is None else f'{used:.0%}'}{limbo}")
+                   f"  fs_used={'-' if used is None else f'{used:.0%}'}{logs}{limbo}")
 
 
 def _bookie_status(config, b) -> dict:
@@ -151,9 +156,13 @@ def _bookie_status(config, b) -> dict:
         state = "read-only" if info.get("read_only") else "up"
     usage = (info or {}).get("disk_usage") or {}
     storage = (info or {}).get("storage") or {}
+    disk = storage.get("disk") or {}
     return {"id": b.id, "state": state, "pid": info.get("pid") if info else None,
             "fs_used": max(usage.values()) if usage else None,
             "limbo_ledgers": storage.get("limbo_ledgers") if info else None,
+            "live_bytes": disk.get("live_bytes"), "garbage_bytes": disk.get("garbage_bytes"),
+            "entry_logs": disk.get("entry_logs"), "open_logs": disk.get("open_logs"),
+            "entry_log_bytes": disk.get("entry_log_bytes"),
             "endpoint": b.endpoint, "journal_dir": str(b.journal_dir),
             "ledger_dir": str(b.ledger_dir),
             "disk_bytes": _du(b.journal_dir) + _du(b.ledger_dir)}

@@ -203,6 +203,78 @@ def info_(bookie_id, as_json, config_path):
         click.echo(f"  ledger {ledger_id} waiting to retry: {reason}")
 
 
+@bookie.command(name="compact")
+@click.argument("bookie_id")
+@click.option("--major", is_flag=True,
+              help="Use storage.compaction_major_threshold (default 0.8) instead of the "
+                   "minor one (0.2): more space back for more copying.")
+@click.option("--timeout", "timeout_s", type=float, default=3600.0, show_default=True,
+              help="Seconds to wait for the run to finish.")
+@json_option
+@config_option
+@library_errors
+def compact_(bookie_id, major, timeout_s, as_json, config_path):
+    """Compact BOOKIE_ID's entry logs now: logs whose live share is under the
+    threshold are rewritten (live entries copied, the old log removed once
+    the switch is durable; reads go on). Its active log is sealed first, so
+    data deleted a moment ago counts. Prints progress, then what was
+    reclaimed and the disk accounting. Exit 1 if the run failed.
+
+    \b
+    Example:
+      bkctl bookie compact bookie-1 --major
+    """
+    import time
+
+    from appliance.config import load_config
+    from appliance.supervisor.probe import bookie_compact, bookie_info
+
+    spec = load_config(config_path).bookie(bookie_id)
+    started = bookie_compact(spec.endpoint, major, 5000)
+    if started is None:
+        raise click.ClickException(f"{bookie_id} did not answer at {spec.endpoint}: is it up? "
+                                   f"(bkctl status)")
+    ticket, failures = started["ticket"], started["compaction"]["failures"]
+    deadline = time.monotonic() + timeout_s
+    shown = None
+    while True:
+        info = bookie_info(spec.endpoint, 5000)
+        status = ((info or {}).get("storage") or {}).get("compaction") or {}
+        if status.get("requests_done", 0) >= ticket:
+            break
+        progress = status.get("progress")
+        if progress and progress != shown:
+            click.echo(f"  {progress['logs_done']}/{progress['logs_total']} logs, "
+                       f"{progress['bytes_copied'] / 1e6:.1f} of "
+                       f"{progress['bytes_to_copy'] / 1e6:.1f} MB copied", err=True)
+            shown = progress
+        if time.monotonic() > deadline:
+            raise click.ClickException(f"compaction of {bookie_id} still running after "
+                                       f"{timeout_s:.0f} s (it goes on; see bkctl status --json)")
+        time.sleep(0.2)  # a poll interval, not a wait for an event we could watch
+    failed = status.get("failures", 0) > failures
+    last = status.get("last") or {}
+    disk = info["storage"].get("disk") or {}
+    out = {"id": bookie_id, "ok": not failed, "error": status.get("last_error") if failed
+           else None, "result": None if failed else last, "disk": disk}
+    if as_json:
+        echo_json(out)
+    elif failed:
+        click.echo(f"{bookie_id}: compaction failed: {out['error']}")
+    else:
+        click.echo(f"{bookie_id}: {last['kind']} compaction (live share under "
+                   f"{last['threshold']:.0%}): {last['logs_compacted']} entry logs rewritten, "
+                   f"{last['entries_copied']} entries / {last['bytes_copied'] / 1e6:.1f} MB "
+                   f"copied, {last['logs_removed']} logs removed, "
+                   f"{last['bytes_reclaimed'] / 1e6:.1f} MB given back in {last['seconds']} s")
+        click.echo(f"  entry logs now: {disk.get('entry_logs')} files, "
+                   f"{disk.get('entry_log_bytes', 0) / 1e6:.1f} MB: "
+                   f"{disk.get('live_bytes', 0) / 1e6:.1f} MB live, "
+                   f"{disk.get('garbage_bytes', 0) / 1e6:.1f} MB garbage")
+    if failed:
+        click.get_current_context().exit(1)
+
+
 @bookie.command(name="fix-cookie")
 @click.argument("bookie_id")
 @click.option("--reformat", is_flag=True,

@@ -43,6 +43,7 @@ class Op(IntEnum):
     ADD_PACKED = 9  # ADD_BATCH of one ledger, entries in one data frame (ipc/packed.py)
     READ_PACKED = 10  # READ_BATCH whose reply carries the entries in one data frame
     WRITE_LAC = 11  # the writer's LAC, for readers of an idle ledger (explicit LAC)
+    COMPACT = 13  # admin: start a compaction of the bookie's entry logs (bkctl bookie compact)
 
 
 OPS = frozenset(int(op) for op in Op if op is not Op.ERROR)
@@ -50,6 +51,7 @@ OPS = frozenset(int(op) for op in Op if op is not Op.ERROR)
 # Request flags (u16).  Each op accepts only the bits listed in ALLOWED_FLAGS.
 FLAG_RECOVERY = 0x0001  # ADD / ADD_BATCH: a recovery add, accepted by a fenced ledger
 FLAG_FENCE = 0x0002  # READ / READ_LAC / READ_BATCH: fence the ledger before reading
+FLAG_MAJOR = 0x0004  # COMPACT: major compaction (its higher threshold)
 
 ALLOWED_FLAGS = {
     Op.PING: 0,
@@ -63,6 +65,7 @@ ALLOWED_FLAGS = {
     Op.ADD_PACKED: FLAG_RECOVERY,
     Op.READ_PACKED: FLAG_FENCE,
     Op.WRITE_LAC: 0,
+    Op.COMPACT: FLAG_MAJOR,
 }
 
 MASTER_KEY_BYTES = 32

@@ -77,6 +77,18 @@ class InfoReply:
 
 
 @dataclass(slots=True)
+class CompactReply:
+    """COMPACT accepted: ``info`` holds ``ticket`` (the run is done once the
+    INFO document's ``storage.compaction.requests_done`` reaches it) and the
+    compaction status as of now."""
+
+    info: dict
+    request_id: int = 0
+    OP = Op.COMPACT
+    status = OK
+
+
+@dataclass(slots=True)
 class AddReply:
     ledger_id: int
     entry_id: int
@@ -131,7 +143,7 @@ class ReadBatchReply:
     status = OK
 
 
-Reply = (ErrorReply | PingReply | InfoReply | AddReply | ReadReply | LacReply
+Reply = (ErrorReply | PingReply | InfoReply | CompactReply | AddReply | ReadReply | LacReply
          | AddBatchReply | ReadBatchReply | AddPackedReply | ReadPackedReply)
 
 
@@ -168,11 +180,11 @@ def _enc_ping(r: PingReply, limits) -> list[Buffer]:
     return [_head(Op.PING, r.request_id, 0, -1, OK)]
 
 
-def _enc_info(r: InfoReply, limits) -> list[Buffer]:
+def _enc_info(r: InfoReply | CompactReply, limits) -> list[Buffer]:
     text = json.dumps(r.info, sort_keys=True).encode()
     if len(text) > limits.text_bytes_max:
         raise ValueError(f"info is {len(text)} bytes, over text_bytes_max")
-    return [_head(Op.INFO, r.request_id, 0, -1, OK), text]
+    return [_head(r.OP, r.request_id, 0, -1, OK), text]
 
 
 def _enc_add(r: AddReply, limits) -> list[Buffer]:
@@ -209,6 +221,7 @@ _ENCODERS = {
     ErrorReply: _enc_error,
     PingReply: _enc_ping,
     InfoReply: _enc_info,
+    CompactReply: _enc_info,
     AddReply: _enc_add,
     ReadReply: _enc_read,
     LacReply: _enc_lac,
@@ -257,19 +270,27 @@ def _dec_ping(frames, head, rid, ledger_id, entry_id, limits):
     return PingReply(rid)
 
 
-def _dec_info(frames, head, rid, ledger_id, entry_id, limits):
-    check_frame_count(frames, 2, Op.INFO)
+def _dec_json(frames, head, op: Op, limits) -> dict:
+    check_frame_count(frames, 2, op)
     check_size(head, REPLY_HEAD.size, "header")
     text = memoryview(frames[1])
     if text.nbytes > limits.text_bytes_max:
-        raise BadRequestError("INFO frame over text_bytes_max")
+        raise BadRequestError(f"{op.name} frame over text_bytes_max")
     try:
         info = json.loads(bytes(text))
     except (UnicodeDecodeError, ValueError) as exc:
-        raise BadRequestError(f"INFO frame is not JSON: {exc}") from None
+        raise BadRequestError(f"{op.name} frame is not JSON: {exc}") from None
     if not isinstance(info, dict):
-        raise BadRequestError("INFO frame is not a JSON object")
-    return InfoReply(info, rid)
+        raise BadRequestError(f"{op.name} frame is not a JSON object")
+    return info
+
+
+def _dec_info(frames, head, rid, ledger_id, entry_id, limits):
+    return InfoReply(_dec_json(frames, head, Op.INFO, limits), rid)
+
+
+def _dec_compact(frames, head, rid, ledger_id, entry_id, limits):
+    return CompactReply(_dec_json(frames, head, Op.COMPACT, limits), rid)
 
 
 def _dec_add(frames, head, rid, ledger_id, entry_id, limits):
@@ -333,6 +354,7 @@ def _dec_read_batch(frames, head, rid, ledger_id, entry_id, limits):
 _DECODERS = {
     Op.PING: _dec_ping,
     Op.INFO: _dec_info,
+    Op.COMPACT: _dec_compact,
     Op.ADD: _dec_add,
     Op.READ: _dec_read,
     Op.READ_LAC: _dec_lac,

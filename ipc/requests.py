@@ -21,6 +21,7 @@ from ipc.frames import (
     ADD_ROW,
     DEFAULT_LIMITS,
     FLAG_FENCE,
+    FLAG_MAJOR,
     FLAG_RECOVERY,
     LEDGER_ID_MAX,
     MASTER_KEY,
@@ -60,6 +61,15 @@ class PingRequest:
 class InfoRequest:
     request_id: int = 0
     OP = Op.INFO
+
+
+@dataclass(slots=True)
+class CompactRequest:
+    """Start a compaction (``major``: the major threshold); answered at once."""
+
+    major: bool = False
+    request_id: int = 0
+    OP = Op.COMPACT
 
 
 @dataclass(slots=True)
@@ -154,7 +164,7 @@ class ReadBatchRequest:
     OP = Op.READ_BATCH
 
 
-Request = (PingRequest | InfoRequest | AddRequest | ReadRequest | ReadLacRequest
+Request = (PingRequest | InfoRequest | CompactRequest | AddRequest | ReadRequest | ReadLacRequest
            | WaitLacRequest | WriteLacRequest | AddBatchRequest | ReadBatchRequest
            | AddPackedRequest | ReadPackedRequest)
 
@@ -268,11 +278,16 @@ def _enc_read_batch(req: ReadBatchRequest, limits) -> list[Buffer]:
     return [head + ext + key]
 
 
+def _enc_compact(req: CompactRequest, limits) -> list[Buffer]:
+    return [_head(Op.COMPACT, FLAG_MAJOR if req.major else 0, req.request_id, 0, -1)]
+
+
 _ENCODERS = {
     AddPackedRequest: enc_add_packed,
     ReadPackedRequest: enc_read_packed,
     PingRequest: _enc_simple,
     InfoRequest: _enc_simple,
+    CompactRequest: _enc_compact,
     AddRequest: _enc_add,
     ReadRequest: _enc_read,
     ReadLacRequest: _enc_read_lac,
@@ -319,6 +334,12 @@ def _dec_info(frames, head, flags, rid, ledger_id, entry_id, limits):
     check_frame_count(frames, 1, Op.INFO)
     check_size(head, REQUEST_HEAD.size, "header")
     return InfoRequest(request_id=rid)
+
+
+def _dec_compact(frames, head, flags, rid, ledger_id, entry_id, limits):
+    check_frame_count(frames, 1, Op.COMPACT)
+    check_size(head, REQUEST_HEAD.size, "header")
+    return CompactRequest(bool(flags & FLAG_MAJOR), request_id=rid)
 
 
 def _dec_add(frames, head, flags, rid, ledger_id, entry_id, limits):
@@ -401,6 +422,7 @@ def _dec_read_batch(frames, head, flags, rid, ledger_id, entry_id, limits):
 _DECODERS = {
     Op.PING: _dec_ping,
     Op.INFO: _dec_info,
+    Op.COMPACT: _dec_compact,
     Op.ADD: _dec_add,
     Op.READ: _dec_read,
     Op.READ_LAC: _dec_read_lac,

@@ -193,6 +193,11 @@ class EntryLogger:
             big.close()
         return self.log_id, offset
 
+    def rotate(self) -> None:
+        """Seal the active log and start the next one, if it holds any block."""
+        if self._file_off + self._buf.used_bytes > ALIGN_BYTES:
+            self._rotate()
+
     def _rotate(self) -> None:
         self.flush()
         self._unsynced.setdefault(self.log_id, self._fd)

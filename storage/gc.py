@@ -15,9 +15,9 @@ So a crash at any point leaves either the file (harmless: unreferenced) or
 no file that anything references.  Removing a file is the only change; the
 index already forgot the ledger when it was deleted (journaled).
 
-Not done here: compaction (copying the live entries out of a log that is
-mostly deleted): a log with one live entry stays whole.  Empty logs left by
-restarts stay too (they are not on record).
+A log that still holds a live entry is compaction's (``storage.compaction``:
+its live entries are copied out, then it is removed); so are empty logs
+left by restarts (not on record here).
 """
 
 from __future__ import annotations

@@ -270,6 +270,78 @@ class Index:
             raise NoSuchEntryError(f"ledger {ledger_id} has no entry {first + int(gaps[0])} here")
         return rows
 
+    # -- whole-index scans (compaction, disk accounting) --------------------------
+    def slot_chunks(self, slots_max: int = 1 << 18, rows_only: bool = False):
+        """Every stored entry as arrays ``(ledgers, entries, rows)`` (rows: log,
+        offset, length), a chunk of pages at a time (about ``slots_max``
+        slots), so a scan costs a few numpy calls per chunk and bounded
+        temporary memory (about 100 bytes per slot of a chunk: ~25 MB).
+        ``rows_only``: ledgers and entries are None.  The caller holds the
+        storage lock."""
+        ledgers, page_nos, pages, held = [], [], [], 0
+        for ledger_id, led in self.ledgers.items():
+            for page_no, page in led.pages.items():
+                ledgers.append(ledger_id)
+                page_nos.append(page_no)
+                pages.append(page)
+                held += page.shape[0]
+                if held >= slots_max:
+                    yield _chunk_arrays(ledgers, page_nos, pages, rows_only)
+                    ledgers, page_nos, pages, held = [], [], [], 0
+        if pages:
+            yield _chunk_arrays(ledgers, page_nos, pages, rows_only)
+
+    def live_bytes_by_log(self, record_overhead: int) -> dict[int, int]:
+        """Bytes of every entry the index points at, per entry log (each
+        entry's data plus ``record_overhead``): what compaction would keep."""
+        out: dict[int, int] = {}
+        for _ledgers, _entries, rows in self.slot_chunks(rows_only=True):
+            logs = rows[:, 0].astype(np.int64)
+            sizes = rows[:, 2].astype(np.int64) + record_overhead
+            uniq, inverse = np.unique(logs, return_inverse=True)
+            sums = np.bincount(inverse, weights=sizes)
+            for log_id, nbytes in zip(uniq.tolist(), sums.tolist(), strict=True):
+                out[log_id] = out.get(log_id, 0) + int(nbytes)
+        return out
+
+    def rows_in_log(self, log_id: int) -> np.ndarray:
+        """(ledger, entry, offset, length) of every entry stored in ``log_id``,
+        as int64 rows sorted by offset (the order they sit in the file)."""
+        parts = []
+        for ledgers, entries, rows in self.slot_chunks():
+            sel = rows[:, 0] == log_id
+            if sel.any():
+                parts.append(np.stack([ledgers[sel], entries[sel],
+                                       rows[sel, 1].astype(np.int64),
+                                       rows[sel, 2].astype(np.int64)], axis=1))
+        if not parts:
+            return np.zeros((0, 4), np.int64)
+        out = np.concatenate(parts)
+        return out[np.argsort(out[:, 2], kind="stable")]
+
+    def still_at(self, ledger_id: int, entries: np.ndarray, log_id: int,
+                 offsets: np.ndarray) -> np.ndarray:
+        """Which of a ledger's ``entries`` the index still points at
+        (``log_id``, each one's offset): False where the entry was re-added
+        elsewhere or its ledger deleted since."""
+        led = self.ledgers.get(ledger_id)
+        ok = np.zeros(len(entries), bool)
+        if led is None:
+            return ok
+        page_nos = entries >> PAGE_BITS
+        for page_no in np.unique(page_nos).tolist():
+            page = led.pages.get(page_no)
+            if page is None:
+                continue
+            sel = np.flatnonzero(page_nos == page_no)
+            slots = entries[sel] & PAGE_MASK
+            inside = slots < page.shape[0]
+            sel, slots = sel[inside], slots[inside]
+            rows = page[slots]
+            ok[sel] = ((rows[:, 0] == log_id) & (rows[:, 1] == offsets[sel])
+                       & (rows[:, 2] != ABSENT))
+        return ok
+
     # -- accounting ------------------------------------------------------------
     def entry_count(self) -> int:
         return sum(led.entries for led in self.ledgers.values())
@@ -281,3 +353,17 @@ class Index:
         """Bytes held by entry pages plus the per-ledger object estimate."""
         pages = sum(p.nbytes for led in self.ledgers.values() for p in led.pages.values())
         return pages + LEDGER_OBJECT_BYTES * len(self.ledgers)
+
+
+def _chunk_arrays(ledgers: list, page_nos: list, pages: list, rows_only: bool = False):
+    """``slot_chunks``' arrays for a list of pages: only occupied slots."""
+    rows = np.concatenate(pages) if len(pages) > 1 else pages[0]
+    if rows_only:
+        return None, None, rows[rows[:, 2] != ABSENT]
+    sizes = np.fromiter((p.shape[0] for p in pages), np.int64, len(pages))
+    starts = np.repeat(np.cumsum(sizes) - sizes, sizes)
+    entries = np.repeat(np.asarray(page_nos, np.int64) << PAGE_BITS, sizes) \
+        + (np.arange(int(sizes.sum()), dtype=np.int64) - starts)
+    led_col = np.repeat(np.asarray(ledgers, np.int64), sizes)
+    present = rows[:, 2] != ABSENT
+    return led_col[present], entries[present], rows[present]

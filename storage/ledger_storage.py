@@ -45,6 +45,8 @@ from appliance.protocol.errors import BookieIOError, ClientClosedError, TooManyR
 from . import journal_scan as js
 from . import storage_files as sf
 from .codec import BLOCK_HEADER_BYTES, RECORD_HEADER_BYTES, build_block, verify_record
+from .compaction import Compactor
+from .entry_log import list_logs, log_path
 from .index import Index
 from .options import StorageOptions
 from .read_path import fit_bytes, read_parts, read_rows
@@ -101,6 +103,12 @@ class LedgerStorage(StateOps):
         self._failure: BaseException | None = None
         # (ledger ids, entry-log mark log) of the last snapshot written: GC input.
         self._persisted: tuple[frozenset, int] = (frozenset(), 0)
+        # Entry logs compaction emptied (no index entry points into them), and
+        # those of them the snapshot on disk names: only these are removed.
+        self._garbage: set[int] = set()
+        self._persisted_garbage: set[int] = set()
+        self._compactor = Compactor(self)
+        self._disk_cache: tuple[float, dict] | None = None
         self._bytes_since_checkpoint = 0
         self._checkpoint_wake = threading.Event()
         self._checkpointer = None
@@ -198,6 +206,18 @@ class LedgerStorage(StateOps):
             raise
         self._index_block(ledgers, entries, log_id, offsets + base, lengths, len(block))
 
+    def _append_unjournaled(self, ledgers, entries, datas, lengths) -> None:
+        """Compaction's copies: a block with a fresh seq in the entry log only
+        (the caller holds the lock; see ``storage.compaction``)."""
+        self._seq += 1
+        block, offsets = build_block(self._seq, ledgers, entries, datas, lengths)
+        try:
+            log_id, base = self._logs.append_block(block)
+        except BaseException as exc:
+            self._failure = exc
+            raise
+        self._index_block(ledgers, entries, log_id, offsets + base, lengths, len(block))
+
     def _index_block(self, ledgers, entries, log_id, offsets, lengths, block_len) -> None:
         self._index.put_batch(ledgers, entries, log_id, offsets, lengths)
         if ledgers[0] == ledgers[-1] and (len(ledgers) < 3 or ledgers.min() == ledgers.max()):
@@ -286,11 +306,63 @@ class LedgerStorage(StateOps):
             return parts, rows[:, 2].astype(np.int64)
 
     def reclaim_entry_logs(self) -> tuple[list[int], int]:
-        """Remove entry logs that hold only deleted ledgers (``storage.gc``);
-        returns (removed log ids, bytes they held)."""
+        """Remove entry logs that hold only deleted ledgers (``storage.gc``),
+        and compacted logs the snapshot on disk calls garbage
+        (``storage.compaction``); returns (removed log ids, bytes they held)."""
         from .gc import reclaim_entry_logs
 
-        return reclaim_entry_logs(self)
+        compacted, freed = self._compactor.remove_garbage()
+        removed, nbytes = reclaim_entry_logs(self)
+        if removed or compacted:
+            self._disk_cache = None
+        return sorted(removed + compacted), nbytes + freed
+
+    def compact(self, major: bool = False, rotate_active: bool = True) -> dict:
+        """Compact now, in this thread (``storage.compaction``): rewrite sealed
+        entry logs whose live share is under the minor (or major) threshold,
+        then remove them once the switch is durable.  ``rotate_active`` seals
+        the active log first so it is a candidate too.  Returns counts
+        (logs_compacted, entries_copied, bytes_copied, logs_removed,
+        bytes_reclaimed, seconds, ...)."""
+        return self._compactor.run(major, rotate_active)
+
+    def request_compaction(self, major: bool = False) -> int:
+        """Ask the compactor thread for a run now (active log rotated first);
+        done once ``compaction_status()["requests_done"]`` reaches the ticket."""
+        return self._compactor.request(major)
+
+    def compaction_status(self) -> dict:
+        """running, runs, progress of the current run, the last run's counts,
+        failures and the last error, totals given back."""
+        status = dict(self._compactor.status)
+        if status["progress"] is not None:
+            status["progress"] = dict(status["progress"])
+        return status
+
+    def disk_usage(self, max_age_s: float = 1.0) -> dict:
+        """Entry-log accounting: files and their bytes, live bytes (records
+        the index points at), garbage (the rest: deleted or overwritten
+        entries, file headers and padding), open (written) logs.  Computed
+        from the index (a few numpy passes), cached for ``max_age_s``."""
+        now = time.monotonic()
+        if self._disk_cache is not None and now - self._disk_cache[0] < max_age_s:
+            return dict(self._disk_cache[1])
+        with self._lock:
+            self._check_open()
+            live = self._index.live_bytes_by_log(RECORD_HEADER_BYTES)
+        files = total = 0
+        for log_id in list_logs(self.ledger_dir):
+            try:
+                total += os.stat(log_path(self.ledger_dir, log_id)).st_size
+                files += 1
+            except FileNotFoundError:
+                continue
+        live_bytes = sum(live.values())
+        out = {"entry_logs": files, "open_logs": getattr(self._logs, "open_log_count", 1),
+               "entry_log_bytes": total, "live_bytes": live_bytes,
+               "garbage_bytes": max(0, total - live_bytes)}
+        self._disk_cache = (now, out)
+        return dict(out)
 
     # -- checkpoints -----------------------------------------------------------
     def checkpoint(self) -> None:
@@ -328,7 +400,9 @@ class LedgerStorage(StateOps):
         try:
             self._logs.finish_sync(sync)
             sf.save_snapshot(self, meta, frozen)
-            self._persisted = (frozenset(frozen.ledgers), meta["entry_log_mark"][0])
+            with self._lock:
+                self._persisted = (frozenset(frozen.ledgers), meta["entry_log_mark"][0])
+                self._persisted_garbage = set(meta["garbage_logs"])
             self._journal.delete_segments_before(mark[0])
         except BaseException as exc:
             self._failure = exc
@@ -351,6 +425,7 @@ class LedgerStorage(StateOps):
         self._checkpointer = threading.Thread(target=self._checkpoint_loop,
                                               name="checkpointer", daemon=True)
         self._checkpointer.start()
+        self._compactor.start()
 
     def _checkpoint_loop(self) -> None:
         while not self._closed:
@@ -412,6 +487,7 @@ class LedgerStorage(StateOps):
         sf.release_locks(self)
 
     def _stop_checkpointer(self) -> None:
+        self._compactor.stop()
         self._checkpoint_wake.set()
         if self._checkpointer is not None and self._checkpointer is not threading.current_thread():
             self._checkpointer.join()
@@ -467,5 +543,7 @@ class LedgerStorage(StateOps):
                        pending_callbacks=len(self._callbacks), pid=os.getpid(),
                        limbo_ledgers=self.limbo_count())
             out.update(self.recovery_stats)
-            return out
+        out["compaction"] = self.compaction_status()
+        out["disk"] = {} if self._closed or self._closing else self.disk_usage()
+        return out
 

@@ -79,6 +79,23 @@ class StorageOptions:
     """Also checkpoint once this many bytes were added since the last one,
     bounding replay time and journal disk use under heavy load."""
 
+    # -- compaction (storage/compaction.py) -----------------------------------
+    compaction_minor_threshold: float = 0.2
+    """Minor compaction rewrites sealed entry logs whose live share (bytes
+    of entries the index still points at, over the file size) is below
+    this.  Copying costs live / (1 - live) bytes written per byte given
+    back: 0.25 at 0.2."""
+
+    compaction_minor_interval_s: float = 3600.0
+    """Seconds between minor compactions (0 = never by itself)."""
+
+    compaction_major_threshold: float = 0.8
+    """Major compaction's threshold (at least the minor one): more space
+    back for more copying (4 bytes written per byte given back at 0.8)."""
+
+    compaction_major_interval_s: float = 86400.0
+    """Seconds between major compactions (0 = never by itself)."""
+
     # -- limits ----------------------------------------------------------------
     entry_bytes_max: int = PAYLOAD_BYTES_MAX
     """Largest payload of one entry (the one limit, CONTRACT: 5 MiB).  A
@@ -98,7 +115,9 @@ class StorageOptions:
         """Raise ConfigError (naming the key and the fix) on impossible values."""
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.type in ("int", "float") and (isinstance(value, bool) or value <= 0):
+            off_ok = f.name in _ZERO_IS_OFF and not isinstance(value, bool) and value == 0
+            if f.type in ("int", "float") and (isinstance(value, bool) or value <= 0) \
+                    and not off_ok:
                 _refuse(f.name, value, "a positive number")
             if f.type == "bool" and not isinstance(value, bool):
                 _refuse(f.name, value, "true or false")
@@ -113,10 +132,19 @@ class StorageOptions:
         if self.entry_log_rotate_bytes < 2 * ALIGN_BYTES + record_room:
             _refuse("entry_log_rotate_bytes", self.entry_log_rotate_bytes,
                     "at least add_batch_bytes_max + 8 KiB")
+        for key in ("compaction_minor_threshold", "compaction_major_threshold"):
+            if not 0 < getattr(self, key) <= 1:
+                _refuse(key, getattr(self, key), "a share above 0 and at most 1")
+        if self.compaction_major_threshold < self.compaction_minor_threshold:
+            _refuse("compaction_major_threshold", self.compaction_major_threshold,
+                    "at least compaction_minor_threshold")
         if self.entry_log_buffer_bytes % ALIGN_BYTES:
             _refuse("entry_log_buffer_bytes", self.entry_log_buffer_bytes,
                     f"a multiple of {ALIGN_BYTES}")
         return self
+
+
+_ZERO_IS_OFF = ("compaction_minor_interval_s", "compaction_major_interval_s")
 
 
 def _align_up(n: int) -> int:

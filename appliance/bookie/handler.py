@@ -48,6 +48,7 @@ from ipc.packed import AddPackedReply, AddPackedRequest, ReadPackedReply, ReadPa
 from ipc.replies import (
     AddBatchReply,
     AddReply,
+    CompactReply,
     ErrorReply,
     InfoReply,
     LacReply,
@@ -58,6 +59,7 @@ from ipc.replies import (
 from ipc.requests import (
     AddBatchRequest,
     AddRequest,
+    CompactRequest,
     InfoRequest,
     PingRequest,
     ReadBatchRequest,
@@ -132,6 +134,11 @@ class BookieHandler:
             return PingReply(req.request_id)
         if isinstance(req, InfoRequest):
             return InfoReply(self.info(), req.request_id)
+        if isinstance(req, CompactRequest):  # the run goes on in the storage's compactor
+            ticket = self.storage.request_compaction(req.major)
+            return CompactReply({"ticket": ticket,
+                                 "compaction": _jsonable(self.storage.compaction_status())},
+                                req.request_id)
         raise BadRequestError(f"unhandled request {type(req).__name__}")
 
     def info(self) -> dict:

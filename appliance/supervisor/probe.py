@@ -10,22 +10,35 @@ from __future__ import annotations
 import zmq
 
 from appliance.errors import BadRequestError
-from ipc.replies import InfoReply, decode_reply
-from ipc.requests import InfoRequest, encode_request
+from ipc.replies import CompactReply, InfoReply, decode_reply
+from ipc.requests import CompactRequest, InfoRequest, encode_request
 
 
 def bookie_info(endpoint: str, timeout_ms: int, context: zmq.Context | None = None) -> dict | None:
     """The bookie's INFO document, or None if it did not answer in time."""
+    return _ask(endpoint, InfoRequest(request_id=1), InfoReply, timeout_ms, context)
+
+
+def bookie_compact(endpoint: str, major: bool, timeout_ms: int,
+                   context: zmq.Context | None = None) -> dict | None:
+    """Start a compaction on a bookie (COMPACT); its reply document
+    (``ticket``, ``compaction``), or None if it did not answer in time."""
+    return _ask(endpoint, CompactRequest(major, request_id=1), CompactReply, timeout_ms,
+                context)
+
+
+def _ask(endpoint: str, request, reply_type, timeout_ms: int,
+         context: zmq.Context | None) -> dict | None:
     ctx = context or zmq.Context.instance()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     try:
         sock.connect(endpoint)
-        sock.send_multipart(encode_request(InfoRequest(request_id=1)))
+        sock.send_multipart(encode_request(request))
         if not sock.poll(timeout_ms, zmq.POLLIN):
             return None
         reply = decode_reply(sock.recv_multipart())
-        return reply.info if isinstance(reply, InfoReply) else None
+        return reply.info if isinstance(reply, reply_type) else None
     except (zmq.ZMQError, BadRequestError):
         return None
     finally:

@@ -29,6 +29,7 @@ from ipc.frames import (
 from ipc.replies import (
     AddBatchReply,
     AddReply,
+    CompactReply,
     ErrorReply,
     InfoReply,
     LacReply,
@@ -43,6 +44,7 @@ from ipc.requests import (
     AddBatchRequest,
     AddItem,
     AddRequest,
+    CompactRequest,
     InfoRequest,
     PingRequest,
     ReadBatchRequest,
@@ -60,6 +62,8 @@ KEY2 = bytes(range(100, 132))
 REQUESTS = [
     PingRequest(request_id=1),
     InfoRequest(request_id=2),
+    CompactRequest(request_id=20),
+    CompactRequest(major=True, request_id=21),
     AddRequest(7, 0, KEY, b"entry-0", request_id=3),
     AddRequest(2**63 - 1, 2**63 - 1, KEY, b"", recovery=True, request_id=2**64 - 1),
     ReadRequest(7, 5, request_id=4),
@@ -80,6 +84,7 @@ REQUESTS = [
 REPLIES = [
     PingReply(1),
     InfoReply({"bookie_id": "b1", "counters": {"bad_messages": 3}}, 2),
+    CompactReply({"ticket": 3, "compaction": {"running": True}}, 20),
     AddReply(7, 0, 3),
     ReadReply(7, 5, b"entry-5", 4),
     LacReply(7, 4, 5, b"entry-5", 6, Op.READ_LAC),

@@ -59,3 +59,12 @@ def test_the_example_bytes_are_what_the_codec_produces():
     assert ok_reply == encode_reply(AddReply(7, 3, 42))[0]
     fenced = ErrorReply(Op.ADD, 42, LedgerFencedError.code, 7, 3)
     assert fenced_reply == encode_reply(fenced)[0]
+
+
+def test_the_compact_example_is_what_the_codec_produces():
+    from ipc.requests import CompactRequest
+
+    shown = re.search(r"Request header of a major run, request id 5:\s*`([0-9a-f ]+)`", DOC)
+    assert shown, "COMPACT example missing"
+    assert bytes.fromhex(shown.group(1)) == bytes(
+        encode_request(CompactRequest(major=True, request_id=5))[0])

@@ -13,6 +13,8 @@ Ack log lines (``os.write`` with O_APPEND, one write per group of acks)::
     F ledger key_hex      ledger fenced and its master key set, both durable
     D ledger              a doomed ledger's delete is durable (then GC ran: "G logs")
     G removed             entry logs garbage-collected by one reclaim_entry_logs()
+    c                     a compaction starts (a "c" without its "C": killed inside it)
+    C compacted copied removed   one compaction: logs rewritten, entries copied, logs removed
     X message             the writer saw something wrong (the test fails)
 """
 
@@ -60,15 +62,25 @@ class Writer:
             self.fence_new_ledger()
         elif roll < 0.075:
             self.doom_a_ledger()
+        elif roll < 0.085:
+            self.doom_mixed()
+        elif roll < 0.10:
+            self.compact()
         else:
             self.add_batch()
         if len(self.pending) >= WINDOW_MAX:
             self.st.wait_durable(self.pending[0][0], timeout_s=30)
         self.ack_durable()
 
-    def add_batch(self) -> None:
+    def add_batch(self, doomed: int | None = None, doomed_first: int = 0) -> int:
+        """One batch over the data ledgers (and, with ``doomed``, as many
+        entries of that ledger in the same block); returns doomed entries added."""
         count = self.rng.randint(1, BATCH_ENTRIES_MAX)
         ledgers, entries, datas, ranges = [], [], [], {}
+        extra = count if doomed is not None else 0
+        ledgers += [doomed] * extra
+        entries += list(range(doomed_first, doomed_first + extra))
+        datas += [bytes(DOOMED_ENTRY_BYTES)] * extra
         for _ in range(count):
             led = self.rng.choice(DATA_LEDGERS)
             entry = self.next_entry[led]
@@ -80,6 +92,29 @@ class Writer:
             ranges[led] = (first, entry)
         ticket = self.st.add_entries(ledgers, entries, datas)
         self.pending.append((ticket, [f"A {led} {a} {b}" for led, (a, b) in ranges.items()]))
+        return extra
+
+    def doom_mixed(self) -> None:
+        """A doomed ledger written in the same blocks as the data ledgers, then
+        deleted: entry logs that are half garbage, for compaction to rewrite."""
+        led = DOOMED_LEDGER_BASE + self.rng.randrange(1 << 30)
+        added = 0
+        for _ in range(self.rng.randint(5, 40)):
+            added += self.add_batch(doomed=led, doomed_first=added)
+            if len(self.pending) >= WINDOW_MAX:
+                self.st.wait_durable(self.pending[0][0], timeout_s=30)
+            self.ack_durable()
+        self.pending.append((self.st.delete_ledger(led), [f"D {led}"]))
+
+    def compact(self) -> None:
+        os.write(self.ack_fd, b"c\n")
+        result = self.st.compact(major=self.rng.random() < 0.7,
+                                 rotate_active=self.rng.random() < 0.5)
+        if result["logs_failed"]:  # a log it had to copy was damaged or missing
+            os.write(self.ack_fd, f"X compaction failed on {result['logs_failed']} logs "
+                                  f"(a missing or damaged entry log)\n".encode())
+        os.write(self.ack_fd, (f"C {result['logs_compacted']} {result['entries_copied']} "
+                               f"{result['logs_removed']}\n").encode())
 
     def fence_new_ledger(self) -> None:
         led = FENCE_LEDGER_BASE + self.rng.randrange(1 << 30)

@@ -1,7 +1,7 @@
 """kill -9 crash test: a forked writer adds, fences and checkpoints while
 logging every acknowledgement; it is SIGKILLed at a random moment (during
-start-up/recovery, right after open, or after a random number of acks, polled
-at a random interval); a fresh open must hold every acknowledged entry
+start-up/recovery, right after open, once a compaction started, or after a
+random number of acks, polled at a random interval); a fresh open must hold every acknowledged entry
 byte-identical, every acknowledged fence and master key, and report the
 unclean shutdown.  The same directories carry over from one crash point to
 the next, so recoveries of recoveries are exercised too.
@@ -19,7 +19,8 @@ import traceback
 
 import pytest
 
-from storage import LedgerStorage
+from appliance.errors import CorruptRecordError
+from storage import LedgerStorage, compaction
 from tests.support.launch import ForkedChild, fork_child, stop_process, wait_for
 
 from . import crash_writer as cw
@@ -29,6 +30,7 @@ KiB = 1024
 CRASH_POINTS = int(os.environ.get("BK_CRASH_POINTS", "200"))
 NO_JOURNAL_POINTS = int(os.environ.get("BK_CRASH_POINTS_NO_JOURNAL", "20"))
 FULL_CHECK_EVERY = 25
+MUTATION_POINTS_MAX = 150  # the mutation must be caught within this many points
 ACK_WAIT_S = 60.0
 
 
@@ -53,11 +55,19 @@ class AckBook:
         self.fences: dict[int, bytes] = {}
         self.deleted: set[int] = set()
         self.logs_removed = 0
+        self.compactions = {"runs": 0, "logs": 0, "entries": 0, "removed": 0,
+                            "killed_inside": 0}
 
     def lines(self) -> int:
         with open(self.path, "rb") as f:
             f.seek(self.offset)
             return f.read().count(b"\n")
+
+    def saw(self, line: bytes) -> bool:
+        """True once this point's writer wrote ``line`` (a whole line)."""
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            return (b"\n" + f.read()).find(b"\n" + line + b"\n") >= 0
 
     def consume(self) -> tuple[list[tuple[int, int, int]], list[int], bool]:
         with open(self.path, "rb") as f:
@@ -71,6 +81,7 @@ class AckBook:
             # acks go unchecked, which only makes the check weaker, never wrong)
             os.truncate(self.path, self.offset)
         ranges, fences, opened = [], [], False
+        compacting = False
         for line in complete.decode().splitlines():
             kind, *rest = line.split(" ", 1)
             if kind == "X":
@@ -85,10 +96,20 @@ class AckBook:
                 self.deleted.add(int(rest[0]))
             elif kind == "G":
                 self.logs_removed += int(rest[0])
+            elif kind == "c":
+                compacting = True
+            elif kind == "C":
+                compacting = False
+                logs, entries, removed = map(int, rest[0].split())
+                self.compactions["runs"] += 1
+                self.compactions["logs"] += logs
+                self.compactions["entries"] += entries
+                self.compactions["removed"] += removed
             elif kind == "F":
                 led_s, key = rest[0].split()
                 self.fences[int(led_s)] = bytes.fromhex(key)
                 fences.append(int(led_s))
+        self.compactions["killed_inside"] += compacting
         return ranges, fences, opened
 
 
@@ -120,7 +141,8 @@ def _verify(st, book: AckBook, ranges, fences, rng, full: bool, where: str) -> N
             assert st.read_entry(led, entry) == cw.entry_data(led, entry), where
 
 
-def _kill_point(child: ForkedChild, book: AckBook, rng: random.Random) -> None:
+def _kill_point(child: ForkedChild, book: AckBook, rng: random.Random,
+                compacts: bool) -> None:
     """Wait for the chosen moment (polling, never sleeping blind); the caller
     then SIGKILLs the child."""
     choice = rng.random()
@@ -133,6 +155,9 @@ def _kill_point(child: ForkedChild, book: AckBook, rng: random.Random) -> None:
         pass  # during start-up / recovery
     elif choice < 0.2:
         wait_for(lambda: book.lines() >= 1 or child_gone(), ACK_WAIT_S, interval_s, "open")
+    elif choice < 0.35 and compacts:  # inside a compaction (copy, switch, checkpoint, removal)
+        wait_for(lambda: book.saw(b"c") or child_gone(), ACK_WAIT_S, interval_s,
+                 "a compaction")
     else:
         target = rng.randint(2, 30)
         wait_for(lambda: book.lines() >= target or child_gone(), ACK_WAIT_S, interval_s,
@@ -158,7 +183,7 @@ def _run_crash_points(dirs, points: int, body, options, seed: int, tmp_path) -> 
         child = fork_child(_writer_main, body, *dirs, options, book.path,
                            rng.randrange(1 << 30))
         try:
-            _kill_point(child, book, rng)
+            _kill_point(child, book, rng, body is cw.run_writer)
         finally:
             stop_process(child, ACK_WAIT_S, signal.SIGKILL)
         ranges, fences, opened = book.consume()
@@ -184,9 +209,31 @@ def test_kill_9_loses_no_acknowledged_entry(tmp_path):
     options = crash_options()
     LedgerStorage.format("bookie-1", *dirs, options)
     book = _run_crash_points(dirs, CRASH_POINTS, cw.run_writer, options, _seed(), tmp_path)
-    # garbage collection ran between the kills (doomed ledgers), so "no loss"
-    # also covers crashes around deletes, checkpoints and log removals
+    # garbage collection and compaction ran between the kills (doomed ledgers,
+    # some written in the same blocks as the data ledgers), so "no loss" also
+    # covers crashes around deletes, checkpoints, copies and log removals
     assert book.deleted and book.logs_removed > 0, (len(book.deleted), book.logs_removed)
+    assert book.compactions["entries"] > 0 and book.compactions["removed"] > 0, \
+        book.compactions
+    print(f"crash test: {CRASH_POINTS} points, {len(book.deleted)} durable deletes, "
+          f"{book.logs_removed} logs collected, compactions {book.compactions}")
+
+
+def test_the_crash_test_catches_removing_a_log_before_the_switch_is_durable(
+        tmp_path, monkeypatch):
+    """The mutation: compaction removes the old log before the checkpoint that
+    makes the switched index durable.  A kill in that window must show up as
+    lost acknowledged entries (the snapshot points into a missing log)."""
+    monkeypatch.setattr(compaction, "REMOVE_BEFORE_CHECKPOINT", True)  # inherited by fork
+    dirs = (tmp_path / "journal", tmp_path / "ledgers")
+    options = crash_options()
+    LedgerStorage.format("bookie-1", *dirs, options)
+    # the check finds the loss, or the next writer's compaction trips over the
+    # missing log (reported as an X line: pytest.fail)
+    with pytest.raises((AssertionError, CorruptRecordError, pytest.fail.Exception)) as caught:
+        _run_crash_points(dirs, MUTATION_POINTS_MAX, cw.run_writer, options, _seed(), tmp_path)
+    assert "missing" in str(caught.value) or "ledger" in str(caught.value), caught.value
+    print(f"mutation caught: {str(caught.value).splitlines()[0][:200]}")
 
 
 @pytest.mark.timeout(max(300, 2 * NO_JOURNAL_POINTS))
