@@ -11,7 +11,7 @@ from cli.common import echo_json, json_option, library_errors
 
 
 def _common(f):
-    """--entry-bytes, --dir and --json, shared by both commands."""
+    """--entry-bytes, --dir and --json, shared by these commands."""
     for option in reversed([
             click.option("--entry-bytes", type=click.IntRange(min=1), default=65536,
                          show_default=True, help="Payload bytes per entry."),
@@ -102,3 +102,36 @@ def autorecovery(mb, delay_ms, entry_bytes, workdir, as_json):
                f"redundancy {doc['loss_to_full_redundancy_s']:.1f} s after the loss "
                f"(delay {delay_ms} ms); copy {doc['entries_per_s']:,.0f} entries/s, "
                f"{doc['mb_per_s']:,.1f} MB/s")
+
+
+@click.command("reclaim")
+@click.option("--mb", type=click.IntRange(min=1), default=256, show_default=True,
+              help="Bytes written (two interleaved E3/W3/A2 ledgers together).")
+@click.option("--keep", "keep_share", type=click.FloatRange(0.01, 0.9), default=0.1,
+              show_default=True, help="Share of the bytes in the ledger that is kept.")
+@click.option("--gc-interval-ms", type=click.IntRange(min=100), default=None,
+              help="server.gc_interval_ms for the run (default: the product default).")
+@_common
+@library_errors
+def reclaim(mb, keep_share, gc_interval_ms, entry_bytes, workdir, as_json):
+    """Time for a deleted ledger's space to come back: a ledger written
+    interleaved with one that is kept is deleted; time until every bookie's
+    GC forgot it, then for a compaction asked of every bookie, and the
+    ledger directories' size after it over the live data.
+
+    \b
+    Example:
+      bkctl bench reclaim --mb 256 --keep 0.1 --json
+    """
+    from appliance.bench.reclaim import run_reclaim_bench
+
+    doc = run_reclaim_bench(mb * 1024 * 1024, entry_bytes, keep_share, gc_interval_ms,
+                            workdir)
+    if as_json:
+        echo_json(doc)
+        return
+    click.echo(f"reclaim {doc['bytes_written'] / 1e6:,.0f} MB written, {keep_share:.0%} kept: "
+               f"GC forgot the deleted ledger after {doc['gc_s']:.1f} s (gc_interval_ms "
+               f"{doc['gc_interval_ms']}), {doc['compaction']} compaction {doc['compact_s']:.1f} s "
+               f"({doc['copy_mb_per_s']} MB/s copied); space back {doc['space_back_s']:.1f} s "
+               f"after the delete; ledger dir / live data {doc['after_over_live']}")

@@ -44,6 +44,7 @@ def _register_commands() -> None:
     bench.add_command(bench_spark)
     from cli.bench_repair import autorecovery as bench_autorecovery
     from cli.bench_repair import boot as bench_boot
+    from cli.bench_repair import reclaim as bench_reclaim
     from cli.bench_repair import repair as bench_repair
 
     bench.add_command(bench_autorecovery)
@@ -51,6 +52,7 @@ def _register_commands() -> None:
 
     bench.add_command(bench_log)
     bench.add_command(bench_repair)
+    bench.add_command(bench_reclaim)
     bench.add_command(bench_boot)
     from cli.admin import down, status, up
     from cli.autorecovery import autorecovery, decommission
