@@ -14,12 +14,12 @@ Steps, and why a crash (kill -9) at any point loses nothing:
    log is sealed (never appended to again: new writes, and a crash
    recovery's re-appends, go to newer logs) and no recovery ever scans it
    (recovery scans from the mark).
-2. **Copy**, a chunk at a time (at most an entry-log buffer of data): read
-   the live records of the log without the storage lock and verify each
-   (ledger, entry, length, CRC32C); then, under the lock, keep only entries
-   the index still points at in that log (a ledger deleted or an entry
-   re-added meanwhile is skipped), write them as a new block with a fresh
-   operation seq and point the index at the copies.  Reads switch at that
+2. **Copy**: the log is scanned block by block (every block verified: its
+   header, record table and each record's CRC32C) without the storage
+   lock; the records the index points at are gathered and, a chunk at a
+   time (an entry-log buffer), checked again under the lock (a ledger
+   deleted or an entry re-added meanwhile is skipped), written as a new
+   block with a fresh operation seq, and the index is pointed at the copies.  Reads switch at that
    moment and are served from the new block (from memory until it is
    written), so a read never fails because of compaction.  The copies are
    not journaled: until a checkpoint covers them the old log still holds
@@ -66,14 +66,13 @@ import numpy as np
 
 from appliance.protocol.errors import BookieIOError, ClientClosedError, CorruptRecordError
 
-from .codec import RECORD_HEADER_BYTES, verify_record
-from .entry_log import list_logs, log_path
+from .codec import RECORD_HEADER_BYTES
+from .entry_log import list_logs, log_path, scan_log
 from .options import ALIGN_BYTES
 
 log = logging.getLogger(__name__)
 
 REMOVE_BEFORE_CHECKPOINT = False  # the crash test's mutation switch; never set it otherwise
-SPAN_SLACK = 4  # one pread per chunk unless it would read this many times the live bytes
 
 
 def plan(log_sizes: dict[int, int], live: dict[int, int], mark_log: int,
@@ -90,19 +89,6 @@ def plan(log_sizes: dict[int, int], live: dict[int, int], mark_log: int,
             chosen.append((log_id, used, size))
     chosen.sort(key=lambda c: (c[1] / max(c[2], 1), c[0]))
     return chosen
-
-
-def _chunks(rows: np.ndarray, bytes_max: int):
-    """[lo, hi) ranges of rows whose records add up to at most ``bytes_max``."""
-    sizes = rows[:, 3] + RECORD_HEADER_BYTES
-    lo, acc = 0, 0
-    for i, size in enumerate(sizes.tolist()):
-        if acc + size > bytes_max and i > lo:
-            yield lo, i
-            lo, acc = i, 0
-        acc += size
-    if lo < len(rows):
-        yield lo, len(rows)
 
 
 class Compactor:
@@ -207,70 +193,71 @@ class Compactor:
 
     def _copy_log(self, log_id: int) -> tuple[int, int]:
         """Copy the live entries of one sealed log and mark it garbage;
-        returns (entries, bytes of data copied)."""
+        returns (entries, bytes of data copied).
+
+        The log is read block by block (``scan_log``: a sliding window, every
+        block verified), so memory stays bounded by one block plus one chunk
+        of copies, whatever the log holds.  Per block, the records the index
+        points at are kept (under the lock); a chunk of them is appended once
+        it reaches an entry-log buffer (``_flush``: checked again under the
+        lock).  If the scan stops early (a damaged block) and live entries
+        remain in the log, it is not marked garbage: it stays, as it was."""
         st = self.st
+        limit = min(st.options.add_batch_bytes_max, st.options.entry_log_buffer_bytes) - 64
+        chunk = _Chunk()
+        done = [0, 0]
+
+        def on_block(offset: int, info, raw) -> None:
+            with st._lock:
+                st._check_usable()
+                keep = _still_indexed(st._index, info.ledgers, info.entries, log_id,
+                                      info.offsets + offset)
+            for i in np.flatnonzero(keep).tolist():
+                rel = int(info.offsets[i]) + RECORD_HEADER_BYTES
+                length = int(info.lengths[i])
+                chunk.add(int(info.ledgers[i]), int(info.entries[i]),
+                          offset + int(info.offsets[i]), bytes(raw[rel:rel + length]))
+                if chunk.nbytes >= limit:
+                    self._flush(chunk, log_id, done)
+
+        try:
+            scan_log(st.ledger_dir, log_id, 0, on_block)
+        except FileNotFoundError as exc:
+            raise CorruptRecordError(f"entry log {log_path(st.ledger_dir, log_id)} is "
+                                     f"missing") from exc
+        self._flush(chunk, log_id, done)
         with st._lock:
             st._check_usable()
-            rows = st._index.rows_in_log(log_id)
-        path = log_path(st.ledger_dir, log_id)
-        copied = nbytes = 0
-        if len(rows):
-            limit = min(st.options.add_batch_bytes_max, st.options.entry_log_buffer_bytes) - 64
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            except FileNotFoundError as exc:
-                raise CorruptRecordError(f"entry log {path} is missing") from exc
-            try:
-                for lo, hi in _chunks(rows, limit):
-                    n, b = self._copy_chunk(fd, path, log_id, rows[lo:hi])
-                    copied += n
-                    nbytes += b
-                    self._progress("bytes_copied", b)
-            finally:
-                os.close(fd)
-        with st._lock:
-            st._check_usable()
-            if len(st._index.rows_in_log(log_id)):  # re-pointed into it? never: it is sealed
-                raise CorruptRecordError(f"entry log {log_id} still holds indexed entries "
-                                         f"after compaction copied it")
+            left = st._index.live_bytes_by_log(RECORD_HEADER_BYTES).get(log_id, 0)
+            if left:  # the scan stopped before them (a damaged block): keep the log
+                raise CorruptRecordError(f"entry log {log_id}: {left} bytes of indexed "
+                                         f"entries were not found by its scan")
             st._garbage.add(log_id)
             st._logs.ledger_bytes.pop(log_id, None)
-        return copied, nbytes
+        return done[0], done[1]
 
-    def _copy_chunk(self, fd: int, path: str, log_id: int,
-                    rows: np.ndarray) -> tuple[int, int]:
+    def _flush(self, chunk: _Chunk, log_id: int, done: list) -> None:
+        """Append the chunk's records the index still points at in ``log_id``."""
+        if not chunk.datas:
+            return
         st = self.st
-        offsets, lengths = rows[:, 2], rows[:, 3]
-        first = int(offsets[0])
-        span = int((offsets + lengths).max()) + RECORD_HEADER_BYTES - first
-        wanted = int(lengths.sum()) + RECORD_HEADER_BYTES * len(rows)
-        datas = []
-        if span <= SPAN_SLACK * wanted:
-            raw = _pread(fd, path, span, first)
-            view = memoryview(raw)
-            for (ledger, entry, offset, length) in rows.tolist():
-                rel = offset - first
-                datas.append(verify_record(view[rel:rel + RECORD_HEADER_BYTES + length],
-                                           ledger, entry, length, f"{path} offset {offset}"))
-        else:
-            for (ledger, entry, offset, length) in rows.tolist():
-                raw = _pread(fd, path, RECORD_HEADER_BYTES + length, offset)
-                datas.append(verify_record(raw, ledger, entry, length,
-                                           f"{path} offset {offset}"))
+        ledgers = np.array(chunk.ledgers, np.int64)
+        entries = np.array(chunk.entries, np.int64)
+        offsets = np.array(chunk.offsets, np.int64)
         with st._lock:
             st._check_usable()
-            keep = np.zeros(len(rows), bool)
-            ledgers = rows[:, 0]
-            for ledger in np.unique(ledgers).tolist():
-                sel = np.flatnonzero(ledgers == ledger)
-                keep[sel] = st._index.still_at(ledger, rows[sel, 1], log_id, offsets[sel])
-            if not keep.any():
-                return 0, 0
+            keep = _still_indexed(st._index, ledgers, entries, log_id, offsets)
             idx = np.flatnonzero(keep)
-            st._append_unjournaled(rows[idx, 0].astype(np.uint64),
-                                   rows[idx, 1].astype(np.uint64),
-                                   [datas[i] for i in idx.tolist()], lengths[idx])
-        return len(idx), int(lengths[idx].sum())
+            if len(idx):
+                lengths = np.fromiter((len(chunk.datas[i]) for i in idx.tolist()), np.int64,
+                                      len(idx))
+                st._append_unjournaled(ledgers[idx].astype(np.uint64),
+                                       entries[idx].astype(np.uint64),
+                                       [chunk.datas[i] for i in idx.tolist()], lengths)
+                done[0] += len(idx)
+                done[1] += int(lengths.sum())
+                self._progress("bytes_copied", int(lengths.sum()))
+        chunk.clear()
 
     def remove_garbage(self) -> tuple[list[int], int]:
         """Remove the garbage logs the snapshot on disk names; (ids, bytes)."""
@@ -360,12 +347,33 @@ class Compactor:
                     due[k] = now + interval
 
 
-def _pread(fd: int, path: str, nbytes: int, offset: int) -> bytes:
-    try:
-        raw = os.pread(fd, nbytes, offset)
-    except OSError as exc:
-        raise BookieIOError(f"read of {path} at {offset} failed: {exc}") from exc
-    if len(raw) != nbytes:
-        raise CorruptRecordError(f"{path} offset {offset}: short read ({len(raw)} of {nbytes} "
-                                 f"bytes) during compaction")
-    return raw
+class _Chunk:
+    """Records waiting to be copied (their data copied out of the scan window)."""
+
+    __slots__ = ("ledgers", "entries", "offsets", "datas", "nbytes")
+
+    def __init__(self):
+        self.clear()
+
+    def add(self, ledger: int, entry: int, offset: int, data: bytes) -> None:
+        self.ledgers.append(ledger)
+        self.entries.append(entry)
+        self.offsets.append(offset)
+        self.datas.append(data)
+        self.nbytes += len(data) + RECORD_HEADER_BYTES
+
+    def clear(self) -> None:
+        self.ledgers, self.entries, self.offsets, self.datas = [], [], [], []
+        self.nbytes = 0
+
+
+def _still_indexed(index, ledgers: np.ndarray, entries: np.ndarray, log_id: int,
+                   offsets: np.ndarray) -> np.ndarray:
+    """Which records the index points at (``log_id``, offset); caller holds the lock."""
+    ledgers = np.asarray(ledgers, np.int64)
+    entries = np.asarray(entries, np.int64)
+    keep = np.zeros(len(ledgers), bool)
+    for ledger in np.unique(ledgers).tolist():
+        sel = np.flatnonzero(ledgers == ledger)
+        keep[sel] = index.still_at(ledger, entries[sel], log_id, offsets[sel])
+    return keep

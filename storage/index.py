@@ -304,21 +304,6 @@ class Index:
                 out[log_id] = out.get(log_id, 0) + int(nbytes)
         return out
 
-    def rows_in_log(self, log_id: int) -> np.ndarray:
-        """(ledger, entry, offset, length) of every entry stored in ``log_id``,
-        as int64 rows sorted by offset (the order they sit in the file)."""
-        parts = []
-        for ledgers, entries, rows in self.slot_chunks():
-            sel = rows[:, 0] == log_id
-            if sel.any():
-                parts.append(np.stack([ledgers[sel], entries[sel],
-                                       rows[sel, 1].astype(np.int64),
-                                       rows[sel, 2].astype(np.int64)], axis=1))
-        if not parts:
-            return np.zeros((0, 4), np.int64)
-        out = np.concatenate(parts)
-        return out[np.argsort(out[:, 2], kind="stable")]
-
     def still_at(self, ledger_id: int, entries: np.ndarray, log_id: int,
                  offsets: np.ndarray) -> np.ndarray:
         """Which of a ledger's ``entries`` the index still points at

@@ -63,11 +63,12 @@ class AckBook:
             f.seek(self.offset)
             return f.read().count(b"\n")
 
-    def saw(self, line: bytes) -> bool:
-        """True once this point's writer wrote ``line`` (a whole line)."""
+    def saw(self, line: bytes, prefix: bool = False) -> bool:
+        """True once this point's writer wrote ``line`` (a whole line, or a
+        line starting with it)."""
         with open(self.path, "rb") as f:
             f.seek(self.offset)
-            return (b"\n" + f.read()).find(b"\n" + line + b"\n") >= 0
+            return (b"\n" + f.read()).find(b"\n" + line + (b"" if prefix else b"\n")) >= 0
 
     def consume(self) -> tuple[list[tuple[int, int, int]], list[int], bool]:
         with open(self.path, "rb") as f:
@@ -155,9 +156,12 @@ def _kill_point(child: ForkedChild, book: AckBook, rng: random.Random,
         pass  # during start-up / recovery
     elif choice < 0.2:
         wait_for(lambda: book.lines() >= 1 or child_gone(), ACK_WAIT_S, interval_s, "open")
-    elif choice < 0.35 and compacts:  # inside a compaction (copy, switch, checkpoint, removal)
+    elif choice < 0.3 and compacts:  # inside a compaction (copy, switch, checkpoint, removal)
         wait_for(lambda: book.saw(b"c") or child_gone(), ACK_WAIT_S, interval_s,
                  "a compaction")
+    elif choice < 0.35 and compacts:  # right after one: logs removed, copies maybe in buffers
+        wait_for(lambda: book.saw(b"C ", prefix=True) or child_gone(), ACK_WAIT_S,
+                 interval_s, "a compaction's end")
     else:
         target = rng.randint(2, 30)
         wait_for(lambda: book.lines() >= target or child_gone(), ACK_WAIT_S, interval_s,
