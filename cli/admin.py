@@ -154,6 +154,7 @@ def _bookie_status(config, b) -> dict:
     return {"id": b.id, "state": state, "pid": info.get("pid") if info else None,
             "fs_used": max(usage.values()) if usage else None,
             "limbo_ledgers": storage.get("limbo_ledgers") if info else None,
+            "gc": (info or {}).get("gc"),
             "endpoint": b.endpoint, "journal_dir": str(b.journal_dir),
             "ledger_dir": str(b.ledger_dir),
             "disk_bytes": _du(b.journal_dir) + _du(b.ledger_dir)}

@@ -200,12 +200,15 @@ class LedgerStorage(StateOps):
 
     def _index_block(self, ledgers, entries, log_id, offsets, lengths, block_len) -> None:
         self._index.put_batch(ledgers, entries, log_id, offsets, lengths)
+        ledger_rows = self._index.ledgers
         if ledgers[0] == ledgers[-1] and (len(ledgers) < 3 or ledgers.min() == ledgers.max()):
             # one ledger: its bytes are the block's records (as unique_ledger_bytes counts)
             self._logs.note_ledger_bytes(log_id, int(ledgers[0]), block_len - BLOCK_HEADER_BYTES)
+            ledger_rows[int(ledgers[0])].add_seq = self._seq
         else:
             for ledger_id, nbytes in unique_ledger_bytes(ledgers, lengths + RECORD_HEADER_BYTES):
                 self._logs.note_ledger_bytes(log_id, ledger_id, nbytes)
+                ledger_rows[ledger_id].add_seq = self._seq
         self._bytes_since_checkpoint += block_len
 
     # -- durability ------------------------------------------------------------
