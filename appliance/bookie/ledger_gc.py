@@ -93,6 +93,7 @@ class LedgerGC:
         self._clock_ms = clock_ms or (lambda: int(time.monotonic() * 1000))
         self._suspects: set[int] = set()  # missing from the previous pass
         self._sightings: dict[int, orep.Sighting] = {}  # seen over-replicated
+        self.last_overreplicated: list[int] = []  # deleted as over-replicated by the last pass
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.stats = {"passes": 0, "ledgers_deleted": 0, "logs_removed": 0, "bytes_freed": 0,
@@ -115,7 +116,7 @@ class LedgerGC:
             self.storage.delete_ledger(ledger_id)
             deleted.append(ledger_id)
         self._suspects = missing - set(deleted)
-        self.collect_overreplicated(local & listed)
+        self.last_overreplicated = self.collect_overreplicated(local & listed)
         removed, freed = self.storage.reclaim_entry_logs()
         self.stats["passes"] += 1
         self.stats["ledgers_deleted"] += len(deleted)
