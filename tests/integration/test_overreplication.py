@@ -97,7 +97,8 @@ def test_a_returning_bookie_deletes_the_copies_moved_away_from_it(make_cluster):
         wait_registered(bk, 5)
         for ledger_id, payloads in moved.items():  # it still has them when it comes back
             assert _entries_held(cluster, victim, ledger_id, len(payloads) - 1) == len(payloads)
-        kept_id, kept_payloads = _closed_ledger_on(bk, victim, 30, 9)  # names it: kept
+        with appliance.connect(str(cluster.config_path)) as fresh:  # knows it is back
+            kept_id, kept_payloads = _closed_ledger_on(fresh, victim, 30, 9)  # names it: kept
 
         wait_for(lambda: _gc(cluster, victim)["overreplicated_deleted"] >= len(moved), 60,
                  what=f"{victim} deletes its over-replicated ledgers")
