@@ -118,6 +118,27 @@ def test_a_returning_bookie_deletes_the_copies_moved_away_from_it(make_cluster):
     cluster.stop()
 
 
+def test_copies_moved_by_autorecovery_are_collected_when_the_bookie_returns(make_cluster):
+    cluster = make_cluster(4, quorums=(3, 3, 2), server=FAST_GC, autorecovery={
+        "lost_bookie_delay_ms": 500, "check_interval_ms": 600_000,
+        "open_ledger_grace_ms": 600_000})
+    with appliance.connect(str(cluster.config_path)) as bk:
+        wait_registered(bk, 4)
+        victim = "bookie-3"
+        moved = dict(_closed_ledger_on(bk, victim, 50, t) for t in range(2))
+        cluster.stop_bookie(victim)
+        wait_for(lambda: not any(victim in bk.ledger_metadata(i).bookies() for i in moved), 120,
+                 what=f"autorecovery moves every ledger off {victim}", interval_s=0.2)
+        assert CopyMarkers(bk.ledgers.store).markers() == []
+        cluster.start_bookie(victim)
+        wait_for(lambda: _gc(cluster, victim)["overreplicated_deleted"] >= len(moved), 60,
+                 what=f"{victim} deletes the copies autorecovery moved")
+        for ledger_id, payloads in moved.items():
+            assert not _holds_ledger(cluster, victim, ledger_id)
+            assert _read_all(bk, ledger_id) == payloads
+    cluster.stop()
+
+
 class _HeldBeforeCas(Rereplicator):
     """Copies ``held_ledger``, then waits at its CAS until the test lets it go."""
 
