@@ -111,3 +111,32 @@ def _has(st, lid, e):
         return True
     except Exception:  # noqa: BLE001 - NoSuchEntry
         return False
+
+
+def test_copies_written_after_the_delete_survive_a_crash(opener):
+    """The delete is replayed in its place: copies that arrived after it (a
+    re-replication that chose this bookie again) are not deleted by replay."""
+    st = opener()
+    _add(st, 7, n=5)
+    ticket = st.delete_ledger_if_idle(7, st.activity_mark())
+    assert ticket is not None
+    _add(st, 7, first=10, n=4)  # new copies, after the delete
+    st.abort()
+    st = opener()
+    assert st.ledger_entry_count(7) == 4
+    assert [st.read_entry(7, e) for e in range(10, 14)] == [b"e%d" % e * 10 for e in range(10, 14)]
+    assert not _has(st, 7, 0)
+
+
+def test_journal_less_copies_after_the_delete_survive_a_checkpoint_and_crash(opener):
+    st = opener(journal_write_data=False)
+    _add_no_wait = st.add_entries
+    _add_no_wait([7] * 5, list(range(5)), [b"old"] * 5)
+    st.checkpoint()
+    assert st.delete_ledger_if_idle(7, st.activity_mark()) is not None
+    _add_no_wait([7] * 3, [20, 21, 22], [b"new"] * 3)
+    st.checkpoint()
+    st.abort()
+    st = opener(journal_write_data=False)
+    assert st.ledger_entry_count(7) == 3 and st.read_entry(7, 21) == b"new"
+    assert not _has(st, 7, 0)
