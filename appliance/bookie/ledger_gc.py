@@ -67,7 +67,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from appliance.errors import BKError, NoSuchLedgerError
+from appliance.errors import BKError, CorruptMetadataError, NoSuchLedgerError
 from appliance.protocol import overreplication as orep
 
 log = logging.getLogger(__name__)
@@ -137,10 +137,7 @@ class LedgerGC:
         for ledger_id in sorted(candidates):
             if self.storage.ledger_entry_count(ledger_id) == 0:
                 continue  # nothing to reclaim (state only, or a fenced empty ledger)
-            try:
-                views[ledger_id] = self.ledgers.read_ledger(ledger_id)[0]
-            except NoSuchLedgerError:
-                views[ledger_id] = None
+            views[ledger_id] = self._metadata(ledger_id)[0]
         limbo = {lid for lid in views if self.storage.is_limbo(lid)}
         marked = self.markers.ledgers_marked_for(self.bookie_id) if views else set()
         self._sightings, due = orep.observe(
@@ -154,12 +151,7 @@ class LedgerGC:
         seen = self._sightings.pop(ledger_id)
         self.markers.store.sync()  # t1: the marker lookup and re-read are current
         marked = self.markers.held_for(ledger_id, self.bookie_id)
-        md = version = None
-        if not marked:
-            try:
-                md, version = self.ledgers.read_ledger(ledger_id)  # t2
-            except NoSuchLedgerError:
-                pass
+        md, version = (None, None) if marked else self._metadata(ledger_id)  # t2
         reason = orep.final_verdict(md, self.bookie_id, marked)
         entries = self.storage.ledger_entry_count(ledger_id)
         if reason is None and self.storage.delete_ledger_if_idle(ledger_id, seen.mark) is None:
@@ -177,6 +169,18 @@ class LedgerGC:
                  "re-replication is copying it here, and it had no add for %d ms",
                  ledger_id, entries, self.bookie_id, md.state, version, waited_ms)
         return True
+
+    def _metadata(self, ledger_id: int):
+        """(metadata, version), or (None, None) when it is gone or damaged
+        (then the copy is kept: a damaged record must not stop the GC)."""
+        try:
+            return self.ledgers.read_ledger(ledger_id)
+        except NoSuchLedgerError:
+            return None, None
+        except CorruptMetadataError as exc:
+            log.warning("ledger %d: unreadable metadata, its copy on %s is kept: %s",
+                        ledger_id, self.bookie_id, exc)
+            return None, None
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="ledger-gc", daemon=True)

@@ -262,3 +262,21 @@ def test_a_fenced_overreplicated_ledger_stays_fenced(storage, markers):
     assert _passes(gc, clock, 3) == [1]
     assert storage.is_fenced(1) and storage.ledger_entry_count(1) == 0
     assert _passes(gc, clock, 5) == []  # an empty fenced ledger is not collected again
+
+
+def test_a_damaged_metadata_record_keeps_the_copy_and_the_gc_going(storage, markers):
+    from appliance.errors import CorruptMetadataError
+
+    for lid in (1, 2):
+        _add(storage, lid)
+
+    class Damaged(MetaLedgers):
+        def read_ledger(self, ledger_id):
+            if ledger_id == 2:
+                raise CorruptMetadataError(f"ledger {ledger_id}: not a ledger record")
+            return super().read_ledger(ledger_id)
+    md = Damaged({1: _md(1, ["b1", "b2", "b3"]), 2: _md(2, ["b1", "b2", "b3"])})
+    clock = Clock()
+    gc = _orep_gc(storage, md, markers, clock)
+    assert _passes(gc, clock, 3) == [1]
+    assert storage.ledgers() == [2] and gc.stats["failed_passes"] == 0
