@@ -77,6 +77,9 @@ class ServerConfig:
     disk_usage_resume: float = _key(0.90, 0.01, 1.0)
     disk_check_interval_ms: int = _key(5_000, 10, 3_600_000)
     gc_interval_ms: int = _key(60_000, 100, 86_400_000)
+    # A ledger whose metadata no longer names this bookie (in a fragment that
+    # holds entries) is deleted here after being seen so this long (0 = never).
+    overreplicated_grace_ms: int = _key(600_000, 0, 30 * 86_400_000)
     cookie_auto_fix: bool = _key(False)
     cluster_key_file: Path = _key("")
 

@@ -173,10 +173,11 @@ def info_(bookie_id, as_json, config_path):
                       "matches": all(d.get("instance_id") == meta_instance
                                      for d in disks.values())},
            "pending_possible_loss": (pending or {}).get("reasons"),
-           "limbo_ledgers": None, "boot": None, "repair": None}
+           "limbo_ledgers": None, "boot": None, "repair": None, "gc": None}
     if live:
         out["limbo_ledgers"] = (live.get("storage") or {}).get("limbo_ledgers")
         out["boot"], out["repair"] = live.get("boot"), live.get("repair")
+        out["gc"] = live.get("gc")
     if as_json:
         echo_json(out)
         return
@@ -201,6 +202,11 @@ def info_(bookie_id, as_json, config_path):
                f"{repair.get('bytes_copied', 0) / 1e6:.1f} MB copied")
     for ledger_id, reason in (repair.get("failures") or {}).items():
         click.echo(f"  ledger {ledger_id} waiting to retry: {reason}")
+    gc = out["gc"] or {}
+    click.echo(f"  gc: {gc.get('passes', 0)} passes, {gc.get('ledgers_deleted', 0)} deleted "
+               f"ledgers forgotten, {gc.get('overreplicated_deleted', 0)} over-replicated "
+               f"deleted ({gc.get('overreplicated_waiting', 0)} waiting out the grace), "
+               f"{gc.get('logs_removed', 0)} entry logs removed")
 
 
 @bookie.command(name="compact")

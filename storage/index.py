@@ -45,7 +45,7 @@ class Ledger:
     """One ledger's state and entry pages on this bookie."""
 
     __slots__ = ("ledger_id", "master_key", "fenced", "limbo", "explicit_lac",
-                 "last_entry", "entries", "data_bytes", "pages", "state_seq")
+                 "last_entry", "entries", "data_bytes", "pages", "state_seq", "add_seq")
 
     def __init__(self, ledger_id: int):
         self.ledger_id = ledger_id
@@ -58,6 +58,9 @@ class Ledger:
         self.data_bytes = 0
         self.pages: dict[int, np.ndarray] = {}
         self.state_seq = 0  # seq of the last journaled state change
+        # seq of the last add since this process opened the storage (0: none);
+        # in memory only: ``delete_ledger_if_idle`` compares it with a mark
+        self.add_seq = 0
 
     def frozen_copy(self) -> Ledger:
         """The state and a shallow copy of the page dict (pages are shared)."""

@@ -216,16 +216,26 @@ class LedgerStorage(StateOps):
         except BaseException as exc:
             self._failure = exc
             raise
-        self._index_block(ledgers, entries, log_id, offsets + base, lengths, len(block))
+        self._index_block(ledgers, entries, log_id, offsets + base, lengths, len(block),
+                          activity=False)
 
-    def _index_block(self, ledgers, entries, log_id, offsets, lengths, block_len) -> None:
+    def _index_block(self, ledgers, entries, log_id, offsets, lengths, block_len,
+                     activity: bool = True) -> None:
+        """Point the index at a block's records; ``activity``: an add (not a
+        compaction copy), which ``delete_ledger_if_idle`` must see."""
         self._index.put_batch(ledgers, entries, log_id, offsets, lengths)
+        ledger_rows = self._index.ledgers
+        seq = self._seq if activity else None
         if ledgers[0] == ledgers[-1] and (len(ledgers) < 3 or ledgers.min() == ledgers.max()):
             # one ledger: its bytes are the block's records (as unique_ledger_bytes counts)
             self._logs.note_ledger_bytes(log_id, int(ledgers[0]), block_len - BLOCK_HEADER_BYTES)
+            if seq is not None:
+                ledger_rows[int(ledgers[0])].add_seq = seq
         else:
             for ledger_id, nbytes in unique_ledger_bytes(ledgers, lengths + RECORD_HEADER_BYTES):
                 self._logs.note_ledger_bytes(log_id, ledger_id, nbytes)
+                if seq is not None:
+                    ledger_rows[ledger_id].add_seq = seq
         self._bytes_since_checkpoint += block_len
 
     # -- durability ------------------------------------------------------------

@@ -123,6 +123,40 @@ class StateOps:
             self._index.drop(ledger_id)
             return ticket
 
+    def activity_mark(self) -> int:
+        """A mark to pass to ``delete_ledger_if_idle`` later: every add or
+        state change made after this call carries a higher seq."""
+        with self._lock:
+            return self._seq
+
+    def delete_ledger_if_idle(self, ledger_id: int, since: int) -> int | None:
+        """Delete a ledger only if nothing happened to it after ``since`` (an
+        ``activity_mark``): no add (recovery adds included), no fence, key or
+        limbo change, and it is not in limbo.  Checked and done under the
+        storage lock, so no add can slip between the check and the delete.
+        Returns the delete's ticket (durable once it is), or None if refused.
+
+        A fenced ledger keeps its fence (an empty, fenced ledger: journaled
+        after the delete): a writer that recovery fenced must stay fenced
+        here, whatever the metadata says about this bookie now."""
+        with self._lock:
+            led = self._index.ledgers.get(ledger_id)
+            if led is None or led.limbo or max(led.add_seq, led.state_seq) > since:
+                return None
+            ticket = self._journal_state(js.DELETE, LEDGER.pack(ledger_id))
+            self._index.drop(ledger_id)
+            if led.fenced:
+                husk = self._index.ensure(ledger_id)
+                husk.state_seq = ticket = self._journal_state(js.FENCE, LEDGER.pack(ledger_id))
+                husk.fenced = True
+            return ticket
+
+    def ledger_entry_count(self, ledger_id: int) -> int:
+        """Entries stored for the ledger (0 when it is unknown or holds only state)."""
+        with self._lock:
+            led = self._index.ledgers.get(ledger_id)
+            return 0 if led is None else led.entries
+
     def last_entry_id(self, ledger_id: int) -> int:
         with self._lock:
             return self._index.ledger(ledger_id).last_entry

@@ -5,5 +5,6 @@
   ``storage``; replies to adds only once durable;
 * ``add_check``: cheap checks of packed adds before they are stored;
 * ``disk_monitor``: read-only beyond the configured disk use;
-* ``ledger_gc``: forgets deleted ledgers and removes their entry logs.
+* ``ledger_gc``: forgets deleted ledgers, deletes over-replicated ones after a
+  grace period, and removes entry logs that hold only deleted ledgers.
 """

@@ -16,6 +16,46 @@ Why this never deletes a live ledger:
   follower, or any other transient miss, deletes nothing;
 * a pass that cannot reach the metadata store changes nothing.
 
+Over-replicated ledgers (``server.overreplicated_grace_ms``; 0 = off).  A
+ledger whose metadata exists but no longer needs this bookie's copy
+(``appliance.protocol.overreplication``: no fragment holding entries names
+it; not IN_RECOVERY) is left behind by re-replication (``bkctl bookie
+recover``, autorecovery, decommission) or by an ensemble change that
+replaced this bookie while it was away.  Such a ledger is deleted locally
+once it was seen so in ``PASSES_MIN`` consecutive passes spanning the grace
+period, then checked once more, in this order:
+
+  t0  first sighting: ``m = storage.activity_mark()`` (every later add or
+      state change of any ledger carries a seq above ``m``);
+  t1  ``store.sync()``, then no copy marker (``appliance.rereplication.markers``)
+      names this bookie for the ledger;
+  t2  its metadata re-read by id still does not need this bookie;
+  t3  ``storage.delete_ledger_if_idle(ledger, m)``: refused, under the
+      storage lock, if the ledger got any add (recovery adds included) or
+      state change after ``m``, or is in BP-46 limbo.  A fenced ledger stays
+      fenced (an empty fenced ledger), so a writer fenced here stays fenced.
+
+Why no copy that metadata will name is ever deleted.  Only four things put
+copies on a bookie: (i) a writer, after the ensemble change that names the
+bookie is CASed; (ii) a ledger recovery's write-back, which names the
+bookie only at its closing CAS, the ledger being IN_RECOVERY from before
+its first write until then; (iii) a re-replicator, which holds a marker
+from before its first copy until after the CAS that names the bookie; (iv)
+BP-46 repair, only into ledgers in limbo here.  Take any of (i)-(iii) whose
+CAS naming this bookie happens at tc.  If tc < t2, the re-read at t2 sees it
+(the sync at t1 makes the reads current) and nothing is deleted; a later
+version can stop needing this copy only by moving it elsewhere first.  If
+tc > t2: (i) every add follows tc, so follows t2 > m; (ii) the recovery's
+IN_RECOVERY CAS follows t2 (t2 saw OPEN or CLOSED, and a ledger never leaves
+those for IN_RECOVERY after being recovered), so its writes follow m; (iii)
+the marker, held over [first copy, tc], was absent at t1 < tc, so it was
+created after t1 and every copy follows m.  So every such copy is written
+after m: one written before t3 makes t3 refuse; one written after t3 lands
+after the delete and is kept.  (iv) limbo ledgers are never deleted.  A
+re-replicator killed mid-copy leaves its marker (persistent on purpose: an
+ephemeral one could expire under a live re-replicator); its copies are then
+kept, the safe side.
+
 Runs on its own thread (metadata calls may take seconds); the storage is
 thread-safe.  A failed pass is logged and retried at the next interval.
 """
@@ -24,8 +64,11 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 
-from appliance.errors import BKError, NoSuchLedgerError
+from appliance.errors import BKError, CorruptMetadataError, NoSuchLedgerError
+from appliance.protocol import overreplication as orep
 
 log = logging.getLogger(__name__)
 
@@ -33,15 +76,30 @@ log = logging.getLogger(__name__)
 class LedgerGC:
     """One bookie's collector (see the module docstring)."""
 
-    def __init__(self, storage, ledger_manager, interval_ms: int):
+    def __init__(self, storage, ledger_manager, interval_ms: int, *, bookie_id: str = "",
+                 markers=None, overreplicated_grace_ms: int = 0,
+                 clock_ms: Callable[[], int] | None = None):
+        """``markers``: ``appliance.rereplication.markers.CopyMarkers`` (needed
+        when ``overreplicated_grace_ms`` > 0, which turns on the collection of
+        over-replicated ledgers for ``bookie_id``)."""
+        if overreplicated_grace_ms > 0 and (markers is None or not bookie_id):
+            raise ValueError("collecting over-replicated ledgers needs bookie_id and markers")
         self.storage = storage
         self.ledgers = ledger_manager
         self.interval_ms = interval_ms
+        self.bookie_id = bookie_id
+        self.markers = markers
+        self.overreplicated_grace_ms = overreplicated_grace_ms
+        self._clock_ms = clock_ms or (lambda: int(time.monotonic() * 1000))
         self._suspects: set[int] = set()  # missing from the previous pass
+        self._sightings: dict[int, orep.Sighting] = {}  # seen over-replicated
+        self.last_overreplicated: list[int] = []  # deleted as over-replicated by the last pass
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.stats = {"passes": 0, "ledgers_deleted": 0, "logs_removed": 0, "bytes_freed": 0,
-                      "failed_passes": 0}
+                      "failed_passes": 0, "overreplicated_deleted": 0,
+                      "overreplicated_entries_deleted": 0, "overreplicated_kept": 0,
+                      "overreplicated_waiting": 0}
 
     def run_once(self) -> list[int]:
         """One pass; returns the ledgers deleted locally."""
@@ -58,6 +116,7 @@ class LedgerGC:
             self.storage.delete_ledger(ledger_id)
             deleted.append(ledger_id)
         self._suspects = missing - set(deleted)
+        self.last_overreplicated = self.collect_overreplicated(local & listed)
         removed, freed = self.storage.reclaim_entry_logs()
         self.stats["passes"] += 1
         self.stats["ledgers_deleted"] += len(deleted)
@@ -66,6 +125,62 @@ class LedgerGC:
         if deleted:
             log.info("deleted %d ledgers whose metadata is gone: %s", len(deleted), deleted)
         return deleted
+
+    # -- over-replicated ledgers (see the module docstring) --------------------------
+    def collect_overreplicated(self, candidates: set[int]) -> list[int]:
+        """One over-replication pass over local ledgers that have metadata;
+        returns the ledgers deleted."""
+        if self.overreplicated_grace_ms <= 0:
+            return []
+        mark = self.storage.activity_mark()  # before the reads: see t0 above
+        views = {}
+        for ledger_id in sorted(candidates):
+            if self.storage.ledger_entry_count(ledger_id) == 0:
+                continue  # nothing to reclaim (state only, or a fenced empty ledger)
+            views[ledger_id] = self._metadata(ledger_id)[0]
+        limbo = {lid for lid in views if self.storage.is_limbo(lid)}
+        marked = self.markers.ledgers_marked_for(self.bookie_id) if views else set()
+        self._sightings, due = orep.observe(
+            self._sightings, self.bookie_id, views, marked, limbo, self._clock_ms(), mark,
+            self.overreplicated_grace_ms)
+        deleted = [lid for lid in due if self._delete_overreplicated(lid)]
+        self.stats["overreplicated_waiting"] = len(self._sightings)
+        return deleted
+
+    def _delete_overreplicated(self, ledger_id: int) -> bool:
+        seen = self._sightings.pop(ledger_id)
+        self.markers.store.sync()  # t1: the marker lookup and re-read are current
+        marked = self.markers.held_for(ledger_id, self.bookie_id)
+        md, version = (None, None) if marked else self._metadata(ledger_id)  # t2
+        reason = orep.final_verdict(md, self.bookie_id, marked)
+        entries = self.storage.ledger_entry_count(ledger_id)
+        if reason is None and self.storage.delete_ledger_if_idle(ledger_id, seen.mark) is None:
+            reason = "it was written to, fenced or put in limbo while waiting"  # t3 refused
+        if reason is not None:
+            self.stats["overreplicated_kept"] += 1
+            log.info("kept over-replicated-looking ledger %d on %s: %s", ledger_id,
+                     self.bookie_id, reason)
+            return False
+        waited_ms = self._clock_ms() - seen.first_ms
+        self.stats["overreplicated_deleted"] += 1
+        self.stats["overreplicated_entries_deleted"] += entries
+        log.info("deleted over-replicated ledger %d (%d entries) on %s: its metadata "
+                 "(%s, version %s) names this bookie in no fragment holding entries, no "
+                 "re-replication is copying it here, and it had no add for %d ms",
+                 ledger_id, entries, self.bookie_id, md.state, version, waited_ms)
+        return True
+
+    def _metadata(self, ledger_id: int):
+        """(metadata, version), or (None, None) when it is gone or damaged
+        (then the copy is kept: a damaged record must not stop the GC)."""
+        try:
+            return self.ledgers.read_ledger(ledger_id)
+        except NoSuchLedgerError:
+            return None, None
+        except CorruptMetadataError as exc:
+            log.warning("ledger %d: unreadable metadata, its copy on %s is kept: %s",
+                        ledger_id, self.bookie_id, exc)
+            return None, None
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="ledger-gc", daemon=True)

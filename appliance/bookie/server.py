@@ -20,7 +20,8 @@ Boot, in order (any failure exits non-zero with one line naming the cause):
    ``server.disk_usage_max``, re-checked every ``disk_check_interval_ms``);
 5. bind the endpoint, register in the metadata store (an ephemeral node:
    it disappears when this process dies, flagged read-only if it is), start
-   the garbage collector (``appliance.bookie.ledger_gc``) and BP-46 phase
+   the garbage collector (``appliance.bookie.ledger_gc``: deleted ledgers,
+   and over-replicated ones after ``server.overreplicated_grace_ms``) and BP-46 phase
    two (``appliance.bookie.repair``: every limbo ledger is recovered if
    open, its missing share copied from peers, its limbo cleared), serve.
 
@@ -83,6 +84,7 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
     from appliance.meta.custody import open_custody
     from appliance.meta.ledgers import LedgerManager
     from appliance.protocol.bookie import BookieCore
+    from appliance.rereplication.markers import CopyMarkers
     from ipc.server import FrameServer
     from storage import LedgerStorage
     from storage.metadata import open_store
@@ -132,7 +134,8 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
                              drain_messages_max=config.server.drain_messages_max,
                              queue_messages_max=config.server.queue_messages_max)
         handler.attach(server)
-        handler.extra_info = lambda: {"boot": boot, "repair": repairer.status()}
+        handler.extra_info = lambda: {"boot": boot, "repair": repairer.status(),
+                                      "gc": dict(gc.stats) if gc is not None else None}
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: server.stop())
         registry.register(bookie_id, server.endpoint,
@@ -141,7 +144,9 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
                            "ledger_dir": str(spec.ledger_dir)}, read_only=monitor.read_only)
         start_disk_checks(server, monitor, config.server.disk_check_interval_ms,
                           lambda ro: registry.set_read_only(bookie_id, ro), monitor.read_only)
-        gc = LedgerGC(storage, ledger_manager, config.server.gc_interval_ms)
+        gc = LedgerGC(storage, ledger_manager, config.server.gc_interval_ms,
+                      bookie_id=bookie_id, markers=CopyMarkers(store),
+                      overreplicated_grace_ms=config.server.overreplicated_grace_ms)
         gc.start()
         repairer.start()  # phase two: in the background, while serving
         if config.autorecovery.enabled:

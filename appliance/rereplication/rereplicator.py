@@ -29,6 +29,11 @@ Safety argument (durability is the product):
 * **Open ledgers** (OPEN / IN_RECOVERY) are skipped by default: their writer
   may still change the ensemble.  With ``recover_open`` they are first
   opened with recovery (fenced and closed by ``Client.open_ledger``).
+* **Copy markers** (``appliance.rereplication.markers``): a persistent
+  marker naming the replacement is created before the first copy reaches
+  it and deleted only after the CAS (or after giving up), so a bookie's
+  garbage collector never deletes, as over-replicated, copies that a CAS
+  is about to name (the argument is in ``appliance.bookie.ledger_gc``).
 * **Passwords.**  Metadata holds only a hash of the master key; ledgers whose
   hash matches none of the given passwords are skipped and reported.
 
@@ -71,6 +76,7 @@ from appliance.protocol.rereplication_plan import (
     plan_settle,
     replace_bookie,
 )
+from appliance.rereplication.markers import CopyMarkers
 from ipc.client import Event, Transport
 from ipc.packed import AddPackedRequest, ReadPackedRequest
 
@@ -175,6 +181,7 @@ class Rereplicator:
         self._repointed: set[int] = set()  # ledgers with a fragment re-pointed by us
         self._live: dict[str, dict] = {}
         self._copied_at_last_line = 0
+        self._markers = CopyMarkers(ledgers.store)
 
     def close(self) -> None:
         if self._own_transport:
@@ -340,7 +347,8 @@ class Rereplicator:
         self.refresh_live()
         for plan in plans:
             try:
-                copied = self._copy_fragment(after, plan, key, plan.lost, report)
+                with self._markers.hold(plan.ledger_id, plan.lost):
+                    copied = self._copy_fragment(after, plan, key, plan.lost, report)
             except (ReplacementError, CopyError, BKError) as exc:
                 report.failed.append({"ledger_id": plan.ledger_id, "reason": (
                     f"the recovery put {plan.lost} in place of {lost} from entry "
@@ -376,13 +384,14 @@ class Rereplicator:
                                              salt=md.ledger_id)
             if replacement is None:
                 break
-            try:
-                copied = self._copy_fragment(md, plan, key, replacement, report)
-            except ReplacementError as exc:
-                log.warning("ledger %d: %s; trying another replacement", md.ledger_id, exc)
-                refusals[replacement] = str(exc)
-                continue
-            return self._repoint(plan, replacement, copied, report)
+            with self._markers.hold(md.ledger_id, replacement):  # until after the CAS
+                try:
+                    copied = self._copy_fragment(md, plan, key, replacement, report)
+                except ReplacementError as exc:
+                    log.warning("ledger %d: %s; trying another replacement", md.ledger_id, exc)
+                    refusals[replacement] = str(exc)
+                    continue
+                return self._repoint(plan, replacement, copied, report)
         where = f"fragment at entry {plan.first_entry_id} (ensemble {', '.join(plan.ensemble)})"
         if refusals:
             report.failed.append({"ledger_id": md.ledger_id, "reason": (

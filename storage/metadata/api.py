@@ -160,6 +160,18 @@ class MetadataStore(ABC):
         self._check_open()
         return self._ephemeral_owner(path)
 
+    def sync(self, path: str = "/") -> None:
+        """Bring this session up to date: reads issued after it returns see
+        every write acknowledged (to anyone) before it was called.  A no-op
+        where every read is already current (SQLite); ZooKeeper's ``sync``
+        (a follower may otherwise serve reads behind the leader)."""
+        path = validate_path(path)
+        self._check_open()
+        self._sync(path)
+
+    def _sync(self, path: str) -> None:  # noqa: B027 - optional for backends
+        return None
+
     def children(self, path: str) -> list[str]:
         """Names (not paths) of the direct children, sorted."""
         path = validate_path(path)

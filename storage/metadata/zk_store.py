@@ -149,6 +149,9 @@ class ZkStore(MetadataStore):
             raise NoNodeError(f"{path}: no such node")
         return f"zk-{stat.ephemeralOwner:x}" if stat.ephemeralOwner else None
 
+    def _sync(self, path) -> None:
+        self._call(self._zk.sync_async(path), path)
+
     def _children(self, path) -> list[str]:
         return list(self._call(self._zk.get_children_async(path), path))
 

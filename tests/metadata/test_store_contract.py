@@ -219,3 +219,13 @@ def test_wait_for_children_change(backend):
     thread.join(35)
     assert result == {"value": ["a", "b"]}
     assert waiter.wait_for_children_change("/set", ["a"], 30.0) == ["a", "b"]
+
+
+def test_sync_makes_another_sessions_writes_visible(backend):
+    writer, reader = backend.open(), backend.open()
+    reader.sync()
+    writer.create("/synced", b"v1")
+    reader.sync("/synced")  # after it returns, the write acknowledged before is seen
+    assert reader.get("/synced") == (b"v1", 0)
+    with pytest.raises(ValueError):
+        reader.sync("no-slash")

@@ -265,3 +265,16 @@ def test_requested_runs_are_served_by_the_compactor_thread(opener):
     assert status["bytes_reclaimed_total"] == status["last"]["bytes_reclaimed"]
     assert st.stats()["compaction"]["runs"] == 1
     _reads_back(st, {LEDGERS[0]: data[LEDGERS[0]]})
+
+
+def test_a_compaction_copy_is_not_activity_for_the_over_replicated_delete(opener):
+    st = opener()
+    data = _interleaved(st, LEDGERS[:4], 300)
+    st.delete_ledger(LEDGERS[0])
+    st.delete_ledger(LEDGERS[1])
+    mark = st.activity_mark()
+    assert st.compact(major=True)["entries_copied"] > 0  # LEDGERS[2:4] moved
+    assert st.delete_ledger_if_idle(LEDGERS[2], mark) is not None
+    again = _interleaved(st, [LEDGERS[3]], 1)[LEDGERS[3]]  # an add (entry 0 again) is
+    assert st.delete_ledger_if_idle(LEDGERS[3], mark) is None  # activity: refused
+    assert st.read_entries(LEDGERS[3], 0, 299) == again + data[LEDGERS[3]][1:]
