@@ -60,6 +60,8 @@ class Writer:
             self.fence_new_ledger()
         elif roll < 0.075:
             self.doom_a_ledger()
+        elif roll < 0.09:  # BP-32 advisory close: rotates the ledger's log (per-ledger mode)
+            self.st.write_close(self.rng.choice(DATA_LEDGERS))
         else:
             self.add_batch()
         if len(self.pending) >= WINDOW_MAX:
