@@ -136,6 +136,8 @@ def run_no_journal_writer(journal_dir, ledger_dir, options, ack_path: str, seed:
     writer = Writer(st, ack_fd, seed)
     for step in range(steps_max):
         writer.add_batch()
+        if step % 8 == 5:  # adds after a checkpoint must be found past its entry-log mark
+            st.checkpoint()
         if step % 4 == 3:
             st.flush()
             lines = [line for _t, group in writer.pending for line in group]

@@ -33,10 +33,12 @@ ACK_WAIT_S = 60.0
 
 
 # BP-32: both entry-log managers share the points (CI time): the interleaved
-# one gets the odd one out.  Per-ledger: 3 open logs for 5 data ledgers (cap
-# rotations), 16 KiB buffers (oversized blocks), 50 ms idle expiry (the
-# checkpointer's ticks rotate logs between checkpoints).
-PER_LEDGER = dict(entry_log_per_ledger=True, entry_logs_open_max=3,
+# one gets the odd one out.  Per-ledger: 5 open logs for the 5 data ledgers,
+# so their logs stay open across checkpoints (the mark rule matters) and cap
+# rotations come when a doomed 6th ledger is written; 16 KiB buffers
+# (oversized blocks); 50 ms idle expiry (the checkpointer's ticks rotate logs
+# between checkpoints); the writer also sends write-closes.
+PER_LEDGER = dict(entry_log_per_ledger=True, entry_logs_open_max=5,
                   entry_log_ledger_buffer_bytes=16 * KiB, entry_log_idle_ms=50)
 MODES = {"interleaved": {}, "per_ledger": PER_LEDGER}
 
