@@ -69,6 +69,10 @@ def test_close_rotates_the_ledger_log_on_every_ensemble_bookie_and_a_wrong_key_i
             for f in [lh.add_async(b"e%d" % i) for i in range(50)]:
                 f.result(timeout=30)
             ids = [b.id for b in cluster.config.bookies]
+
+            def all_stored() -> bool:  # A=2: the third copy may still be on its way
+                return all(bookies.storage(b)["entries"] == 50 for b in ids)
+            wait_for(all_stored, 15, what="every bookie holds the 50 entries")
             before = {b: bookies.storage(b) for b in ids}
             assert all(s["entry_logs_open"] == 1 for s in before.values())
 
@@ -103,7 +107,10 @@ def test_a_bookie_down_during_close_changes_nothing_for_the_writer(make_cluster)
             lh = bk.create_ledger(3, 3, 2, password=PW)
             for f in [lh.add_async(b"e%d" % i) for i in range(20)]:
                 f.result(timeout=30)
-            down = cluster.config.bookies[2].id
+            ids = [b.id for b in cluster.config.bookies]
+            wait_for(lambda: all(bookies.storage(b)["entries"] == 20 for b in ids), 15,
+                     what="every bookie holds the 20 entries")
+            down = ids[2]
             cluster.kill(down)
             started = time.monotonic()
             lh.close()  # the WRITE_CLOSE to the dead bookie cannot be answered
