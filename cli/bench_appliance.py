@@ -52,6 +52,9 @@ def _options(config_path, journal, **kwargs):
     if config_path is not None and journal is not None:
         raise click.UsageError("--journal/--no-journal applies to the temporary appliance; "
                                "a running one uses its config's journal_write_data")
+    if config_path is not None and kwargs.get("entry_log_per_ledger"):
+        raise click.UsageError("--entry-log-per-ledger applies to the temporary appliance; "
+                               "a running one uses its config's storage.entry_log_per_ledger")
     return BenchOptions(journal=True if journal is None else journal, **kwargs).validate()
 
 
@@ -83,6 +86,13 @@ def _echo(doc: dict, rate_key: str, what: str) -> None:
 @click.option("--add-batch", type=click.IntRange(min=1), default=1, show_default=True,
               help="Closed loop: queue adds N at a time with WriteHandle.add_many_async "
                    "(1 = one add_async per entry).")
+@click.option("--ledgers", type=click.IntRange(1, 4096), default=1, show_default=True,
+              help="Ledgers each client writes concurrently, round robin (--inflight is "
+                   "shared between them).")
+@click.option("--entry-log-per-ledger/--entry-log-interleaved", "entry_log_per_ledger",
+              default=False, show_default=True,
+              help="Temporary appliance: storage.entry_log_per_ledger (BP-32), with "
+                   "entry_logs_open_max at least clients x ledgers.")
 @_bench_options
 @library_errors
 def write(config_path, journal, plot_path, workdir, as_json, **kwargs):
@@ -94,6 +104,7 @@ def write(config_path, journal, plot_path, workdir, as_json, **kwargs):
       bkctl bench write --size 65536 --entries 20000 --json
       bkctl bench write --rate 10000 --duration-s 10 --plot write.png
       bkctl bench write --add-batch 512         # adds queued 512 at a time
+      bkctl bench write --ledgers 256 --entry-log-per-ledger   # BP-32 vs interleaved
     """
     from appliance.bench.ledgers import run_bench
 

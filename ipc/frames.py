@@ -43,6 +43,7 @@ class Op(IntEnum):
     ADD_PACKED = 9  # ADD_BATCH of one ledger, entries in one data frame (ipc/packed.py)
     READ_PACKED = 10  # READ_BATCH whose reply carries the entries in one data frame
     WRITE_LAC = 11  # the writer's LAC, for readers of an idle ledger (explicit LAC)
+    WRITE_CLOSE = 12  # BP-32 advisory: the writer is done with the ledger
     COMPACT = 13  # admin: start a compaction of the bookie's entry logs (bkctl bookie compact)
 
 
@@ -65,6 +66,7 @@ ALLOWED_FLAGS = {
     Op.ADD_PACKED: FLAG_RECOVERY,
     Op.READ_PACKED: FLAG_FENCE,
     Op.WRITE_LAC: 0,
+    Op.WRITE_CLOSE: 0,
     Op.COMPACT: FLAG_MAJOR,
 }
 

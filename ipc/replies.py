@@ -143,8 +143,18 @@ class ReadBatchReply:
     status = OK
 
 
+@dataclass(slots=True)
+class WriteCloseReply:
+    """BP-32: the bookie recorded the write close of ``ledger_id``."""
+
+    ledger_id: int
+    request_id: int = 0
+    OP = Op.WRITE_CLOSE
+    status = OK
+
+
 Reply = (ErrorReply | PingReply | InfoReply | CompactReply | AddReply | ReadReply | LacReply
-         | AddBatchReply | ReadBatchReply | AddPackedReply | ReadPackedReply)
+         | AddBatchReply | ReadBatchReply | AddPackedReply | ReadPackedReply | WriteCloseReply)
 
 
 def error_reply(request, exc: BaseException) -> ErrorReply:
@@ -202,6 +212,10 @@ def _enc_lac(r: LacReply, limits) -> list[Buffer]:
     return [head] if r.last_entry is None else [head, r.last_entry]
 
 
+def _enc_write_close(r: WriteCloseReply, limits) -> list[Buffer]:
+    return [_head(Op.WRITE_CLOSE, r.request_id, r.ledger_id, -1, OK)]
+
+
 def _enc_add_batch(r: AddBatchReply, limits) -> list[Buffer]:
     table = b"".join(ADD_STATUS_ROW.pack(*row) for row in r.rows)
     return [_head(Op.ADD_BATCH, r.request_id, 0, -1, OK) + U32.pack(len(r.rows)), table]
@@ -227,6 +241,7 @@ _ENCODERS = {
     LacReply: _enc_lac,
     AddBatchReply: _enc_add_batch,
     ReadBatchReply: _enc_read_batch,
+    WriteCloseReply: _enc_write_close,
 }
 
 
@@ -320,6 +335,12 @@ def _dec_lac(frames, head, rid, ledger_id, entry_id, limits):
     return LacReply(ledger_id, lac, entry_id, last_entry, rid, op)
 
 
+def _dec_write_close(frames, head, rid, ledger_id, entry_id, limits):
+    check_frame_count(frames, 1, Op.WRITE_CLOSE)
+    check_size(head, REPLY_HEAD.size, "header")
+    return WriteCloseReply(ledger_id, rid)
+
+
 def _dec_count(head, limits, op: int) -> int:
     check_size(head, REPLY_HEAD.size + U32.size, "header")
     (count,) = U32.unpack_from(head, REPLY_HEAD.size)
@@ -360,6 +381,7 @@ _DECODERS = {
     Op.READ_LAC: _dec_lac,
     Op.WAIT_LAC: _dec_lac,
     Op.WRITE_LAC: _dec_lac,
+    Op.WRITE_CLOSE: _dec_write_close,
     Op.ADD_BATCH: _dec_add_batch,
     Op.READ_BATCH: _dec_read_batch,
     Op.ADD_PACKED: dec_add_packed_reply,

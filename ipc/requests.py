@@ -121,6 +121,17 @@ class WriteLacRequest:
 
 
 @dataclass(slots=True)
+class WriteCloseRequest:
+    """BP-32 advisory write close: the writer is done with the ledger (its
+    log can be rotated).  Needs the key; the reply is only ever logged."""
+
+    ledger_id: int
+    master_key: bytes
+    request_id: int = 0
+    OP = Op.WRITE_CLOSE
+
+
+@dataclass(slots=True)
 class WaitLacRequest:
     """Long poll: reply once the LAC passes ``previous_lac`` or at ``timeout_ms``."""
 
@@ -166,7 +177,7 @@ class ReadBatchRequest:
 
 Request = (PingRequest | InfoRequest | CompactRequest | AddRequest | ReadRequest | ReadLacRequest
            | WaitLacRequest | WriteLacRequest | AddBatchRequest | ReadBatchRequest
-           | AddPackedRequest | ReadPackedRequest)
+           | AddPackedRequest | ReadPackedRequest | WriteCloseRequest)
 
 
 # -- encoding (client side: ValueError / TypeError naming the field) ---------
@@ -240,6 +251,11 @@ def _enc_write_lac(req: WriteLacRequest, limits) -> list[Buffer]:
     return [_head(Op.WRITE_LAC, 0, req.request_id, req.ledger_id, req.lac) + key]
 
 
+def _enc_write_close(req: WriteCloseRequest, limits) -> list[Buffer]:
+    key = _check_key("master_key", req.master_key)
+    return [_head(Op.WRITE_CLOSE, 0, req.request_id, req.ledger_id, -1) + key]
+
+
 def _enc_wait_lac(req: WaitLacRequest, limits) -> list[Buffer]:
     _check_int("previous_lac", req.previous_lac, -1, 2**63 - 1)
     _check_int("timeout_ms", req.timeout_ms, 0, 2**32 - 1)
@@ -293,6 +309,7 @@ _ENCODERS = {
     ReadLacRequest: _enc_read_lac,
     WaitLacRequest: _enc_wait_lac,
     WriteLacRequest: _enc_write_lac,
+    WriteCloseRequest: _enc_write_close,
     AddBatchRequest: _enc_add_batch,
     ReadBatchRequest: _enc_read_batch,
 }
@@ -374,6 +391,14 @@ def _dec_write_lac(frames, head, flags, rid, ledger_id, entry_id, limits):
     return WriteLacRequest(ledger_id, entry_id, key, rid)
 
 
+def _dec_write_close(frames, head, flags, rid, ledger_id, entry_id, limits):
+    check_frame_count(frames, 1, Op.WRITE_CLOSE)
+    check_size(head, REQUEST_HEAD.size + MASTER_KEY_BYTES, "header with master key")
+    check_ids(ledger_id, entry_id, -1)
+    key = MASTER_KEY.unpack_from(head, REQUEST_HEAD.size)[0]
+    return WriteCloseRequest(ledger_id, key, rid)
+
+
 def _dec_wait_lac(frames, head, flags, rid, ledger_id, entry_id, limits):
     check_frame_count(frames, 1, Op.WAIT_LAC)
     check_size(head, REQUEST_HEAD.size + U32.size, "header")
@@ -428,6 +453,7 @@ _DECODERS = {
     Op.READ_LAC: _dec_read_lac,
     Op.WAIT_LAC: _dec_wait_lac,
     Op.WRITE_LAC: _dec_write_lac,
+    Op.WRITE_CLOSE: _dec_write_close,
     Op.ADD_BATCH: _dec_add_batch,
     Op.READ_BATCH: _dec_read_batch,
     Op.ADD_PACKED: dec_add_packed,

@@ -47,6 +47,7 @@ from . import storage_files as sf
 from .codec import BLOCK_HEADER_BYTES, RECORD_HEADER_BYTES, build_block, verify_record
 from .compaction import Compactor
 from .entry_log import list_logs, log_path
+from .entry_log_per_ledger import split_by_ledger
 from .index import Index
 from .options import StorageOptions
 from .read_path import fit_bytes, read_parts, read_rows
@@ -118,7 +119,8 @@ class LedgerStorage(StateOps):
         self.instance_id = ""
         self.recovery_stats: dict = {}
         self.counters = {"adds": 0, "add_batches": 0, "reads": 0, "checkpoints": 0,
-                         "checkpoint_s_total": 0.0, "snapshot_bytes": 0}
+                         "checkpoint_s_total": 0.0, "snapshot_bytes": 0,
+                         "write_closes": 0}
 
     # -- adds ------------------------------------------------------------------
     def add_entry(self, ledger_id: int, entry_id: int, data: bytes | memoryview) -> int:
@@ -130,10 +132,16 @@ class LedgerStorage(StateOps):
         ledgers, entries, lengths = self._validate_batch(ledger_ids, entry_ids, datas)
         with self._lock:
             self._check_usable()
-            chunks = list(self._chunks(lengths))
-            for lo, hi in chunks:
-                self._add_chunk(ledgers[lo:hi], entries[lo:hi], datas[lo:hi], lengths[lo:hi])
-            if len(chunks) > 1 and self.options.journal_write_data:
+            groups = [(ledgers, entries, datas, lengths)]
+            if self.options.entry_log_per_ledger:  # BP-32: a block per ledger, each its own seq
+                groups = split_by_ledger(ledgers, entries, datas, lengths)
+            blocks = 0
+            for g_ledgers, g_entries, g_datas, g_lengths in groups:
+                for lo, hi in self._chunks(g_lengths):
+                    self._add_chunk(g_ledgers[lo:hi], g_entries[lo:hi], g_datas[lo:hi],
+                                    g_lengths[lo:hi])
+                    blocks += 1
+            if blocks > 1 and self.options.journal_write_data:
                 self._journal.request_flush()  # the batch is whole: its last block waits for no one
             self.counters["adds"] += len(datas)
             self.counters["add_batches"] += 1
@@ -439,8 +447,7 @@ class LedgerStorage(StateOps):
 
     def _checkpoint_loop(self) -> None:
         while not self._closed:
-            self._checkpoint_wake.wait(self.options.checkpoint_interval_s)
-            self._checkpoint_wake.clear()
+            self._wait_checkpoint_due()
             if self._closed or self._failure is not None:
                 return
             try:

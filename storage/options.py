@@ -63,6 +63,28 @@ class StorageOptions:
     means fewer, bigger direct writes; in journal_write_data=false mode it is
     also what a process crash can lose."""
 
+    entry_log_per_ledger: bool = False
+    """BP-32: one entry log per ledger instead of one interleaved log.  A
+    deleted ledger's space comes back by removing whole files (no
+    compaction), at the cost of more files, more (smaller) writes, and a
+    write buffer per open log.  Every checkpoint rotates all open per-ledger
+    logs (docs/STORAGE.md: the mark rule)."""
+
+    entry_logs_open_max: int = 64
+    """Per-ledger mode: most logs open at once (descriptors and write
+    buffers).  Opening one more rotates the least recently appended one, so a
+    bookie with more concurrently written ledgers than this churns files."""
+
+    entry_log_idle_ms: int = 30_000
+    """Per-ledger mode: a ledger's log not appended to for this long is
+    rotated (its buffer and descriptor given back).  Shorter: less memory held
+    by quiet ledgers; longer: fewer, bigger logs for slow writers."""
+
+    entry_log_ledger_buffer_bytes: int = 256 * KiB
+    """Per-ledger mode: the write buffer of each open log (a multiple of 4096).
+    Memory is about (entry_logs_open_max + 3) x this, plus one block in
+    flight; larger means fewer, bigger direct writes per ledger."""
+
     direct_io: bool = True
     """Write journal and entry logs with O_DIRECT from aligned buffers (no page
     cache pollution, steadier latency).  If a directory's filesystem refuses
@@ -138,9 +160,9 @@ class StorageOptions:
         if self.compaction_major_threshold < self.compaction_minor_threshold:
             _refuse("compaction_major_threshold", self.compaction_major_threshold,
                     "at least compaction_minor_threshold")
-        if self.entry_log_buffer_bytes % ALIGN_BYTES:
-            _refuse("entry_log_buffer_bytes", self.entry_log_buffer_bytes,
-                    f"a multiple of {ALIGN_BYTES}")
+        for key in ("entry_log_buffer_bytes", "entry_log_ledger_buffer_bytes"):
+            if getattr(self, key) % ALIGN_BYTES:
+                _refuse(key, getattr(self, key), f"a multiple of {ALIGN_BYTES}")
         return self
 
 

@@ -12,6 +12,7 @@ Recovery re-applies the same records through ``_apply_state_record``.
 from __future__ import annotations
 
 import struct
+import time
 
 from appliance.protocol.errors import UnauthorizedError
 
@@ -173,6 +174,67 @@ class StateOps:
         """Per entry log, bytes held per ledger (deleted ledgers included): GC input."""
         with self._lock:
             return {log: dict(per) for log, per in self._logs.ledger_bytes.items()}
+
+    # -- BP-32: write close and per-ledger log rotation ----------------------------
+    def write_close(self, ledger_id: int) -> bool:
+        """The ledger's writer is done (advisory WRITE_CLOSE, a fencing read, a
+        failed write): with ``entry_log_per_ledger`` its log is rotated now
+        (buffer handed to the writer, synced by the next checkpoint; every
+        checkpoint rotates all logs anyway, so by then it is rotated in any
+        case).  Interleaved mode: counted, nothing to rotate.  Not journaled
+        (advisory: losing it in a crash changes nothing).  True if rotated."""
+        with self._lock:
+            self._check_usable()
+            self.counters["write_closes"] += 1
+            if not self.options.entry_log_per_ledger:
+                return False
+            try:
+                return self._logs.write_close(ledger_id)
+            except BaseException as exc:  # a failed write: storage stops taking writes
+                self._failure = exc
+                raise
+
+    def active_entry_log(self, ledger_id: int) -> int | None:
+        """The log the ledger's next add would go to if it is open now
+        (per-ledger mode: None once rotated; interleaved: the shared log)."""
+        with self._lock:
+            if self.options.entry_log_per_ledger:
+                return self._logs.active_log(ledger_id)
+            return self._logs.log_id
+
+    def expire_idle_logs(self) -> int:
+        """Per-ledger mode: rotate logs idle for ``entry_log_idle_ms``."""
+        with self._lock:
+            if not self.options.entry_log_per_ledger or self._closed or self._closing \
+                    or self._failure is not None:
+                return 0
+            try:
+                return self._logs.expire_idle()
+            except BaseException as exc:
+                self._failure = exc
+                raise
+
+    def _wait_checkpoint_due(self) -> None:
+        """The checkpointer's wait: the interval or a wake-up; in per-ledger
+        mode it also wakes every ``entry_log_idle_ms / 2`` to rotate idle logs."""
+        interval_s = self.options.checkpoint_interval_s
+        if not self.options.entry_log_per_ledger:
+            self._checkpoint_wake.wait(interval_s)
+            self._checkpoint_wake.clear()
+            return
+        deadline = time.monotonic() + interval_s
+        tick_s = max(self.options.entry_log_idle_ms / 2000.0, 0.005)
+        while not self._closed:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            if self._checkpoint_wake.wait(min(remaining, tick_s)):
+                self._checkpoint_wake.clear()
+                return
+            try:
+                self.expire_idle_logs()
+            except Exception:  # noqa: BLE001 - recorded in _failure; the loop reports it
+                return
 
     # -- replay -------------------------------------------------------------------
     def _apply_state_record(self, rtype: int, seq: int, body: bytes) -> None:

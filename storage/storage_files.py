@@ -25,6 +25,7 @@ from . import cookie as ck
 from . import journal_scan as js
 from . import snapshot
 from .entry_log import EntryLogger, list_logs
+from .entry_log_per_ledger import PerLedgerEntryLogger
 from .index import Index
 from .journal import Journal
 from .options import StorageOptions
@@ -105,8 +106,9 @@ def recover_into(st) -> None:
     min_seq = int(meta["seq"])
     log_mark, log_off = meta["entry_log_mark"]
     scanned = scan_entry_logs(st.ledger_dir, log_mark, log_off, min_seq)
-    st._logs = EntryLogger(st.ledger_dir, st.options, instance, direct_l,
-                           max(list_logs(st.ledger_dir) + [log_mark]) + 1)
+    manager = PerLedgerEntryLogger if st.options.entry_log_per_ledger else EntryLogger
+    st._logs = manager(st.ledger_dir, st.options, instance, direct_l,
+                       max(list_logs(st.ledger_dir) + [log_mark]) + 1)
     st._logs.ledger_bytes = {int(k): {int(l): int(b) for l, b in v}
                              for k, v in meta["ledger_bytes"].items()}
     # compacted logs the snapshot says nothing points into (see storage.compaction)

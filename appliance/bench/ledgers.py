@@ -95,12 +95,15 @@ class BenchOptions:
     sample_every: int = 16
     bookies: int = 4
     baseline_s: float = 0.5
+    ledgers: int = 1  # per client, written round robin (BP-32 comparisons)
+    entry_log_per_ledger: bool = False  # temporary appliance's storage mode
 
     def validate(self) -> BenchOptions:
         from appliance.protocol.metadata import check_quorums
 
         check_quorums(self.ensemble, self.write_quorum, self.ack_quorum)
-        for name in ("entries", "inflight", "clients", "read_batch", "sample_every", "bookies"):
+        for name in ("entries", "inflight", "clients", "read_batch", "sample_every", "bookies",
+                     "ledgers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.size < 0 or self.rate < 0 or self.baseline_s < 0:
@@ -134,8 +137,11 @@ def bench_appliance(options: BenchOptions, config_path: str | None, workdir: str
         yield str(Path(config_path).resolve()), None
         return
     check_free_space(needed_bytes(options), workdir or tempfile.gettempdir())
-    with temporary_appliance(options.bookies, workdir, storage={
-            "journal_write_data": options.journal}, client={
+    storage = {"journal_write_data": options.journal}
+    if options.entry_log_per_ledger:  # an open log per written ledger: no LRU churn
+        storage.update(entry_log_per_ledger=True,
+                       entry_logs_open_max=max(64, options.clients * options.ledgers))
+    with temporary_appliance(options.bookies, workdir, storage=storage, client={
             "inflight_adds_max": options.inflight}) as (config, root):
         yield str(config), root
 
@@ -259,14 +265,18 @@ def client_main(kind: str, config: str, options: BenchOptions, index: int, ready
         import appliance
 
         with appliance.connect(config) as bk:
-            bk.config = dataclasses.replace(bk.config, inflight_adds_max=options.inflight)
+            inflight = max(1, options.inflight // options.ledgers)  # shared by the ledgers
+            bk.config = dataclasses.replace(bk.config, inflight_adds_max=inflight)
             payloads = _payloads(options.size, index)
-            lh = bk.create_ledger(options.ensemble, options.write_quorum, options.ack_quorum,
-                                  password=PASSWORD)
+            handles = [bk.create_ledger(options.ensemble, options.write_quorum,
+                                        options.ack_quorum, password=PASSWORD)
+                       for _ in range(options.ledgers)]
+            lh = handles[0] if len(handles) == 1 else RoundRobin(handles)
             try:
                 result = _prepare_and_run(kind, bk, lh, options, payloads, ready, go, index)
             finally:
-                _cleanup(bk, lh)
+                for handle in handles:
+                    _cleanup(bk, handle)
         done.put(("done", index, result))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which fails the run
         done.put(("error", index, f"{type(exc).__name__}: {exc}"))
@@ -293,6 +303,35 @@ def _prepare_and_run(kind, bk, lh, options, payloads, ready, go, index) -> dict:
     if options.read_chunks:
         return read_chunks_loop(rh, payloads, options.entries, options.duration_s)
     return read_loop(rh, payloads, options.entries, options.read_batch, options.duration_s)
+
+
+class RoundRobin:
+    """Several write handles as one for the write loops: each add (or
+    batch of adds) goes to the next ledger in turn."""
+
+    def __init__(self, handles):
+        self.handles, self._next = handles, 0
+        self._last: dict[int, object] = {}  # handle index -> its last future
+
+    def _take(self) -> int:
+        index = self._next
+        self._next = (self._next + 1) % len(self.handles)
+        return index
+
+    def add_async(self, payload):
+        index = self._take()
+        fut = self._last[index] = self.handles[index].add_async(payload)
+        return fut
+
+    def add_many_async(self, payloads):
+        index = self._take()
+        futs = self.handles[index].add_many_async(payloads)
+        self._last[index] = futs[-1]
+        return futs
+
+    def last_futures(self) -> list:
+        """Each ledger's last add: acks are in order per ledger only."""
+        return list(self._last.values())
 
 
 def _wait_go(go) -> None:
@@ -329,6 +368,12 @@ class _Times:
 
     def array(self, n: int) -> np.ndarray:
         return np.concatenate(self.chunks)[:n] if self.chunks else np.empty(0)
+
+
+def _wait_all(lh, last) -> None:
+    """``_wait_last`` of every ledger the loop wrote (``RoundRobin``)."""
+    for fut in (lh.last_futures() if isinstance(lh, RoundRobin) else [last]):
+        _wait_last(fut)
 
 
 def _wait_last(last) -> None:
@@ -379,7 +424,7 @@ def write_loop(lh, payloads: list[bytes], entries: int, rate: float, duration_s:
             last.add_done_callback(functools.partial(on_done, k))
             k += 1
         n += 1
-    _wait_last(last)
+    _wait_all(lh, last)
     return _result(start, n, len(payloads[0]), cpu0, sent.array(k), done.array(k))
 
 
@@ -407,7 +452,7 @@ def write_batches_loop(lh, payloads: list[bytes], entries: int, batch: int,
             k += 1
         last = futs[-1]
         n += count
-    _wait_last(last)
+    _wait_all(lh, last)
     return _result(start, n, len(payloads[0]), cpu0, sent.array(k), done.array(k))
 
 

@@ -55,6 +55,7 @@ from ipc.replies import (
     PingReply,
     ReadBatchReply,
     ReadReply,
+    WriteCloseReply,
 )
 from ipc.requests import (
     AddBatchRequest,
@@ -66,6 +67,7 @@ from ipc.requests import (
     ReadLacRequest,
     ReadRequest,
     WaitLacRequest,
+    WriteCloseRequest,
     WriteLacRequest,
 )
 from storage.read_path import split_parts
@@ -96,7 +98,7 @@ class BookieHandler:
         self._pending = DurableReplies(pending_replies_max)
         self._waiters: dict[int, list] = defaultdict(list)  # ledger -> [peer, req, timer]
         self._long_polls = 0
-        self.counters = {"adds": 0, "reads": 0, "fences": 0, "errors": 0}
+        self.counters = {"adds": 0, "reads": 0, "fences": 0, "errors": 0, "write_closes": 0}
         self.extra_info = None  # () -> dict merged into INFO (boot reasons, repair progress)
 
     def attach(self, server) -> None:
@@ -130,6 +132,8 @@ class BookieHandler:
             return self._write_lac(req)
         if isinstance(req, WaitLacRequest):
             return self._wait_lac(peer, req)
+        if isinstance(req, WriteCloseRequest):
+            return self._write_close(req)
         if isinstance(req, PingRequest):
             return PingReply(req.request_id)
         if isinstance(req, InfoRequest):
@@ -309,6 +313,16 @@ class BookieHandler:
         self._wake_waiters(req.ledger_id)
         return LacReply(req.ledger_id, self.storage.get_explicit_lac(req.ledger_id), -1, None,
                         req.request_id, req.OP)
+
+    def _write_close(self, req: WriteCloseRequest):
+        """BP-32 advisory write close: key checked by the core, then the
+        storage rotates the ledger's log (per-ledger mode).  Not journaled,
+        so the reply waits for nothing."""
+        r = self.core.write_close(req.ledger_id, req.master_key)
+        if r.code != OK:
+            return self._error(req, r.code)
+        self.counters["write_closes"] += 1
+        return WriteCloseReply(req.ledger_id, req.request_id)
 
     def _lac_reply(self, ledger_id: int, lac: int, request_id: int, op: int) -> LacReply:
         last = self.storage.last_entry_id(ledger_id)

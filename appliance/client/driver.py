@@ -14,6 +14,8 @@ out the actions the cores return:
   one frame); the reply to a ``SendAdd`` comes back as one ``AddResponses``;
 * ``WriteMetadata`` / ``ReadMetadata`` -> the metadata store, on a small
   worker pool (the store blocks; the driver thread never does);
+* ``SendWriteClose`` (BP-32) -> WRITE_CLOSE requests, fire and forget: their
+  replies only feed a logged outcome (``write_close.WriteCloseOutcome``);
 * ``SetTimer`` -> a timer heap on the driver thread;
 * result actions (``CompleteAdds``, ``OpenDone``, ...) -> the sink object
   that registered the core (a ledger handle), which resolves futures.
@@ -53,7 +55,15 @@ from appliance.protocol.reader import PackedRecords
 from ipc.client import Transport
 from ipc.packed import AddPackedReply, AddPackedRequest, ReadPackedReply, ReadPackedRequest
 from ipc.replies import ErrorReply, LacReply, ReadReply
-from ipc.requests import ReadLacRequest, ReadRequest, WaitLacRequest, WriteLacRequest
+from ipc.requests import (
+    ReadLacRequest,
+    ReadRequest,
+    WaitLacRequest,
+    WriteCloseRequest,
+    WriteLacRequest,
+)
+
+from .write_close import WriteCloseOutcome, new_counters, reply_code
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +102,7 @@ class Driver:
         self._cores: dict[int, object] = {}
         self._endpoints: dict[str, str] = {}
         self._available: tuple[str, ...] = ()
+        self.write_close_outcomes = new_counters()  # BP-32: succeeded / partly / failed
         self._closed = False
         self._pool = ThreadPoolExecutor(METADATA_WORKERS, thread_name_prefix="bk-metadata")
         self.transport = Transport(on_events=lambda events: self._q.put(("net", events)),
@@ -142,9 +153,12 @@ class Driver:
 
     def run(self, core, actions: list) -> None:
         """Carry out ``actions`` returned by ``core``."""
+        write_closes = []
         for action in actions:
             kind = type(action)
-            if kind is ev.SendAdd:
+            if kind is ev.SendWriteClose:
+                write_closes.append(action)
+            elif kind is ev.SendAdd:
                 self._send_add(core, action)
             elif kind is ev.SendReadBatch:
                 count = action.last_entry_id - action.first_entry_id + 1
@@ -174,6 +188,28 @@ class Driver:
                 sink = self._sinks.get(id(core))
                 if sink is not None:
                     sink.on_result(action)
+        if write_closes:  # after the results: the close's future is already done
+            self._send_write_closes(write_closes)
+
+    def _send_write_closes(self, actions: list) -> None:
+        """BP-32: one advisory WRITE_CLOSE per bookie; never waited for."""
+        by_ledger: dict[int, list] = {}
+        for action in actions:
+            by_ledger.setdefault(action.ledger_id, []).append(action)
+        for ledger_id, group in by_ledger.items():
+            outcome = WriteCloseOutcome(ledger_id, [a.bookie_id for a in group],
+                                        self.write_close_outcomes)
+            for action in group:
+                try:
+                    self._ensure_bookie(action.bookie_id)
+                    rid = self.transport.send(action.bookie_id,
+                                              WriteCloseRequest(ledger_id, action.master_key),
+                                              self.request_timeout_ms)
+                except (BKError, ValueError) as exc:
+                    outcome.done(action.bookie_id, code_of(exc) if isinstance(exc, BKError)
+                                 else BookieUnavailableError.code)
+                    continue
+                self._routes[rid] = (outcome, action)
 
     def feed(self, core, event) -> None:
         """Apply one event to ``core`` and carry out what it returns."""
@@ -227,6 +263,9 @@ class Driver:
             if route is None:
                 continue
             core, action = route
+            if type(action) is ev.SendWriteClose:  # the "core" is its outcome: logged only
+                core.done(action.bookie_id, reply_code(event.status, event.reply))
+                continue
             for core_event in _translate(action, event, now):
                 self.feed(core, core_event)
 

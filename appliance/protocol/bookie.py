@@ -29,6 +29,13 @@ Rules:
   mark of phase two (``appliance.protocol.repair``), so a closed ledger whose
   share may be gone answers "unknown" rather than "no such entry" until it
   is repaired, and a crash during repair resumes where it stopped.
+* **Write close (BP-32, advisory)**: ``write_close`` checks the key (a
+  wrong one: ``UnauthorizedError``, nothing else happens), then asks the
+  storage to rotate the ledger's entry log; a ledger this bookie does not
+  hold is OK (nothing to rotate).  The core also rotates on a fencing read
+  (recovery: the writer is done) and on a failed write (an add refused
+  because the ledger is fenced, or one the storage failed), before the error
+  reply.  Rotation is advice: its own failure is ignored here.
 * **Records**: an add whose header names another ledger/entry than the
   request is refused (``BadRequestError``): a bookie never files entry i
   under another id.
@@ -36,7 +43,7 @@ Rules:
 Storage interface used (``storage.LedgerStorage`` has exactly these):
 ``add_entries, durable_ticket, read_entry, last_entry_id, ledger_exists,
 ledgers, set_master_key, get_master_key, fence, is_fenced, mark_limbo,
-clear_limbo, is_limbo, set_explicit_lac, get_explicit_lac``.  ``fence`` and
+clear_limbo, is_limbo, set_explicit_lac, get_explicit_lac, write_close``.  ``fence`` and
 ``mark_limbo`` must create an unknown ledger (without a key).
 """
 
@@ -102,9 +109,15 @@ class BookieCore:
             good_ids.append(entry_id)
             good_datas.append(data)
         if good_ids:  # one storage call per batch: one block, one ticket
-            ticket = max(ticket, self.storage.add_entries([ledger_id] * len(good_ids),
-                                                          good_ids, good_datas))
+            ticket = max(ticket, self._store(ledger_id, good_ids, good_datas))
         return codes, ticket
+
+    def _store(self, ledger_id: int, entry_ids, datas) -> int:
+        try:
+            return self.storage.add_entries([ledger_id] * len(entry_ids), entry_ids, datas)
+        except BKError:
+            self._rotate(ledger_id)  # a failed write: rotate before the error reply
+            raise
 
     def add_packed(self, ledger_id: int, entry_ids: Sequence[int], lengths: Sequence[int],
                    data, master_key: bytes, recovery: bool = False, *,
@@ -125,7 +138,7 @@ class BookieCore:
         code, ticket = self._admit_add(ledger_id, master_key, recovery)
         if code != OK:
             return [code] * len(datas), ticket
-        ticket = max(ticket, self.storage.add_entries([ledger_id] * len(datas), entry_ids, datas))
+        ticket = max(ticket, self._store(ledger_id, entry_ids, datas))
         return [OK] * len(datas), ticket
 
     def _admit_add(self, ledger_id: int, master_key: bytes, recovery: bool) -> tuple[int, int]:
@@ -135,6 +148,7 @@ class BookieCore:
         if not _key_ok(master_key) or (stored is not None and stored != master_key):
             return UnauthorizedError.code, 0
         if exists and not recovery and storage.is_fenced(ledger_id):
+            self._rotate(ledger_id)  # the writer's add failed: it is done with the ledger
             return LedgerFencedError.code, 0
         ticket = storage.set_master_key(ledger_id, master_key) if stored is None else 0
         return OK, ticket
@@ -197,7 +211,32 @@ class BookieCore:
             return UnauthorizedError.code, 0
         ticket = storage.set_master_key(ledger_id, master_key) if stored is None else 0
         # always ask storage: an earlier fence may not be durable yet
-        return OK, max(ticket, storage.fence(ledger_id))
+        ticket = max(ticket, storage.fence(ledger_id))
+        self._rotate(ledger_id)  # recovery: the writer is done with the ledger
+        return OK, ticket
+
+    # -- write close (BP-32) -------------------------------------------------------------
+    def write_close(self, ledger_id: int, master_key: bytes) -> BookieReply:
+        """Advisory: the ledger's writer is done.  Wrong key: Unauthorized."""
+        storage = self.storage
+        if not _key_ok(master_key):
+            return BookieReply(UnauthorizedError.code)
+        if not storage.ledger_exists(ledger_id):
+            return BookieReply(OK)  # nothing stored here, nothing to rotate
+        stored = storage.get_master_key(ledger_id)
+        if stored is not None and stored != master_key:
+            return BookieReply(UnauthorizedError.code)
+        try:
+            storage.write_close(ledger_id)
+        except BKError as exc:
+            return BookieReply(exc.code)
+        return BookieReply(OK)
+
+    def _rotate(self, ledger_id: int) -> None:
+        try:
+            self.storage.write_close(ledger_id)
+        except BKError:
+            pass  # advice only: a broken storage reports itself on the next write
 
     def _negative(self, ledger_id: int, code: int) -> int:
         """An explicit negative, unless the ledger is in limbo (BP-46)."""

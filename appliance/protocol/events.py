@@ -24,6 +24,10 @@ Actions (core -> driver)
 ``SendReadLac``    ask a bookie its LAC (``fence=True``: the recovery fence).
 ``SendWaitLac``    long poll: a bookie's LAC once it exceeds a value, or at a timeout.
 ``SendWriteLac``   tell a bookie the writer's LAC (best effort, no reply needed).
+``SendWriteClose`` BP-32 advisory write close, one per bookie of the current
+                   ensemble once a close succeeded: the bookie may rotate the
+                   ledger's entry log.  No reply is fed back: the driver only
+                   logs the outcome, and nothing waits for it.
 ``WriteMetadata``  CAS ``metadata`` over ``expected_version``; reply ``MetadataWritten``.
 ``ReadMetadata``   reply ``MetadataRead``.
 ``SetTimer``       fire ``TimerFired(timer_id)`` after ``delay_ms`` (stale timers
@@ -112,6 +116,14 @@ class SendWriteLac:
     bookie_id: str
     ledger_id: int
     lac: int
+    master_key: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SendWriteClose:
+    request_id: int
+    bookie_id: str
+    ledger_id: int
     master_key: bytes
 
 
@@ -277,5 +289,5 @@ class AvailableBookies:
 
 
 REQUEST_ACTIONS = (SendAdd, SendRead, SendReadBatch, SendReadLac, SendWriteLac, WriteMetadata,
-                   ReadMetadata)
+                   ReadMetadata, SendWriteClose)
 RESULT_ACTIONS = (CompleteAdds, FailAdds, CloseDone, OpenDone, ReadDone, LacRead)

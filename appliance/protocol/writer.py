@@ -21,7 +21,9 @@ Guarantees (each checked by the simulation in ``tests/sim``):
 * ``close()`` freezes the LAC and CASes the ledger to CLOSED at it; on a
   conflict: IN_RECOVERY -> ``LedgerFencedError``; CLOSED at the same entry ->
   success; CLOSED elsewhere -> ``MetadataVersionError``.  Adds still pending
-  fail with ``LedgerClosedError`` ("may or may not be stored").
+  fail with ``LedgerClosedError`` ("may or may not be stored").  A close
+  that succeeded then emits one ``SendWriteClose`` per bookie of the current
+  ensemble (BP-32, advisory: after ``CloseDone``, and no reply is awaited).
 
 Faults survived: lost, duplicated, reordered and late replies (acks are a
 set per entry; replies from bookies outside an entry's current write set are
@@ -396,6 +398,10 @@ class LedgerWriter(CoreBase):
         self._state = CLOSED_STATE if code == OK else FENCED
         self.error_code = LedgerClosedError.code if code == OK else code
         self._out.append(ev.CloseDone(self.ledger_id, code, self.last_add_confirmed))
+        if code == OK:  # BP-32: advisory, after the close is done; nothing waits for it
+            for bookie in self._ws.ensemble:
+                self._out.append(ev.SendWriteClose(self._next_id(), bookie, self.ledger_id,
+                                                   self._key))
 
     # -- metadata loop ------------------------------------------------------------------
     def _write_metadata(self, kind: str, new_md: LedgerMetadata, replaced: frozenset,

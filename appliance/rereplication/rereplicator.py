@@ -51,10 +51,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 from appliance.checks.digest import make_digest
+from appliance.client.write_close import WriteCloseOutcome, new_counters, reply_code
 from appliance.errors import (
     OK,
     BKError,
     BKTimeoutError,
+    BookieUnavailableError,
     CorruptMetadataError,
     NoSuchLedgerError,
     error_class,
@@ -79,6 +81,7 @@ from appliance.protocol.rereplication_plan import (
 from appliance.rereplication.markers import CopyMarkers
 from ipc.client import Event, Transport
 from ipc.packed import AddPackedRequest, ReadPackedRequest
+from ipc.requests import WriteCloseRequest
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +92,7 @@ REQUEST_TIMEOUT_MS = 10_000  # one read or write; a slower bookie counts as fail
 REPLAN_TRIES_MAX = 3  # a ledger whose fragments keep changing under us is reported
 REPLACEMENT_TRIES_MAX = 2  # replacements tried for one fragment before giving up
 PROGRESS_ENTRIES_EVERY = 10_000  # a progress line at least this often while copying
+FIRED_DRAIN_MS = 1000  # close() waits this long at most for advisory WRITE_CLOSE replies
 
 
 class CopyError(Exception):
@@ -128,6 +132,33 @@ class _Wire:
         self.transport = transport
         self.timeout_ms = timeout_ms
         self._done: dict[int, Event] = {}
+        self._fired: dict[int, object] = {}  # request id -> callback(event): never waited for
+
+    def fire(self, bookie_id: str, request, on_event) -> None:
+        """Send without waiting: ``on_event(event)`` runs when a later wait
+        (or ``drain_fired``) sees its reply.  A send that fails is an event too."""
+        try:
+            rid = self.transport.send(bookie_id, request, self.timeout_ms)
+        except (BKError, ValueError) as exc:
+            on_event(Event(bookie_id, 0, int(request.OP),
+                           getattr(exc, "code", BookieUnavailableError.code)))
+            return
+        self._fired[rid] = on_event
+
+    def drain_fired(self, wait_ms: int) -> None:
+        """Let fired requests' replies arrive for at most ``wait_ms``."""
+        deadline_s = time.monotonic() + wait_ms / 1000.0
+        while self._fired and time.monotonic() < deadline_s:
+            self._take(self.transport.next_events(
+                max(1, int((deadline_s - time.monotonic()) * 1000))))
+
+    def _take(self, events) -> None:
+        for event in events:
+            callback = self._fired.pop(event.request_id, None)
+            if callback is not None:
+                callback(event)
+            else:
+                self._done[event.request_id] = event
 
     def send(self, bookie_id: str, request) -> int:
         return self.transport.send(bookie_id, request, self.timeout_ms)
@@ -139,8 +170,7 @@ class _Wire:
         while rid not in self._done:
             if time.monotonic() > deadline_s:
                 raise BKTimeoutError(f"request {rid} got no event")
-            for event in self.transport.next_events(self.timeout_ms):
-                self._done[event.request_id] = event
+            self._take(self.transport.next_events(self.timeout_ms))
         return self._done.pop(rid)
 
     def call(self, bookie_id: str, request) -> Event:
@@ -182,10 +212,14 @@ class Rereplicator:
         self._live: dict[str, dict] = {}
         self._copied_at_last_line = 0
         self._markers = CopyMarkers(ledgers.store)
+        self.write_close_outcomes = new_counters()  # BP-32, to replacements
 
     def close(self) -> None:
-        if self._own_transport:
-            self._transport.close()
+        try:
+            self._wire.drain_fired(FIRED_DRAIN_MS)  # advisory replies, briefly
+        finally:
+            if self._own_transport:
+                self._transport.close()
 
     def __enter__(self) -> Rereplicator:
         return self
@@ -391,6 +425,7 @@ class Rereplicator:
                     log.warning("ledger %d: %s; trying another replacement", md.ledger_id, exc)
                     refusals[replacement] = str(exc)
                     continue
+                self._write_close(md.ledger_id, key, replacement)
                 return self._repoint(plan, replacement, copied, report)
         where = f"fragment at entry {plan.first_entry_id} (ensemble {', '.join(plan.ensemble)})"
         if refusals:
@@ -400,6 +435,15 @@ class Rereplicator:
             report.skipped.append({"ledger_id": md.ledger_id,
                                    "reason": f"no writable replacement for {where}"})
         return False
+
+    def _write_close(self, ledger_id: int, key: bytes, replacement: str) -> None:
+        """BP-32: the copies are durable on ``replacement``; tell it nothing
+        more comes for the ledger (it may rotate the ledger's entry log).
+        Advisory: the outcome is only logged, never waited for."""
+        outcome = WriteCloseOutcome(ledger_id, [replacement], self.write_close_outcomes)
+        self._wire.fire(replacement, WriteCloseRequest(ledger_id, key),
+                        lambda event: outcome.done(replacement,
+                                                   reply_code(event.status, event.reply)))
 
     def _repoint(self, plan: FragmentPlan, replacement: str, copied: int,
                  report: RecoveryReport) -> bool:

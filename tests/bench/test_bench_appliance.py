@@ -71,6 +71,18 @@ def test_write_with_add_many_batches(tmp_path):
     assert os.listdir(work) == []
 
 
+def test_write_over_many_ledgers_with_per_ledger_entry_logs(tmp_path):
+    """BP-32 comparison runs: adds round robin over --ledgers handles, on
+    bookies in per-ledger entry-log mode."""
+    work = tmp_path / "work"
+    work.mkdir()
+    doc = _bench("write", "--ledgers", "8", "--entry-log-per-ledger", "--entries", "3000",
+                 "--baseline-s", "0", "--dir", str(work))
+    _check_figures(doc, "adds_per_s", 3000, 1024)
+    assert doc["ledgers"] == 8 and doc["entry_log_per_ledger"] is True
+    assert os.listdir(work) == []
+
+
 def test_read_with_the_bulk_chunks_api(tmp_path):
     work = tmp_path / "work"
     work.mkdir()

@@ -374,6 +374,9 @@ def test_a_replacement_that_refuses_the_copies_is_swapped_for_another(make_clust
         with Rereplicator(bk.ledgers, bk.registry, passwords=[PW]) as rr:
             report = rr.recover(lost)
         assert report.ok, report
+        # BP-32: one advisory WRITE_CLOSE, to the replacement that took the
+        # copies (after they were durable), none to the one that refused them
+        assert rr.write_close_outcomes == {"succeeded": 1, "partly": 0, "failed": 0}
         (fragment,) = report.fragments
         assert fragment["replacement"] not in (first_choice, lost, *plan.ensemble)
         assert _replacement_holds(bk, fragment, lost, PW) == 50

@@ -36,6 +36,7 @@ from ipc.replies import (
     PingReply,
     ReadBatchReply,
     ReadReply,
+    WriteCloseReply,
     decode_reply,
     encode_reply,
     error_reply,
@@ -51,6 +52,7 @@ from ipc.requests import (
     ReadLacRequest,
     ReadRequest,
     WaitLacRequest,
+    WriteCloseRequest,
     WriteLacRequest,
     decode_request,
     encode_request,
@@ -74,6 +76,8 @@ REQUESTS = [
     WaitLacRequest(7, 41, 0, request_id=9),
     WriteLacRequest(7, 41, KEY, request_id=10),
     WriteLacRequest(7, -1, KEY, request_id=11),
+    WriteCloseRequest(7, KEY, request_id=14),
+    WriteCloseRequest(2**63 - 1, KEY2, request_id=2**64 - 1),
     AddBatchRequest([AddItem(7, 1, KEY, b"a"), AddItem(8, 0, KEY2, b"bb" * 100),
                      AddItem(7, 2, KEY, b"")], request_id=10),
     AddBatchRequest([AddItem(9, 3, KEY, b"r")], recovery=True, request_id=11),
@@ -91,6 +95,8 @@ REPLIES = [
     LacReply(7, -1, -1, None, 7, Op.READ_LAC),
     LacReply(7, 42, 42, None, 8, Op.WAIT_LAC),
     LacReply(7, 41, -1, None, 9, Op.WRITE_LAC),
+    WriteCloseReply(7, 14),
+    ErrorReply(Op.WRITE_CLOSE, 15, 7, 7, -1, "ledger 7: master key mismatch"),
     AddBatchReply([(7, 1, 0), (8, 0, LedgerFencedError.code), (7, 2, 0)], 10),
     ReadBatchReply(7, [(0, 0, b"e0"), (1, 0, b""), (2, NoSuchEntryError.code, None)], 12),
     ReadBatchReply(7, [], 13),
@@ -292,3 +298,20 @@ def test_encoders_refuse_non_messages():
         encode_reply(ErrorReply(Op.ADD, 1, 0))
     with pytest.raises(TypeError):
         encode_reply(TooManyRequestsError())
+
+
+def test_write_close_refuses_malformed_frames_and_bad_keys():
+    """BP-32's WRITE_CLOSE: exactly the header plus a 32-byte key, one frame,
+    no flags; a key of another size is refused before anything is sent."""
+    frames = encode_request(WriteCloseRequest(7, KEY, request_id=3))
+    assert len(frames) == 1 and len(frames[0]) == REQUEST_HEAD.size + 32
+    for bad in ([frames[0][:-1]], [frames[0] + b"x"], [frames[0], b"extra"],
+                [frames[0][:2] + b"\x00\x02" + frames[0][4:]]):  # FENCE flag: not allowed
+        with pytest.raises(BadRequestError):
+            decode_request(bad)
+    with pytest.raises(ValueError, match="master_key"):
+        encode_request(WriteCloseRequest(7, b"short"))
+    reply = encode_reply(WriteCloseReply(7, 3))
+    assert len(reply) == 1 and len(reply[0]) == REPLY_HEAD.size
+    with pytest.raises(BadRequestError):
+        decode_reply([reply[0], b"extra"])

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance.errors import LedgerFencedError, all_errors
+from appliance.errors import LedgerFencedError, UnauthorizedError, all_errors
 from ipc.frames import (
     ADD_ROW,
     ADD_STATUS_ROW,
@@ -17,8 +17,8 @@ from ipc.frames import (
     REQUEST_HEAD,
     Op,
 )
-from ipc.replies import AddReply, ErrorReply, encode_reply
-from ipc.requests import AddRequest, encode_request
+from ipc.replies import AddReply, ErrorReply, WriteCloseReply, encode_reply
+from ipc.requests import AddRequest, WriteCloseRequest, encode_request
 
 DOC = (Path(__file__).resolve().parents[2] / "ipc" / "PROTOCOL.md").read_text()
 
@@ -53,7 +53,7 @@ def _hex_blocks() -> list[bytes]:
 
 
 def test_the_example_bytes_are_what_the_codec_produces():
-    request, ok_reply, fenced_reply = _hex_blocks()
+    request, ok_reply, fenced_reply = _hex_blocks()[:3]
     frames = encode_request(AddRequest(7, 3, bytes(range(32)), b"hello", request_id=42))
     assert request == bytes(frames[0]) + bytes(frames[1])
     assert ok_reply == encode_reply(AddReply(7, 3, 42))[0]
@@ -68,3 +68,11 @@ def test_the_compact_example_is_what_the_codec_produces():
     assert shown, "COMPACT example missing"
     assert bytes.fromhex(shown.group(1)) == bytes(
         encode_request(CompactRequest(major=True, request_id=5))[0])
+
+
+def test_the_write_close_example_bytes_are_what_the_codec_produces():
+    request, ok_reply, refused = _hex_blocks()[3:6]
+    assert request == encode_request(WriteCloseRequest(7, bytes(range(32)), request_id=43))[0]
+    assert ok_reply == encode_reply(WriteCloseReply(7, 43))[0]
+    unauthorized = ErrorReply(Op.WRITE_CLOSE, 43, UnauthorizedError.code, 7, -1)
+    assert refused == encode_reply(unauthorized)[0]

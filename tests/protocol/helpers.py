@@ -113,6 +113,9 @@ class Loop:
         if isinstance(a, ev.SendReadLac):
             r = bookie.read_lac(a.ledger_id, a.fence, a.master_key)
             return ev.ReadLacResponse(a.request_id, a.bookie_id, a.ledger_id, r.code, r.lac)
+        if isinstance(a, ev.SendWriteClose):
+            bookie.write_close(a.ledger_id, a.master_key)
+            return None
         bookie.write_lac(a.ledger_id, a.lac, a.master_key)
         return None
 

@@ -6,6 +6,7 @@ from appliance.checks.digest import make_digest, master_key
 from appliance.errors import (
     OK,
     BadRequestError,
+    BookieIOError,
     DataUnknownError,
     LedgerFencedError,
     NoSuchEntryError,
@@ -133,3 +134,37 @@ def test_crash_loses_unsynced_fence_and_entries():
     lost = storage.crash(keep_ops=0)
     assert lost == {1: {1}}
     assert not storage.is_fenced(1) and storage.has(1, 0) and not storage.has(1, 1)
+
+
+def test_write_close_checks_the_key_and_asks_storage_to_rotate(bookie):
+    """BP-32: the right key rotates; a wrong one is refused and changes
+    nothing; a ledger the bookie never held is OK with nothing to rotate."""
+    bookie.add(1, 0, entry(0), KEY)
+    assert bookie.write_close(1, master_key(b"wrong")).code == UnauthorizedError.code
+    assert bookie.write_close(1, b"short").code == UnauthorizedError.code
+    assert bookie.storage.write_closes == []
+    assert bookie.write_close(1, KEY).code == OK and bookie.storage.write_closes == [1]
+    assert bookie.write_close(9, KEY).code == OK and bookie.storage.write_closes == [1]
+    assert bookie.add(1, 1, entry(1, lac=0), KEY).code == OK  # advice: the ledger still works
+
+
+def test_fencing_reads_and_failed_writes_rotate_but_wrong_keys_do_not(bookie):
+    bookie.add(1, 0, entry(0), KEY)
+    assert bookie.read(1, 0, fence=True, master_key=master_key(b"x")).code == \
+        UnauthorizedError.code
+    assert bookie.storage.write_closes == []
+    assert bookie.read_lac(1, fence=True, master_key=KEY).code == OK
+    assert bookie.storage.write_closes == [1]  # recovery: the writer is done
+    assert bookie.add(1, 1, entry(1, lac=0), KEY).code == LedgerFencedError.code
+    assert bookie.storage.write_closes == [1, 1]  # and the failed (fenced) add
+
+
+def test_a_storage_write_failure_rotates_before_the_error():
+    class FailingStorage(MemStorage):
+        def add_entries(self, *args):
+            raise BookieIOError("disk gone")
+
+    bookie = BookieCore(FailingStorage())
+    with pytest.raises(BookieIOError):
+        bookie.add(1, 0, entry(0), KEY)
+    assert bookie.storage.write_closes == [1]

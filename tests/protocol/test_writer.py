@@ -259,3 +259,40 @@ def test_a_changed_last_fragment_still_fences_the_writer():
     meddled = dataclasses.replace(metadata(), ensembles=((0, ("b1", "b2", "b5")),))
     done = w.handle(ev.MetadataRead(reread.request_id, 1, OK, meddled, 3))
     assert one(ev.CloseDone, done).code == MetadataVersionError.code
+
+
+def test_a_successful_close_sends_write_close_to_the_current_ensemble_after_close_done():
+    """BP-32: advisory WRITE_CLOSE to the bookies of the last fragment, after
+    the close completed (nothing waits for it), once."""
+    w = writer()
+    first = {s.bookie_id: s for s in of(ev.SendAdd, w.add(b"0", 0))}
+    change = one(ev.WriteMetadata, ack(w, first["b3"], code=BookieIOError.code))
+    applied = w.handle(ev.MetadataWritten(change.request_id, 1, OK, version=2))
+    for s in of(ev.SendAdd, applied) + [first["b1"], first["b2"]]:
+        ack(w, s)
+    close = one(ev.WriteMetadata, w.close(0))
+    done = w.handle(ev.MetadataWritten(close.request_id, 1, OK, version=3))
+    kinds = [type(a) for a in done]
+    assert kinds.index(ev.CloseDone) < kinds.index(ev.SendWriteClose)
+    sent = of(ev.SendWriteClose, done)
+    assert sorted(a.bookie_id for a in sent) == ["b1", "b2", "b4"]  # b3 was replaced
+    assert all(a.ledger_id == 1 and a.master_key == KEY for a in sent)
+    assert len({a.request_id for a in sent}) == 3
+    assert of(ev.SendWriteClose, w.close(0)) == []  # closing again sends nothing more
+
+
+@pytest.mark.parametrize("state,last,sends", [
+    ("CLOSED", -1, 3),  # someone closed it at our LAC: our close succeeded
+    ("CLOSED", 4, 0),
+    (IN_RECOVERY, -1, 0),  # fenced: the recovery's fencing reads rotate instead
+])
+def test_write_close_only_follows_a_successful_close(state, last, sends):
+    w = writer()
+    close = one(ev.WriteMetadata, w.close(0))
+    reread = one(ev.ReadMetadata, w.handle(ev.MetadataWritten(
+        close.request_id, 1, MetadataVersionError.code)))
+    md = metadata().to_in_recovery()
+    if state == "CLOSED":
+        md = md.to_closed(last)
+    done = w.handle(ev.MetadataRead(reread.request_id, 1, OK, md, 3))
+    assert len(of(ev.SendWriteClose, done)) == sends

@@ -99,6 +99,9 @@ class SimBookie:
         elif kind is ev.SendWriteLac:
             core.write_lac(msg.ledger_id, msg.lac, msg.master_key)
             return
+        elif kind is ev.SendWriteClose:  # advisory: no reply
+            core.write_close(msg.ledger_id, msg.master_key)
+            return
         else:
             raise TypeError(f"bookie got {kind.__name__}")
         self._reply(src, replies, ticket)

@@ -58,6 +58,7 @@ class MemStorage:
         self._log: list[tuple[int, tuple]] = []
         self._ticket = 0
         self.durable_ticket = 0
+        self.write_closes: list[int] = []  # BP-32 rotations asked for (advisory, volatile)
         self._on_add = on_add
 
     # -- durability ---------------------------------------------------------------------
@@ -158,6 +159,10 @@ class MemStorage:
 
     def get_explicit_lac(self, ledger_id: int) -> int:
         return self._get(ledger_id).explicit_lac
+
+    def write_close(self, ledger_id: int) -> bool:
+        self.write_closes.append(ledger_id)
+        return True
 
     def delete_ledger(self, ledger_id: int) -> None:
         self._op(("delete", ledger_id))

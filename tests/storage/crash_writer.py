@@ -66,6 +66,8 @@ class Writer:
             self.doom_mixed()
         elif roll < 0.10:
             self.compact()
+        elif roll < 0.105:  # BP-32 advisory close: rotates the ledger's log (per-ledger mode)
+            self.st.write_close(self.rng.choice(DATA_LEDGERS))
         else:
             self.add_batch()
         if len(self.pending) >= WINDOW_MAX:
@@ -169,6 +171,8 @@ def run_no_journal_writer(journal_dir, ledger_dir, options, ack_path: str, seed:
     writer = Writer(st, ack_fd, seed)
     for step in range(steps_max):
         writer.add_batch()
+        if step % 8 == 5:  # adds after a checkpoint must be found past its entry-log mark
+            st.checkpoint()
         if step % 4 == 3:
             st.flush()
             lines = [line for _t, group in writer.pending for line in group]

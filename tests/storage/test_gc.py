@@ -34,7 +34,7 @@ def test_rules_keep_logs_past_the_mark_unknown_or_with_a_live_ledger():
 
 
 def test_deleted_ledger_logs_are_removed_after_a_checkpoint_and_survivors_read_back(
-        opener, dirs):
+        opener, dirs, log_mode):
     _journal_dir, ledger_dir = dirs
     st = opener()
     _fill(st, A, 0, 1500)          # ~1.5 MB: several 512 KiB logs hold only A
@@ -50,7 +50,11 @@ def test_deleted_ledger_logs_are_removed_after_a_checkpoint_and_survivors_read_b
     st.checkpoint()
     removed, freed = st.reclaim_entry_logs()
     assert removed and set(removed) <= set(only_a)
-    assert freed >= len(removed) * 400_000
+    if log_mode == "per_ledger":  # BP-32: every log of A goes, its tail after B's too
+        assert set(removed) == set(only_a) and freed == sum(by_log[x][A] for x in only_a)
+        assert all(set(per) == {B} for log, per in st.ledger_bytes().items())
+    else:
+        assert freed >= len(removed) * 400_000
     assert not set(removed) & set(list_logs(str(ledger_dir)))
     assert st.read_entries(B, 0, 299) == b_data
     with pytest.raises(NoSuchLedgerError):
