@@ -65,6 +65,73 @@ def list_logs(directory: str) -> list[int]:
     return sorted(int(m.group(1)) for m in map(_LOG_RE.match, os.listdir(directory)) if m)
 
 
+def create_log(directory: str, log_id: int, instance: bytes, direct: bool) -> int:
+    """Create a log whole (temp file, header, fsync, rename, dir fsync): a
+    crash never leaves a headerless log.  Returns its write descriptor."""
+    path = log_path(directory, log_id)
+    if os.path.exists(path):
+        raise BookieIOError(f"entry log {path} already exists")
+    tmp = path + ".tmp"
+    if os.path.exists(tmp):
+        os.unlink(tmp)
+    fd = aio.open_for_write(tmp, direct)
+    try:
+        page = aio.AlignedBuffer(ALIGN_BYTES)
+        page.append(pack_file_header(LOG_MAGIC, log_id, 0, instance))
+        aio.write_aligned(fd, page.padded(), 0, tmp)
+        page.close()
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    os.rename(tmp, path)
+    aio.fsync_dir(directory)
+    return fd
+
+
+class LogReaders:
+    """Read descriptors of a directory's entry logs, the least recently used
+    closed past ``READ_FDS_MAX``.  Not thread-safe (the storage lock)."""
+
+    def __init__(self, directory: str):
+        self.directory = directory
+        self._fds: collections.OrderedDict[int, int] = collections.OrderedDict()
+
+    def pread(self, log_id: int, offset: int, nbytes: int) -> bytes:
+        fd = self._fd(log_id)
+        try:
+            return os.pread(fd, nbytes, offset)
+        except OSError as exc:
+            raise BookieIOError(f"read of {log_path(self.directory, log_id)} at {offset} "
+                                f"failed: {exc}") from exc
+
+    def _fd(self, log_id: int) -> int:
+        fd = self._fds.get(log_id)
+        if fd is not None:
+            self._fds.move_to_end(log_id)
+            return fd
+        path = log_path(self.directory, log_id)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError as exc:
+            raise CorruptRecordError(f"entry log {path} is missing") from exc
+        self._fds[log_id] = fd
+        if len(self._fds) > READ_FDS_MAX:
+            _old, old_fd = self._fds.popitem(last=False)
+            os.close(old_fd)
+        return fd
+
+    def forget(self, log_id: int) -> None:
+        fd = self._fds.pop(log_id, None)
+        if fd is not None:
+            os.close(fd)
+
+    def close_all(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+
 class EntryLogger:
     """The interleaved entry-log manager (one active log for all ledgers)."""
 
@@ -78,7 +145,7 @@ class EntryLogger:
         self._spare = aio.AlignedBuffer(options.entry_log_buffer_bytes)
         self._inflight: tuple[int, int, int] | None = None  # log id, offset, bytes
         self._writer = BackgroundWriter("entry-log-writer")
-        self._read_fds: collections.OrderedDict[int, int] = collections.OrderedDict()
+        self._readers = LogReaders(directory)
         self._unsynced: dict[int, int] = {}  # log id -> write fd, written since last sync
         self.ledger_bytes: dict[int, dict[int, int]] = {}
         self.stats = {"entry_log_writes": 0, "entry_log_bytes": 0, "entry_log_syncs": 0,
@@ -106,9 +173,7 @@ class EntryLogger:
     def forget_log(self, log_id: int) -> None:
         """Drop a removed log's read descriptor and byte counts (caller holds the
         storage lock; the log is sealed: never the active or an unsynced one)."""
-        fd = self._read_fds.pop(log_id, None)
-        if fd is not None:
-            os.close(fd)
+        self._readers.forget(log_id)
         self.ledger_bytes.pop(log_id, None)
 
     def flush(self) -> None:
@@ -206,25 +271,9 @@ class EntryLogger:
         self._start_log(self.log_id + 1)
 
     def _start_log(self, log_id: int) -> None:
-        path = log_path(self.directory, log_id)
-        if os.path.exists(path):
-            raise BookieIOError(f"entry log {path} already exists")
-        tmp = path + ".tmp"  # created whole, then renamed: a crash leaves no headerless log
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        fd = aio.open_for_write(tmp, self._direct)
-        try:
-            page = aio.AlignedBuffer(ALIGN_BYTES)
-            page.append(pack_file_header(LOG_MAGIC, log_id, 0, self._instance))
-            aio.write_aligned(fd, page.padded(), 0, tmp)
-            page.close()
-            os.fsync(fd)
-        except BaseException:
-            os.close(fd)
-            raise
-        os.rename(tmp, path)
-        aio.fsync_dir(self.directory)
-        self.log_id, self._fd, self._path, self._file_off = log_id, fd, path, ALIGN_BYTES
+        fd = create_log(self.directory, log_id, self._instance, self._direct)
+        self.log_id, self._fd, self._file_off = log_id, fd, ALIGN_BYTES
+        self._path = log_path(self.directory, log_id)
         self.stats["entry_logs_created"] += 1
 
     # -- reads -----------------------------------------------------------------
@@ -238,38 +287,14 @@ class EntryLogger:
         if log_id == self.log_id and offset + nbytes > self._file_off:
             head = b""
             if offset < self._file_off:  # straddles the written part and the buffer
-                head = self._pread(log_id, offset, self._file_off - offset)
+                head = self._readers.pread(log_id, offset, self._file_off - offset)
                 nbytes -= self._file_off - offset
                 offset = self._file_off
             start = offset - self._file_off
             if start + nbytes > self._buf.used_bytes:
                 raise CorruptRecordError(f"index points past the end of entry log {log_id}")
             return head + bytes(self._buf.view[start:start + nbytes])
-        return self._pread(log_id, offset, nbytes)
-
-    def _pread(self, log_id: int, offset: int, nbytes: int) -> bytes:
-        fd = self._read_fd(log_id)
-        try:
-            return os.pread(fd, nbytes, offset)
-        except OSError as exc:
-            raise BookieIOError(f"read of {log_path(self.directory, log_id)} at {offset} "
-                                f"failed: {exc}") from exc
-
-    def _read_fd(self, log_id: int) -> int:
-        fd = self._read_fds.get(log_id)
-        if fd is not None:
-            self._read_fds.move_to_end(log_id)
-            return fd
-        path = log_path(self.directory, log_id)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError as exc:
-            raise CorruptRecordError(f"entry log {path} is missing") from exc
-        self._read_fds[log_id] = fd
-        if len(self._read_fds) > READ_FDS_MAX:
-            _old, old_fd = self._read_fds.popitem(last=False)
-            os.close(old_fd)
-        return fd
+        return self._readers.pread(log_id, offset, nbytes)
 
     def close(self) -> None:
         """Sync and close every file (the caller checkpoints first)."""
@@ -278,9 +303,7 @@ class EntryLogger:
         finally:
             self._writer.close()
             self._spare.close()
-        for fd in self._read_fds.values():
-            os.close(fd)
-        self._read_fds.clear()
+        self._readers.close_all()
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
@@ -290,13 +313,13 @@ class EntryLogger:
         """Close descriptors without writing the buffer (tests: simulate a crash)."""
         self._writer.close()
         self._spare.close()
-        for fd in list(self._read_fds.values()) + list(self._unsynced.values()):
+        self._readers.close_all()
+        for fd in self._unsynced.values():
             if fd != self._fd:
                 os.close(fd)
         if self._fd >= 0:
             os.close(self._fd)
         self._fd = -1
-        self._read_fds.clear()
         self._unsynced.clear()
         self._buf.close()
 

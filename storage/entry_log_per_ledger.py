@@ -48,41 +48,17 @@ import time
 
 import numpy as np
 
-from appliance.protocol.errors import BookieIOError, CorruptRecordError
+from appliance.protocol.errors import CorruptRecordError
 
 from . import aligned_io as aio
-from .codec import BLOCK_HEADER_BYTES, pack_file_header
-from .entry_log import LOG_MAGIC, READ_FDS_MAX, SyncToken, log_path
+from .codec import BLOCK_HEADER_BYTES
+from .entry_log import LogReaders, SyncToken, create_log, log_path
 from .log_writer import BackgroundWriter
 from .options import ALIGN_BYTES, StorageOptions
 
 SPARE_BUFFERS_MAX = 2
 ROTATE_REASONS = ("write_close", "idle", "cap", "checkpoint", "size", "compaction")
 _FIRST_LEDGER = struct.Struct("<Q")
-
-
-def create_log(directory: str, log_id: int, instance: bytes, direct: bool) -> int:
-    """Create a log whole (temp file, header, fsync, rename, dir fsync): a
-    crash never leaves a headerless log.  Returns its write descriptor."""
-    path = log_path(directory, log_id)
-    if os.path.exists(path):
-        raise BookieIOError(f"entry log {path} already exists")
-    tmp = path + ".tmp"
-    if os.path.exists(tmp):
-        os.unlink(tmp)
-    fd = aio.open_for_write(tmp, direct)
-    try:
-        page = aio.AlignedBuffer(ALIGN_BYTES)
-        page.append(pack_file_header(LOG_MAGIC, log_id, 0, instance))
-        aio.write_aligned(fd, page.padded(), 0, tmp)
-        page.close()
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        raise
-    os.rename(tmp, path)
-    aio.fsync_dir(directory)
-    return fd
 
 
 class _OpenLog:
@@ -110,7 +86,7 @@ class PerLedgerEntryLogger:
         self._inflight: tuple[int, int, int] | None = None  # log id, offset, bytes
         self._inflight_buf: aio.AlignedBuffer | None = None
         self._writer = BackgroundWriter("entry-log-writer")
-        self._read_fds: collections.OrderedDict[int, int] = collections.OrderedDict()
+        self._readers = LogReaders(directory)
         self._unsynced: dict[int, int] = {}  # log id -> write fd, written since last sync
         self.ledger_bytes: dict[int, dict[int, int]] = {}
         self.stats = {"entry_log_writes": 0, "entry_log_bytes": 0, "entry_log_syncs": 0,
@@ -147,9 +123,7 @@ class PerLedgerEntryLogger:
 
     def forget_log(self, log_id: int) -> None:
         """Drop a removed log's read descriptor and byte counts (a sealed log)."""
-        fd = self._read_fds.pop(log_id, None)
-        if fd is not None:
-            os.close(fd)
+        self._readers.forget(log_id)
         self.ledger_bytes.pop(log_id, None)
 
     def write_close(self, ledger_id: int) -> bool:
@@ -336,38 +310,14 @@ class PerLedgerEntryLogger:
         if lg is not None and offset + nbytes > lg.file_off:
             head = b""
             if offset < lg.file_off:  # straddles the written part and the buffer
-                head = self._pread(log_id, offset, lg.file_off - offset)
+                head = self._readers.pread(log_id, offset, lg.file_off - offset)
                 nbytes -= lg.file_off - offset
                 offset = lg.file_off
             start = offset - lg.file_off
             if start + nbytes > lg.buf.used_bytes:
                 raise CorruptRecordError(f"index points past the end of entry log {log_id}")
             return head + bytes(lg.buf.view[start:start + nbytes])
-        return self._pread(log_id, offset, nbytes)
-
-    def _pread(self, log_id: int, offset: int, nbytes: int) -> bytes:
-        fd = self._read_fd(log_id)
-        try:
-            return os.pread(fd, nbytes, offset)
-        except OSError as exc:
-            raise BookieIOError(f"read of {log_path(self.directory, log_id)} at {offset} "
-                                f"failed: {exc}") from exc
-
-    def _read_fd(self, log_id: int) -> int:
-        fd = self._read_fds.get(log_id)
-        if fd is not None:
-            self._read_fds.move_to_end(log_id)
-            return fd
-        path = log_path(self.directory, log_id)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError as exc:
-            raise CorruptRecordError(f"entry log {path} is missing") from exc
-        self._read_fds[log_id] = fd
-        if len(self._read_fds) > READ_FDS_MAX:
-            _old, old_fd = self._read_fds.popitem(last=False)
-            os.close(old_fd)
-        return fd
+        return self._readers.pread(log_id, offset, nbytes)
 
     # -- lifecycle ---------------------------------------------------------------
     def close(self) -> None:
@@ -384,7 +334,8 @@ class PerLedgerEntryLogger:
         self._release_all()
 
     def _release_all(self) -> None:
-        fds = set(self._read_fds.values()) | set(self._unsynced.values())
+        self._readers.close_all()
+        fds = set(self._unsynced.values())
         fds |= {lg.fd for lg in self._open.values()}
         for fd in fds:
             os.close(fd)
@@ -394,7 +345,6 @@ class PerLedgerEntryLogger:
             buf.close()
         self._open.clear()
         self._by_log.clear()
-        self._read_fds.clear()
         self._unsynced.clear()
         self._spares, self._inflight_buf = [], None
         self._count_open()
