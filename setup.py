@@ -23,6 +23,9 @@ setup(
         # pynacl: libsodium's sealed boxes; ledger keys sealed to the cluster
         # key in metadata (appliance.meta.custody), opened by repairing bookies.
         "pynacl>=1.5,<2",
+        # prometheus_client: the maintained Prometheus library; each bookie's
+        # /metrics (appliance.bookie.metrics), not a hand-written exposition.
+        "prometheus_client>=0.17,<1",
     ],
     extras_require={
         "spark": [

@@ -63,6 +63,7 @@ class BookieConfig:
     ledger_dir: Path = _key()
     endpoint: str = _key()
     cpus: tuple[int, ...] = _key(())
+    metrics_address: str = _key("")
 
 
 @dataclass(frozen=True)
@@ -212,6 +213,14 @@ SECTIONS = {"metadata": MetadataConfig, "bookies": BookieConfig, "storage": Stor
 
 
 # -- errors -------------------------------------------------------------------------
+def parse_host_port(text: str) -> tuple[str, int]:
+    """``host:port`` -> (host, port); ValueError naming the problem."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{text!r} is not host:port (e.g. 127.0.0.1:0)")
+    return host.strip("[]"), int(port)
+
+
 class _Refusal(Exception):
     def __init__(self, key: str, problem: str, fix: str):
         super().__init__(key, problem, fix)
@@ -366,6 +375,13 @@ def _bookies(doc: dict, base: Path) -> tuple[BookieConfig, ...]:
                            "use 1-64 letters, digits, '.', '_' or '-', starting with a "
                            "letter or digit")
         values["endpoint"] = _endpoint(f"{where}.endpoint", values["endpoint"], base)
+        if values.get("metrics_address"):
+            try:
+                parse_host_port(values["metrics_address"])
+            except ValueError as exc:
+                raise _Refusal(f"{where}.metrics_address", str(exc),
+                               "set host:port (port 0 picks a free one) or leave it empty "
+                               "(no metrics)") from None
         out.append(BookieConfig(**values))
     return tuple(out)
 

@@ -163,7 +163,7 @@ def _bookie_status(config, b) -> dict:
             "live_bytes": disk.get("live_bytes"), "garbage_bytes": disk.get("garbage_bytes"),
             "entry_logs": disk.get("entry_logs"), "open_logs": disk.get("open_logs"),
             "entry_log_bytes": disk.get("entry_log_bytes"),
-            "gc": (info or {}).get("gc"),
+            "gc": (info or {}).get("gc"), "metrics_url": (info or {}).get("metrics_url"),
             "endpoint": b.endpoint, "journal_dir": str(b.journal_dir),
             "ledger_dir": str(b.ledger_dir),
             "disk_bytes": _du(b.journal_dir) + _du(b.ledger_dir)}

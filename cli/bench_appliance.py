@@ -52,6 +52,9 @@ def _options(config_path, journal, **kwargs):
     if config_path is not None and journal is not None:
         raise click.UsageError("--journal/--no-journal applies to the temporary appliance; "
                                "a running one uses its config's journal_write_data")
+    if config_path is not None and kwargs.get("metrics"):
+        raise click.UsageError("--metrics applies to the temporary appliance; a running one "
+                               "uses its config's [[bookies]] metrics_address")
     if config_path is not None and kwargs.get("entry_log_per_ledger"):
         raise click.UsageError("--entry-log-per-ledger applies to the temporary appliance; "
                                "a running one uses its config's storage.entry_log_per_ledger")
@@ -93,6 +96,9 @@ def _echo(doc: dict, rate_key: str, what: str) -> None:
               default=False, show_default=True,
               help="Temporary appliance: storage.entry_log_per_ledger (BP-32), with "
                    "entry_logs_open_max at least clients x ledgers.")
+@click.option("--metrics/--no-metrics", default=False, show_default=True,
+              help="Temporary appliance: every bookie serves Prometheus /metrics "
+                   "(metrics_address 127.0.0.1:0), to measure what metrics cost.")
 @_bench_options
 @library_errors
 def write(config_path, journal, plot_path, workdir, as_json, **kwargs):
@@ -105,6 +111,7 @@ def write(config_path, journal, plot_path, workdir, as_json, **kwargs):
       bkctl bench write --rate 10000 --duration-s 10 --plot write.png
       bkctl bench write --add-batch 512         # adds queued 512 at a time
       bkctl bench write --ledgers 256 --entry-log-per-ledger   # BP-32 vs interleaved
+      bkctl bench write --metrics               # the cost of /metrics (vs --no-metrics)
     """
     from appliance.bench.ledgers import run_bench
 

@@ -34,8 +34,12 @@ from appliance.protocol.invariant import invariant
 
 from . import aligned_io as aio
 from .codec import crc, pack_file_header
+from .histogram import Histogram
 from .journal_scan import RECORD, RECORD_MAGIC, SEGMENT_MAGIC, list_segments, segment_path
 from .options import ALIGN_BYTES, StorageOptions
+
+GROUP_RECORDS_BOUNDS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
+GROUP_BYTES_BOUNDS = (4096, 16384, 65536, 262144, 1 << 20, 4 << 20, 16 << 20)
 
 # Freeing old segments after a checkpoint: bytes per step, pause between
 # steps.  Bigger steps / shorter pauses free space sooner but stall the
@@ -71,6 +75,10 @@ class Journal:
         self._failure: BaseException | None = None
         self.durable_seq = start_seq
         self.durable_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        # group commits: write + fdatasync time, records and bytes per group
+        self.sync_latency = Histogram()
+        self.group_records = Histogram(GROUP_RECORDS_BOUNDS)
+        self.group_bytes = Histogram(GROUP_BYTES_BOUNDS)
         self.stats = {"journal_syncs": 0, "journal_bytes": 0, "journal_records": 0,
                       "journal_segments_created": 0}
         room = aio.align_up(options.journal_group_bytes + options.add_batch_bytes_max + 64)
@@ -203,8 +211,10 @@ class Journal:
         view = buf.padded()
         if self._write_pos + len(view) > self._opts.journal_segment_bytes:
             self._roll()
+        started = time.perf_counter()
         aio.write_aligned(self._fd, view, self._write_pos, self._path)
         aio.fdatasync(self._fd, self._path)
+        self.sync_latency.observe(time.perf_counter() - started)
         written = buf.used_bytes
         with self._cond:
             self._write_pos += len(view)
@@ -215,6 +225,8 @@ class Journal:
         st["journal_syncs"] += 1
         st["journal_bytes"] += written
         st["journal_records"] += len(group)
+        self.group_records.observe(len(group))
+        self.group_bytes.observe(written)
         self._signal()
 
     def _signal(self) -> None:

@@ -49,13 +49,15 @@ SQLITE_URI = "sqlite:///meta.db"  # beside the config
 def config_text(bookies: int, **sections: Mapping[str, object]) -> str:
     """A config for ``bookies`` bookies in the config's folder, with the keys
     of ``sections`` (e.g. ``client={"ensemble": 3}``, ``server={...}``);
-    ``[metadata] uri`` defaults to a SQLite file beside the config."""
+    ``[metadata] uri`` defaults to a SQLite file beside the config;
+    ``every_bookie={...}`` adds keys to every ``[[bookies]]`` table."""
+    every_bookie = dict(sections.pop("every_bookie", {}))
     sections = {"metadata": {"uri": SQLITE_URI, **sections.pop("metadata", {})}, **sections}
     parts = [_table("metadata", sections.pop("metadata"))]
     for i in range(1, bookies + 1):
         parts.append(_table("[bookies]", {"id": f"bookie-{i}", "journal_dir": f"b{i}/journal",
                                           "ledger_dir": f"b{i}/ledgers",
-                                          "endpoint": f"ipc://b{i}.sock"}))
+                                          "endpoint": f"ipc://b{i}.sock", **every_bookie}))
     parts += [_table(name, keys) for name, keys in sections.items() if keys]
     return "\n".join(parts)
 

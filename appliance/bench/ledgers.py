@@ -97,6 +97,7 @@ class BenchOptions:
     baseline_s: float = 0.5
     ledgers: int = 1  # per client, written round robin (BP-32 comparisons)
     entry_log_per_ledger: bool = False  # temporary appliance's storage mode
+    metrics: bool = False  # temporary appliance: every bookie serves /metrics
 
     def validate(self) -> BenchOptions:
         from appliance.protocol.metadata import check_quorums
@@ -141,8 +142,9 @@ def bench_appliance(options: BenchOptions, config_path: str | None, workdir: str
     if options.entry_log_per_ledger:  # an open log per written ledger: no LRU churn
         storage.update(entry_log_per_ledger=True,
                        entry_logs_open_max=max(64, options.clients * options.ledgers))
+    every_bookie = {"metrics_address": "127.0.0.1:0"} if options.metrics else {}
     with temporary_appliance(options.bookies, workdir, storage=storage, client={
-            "inflight_adds_max": options.inflight}) as (config, root):
+            "inflight_adds_max": options.inflight}, every_bookie=every_bookie) as (config, root):
         yield str(config), root
 
 

@@ -99,7 +99,7 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
             log.warning("server.cookie_auto_fix: %s; cookie written, booting through BP-46 "
                         "fence/limbo and repair", adopted)
     storage = LedgerStorage.open(bookie_id, spec.journal_dir, spec.ledger_dir, options)
-    store = server = registry = gc = repairer = autorecovery = None
+    store = server = registry = gc = repairer = autorecovery = httpd = metrics_url = None
     try:
         store = open_store(config.metadata.uri, base_dir=config.base_dir,
                            session_timeout_ms=config.metadata.session_timeout_ms,
@@ -129,19 +129,38 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
         monitor = DiskMonitor((spec.journal_dir, spec.ledger_dir), config.server.disk_usage_max,
                               config.server.disk_usage_resume)
         monitor.check()
-        server = FrameServer(spec.endpoint, ReadOnlyGate(handler, monitor),
-                             limits=config.wire_limits(),
+        gate = ReadOnlyGate(handler, monitor)
+        metrics = None
+        if spec.metrics_address:
+            from appliance.bookie.metrics import BookieMetrics, MetricsGate
+            metrics = BookieMetrics()
+            gate = MetricsGate(gate, metrics)
+        server = FrameServer(spec.endpoint, gate, limits=config.wire_limits(),
                              drain_messages_max=config.server.drain_messages_max,
                              queue_messages_max=config.server.queue_messages_max)
-        handler.attach(server)
+        if metrics is not None:
+            from appliance.bookie.metrics import (
+                BookieCollector,
+                ReplyObserver,
+                start_metrics_server,
+            )
+            handler.attach(ReplyObserver(server, metrics))
+            collector = BookieCollector(
+                bookie_id, metrics, storage, handler, server, monitor,
+                lambda: dict(gc.stats) if gc is not None else {})
+            httpd, metrics_url = start_metrics_server(spec.metrics_address, collector)
+        else:
+            handler.attach(server)
         handler.extra_info = lambda: {"boot": boot, "repair": repairer.status(),
-                                      "gc": dict(gc.stats) if gc is not None else None}
+                                      "gc": dict(gc.stats) if gc is not None else None,
+                                      "metrics_url": metrics_url}
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: server.stop())
         registry.register(bookie_id, server.endpoint,
                           {"pid": os.getpid(), "instance_id": storage.instance_id,
                            "journal_dir": str(spec.journal_dir),
-                           "ledger_dir": str(spec.ledger_dir)}, read_only=monitor.read_only)
+                           "ledger_dir": str(spec.ledger_dir), "metrics_url": metrics_url},
+                          read_only=monitor.read_only)
         start_disk_checks(server, monitor, config.server.disk_check_interval_ms,
                           lambda ro: registry.set_read_only(bookie_id, ro), monitor.read_only)
         gc = LedgerGC(storage, ledger_manager, config.server.gc_interval_ms,
@@ -165,6 +184,9 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
         log.info("bookie %s stopping", bookie_id)
         return 0
     finally:
+        if httpd is not None:
+            httpd.shutdown()
+            httpd.server_close()
         _shutdown(bookie_id, storage, store, server, registry, gc, repairer, autorecovery)
 
 
