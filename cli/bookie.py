@@ -11,7 +11,7 @@ from __future__ import annotations
 import click
 
 from appliance.errors import BKError
-from cli.common import config_option, echo_json, json_option, library_errors
+from cli.common import config_option, echo_json, json_option, library_errors, password_options
 
 
 @click.group()
@@ -22,9 +22,8 @@ def bookie():
 
 @bookie.command()
 @click.argument("bookie_id")
-@click.option("--password", "passwords", multiple=True,
-              help="Ledger password (repeat for several; default: none). Ledgers whose "
-                   "password matches none are skipped and reported.")
+@password_options("Ledger password (repeat for several; default: none). Ledgers whose "
+                  "password matches none are skipped and reported.", multiple=True)
 @click.option("--recover-open", is_flag=True,
               help="Fence and close OPEN / IN_RECOVERY ledgers first (stops their writer).")
 @click.option("--dry-run", is_flag=True, help="Only show what would be copied, and where.")

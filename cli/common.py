@@ -56,3 +56,65 @@ def echo_json(doc) -> None:
 
 def is_terminal() -> bool:
     return sys.stdout.isatty()
+
+
+PASSWORD_ENV = "BKCTL_PASSWORD"
+_VISIBLE = ("--password is visible to other local users (ps, shell history): prefer "
+            f"--password-file, ${PASSWORD_ENV} or --ask-password.")
+
+
+def _read_password_file(path: str) -> list[str]:
+    """The passwords in a file: one per line, the line ending stripped (a
+    password may hold spaces); blank lines are skipped."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = [line.rstrip("\r\n") for line in fh]
+    except OSError as exc:
+        raise click.BadParameter(f"cannot read {path}: {exc.strerror}",
+                                 param_hint="--password-file") from None
+    except UnicodeDecodeError:
+        raise click.BadParameter(f"{path} is not UTF-8 text",
+                                 param_hint="--password-file") from None
+    return [line for line in lines if line]
+
+
+def password_options(help_text: str, multiple: bool = False):
+    """``--password`` (kept, documented as visible), ``--password-file PATH``,
+    ``$BKCTL_PASSWORD`` and ``--ask-password`` (a hidden prompt).  The command
+    gets ``password`` (a str; "" = none) or, with ``multiple``, ``passwords``
+    (a list: every --password, every line of the file, the variable).  One
+    source at a time for a single password: two are a usage error, so a
+    forgotten variable never silently wins."""
+
+    def decorate(f):
+        @functools.wraps(f)
+        def wrapper(*args, password, password_file, ask_password, **kwargs):
+            given = list(password) if multiple else ([password] if password else [])
+            from_file = _read_password_file(password_file) if password_file else []
+            env = os.environ.get(PASSWORD_ENV)
+            if password_file and not from_file:
+                raise click.BadParameter(f"{password_file} holds no password",
+                                         param_hint="--password-file")
+            if ask_password:
+                given.append(click.prompt("Password", hide_input=True, err=True))
+            sources = sum(bool(x) for x in (given, from_file))
+            if multiple:
+                found = given + from_file + ([env] if env and not sources else [])
+                return f(*args, passwords=tuple(found), **kwargs)
+            if sources > 1 or len(given) > 1 or len(from_file) > 1:
+                raise click.UsageError("give the password once: --password, --password-file "
+                                       "(one line) or --ask-password")
+            found = (given or from_file or [env or ""])[0]
+            return f(*args, password=found, **kwargs)
+
+        wrapper = click.option("--ask-password", is_flag=True,
+                               help="Prompt for the password (not echoed).")(wrapper)
+        wrapper = click.option("--password-file", type=click.Path(dir_okay=False),
+                               help="Read the password from this file (first line"
+                                    + ("; one per line" if multiple else "") + ").")(wrapper)
+        wrapper = click.option("--password", multiple=multiple,
+                               default=() if multiple else "",
+                               help=f"{help_text} Also ${PASSWORD_ENV}. {_VISIBLE}")(wrapper)
+        return wrapper
+
+    return decorate

@@ -14,7 +14,7 @@ import sys
 
 import click
 
-from cli.common import config_option, echo_json, json_option, library_errors
+from cli.common import config_option, echo_json, json_option, library_errors, password_options
 
 READ_CHUNK_ENTRIES = 1024  # entries fetched per read call while streaming a ledger
 
@@ -36,8 +36,7 @@ def quorum_options(f):
 
 
 def password_option(f):
-    return click.option("--password", default="", show_default=False,
-                        help="Ledger password (default: none).")(f)
+    return password_options("Ledger password (default: none).")(f)
 
 
 def _progress(length: int | None, label: str):

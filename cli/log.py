@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from cli.common import config_option, echo_json, json_option, library_errors
+from cli.common import config_option, echo_json, json_option, library_errors, password_options
 
 APPEND_WINDOW = 10_000  # records written before their positions are awaited
 
@@ -23,9 +23,8 @@ def _connect(config_path: str):
 
 
 def _password(f):
-    return click.option("--password", default="",
-                        help="The log's password (every writer and reader gives the "
-                             "same; default: none).")(f)
+    return password_options("The log's password (every writer and reader gives the same; "
+                            "default: none).")(f)
 
 
 def _dlsn(ctx, param, value):

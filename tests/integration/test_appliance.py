@@ -3,6 +3,7 @@ supervisor restarting bookies, kill -9 of the whole appliance."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -131,3 +132,25 @@ def test_whole_appliance_killed_and_restarted_keeps_acknowledged_entries(applian
             got = rh.read(0, rh.last_add_confirmed)
             assert [e.payload for e in got] == payloads
     assert bkctl("down", config=config).returncode == 0
+
+
+def test_passwords_from_a_file_or_the_environment_reach_real_ledgers(make_cluster, tmp_path):
+    """The ledger is written with --password-file and read back with
+    $BKCTL_PASSWORD; the wrong one is refused."""
+    cluster = make_cluster(3, quorums=(3, 3, 2))
+    secret = tmp_path / "pw"
+    secret.write_text("correct horse\n")
+    secret.chmod(0o600)
+    made = bkctl("ledger", "append", "-e", "3", "-w", "3", "-a", "2", "--password-file",
+                 str(secret), "-", config=cluster.config_path, input="a\nb\nc\n", text=True,
+                 env={"BKCTL_PASSWORD": None})
+    assert made.returncode == 0, made.stderr
+    ledger_id = made.stdout.strip().splitlines()[-1]
+    ok = bkctl("ledger", "read", ledger_id, "--json", config=cluster.config_path, text=True,
+               env={"BKCTL_PASSWORD": "correct horse"})
+    assert ok.returncode == 0, ok.stderr
+    payloads = [base64.b64decode(row["payload"]) for row in json.loads(ok.stdout)]
+    assert payloads == [b"a", b"b", b"c"]
+    wrong = bkctl("ledger", "read", ledger_id, config=cluster.config_path, text=True,
+                  env={"BKCTL_PASSWORD": "wrong"})
+    assert wrong.returncode != 0 and "Unauthorized" in wrong.stderr + wrong.stdout

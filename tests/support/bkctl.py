@@ -15,10 +15,18 @@ CLI_TIMEOUT_S = 240.0  # a bound, not a target: a loaded 2-core machine runs bkc
 
 
 def bkctl(*args: str, config: str | os.PathLike | None = None, input: bytes | str | None = None,
-          text: bool = False, timeout_s: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess:
-    """Run bkctl to its end; stdout and stderr captured (str if ``text``)."""
+          text: bool = False, timeout_s: float = CLI_TIMEOUT_S,
+          env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run bkctl to its end; stdout and stderr captured (str if ``text``);
+    ``env``: variables added to (or, with None values, removed from) ours."""
     argv = [sys.executable, "-m", "cli.main", *args]
     if config is not None:
         argv += ["--config", str(config)]
+    full = {**os.environ, "PYTHONPATH": str(REPO)}
+    for key, value in (env or {}).items():
+        if value is None:
+            full.pop(key, None)
+        else:
+            full[key] = value
     return subprocess.run(argv, input=input, capture_output=True, text=text, cwd=REPO,
-                          timeout=timeout_s, env={**os.environ, "PYTHONPATH": str(REPO)})
+                          timeout=timeout_s, env=full)

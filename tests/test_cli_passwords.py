@@ -1,0 +1,82 @@
+"""Passwords reach bkctl without the command line: --password-file,
+$BKCTL_PASSWORD, --ask-password (hidden prompt); --password still works and
+its help says it is visible to other users."""
+
+from __future__ import annotations
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from cli.common import PASSWORD_ENV, password_options
+
+
+@click.command()
+@password_options("Ledger password.")
+def one(password):
+    click.echo(f"[{password}]")
+
+
+@click.command()
+@password_options("Ledger passwords.", multiple=True)
+def many(passwords):
+    click.echo("|".join(passwords))
+
+
+def _run(cmd, args, env=None, input=None):
+    result = CliRunner().invoke(cmd, args, env={PASSWORD_ENV: None, **(env or {})},
+                                input=input)
+    return result.exit_code, result.output
+
+
+def test_each_source_gives_the_password(tmp_path):
+    secret = tmp_path / "pw"
+    secret.write_text("s3cret with spaces\n")
+    assert _run(one, ["--password", "a"]) == (0, "[a]\n")
+    assert _run(one, ["--password-file", str(secret)]) == (0, "[s3cret with spaces]\n")
+    assert _run(one, [], env={PASSWORD_ENV: "from-env"}) == (0, "[from-env]\n")
+    code, out = _run(one, ["--ask-password"], input="typed\n")
+    assert code == 0 and out.endswith("[typed]\n") and "typed\n[" not in out  # not echoed
+    assert _run(one, []) == (0, "[]\n")  # none
+
+
+def test_an_explicit_source_wins_over_the_variable_and_two_sources_are_refused(tmp_path):
+    secret = tmp_path / "pw"
+    secret.write_text("file\n")
+    assert _run(one, ["--password", "flag"], env={PASSWORD_ENV: "env"}) == (0, "[flag]\n")
+    assert _run(one, ["--password-file", str(secret)], env={PASSWORD_ENV: "env"}) == \
+        (0, "[file]\n")
+    code, out = _run(one, ["--password", "a", "--password-file", str(secret)])
+    assert code == 2 and "give the password once" in out
+
+
+def test_bad_password_files_are_one_clear_error(tmp_path):
+    code, out = _run(one, ["--password-file", str(tmp_path / "missing")])
+    assert code == 2 and "cannot read" in out
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    code, out = _run(one, ["--password-file", str(empty)])
+    assert code == 2 and "holds no password" in out
+    binary = tmp_path / "bin"
+    binary.write_bytes(b"\xff\xfe\x00")
+    code, out = _run(one, ["--password-file", str(binary)])
+    assert code == 2 and "not UTF-8" in out
+
+
+def test_several_passwords_from_flags_file_or_variable(tmp_path):
+    pwfile = tmp_path / "pws"
+    pwfile.write_text("one\ntwo\n\n")
+    assert _run(many, ["--password", "a", "--password", "b"]) == (0, "a|b\n")
+    assert _run(many, ["--password-file", str(pwfile)]) == (0, "one|two\n")
+    assert _run(many, ["--password", "a", "--password-file", str(pwfile)]) == (0, "a|one|two\n")
+    assert _run(many, [], env={PASSWORD_ENV: "env"}) == (0, "env\n")
+
+
+@pytest.mark.parametrize("args", [["ledger", "read"], ["ledger", "create"], ["log", "read"],
+                                  ["bookie", "recover"]])
+def test_help_says_the_flag_is_visible_and_names_the_alternatives(args):
+    from cli.main import cli
+
+    out = CliRunner().invoke(cli, [*args, "--help"]).output
+    assert "--password-file" in out and "--ask-password" in out and PASSWORD_ENV in out
+    assert "visible to other local users" in " ".join(out.split())
