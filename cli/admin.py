@@ -43,7 +43,9 @@ def up(detach, config_path):
         from appliance.supervisor.supervisor import main as supervisor_main
 
         raise SystemExit(supervisor_main(["--config", str(config.path)]))
-    config.run_path.mkdir(parents=True, exist_ok=True)
+    from storage.aligned_io import make_dirs
+
+    make_dirs(config.run_path)
     log_path = config.run_path / "supervisor.log"
     with open(log_path, "ab") as out:
         proc = subprocess.Popen([sys.executable, "-m", "appliance.supervisor", "--config",

@@ -110,6 +110,12 @@ class FrameServer:
             self.close()
             raise BookieIOError(f"cannot bind {endpoint}: {exc}") from exc
         self.endpoint: str = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        path = self.endpoint[len("ipc://"):] if self.endpoint.startswith("ipc://") else ""
+        if path and not path.startswith("@"):  # a socket file: only this account connects
+            try:
+                os.chmod(path, 0o600)
+            except OSError as exc:
+                log.warning("could not make %s owner-only: %s", path, exc)
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)

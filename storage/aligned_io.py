@@ -34,7 +34,7 @@ def probe_direct_io(directory: str) -> bool:
     path = os.path.join(directory, ".direct-io-probe")
     buf = mmap.mmap(-1, ALIGN_BYTES)
     try:
-        fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC | os.O_DIRECT, 0o644)
+        fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC | os.O_DIRECT, FILE_MODE)
     except OSError as exc:
         if exc.errno in (errno.EINVAL, errno.EOPNOTSUPP):
             return False
@@ -106,12 +106,35 @@ class AlignedBuffer:
             pass  # a view is still held (e.g. by a failed write's traceback): freed by GC
 
 
+FILE_MODE = 0o600  # every data, journal, index and marker file: owner only
+DIR_MODE = 0o700  # and every directory the appliance creates
+
+
+def make_dirs(path) -> None:
+    """``os.makedirs`` with ``DIR_MODE`` for every directory it creates
+    (``os.makedirs``' own mode applies only to the last one)."""
+    path = os.path.abspath(os.fspath(path))
+    missing = []
+    while not os.path.isdir(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, DIR_MODE)
+        except FileExistsError:
+            continue
+        os.chmod(directory, DIR_MODE)  # whatever the umask took away
+
+
 def open_for_write(path: str, direct: bool, create: bool = True) -> int:
     flags = os.O_WRONLY | os.O_CLOEXEC | (os.O_CREAT | os.O_EXCL if create else 0)
     if direct:
         flags |= os.O_DIRECT
     try:
-        return os.open(path, flags, 0o644)
+        return os.open(path, flags, FILE_MODE)
     except OSError as exc:
         raise BookieIOError(f"cannot open {path} for writing: {exc}") from exc
 
@@ -148,7 +171,7 @@ def fsync_dir(directory: str) -> None:
 def write_file_atomic(path: str, chunks, fsync_parent: bool = True) -> None:
     """Write ``chunks`` to ``path`` via a temp file + fsync + rename (+ dir fsync)."""
     tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
     try:
         for chunk in chunks:
             view = memoryview(chunk)

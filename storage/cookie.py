@@ -175,7 +175,7 @@ def adopt_replaced_dir(bookie_id: str, journal_dir: str, ledger_dir: str) -> str
     if kept.get("bookie_id") != bookie_id or kept.get("role") == new_role:
         return None
     new_dir = dirs[new_role]
-    os.makedirs(new_dir, exist_ok=True)
+    aio.make_dirs(new_dir)
     if [n for n in os.listdir(new_dir) if n != POSSIBLE_LOSS_NAME]:
         return None  # not empty: never adopt a directory holding something else
     reason = f"{new_role}_dir {new_dir} {REPLACED_MARK}: what it held is gone"

@@ -44,7 +44,7 @@ def format_dirs(bookie_id: str, journal_dir: str, ledger_dir: str,
         raise ConfigError(f"journal_dir and ledger_dir are the same directory ({journal_dir}): "
                           f"give each its own directory")
     for key, directory in (("journal_dir", journal_dir), ("ledger_dir", ledger_dir)):
-        os.makedirs(directory, exist_ok=True)
+        aio.make_dirs(directory)
         names = os.listdir(directory)
         if names and not force:
             raise ConfigError(f"{key} {directory} is not empty ({len(names)} files): refusing "
@@ -72,7 +72,7 @@ def _meta(instance_id: str, seq: int, journal_mark, log_mark, ledger_bytes: dict
 def lock_dirs(st) -> None:
     for directory in (st.journal_dir, st.ledger_dir):
         fd = os.open(os.path.join(directory, LOCK_NAME), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC,
-                     0o644)
+                     aio.FILE_MODE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:

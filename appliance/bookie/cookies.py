@@ -34,6 +34,7 @@ import shutil
 from pathlib import Path
 
 from appliance.errors import CookieMismatchError
+from storage.aligned_io import make_dirs
 
 log = logging.getLogger("appliance.bookie")
 
@@ -132,7 +133,7 @@ def fix_cookie(config, bookie_id: str, registry, *, reformat: bool = False) -> l
                         path.unlink()
                 done.append(f"wiped {name} {directory}")
         for directory in dirs.values():
-            directory.mkdir(parents=True, exist_ok=True)
+            make_dirs(directory)
         LedgerStorage.format(bookie_id, dirs["journal_dir"], dirs["ledger_dir"],
                              config.storage.to_options())
         docs["ledger_dir"] = ck.read_cookie(str(dirs["ledger_dir"]))

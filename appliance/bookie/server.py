@@ -117,7 +117,15 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
                         len(named), bookie_id)
             storage.wait_durable(core.boot(named, True))
             storage.possible_loss_handled()
+        from appliance.bookie.permissions import open_paths
+        too_open = open_paths({
+            "journal_dir": spec.journal_dir, "ledger_dir": spec.ledger_dir,
+            "run dir": config.run_path, "cluster key": config.cluster_key_path,
+            "metadata database": getattr(store, "db_path", None)})
+        for line in too_open:
+            log.warning("%s: %s", bookie_id, line)
         boot = {"reasons": reasons, "clean_shutdown_before": storage.clean_shutdown_before,
+                "open_to_others": too_open,
                 "ledgers_fenced": len(named) if reasons else 0,
                 "recovery": dict(storage.recovery_stats)}
         custody = open_custody(store, config.cluster_key_path)
@@ -233,6 +241,7 @@ def keep_pandas_out() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     keep_pandas_out()
+    os.umask(0o077)  # whatever this process creates is its owner's only (docs/SECURITY.md)
     parser = argparse.ArgumentParser(description="Run one bookie of an appliance.")
     parser.add_argument("--config", required=True, help="appliance config (TOML)")
     parser.add_argument("--id", required=True, dest="bookie_id", help="bookie id in the config")

@@ -43,6 +43,7 @@ import tempfile
 from pathlib import Path
 
 from appliance.protocol.keys import MASTER_KEY_BYTES, password_hash
+from storage.aligned_io import make_dirs
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +137,7 @@ def _create_key_file(path: Path) -> None:
     """Create ``path`` with a new private key unless it exists (atomic: a
     concurrent creator's file wins and is kept)."""
     PrivateKey, _, _ = _nacl()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=".cluster-key-", dir=path.parent)
     try:
         os.fchmod(fd, 0o600)

@@ -46,6 +46,7 @@ import psutil
 
 from appliance.errors import BKError, ConfigError
 from appliance.supervisor.probe import bookie_info
+from storage.aligned_io import make_dirs
 
 log = logging.getLogger("appliance.supervisor")
 
@@ -86,8 +87,8 @@ def format_new_bookies(config) -> list[str]:
         journal, ledgers = Path(b.journal_dir), Path(b.ledger_dir)
         if (journal / "COOKIE").exists() or (ledgers / "COOKIE").exists():
             continue  # formatted before: open() verifies both cookies
-        journal.mkdir(parents=True, exist_ok=True)
-        ledgers.mkdir(parents=True, exist_ok=True)
+        make_dirs(journal)
+        make_dirs(ledgers)
         LedgerStorage.format(b.id, journal, ledgers, config.storage.to_options())
         formatted.append(b.id)
     return formatted
@@ -136,7 +137,7 @@ class Supervisor:
                 and state.get("pid") != os.getpid():
             raise ConfigError(f"{self.config.path}: an appliance supervisor (pid {state['pid']}) "
                               "already runs this config; stop it with `bkctl down`")
-        self.config.run_path.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.config.run_path)
         for bookie_id in format_new_bookies(self.config):
             log.info("formatted new bookie %s", bookie_id)
         old = (state or {}).get("bookies", {})
@@ -276,6 +277,7 @@ def _signal(pid: int | None, sig: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    os.umask(0o077)  # owner-only files and directories (docs/SECURITY.md); bookies inherit it
     parser = argparse.ArgumentParser(description="Run an appliance's bookies.")
     parser.add_argument("--config", required=True)
     parser.add_argument("--log-level", default="INFO")

@@ -139,6 +139,8 @@ class SqliteStore(MetadataStore):
     # -- connection and schema ------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
         with self._errors(str(self.db_path)):
+            # owner only: SQLite gives its -wal and -shm files the database's mode
+            os.close(os.open(self.db_path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600))
             conn = sqlite3.connect(self.db_path, isolation_level=None, check_same_thread=False,
                                    timeout=self.busy_timeout_ms / 1000)
             try:
