@@ -23,6 +23,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from concurrent.futures import Future
@@ -36,7 +37,7 @@ from appliance.errors import (
     error_for_code,
 )
 from appliance.protocol import events as ev
-from appliance.protocol.keys import master_key, password_hash
+from appliance.protocol.keys import SALT_BYTES, check_password, master_key, password_record
 from appliance.protocol.metadata import CLOSED, DIGEST_TYPES, LedgerMetadata, check_quorums
 
 
@@ -94,6 +95,7 @@ class Client:
         self.driver.start()
         self._closed = False
         self._rng = random.Random()
+        self._records: dict[bytes, bytes] = {}  # master key -> its password record
         self._cluster_key: bytes | None = None
 
     # -- ledgers ----------------------------------------------------------------
@@ -119,11 +121,22 @@ class Client:
             raise NotEnoughBookiesError(f"ensemble of {e} needs {e} live writable bookies; "
                                         f"{len(live)} are up ({', '.join(live) or 'none'})")
         chosen = self._rng.sample(live, e)
-        md = self.ledgers.create_ledger(e, w, a, chosen, digest, password_hash(key),
+        md = self.ledgers.create_ledger(e, w, a, chosen, digest, self._password_record(key),
                                         custom=custom, ctime_ms=int(time.time() * 1000),
                                         sealed_key=self._sealed(key))
         _, version = self.ledgers.read_ledger(md.ledger_id)
         return WriteHandle(self, md, version, key)
+
+    def _password_record(self, key: bytes) -> bytes:
+        """The salted scrypt record of ``key`` stored in new ledgers' metadata
+        (``appliance.protocol.keys``).  One random salt per key per client:
+        a client creating many ledgers with one password pays one derivation
+        (tens of ms), not one per ledger; an attacker still pays scrypt per
+        guess per salt."""
+        record = self._records.get(key)
+        if record is None:
+            record = self._records[key] = password_record(key, os.urandom(SALT_BYTES))
+        return record
 
     def _sealed(self, key: bytes) -> bytes | None:
         """``key`` sealed to the appliance's cluster key, for repair without an
@@ -151,7 +164,7 @@ class Client:
         self._check_open()
         check_entry_id("ledger_id", ledger_id)
         md, version = self.ledgers.read_ledger(ledger_id)
-        if md.password_hash is not None and md.password_hash != password_hash(key):
+        if not check_password(md.password_hash, key):
             raise UnauthorizedError(f"wrong password for ledger {ledger_id}")
         if recovery and md.state != CLOSED:
             md = self._recover(md, version, key)

@@ -42,7 +42,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from appliance.protocol.keys import MASTER_KEY_BYTES, password_hash
+from appliance.protocol.keys import MASTER_KEY_BYTES, check_password
 from storage.aligned_io import make_dirs
 
 log = logging.getLogger(__name__)
@@ -102,8 +102,7 @@ class KeyCustody:
             log.warning("ledger %d: its sealed key does not open with this cluster key",
                         md.ledger_id)
             return None
-        if len(key) != MASTER_KEY_BYTES or (md.password_hash is not None
-                                            and password_hash(key) != md.password_hash):
+        if len(key) != MASTER_KEY_BYTES or not check_password(md.password_hash, key):
             log.warning("ledger %d: its sealed key does not match its password check; "
                         "ignored", md.ledger_id)
             return None

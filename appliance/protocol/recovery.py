@@ -46,7 +46,7 @@ from appliance.protocol.errors import (
     MetadataVersionError,
     UnauthorizedError,
 )
-from appliance.protocol.keys import password_hash
+from appliance.protocol.keys import check_password
 from appliance.protocol.metadata import CLOSED, OPEN, LedgerMetadata
 from appliance.protocol.quorum import ALL_PROTECTIONS, Protections, ensemble_coverage
 from appliance.protocol.recovery_tail import RecoveryTail
@@ -109,7 +109,7 @@ class LedgerRecovery(CoreBase):
 
     def _begin(self, now_ms: int) -> None:
         md = self._md
-        if md.password_hash is not None and password_hash(self.master_key) != md.password_hash:
+        if not check_password(md.password_hash, self.master_key):
             self.finish(UnauthorizedError.code)
         elif md.state == CLOSED:
             self.finish(OK)

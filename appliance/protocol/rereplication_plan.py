@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from appliance.protocol.keys import password_hash
+from appliance.protocol.keys import check_password
 from appliance.protocol.metadata import CLOSED, LedgerMetadata
 from appliance.protocol.quorum import write_set_positions
 
@@ -221,6 +221,6 @@ def matching_key(md: LedgerMetadata, keys: Sequence[bytes]) -> bytes | None:
     if md.password_hash is None:
         return keys[0] if keys else None
     for key in keys:
-        if password_hash(key) == md.password_hash:
+        if check_password(md.password_hash, key):
             return key
     return None

@@ -133,9 +133,9 @@ def log_ranges(client, options: ScanOptions) -> tuple[list[LedgerRange], dict[in
 
 def ledger_ranges(client, options: ScanOptions, bounds: Bounds) -> list[LedgerRange]:
     """The non-empty range to read of every selected ledger, by ledger id."""
-    from appliance.protocol.keys import master_key, password_hash
+    from appliance.protocol.keys import check_password, master_key
 
-    expected_hash = password_hash(master_key(options.password))
+    key = master_key(options.password)
     named = options.ledgers is not None
     ids = options.ledgers if named else client.list_ledgers()
     out = []
@@ -149,7 +149,7 @@ def ledger_ranges(client, options: ScanOptions, bounds: Bounds) -> list[LedgerRa
             continue  # deleted since it was listed
         if not named and md.state != CLOSED:
             continue
-        if md.password_hash is not None and md.password_hash != expected_hash:
+        if not check_password(md.password_hash, key):
             raise UnauthorizedError(f"bookkeeper source: wrong password for ledger {ledger_id}")
         md, last = _readable_end(client, md, options)
         first = max(options.start_for(ledger_id), bounds.entry_min)

@@ -10,6 +10,7 @@ import signal
 from pathlib import Path
 
 import psutil
+import pytest
 
 import appliance
 from tests.support.bkctl import bkctl
@@ -154,3 +155,28 @@ def test_passwords_from_a_file_or_the_environment_reach_real_ledgers(make_cluste
     wrong = bkctl("ledger", "read", ledger_id, config=cluster.config_path, text=True,
                   env={"BKCTL_PASSWORD": "wrong"})
     assert wrong.returncode != 0 and "Unauthorized" in wrong.stderr + wrong.stdout
+
+
+def test_ledgers_store_a_salted_scrypt_record_and_older_v1_ledgers_still_open(make_cluster):
+    from appliance.errors import UnauthorizedError
+    from appliance.protocol.keys import master_key, password_hash
+
+    cluster = make_cluster(3, quorums=(3, 3, 2))
+    with appliance.connect(str(cluster.config_path)) as bk:
+        wait_registered(bk, 3)
+        lh = bk.create_ledger(3, 3, 2, password=b"right")
+        lh.add(b"x")
+        lh.close()
+        other = bk.create_ledger(3, 3, 2, password=b"right")
+        records = [bk.ledger_metadata(i).password_hash for i in (lh.id, other.id)]
+        assert all(len(r) == 52 and r[0] == 2 for r in records)
+        assert password_hash(master_key(b"right")) not in records  # not the fast v1 hash
+        assert [e.payload for e in bk.open_ledger(lh.id, password=b"right").read(0, 0)] == [b"x"]
+        with pytest.raises(UnauthorizedError):
+            bk.open_ledger(lh.id, password=b"wrong")
+        # a ledger created before salted records (v1 in its metadata) still opens
+        old = bk.ledgers.create_ledger(3, 3, 2, sorted(bk.registry.available())[:3],
+                                       password_hash=password_hash(master_key(b"old")))
+        assert bk.open_ledger(old.ledger_id, password=b"old").last_add_confirmed == -1
+        with pytest.raises(UnauthorizedError):
+            bk.open_ledger(old.ledger_id, password=b"wrong")
