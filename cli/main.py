@@ -59,9 +59,10 @@ def _register_commands() -> None:
     from cli.bookie import bookie
     from cli.ledger import ledger
     from cli.log import log
+    from cli.top import top
 
     bookie.add_command(decommission)
-    for command in (up, down, status, ledger, log, bookie, autorecovery):
+    for command in (up, down, status, top, ledger, log, bookie, autorecovery):
         cli.add_command(command)
 
 

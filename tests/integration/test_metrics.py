@@ -115,3 +115,26 @@ def test_no_metrics_address_no_metrics(make_cluster):
     cluster = make_cluster(3)
     status = bkctl("status", "--json", config=cluster.config_path, text=True)
     assert [b["metrics_url"] for b in json.loads(status.stdout)["bookies"]] == [None] * 3
+
+
+def test_the_grafana_dashboard_uses_only_metrics_the_bookies_serve(make_cluster):
+    """Every bookkeeper_* name in configs/grafana-dashboard.json is one a real
+    bookie exposes (histograms through their _bucket series)."""
+    import re
+    from pathlib import Path
+
+    dashboard = json.loads((Path(__file__).resolve().parents[2] / "configs" /
+                            "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    used = {n for e in exprs for n in re.findall(r"bookkeeper_[a-z_]+", e)}
+    cluster = make_cluster(3, quorums=(3, 3, 2), every_bookie={"metrics_address": "127.0.0.1:0"})
+    with appliance.connect(str(cluster.config_path)) as bk:
+        wait_registered(bk, 3)
+        lh = bk.create_ledger(3, 3, 2, password=PW)
+        lh.add(b"x")
+        bk.open_ledger(lh.id, password=PW).read(0, 0)
+        url = bk.registry.get("bookie-1")["info"]["metrics_url"]
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        served = {s.name for fam in text_string_to_metric_families(resp.read().decode())
+                  for s in fam.samples}
+    assert used and used <= served, used - served
