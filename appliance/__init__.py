@@ -17,9 +17,12 @@ __version__ = "0.1.0"
 __all__ = ["DLSN", "connect"]
 
 
-def connect(target):
+def connect(target, metrics=False):
     """Connect to an appliance: a config file path or a metadata URI.
-    Returns a ``appliance.client.client.Client`` (a context manager)."""
+    Returns a ``appliance.client.client.Client`` (a context manager).
+    ``metrics=True`` registers the client's Prometheus metrics in
+    ``prometheus_client``'s default registry (or pass a ``CollectorRegistry``):
+    docs/OBSERVABILITY.md."""
     from appliance.client.client import connect as _connect
 
-    return _connect(target)
+    return _connect(target, metrics)

@@ -50,7 +50,7 @@ def _check_password(password) -> bytes:
 class Client:
     """A connection to one appliance: its metadata store and its bookies."""
 
-    def __init__(self, target):
+    def __init__(self, target, metrics=False):
         from appliance.client.driver import Driver
         from appliance.config import ClientConfig, resolve_target
         from appliance.meta.bookies import BookieRegistry
@@ -96,6 +96,12 @@ class Client:
         self._closed = False
         self._rng = random.Random()
         self._records: dict[bytes, bytes] = {}  # master key -> its password record
+        self.metrics = None  # appliance.client.metrics.ClientMetrics when asked for
+        if metrics:
+            from appliance.client.metrics import ClientMetrics
+
+            self.metrics = ClientMetrics()
+            self.metrics.register(None if metrics is True else metrics)
         self._cluster_key: bytes | None = None
 
     # -- ledgers ----------------------------------------------------------------
@@ -175,6 +181,8 @@ class Client:
         from appliance.protocol.recovery import LedgerRecovery
 
         done: Future = Future()
+        if self.metrics is not None:
+            self.metrics.recoveries += 1
 
         class _Sink:
             def on_result(self, action):
@@ -242,6 +250,8 @@ class Client:
         if self._closed:
             return
         self._closed = True
+        if self.metrics is not None:
+            self.metrics.unregister()
         self.driver.close()
         self._store.close()
 
@@ -252,7 +262,9 @@ class Client:
         self.close()
 
 
-def connect(target) -> Client:
+def connect(target, metrics=False) -> Client:
     """Connect to an appliance: a config file path, or a metadata URI
-    (``sqlite:///...``, ``zk://host:port/chroot``)."""
-    return Client(target)
+    (``sqlite:///...``, ``zk://host:port/chroot``).  ``metrics``: True (the
+    ``prometheus_client`` default registry) or a ``CollectorRegistry``
+    registers the client's metrics (``appliance.client.metrics``)."""
+    return Client(target, metrics)

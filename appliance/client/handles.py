@@ -166,6 +166,9 @@ class WriteHandle:
         self._close_done: Future | None = None
         self._closed = False
         self._driver.call(self._driver.register, self._writer, self).result()
+        self._metrics = client.metrics  # None unless the client was asked for metrics
+        if self._metrics is not None:
+            self._metrics.track(self)
 
     @property
     def last_add_confirmed(self) -> int:
@@ -203,6 +206,10 @@ class WriteHandle:
         for lo in range(0, len(batch), step):
             chunk = batch[lo:lo + step]
             futs = [AddFuture(self._future_condition) for _ in chunk]
+            if self._metrics is not None:
+                t0 = time.perf_counter()
+                for fut in futs:
+                    fut.t0 = t0
             size = 0
             for fut, payload in zip(futs, chunk, strict=True):
                 size += len(payload)
@@ -236,6 +243,8 @@ class WriteHandle:
             raise ClientClosedError(f"ledger handle {self.id} is closed")
         fut = AddFuture(self._future_condition)
         size = fut.payload_bytes = len(payload)
+        if self._metrics is not None:
+            fut.t0 = time.perf_counter()
         with self._queue_lock:
             if self._inflight >= self._inflight_max or \
                     self._inflight_bytes + size > self._inflight_bytes_max:
@@ -309,6 +318,8 @@ class WriteHandle:
                 if self._room_waiters:
                     self._room.notify_all()
             _complete(self._future_condition, settled, error)
+            if self._metrics is not None:
+                self._metrics.settled([fut for _, fut in settled], error is not None)
 
     # -- close --------------------------------------------------------------------
     def close(self) -> None:
@@ -334,6 +345,8 @@ class WriteHandle:
             done = wait_result(self._close_done, CALL_TIMEOUT_S_MAX, f"close of ledger {self.id}")
         finally:
             self._driver.post(self._driver.unregister, self._writer)
+            if self._metrics is not None:
+                self._metrics.untrack(self)
         if done.code != OK:
             raise error_for_code(done.code, f"close of ledger {self.id}: "
                                  f"{error_for_code(done.code)}")

@@ -138,3 +138,53 @@ def test_the_grafana_dashboard_uses_only_metrics_the_bookies_serve(make_cluster)
         served = {s.name for fam in text_string_to_metric_families(resp.read().decode())
                   for s in fam.samples}
     assert used and used <= served, used - served
+
+
+def _client_samples(registry) -> dict[str, float]:
+    from prometheus_client import generate_latest
+
+    out = {}
+    for fam in text_string_to_metric_families(generate_latest(registry).decode()):
+        for s in fam.samples:
+            key = s.name + "".join(f",{k}={v}" for k, v in sorted(s.labels.items()))
+            out[key] = s.value
+    return out
+
+
+def test_the_client_s_metrics_when_asked_for(make_cluster):
+    from prometheus_client import REGISTRY, CollectorRegistry
+
+    cluster = make_cluster(4, quorums=(3, 3, 2))
+    registry = CollectorRegistry()
+    with appliance.connect(str(cluster.config_path), metrics=registry) as bk:
+        wait_registered(bk, 4)
+        lh = bk.create_ledger(3, 3, 2, password=PW)
+        lh.add(b"one")
+        for f in [lh.add_async(b"a%d" % i) for i in range(49)]:
+            f.result(timeout=60)
+        for f in lh.add_many_async([b"m%d" % i for i in range(50)]):
+            f.result(timeout=60)
+        m = _client_samples(registry)
+        assert m["bookkeeper_client_adds_total,result=ok"] == 100
+        assert m["bookkeeper_client_add_latency_seconds_count"] == 100
+        assert m["bookkeeper_client_add_latency_seconds_sum"] > 0
+        assert m["bookkeeper_client_inflight_adds"] == 0
+        assert m["bookkeeper_client_open_write_handles"] == 1
+        # a bookie of the ensemble dies: the writer replaces it (an ensemble change)
+        cluster.kill(bk.ledger_metadata(lh.id).ensembles[0][1][0])
+        for f in [lh.add_async(b"after %d" % i) for i in range(20)]:
+            f.result(timeout=60)
+        assert _client_samples(registry)["bookkeeper_client_ensemble_changes_total"] >= 1
+        lh.close()
+        m = _client_samples(registry)
+        assert m["bookkeeper_client_open_write_handles"] == 0
+        assert m["bookkeeper_client_ensemble_changes_total"] >= 1  # kept after the close
+        writer = bk.create_ledger(3, 3, 2, password=PW)
+        writer.add(b"x")  # left OPEN: the open below fences and recovers it
+        bk.open_ledger(writer.id, password=PW)
+        assert _client_samples(registry)["bookkeeper_client_recoveries_total"] == 1
+    # unregistered with the client; and off by default: nothing in the default registry
+    assert list(registry.collect()) == []
+    with appliance.connect(str(cluster.config_path)) as bk:
+        assert bk.metrics is None
+    assert not any(fam.name.startswith("bookkeeper_client") for fam in REGISTRY.collect())
