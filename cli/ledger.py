@@ -210,15 +210,20 @@ def meta(ledger_id, as_json, config_path):
 
 @ledger.command()
 @click.argument("ledger_id", type=int)
+@password_options("The ledger's password: checked before deleting (wrong: refused). "
+                  "Without one the delete is the appliance account's.")
 @config_option
 @library_errors
-def delete(ledger_id, config_path):
+def delete(ledger_id, password, config_path):
     """Delete a ledger (its metadata now; bookies reclaim the space later).
+    With a password (--password-file, $BKCTL_PASSWORD, --ask-password) it is
+    checked first.
 
     \b
     Example:
       bkctl ledger delete 7
+      bkctl ledger delete 7 --ask-password
     """
     with _connect(config_path) as bk:
-        bk.delete_ledger(ledger_id)
+        bk.delete_ledger(ledger_id, password.encode() if password else None)
     click.echo(f"deleted ledger {ledger_id}")

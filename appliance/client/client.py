@@ -216,10 +216,17 @@ class Client:
         check_entry_id("ledger_id", ledger_id)
         return self.ledgers.read_ledger(ledger_id)[0]
 
-    def delete_ledger(self, ledger_id: int) -> None:
-        """Delete the ledger's metadata; its id is never reused."""
+    def delete_ledger(self, ledger_id: int, password: bytes | None = None) -> None:
+        """Delete the ledger's metadata; its id is never reused.  With
+        ``password`` it is checked first (``UnauthorizedError`` if wrong);
+        without, the delete is the account's (docs/SECURITY.md: the metadata
+        and sockets are owner-only; CONTRACT deletes without a password)."""
         self._check_open()
         check_entry_id("ledger_id", ledger_id)
+        if password is not None:
+            md, _ = self.ledgers.read_ledger(ledger_id)
+            if not check_password(md.password_hash, master_key(_check_password(password))):
+                raise UnauthorizedError(f"wrong password for ledger {ledger_id}: not deleted")
         self.ledgers.delete_ledger(ledger_id)
 
     # -- logs (seed 003) ----------------------------------------------------------

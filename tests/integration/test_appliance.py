@@ -180,3 +180,25 @@ def test_ledgers_store_a_salted_scrypt_record_and_older_v1_ledgers_still_open(ma
         assert bk.open_ledger(old.ledger_id, password=b"old").last_add_confirmed == -1
         with pytest.raises(UnauthorizedError):
             bk.open_ledger(old.ledger_id, password=b"wrong")
+
+
+def test_delete_checks_a_given_password(make_cluster):
+    from appliance.errors import NoSuchLedgerError, UnauthorizedError
+
+    cluster = make_cluster(3, quorums=(3, 3, 2))
+    with appliance.connect(str(cluster.config_path)) as bk:
+        wait_registered(bk, 3)
+        a = bk.create_ledger(3, 3, 2, password=b"pw")
+        b = bk.create_ledger(3, 3, 2, password=b"pw")
+        with pytest.raises(UnauthorizedError):
+            bk.delete_ledger(a.id, b"wrong")
+        assert bk.ledger_metadata(a.id).ledger_id == a.id  # still there
+        bk.delete_ledger(a.id, b"pw")
+        with pytest.raises(NoSuchLedgerError):
+            bk.ledger_metadata(a.id)
+        refused = bkctl("ledger", "delete", str(b.id), config=cluster.config_path, text=True,
+                        env={"BKCTL_PASSWORD": "wrong"})
+        assert refused.returncode != 0 and "Unauthorized" in refused.stderr
+        assert bk.ledger_metadata(b.id).ledger_id == b.id
+        bk.delete_ledger(b.id)  # without a password: the account's (as CONTRACT shows)
+        assert b.id not in bk.list_ledgers()
