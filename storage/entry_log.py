@@ -89,6 +89,21 @@ def create_log(directory: str, log_id: int, instance: bytes, direct: bool) -> in
     return fd
 
 
+def read_through_buffer(readers: LogReaders, log_id: int, offset: int, nbytes: int,
+                        file_off: int, buf) -> bytes:
+    """Bytes of an open log that reach past ``file_off`` (what its file holds
+    so far): the written part from the file, the rest from its buffer."""
+    head = b""
+    if offset < file_off:  # straddles the written part and the buffer
+        head = readers.pread(log_id, offset, file_off - offset)
+        nbytes -= file_off - offset
+        offset = file_off
+    start = offset - file_off
+    if start + nbytes > buf.used_bytes:
+        raise CorruptRecordError(f"index points past the end of entry log {log_id}")
+    return head + bytes(buf.view[start:start + nbytes])
+
+
 class LogReaders:
     """Read descriptors of a directory's entry logs, the least recently used
     closed past ``READ_FDS_MAX``.  Not thread-safe (the storage lock)."""
@@ -285,15 +300,8 @@ class EntryLogger:
                 self._writer.wait_idle()  # the range is being written: let it land
                 self._inflight = None
         if log_id == self.log_id and offset + nbytes > self._file_off:
-            head = b""
-            if offset < self._file_off:  # straddles the written part and the buffer
-                head = self._readers.pread(log_id, offset, self._file_off - offset)
-                nbytes -= self._file_off - offset
-                offset = self._file_off
-            start = offset - self._file_off
-            if start + nbytes > self._buf.used_bytes:
-                raise CorruptRecordError(f"index points past the end of entry log {log_id}")
-            return head + bytes(self._buf.view[start:start + nbytes])
+            return read_through_buffer(self._readers, log_id, offset, nbytes, self._file_off,
+                                       self._buf)
         return self._readers.pread(log_id, offset, nbytes)
 
     def close(self) -> None:

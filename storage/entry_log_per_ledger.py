@@ -48,11 +48,9 @@ import time
 
 import numpy as np
 
-from appliance.protocol.errors import CorruptRecordError
-
 from . import aligned_io as aio
 from .codec import BLOCK_HEADER_BYTES
-from .entry_log import LogReaders, SyncToken, create_log, log_path
+from .entry_log import LogReaders, SyncToken, create_log, log_path, read_through_buffer
 from .log_writer import BackgroundWriter
 from .options import ALIGN_BYTES, StorageOptions
 
@@ -308,15 +306,8 @@ class PerLedgerEntryLogger:
                 self._wait_writer_idle()  # the range is being written: let it land
         lg = self._by_log.get(log_id)
         if lg is not None and offset + nbytes > lg.file_off:
-            head = b""
-            if offset < lg.file_off:  # straddles the written part and the buffer
-                head = self._readers.pread(log_id, offset, lg.file_off - offset)
-                nbytes -= lg.file_off - offset
-                offset = lg.file_off
-            start = offset - lg.file_off
-            if start + nbytes > lg.buf.used_bytes:
-                raise CorruptRecordError(f"index points past the end of entry log {log_id}")
-            return head + bytes(lg.buf.view[start:start + nbytes])
+            return read_through_buffer(self._readers, log_id, offset, nbytes, lg.file_off,
+                                       lg.buf)
         return self._readers.pread(log_id, offset, nbytes)
 
     # -- lifecycle ---------------------------------------------------------------

@@ -207,6 +207,7 @@ class BookieCollector:
                          "commit", journal.group_records)
         yield _histogram("bookkeeper_journal_group_bytes", "Journal bytes per group commit",
                          journal.group_bytes)
+        gc = self.gc_stats()
         counters = [
             ("bookkeeper_journal_syncs", "Journal group commits", st.get("journal_syncs")),
             ("bookkeeper_journal_written_bytes", "Bytes written to the journal",
@@ -224,19 +225,14 @@ class BookieCollector:
             ("bookkeeper_compaction_runs", "Compaction runs", (st.get("compaction") or {})
              .get("runs")),
             ("bookkeeper_gc_reclaimed_bytes", "Entry-log bytes given back by garbage "
-             "collection (bytes on record)", self.gc_stats().get("bytes_freed")),
+             "collection (bytes on record)", gc.get("bytes_freed")),
             ("bookkeeper_gc_ledgers_deleted", "Ledgers deleted locally by garbage collection",
-             self.gc_stats().get("ledgers_deleted")),
+             gc.get("ledgers_deleted")),
         ]
         server = self.server.counters if self.server is not None else {}
         counters += [(f"bookkeeper_bookie_{key}", f"Server loop: {key.replace('_', ' ')}",
                      server.get(key)) for key in ("requests", "replies", "replies_dropped",
                                                   "bad_messages", "handler_failures")]
-        for name, doc, value in counters:
-            if value is not None:
-                fam = CounterMetricFamily(name, doc)
-                fam.add_metric([], value)
-                yield fam
         disk = st.get("disk") or {}
         gauges = [
             ("bookkeeper_bookie_pending_replies", "Replies waiting for their fsync",
@@ -255,11 +251,12 @@ class BookieCollector:
             ("bookkeeper_entrylog_garbage_bytes", "Entry-log bytes compaction or GC can give "
              "back", disk.get("garbage_bytes")),
         ]
-        for name, doc, value in gauges:
-            if value is not None:
-                fam = GaugeMetricFamily(name, doc)
-                fam.add_metric([], value)
-                yield fam
+        for family, rows in ((CounterMetricFamily, counters), (GaugeMetricFamily, gauges)):
+            for name, doc, value in rows:
+                if value is not None:
+                    fam = family(name, doc)
+                    fam.add_metric([], value)
+                    yield fam
         used = GaugeMetricFamily("bookkeeper_disk_used_ratio", "Used share of the file "
                                  "system holding each directory", labels=["dir"])
         for directory, share in sorted(self.monitor.last_usage.items()):
