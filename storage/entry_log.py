@@ -56,6 +56,18 @@ class SyncToken:
     def __init__(self, jobs: int, fds: list[tuple[int, str]]):
         self.jobs, self.fds = jobs, fds
 
+    def finish(self, writer) -> None:
+        """Wait for ``writer`` to have done the token's writes, fdatasync its
+        logs, close their descriptors (also on failure)."""
+        try:
+            writer.wait_done(self.jobs)
+            for fd, path in self.fds:
+                aio.fdatasync(fd, path)
+        finally:
+            for fd, _path in self.fds:
+                os.close(fd)
+            self.fds = []
+
 
 def log_path(directory: str, log_id: int) -> str:
     return os.path.join(directory, f"entrylog-{log_id:010d}.log")
@@ -243,14 +255,7 @@ class EntryLogger:
 
     def finish_sync(self, token: SyncToken) -> None:
         """Wait for the token's writes and fdatasync its logs; closes its fds."""
-        try:
-            self._writer.wait_done(token.jobs)
-            for fd, path in token.fds:
-                aio.fdatasync(fd, path)
-        finally:
-            for fd, _path in token.fds:
-                os.close(fd)
-            token.fds = []
+        token.finish(self._writer)
 
     @property
     def position(self) -> tuple[int, int]:

@@ -192,14 +192,7 @@ class PerLedgerEntryLogger:
 
     def finish_sync(self, token: SyncToken) -> None:
         """Wait for the token's writes and fdatasync its logs; closes its fds."""
-        try:
-            self._writer.wait_done(token.jobs)
-            for fd, path in token.fds:
-                aio.fdatasync(fd, path)
-        finally:
-            for fd, _path in token.fds:
-                os.close(fd)
-            token.fds = []
+        token.finish(self._writer)
 
     @property
     def position(self) -> tuple[int, int]:
