@@ -144,6 +144,16 @@ class LogConfig:
 
 
 @dataclass(frozen=True)
+class SecurityConfig:
+    """``[security]``: ZeroMQ CURVE on tcp endpoints (``appliance.curve``)."""
+
+    curve: bool = _key(False)
+    key_file: Path = _key("")
+    authorized_keys_dir: Path = _key("")
+    trusted_keys_dir: Path = _key("")
+
+
+@dataclass(frozen=True)
 class StorageConfig:
     """``[storage]``: the fields of ``storage.options.StorageOptions`` (read
     as ``config.storage.direct_io``)."""
@@ -176,6 +186,7 @@ class ApplianceConfig:
     supervisor: SupervisorConfig
     autorecovery: AutoRecoveryConfig = AutoRecoveryConfig()
     log: LogConfig = LogConfig()
+    security: SecurityConfig = SecurityConfig()
 
     @property
     def run_path(self) -> Path:
@@ -209,7 +220,7 @@ class ApplianceConfig:
 
 SECTIONS = {"metadata": MetadataConfig, "bookies": BookieConfig, "storage": StorageConfig,
             "server": ServerConfig, "client": ClientConfig, "supervisor": SupervisorConfig,
-            "autorecovery": AutoRecoveryConfig, "log": LogConfig}
+            "autorecovery": AutoRecoveryConfig, "log": LogConfig, "security": SecurityConfig}
 
 
 # -- errors -------------------------------------------------------------------------
@@ -271,7 +282,8 @@ def _build(path: Path, doc: dict) -> ApplianceConfig:
         client=_section(doc, "client", ClientConfig, base),
         supervisor=_section(doc, "supervisor", SupervisorConfig, base),
         autorecovery=_section(doc, "autorecovery", AutoRecoveryConfig, base),
-        log=_section(doc, "log", LogConfig, base))
+        log=_section(doc, "log", LogConfig, base),
+        security=_section(doc, "security", SecurityConfig, base))
     _check_distinct(config.bookies)
     _check_cross(config)
     return config
@@ -496,6 +508,9 @@ def _check_cross(c: ApplianceConfig) -> None:
         if value > limit:
             raise _Refusal(key, f"{value} is above {limit_key} ({limit})",
                            f"lower {key} or raise {limit_key}")
+    if c.security.curve and not c.security.key_file:
+        raise _Refusal("security.key_file", "required when curve = true",
+                       'run `bkctl keys generate NAME` and set key_file = "NAME.key_secret"')
 
 
 # -- host checks (the supervisor runs these before starting anything) ---------------------
@@ -533,9 +548,13 @@ def check_host(config: ApplianceConfig, *,
                open_fn: Callable[..., int] = os.open) -> None:
     """Refuse (ConfigError, one line) what this host cannot run: a data path
     that is not a directory or cannot be created, a CPU this process may not
-    use, a data directory without O_DIRECT (unless storage.direct_io = false)."""
+    use, a data directory without O_DIRECT (unless storage.direct_io = false),
+    unusable CURVE keys ([security], ``appliance.curve``)."""
     try:
         _check_paths(config)
+        from appliance.curve import check_security
+
+        check_security(config)  # CURVE keys usable (ConfigError, one line)
         if config.storage.direct_io:
             for i, b in enumerate(config.bookies):
                 for name in ("journal_dir", "ledger_dir"):

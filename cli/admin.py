@@ -57,16 +57,18 @@ def up(detach, config_path):
 
 
 def _wait_until_up(config, proc, log_path: Path) -> None:
-    from appliance.supervisor.probe import bookie_info
+    from appliance.supervisor.probe import bookie_info, probe_curve
     from appliance.supervisor.supervisor import read_state
 
+    curve = probe_curve(config)
     deadline = time.monotonic() + config.supervisor.start_timeout_ms / 1000.0
     waiting = list(config.bookies)
     while waiting or (read_state(config) or {}).get("pid") != proc.pid:
         if proc.poll() is not None:
             raise click.ClickException(f"the supervisor exited ({proc.returncode}): "
                                        f"{_last_line(log_path)}")
-        waiting = [b for b in waiting if bookie_info(b.endpoint, PROBE_TIMEOUT_MS) is None]
+        waiting = [b for b in waiting
+                   if bookie_info(b.endpoint, PROBE_TIMEOUT_MS, curve=curve) is None]
         if time.monotonic() > deadline:
             names = ", ".join(b.id for b in waiting) or "the supervisor"
             raise click.ClickException(
@@ -150,9 +152,9 @@ def status(as_json, config_path):
 
 
 def _bookie_status(config, b) -> dict:
-    from appliance.supervisor.probe import bookie_info
+    from appliance.supervisor.probe import bookie_info, probe_curve
 
-    info = bookie_info(b.endpoint, PROBE_TIMEOUT_MS)
+    info = bookie_info(b.endpoint, PROBE_TIMEOUT_MS, curve=probe_curve(config))
     state = "down"
     if info is not None:
         state = "read-only" if info.get("read_only") else "up"

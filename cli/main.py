@@ -57,12 +57,13 @@ def _register_commands() -> None:
     from cli.admin import down, status, up
     from cli.autorecovery import autorecovery, decommission
     from cli.bookie import bookie
+    from cli.keys import keys
     from cli.ledger import ledger
     from cli.log import log
     from cli.top import top
 
     bookie.add_command(decommission)
-    for command in (up, down, status, top, ledger, log, bookie, autorecovery):
+    for command in (up, down, status, top, ledger, log, bookie, autorecovery, keys):
         cli.add_command(command)
 
 

@@ -23,6 +23,12 @@ logs the traceback).  Not survived, on purpose: an exception from a
 bookie's own machinery, e.g. storage, and the supervisor restarts it; no
 acknowledgement is sent for anything not yet durable).
 
+CURVE (``ipc.curve``): given ``curve_keys`` and a tcp endpoint, the socket
+is a CURVE server (traffic encrypted, clients authenticated) and the loop
+also answers ZAP requests: only clients whose public keys are in
+``authorized_keys`` connect; refusals are logged once per peer per minute.
+An ipc endpoint ignores ``curve_keys`` (filesystem permissions guard it).
+
 Threading: everything except ``stop`` must be called on the loop's thread
 (the handler runs there).  ``stop`` is thread- and signal-safe.  Buffers in
 a reply must not be mutated after ``send_reply`` (frames over 64 KiB are
@@ -44,6 +50,7 @@ import zmq
 
 from appliance.protocol.errors import BadRequestError, BKError, BookieIOError, TooManyRequestsError
 from appliance.protocol.invariant import invariant
+from ipc.curve import KeyDirectory, KeyPair, ZapHandler, configure_server, is_tcp
 from ipc.frames import DEFAULT_LIMITS, WireLimits, salvage_ids
 from ipc.replies import ErrorReply, Reply, encode_reply, error_reply
 from ipc.requests import Request, decode_request
@@ -86,7 +93,8 @@ class FrameServer:
                  limits: WireLimits = DEFAULT_LIMITS, drain_messages_max: int = 256,
                  timers_max: int = 65536, fds_max: int = 64, queue_messages_max: int = 10000,
                  poll_ms_max: int = 1000, clock: Callable[[], float] = time.monotonic,
-                 context: zmq.Context | None = None):
+                 context: zmq.Context | None = None, curve_keys: KeyPair | None = None,
+                 authorized_keys: KeyDirectory | None = None):
         invariant(drain_messages_max >= 1, "drain_messages_max must be >= 1")
         self.handler = handler
         self.limits = limits
@@ -104,11 +112,17 @@ class FrameServer:
         self._ctx = context or zmq.Context()
         self._sock = self._ctx.socket(zmq.ROUTER)
         self._configure(queue_messages_max)
+        self._zap: ZapHandler | None = None
         try:
+            self._secure(endpoint, curve_keys, authorized_keys)
             self._sock.bind(endpoint)
         except zmq.ZMQError as exc:
             self.close()
             raise BookieIOError(f"cannot bind {endpoint}: {exc}") from exc
+        except BKError:
+            self.close()
+            raise
+        self.curve_public_key = curve_keys.public.decode() if self._zap is not None else None
         self.endpoint: str = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         path = self.endpoint[len("ipc://"):] if self.endpoint.startswith("ipc://") else ""
         if path and not path.startswith("@"):  # a socket file: only this account connects
@@ -122,6 +136,8 @@ class FrameServer:
         self._poller = zmq.Poller()
         self._poller.register(self._sock, zmq.POLLIN)
         self._poller.register(self._wake_r, zmq.POLLIN)
+        if self._zap is not None:
+            self._poller.register(self._zap.socket, zmq.POLLIN)
         self._fds: dict[int, Callable[[], None]] = {}
         self._timers: list[tuple[float, int, Timer]] = []
         self._timers_live = 0
@@ -139,6 +155,15 @@ class FrameServer:
         # A frame larger than any well-formed one makes ZeroMQ drop the peer
         # before buffering it: memory stays bounded whatever a peer sends.
         s.setsockopt(zmq.MAXMSGSIZE, self.limits.frame_bytes_max + 4096)
+
+    def _secure(self, endpoint: str, keys: KeyPair | None,
+                authorized: KeyDirectory | None) -> None:
+        """CURVE on a tcp endpoint: server keys, and our ZAP handler first."""
+        if keys is None or not is_tcp(endpoint):
+            return
+        invariant(authorized is not None, "curve_keys need authorized_keys")
+        self._zap = ZapHandler(self._ctx, authorized, keys.public, clock=self.clock)
+        configure_server(self._sock, keys)
 
     # -- registration (loop thread) -----------------------------------------
     def watch_fd(self, fd: int, callback: Callable[[], None]) -> None:
@@ -187,6 +212,8 @@ class FrameServer:
                 self._drain_wake_pipe()
             if self._sock in ready:
                 self._drain_socket()
+            if self._zap is not None and self._zap.socket in ready:
+                self._zap.handle_ready()
             for fd in [fd for fd in ready if isinstance(fd, int) and fd in self._fds]:
                 callback = self._fds.get(fd)  # an earlier callback may have unwatched it
                 if callback is not None:
@@ -206,6 +233,8 @@ class FrameServer:
             return
         self._closed = True
         self._sock.close(linger=0)
+        if getattr(self, "_zap", None) is not None:
+            self._zap.close()
         self._remove_socket_file()
         for fd in (getattr(self, "_wake_r", None), getattr(self, "_wake_w", None)):
             if fd is not None:

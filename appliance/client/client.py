@@ -34,7 +34,6 @@ from appliance.errors import (
     ClientClosedError,
     NotEnoughBookiesError,
     UnauthorizedError,
-    error_for_code,
 )
 from appliance.protocol import events as ev
 from appliance.protocol.keys import SALT_BYTES, check_password, master_key, password_record
@@ -50,7 +49,7 @@ def _check_password(password) -> bytes:
 class Client:
     """A connection to one appliance: its metadata store and its bookies."""
 
-    def __init__(self, target, metrics=False):
+    def __init__(self, target, metrics=False, *, curve_key_file=None, trusted_keys_dir=None):
         from appliance.client.driver import Driver
         from appliance.config import ClientConfig, resolve_target
         from appliance.meta.bookies import BookieRegistry
@@ -58,6 +57,9 @@ class Client:
         from storage.metadata import open_store
 
         uri, base_dir, config = resolve_target(target)
+        from appliance.curve import client_curve
+
+        curve = client_curve(config, curve_key_file, trusted_keys_dir)
         from appliance.protocol.entry import ENTRY_OVERHEAD_MAX, PAYLOAD_BYTES_MAX
         from ipc.frames import WireLimits
 
@@ -86,6 +88,7 @@ class Client:
                                  add_batch_entries_max=self.config.add_batch_entries_max,
                                  add_batch_bytes_max=self.config.add_batch_bytes_max,
                                  read_batch_bytes_max=self.config.read_batch_bytes_max,
+                                 curve=curve,
                                  transport_options={"limits": limits,
                                      "reconnect_ivl_ms": self.config.reconnect_ivl_ms,
                                      "reconnect_ivl_max_ms": self.config.reconnect_ivl_max_ms})
@@ -203,8 +206,7 @@ class Client:
         finally:
             self.driver.post(self.driver.unregister, core)
         if result.code != OK:
-            raise error_for_code(result.code, f"recovery of ledger {md.ledger_id} failed: "
-                                 f"{error_for_code(result.code)}")
+            raise self.driver.error(result.code, f"recovery of ledger {md.ledger_id} failed")
         return result.metadata
 
     def list_ledgers(self) -> list[int]:
@@ -269,9 +271,24 @@ class Client:
         self.close()
 
 
-def connect(target, metrics=False) -> Client:
+def connect(target, metrics=False, *, curve_key_file=None, trusted_keys_dir=None) -> Client:
     """Connect to an appliance: a config file path, or a metadata URI
     (``sqlite:///...``, ``zk://host:port/chroot``).  ``metrics``: True (the
     ``prometheus_client`` default registry) or a ``CollectorRegistry``
-    registers the client's metrics (``appliance.client.metrics``)."""
-    return Client(target, metrics)
+    registers the client's metrics (``appliance.client.metrics``).
+
+    CURVE (docs/SECURITY.md, "Network: CURVE"), for bookies on tcp
+    endpoints, without a config file or overriding its ``[security]``:
+    ``curve_key_file`` is this client's key pair (a ``.key_secret`` file of
+    ``bkctl keys generate``, owner-only); ``trusted_keys_dir`` (optional) a
+    directory of bookie public keys: a bookie whose registered key is not
+    there is refused and treated as unavailable.  A bookie that does not
+    accept this client's key fails requests with ``UnauthorizedError``
+    naming it.  A bad key file raises ``ConfigError`` here.
+
+        appliance.connect("zk://10.0.0.5:2181/appliance",
+                          curve_key_file="keys/app.key_secret",
+                          trusted_keys_dir="keys/bookies")
+    """
+    return Client(target, metrics, curve_key_file=curve_key_file,
+                  trusted_keys_dir=trusted_keys_dir)

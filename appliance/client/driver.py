@@ -24,6 +24,14 @@ A request to a bookie the registry does not list, or that the transport
 refuses, is answered to the core as ``BookieUnavailableError`` (unknown
 class: it drives an ensemble change, never a wrong negative).
 
+CURVE (``curve``, ``appliance.curve``): a tcp bookie is reached with the
+server key its registry entry publishes; a bookie whose key is not in
+``trusted_keys_dir`` (or that publishes none) is refused with one log line
+and left out of the available bookies.  A bookie that refuses this
+client's key (or wants CURVE from a client without one) answers requests
+with ``UnauthorizedError``; ``error(code, prefix)`` builds the exception a
+user sees, naming such bookies and why.
+
 Limits: the driver queue is unbounded in type but bounded in practice by
 each write handle's in-flight count (its add paths wait on a condition
 while ``inflight_adds_max`` adds or ``inflight_bytes_max`` bytes are in
@@ -48,7 +56,9 @@ from appliance.errors import (
     BKError,
     BookieUnavailableError,
     ClientClosedError,
+    UnauthorizedError,
     code_of,
+    error_for_code,
 )
 from appliance.protocol import events as ev
 from appliance.protocol.reader import PackedRecords
@@ -82,7 +92,7 @@ class Driver:
                  inflight_per_bookie_max: int = 100_000, transport_options: dict | None = None,
                  add_batch_entries_max: int = ADD_BATCH_ENTRIES_MAX,
                  add_batch_bytes_max: int = ADD_BATCH_BYTES_MAX,
-                 read_batch_bytes_max: int = READ_BATCH_BYTES_MAX):
+                 read_batch_bytes_max: int = READ_BATCH_BYTES_MAX, curve=None):
         self.ledgers = ledgers
         self.registry = registry
         self.request_timeout_ms = request_timeout_ms
@@ -100,13 +110,16 @@ class Driver:
         self._timer_owner: dict[int, object] = {}
         self._sinks: dict[int, object] = {}  # id(core) -> sink
         self._cores: dict[int, object] = {}
-        self._endpoints: dict[str, str] = {}
+        self._endpoints: dict[str, tuple] = {}  # bookie id -> (endpoint, CURVE server key)
+        self.curve = curve  # appliance.curve.ClientCurve or None
+        self._refusals: dict[str, BKError] = {}  # bookie id -> why we do not talk to it
         self._available: tuple[str, ...] = ()
         self.write_close_outcomes = new_counters()  # BP-32: succeeded / partly / failed
         self._closed = False
         self._pool = ThreadPoolExecutor(METADATA_WORKERS, thread_name_prefix="bk-metadata")
         self.transport = Transport(on_events=lambda events: self._q.put(("net", events)),
                                    inflight_per_bookie_max=inflight_per_bookie_max,
+                                   curve_keys=curve.keys if curve is not None else None,
                                    **(transport_options or {}))
         self._thread = threading.Thread(target=self._run, name="bk-client-driver", daemon=True)
         self._use_registry(self._read_registry() or {})
@@ -250,11 +263,42 @@ class Driver:
     def _ensure_bookie(self, bookie_id: str) -> None:
         if bookie_id in self._endpoints:
             return
+        if bookie_id in self._refusals:
+            raise self._refusals[bookie_id]
         info = (self._read_registry() or {}).get(bookie_id)
         if info is None:
             raise BookieUnavailableError(f"bookie {bookie_id} is not registered")
-        self._endpoints[bookie_id] = info["endpoint"]
-        self.transport.add_bookie(bookie_id, info["endpoint"])
+        self._connect(bookie_id, info)
+
+    def _connect(self, bookie_id: str, info: dict, open_now: bool = True) -> None:
+        """Driver thread: reach ``bookie_id`` as its registration says (its
+        endpoint, its CURVE key checked; with ``open_now`` false only if it
+        was reached before); raise why not."""
+        from appliance.curve import bookie_server_key
+
+        try:
+            route = (info["endpoint"], bookie_server_key(self.curve, bookie_id, info))
+        except BKError as exc:
+            if str(self._refusals.get(bookie_id)) != str(exc):
+                log.warning("%s", exc)
+            self._refusals[bookie_id] = exc
+            self._endpoints.pop(bookie_id, None)
+            raise
+        self._refusals.pop(bookie_id, None)
+        if (open_now or bookie_id in self._endpoints) and self._endpoints.get(bookie_id) != route:
+            self._endpoints[bookie_id] = route
+            self.transport.add_bookie(bookie_id, *route)
+
+    def error(self, code: int, prefix: str) -> BKError:
+        """The exception for ``code``, its message prefixed; an
+        ``UnauthorizedError`` names the bookies refusing this client's key."""
+        text = str(error_for_code(code))
+        if code == UnauthorizedError.code:
+            refused = {b: str(e) for b, e in dict(self._refusals).items()
+                       if isinstance(e, UnauthorizedError)}
+            refused.update(self.transport.refused_bookies())
+            text = "; ".join(refused[b] for b in sorted(refused)) or text
+        return error_for_code(code, f"{prefix}: {text}")
 
     def _on_net(self, events) -> None:
         now = self.now_ms()
@@ -302,12 +346,17 @@ class Driver:
 
     def _use_registry(self, live: dict) -> None:
         """Driver thread: take the registry's view of live bookies."""
+        untrusted = set()
         for bookie_id, info in live.items():
-            if self._endpoints.get(bookie_id) not in (None, info["endpoint"]):
-                self._endpoints[bookie_id] = info["endpoint"]
-                self.transport.add_bookie(bookie_id, info["endpoint"])
+            if bookie_id in self._endpoints or bookie_id in self._refusals or self.curve:
+                try:
+                    self._connect(bookie_id, info, open_now=False)
+                except BookieUnavailableError:
+                    untrusted.add(bookie_id)  # refused: not a candidate for ensembles
+                except BKError:
+                    pass  # requires CURVE we lack: sends fail with UnauthorizedError
         self._available = tuple(sorted(b for b, info in live.items()
-                                       if not info.get("read_only")))
+                                       if not info.get("read_only") and b not in untrusted))
 
     def _refresh_in_pool(self) -> None:
         live = self._read_registry()

@@ -26,7 +26,6 @@ from appliance.errors import (
     BKTimeoutError,
     ClientClosedError,
     NoSuchEntryError,
-    error_for_code,
 )
 from appliance.protocol import events as ev
 from appliance.protocol.metadata import CLOSED
@@ -301,8 +300,7 @@ class WriteHandle:
             self._settle(action.first_entry_id, action.last_entry_id, None)
         elif isinstance(action, ev.FailAdds):
             self._settle(action.first_entry_id, action.last_entry_id,
-                         error_for_code(action.code,
-                                        f"ledger {self.id}: {error_for_code(action.code)}"))
+                         self._driver.error(action.code, f"ledger {self.id}"))
         elif isinstance(action, ev.CloseDone) and self._close_done is not None:
             if not self._close_done.done():
                 self._close_done.set_result(action)
@@ -348,8 +346,7 @@ class WriteHandle:
             if self._metrics is not None:
                 self._metrics.untrack(self)
         if done.code != OK:
-            raise error_for_code(done.code, f"close of ledger {self.id}: "
-                                 f"{error_for_code(done.code)}")
+            raise self._driver.error(done.code, f"close of ledger {self.id}")
 
     def __enter__(self):
         return self
@@ -435,8 +432,7 @@ class ReadHandle:
         self._driver.call(run).result()
         result = wait_result(fut, CALL_TIMEOUT_S_MAX, f"read of ledger {self.id}")
         if result.code != OK:
-            raise error_for_code(result.code, f"ledger {self.id}: "
-                                 f"{error_for_code(result.code)}")
+            raise self._driver.error(result.code, f"ledger {self.id}")
         return result
 
     def _check_range(self, first_entry_id: int, last_entry_id: int) -> None:
@@ -503,8 +499,7 @@ class ReadHandle:
             if result.code == OK:
                 return result
             if not retry:
-                raise error_for_code(result.code, f"ledger {self.id}: "
-                                     f"{error_for_code(result.code)}")
+                raise self._driver.error(result.code, f"ledger {self.id}")
         except BKError:
             if not retry:
                 raise
@@ -540,7 +535,7 @@ class ReadHandle:
         self._driver.call(run).result()
         result = wait_result(fut, CALL_TIMEOUT_S_MAX + timeout_s, f"LAC wait on ledger {self.id}")
         if result.code not in (OK, BKTimeoutError.code):
-            raise error_for_code(result.code, f"ledger {self.id}: {error_for_code(result.code)}")
+            raise self._driver.error(result.code, f"ledger {self.id}")
         return result.lac
 
     def close(self) -> None:
