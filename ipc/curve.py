@@ -141,18 +141,18 @@ class KeyDirectory:
 
     def _scan(self) -> tuple[object, list[Path]]:
         try:
-            entries = sorted(e for e in os.scandir(self.directory)
-                             if e.name.endswith(".key") and e.is_file())
+            entries = sorted((e for e in os.scandir(self.directory)
+                              if e.name.endswith(".key") and e.is_file()), key=lambda e: e.name)
+            if len(entries) > self.keys_max:
+                log.warning("%s holds %d key files; only the first %d are read",
+                            self.directory, len(entries), self.keys_max)
+                entries = entries[:self.keys_max]
+            signature = tuple((e.name, e.stat().st_mtime_ns, e.stat().st_size) for e in entries)
         except OSError as exc:
             if self._signature != ("error", exc.errno):
                 log.warning("cannot list %s (%s): no key accepted from it",
                             self.directory, exc.strerror)
             return ("error", exc.errno), []
-        if len(entries) > self.keys_max:
-            log.warning("%s holds %d key files; only the first %d are read",
-                        self.directory, len(entries), self.keys_max)
-            entries = entries[:self.keys_max]
-        signature = tuple((e.name, e.stat().st_mtime_ns, e.stat().st_size) for e in entries)
         return signature, [Path(e.path) for e in entries]
 
 
@@ -188,7 +188,13 @@ class ZapHandler:
                 frames = self.socket.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            self.socket.send_multipart(self._answer(frames))
+            try:
+                answer = self._answer(frames)
+            except Exception:  # fail closed, keep serving: a bug here refuses, never stops
+                log.exception("ZAP request failed: refused")
+                answer = [b"1.0", frames[1] if len(frames) > 1 else b"", b"500",
+                          b"authenticator failure", b"", b""]
+            self.socket.send_multipart(answer)
 
     def _answer(self, frames: list[bytes]) -> list[bytes]:
         if len(frames) < 6 or frames[0] != b"1.0":
