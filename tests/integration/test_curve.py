@@ -1,0 +1,173 @@
+"""CURVE with real bookie processes on tcp (127.0.0.1, free ports): an
+authorized client round trips; a client whose key is not authorized gets
+``UnauthorizedError`` at once, naming the bookie, while an authorized one
+keeps working; a client without a key is refused as unauthorized; each
+bookie logs a refusal once per peer per interval; ``trusted_keys_dir``
+refuses bookies with a key it does not hold; a bookie refuses to start
+with an unusable key file."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+import appliance
+from appliance.bench.launcher import free_tcp_port
+from appliance.curve import generate_keys
+from appliance.errors import NotEnoughBookiesError, UnauthorizedError
+from tests.support.launch import Cluster, wait_registered
+
+PW = b"pw"
+N_BOOKIES = 3
+REFUSAL_BOUND_S = 5.0  # an unauthorized client learns it this fast (no timeout involved)
+
+
+def _tcp_cluster(root: Path) -> Cluster:
+    """Three bookies on tcp with CURVE: the host key pair, an authorized
+    directory holding the ``good`` client's key; ``bad`` is not there."""
+    for sub in ("keys", "clients", "authorized"):
+        (root / sub).mkdir(mode=0o700)
+    generate_keys("host", root / "keys")
+    generate_keys("good", root / "clients")
+    generate_keys("bad", root / "clients")
+    shutil.copy(root / "clients" / "good.key", root / "authorized" / "good.key")
+    cluster = Cluster(root, N_BOOKIES, quorums=(3, 3, 2),
+                      client={"reconnect_ivl_max_ms": 200},
+                      security={"curve": True, "key_file": "keys/host.key_secret",
+                                "authorized_keys_dir": "authorized"})
+    text = cluster.config_path.read_text()
+    for i in range(1, N_BOOKIES + 1):
+        text = text.replace(f'"ipc://b{i}.sock"', f'"tcp://127.0.0.1:{free_tcp_port()}"')
+    cluster.config_path.write_text(text)
+    from appliance.config import load_config
+
+    cluster.config = load_config(cluster.config_path)
+    return cluster
+
+
+@pytest.fixture(scope="module")
+def curve_cluster():
+    root = Path(tempfile.mkdtemp(prefix="bkc"))
+    cluster = _tcp_cluster(root)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.kill_all()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _connect(cluster: Cluster, key: str | None, **kw):
+    """A client of the cluster's metadata; with ``key`` (good/bad/host) its
+    CURVE key pair, without: no CURVE at all (no config file)."""
+    uri = cluster.config.metadata.uri
+    if key is None:
+        return appliance.connect(uri, **kw)
+    sub = "keys" if key == "host" else "clients"
+    return appliance.connect(uri, curve_key_file=str(cluster.root / sub / f"{key}.key_secret"),
+                             **kw)
+
+
+def test_an_authorized_client_round_trips_over_curve(curve_cluster):
+    with _connect(curve_cluster, "good") as bk:
+        wait_registered(bk, N_BOOKIES)
+        published = {b: info["info"]["curve_public_key"]
+                     for b, info in bk.registry.available().items()}
+        host_key = (curve_cluster.root / "keys" / "host.key").read_text()
+        assert all(key and f'"{key}"' in host_key for key in published.values()), published
+        lh = bk.create_ledger(3, 3, 2, password=PW)
+        payloads = [b"entry %d" % i for i in range(20)]
+        for f in [lh.add_async(p) for p in payloads]:
+            f.result(timeout=30)
+        lh.close()
+        rh = bk.open_ledger(lh.id, password=PW)
+        assert [e.payload for e in rh.read(0, rh.last_add_confirmed)] == payloads
+    with appliance.connect(str(curve_cluster.config_path)) as bk:  # the config: the host key
+        assert bk.open_ledger(lh.id, password=PW).read(0, 0)[0].payload == b"entry 0"
+
+
+def test_an_unauthorized_key_fails_fast_while_an_authorized_client_keeps_working(
+        curve_cluster):
+    with _connect(curve_cluster, "good") as good, _connect(curve_cluster, "bad") as bad:
+        wait_registered(bad, N_BOOKIES)
+        ok = good.create_ledger(3, 3, 2, password=PW)
+        lh = bad.create_ledger(3, 3, 2, password=PW)  # metadata only: no bookie asked yet
+        started = time.monotonic()
+        with pytest.raises(UnauthorizedError) as info:
+            lh.add(b"refused")
+        assert time.monotonic() - started < REFUSAL_BOUND_S
+        message = str(info.value)
+        assert re.search(r"bookie bookie-\d \(tcp://127\.0\.0\.1:\d+\) refused this client's "
+                         r"CURVE key", message), message
+        assert "authorized_keys_dir" in message
+        for i in range(10):  # the authorized client is not disturbed
+            assert ok.add(b"fine %d" % i) == i
+        ok.close()
+
+
+def test_a_client_without_a_key_is_refused_as_unauthorized(curve_cluster):
+    with _connect(curve_cluster, None) as plain:
+        wait_registered(plain, N_BOOKIES)
+        lh = plain.create_ledger(3, 3, 2, password=PW)
+        with pytest.raises(UnauthorizedError, match="requires CURVE and this client has no key"):
+            lh.add(b"no key")
+
+
+def test_each_bookie_logs_a_refusal_once_per_peer_per_interval(curve_cluster):
+    for _ in range(3):  # three clients, each a fresh handshake to every bookie it writes to
+        with _connect(curve_cluster, "bad") as bad:
+            wait_registered(bad, N_BOOKIES)
+            lh = bad.create_ledger(3, 3, 2, password=PW)
+            with pytest.raises(UnauthorizedError):
+                lh.add(b"refused")
+    bad_key = (curve_cluster.root / "clients" / "bad.key").read_text()
+    bad_key = re.search(r'public-key = "(.*)"', bad_key).group(1)
+    for b in curve_cluster.config.bookies:
+        lines = [line for line in curve_cluster.log(b.id).splitlines()
+                 if f"refused a client at 127.0.0.1 with key {bad_key}" in line]
+        assert len(lines) == 1, (b.id, lines)
+
+
+def test_trusted_keys_dir_refuses_a_bookie_whose_key_it_does_not_hold(curve_cluster, caplog):
+    root = curve_cluster.root
+    trusted = root / "trusted-other"
+    trusted.mkdir(exist_ok=True)
+    shutil.copy(root / "clients" / "good.key", trusted / "good.key")  # not the bookies' key
+    with caplog.at_level(logging.WARNING, logger="appliance.client.driver"), \
+            _connect(curve_cluster, "good", trusted_keys_dir=str(trusted)) as bk:
+        assert bk.driver.available_bookies == ()
+        with pytest.raises(NotEnoughBookiesError):
+            bk.create_ledger(3, 3, 2, password=PW)
+    refused = [m for m in (r.getMessage() for r in caplog.records)
+               if "not in trusted_keys_dir" in m]
+    assert {re.search(r"bookie (bookie-\d)", m).group(1) for m in refused} == {
+        b.id for b in curve_cluster.config.bookies}
+    trusted_host = root / "trusted-host"
+    trusted_host.mkdir(exist_ok=True)
+    shutil.copy(root / "keys" / "host.key", trusted_host / "host.key")
+    with _connect(curve_cluster, "good", trusted_keys_dir=str(trusted_host)) as bk:
+        wait_registered(bk, N_BOOKIES)
+        lh = bk.create_ledger(3, 3, 2, password=PW)
+        assert lh.add(b"trusted") == 0
+        lh.close()
+
+
+def test_a_bookie_refuses_to_start_with_a_key_file_others_can_read(short_tmp):
+    cluster = _tcp_cluster(short_tmp)
+    cluster.format()
+    key_file = short_tmp / "keys" / "host.key_secret"
+    os.chmod(key_file, 0o644)
+    try:
+        with pytest.raises(RuntimeError, match="exited 2"):
+            cluster.start_bookie("bookie-1")
+        assert f"security.key_file: {key_file} is readable by other accounts (mode 644); " \
+               f"fix: chmod 600 {key_file}" in cluster.log("bookie-1")
+    finally:
+        cluster.kill_all()
