@@ -171,3 +171,29 @@ def test_a_bookie_refuses_to_start_with_a_key_file_others_can_read(short_tmp):
                f"fix: chmod 600 {key_file}" in cluster.log("bookie-1")
     finally:
         cluster.kill_all()
+
+
+def test_a_whole_appliance_runs_over_curve(short_tmp):
+    """``bkctl up`` with tcp bookies and CURVE: the supervisor's pings, the
+    status probe and the ledger commands all present the host key."""
+    import json
+
+    from tests.support.bkctl import bkctl
+    from tests.support.launch import kill_pids, supervisor_pids
+
+    config = _tcp_cluster(short_tmp).config_path
+    seen: set[int] = set()
+    try:
+        up = bkctl("up", "--detach", config=config)
+        seen.update(supervisor_pids(config))
+        assert up.returncode == 0, up.stderr.decode()
+        status = json.loads(bkctl("status", "--json", config=config).stdout)
+        assert [b["state"] for b in status["bookies"]] == ["up"] * N_BOOKIES
+        appended = bkctl("ledger", "append", "-", config=config, input=b"x\ny\n")
+        assert appended.returncode == 0, appended.stderr.decode()
+        read = bkctl("ledger", "read", appended.stdout.decode().strip(), config=config)
+        assert read.stdout == b"x\ny\n"
+        assert bkctl("down", config=config).returncode == 0
+    finally:
+        seen.update(supervisor_pids(config))
+        kill_pids(seen)
