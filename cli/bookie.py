@@ -48,7 +48,7 @@ def recover(bookie_id, passwords, recover_open, dry_run, as_json, config_path):
     keys = [p.encode() for p in passwords] or [b""]
     with appliance.connect(config_path) as bk, Rereplicator(
             bk.ledgers, bk.registry, passwords=keys, open_ledger=_opener(bk),
-            on_progress=lambda line: click.echo(line, err=True)) as rr:
+            on_progress=lambda line: click.echo(line, err=True), curve=bk.driver.curve) as rr:
         report = rr.recover(bookie_id, recover_open=recover_open, dry_run=dry_run)
     if as_json:
         echo_json(report.to_json())

@@ -50,8 +50,9 @@ class AutoRecovery:
     """The auditor (when elected) and one worker, in one bookie process."""
 
     def __init__(self, bookie_id: str, store, ledger_manager, registry, config, *,
-                 key_for, open_client, clock=time.monotonic):
+                 key_for, open_client, clock=time.monotonic, curve=None):
         self.bookie_id = bookie_id
+        self.curve = curve  # appliance.curve.ClientCurve: CURVE to tcp bookies
         self.marks = Marks(store)
         self.ledgers = ledger_manager
         self.registry = registry
@@ -84,7 +85,7 @@ class AutoRecovery:
         from appliance.rereplication.rereplicator import Rereplicator
 
         with Rereplicator(self.ledgers, self.registry, key_for=self._key_for,
-                          open_ledger=self._open_ledger) as rr:
+                          open_ledger=self._open_ledger, curve=self.curve) as rr:
             while not self._stop.wait(TICK_S):
                 try:
                     self.step(rr)
@@ -145,7 +146,7 @@ class AutoRecovery:
         for bookie in sorted(md.bookies() & live):
             if not share_runs(md, bookie):
                 continue
-            code = _read_lac_code(self.registry, bookie, md.ledger_id)
+            code = _read_lac_code(self.registry, bookie, md.ledger_id, self.curve)
             if code == NoSuchLedgerError.code and self.marks.mark(
                     md.ledger_id, [bookie], "bookie no longer holds its share", _ms()):
                 log.warning("autorecovery: %s no longer holds ledger %d: marked", bookie,
@@ -202,20 +203,29 @@ def _ms() -> int:
     return int(time.time() * 1000)
 
 
-def _read_lac_code(registry, bookie_id: str, ledger_id: int) -> int | None:
+def _read_lac_code(registry, bookie_id: str, ledger_id: int, curve=None) -> int | None:
     """The status of a plain READ_LAC of ``ledger_id`` at ``bookie_id`` (None:
-    no answer)."""
+    no answer, or a bookie this process may not reach over CURVE)."""
     import zmq
 
+    from appliance.curve import bookie_server_key
+    from ipc.curve import configure_client
     from ipc.replies import ErrorReply, decode_reply
     from ipc.requests import ReadLacRequest, encode_request
 
     info = registry.available().get(bookie_id)
     if info is None:
         return None
+    try:
+        server_key = bookie_server_key(curve, bookie_id, info)
+    except BKError as exc:
+        log.warning("autorecovery: not asking %s: %s", bookie_id, exc)
+        return None
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     try:
+        if server_key is not None:
+            configure_client(sock, curve.keys, server_key)
         sock.connect(info["endpoint"])
         sock.send_multipart(encode_request(ReadLacRequest(ledger_id, request_id=1)))
         if not sock.poll(PROBE_TIMEOUT_MS, zmq.POLLIN):

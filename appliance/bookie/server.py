@@ -83,7 +83,7 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
     from appliance.bookie.handler import BookieHandler
     from appliance.bookie.ledger_gc import LedgerGC
     from appliance.bookie.repair import Repairer
-    from appliance.curve import server_curve
+    from appliance.curve import client_curve, server_curve
     from appliance.meta.bookies import BookieRegistry
     from appliance.meta.custody import open_custody
     from appliance.meta.ledgers import LedgerManager
@@ -191,7 +191,7 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
             autorecovery = AutoRecovery(
                 bookie_id, store, ledger_manager, registry, config.autorecovery,
                 key_for=lambda md: ledger_key(storage, custody, md),
-                open_client=lambda: _client(config))
+                open_client=lambda: _client(config), curve=client_curve(config))
             autorecovery.start()
         log.info("bookie %s serving on %s (pid %d)", bookie_id, server.endpoint, os.getpid())
         if ready_file:

@@ -289,6 +289,22 @@ class Driver:
             self._endpoints[bookie_id] = route
             self.transport.add_bookie(bookie_id, *route)
 
+    def routes(self, live: dict) -> tuple[dict[str, str], dict[str, bytes]]:
+        """Any thread: (endpoints, CURVE server keys) of the registered
+        bookies ``live`` this client may reach (refused ones left out)."""
+        from appliance.curve import bookie_server_key
+
+        endpoints, keys = {}, {}
+        for bookie_id, info in live.items():
+            try:
+                key = bookie_server_key(self.curve, bookie_id, info)
+            except BKError:
+                continue
+            endpoints[bookie_id] = info["endpoint"]
+            if key is not None:
+                keys[bookie_id] = key
+        return endpoints, keys
+
     def error(self, code: int, prefix: str) -> BKError:
         """The exception for ``code``, its message prefixed; an
         ``UnauthorizedError`` names the bookies refusing this client's key."""

@@ -403,11 +403,13 @@ class ReadHandle:
         config = BulkReadConfig(read_timeout_ms=cfg.read_timeout_ms,
                                 batch_entries_max=cfg.read_batch_entries_max,
                                 batch_bytes_max=cfg.read_batch_bytes_max)
-        endpoints = {b: info["endpoint"] for b, info in self._client.registry.available().items()}
+        endpoints, server_keys = self._driver.routes(self._client.registry.available())
         metadata, key = self.metadata, self._key
+        curve_keys = self._driver.curve.keys if self._driver.curve is not None else None
 
         def chunks():
-            with BulkReader(endpoints, config) as reader:
+            with BulkReader(endpoints, config, curve_keys=curve_keys,
+                            server_keys=server_keys) as reader:
                 yield from reader.read(metadata, first_entry_id, last_entry_id, key)
         return chunks()
 

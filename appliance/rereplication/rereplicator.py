@@ -196,15 +196,17 @@ class Rereplicator:
                  key_for: Callable[[LedgerMetadata], bytes | None] | None = None,
                  on_progress: Callable[[str], None] | None = None,
                  transport: Transport | None = None,
-                 request_timeout_ms: int = REQUEST_TIMEOUT_MS):
+                 request_timeout_ms: int = REQUEST_TIMEOUT_MS, curve=None):
         self.ledgers = ledgers
+        self._curve = curve  # appliance.curve.ClientCurve: CURVE to tcp bookies
         self.registry = registry
         self._keys = {master_key(bytes(p)): bytes(p) for p in passwords}
         self._open_ledger = open_ledger
         self._key_for = key_for
         self._progress = on_progress or (lambda line: None)
         self._own_transport = transport is None
-        self._transport = transport or Transport()
+        self._transport = transport or Transport(
+            curve_keys=curve.keys if curve is not None else None)
         self._wire = _Wire(self._transport, request_timeout_ms)
         self._endpoints: dict[str, str] = {}
         self._load: dict[str, int] = {}  # fragments each bookie took in this run
@@ -470,11 +472,18 @@ class Rereplicator:
 
     # -- copying --------------------------------------------------------------------
     def refresh_live(self) -> None:
+        from appliance.curve import bookie_server_key
+
         self._live = self.registry.available()
         for bookie_id, info in self._live.items():
-            if self._endpoints.get(bookie_id) != info["endpoint"]:
-                self._transport.add_bookie(bookie_id, info["endpoint"])
-                self._endpoints[bookie_id] = info["endpoint"]
+            try:
+                route = (info["endpoint"], bookie_server_key(self._curve, bookie_id, info))
+            except BKError as exc:  # fail closed: a plain socket the bookie refuses
+                log.warning("%s", exc)
+                route = (info["endpoint"], None)
+            if self._endpoints.get(bookie_id) != route:
+                self._transport.add_bookie(bookie_id, *route)
+                self._endpoints[bookie_id] = route
 
     def _copy_fragment(self, md: LedgerMetadata, plan: FragmentPlan, key: bytes,
                        replacement: str, report: RecoveryReport) -> int:

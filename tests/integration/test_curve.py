@@ -29,7 +29,7 @@ N_BOOKIES = 3
 REFUSAL_BOUND_S = 5.0  # an unauthorized client learns it this fast (no timeout involved)
 
 
-def _tcp_cluster(root: Path) -> Cluster:
+def _tcp_cluster(root: Path, n_bookies: int = N_BOOKIES, **sections) -> Cluster:
     """Three bookies on tcp with CURVE: the host key pair, an authorized
     directory holding the ``good`` client's key; ``bad`` is not there."""
     for sub in ("keys", "clients", "authorized"):
@@ -38,12 +38,12 @@ def _tcp_cluster(root: Path) -> Cluster:
     generate_keys("good", root / "clients")
     generate_keys("bad", root / "clients")
     shutil.copy(root / "clients" / "good.key", root / "authorized" / "good.key")
-    cluster = Cluster(root, N_BOOKIES, quorums=(3, 3, 2),
+    cluster = Cluster(root, n_bookies, quorums=(3, 3, 2),
                       client={"reconnect_ivl_max_ms": 200},
                       security={"curve": True, "key_file": "keys/host.key_secret",
-                                "authorized_keys_dir": "authorized"})
+                                "authorized_keys_dir": "authorized"}, **sections)
     text = cluster.config_path.read_text()
-    for i in range(1, N_BOOKIES + 1):
+    for i in range(1, n_bookies + 1):
         text = text.replace(f'"ipc://b{i}.sock"', f'"tcp://127.0.0.1:{free_tcp_port()}"')
     cluster.config_path.write_text(text)
     from appliance.config import load_config
@@ -89,6 +89,9 @@ def test_an_authorized_client_round_trips_over_curve(curve_cluster):
         lh.close()
         rh = bk.open_ledger(lh.id, password=PW)
         assert [e.payload for e in rh.read(0, rh.last_add_confirmed)] == payloads
+        chunk_payloads = [bytes(c.payloads[c.offsets[i]:c.offsets[i + 1]])
+                          for c in rh.read_chunks(0, 19) for i in range(c.count)]
+        assert chunk_payloads == payloads  # the bulk reader's own sockets use CURVE too
     with appliance.connect(str(curve_cluster.config_path)) as bk:  # the config: the host key
         assert bk.open_ledger(lh.id, password=PW).read(0, 0)[0].payload == b"entry 0"
 
@@ -197,3 +200,29 @@ def test_a_whole_appliance_runs_over_curve(short_tmp):
     finally:
         seen.update(supervisor_pids(config))
         kill_pids(seen)
+
+
+def test_a_lost_bookie_is_rereplicated_over_curve(short_tmp):
+    """``bkctl bookie recover`` (its own transport) copies over CURVE."""
+    from tests.support.bkctl import bkctl
+
+    cluster = _tcp_cluster(short_tmp, 4, autorecovery={"enabled": False})
+    try:
+        cluster.start()
+        with _connect(cluster, "good") as bk:
+            wait_registered(bk, 4)
+            lh = bk.create_ledger(3, 3, 2, password=PW)
+            for i in range(30):
+                lh.add(b"keep %d" % i)
+            lh.close()
+            lost = bk.ledger_metadata(lh.id).ensembles[0][1][0]
+            cluster.kill(lost)
+            recover = bkctl("bookie", "recover", lost, "--password", "pw",
+                            config=cluster.config_path)
+            assert recover.returncode == 0, recover.stderr.decode()
+            md = bk.ledger_metadata(lh.id)
+            assert all(lost not in bookies for _, bookies in md.ensembles), md.ensembles
+            rh = bk.open_ledger(lh.id, password=PW)
+            assert [e.payload for e in rh.read(0, 29)] == [b"keep %d" % i for i in range(30)]
+    finally:
+        cluster.kill_all()
