@@ -94,6 +94,24 @@ def test_an_authorized_client_round_trips_over_curve(curve_cluster):
         assert chunk_payloads == payloads  # the bulk reader's own sockets use CURVE too
     with appliance.connect(str(curve_cluster.config_path)) as bk:  # the config: the host key
         assert bk.open_ledger(lh.id, password=PW).read(0, 0)[0].payload == b"entry 0"
+    _assert_spark_partitions_read(curve_cluster, lh.id, payloads)
+
+
+def _assert_spark_partitions_read(cluster: Cluster, ledger_id: int, payloads: list) -> None:
+    """The Spark source's planner and executor function, in this process:
+    the partitions carry the key file's path and the bookies' server keys."""
+    from appliance.spark.filters import Bounds
+    from appliance.spark.options import parse_options
+    from appliance.spark.planner import plan_partitions
+    from appliance.spark.source import read_partition
+
+    options = parse_options({"config": str(cluster.config_path), "ledgers": str(ledger_id),
+                             "password": PW.decode()})
+    partitions = plan_partitions(options, Bounds())
+    assert partitions and all(p.server_keys and p.curve_key_file for p in partitions)
+    rows = [bytes(v) for p in partitions for batch in read_partition(p, PW)
+            for v in batch.column("payload").to_pylist()]
+    assert rows == payloads
 
 
 def test_an_unauthorized_key_fails_fast_while_an_authorized_client_keeps_working(
