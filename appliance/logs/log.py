@@ -66,7 +66,7 @@ class Log:
         doomed = [s for s in md.segments if s.state == TRUNCATED]
         for seg in doomed:
             try:
-                self._client.delete_ledger(seg.ledger_id)
+                self._client.delete_ledger(seg.ledger_id, self._password)
             except NoSuchLedgerError:
                 pass
         seqs = {s.seq for s in doomed}
@@ -82,7 +82,7 @@ class Log:
             segment_end(self._client, seg.seq, seg.ledger_id, self._password)
         for seg in md.segments:
             try:
-                self._client.delete_ledger(seg.ledger_id)
+                self._client.delete_ledger(seg.ledger_id, self._password)
             except NoSuchLedgerError:
                 pass
         try:
