@@ -83,6 +83,7 @@ class ServerConfig:
     overreplicated_grace_ms: int = _key(600_000, 0, 30 * 86_400_000)
     cookie_auto_fix: bool = _key(False)
     cluster_key_file: Path = _key("")
+    socket_group: str = _key("")
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ Guarantees:
   arguments of ``appliance.connect`` (which win).
 * ``bookie_server_key(...)``: the server key to verify a registered bookie
   by, or the reason it is refused (its key is not trusted, it publishes
-  none, or it requires CURVE and this client has no key).
+  none, or it requires CURVE and this client has no key); ``bookie_routes``
+  the same for every registered bookie at once.
 * ``generate_keys(name, directory)``: a new key pair in zmq.auth's
   certificate format, the secret file 0600 in a 0700 directory, never
   overwriting a file; both files appear complete or not at all.
@@ -101,6 +102,22 @@ def bookie_server_key(curve: ClientCurve | None, bookie_id: str, registration: d
             f"bookie {bookie_id} ({endpoint}) publishes CURVE key {published}, which is not in "
             f"trusted_keys_dir {curve.trusted.directory}: refused, treated as unavailable")
     return key
+
+
+def bookie_routes(curve: ClientCurve | None, live: dict) -> tuple[dict, dict]:
+    """(endpoints, CURVE server keys) of the registered bookies ``live`` a
+    client with ``curve`` may reach (refused ones left out), for readers
+    with sockets of their own (bulk reads, Spark tasks)."""
+    endpoints, keys = {}, {}
+    for bookie_id, info in live.items():
+        try:
+            key = bookie_server_key(curve, bookie_id, info)
+        except (UnauthorizedError, BookieUnavailableError):
+            continue
+        endpoints[bookie_id] = info["endpoint"]
+        if key is not None:
+            keys[bookie_id] = key
+    return endpoints, keys
 
 
 def check_security(config) -> None:

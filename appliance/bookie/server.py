@@ -151,6 +151,7 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
         server = FrameServer(spec.endpoint, gate, limits=config.wire_limits(),
                              drain_messages_max=config.server.drain_messages_max,
                              queue_messages_max=config.server.queue_messages_max,
+                             socket_group=config.server.socket_group,
                              curve_keys=curve[0] if curve else None,
                              authorized_keys=curve[1] if curve else None)
         if metrics is not None:

@@ -403,7 +403,10 @@ class ReadHandle:
         config = BulkReadConfig(read_timeout_ms=cfg.read_timeout_ms,
                                 batch_entries_max=cfg.read_batch_entries_max,
                                 batch_bytes_max=cfg.read_batch_bytes_max)
-        endpoints, server_keys = self._driver.routes(self._client.registry.available())
+        from appliance.curve import bookie_routes
+
+        endpoints, server_keys = bookie_routes(self._driver.curve,
+                                               self._client.registry.available())
         metadata, key = self.metadata, self._key
         curve_keys = self._driver.curve.keys if self._driver.curve is not None else None
 

@@ -194,7 +194,9 @@ def _endpoints(client, config) -> tuple[dict[str, str], dict[str, bytes]]:
     registrations this client may reach, endpoints completed by the config
     (a bookie down now may be back by the time a task runs)."""
     endpoints = {spec.id: spec.endpoint for spec in (config.bookies if config else ())}
-    live, server_keys = client.driver.routes(client.registry.available())
+    from appliance.curve import bookie_routes
+
+    live, server_keys = bookie_routes(client.driver.curve, client.registry.available())
     endpoints.update(live)
     return endpoints, server_keys
 
