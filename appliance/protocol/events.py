@@ -49,9 +49,11 @@ recovery may pick replacements from: an input, never a lookup).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from appliance.protocol.metadata import LedgerMetadata
+from appliance.protocol.placement import Location
 
 
 # -- actions -----------------------------------------------------------------
@@ -284,8 +286,13 @@ class TimerFired:
 
 @dataclass(frozen=True, slots=True)
 class AvailableBookies:
+    """The live writable bookies, and where bookies are (``locations``:
+    bookie id -> ``placement.Location``; may also name read-only ones, and
+    merges into what the core knew; a bookie never located is its own host)."""
+
     bookie_ids: tuple[str, ...]
     now_ms: int = 0
+    locations: Mapping[str, Location] | None = None
 
 
 REQUEST_ACTIONS = (SendAdd, SendRead, SendReadBatch, SendReadLac, SendWriteLac, WriteMetadata,

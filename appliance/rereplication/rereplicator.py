@@ -61,6 +61,7 @@ from appliance.errors import (
     NoSuchLedgerError,
     error_class,
 )
+from appliance.meta.bookies import bookie_locations
 from appliance.protocol.entry import verify_run
 from appliance.protocol.invariant import invariant
 from appliance.protocol.keys import master_key
@@ -415,7 +416,7 @@ class Rereplicator:
             writable = {b: info["read_only"] for b, info in self._live.items()
                         if b not in refusals}
             replacement = choose_replacement(plan.ensemble, plan.lost, writable, self._load,
-                                             salt=md.ledger_id)
+                                             salt=md.ledger_id, **self._placement(plan))
             if replacement is None:
                 break
             with self._markers.hold(md.ledger_id, replacement):  # until after the CAS
@@ -469,6 +470,9 @@ class Rereplicator:
         return True
 
     # -- copying --------------------------------------------------------------------
+    def _placement(self, plan: FragmentPlan) -> dict:
+        return {"write_quorum": plan.write_quorum, "locations": bookie_locations(self._live)}
+
     def refresh_live(self) -> None:
         self._live = self.registry.available()
         for bookie_id, info in self._live.items():
@@ -556,7 +560,7 @@ class Rereplicator:
         for plan in plan_ledger(md, lost):
             writable = {b: info["read_only"] for b, info in self._live.items()}
             replacement = choose_replacement(plan.ensemble, lost, writable, self._load,
-                                             salt=ledger_id)
+                                             salt=ledger_id, **self._placement(plan))
             if replacement is None:
                 report.skipped.append({"ledger_id": ledger_id, "reason": (
                     f"no writable replacement for fragment at entry {plan.first_entry_id}")})
