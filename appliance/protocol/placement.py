@@ -24,10 +24,11 @@ Guarantees:
   hosts as evenly as it can, and the caller reports it as degraded.
 * ``choose_for_position`` picks a replacement for one position so that every
   write set containing it stays on distinct hosts when such a bookie exists
-  (``replacement_possible``); fallback order: a bookie whose host is in none
-  of the affected write sets, then one whose rack differs, then any
-  writable bookie outside the ensemble.  It returns None only when no
-  writable bookie is outside the ensemble.
+  (``replacement_possible``); order of preference (both modes): a bookie
+  whose host is in none of the affected write sets, among those the fewest
+  rack clashes with them, then the fewest host clashes, then the caller's
+  order; any writable bookie outside the ensemble when nothing better is
+  live.  It returns None only when no candidate is outside the ensemble.
 * Mode ``none`` is the old rule: a uniform random ensemble, the first
   acceptable replacement.
 
@@ -179,14 +180,21 @@ def neighbours(size: int, write_quorum: int, position: int) -> list[int]:
             < write_quorum]
 
 
+def shares_host(ensemble: Sequence[str], write_quorum: int, position: int, bookie: str,
+                locations: Mapping[str, Location] | None) -> bool:
+    """Whether ``bookie`` at ``position`` shares a host with the other members
+    of the write sets holding that position."""
+    hosts = {location_of(ensemble[p], locations).host
+             for p in neighbours(len(ensemble), write_quorum, position)}
+    return location_of(bookie, locations).host in hosts
+
+
 def replacement_possible(ensemble: Sequence[str], write_quorum: int, position: int,
                          writable: Sequence[str],
                          locations: Mapping[str, Location] | None) -> bool:
     """Whether some writable bookie outside ``ensemble`` keeps every write set
     holding ``position`` on distinct hosts."""
-    taken = {location_of(ensemble[p], locations).host
-             for p in neighbours(len(ensemble), write_quorum, position)}
-    return any(location_of(b, locations).host not in taken
+    return any(not shares_host(ensemble, write_quorum, position, b, locations)
                for b in writable if b not in ensemble)
 
 
@@ -228,9 +236,8 @@ class Choice:
     locations: Mapping[str, Location] | None
 
     def shared_hosts(self, bookie: str) -> bool:
-        near = neighbours(len(self.ensemble), self.write_quorum, self.position)
-        hosts = {location_of(self.ensemble[p], self.locations).host for p in near}
-        return location_of(bookie, self.locations).host in hosts
+        return shares_host(self.ensemble, self.write_quorum, self.position, bookie,
+                           self.locations)
 
     @property
     def degraded(self) -> bool:

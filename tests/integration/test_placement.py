@@ -1,7 +1,8 @@
 """Host-aware placement on real bookie processes of one machine, labelled
 with three hosts in their config: new ledgers' write sets, a writer's
 ensemble change after a bookie is killed, re-replication of a lost bookie,
-and the labels as ``bkctl status --json`` and the registry show them."""
+and the labels as ``bkctl status --json``, ``bkctl ledger meta`` and the
+registry show them."""
 
 from __future__ import annotations
 
@@ -92,6 +93,11 @@ def test_rereplication_takes_a_replacement_on_the_lost_bookies_host(make_cluster
         repointed = bk.ledger_metadata(lh.id).last_fragment[1]
         assert lost not in repointed and HOST_OF[repointed[0]] == HOST_OF[lost]
         assert meets_rule(repointed, 3, bk.driver.locations)
+        meta = bkctl("ledger", "meta", str(lh.id), "--json", config=config, text=True)
+        assert meta.returncode == 0, meta.stderr
+        (place,) = json.loads(meta.stdout)["placement"]
+        assert place["hosts"] == [HOST_OF[b] for b in repointed]
+        assert place["write_sets_on_distinct_hosts"] is True
         with bk.open_ledger(lh.id, PW) as rh:
             expected = [b"entry-%d" % i for i in range(20)]
             assert [bytes(e.payload) for e in rh.read(0, 19)] == expected
