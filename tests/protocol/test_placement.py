@@ -159,3 +159,52 @@ def test_several_positions_replaced_see_each_other():
     out = replace_positions(("a1", "a2", "a3"), 3, [1, 2], ["b1", "c1", "d1"], loc)
     assert out is not None and meets_rule(out, 3, loc)
     assert replace_positions(("a1", "a2", "a3"), 3, [1, 2], ["b1"], loc) is None
+
+
+# -- the cores: writer ensemble change, labels arriving by event --------------------------
+def _writer_with_spares(spares, locations=None, event_locations=None, placement="host"):
+    from appliance.errors import BookieIOError
+    from appliance.protocol import events as ev
+    from appliance.protocol.writer import LedgerWriter, WriterConfig
+    from tests.protocol.helpers import DIGEST, KEY, metadata, of
+
+    md = metadata(("a1", "b1", "c1"))
+    w = LedgerWriter(md, 1, KEY, DIGEST, config=WriterConfig(placement=placement),
+                     available_bookies=md.last_fragment[1] + tuple(spares), locations=locations)
+    if event_locations is not None:
+        w.handle(ev.AvailableBookies(md.last_fragment[1] + tuple(spares), 0, event_locations))
+    seen = []
+    w.on_placement = seen.append
+    sends = {s.bookie_id: s for s in of(ev.SendAdd, w.add(b"x", 0))}
+    failed = w.handle(ev.AddResponse(sends["b1"].request_id, "b1", 1, 0, BookieIOError.code))
+    change = [a for a in failed if isinstance(a, ev.WriteMetadata)][0]
+    return w, change.metadata.last_fragment[1], seen
+
+
+LABELS = {"a1": Location("A"), "a2": Location("A"), "b1": Location("B"), "b2": Location("B"),
+          "c1": Location("C"), "c2": Location("C")}
+
+
+def test_the_writer_replaces_a_bookie_on_the_free_host():
+    w, ensemble, seen = _writer_with_spares(["a2", "c2", "b2"], LABELS)
+    assert ensemble == ("a1", "b2", "c1") and w.placement_degraded == 0
+    (choice,) = seen
+    assert choice.position == 1 and set(choice.candidates) == {"a2", "b2", "c2"}
+    assert choice.problem() is None
+
+
+def test_labels_can_arrive_with_available_bookies():
+    _, ensemble, _ = _writer_with_spares(["a2", "c2", "b2"], event_locations=LABELS)
+    assert ensemble == ("a1", "b2", "c1")
+
+
+def test_without_a_free_host_the_writer_still_replaces_and_counts_it():
+    w, ensemble, seen = _writer_with_spares(["a2", "c2"], LABELS)
+    assert ensemble == ("a1", "a2", "c1") and w.placement_degraded == 1
+    assert seen[0].degraded and seen[0].problem() is None  # nothing better was live
+
+
+def test_placement_none_takes_the_first_spare_and_the_invariant_sees_it():
+    w, ensemble, seen = _writer_with_spares(["a2", "c2", "b2"], LABELS, placement="none")
+    assert ensemble == ("a1", "a2", "c1")
+    assert "b2 (host B) was free" in seen[0].problem()
