@@ -208,3 +208,31 @@ def test_placement_none_takes_the_first_spare_and_the_invariant_sees_it():
     w, ensemble, seen = _writer_with_spares(["a2", "c2", "b2"], LABELS, placement="none")
     assert ensemble == ("a1", "a2", "c1")
     assert "b2 (host B) was free" in seen[0].problem()
+
+
+def test_recovery_write_back_replaces_a_silent_bookie_on_the_free_host():
+    from appliance.errors import OK
+    from appliance.protocol import events as ev
+    from appliance.protocol.entry import pack_entry
+    from appliance.protocol.recovery import LedgerRecovery, RecoveryConfig
+    from tests.protocol.helpers import DIGEST, KEY, Loop, metadata
+
+    md = metadata(("b1", "b2", "b3"), write_quorum=3, ack_quorum=3)
+    loop = Loop(md, bookies=("b1", "b2", "b3", "b4", "b5", "b6"))
+    record = pack_entry(1, 0, -1, 2, b"e0", DIGEST)
+    for bookie in ("b1", "b2"):
+        assert loop.bookies[bookie].add(1, 0, record, KEY).code == OK
+    loop.down.add("b3")  # silent: its write-back times out and it is replaced
+    labels = {"b1": Location("A"), "b2": Location("B"), "b3": Location("C"),
+              "b4": Location("A"), "b5": Location("C"), "b6": Location("B")}
+    core = LedgerRecovery(md, 1, KEY, DIGEST, config=RecoveryConfig(positive_min=1),
+                          available_bookies=("b1", "b2", "b4", "b6", "b5"), locations=labels)
+    loop.run(core, core.start(now_ms=0))
+    for tick in range(1, 10):
+        if loop.results:
+            break
+        loop.fire_timers(core, tick * 1_000)
+    (done,) = loop.results
+    assert isinstance(done, ev.OpenDone) and done.code == OK
+    assert done.metadata.ensembles[-1] == (0, ("b1", "b2", "b5"))
+    assert core.placement_degraded == 0
