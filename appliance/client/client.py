@@ -43,7 +43,7 @@ from appliance.errors import (
 from appliance.protocol import events as ev
 from appliance.protocol.keys import SALT_BYTES, check_password, master_key, password_record
 from appliance.protocol.metadata import CLOSED, DIGEST_TYPES, LedgerMetadata, check_quorums
-from appliance.protocol.placement import choose_ensemble, location_of, meets_rule
+from appliance.protocol.placement import choose_ensemble, host_count, location_of, meets_rule
 
 log = logging.getLogger(__name__)
 
@@ -137,19 +137,22 @@ class Client:
             raise NotEnoughBookiesError(f"ensemble of {e} needs {e} live writable bookies; "
                                         f"{len(live)} are up ({', '.join(live) or 'none'})")
         if self.config.placement != "none" and not meets_rule(chosen, w, locations):
-            self._placement_degraded(chosen, w, locations)
+            self._placement_degraded(chosen, w, live, locations)
         md = self.ledgers.create_ledger(e, w, a, chosen, digest, self._password_record(key),
                                         custom=custom, ctime_ms=int(time.time() * 1000),
                                         sealed_key=self._sealed(key))
         _, version = self.ledgers.read_ledger(md.ledger_id)
         return WriteHandle(self, md, version, key)
 
-    def _placement_degraded(self, chosen, write_quorum: int, locations) -> None:
+    def _placement_degraded(self, chosen, write_quorum: int, live, locations) -> None:
         """Too few hosts for the rule: the ledger is made all the same
-        (durability by count beats placement); warned once, then counted."""
+        (durability by count beats placement); counted, and warned once when
+        the live bookies span several hosts (on one machine it is the
+        deployment, not news: logged at info)."""
         self.placement_degraded += 1
         hosts = sorted({location_of(b, locations).host for b in chosen})
-        (log.debug if self.placement_degraded > 1 else log.warning)(
+        first, spread = self.placement_degraded == 1, host_count(live, locations) > 1
+        (log.warning if first and spread else log.info if first else log.debug)(
             "placement degraded: write sets of %d on the ensemble %s share hosts (live "
             "hosts do not allow distinct ones: %s); see docs/CONFIG.md, Placement",
             write_quorum, list(chosen), ", ".join(hosts))

@@ -44,7 +44,8 @@ Events (driver -> core)
 ``AddResponse`` (or ``AddResponses``: all replies to one ``SendAdd``),
 ``ReadResponse`` (``ReadBatchResponse``), ``ReadLacResponse``, ``MetadataWritten``,
 ``MetadataRead``, ``TimerFired``, ``AvailableBookies`` (the bookies a writer or
-recovery may pick replacements from: an input, never a lookup).
+recovery may pick replacements from, with where they are for host-aware
+placement: an input, never a lookup).
 """
 
 from __future__ import annotations

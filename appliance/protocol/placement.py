@@ -93,6 +93,12 @@ def meets_rule(ensemble: Sequence[str], write_quorum: int,
     return all(n == write_quorum for n in write_set_hosts(ensemble, write_quorum, locations))
 
 
+def host_count(bookies: Sequence[str], locations: Mapping[str, Location] | None) -> int:
+    """How many distinct hosts ``bookies`` are on (1: a one-machine appliance,
+    where a shared host is the deployment, not a degraded choice)."""
+    return len({location_of(b, locations).host for b in bookies})
+
+
 def _groups(bookies: Sequence[str], locations, key: str) -> dict[str, list[str]]:
     groups: dict[str, list[str]] = {}
     for b in bookies:

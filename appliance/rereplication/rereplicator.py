@@ -66,7 +66,7 @@ from appliance.protocol.entry import verify_run
 from appliance.protocol.invariant import invariant
 from appliance.protocol.keys import master_key
 from appliance.protocol.metadata import CLOSED, LedgerMetadata
-from appliance.protocol.placement import shares_host
+from appliance.protocol.placement import host_count, shares_host
 from appliance.protocol.rereplication_plan import (
     RECOVER_OPEN,
     SKIP_OPEN,
@@ -472,14 +472,15 @@ class Rereplicator:
     # -- copying --------------------------------------------------------------------
     def _choose(self, plan: FragmentPlan, writable: dict, salt: int) -> str | None:
         """``choose_replacement``, host-aware; a pick sharing a host with the
-        write sets of its position (no better one live) is logged."""
+        write sets of its position (none better was live) is logged."""
         where = bookie_locations(self._live)
         pick = choose_replacement(plan.ensemble, plan.lost, writable, self._load, salt=salt,
                                   write_quorum=plan.write_quorum, locations=where)
         if pick is not None and shares_host(plan.ensemble, plan.write_quorum, plan.position,
-                                            pick, where):
-            log.warning("ledger %d: placement degraded: %s replaces %s on a host its write "
-                        "sets already use", plan.ledger_id, pick, plan.lost)
+                                            pick, where):  # on one machine: not news
+            level = logging.WARNING if host_count(list(self._live), where) > 1 else logging.INFO
+            log.log(level, "ledger %d: placement degraded: %s replaces %s on a host its "
+                    "write sets already use", plan.ledger_id, pick, plan.lost)
         return pick
 
     def refresh_live(self) -> None:

@@ -101,3 +101,29 @@ def test_rereplication_takes_a_replacement_on_the_lost_bookies_host(make_cluster
         with bk.open_ledger(lh.id, PW) as rh:
             expected = [b"entry-%d" % i for i in range(20)]
             assert [bytes(e.payload) for e in rh.read(0, 19)] == expected
+
+
+def test_too_few_hosts_still_create_ledgers_counted_and_warned_once(make_cluster, caplog):
+    two_hosts = [{"host": h} for h in ("host-a", "host-a", "host-b", "host-b")]
+    spread = make_cluster(4, quorums=(3, 3, 2), per_bookie=two_hosts)
+    one_host = make_cluster(3, quorums=(3, 3, 2))  # the default: this machine's hostname
+    caplog.set_level("INFO", logger="appliance.client.client")
+    with appliance.connect(str(spread.config_path)) as bk:
+        wait_registered(bk, 4)
+        wait_for(lambda: len(bk.driver.locations) == 4, 15, what="labels from the registry")
+        for _ in range(3):  # W=3 over 2 hosts: the rule cannot hold; never refused
+            lh = bk.create_ledger(password=PW)
+            lh.add(b"x")
+            lh.close()
+        assert bk.placement_degraded == 3
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "placement degraded" in warnings[0].getMessage()
+    caplog.clear()
+    with appliance.connect(str(one_host.config_path)) as bk:
+        wait_registered(bk, 3)
+        lh = bk.create_ledger(password=PW)
+        lh.add(b"x")
+        lh.close()
+        assert bk.placement_degraded == 1
+    levels = [r.levelname for r in caplog.records if "placement degraded" in r.getMessage()]
+    assert levels == ["INFO"]  # one machine: the deployment, not news
