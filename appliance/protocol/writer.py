@@ -87,9 +87,9 @@ class WriterConfig:
     # tailing readers see the last entry (0 = never).  Costs one small
     # message per bookie per interval while the writer is idle.
     explicit_lac_interval_ms: int = 0
-    # How replacements are placed (appliance.protocol.placement): "host"
-    # keeps every write set on distinct hosts when a spare allows it, "rack"
-    # prefers distinct racks too, "none" takes the first spare.
+    # How replacements are placed (appliance.protocol.placement): "host" and
+    # "rack" keep the write sets holding the position on distinct hosts when
+    # a spare allows it (then prefer another rack); "none" takes the first spare.
     placement: str = "host"
 
     def tick_ms(self) -> int:
