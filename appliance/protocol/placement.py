@@ -49,6 +49,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from appliance.protocol.quorum import write_set_positions
+
 if TYPE_CHECKING:  # the caller injects its random source: the core has none of its own
     import random
 
@@ -76,15 +78,13 @@ def check_mode(mode: str) -> str:
 
 
 # -- the rule -----------------------------------------------------------------------
-def _write_sets(size: int, write_quorum: int) -> list[tuple[int, ...]]:
-    return [tuple((s + i) % size for i in range(write_quorum)) for s in range(size)]
-
-
 def write_set_hosts(ensemble: Sequence[str], write_quorum: int,
                     locations: Mapping[str, Location] | None) -> list[int]:
     """How many distinct hosts each write set (by first position) spans."""
     hosts = [location_of(b, locations).host for b in ensemble]
-    return [len({hosts[p] for p in ws}) for ws in _write_sets(len(ensemble), write_quorum)]
+    size = len(ensemble)
+    return [len({hosts[p] for p in write_set_positions(first, size, write_quorum)})
+            for first in range(size)]
 
 
 def meets_rule(ensemble: Sequence[str], write_quorum: int,
