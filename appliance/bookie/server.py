@@ -168,7 +168,8 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
         registry.register(bookie_id, server.endpoint,
                           {"pid": os.getpid(), "instance_id": storage.instance_id,
                            "journal_dir": str(spec.journal_dir),
-                           "ledger_dir": str(spec.ledger_dir), "metrics_url": metrics_url},
+                           "ledger_dir": str(spec.ledger_dir), "metrics_url": metrics_url,
+                           "host": spec.host, "rack": spec.rack},
                           read_only=monitor.read_only)
         start_disk_checks(server, monitor, config.server.disk_check_interval_ms,
                           lambda ro: registry.set_read_only(bookie_id, ro), monitor.read_only)

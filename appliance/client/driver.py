@@ -52,6 +52,7 @@ from appliance.errors import (
     ClientClosedError,
     code_of,
 )
+from appliance.meta.bookies import bookie_locations
 from appliance.protocol import events as ev
 from appliance.protocol.reader import PackedRecords
 from ipc.client import Transport
@@ -111,6 +112,7 @@ class Driver:
         self._cores: dict[int, object] = {}
         self._endpoints: dict[str, str] = {}
         self._available: tuple[str, ...] = ()
+        self._locations: dict = {}  # bookie id -> placement.Location (registry labels)
         self.write_close_outcomes = new_counters()  # BP-32: succeeded / partly / failed
         self._closed = False
         self._pool = ThreadPoolExecutor(METADATA_WORKERS, thread_name_prefix="bk-metadata")
@@ -130,6 +132,11 @@ class Driver:
     @property
     def available_bookies(self) -> tuple[str, ...]:
         return self._available
+
+    @property
+    def locations(self) -> dict:
+        """Where the registered bookies are (``placement.Location`` by id)."""
+        return self._locations
 
     # -- calls from user threads ------------------------------------------------
     def call(self, fn, *args) -> Future:
@@ -384,6 +391,7 @@ class Driver:
                 self.transport.add_bookie(bookie_id, info["endpoint"])
         self._available = tuple(sorted(b for b, info in live.items()
                                        if not info.get("read_only")))
+        self._locations = bookie_locations(live)
 
     def _refresh_in_pool(self) -> None:
         live = self._read_registry()
@@ -434,7 +442,7 @@ class Driver:
                 item[1](*item[2])
             elif kind == "bookies":
                 self._use_registry(item[1])
-                event = ev.AvailableBookies(self._available, self.now_ms())
+                event = ev.AvailableBookies(self._available, self.now_ms(), self._locations)
                 for core in list(self._cores.values()):
                     self.feed(core, event)
         except Exception:
