@@ -28,6 +28,7 @@ import difflib
 import mmap
 import os
 import re
+import socket
 import tomllib
 import uuid
 from collections.abc import Callable, Mapping
@@ -40,6 +41,7 @@ from appliance.errors import ConfigError
 MiB = 1024 * 1024
 IPC_PATH_BYTES_MAX = 107  # sun_path holds 108 bytes including the NUL
 BOOKIE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,252}$")  # a host or rack name
 
 
 def _key(default=MISSING, low: float | None = None, high: float | None = None,
@@ -64,6 +66,10 @@ class BookieConfig:
     endpoint: str = _key()
     cpus: tuple[int, ...] = _key(())
     metrics_address: str = _key("")
+    # Placement labels (appliance.protocol.placement): write sets spread over
+    # distinct hosts (and racks).  host "" = this machine's hostname.
+    host: str = _key("")
+    rack: str = _key("default-rack")
 
 
 @dataclass(frozen=True)
@@ -106,6 +112,7 @@ class ClientConfig:
     explicit_lac_interval_ms: int = _key(1_000, 0, 3_600_000)
     reconnect_ivl_ms: int = _key(100, 1, 60_000)
     reconnect_ivl_max_ms: int = _key(2_000, 1, 600_000)
+    placement: str = _key("host", choices=("host", "rack", "none"))
 
 
 @dataclass(frozen=True)
@@ -395,6 +402,11 @@ def _bookies(doc: dict, base: Path) -> tuple[BookieConfig, ...]:
                 raise _Refusal(f"{where}.metrics_address", str(exc),
                                "set host:port (port 0 picks a free one) or leave it empty "
                                "(no metrics)") from None
+        for name in ("host", "rack"):
+            if name in values and not LABEL.match(values[name]):
+                raise _Refusal(f"{where}.{name}", f"{values[name]!r} is not a valid {name}",
+                               "use 1-253 of A-Z a-z 0-9 . _ : / -, starting alphanumeric")
+        values["host"] = values.get("host") or socket.gethostname()
         out.append(BookieConfig(**values))
     return tuple(out)
 
@@ -423,8 +435,13 @@ def _endpoint(key: str, endpoint: str, base: Path) -> str:
 def _check_distinct(bookies: tuple[BookieConfig, ...]) -> None:
     seen_ids: dict[str, int] = {}
     seen_endpoints: dict[str, int] = {}
+    racks: dict[str, tuple[str, int]] = {}  # one host sits in one rack (placement)
     dirs: list[tuple[str, Path]] = []
     for i, b in enumerate(bookies):
+        rack, first = racks.setdefault(b.host, (b.rack, i))
+        if rack != b.rack:
+            raise _Refusal(f"bookies[{i}].rack", f"host {b.host!r} is in rack {rack!r} at "
+                           f"bookies[{first}]", "give every bookie of one host the same rack")
         if b.id in seen_ids:
             raise _Refusal(f"bookies[{i}].id", f"{b.id!r} is also bookies[{seen_ids[b.id]}]",
                            "give every bookie its own id")

@@ -124,7 +124,8 @@ def down(config_path):
 @config_option
 @library_errors
 def status(as_json, config_path):
-    """Show each bookie: id, state (up/down/read-only), pid, endpoint, disk use
+    """Show each bookie: id, state (up/down/read-only), pid, endpoint, its
+    placement labels (host, rack), disk use
     (bytes under its directories, and the fullest file system's used share:
     a bookie turns read-only at server.disk_usage_max), its entry logs (live
     bytes the index points at, garbage that compaction or GC can give back,
@@ -147,7 +148,8 @@ def status(as_json, config_path):
             f"  live={r['live_bytes'] / 1e6:.1f} MB garbage={r['garbage_bytes'] / 1e6:.1f} MB"
             f" logs={r['entry_logs']}")
         click.echo(f"{r['id']:<12} {r['state']:<10} pid={r['pid'] or '-':<8} "
-                   f"{r['endpoint']}  disk={r['disk_bytes'] / 1e6:.1f} MB"
+                   f"{r['endpoint']}  host={r['host']} rack={r['rack']}"
+                   f"  disk={r['disk_bytes'] / 1e6:.1f} MB"
                    f"  fs_used={'-' if used is None else f'{used:.0%}'}{logs}{limbo}")
 
 
@@ -168,7 +170,8 @@ def _bookie_status(config, b) -> dict:
             "entry_logs": disk.get("entry_logs"), "open_logs": disk.get("open_logs"),
             "entry_log_bytes": disk.get("entry_log_bytes"),
             "gc": (info or {}).get("gc"), "metrics_url": (info or {}).get("metrics_url"),
-            "endpoint": b.endpoint, "journal_dir": str(b.journal_dir),
+            "endpoint": b.endpoint, "host": b.host, "rack": b.rack,
+            "journal_dir": str(b.journal_dir),
             "ledger_dir": str(b.ledger_dir),
             "disk_bytes": _du(b.journal_dir) + _du(b.ledger_dir)}
 

@@ -182,14 +182,23 @@ def list_(as_json, config_path):
 @config_option
 @library_errors
 def meta(ledger_id, as_json, config_path):
-    """Show a ledger's state, last entry, quorums and ensembles.
+    """Show a ledger's state, last entry, quorums and ensembles, with each
+    fragment's hosts (as live bookies publish them; a bookie not up counts
+    as its own host) and whether every write set is on distinct hosts.
 
     \b
     Example:
       bkctl ledger meta 7 --json
     """
+    from appliance.protocol.placement import location_of, meets_rule
+
     with _connect(config_path) as bk:
         md = bk.ledger_metadata(ledger_id)
+        where = bk.driver.locations
+    placement = [{"first_entry_id": first,
+                  "hosts": [location_of(b, where).host for b in bookies],
+                  "write_sets_on_distinct_hosts": meets_rule(bookies, md.write_quorum, where)}
+                 for first, bookies in md.ensembles]
     doc = {
         "ledger_id": ledger_id,
         "state": md.state,
@@ -198,14 +207,17 @@ def meta(ledger_id, as_json, config_path):
         "write_quorum": md.write_quorum,
         "ack_quorum": md.ack_quorum,
         "ensembles": [[first, list(bookies)] for first, bookies in md.ensembles],
+        "placement": placement,
     }
     if as_json:
         echo_json(doc)
         return
     click.echo(f"ledger {ledger_id}: {md.state}, last entry {md.last_entry_id}, "
                f"E{md.ensemble_size}/W{md.write_quorum}/A{md.ack_quorum}")
-    for first, bookies in md.ensembles:
-        click.echo(f"  from entry {first}: {', '.join(bookies)}")
+    for (first, bookies), place in zip(md.ensembles, placement, strict=True):
+        spread = "distinct" if place["write_sets_on_distinct_hosts"] else "SHARED"
+        click.echo(f"  from entry {first}: {', '.join(bookies)}  (hosts: "
+                   f"{', '.join(place['hosts'])}; write sets on {spread} hosts)")
 
 
 @ledger.command()

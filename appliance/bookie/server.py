@@ -176,6 +176,7 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
                           {"pid": os.getpid(), "instance_id": storage.instance_id,
                            "journal_dir": str(spec.journal_dir),
                            "ledger_dir": str(spec.ledger_dir), "metrics_url": metrics_url,
+                           "host": spec.host, "rack": spec.rack,
                            "curve_public_key": server.curve_public_key},
                           read_only=monitor.read_only)
         start_disk_checks(server, monitor, config.server.disk_check_interval_ms,

@@ -17,6 +17,9 @@ Guarantees:
   ``add_async`` blocks beyond that (bounded memory here and in the bookies).
 * Thread-safe: any thread may call any method; the protocol cores run on
   one driver thread (``appliance.client.driver``).
+* New ledgers are placed host-aware (``[client] placement``,
+  ``appliance.protocol.placement``): every write set on distinct hosts when
+  the live bookies allow it; otherwise created all the same, with a warning.
 * Errors are ``appliance.errors`` classes; a wrong password is refused on
   open before anything is fenced (``UnauthorizedError``).
 """
@@ -39,6 +42,9 @@ from appliance.errors import (
 from appliance.protocol import events as ev
 from appliance.protocol.keys import SALT_BYTES, check_password, master_key, password_record
 from appliance.protocol.metadata import CLOSED, DIGEST_TYPES, LedgerMetadata, check_quorums
+from appliance.protocol.placement import choose_ensemble, host_count, location_of, meets_rule
+
+log = logging.getLogger(__name__)
 
 log = logging.getLogger(__name__)
 KNOWN_KEYS_MAX = 64  # distinct passwords a connection remembers for delete_ledger
@@ -102,6 +108,7 @@ class Client:
         self.driver.start()
         self._closed = False
         self._rng = random.Random()
+        self.placement_degraded = 0  # ledgers created on write sets sharing a host
         self._records: dict[bytes, bytes] = {}  # master key -> its password record
         self._known_keys: dict[bytes, None] = {}  # keys proven in this connection (delete)
         self.metrics = None  # appliance.client.metrics.ClientMetrics when asked for
@@ -129,18 +136,34 @@ class Client:
         if digest not in DIGEST_TYPES:
             raise ValueError(f"digest must be one of {DIGEST_TYPES}, got {digest!r}")
         key = master_key(_check_password(password))
-        live = list(wait_result(self.driver.call(lambda: self.driver.available_bookies), 30.0,
-                          "listing bookies"))
-        if len(live) < e:
+        live, locations = wait_result(self.driver.call(
+            lambda: (self.driver.available_bookies, self.driver.locations)), 30.0,
+            "listing bookies")
+        chosen = choose_ensemble(live, locations, e, w, self._rng, self.config.placement)
+        if chosen is None:
             raise NotEnoughBookiesError(f"ensemble of {e} needs {e} live writable bookies; "
                                         f"{len(live)} are up ({', '.join(live) or 'none'})")
-        chosen = self._rng.sample(live, e)
+        if self.config.placement != "none" and not meets_rule(chosen, w, locations):
+            self._placement_degraded(chosen, w, live, locations)
         md = self.ledgers.create_ledger(e, w, a, chosen, digest, self._password_record(key),
                                         custom=custom, ctime_ms=int(time.time() * 1000),
                                         sealed_key=self._sealed(key))
         _, version = self.ledgers.read_ledger(md.ledger_id)
         self._remember_key(key)
         return WriteHandle(self, md, version, key)
+
+    def _placement_degraded(self, chosen, write_quorum: int, live, locations) -> None:
+        """Too few hosts for the rule: the ledger is made all the same
+        (durability by count beats placement); counted, and warned once when
+        the live bookies span several hosts (on one machine it is the
+        deployment, not news: logged at info)."""
+        self.placement_degraded += 1
+        hosts = sorted({location_of(b, locations).host for b in chosen})
+        first, spread = self.placement_degraded == 1, host_count(live, locations) > 1
+        (log.warning if first and spread else log.info if first else log.debug)(
+            "placement degraded: write sets of %d on the ensemble %s share hosts (live "
+            "hosts do not allow distinct ones: %s); see docs/CONFIG.md, Placement",
+            write_quorum, list(chosen), ", ".join(hosts))
 
     def _password_record(self, key: bytes) -> bytes:
         """The salted scrypt record of ``key`` stored in new ledgers' metadata
@@ -188,7 +211,7 @@ class Client:
 
     def _recover(self, md: LedgerMetadata, version: int, key: bytes) -> LedgerMetadata:
         from appliance.checks.digest import make_digest
-        from appliance.protocol.recovery import LedgerRecovery
+        from appliance.protocol.recovery import LedgerRecovery, RecoveryConfig
 
         done: Future = Future()
         if self.metrics is not None:
@@ -201,8 +224,9 @@ class Client:
 
         def start():
             core = LedgerRecovery(md, version, key, make_digest(md.digest_type, key),
+                                  config=RecoveryConfig(placement=self.config.placement),
                                   available_bookies=self.driver.available_bookies,
-                                  ids=self.driver.ids)
+                                  ids=self.driver.ids, locations=self.driver.locations)
             self.driver.register(core, _Sink())
             self.driver.run(core, core.start(self.driver.now_ms()))
             return core

@@ -26,13 +26,10 @@ A request to a bookie the registry does not list, or that the transport
 refuses, is answered to the core as ``BookieUnavailableError`` (unknown
 class: it drives an ensemble change, never a wrong negative).
 
-CURVE (``curve``, ``appliance.curve``): a tcp bookie is reached with the
-server key its registry entry publishes; a bookie whose key is not in
-``trusted_keys_dir`` (or that publishes none) is refused with one log line
-and left out of the available bookies.  A bookie that refuses this
-client's key (or wants CURVE from a client without one) answers requests
-with ``UnauthorizedError``; ``error(code, prefix)`` builds the exception a
-user sees, naming such bookies and why.
+CURVE (``appliance.curve``): a tcp bookie is reached with the server key it
+registered; one not trusted is refused (a log line) and not available; one
+refusing our key fails requests with ``UnauthorizedError``, which
+``error(code, prefix)`` explains.
 
 Limits: the driver queue is unbounded in type but bounded in practice by
 each write handle's in-flight count (its add paths wait on a condition
@@ -62,6 +59,7 @@ from appliance.errors import (
     code_of,
     error_for_code,
 )
+from appliance.meta.bookies import bookie_locations
 from appliance.protocol import events as ev
 from appliance.protocol.reader import PackedRecords
 from ipc.client import Transport
@@ -123,6 +121,7 @@ class Driver:
         self.curve = curve  # appliance.curve.ClientCurve or None
         self._refusals: dict[str, BKError] = {}  # bookie id -> why we do not talk to it
         self._available: tuple[str, ...] = ()
+        self._locations: dict = {}  # bookie id -> placement.Location (registry labels)
         self.write_close_outcomes = new_counters()  # BP-32: succeeded / partly / failed
         self._closed = False
         self._pool = ThreadPoolExecutor(METADATA_WORKERS, thread_name_prefix="bk-metadata")
@@ -143,6 +142,11 @@ class Driver:
     @property
     def available_bookies(self) -> tuple[str, ...]:
         return self._available
+
+    @property
+    def locations(self) -> dict:
+        """Where the registered bookies are (``placement.Location`` by id)."""
+        return self._locations
 
     # -- calls from user threads ------------------------------------------------
     def call(self, fn, *args) -> Future:
@@ -433,6 +437,7 @@ class Driver:
                     pass  # requires CURVE we lack: sends fail with UnauthorizedError
         self._available = tuple(sorted(b for b, info in live.items()
                                        if not info.get("read_only") and b not in untrusted))
+        self._locations = bookie_locations(live)
 
     def _refresh_in_pool(self) -> None:
         live = self._read_registry()
@@ -483,7 +488,7 @@ class Driver:
                 item[1](*item[2])
             elif kind == "bookies":
                 self._use_registry(item[1])
-                event = ev.AvailableBookies(self._available, self.now_ms())
+                event = ev.AvailableBookies(self._available, self.now_ms(), self._locations)
                 for core in list(self._cores.values()):
                     self.feed(core, event)
         except Exception:

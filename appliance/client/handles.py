@@ -144,10 +144,11 @@ class WriteHandle:
         wcfg = WriterConfig(add_timeout_ms=cfg.add_timeout_ms, add_retries_max=cfg.add_retries_max,
                             pending_adds_max=cfg.inflight_adds_max,
                             entry_bytes_max=self._entry_bytes_max,
-                            explicit_lac_interval_ms=cfg.explicit_lac_interval_ms)
+                            explicit_lac_interval_ms=cfg.explicit_lac_interval_ms,
+                            placement=cfg.placement)
         self._writer = LedgerWriter(metadata, version, key, _digest(metadata, key), config=wcfg,
                                     available_bookies=self._driver.available_bookies,
-                                    ids=self._driver.ids)
+                                    ids=self._driver.ids, locations=self._driver.locations)
         # One lock guards the queue and the count of adds in flight; add_async
         # waits on _room (same lock) while inflight_adds_max adds are in flight.
         self._queue_lock = threading.Lock()

@@ -44,14 +44,17 @@ Events (driver -> core)
 ``AddResponse`` (or ``AddResponses``: all replies to one ``SendAdd``),
 ``ReadResponse`` (``ReadBatchResponse``), ``ReadLacResponse``, ``MetadataWritten``,
 ``MetadataRead``, ``TimerFired``, ``AvailableBookies`` (the bookies a writer or
-recovery may pick replacements from: an input, never a lookup).
+recovery may pick replacements from, with where they are for host-aware
+placement: an input, never a lookup).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from appliance.protocol.metadata import LedgerMetadata
+from appliance.protocol.placement import Location
 
 
 # -- actions -----------------------------------------------------------------
@@ -284,8 +287,13 @@ class TimerFired:
 
 @dataclass(frozen=True, slots=True)
 class AvailableBookies:
+    """The live writable bookies, and where bookies are (``locations``:
+    bookie id -> ``placement.Location``; may also name read-only ones, and
+    merges into what the core knew; a bookie never located is its own host)."""
+
     bookie_ids: tuple[str, ...]
     now_ms: int = 0
+    locations: Mapping[str, Location] | None = None
 
 
 REQUEST_ACTIONS = (SendAdd, SendRead, SendReadBatch, SendReadLac, SendWriteLac, WriteMetadata,

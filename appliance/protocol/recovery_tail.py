@@ -244,20 +244,18 @@ class RecoveryTail:
 
     def _replace(self, pos: int, now_ms: int) -> None:
         """Local ensemble change: a new fragment from the lowest entry not yet
-        written back, with the bookie at ``pos`` replaced."""
+        written back, with the bookie at ``pos`` replaced (host-aware)."""
         first = self.written_upto + 1
         invariant(first >= self.md.last_fragment[0],
                   f"ledger {self.owner.ledger_id}: recovery would add a fragment at {first} "
                   f"before the last fragment at {self.md.last_fragment[0]} "
                   f"(invalid ensemble, BookKeeper issue 2615)")
-        ensemble = list(self.ws.ensemble)
-        self.failed_bookies.add(ensemble[pos])
-        spares = [b for b in self.owner.available_bookies
-                  if b not in ensemble and b not in self.failed_bookies]
-        if not spares:
+        self.failed_bookies.add(self.ws.ensemble[pos])
+        spares = [b for b in self.owner.available_bookies if b not in self.failed_bookies]
+        ensemble = self.owner.replace_bookies(self.ws.ensemble, self.qw, [pos], spares)
+        if ensemble is None:
             self.owner.finish(NotEnoughBookiesError.code)
             return
-        ensemble[pos] = spares[0]
         if self.fragments and self.fragments[-1][0] == first:
             self.fragments[-1] = (first, tuple(ensemble))
         else:

@@ -61,10 +61,12 @@ from appliance.errors import (
     NoSuchLedgerError,
     error_class,
 )
+from appliance.meta.bookies import bookie_locations
 from appliance.protocol.entry import verify_run
 from appliance.protocol.invariant import invariant
 from appliance.protocol.keys import master_key
 from appliance.protocol.metadata import CLOSED, LedgerMetadata
+from appliance.protocol.placement import host_count, shares_host
 from appliance.protocol.rereplication_plan import (
     RECOVER_OPEN,
     SKIP_OPEN,
@@ -416,8 +418,7 @@ class Rereplicator:
         for _ in range(REPLACEMENT_TRIES_MAX):
             writable = {b: info["read_only"] for b, info in self._live.items()
                         if b not in refusals}
-            replacement = choose_replacement(plan.ensemble, plan.lost, writable, self._load,
-                                             salt=md.ledger_id)
+            replacement = self._choose(plan, writable, md.ledger_id)
             if replacement is None:
                 break
             with self._markers.hold(md.ledger_id, replacement):  # until after the CAS
@@ -471,6 +472,19 @@ class Rereplicator:
         return True
 
     # -- copying --------------------------------------------------------------------
+    def _choose(self, plan: FragmentPlan, writable: dict, salt: int) -> str | None:
+        """``choose_replacement``, host-aware; a pick sharing a host with the
+        write sets of its position (none better was live) is logged."""
+        where = bookie_locations(self._live)
+        pick = choose_replacement(plan.ensemble, plan.lost, writable, self._load, salt=salt,
+                                  write_quorum=plan.write_quorum, locations=where)
+        if pick is not None and shares_host(plan.ensemble, plan.write_quorum, plan.position,
+                                            pick, where):  # on one machine: not news
+            level = logging.WARNING if host_count(list(self._live), where) > 1 else logging.INFO
+            log.log(level, "ledger %d: placement degraded: %s replaces %s on a host its "
+                    "write sets already use", plan.ledger_id, pick, plan.lost)
+        return pick
+
     def refresh_live(self) -> None:
         from appliance.curve import bookie_server_key
 
@@ -564,8 +578,7 @@ class Rereplicator:
             return
         for plan in plan_ledger(md, lost):
             writable = {b: info["read_only"] for b, info in self._live.items()}
-            replacement = choose_replacement(plan.ensemble, lost, writable, self._load,
-                                             salt=ledger_id)
+            replacement = self._choose(plan, writable, ledger_id)
             if replacement is None:
                 report.skipped.append({"ledger_id": ledger_id, "reason": (
                     f"no writable replacement for fragment at entry {plan.first_entry_id}")})

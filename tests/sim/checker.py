@@ -23,12 +23,18 @@ that lost data, a metadata write, a read) and runs at the end of that step:
 ``repoint-durable``  at the metadata write that puts a bookie into a sealed
                      fragment, it durably holds that position's share of the
                      fragment (every acknowledged entry of it in its write set).
+``placement``        the first ensemble meets the host rule (every write set on
+                     distinct hosts) whenever the bookies allow it, and every
+                     replacement the writer, a recovery or a re-replicator
+                     picks shares no host with the write sets holding its
+                     position whenever one of its candidates did not.
 """
 
 from __future__ import annotations
 
 from appliance.protocol.entry import HEADER_BYTES
 from appliance.protocol.metadata import CLOSED
+from appliance.protocol.placement import ensemble_possible, meets_rule
 from appliance.protocol.repair import share_runs
 from tests.sim.world import Violation
 
@@ -46,6 +52,7 @@ class Checker:
         self.closed = None  # the CLOSED metadata, once written
         self.reader_lacs: dict[str, int] = {}
         self.reads_checked = 0
+        self.placement_choices = 0  # replacements checked by the placement invariant
         self._to_check: set[int] = set()
         self._check_all = False
         world.after_step.append(self.after_step)
@@ -63,6 +70,20 @@ class Checker:
         return self.records[entry_id][self.payload_offset:]
 
     # -- hooks -------------------------------------------------------------------------
+    def on_new_ensemble(self, md, bookies, locations) -> None:
+        ensemble, qw = md.last_fragment[1], md.write_quorum
+        if ensemble_possible(bookies, locations, len(ensemble), qw) \
+                and not meets_rule(ensemble, qw, locations):
+            self.fail("placement", f"first ensemble {list(ensemble)} puts a write set of {qw} "
+                                   f"on one host while {bookies} allowed distinct ones")
+
+    def on_placement(self, choice) -> None:
+        """A replacement (``placement.Choice``) as its chooser saw it."""
+        self.placement_choices += 1
+        problem = choice.problem()
+        if problem is not None:
+            self.fail("placement", problem)
+
     def on_record(self, action) -> None:
         """Every SendAdd a client makes: the writer's first record for an id
         is canonical; no record for that id may ever differ."""
