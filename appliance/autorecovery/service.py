@@ -27,6 +27,13 @@ once several hosts run bookies.  All their state is in the metadata store
   a marked bookie.
 * Keys: the bookie's own stored key for the ledger, else the one sealed in
   its metadata (``appliance.meta.custody``, the same answer as BP-46 repair).
+  The auditor's READ_LAC probes carry it too (bookies refuse reads without
+  the ledger's key), unchecked against the password record
+  (``probe_key_for``: a scrypt per ledger per check would cost seconds): a
+  bookie refuses a wrong key itself, and a refusal still says it holds the
+  ledger.  A ledger without a sealed key (created before key custody) is
+  probed without a key: same answer, one refusal counted (and logged at
+  most once a minute) on each bookie holding it.
 * ``bkctl autorecovery disable`` (a node in the store) stops the auditor's
   marking and the workers' next copy at once; ``enable`` resumes.
 """
@@ -50,13 +57,14 @@ class AutoRecovery:
     """The auditor (when elected) and one worker, in one bookie process."""
 
     def __init__(self, bookie_id: str, store, ledger_manager, registry, config, *,
-                 key_for, open_client, clock=time.monotonic):
+                 key_for, open_client, probe_key_for=None, clock=time.monotonic):
         self.bookie_id = bookie_id
         self.marks = Marks(store)
         self.ledgers = ledger_manager
         self.registry = registry
         self.config = config
         self._key_for = key_for
+        self._probe_key_for = probe_key_for or key_for
         self._open_client = open_client
         self._client = None
         self._clock = clock
@@ -142,10 +150,11 @@ class AutoRecovery:
     def _check_shares(self, md, live: set[str]) -> None:
         from appliance.protocol.repair import share_runs
 
+        key = self._probe_key_for(md)
         for bookie in sorted(md.bookies() & live):
             if not share_runs(md, bookie):
                 continue
-            code = _read_lac_code(self.registry, bookie, md.ledger_id)
+            code = _read_lac_code(self.registry, bookie, md.ledger_id, key)
             if code == NoSuchLedgerError.code and self.marks.mark(
                     md.ledger_id, [bookie], "bookie no longer holds its share", _ms()):
                 log.warning("autorecovery: %s no longer holds ledger %d: marked", bookie,
@@ -202,9 +211,10 @@ def _ms() -> int:
     return int(time.time() * 1000)
 
 
-def _read_lac_code(registry, bookie_id: str, ledger_id: int) -> int | None:
-    """The status of a plain READ_LAC of ``ledger_id`` at ``bookie_id`` (None:
-    no answer)."""
+def _read_lac_code(registry, bookie_id: str, ledger_id: int,
+                   master_key: bytes | None) -> int | None:
+    """The status of a plain READ_LAC of ``ledger_id`` at ``bookie_id``,
+    carrying ``master_key`` (None: no answer)."""
     import zmq
 
     from ipc.replies import ErrorReply, decode_reply
@@ -217,7 +227,8 @@ def _read_lac_code(registry, bookie_id: str, ledger_id: int) -> int | None:
     sock.setsockopt(zmq.LINGER, 0)
     try:
         sock.connect(info["endpoint"])
-        sock.send_multipart(encode_request(ReadLacRequest(ledger_id, request_id=1)))
+        sock.send_multipart(encode_request(ReadLacRequest(ledger_id, master_key=master_key,
+                                                     request_id=1)))
         if not sock.poll(PROBE_TIMEOUT_MS, zmq.POLLIN):
             return None
         reply = decode_reply(sock.recv_multipart())

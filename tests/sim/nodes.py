@@ -63,6 +63,9 @@ class SimBookie:
         self._repair_rid = 0
         self.repair_stats = {"started": 0, "copied": 0, "cleared": 0}
         self.repaired: dict[int, bool] = {}  # ledger -> limbo cleared by repair
+        # a ledger's key for repair reads when this bookie lost its own (metadata ->
+        # key): the cluster's key custody (appliance.bookie.repair.ledger_key)
+        self.key_for = None
         self.batch_replies = False  # one AddResponses per SendAdd instead of one per entry
         world.nodes[name] = self
 
@@ -117,7 +120,7 @@ class SimBookie:
         tickets = []
 
         def read_one(entry_id: int):
-            reply = self.core.read(msg.ledger_id, entry_id)
+            reply = self.core.read(msg.ledger_id, entry_id, False, msg.master_key)
             tickets.append(reply.ticket)
             return reply.code, reply.data
 
@@ -203,6 +206,7 @@ class SimBookie:
             step = repair.next_step(md, self.name,
                                     lambda e, lid=ledger_id: storage.durable_has(lid, e))
             if step == repair.COPY:
+                key = self._repair_key(ledger_id, md)
                 for first, last in repair.missing_runs(
                         repair.share_runs(md, self.name),
                         lambda e, lid=ledger_id: storage.has(lid, e)):
@@ -210,7 +214,7 @@ class SimBookie:
                         for source in repair.sources(md, self.name, entry_id):
                             self._repair_rid += 1
                             self.world.net.send(self.name, source, ev.SendRead(
-                                -self._repair_rid, source, ledger_id, entry_id, False, b""))
+                                -self._repair_rid, source, ledger_id, entry_id, False, key))
                 if storage.unsynced_ops:
                     self._arm_sync()
             if repair.may_clear_limbo(md, self.name,
@@ -227,6 +231,13 @@ class SimBookie:
                 pending = True
         if pending:
             self._arm_repair()
+
+    def _repair_key(self, ledger_id: int, md) -> bytes:
+        """The key repair reads carry: this bookie's own, else custody's."""
+        key = self.storage.get_master_key(ledger_id)
+        if key is None and self.key_for is not None:
+            key = self.key_for(md)
+        return key or b""
 
     def _repair_copy(self, msg: ev.ReadResponse) -> None:
         """A peer's answer to a repair read: only a verified positive is data."""

@@ -91,7 +91,8 @@ class Script:
         host = CoreHost(self.world, name, self.cluster.meta, lambda core, a: got.append(a))
         host.got = got
         md, _ = self.cluster.meta.get(self.cluster.ledger_id)
-        reader = LedgerReader(md, self.cluster.digest, ids=host.ids)
+        reader = LedgerReader(md, self.cluster.digest, master_key=self.cluster.master_key,
+                              ids=host.ids)
         host.call(reader, reader.open, self.world.now_ms)
         return host, reader
 
