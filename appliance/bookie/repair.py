@@ -212,8 +212,7 @@ class Repairer:
                 continue
             if repair.may_clear_limbo(md, self.bookie_id, held.__contains__,
                                       protections=self.core.protections):
-                if key is not None and self.storage.get_master_key(ledger_id) is None:
-                    self.storage.wait_durable(self.storage.set_master_key(ledger_id, key))
+                self._adopt_key(ledger_id, key)
                 self._clear(ledger_id)
                 log.info("ledger %d repaired on %s: limbo cleared", ledger_id, self.bookie_id)
                 return True
@@ -269,6 +268,7 @@ class Repairer:
         if key is None and md.digest_type != "crc32c":
             raise ValueError(self._no_key(md, "verify its entries"))
         digest = make_digest(md.digest_type, key or b"\0" * 32)
+        self._adopt_key(md.ledger_id, key)  # before the copies: readers need it from the start
         copier.refresh_live()
         runs = list(repair.missing_runs(repair.share_runs(md, self.bookie_id),
                                         held.__contains__))
@@ -289,6 +289,14 @@ class Repairer:
                     self.stats["entries_copied"] += len(ids)
                     self.stats["bytes_copied"] += sum(len(r) for r in records)
                 next_id += len(records)
+
+    def _adopt_key(self, ledger_id: int, key: bytes | None) -> None:
+        """Store ``key`` as the ledger's, durably, if this bookie holds none
+        (it lost it with its disk): its copies are then only served to
+        readers carrying it (``appliance.protocol.read_access``)."""
+        if key is not None and self.storage.ledger_exists(ledger_id) \
+                and self.storage.get_master_key(ledger_id) is None:
+            self.storage.wait_durable(self.storage.set_master_key(ledger_id, key))
 
     def _clear(self, ledger_id: int) -> None:
         storage = self.storage

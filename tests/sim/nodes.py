@@ -56,6 +56,7 @@ class SimBookie:
         self._sync_armed = False
         self._incarnation = 0
         self.after_request = None  # the nemesis hook: called after each request served
+        self.on_served = None  # checker hook: (bookie, read request, replies, reads_need_key)
         # BP-46 phase two (appliance.protocol.repair decides every step)
         self.meta = None  # the cluster's MetaStore, set by the cluster
         self.on_limbo_cleared = None  # checker hook: (bookie, ledger id, metadata)
@@ -107,6 +108,8 @@ class SimBookie:
             return
         else:
             raise TypeError(f"bookie got {kind.__name__}")
+        if self.on_served is not None and kind is not ev.SendAdd:
+            self.on_served(self.name, msg, replies, core.reads_need_key)
         self._reply(src, replies, ticket)
         if self.after_request is not None:
             self.after_request(self.name, getattr(msg, "fence", False))
@@ -207,6 +210,8 @@ class SimBookie:
                                     lambda e, lid=ledger_id: storage.durable_has(lid, e))
             if step == repair.COPY:
                 key = self._repair_key(ledger_id, md)
+                if key and storage.get_master_key(ledger_id) is None:
+                    storage.set_master_key(ledger_id, key)  # as the real repair: copies keyed
                 for first, last in repair.missing_runs(
                         repair.share_runs(md, self.name),
                         lambda e, lid=ledger_id: storage.has(lid, e)):
