@@ -210,20 +210,24 @@ def meta(ledger_id, as_json, config_path):
 
 @ledger.command()
 @click.argument("ledger_id", type=int)
-@password_options("The ledger's password: checked before deleting (wrong: refused). "
-                  "Without one the delete is the appliance account's.")
+@password_options("The ledger's password: checked before deleting (wrong: refused).")
+@click.option("--force", is_flag=True,
+              help="Delete a password-protected ledger without its password: the override "
+                   "of the account that owns the metadata (logged).")
 @config_option
 @library_errors
-def delete(ledger_id, password, config_path):
+def delete(ledger_id, password, force, config_path):
     """Delete a ledger (its metadata now; bookies reclaim the space later).
-    With a password (--password-file, $BKCTL_PASSWORD, --ask-password) it is
-    checked first.
+    A ledger with a password needs it (--password-file, $BKCTL_PASSWORD,
+    --ask-password) or --force; a wrong password is refused even with
+    --force.
 
     \b
     Example:
       bkctl ledger delete 7
       bkctl ledger delete 7 --ask-password
+      bkctl ledger delete 7 --force
     """
     with _connect(config_path) as bk:
-        bk.delete_ledger(ledger_id, password.encode() if password else None)
+        bk.delete_ledger(ledger_id, password.encode() if password else None, force=force)
     click.echo(f"deleted ledger {ledger_id}")

@@ -54,6 +54,9 @@ def _register_commands() -> None:
     bench.add_command(bench_repair)
     bench.add_command(bench_reclaim)
     bench.add_command(bench_boot)
+    from cli.bench_scale import scale as bench_scale
+
+    bench.add_command(bench_scale)
     from cli.admin import down, status, up
     from cli.autorecovery import autorecovery, decommission
     from cli.bookie import bookie

@@ -31,6 +31,7 @@ sent zero-copy).
 
 from __future__ import annotations
 
+import grp
 import heapq
 import itertools
 import logging
@@ -78,6 +79,27 @@ class Timer:
             self._server._timers_live -= 1
 
 
+def restrict_socket_file(path: str, group: str = "") -> None:
+    """Who may connect to an ipc socket: its owner (0600), or with ``group``
+    also that group's members (0660, the file's group set to it).  A group
+    that does not exist, or that this account may not give files to, is a
+    ``BookieIOError`` naming it (the socket is then left owner-only)."""
+    os.chmod(path, 0o600)
+    if not group:
+        return
+    try:
+        gid = grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise BookieIOError(f"server.socket_group {group!r} is not a group on this host "
+                            f"(getent group {group})") from None
+    try:
+        os.chown(path, -1, gid)
+    except OSError as exc:
+        raise BookieIOError(f"cannot give {path} to group {group!r}: {exc} (this account "
+                            f"must be a member of it)") from exc
+    os.chmod(path, 0o660)
+
+
 class FrameServer:
     """ROUTER socket + poll loop.  ``endpoint`` is the bound address (a
     ``tcp://host:0`` request reports the real port)."""
@@ -86,7 +108,7 @@ class FrameServer:
                  limits: WireLimits = DEFAULT_LIMITS, drain_messages_max: int = 256,
                  timers_max: int = 65536, fds_max: int = 64, queue_messages_max: int = 10000,
                  poll_ms_max: int = 1000, clock: Callable[[], float] = time.monotonic,
-                 context: zmq.Context | None = None):
+                 context: zmq.Context | None = None, socket_group: str = ""):
         invariant(drain_messages_max >= 1, "drain_messages_max must be >= 1")
         self.handler = handler
         self.limits = limits
@@ -111,11 +133,12 @@ class FrameServer:
             raise BookieIOError(f"cannot bind {endpoint}: {exc}") from exc
         self.endpoint: str = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         path = self.endpoint[len("ipc://"):] if self.endpoint.startswith("ipc://") else ""
-        if path and not path.startswith("@"):  # a socket file: only this account connects
+        if path and not path.startswith("@"):  # a socket file: this account (and group) only
             try:
-                os.chmod(path, 0o600)
-            except OSError as exc:
-                log.warning("could not make %s owner-only: %s", path, exc)
+                restrict_socket_file(path, socket_group)
+            except BookieIOError:
+                self.close()
+                raise
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)

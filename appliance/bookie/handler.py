@@ -166,17 +166,18 @@ class BookieHandler:
 
     # -- adds -----------------------------------------------------------------
     def _add_batch(self, peer: bytes, req: AddBatchRequest):
+        """Any ledgers: grouped by (ledger, key), one core call and one
+        storage block for them all, one reply."""
         by_ledger: dict[tuple[int, bytes], list[int]] = defaultdict(list)
         for i, item in enumerate(req.items):
             by_ledger[(item.ledger_id, bytes(item.master_key))].append(i)
+        groups = [(ledger_id, key, [req.items[i].entry_id for i in positions],
+                   [req.items[i].data for i in positions])
+                  for (ledger_id, key), positions in by_ledger.items()]
+        codes, ticket = self.core.add_groups(groups, req.recovery)
         statuses = [OK] * len(req.items)
-        ticket = 0
-        for (ledger_id, key), positions in by_ledger.items():
-            items = [req.items[i] for i in positions]
-            codes, t = self.core.add_batch(ledger_id, [it.entry_id for it in items],
-                                           [it.data for it in items], key, req.recovery)
-            ticket = max(ticket, t)
-            for i, code in zip(positions, codes, strict=True):
+        for positions, group_codes in zip(by_ledger.values(), codes, strict=True):
+            for i, code in zip(positions, group_codes, strict=True):
                 statuses[i] = code
         self.counters["adds"] += len(req.items)
         rows = [(it.ledger_id, it.entry_id, st) for it, st in zip(req.items, statuses,

@@ -145,7 +145,8 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
             gate = MetricsGate(gate, metrics)
         server = FrameServer(spec.endpoint, gate, limits=config.wire_limits(),
                              drain_messages_max=config.server.drain_messages_max,
-                             queue_messages_max=config.server.queue_messages_max)
+                             queue_messages_max=config.server.queue_messages_max,
+                             socket_group=config.server.socket_group)
         if metrics is not None:
             from appliance.bookie.metrics import (
                 BookieCollector,

@@ -23,6 +23,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import time
@@ -39,6 +40,9 @@ from appliance.errors import (
 from appliance.protocol import events as ev
 from appliance.protocol.keys import SALT_BYTES, check_password, master_key, password_record
 from appliance.protocol.metadata import CLOSED, DIGEST_TYPES, LedgerMetadata, check_quorums
+
+log = logging.getLogger(__name__)
+KNOWN_KEYS_MAX = 64  # distinct passwords a connection remembers for delete_ledger
 
 
 def _check_password(password) -> bytes:
@@ -96,6 +100,7 @@ class Client:
         self._closed = False
         self._rng = random.Random()
         self._records: dict[bytes, bytes] = {}  # master key -> its password record
+        self._known_keys: dict[bytes, None] = {}  # keys proven in this connection (delete)
         self.metrics = None  # appliance.client.metrics.ClientMetrics when asked for
         if metrics:
             from appliance.client.metrics import ClientMetrics
@@ -131,6 +136,7 @@ class Client:
                                         custom=custom, ctime_ms=int(time.time() * 1000),
                                         sealed_key=self._sealed(key))
         _, version = self.ledgers.read_ledger(md.ledger_id)
+        self._remember_key(key)
         return WriteHandle(self, md, version, key)
 
     def _password_record(self, key: bytes) -> bytes:
@@ -172,6 +178,7 @@ class Client:
         md, version = self.ledgers.read_ledger(ledger_id)
         if not check_password(md.password_hash, key):
             raise UnauthorizedError(f"wrong password for ledger {ledger_id}")
+        self._remember_key(key)
         if recovery and md.state != CLOSED:
             md = self._recover(md, version, key)
         return ReadHandle(self, md, key)
@@ -216,18 +223,42 @@ class Client:
         check_entry_id("ledger_id", ledger_id)
         return self.ledgers.read_ledger(ledger_id)[0]
 
-    def delete_ledger(self, ledger_id: int, password: bytes | None = None) -> None:
-        """Delete the ledger's metadata; its id is never reused.  With
-        ``password`` it is checked first (``UnauthorizedError`` if wrong);
-        without, the delete is the account's (docs/SECURITY.md: the metadata
-        and sockets are owner-only; CONTRACT deletes without a password)."""
+    def delete_ledger(self, ledger_id: int, password: bytes | None = None, *,
+                      force: bool = False) -> None:
+        """Delete the ledger's metadata; its id is never reused.
+
+        Who may delete (docs/SECURITY.md): a caller giving the ledger's
+        ``password`` (a wrong one is refused even with ``force``); without
+        one, a client that created or opened a ledger with the same password
+        in this connection (CONTRACT's ``bk.delete_ledger(lh.id)``), or
+        anybody when the ledger has no password.  Otherwise
+        ``UnauthorizedError`` and nothing is deleted, unless ``force=True``:
+        the explicit override of the account that owns the metadata (logged).
+        """
         self._check_open()
         check_entry_id("ledger_id", ledger_id)
+        md, _ = self.ledgers.read_ledger(ledger_id)
         if password is not None:
-            md, _ = self.ledgers.read_ledger(ledger_id)
             if not check_password(md.password_hash, master_key(_check_password(password))):
                 raise UnauthorizedError(f"wrong password for ledger {ledger_id}: not deleted")
+        elif not any(check_password(md.password_hash, k) for k in self._delete_keys()):
+            if not force:
+                raise UnauthorizedError(
+                    f"ledger {ledger_id} has a password: give it to delete (or force=True, "
+                    f"the metadata owner's override); not deleted")
+            log.warning("ledger %d deleted without its password (force)", ledger_id)
         self.ledgers.delete_ledger(ledger_id)
+
+    def _remember_key(self, key: bytes) -> None:
+        """A master key this connection proved it holds (created or opened a
+        ledger with it); bounded, the oldest forgotten first."""
+        self._known_keys.pop(key, None)
+        self._known_keys[key] = None
+        while len(self._known_keys) > KNOWN_KEYS_MAX:
+            self._known_keys.pop(next(iter(self._known_keys)))
+
+    def _delete_keys(self) -> list[bytes]:
+        return [*self._known_keys, master_key(b"")]
 
     # -- logs (seed 003) ----------------------------------------------------------
     def log(self, name: str, password: bytes = b""):

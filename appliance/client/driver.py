@@ -11,7 +11,9 @@ out the actions the cores return:
   timed out after its own wait plus the request timeout) -> wire requests (one
   ``ADD_PACKED`` per bookie and action, split at ``add_batch_entries_max`` /
   ``add_batch_bytes_max``: adds to one bookie travel batched, their bytes in
-  one frame); the reply to a ``SendAdd`` comes back as one ``AddResponses``;
+  one frame; small adds of several ledgers queued in one loop turn share an
+  ``ADD_BATCH`` per bookie); the reply to a ``SendAdd`` comes back as one
+  ``AddResponses``;
 * ``WriteMetadata`` / ``ReadMetadata`` -> the metadata store, on a small
   worker pool (the store blocks; the driver thread never does);
 * ``SendWriteClose`` (BP-32) -> WRITE_CLOSE requests, fire and forget: their
@@ -54,8 +56,10 @@ from appliance.protocol import events as ev
 from appliance.protocol.reader import PackedRecords
 from ipc.client import Transport
 from ipc.packed import AddPackedReply, AddPackedRequest, ReadPackedReply, ReadPackedRequest
-from ipc.replies import ErrorReply, LacReply, ReadReply
+from ipc.replies import AddBatchReply, ErrorReply, LacReply, ReadReply
 from ipc.requests import (
+    AddBatchRequest,
+    AddItem,
     ReadLacRequest,
     ReadRequest,
     WaitLacRequest,
@@ -73,6 +77,10 @@ BOOKIE_REFRESH_MS = 1000  # how often live bookies are re-read from the registry
 ADD_BATCH_ENTRIES_MAX = 1024  # entries per ADD_BATCH message (the wire's default limit)
 ADD_BATCH_BYTES_MAX = 8 * 1024 * 1024  # entry bytes per ADD_BATCH message
 READ_BATCH_BYTES_MAX = 16 * 1024 * 1024  # entry bytes a READ_PACKED reply may carry
+# An add part of at most this many entries may share an ADD_BATCH with other
+# ledgers' parts to the same bookie; bigger parts travel packed on their own.
+COALESCE_ENTRIES_MAX = 16
+_COALESCED = object()  # route marker: the request carried several parts
 
 
 class Driver:
@@ -91,6 +99,7 @@ class Driver:
         self.read_batch_bytes_max = read_batch_bytes_max
         self._packed_datas: tuple | None = None  # the last SendAdd's datas and their chunks
         self._packed: list = []
+        self._adds_out: dict[str, list] = {}  # bookie -> (core, SendAdd part, lengths, data)
         self.ids = itertools.count(1)  # shared by every core: ids route replies
         self._q: queue.SimpleQueue = queue.SimpleQueue()
         self._routes: dict[int, tuple] = {}  # transport request id -> (core, action)
@@ -218,21 +227,66 @@ class Driver:
 
     # -- wire ---------------------------------------------------------------------
     def _send_add(self, core, action: ev.SendAdd) -> None:
-        """One ``ADD_PACKED`` per chunk of at most ``add_batch_entries_max``
-        entries / ``add_batch_bytes_max`` bytes; each chunk is routed (and, on
-        failure, answered) as a ``SendAdd`` of its own entries."""
+        """Queue one ``ADD_PACKED`` per chunk of at most ``add_batch_entries_max``
+        entries / ``add_batch_bytes_max`` bytes, each routed (and, on failure,
+        answered) as a ``SendAdd`` of its own entries; ``_flush_adds`` sends
+        them at the end of this loop turn."""
         entry_ids, datas = action.entry_ids, action.datas
         if self._packed_datas is not datas:  # a writer sends one tuple to every bookie
             self._packed_datas = datas
             self._packed = [(lo, hi, list(map(len, datas[lo:hi])), b"".join(datas[lo:hi]))
                             for lo, hi in _chunks(datas, self.add_batch_entries_max,
                                                   self.add_batch_bytes_max)]
+        out = self._adds_out.setdefault(action.bookie_id, [])
         for lo, hi, lengths, data in self._packed:
             part = action if (lo, hi) == (0, len(datas)) else dataclasses.replace(
                 action, entry_ids=entry_ids[lo:hi], datas=datas[lo:hi])
-            self._send(core, part, AddPackedRequest(action.ledger_id, action.master_key,
+            out.append((core, part, lengths, data))
+
+    def _flush_adds(self) -> None:
+        """End of a loop turn: send the adds queued for each bookie.  A big
+        part (more than ``COALESCE_ENTRIES_MAX`` entries) or a bookie's only
+        part goes alone as ``ADD_PACKED`` (its bytes in one frame); the small
+        parts of several ledgers (many ledgers written at once, an entry or
+        two each per turn) share ``ADD_BATCH`` messages: one message, one
+        bookie storage block and one reply instead of one per ledger."""
+        if not self._adds_out:
+            return
+        out, self._adds_out = self._adds_out, {}
+        for bookie_id, parts in out.items():
+            small = [p for p in parts if len(p[1].entry_ids) <= COALESCE_ENTRIES_MAX]
+            if len(small) < 2:
+                small = []
+            for core, part, lengths, data in parts:
+                if not small or len(part.entry_ids) > COALESCE_ENTRIES_MAX:
+                    self._send(core, part, AddPackedRequest(part.ledger_id, part.master_key,
+                                                            part.entry_ids, lengths, data,
+                                                            part.recovery))
+            for group in _coalesced(small, self.add_batch_entries_max,
+                                    self.add_batch_bytes_max):
+                self._send_coalesced(bookie_id, group)
+
+    def _send_coalesced(self, bookie_id: str, group: list) -> None:
+        routed = [(core, part) for core, part, _lengths, _data in group]
+        if len(group) == 1:
+            core, part, lengths, data = group[0]
+            self._send(core, part, AddPackedRequest(part.ledger_id, part.master_key,
                                                     part.entry_ids, lengths, data,
-                                                    action.recovery))
+                                                    part.recovery))
+            return
+        items = [AddItem(part.ledger_id, e, part.master_key, d)
+                 for _core, part in routed for e, d in zip(part.entry_ids, part.datas,
+                                                           strict=True)]
+        try:
+            self._ensure_bookie(bookie_id)
+            rid = self.transport.send(bookie_id, AddBatchRequest(items, routed[0][1].recovery),
+                                      self.request_timeout_ms)
+        except (BKError, ValueError) as exc:
+            code = exc.code if isinstance(exc, BKError) else BookieUnavailableError.code
+            for core, part in routed:
+                self._q.put(("fail", core, part, code))
+            return
+        self._routes[rid] = (_COALESCED, routed)
 
     def _send(self, core, action, request, extra_timeout_ms: int = 0) -> None:
         bookie_id = action.bookie_id
@@ -263,10 +317,32 @@ class Driver:
             if route is None:
                 continue
             core, action = route
+            if core is _COALESCED:
+                self._on_coalesced(action, event, now)
+                continue
             if type(action) is ev.SendWriteClose:  # the "core" is its outcome: logged only
                 core.done(action.bookie_id, reply_code(event.status, event.reply))
                 continue
             for core_event in _translate(action, event, now):
+                self.feed(core, core_event)
+
+    def _on_coalesced(self, routed: list, event, now: int) -> None:
+        """An ``ADD_BATCH`` reply split back into each part's ``AddResponses``."""
+        reply = event.reply
+        if event.status == OK and type(reply) is AddBatchReply:
+            statuses = {(ledger_id, entry_id): st for ledger_id, entry_id, st in reply.rows}
+            for core, part in routed:
+                codes = tuple(statuses.get((part.ledger_id, e)) for e in part.entry_ids)
+                if None in codes:  # never ack what the reply does not name
+                    events = _failure_events(part, BadRequestError.code, now)
+                else:
+                    events = [ev.AddResponses(part.request_id, part.bookie_id, part.ledger_id,
+                                              part.entry_ids, codes, now)]
+                for core_event in events:
+                    self.feed(core, core_event)
+            return
+        for core, part in routed:
+            for core_event in _translate(part, event, now):
                 self.feed(core, core_event)
 
     def _fail(self, core, action, code: int) -> None:
@@ -333,6 +409,7 @@ class Driver:
                     return
                 self._apply(it)
             self._fire_timers()
+            self._flush_adds()
             if self.now_ms() >= next_refresh:
                 next_refresh = self.now_ms() + BOOKIE_REFRESH_MS
                 self._pool.submit(self._refresh_in_pool)
@@ -394,6 +471,25 @@ class Driver:
             self._thread.join()
         self.transport.close()
         self._pool.shutdown(wait=True)
+
+
+def _coalesced(parts: list, entries_max: int, bytes_max: int):
+    """``parts`` grouped for ``ADD_BATCH``: one recovery flag per group, each
+    within the entry and byte limits, in order."""
+    group: list = []
+    entries = nbytes = 0
+    for item in parts:
+        part, data = item[1], item[3]
+        n, size = len(part.entry_ids), len(data)
+        if group and (part.recovery != group[0][1].recovery or entries + n > entries_max
+                      or nbytes + size > bytes_max):
+            yield group
+            group, entries, nbytes = [], 0, 0
+        group.append(item)
+        entries += n
+        nbytes += size
+    if group:
+        yield group
 
 
 def _chunks(datas, entries_max: int, bytes_max: int):

@@ -103,28 +103,48 @@ class BookieCore:
     def add_batch(self, ledger_id: int, entry_ids: Sequence[int], datas: Sequence[bytes],
                   master_key: bytes, recovery: bool = False) -> tuple[list[int], int]:
         """Store several entries of one ledger: one code per entry, one ticket."""
-        code, ticket = self._admit_add(ledger_id, master_key, recovery)
-        if code != OK:
-            return [code] * len(entry_ids), ticket
-        codes = [OK] * len(entry_ids)
-        good_ids, good_datas = [], []
+        codes, ticket = self.add_groups(((ledger_id, master_key, entry_ids, datas),), recovery)
+        return codes[0], ticket
+
+    def add_groups(self, groups: Sequence[tuple[int, bytes, Sequence[int], Sequence]],
+                   recovery: bool = False) -> tuple[list[list[int]], int]:
+        """``add_batch`` of several ledgers at once: ``groups`` of (ledger id,
+        master key, entry ids, datas); one list of codes per group, one
+        ticket, and one storage call (one block) for every accepted entry.
+        Each group is admitted (key, fence) and checked on its own; a
+        failed storage write fails them all (``BKError``)."""
+        all_codes, ticket = [], 0
+        ledgers, ids, good = [], [], []
         unpack = HEADER.unpack_from
-        for i, (entry_id, data) in enumerate(zip(entry_ids, datas, strict=True)):
-            if entry_id < 0 or len(data) < HEADER_BYTES or unpack(data, 0)[:2] != (
-                    ledger_id, entry_id):
-                codes[i] = BadRequestError.code
+        for ledger_id, master_key, entry_ids, datas in groups:
+            code, t = self._admit_add(ledger_id, master_key, recovery)
+            ticket = max(ticket, t)
+            if code != OK:
+                all_codes.append([code] * len(entry_ids))
                 continue
-            good_ids.append(entry_id)
-            good_datas.append(data)
-        if good_ids:  # one storage call per batch: one block, one ticket
-            ticket = max(ticket, self._store(ledger_id, good_ids, good_datas))
-        return codes, ticket
+            codes = [OK] * len(entry_ids)
+            for i, (entry_id, data) in enumerate(zip(entry_ids, datas, strict=True)):
+                if entry_id < 0 or len(data) < HEADER_BYTES or unpack(data, 0)[:2] != (
+                        ledger_id, entry_id):
+                    codes[i] = BadRequestError.code
+                    continue
+                ledgers.append(ledger_id)
+                ids.append(entry_id)
+                good.append(data)
+            all_codes.append(codes)
+        if ids:  # one storage call: one block, one ticket
+            ticket = max(ticket, self._store_many(ledgers, ids, good))
+        return all_codes, ticket
 
     def _store(self, ledger_id: int, entry_ids, datas) -> int:
+        return self._store_many([ledger_id] * len(entry_ids), entry_ids, datas)
+
+    def _store_many(self, ledger_ids, entry_ids, datas) -> int:
         try:
-            return self.storage.add_entries([ledger_id] * len(entry_ids), entry_ids, datas)
+            return self.storage.add_entries(ledger_ids, entry_ids, datas)
         except BKError:
-            self._rotate(ledger_id)  # a failed write: rotate before the error reply
+            for ledger_id in dict.fromkeys(ledger_ids):
+                self._rotate(ledger_id)  # a failed write: rotate before the error reply
             raise
 
     def add_packed(self, ledger_id: int, entry_ids: Sequence[int], lengths: Sequence[int],
