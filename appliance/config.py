@@ -90,6 +90,9 @@ class ServerConfig:
     cookie_auto_fix: bool = _key(False)
     cluster_key_file: Path = _key("")
     socket_group: str = _key("")
+    # A read of a ledger whose key the bookie holds must carry that key
+    # (false: reads without a key are served, as BookKeeper does).
+    reads_need_key: bool = _key(True)
 
 
 @dataclass(frozen=True)

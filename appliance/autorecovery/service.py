@@ -27,6 +27,13 @@ once several hosts run bookies.  All their state is in the metadata store
   a marked bookie.
 * Keys: the bookie's own stored key for the ledger, else the one sealed in
   its metadata (``appliance.meta.custody``, the same answer as BP-46 repair).
+  The auditor's READ_LAC probes carry it too (bookies refuse reads without
+  the ledger's key), unchecked against the password record
+  (``probe_key_for``: a scrypt per ledger per check would cost seconds): a
+  bookie refuses a wrong key itself, and a refusal still says it holds the
+  ledger.  A ledger without a sealed key (created before key custody) is
+  probed without a key: same answer, one refusal counted (and logged at
+  most once a minute) on each bookie holding it.
 * ``bkctl autorecovery disable`` (a node in the store) stops the auditor's
   marking and the workers' next copy at once; ``enable`` resumes.
 """
@@ -50,7 +57,7 @@ class AutoRecovery:
     """The auditor (when elected) and one worker, in one bookie process."""
 
     def __init__(self, bookie_id: str, store, ledger_manager, registry, config, *,
-                 key_for, open_client, clock=time.monotonic, curve=None):
+                 key_for, open_client, probe_key_for=None, clock=time.monotonic, curve=None):
         self.bookie_id = bookie_id
         self.curve = curve  # appliance.curve.ClientCurve: CURVE to tcp bookies
         self.marks = Marks(store)
@@ -58,6 +65,7 @@ class AutoRecovery:
         self.registry = registry
         self.config = config
         self._key_for = key_for
+        self._probe_key_for = probe_key_for or key_for
         self._open_client = open_client
         self._client = None
         self._clock = clock
@@ -143,10 +151,11 @@ class AutoRecovery:
     def _check_shares(self, md, live: set[str]) -> None:
         from appliance.protocol.repair import share_runs
 
+        key = self._probe_key_for(md)
         for bookie in sorted(md.bookies() & live):
             if not share_runs(md, bookie):
                 continue
-            code = _read_lac_code(self.registry, bookie, md.ledger_id, self.curve)
+            code = _read_lac_code(self.registry, bookie, md.ledger_id, key, self.curve)
             if code == NoSuchLedgerError.code and self.marks.mark(
                     md.ledger_id, [bookie], "bookie no longer holds its share", _ms()):
                 log.warning("autorecovery: %s no longer holds ledger %d: marked", bookie,
@@ -203,9 +212,11 @@ def _ms() -> int:
     return int(time.time() * 1000)
 
 
-def _read_lac_code(registry, bookie_id: str, ledger_id: int, curve=None) -> int | None:
-    """The status of a plain READ_LAC of ``ledger_id`` at ``bookie_id`` (None:
-    no answer, or a bookie this process may not reach over CURVE)."""
+def _read_lac_code(registry, bookie_id: str, ledger_id: int,
+                   master_key: bytes | None, curve=None) -> int | None:
+    """The status of a plain READ_LAC of ``ledger_id`` at ``bookie_id``,
+    carrying ``master_key`` (None: no answer, or a bookie this process may
+    not reach over CURVE)."""
     import zmq
 
     from appliance.curve import bookie_server_key
@@ -227,7 +238,8 @@ def _read_lac_code(registry, bookie_id: str, ledger_id: int, curve=None) -> int 
         if server_key is not None:
             configure_client(sock, curve.keys, server_key)
         sock.connect(info["endpoint"])
-        sock.send_multipart(encode_request(ReadLacRequest(ledger_id, request_id=1)))
+        sock.send_multipart(encode_request(ReadLacRequest(ledger_id, master_key=master_key,
+                                                     request_id=1)))
         if not sock.poll(PROBE_TIMEOUT_MS, zmq.POLLIN):
             return None
         reply = decode_reply(sock.recv_multipart())

@@ -112,7 +112,7 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
         registry = BookieRegistry(store)
         check_metadata_cookie(registry, bookie_id, storage,
                               auto_fix=config.server.cookie_auto_fix)
-        core = BookieCore(storage)
+        core = BookieCore(storage, reads_need_key=config.server.reads_need_key)
         ledger_manager = LedgerManager(store)
         named = list(ledgers_on_bookie(ledger_manager, bookie_id))
         reasons = possible_loss(storage, named)
@@ -193,6 +193,7 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
             autorecovery = AutoRecovery(
                 bookie_id, store, ledger_manager, registry, config.autorecovery,
                 key_for=lambda md: ledger_key(storage, custody, md),
+                probe_key_for=lambda md: ledger_key(storage, custody, md, checked=False),
                 open_client=lambda: _client(config), curve=client_curve(config))
             autorecovery.start()
         log.info("bookie %s serving on %s (pid %d)", bookie_id, server.endpoint, os.getpid())

@@ -190,18 +190,18 @@ class Driver:
                 count = action.last_entry_id - action.first_entry_id + 1
                 self._send(core, action, ReadPackedRequest(
                     action.ledger_id, action.first_entry_id, action.last_entry_id, count,
-                    self.read_batch_bytes_max))
-            elif kind is ev.SendRead:
+                    self.read_batch_bytes_max, master_key=action.master_key or None))
+            elif kind is ev.SendRead:  # every read carries the key (b"" in an event: none)
                 req = ReadRequest(action.ledger_id, action.entry_id, action.fence,
-                                  action.master_key if action.fence else None)
+                                  action.master_key or None)
                 self._send(core, action, req)
             elif kind is ev.SendReadLac:
-                req = ReadLacRequest(action.ledger_id, action.fence,
-                                     action.master_key if action.fence else None)
+                req = ReadLacRequest(action.ledger_id, action.fence, action.master_key or None)
                 self._send(core, action, req)
             elif kind is ev.SendWaitLac:  # a long poll: its own timeout on top
-                self._send(core, action, WaitLacRequest(action.ledger_id, action.previous_lac,
-                                                        action.timeout_ms), action.timeout_ms)
+                self._send(core, action, WaitLacRequest(
+                    action.ledger_id, action.previous_lac, action.timeout_ms,
+                    master_key=action.master_key or None), action.timeout_ms)
             elif kind is ev.SetTimer:
                 heapq.heappush(self._timers, (self.now_ms() + action.delay_ms, action.timer_id))
                 self._timer_owner[action.timer_id] = core

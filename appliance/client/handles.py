@@ -369,8 +369,9 @@ class ReadHandle:
         rcfg = ReaderConfig(read_timeout_ms=client.config.read_timeout_ms,
                             read_batch_entries=client.config.read_batch_entries_max,
                             long_poll=True)
-        self._reader = LedgerReader(metadata, _digest(metadata, key), config=rcfg,
-                                    ids=self._driver.ids, verify_batch=verify_run_fast)
+        self._reader = LedgerReader(metadata, _digest(metadata, key), master_key=key,
+                                    config=rcfg, ids=self._driver.ids,
+                                    verify_batch=verify_run_fast)
         self._waiting: dict[int, Future] = {}
         # read-ahead: ((first, last), started read) of the range after the last read()
         self._ahead: tuple | None = None

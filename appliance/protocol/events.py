@@ -19,6 +19,11 @@ Actions (core -> driver)
 ``SendAdd``        store entries on one bookie (many entries per action: the
                    batch path); reply with one ``AddResponse`` per entry.
 ``SendRead``       read one entry (``fence=True``: fence the ledger first).
+                   Every read action (``SendRead``, ``SendReadBatch``,
+                   ``SendReadLac``, ``SendWaitLac``) carries the ledger's
+                   ``master_key``: a bookie that holds the ledger's key
+                   refuses a read with another one, or with none (``b""``)
+                   by default (``appliance.protocol.read_access``).
 ``SendReadBatch``  read a run of entries from one bookie (E == Qw only); reply
                    ``ReadBatchResponse``.
 ``SendReadLac``    ask a bookie its LAC (``fence=True``: the recovery fence).
@@ -76,7 +81,7 @@ class SendRead:
     ledger_id: int
     entry_id: int
     fence: bool
-    master_key: bytes  # checked (and stored) by the bookie only when fence=True
+    master_key: bytes  # the ledger's key (b"": none); fence=True stores it if new
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +94,7 @@ class SendReadBatch:
     ledger_id: int
     first_entry_id: int
     last_entry_id: int
+    master_key: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +117,7 @@ class SendWaitLac:
     ledger_id: int
     previous_lac: int
     timeout_ms: int
+    master_key: bytes
 
 
 @dataclass(frozen=True, slots=True)

@@ -98,7 +98,7 @@ class RecoveryTail:
     def _send_reads(self, entry: _Entry, now_ms: int) -> None:
         owner = self.owner
         fence = owner.protections.recovery_read_fence
-        key, ledger = owner.master_key if fence else b"", owner.ledger_id
+        key, ledger = owner.master_key, owner.ledger_id  # sent fencing or not
         for bookie in self.md.write_set(entry.entry_id):
             owner.request("read", now_ms, lambda rid, b=bookie: ev.SendRead(
                 rid, b, ledger, entry.entry_id, fence, key), entry, entry.round, bookie)
@@ -295,7 +295,7 @@ class RecoveryTail:
         last, owner = self.end - 1, self.owner
         for bookie in self.md.write_set(last):
             owner.request("probe", now_ms, lambda rid, b=bookie: ev.SendRead(
-                rid, b, owner.ledger_id, last, False, b""), round_no, bookie)
+                rid, b, owner.ledger_id, last, False, owner.master_key), round_no, bookie)
 
     def _on_probe(self, found: tuple, code: int, data, now_ms: int) -> None:
         round_no, bookie = found[2], found[3]

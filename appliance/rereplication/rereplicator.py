@@ -35,7 +35,9 @@ Safety argument (durability is the product):
   garbage collector never deletes, as over-replicated, copies that a CAS
   is about to name (the argument is in ``appliance.bookie.ledger_gc``).
 * **Passwords.**  Metadata holds only a hash of the master key; ledgers whose
-  hash matches none of the given passwords are skipped and reported.
+  hash matches none of the given passwords are skipped and reported.  The
+  key found is carried by every read from a replica (bookies refuse reads
+  without the ledger's key) as well as by the copies' adds.
 
 Limits: ``READ_BATCH_ENTRIES_MAX`` / ``READ_BATCH_BYTES_MAX`` per read,
 ``WRITES_IN_FLIGHT_MAX`` unacknowledged write batches, ``REQUEST_TIMEOUT_MS``
@@ -510,7 +512,7 @@ class Rereplicator:
             next_id = first
             while next_id <= last:
                 end = min(last, next_id + READ_BATCH_ENTRIES_MAX - 1)
-                records = self.read_verified(plan, next_id, end, digest)
+                records = self.read_verified(plan, next_id, end, digest, key)
                 ids = list(range(next_id, next_id + len(records)))
                 request = AddPackedRequest.of(md.ledger_id, key, ids, records, recovery=True)
                 pending.append((self._wire.send(replacement, request), ids))
@@ -539,16 +541,19 @@ class Rereplicator:
                                    f"{_code_name(bad) if bad != OK else 'rows do not match'}")
         return len(ids)
 
-    def read_verified(self, plan: FragmentPlan, first: int, end: int, digest) -> list:
+    def read_verified(self, plan: FragmentPlan, first: int, end: int, digest,
+                      master_key: bytes | None) -> list:
         """Verified records of ``first..k`` (k >= first, k <= end) from one
-        surviving replica of ``first``; fails over between replicas."""
+        surviving replica of ``first``; fails over between replicas.  The
+        reads carry ``master_key`` (None: none, refused by a replica holding
+        the ledger's key unless its ``server.reads_need_key`` is off)."""
         errors = []
         for source in plan.sources(first):
             if source not in self._live:
                 errors.append(f"{source}: not registered")
                 continue
             request = ReadPackedRequest(plan.ledger_id, first, end, end - first + 1,
-                                        READ_BATCH_BYTES_MAX)
+                                        READ_BATCH_BYTES_MAX, master_key=master_key)
             event = self._wire.call(source, request)
             if event.status != OK:
                 errors.append(f"{source}: {_code_name(event.status)}")

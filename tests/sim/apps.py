@@ -152,11 +152,13 @@ class RecoveryApp:
 class ReaderApp:
     """Opens without recovery and reads entries as the LAC moves, until
     ``until_ms`` (a tailing reader); or, with ``whole=True``, reads a closed
-    ledger from 0 to its last entry once and reports."""
+    ledger from 0 to its last entry once and reports.  ``master_key``: the
+    key its reads carry (default: the ledger's)."""
 
     def __init__(self, cluster, name: str, start_ms: int, until_ms: int, whole: bool = False,
-                 on_done=None):
+                 on_done=None, master_key: bytes | None = None):
         self.c, self.name = cluster, name
+        self.master_key = cluster.master_key if master_key is None else master_key
         self.until_ms, self.whole, self.on_done = until_ms, whole, on_done
         self.host = CoreHost(cluster.world, name, cluster.meta, self.on_result)
         self.host.after_event = self._after_event
@@ -172,7 +174,8 @@ class ReaderApp:
         config = ReaderConfig(read_timeout_ms=timeout_ms, lac_poll_interval_ms=20,
                               read_rounds_max=5 if self.whole else 2,
                               read_batch_entries=self.c.cfg.read_batch_entries)
-        self.core = LedgerReader(md, self.c.digest, config=config, ids=self.host.ids)
+        self.core = LedgerReader(md, self.c.digest, master_key=self.master_key, config=config,
+                                 ids=self.host.ids)
         self.host.call(self.core, self.core.open, self.c.world.now_ms)
 
     def _after_event(self) -> None:

@@ -28,10 +28,15 @@ that lost data, a metadata write, a read) and runs at the end of that step:
                      replacement the writer, a recovery or a re-replicator
                      picks shares no host with the write sets holding its
                      position whenever one of its candidates did not.
+``read-needs-key``   no bookie answers a read carrying another key than the
+                     ledger's (or none, while the bookie's ``reads_need_key``)
+                     with entry bytes (``appliance.protocol.read_access``).
 """
 
 from __future__ import annotations
 
+from appliance.errors import UnauthorizedError
+from appliance.protocol import events as ev
 from appliance.protocol.entry import HEADER_BYTES
 from appliance.protocol.metadata import CLOSED
 from appliance.protocol.placement import ensemble_possible, meets_rule
@@ -53,6 +58,8 @@ class Checker:
         self.reader_lacs: dict[str, int] = {}
         self.reads_checked = 0
         self.placement_choices = 0  # replacements checked by the placement invariant
+        self.master_key = None  # the ledger's key (set by the cluster): read-needs-key
+        self.reads_refused = 0  # reads bookies refused for their key (the rule at work)
         self._to_check: set[int] = set()
         self._check_all = False
         world.after_step.append(self.after_step)
@@ -188,6 +195,23 @@ class Checker:
                 self.fail("readers-disagree", f"{reader} read entry {entry_id} with a payload "
                                               f"the writer did not write as {entry_id}")
         self.reads_checked += len(payloads)
+
+    def on_served(self, bookie: str, msg, replies: list, reads_need_key: bool) -> None:
+        """A bookie answered a read: with entry bytes only for the ledger's key."""
+        key = msg.master_key
+        if self.master_key is None or key == self.master_key:
+            return
+        if not key and not reads_need_key:
+            return  # BookKeeper's mode: keyless reads are served
+        for reply in replies:
+            datas = reply.datas if isinstance(reply, ev.ReadBatchResponse) else (
+                getattr(reply, "data", None),)
+            if any(d is not None for d in datas):
+                self.fail("read-needs-key", f"{bookie} answered a read of entry "
+                                            f"{getattr(msg, 'entry_id', None)} carrying "
+                                            f"{'a wrong key' if key else 'no key'} with data")
+            codes = getattr(reply, "codes", None) or (reply.code,)
+            self.reads_refused += UnauthorizedError.code in codes
 
     # -- checks ---------------------------------------------------------------------------
     def _check_lacs(self) -> None:

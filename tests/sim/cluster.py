@@ -42,6 +42,7 @@ class Cluster:
         self.checker = Checker(self.world, LEDGER_ID, self.digest.size, cfg.journal)
         self.meta = MetaStore(self.world, self._on_metadata)
         self.checker.meta = self.meta
+        self.checker.master_key = self.master_key
         self.bookies: dict[str, SimBookie] = {}
         batch_replies = cfg.seed % 2 == 1  # odd seeds: batched add replies
         for i in range(1, cfg.bookies + 1):
@@ -55,6 +56,8 @@ class Cluster:
             self.bookies[name].batch_replies = batch_replies
             self.bookies[name].meta = self.meta
             self.bookies[name].on_limbo_cleared = self.checker.on_limbo_cleared
+            self.bookies[name].on_served = self.checker.on_served
+            self.bookies[name].key_for = lambda md: self.master_key  # key custody's unseal
         self.checker.bookies = self.bookies
         self.triggered_crashes = 0
         self.zombie_recoveries = 0
@@ -301,7 +304,7 @@ class Cluster:
             self.peers_lost_checks += 1
             for first, last in share_runs(md, name):
                 for entry_id in range(first, last + 1):
-                    reply = bookie.core.read(self.ledger_id, entry_id)
+                    reply = bookie.core.read(self.ledger_id, entry_id, False, self.master_key)
                     if reply.code != OK or reply.data != self.checker.records.get(entry_id):
                         raise Violation("acked-lost", (
                             f"{name} repaired ledger {self.ledger_id}, but with its peers lost "

@@ -127,7 +127,7 @@ class SealedRereplicator:
                     rid = next(self.ids)
                     self.pending[rid] = ("read", entry_id)
                     self.c.world.net.send(self.name, source, ev.SendRead(
-                        rid, source, self.c.ledger_id, entry_id, False, b""))
+                        rid, source, self.c.ledger_id, entry_id, False, self.c.master_key))
         self.c.world.schedule(RETRY_MS, self._copy_round)
 
     def _send_add(self, entry_id: int) -> None:

@@ -82,9 +82,11 @@ class Script:
         self.cluster.apps.append(app)
         return app
 
-    def read_all(self, name: str = "reader") -> ReaderApp:
-        """Open the (closed) ledger without recovery and read 0..last."""
-        return ReaderApp(self.cluster, name, self.world.now_ms, 0, whole=True)
+    def read_all(self, name: str = "reader", password: bytes | None = None) -> ReaderApp:
+        """Open the (closed) ledger without recovery and read 0..last
+        (``password``: another password than the writer's: its key)."""
+        key = master_key(password) if password is not None else None
+        return ReaderApp(self.cluster, name, self.world.now_ms, 0, whole=True, master_key=key)
 
     def open_no_recovery(self, name: str = "tail") -> tuple[CoreHost, LedgerReader]:
         """A reader opened without recovery (its results collect in ``host.got``)."""
@@ -92,7 +94,8 @@ class Script:
         host = CoreHost(self.world, name, self.cluster.meta, lambda core, a: got.append(a))
         host.got = got
         md, _ = self.cluster.meta.get(self.cluster.ledger_id)
-        reader = LedgerReader(md, self.cluster.digest, ids=host.ids)
+        reader = LedgerReader(md, self.cluster.digest, master_key=self.cluster.master_key,
+                              ids=host.ids)
         host.call(reader, reader.open, self.world.now_ms)
         return host, reader
 

@@ -258,3 +258,31 @@ def test_the_placement_invariant_catches_a_host_blind_replacement():
             names.add(s.violation.name)
             assert "bookie-5" in s.violation.detail  # the bookie that was free
     assert names == {"placement"}
+def run_wrong_key_reader(bookies_check_keys: bool = True) -> tuple[Script, object]:
+    """A closed ledger read whole by a reader holding another password's key.
+    The digest is crc32c, which any key verifies: only the bookies' read
+    rule stands between that reader and the data."""
+    s = Script(3, 3, 2)
+    s.add(5)
+    s.run(50)
+    s.close()
+    s.run(50)
+    if not bookies_check_keys:  # BROKEN: bookies that serve whatever key a read carries
+        for bookie in s.cluster.bookies.values():
+            bookie.core.read_access = lambda ledger_id, key: OK
+    thief = s.read_all("thief", password=b"not the password")
+    s.run(2_000)
+    return s, thief
+
+
+def test_a_reader_with_a_wrong_key_is_refused_and_reads_nothing():
+    s, thief = run_wrong_key_reader()
+    assert thief.done and thief.failed_code == UnauthorizedError.code
+    assert thief.next_entry == 0 and s.cluster.checker.reads_refused >= 3  # every replica
+    assert s.violation is None
+    assert read_back(s) == 5  # the ledger's own key still reads everything
+
+
+def test_bookies_that_ignore_the_key_are_caught_by_the_checker():
+    s, _ = run_wrong_key_reader(bookies_check_keys=False)
+    assert s.violation is not None and s.violation.name == "read-needs-key"

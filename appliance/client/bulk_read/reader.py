@@ -111,7 +111,7 @@ class BulkReader:
             raise ValueError(f"need 0 <= first_entry_id <= last_entry_id, got "
                              f"{first_entry_id}..{last_entry_id}")
         job = ReadJob(metadata, first_entry_id, last_entry_id,
-                      make_digest(metadata.digest_type, master_key), self.config)
+                      make_digest(metadata.digest_type, master_key), self.config, master_key)
         return self._run(job)
 
     def _run(self, job: ReadJob) -> Iterator[VerifiedChunk]:
@@ -173,7 +173,7 @@ class BulkReader:
         count = chunk.last - chunk.first + 1
         kind = ReadPackedRequest if conn.packed else ReadBatchRequest
         req = kind(job.md.ledger_id, chunk.first, chunk.last, min(count, cfg.batch_entries_max),
-                   cfg.batch_bytes_max, request_id=rid)
+                   cfg.batch_bytes_max, master_key=job.master_key, request_id=rid)
         try:
             conn.sock.send_multipart(encode_request(req), _NOBLOCK)
         except zmq.Again:
