@@ -51,7 +51,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from appliance.errors import (
     OK,
-    BadRequestError,
     BKError,
     BookieUnavailableError,
     ClientClosedError,
@@ -61,10 +60,8 @@ from appliance.errors import (
 )
 from appliance.meta.bookies import bookie_locations
 from appliance.protocol import events as ev
-from appliance.protocol.reader import PackedRecords
 from ipc.client import Transport
-from ipc.packed import AddPackedReply, AddPackedRequest, ReadPackedReply, ReadPackedRequest
-from ipc.replies import AddBatchReply, ErrorReply, LacReply, ReadReply
+from ipc.packed import AddPackedRequest, ReadPackedRequest
 from ipc.requests import (
     AddBatchRequest,
     AddItem,
@@ -75,6 +72,7 @@ from ipc.requests import (
     WriteLacRequest,
 )
 
+from .core_events import chunks, coalesced, coalesced_events, failure_events, translate
 from .write_close import WriteCloseOutcome, new_counters, reply_code
 
 log = logging.getLogger(__name__)
@@ -252,7 +250,7 @@ class Driver:
         if self._packed_datas is not datas:  # a writer sends one tuple to every bookie
             self._packed_datas = datas
             self._packed = [(lo, hi, list(map(len, datas[lo:hi])), b"".join(datas[lo:hi]))
-                            for lo, hi in _chunks(datas, self.add_batch_entries_max,
+                            for lo, hi in chunks(datas, self.add_batch_entries_max,
                                                   self.add_batch_bytes_max)]
         out = self._adds_out.setdefault(action.bookie_id, [])
         for lo, hi, lengths, data in self._packed:
@@ -279,7 +277,7 @@ class Driver:
                     self._send(core, part, AddPackedRequest(part.ledger_id, part.master_key,
                                                             part.entry_ids, lengths, data,
                                                             part.recovery))
-            for group in _coalesced(small, self.add_batch_entries_max,
+            for group in coalesced(small, self.add_batch_entries_max,
                                     self.add_batch_bytes_max):
                 self._send_coalesced(bookie_id, group)
 
@@ -371,31 +369,17 @@ class Driver:
             if type(action) is ev.SendWriteClose:  # the "core" is its outcome: logged only
                 core.done(action.bookie_id, reply_code(event.status, event.reply))
                 continue
-            for core_event in _translate(action, event, now):
+            for core_event in translate(action, event, now):
                 self.feed(core, core_event)
 
     def _on_coalesced(self, routed: list, event, now: int) -> None:
         """An ``ADD_BATCH`` reply split back into each part's ``AddResponses``."""
-        reply = event.reply
-        if event.status == OK and type(reply) is AddBatchReply:
-            statuses = {(ledger_id, entry_id): st for ledger_id, entry_id, st in reply.rows}
-            for core, part in routed:
-                codes = tuple(statuses.get((part.ledger_id, e)) for e in part.entry_ids)
-                if None in codes:  # never ack what the reply does not name
-                    events = _failure_events(part, BadRequestError.code, now)
-                else:
-                    events = [ev.AddResponses(part.request_id, part.bookie_id, part.ledger_id,
-                                              part.entry_ids, codes, now)]
-                for core_event in events:
-                    self.feed(core, core_event)
-            return
-        for core, part in routed:
-            for core_event in _translate(part, event, now):
-                self.feed(core, core_event)
+        for core, core_event in coalesced_events(routed, event, now):
+            self.feed(core, core_event)
 
     def _fail(self, core, action, code: int) -> None:
         now = self.now_ms()
-        for core_event in _failure_events(action, code, now):
+        for core_event in failure_events(action, code, now):
             self.feed(core, core_event)
 
     # -- metadata -----------------------------------------------------------------
@@ -525,79 +509,3 @@ class Driver:
             self._thread.join()
         self.transport.close()
         self._pool.shutdown(wait=True)
-
-
-def _coalesced(parts: list, entries_max: int, bytes_max: int):
-    """``parts`` grouped for ``ADD_BATCH``: one recovery flag per group, each
-    within the entry and byte limits, in order."""
-    group: list = []
-    entries = nbytes = 0
-    for item in parts:
-        part, data = item[1], item[3]
-        n, size = len(part.entry_ids), len(data)
-        if group and (part.recovery != group[0][1].recovery or entries + n > entries_max
-                      or nbytes + size > bytes_max):
-            yield group
-            group, entries, nbytes = [], 0, 0
-        group.append(item)
-        entries += n
-        nbytes += size
-    if group:
-        yield group
-
-
-def _chunks(datas, entries_max: int, bytes_max: int):
-    """(lo, hi) index ranges of ``datas``: each at most ``entries_max`` items
-    and ``bytes_max`` bytes (a single bigger item travels alone)."""
-    lo, size, n = 0, 0, len(datas)
-    for i in range(n):
-        length = len(datas[i])
-        if i > lo and (i - lo >= entries_max or size + length > bytes_max):
-            yield lo, i
-            lo, size = i, 0
-        size += length
-    if n:
-        yield lo, n
-
-
-def _translate(action, event, now_ms: int) -> list:
-    """A transport event -> the core events it means."""
-    reply = event.reply
-    if event.status != OK or reply is None or isinstance(reply, ErrorReply):
-        code = event.status if event.status != OK else reply.status
-        return _failure_events(action, code, now_ms)
-    kind = type(action)
-    if kind is ev.SendAdd and type(reply) is AddPackedReply:
-        if len(reply.entry_ids) != len(action.entry_ids) or \
-                list(reply.entry_ids) != list(action.entry_ids):  # never ack what was not sent
-            return _failure_events(action, BadRequestError.code, now_ms)
-        return [ev.AddResponses(action.request_id, action.bookie_id, action.ledger_id,
-                                action.entry_ids, tuple(reply.statuses), now_ms)]
-    if kind is ev.SendReadBatch and type(reply) is ReadPackedReply:
-        return [ev.ReadBatchResponse(action.request_id, action.bookie_id, action.ledger_id, OK,
-                                     tuple(reply.entry_ids), tuple(reply.statuses),
-                                     PackedRecords(reply.data, reply.lengths), now_ms)]
-    if kind is ev.SendRead and isinstance(reply, ReadReply):
-        return [ev.ReadResponse(action.request_id, action.bookie_id, action.ledger_id,
-                                action.entry_id, OK, reply.data, now_ms)]
-    if (kind is ev.SendReadLac or kind is ev.SendWaitLac) and isinstance(reply, LacReply):
-        return [ev.ReadLacResponse(action.request_id, action.bookie_id, action.ledger_id, OK,
-                                   reply.lac, now_ms)]
-    return _failure_events(action, BookieUnavailableError.code, now_ms)
-
-
-def _failure_events(action, code: int, now_ms: int) -> list:
-    kind = type(action)
-    if kind is ev.SendAdd:
-        return [ev.AddResponse(action.request_id, action.bookie_id, action.ledger_id, e, code,
-                               now_ms) for e in action.entry_ids]
-    if kind is ev.SendReadBatch:
-        return [ev.ReadBatchResponse(action.request_id, action.bookie_id, action.ledger_id,
-                                     code, now_ms=now_ms)]
-    if kind is ev.SendRead:
-        return [ev.ReadResponse(action.request_id, action.bookie_id, action.ledger_id,
-                                action.entry_id, code, None, now_ms)]
-    if kind is ev.SendReadLac or kind is ev.SendWaitLac:
-        return [ev.ReadLacResponse(action.request_id, action.bookie_id, action.ledger_id, code,
-                                   -1, now_ms)]
-    return []
