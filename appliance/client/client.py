@@ -72,8 +72,7 @@ class Client:
         limits = (config.wire_limits() if config is not None
                   else WireLimits(entry_bytes_max=PAYLOAD_BYTES_MAX + ENTRY_OVERHEAD_MAX))
         md_cfg = config.metadata if config is not None else None
-        kwargs = ({"session_timeout_ms": md_cfg.session_timeout_ms,
-                   "connect_timeout_ms": md_cfg.connect_timeout_ms} if md_cfg else {})
+        kwargs = md_cfg.store_options() if md_cfg else {}
         self._store = open_store(uri, base_dir=base_dir, **kwargs)
         try:
             self.ledgers = LedgerManager(self._store)
