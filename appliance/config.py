@@ -479,7 +479,9 @@ def _storage(table) -> StorageConfig:
 
 def _check_cross(c: ApplianceConfig) -> None:
     cl, n = c.client, len(c.bookies)
-    if cl.ensemble > n:
+    # With zk:// metadata other hosts' bookies join the ensembles too: the
+    # count is checked when a ledger is created (NotEnoughBookiesError).
+    if cl.ensemble > n and not c.metadata.uri.startswith("zk://"):
         raise _Refusal("client.ensemble", f"{cl.ensemble} is more than the {n} configured "
                        "bookies", "lower client.ensemble (and write_quorum, ack_quorum) or "
                        "add [[bookies]]")
