@@ -127,7 +127,8 @@ def status(as_json, config_path):
     a bookie turns read-only at server.disk_usage_max), its entry logs (live
     bytes the index points at, garbage that compaction or GC can give back,
     files, open logs), and its ledgers in BP-46 limbo (repairing from peers;
-    `bkctl bookie info ID` for details).
+    `bkctl bookie info ID` for details).  With zk:// metadata, the bookies
+    other hosts registered follow (local = false; disk use not shown).
 
     \b
     Example:
@@ -135,6 +136,7 @@ def status(as_json, config_path):
     """
     config = _load(config_path)
     rows = [_bookie_status(config, b) for b in config.bookies]
+    rows += _other_hosts_bookies(config)
     if as_json:
         echo_json({"config": str(config.path), "bookies": rows})
         return
@@ -144,29 +146,56 @@ def status(as_json, config_path):
         logs = "" if r["live_bytes"] is None else (
             f"  live={r['live_bytes'] / 1e6:.1f} MB garbage={r['garbage_bytes'] / 1e6:.1f} MB"
             f" logs={r['entry_logs']}")
+        disk = "other host" if r["disk_bytes"] is None else f"disk={r['disk_bytes'] / 1e6:.1f} MB"
         click.echo(f"{r['id']:<12} {r['state']:<10} pid={r['pid'] or '-':<8} "
-                   f"{r['endpoint']}  disk={r['disk_bytes'] / 1e6:.1f} MB"
+                   f"{r['endpoint']}  {disk}"
                    f"  fs_used={'-' if used is None else f'{used:.0%}'}{logs}{limbo}")
 
 
-def _bookie_status(config, b) -> dict:
+def _other_hosts_bookies(config) -> list[dict]:
+    """With zk:// metadata, the bookies other hosts registered (probed over
+    their endpoints; their disks are not visible from here)."""
+    if not config.metadata.uri.startswith("zk://"):
+        return []  # SQLite metadata: every bookie is in this config
+    from appliance.errors import MetadataError
+    from appliance.meta.bookies import BookieRegistry
+    from storage.metadata import open_store
+
+    try:
+        with open_store(config.metadata.uri, **config.metadata.store_options()) as store:
+            live = BookieRegistry(store).available()
+    except MetadataError as exc:
+        click.echo(f"other hosts' bookies unknown: {exc}", err=True)
+        return []
+    mine = {b.id for b in config.bookies}
+    return [_probe_row(bookie_id, doc["endpoint"], local=False)
+            for bookie_id, doc in sorted(live.items()) if bookie_id not in mine]
+
+
+def _probe_row(bookie_id: str, endpoint: str, local: bool = True) -> dict:
+    """A status row from the bookie's INFO answer (None fields when down)."""
     from appliance.supervisor.probe import bookie_info
 
-    info = bookie_info(b.endpoint, PROBE_TIMEOUT_MS)
+    info = bookie_info(endpoint, PROBE_TIMEOUT_MS)
     state = "down"
     if info is not None:
         state = "read-only" if info.get("read_only") else "up"
     usage = (info or {}).get("disk_usage") or {}
     storage = (info or {}).get("storage") or {}
     disk = storage.get("disk") or {}
-    return {"id": b.id, "state": state, "pid": info.get("pid") if info else None,
+    return {"id": bookie_id, "state": state, "pid": info.get("pid") if info else None,
+            "local": local,
             "fs_used": max(usage.values()) if usage else None,
             "limbo_ledgers": storage.get("limbo_ledgers") if info else None,
             "live_bytes": disk.get("live_bytes"), "garbage_bytes": disk.get("garbage_bytes"),
             "entry_logs": disk.get("entry_logs"), "open_logs": disk.get("open_logs"),
             "entry_log_bytes": disk.get("entry_log_bytes"),
             "gc": (info or {}).get("gc"), "metrics_url": (info or {}).get("metrics_url"),
-            "endpoint": b.endpoint, "journal_dir": str(b.journal_dir),
+            "endpoint": endpoint, "journal_dir": None, "ledger_dir": None, "disk_bytes": None}
+
+
+def _bookie_status(config, b) -> dict:
+    return {**_probe_row(b.id, b.endpoint), "journal_dir": str(b.journal_dir),
             "ledger_dir": str(b.ledger_dir),
             "disk_bytes": _du(b.journal_dir) + _du(b.ledger_dir)}
 

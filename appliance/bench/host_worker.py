@@ -4,7 +4,8 @@ Prints one JSON object per line (``event`` names it), flushed at once, so
 the harness sees every acknowledgement the moment it happens.
 
 * ``write``: create a ledger (with ``--ensemble-with PREFIX``: until its
-  ensemble names a bookie whose id starts with PREFIX, the others deleted),
+  ensemble names a bookie whose id starts with PREFIX; ``--ensemble-at-most
+  PREFIX=N``: until it names at most N of them; the others are deleted),
   then add entries one at a time: ``created``, one ``acked`` per entry the
   appliance acknowledged, then ``closed`` (after ``--entries`` or once the
   stop file exists) or ``error`` (the first failed add: class and message;
@@ -12,6 +13,8 @@ the harness sees every acknowledgement the moment it happens.
 * ``read``: open a ledger (``--recovery`` fences and recovers it) and read
   every entry up to its last: ``read`` with the last entry id, the count
   and the ids whose payload is not the one ``write`` wrote.
+* Any appliance error (connecting included) is an ``error`` event, exit 0;
+  anything else is a traceback on stderr and a non-zero exit.
 
 Payload of entry e of ledger L: ``b"L:e:"`` padded with ``.`` to ``--size``.
 """
@@ -44,21 +47,30 @@ def _error(exc: BaseException) -> dict:
     return {"error": type(exc).__name__, "message": str(exc)}
 
 
-def _create(bk, password: bytes, ensemble_with: str | None):
+def _wanted(ensemble: list[str], args) -> bool:
+    """``--ensemble-with P``: at least one P* bookie; ``--ensemble-at-most P=N``."""
+    if args.ensemble_with and not any(b.startswith(args.ensemble_with) for b in ensemble):
+        return False
+    if args.ensemble_at_most:
+        prefix, _, most = args.ensemble_at_most.partition("=")
+        return sum(b.startswith(prefix) for b in ensemble) <= int(most)
+    return True
+
+
+def _create(bk, args):
     for _ in range(ENSEMBLE_TRIES_MAX):
-        lh = bk.create_ledger(password=password)
+        lh = bk.create_ledger(password=args.password.encode())
         ensemble = list(bk.ledger_metadata(lh.id).ensembles[0][1])
-        if not ensemble_with or any(b.startswith(ensemble_with) for b in ensemble):
+        if _wanted(ensemble, args):
             return lh, ensemble
         lh.close()
         bk.delete_ledger(lh.id)
-    raise RuntimeError(f"no ensemble with a {ensemble_with}* bookie in "
-                       f"{ENSEMBLE_TRIES_MAX} tries")
+    raise RuntimeError(f"no ensemble as asked in {ENSEMBLE_TRIES_MAX} tries")
 
 
 def write(args) -> int:
     with appliance.connect(args.config) as bk:
-        lh, ensemble = _create(bk, args.password.encode(), args.ensemble_with)
+        lh, ensemble = _create(bk, args)
         emit("created", ledger=lh.id, ensemble=ensemble)
         for i in range(args.entries):
             if os.path.exists(args.stop_file):
@@ -113,11 +125,16 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--size", type=int, default=1024)
     w.add_argument("--interval-ms", type=float, default=0.0)
     w.add_argument("--ensemble-with", default=None)
+    w.add_argument("--ensemble-at-most", default=None)
     r = sub.choices["read"]
     r.add_argument("--ledger", type=int, required=True)
     r.add_argument("--recovery", action="store_true")
     args = parser.parse_args(argv)
-    return write(args) if args.command == "write" else read(args)
+    try:
+        return write(args) if args.command == "write" else read(args)
+    except BKError as exc:  # connecting, creating: reported like a failed add
+        emit("error", **_error(exc))
+        return 0
 
 
 if __name__ == "__main__":
