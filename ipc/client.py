@@ -25,7 +25,11 @@ Guarantees and limits:
   disconnect the bookie's outstanding requests fail at once and its socket
   is replaced, which discards anything still queued in it, so nothing sent
   before the disconnect reaches a restarted bookie later.  Until the
-  reconnect completes, requests to that bookie fail fast.  Before the very
+  reconnect completes, requests to that bookie fail fast.  With
+  ``heartbeat_timeout_ms``, ZeroMQ pings each bookie every quarter of it and
+  a connection that stays silent that long counts as a disconnect: a host
+  cut off the network (no RST ever arrives) is noticed even by a writer
+  whose other bookies keep its ack quorum.  Before the very
   first connection, requests wait in the socket (bounded by their timeout).
 * identities: each DEALER gets ``<identity>-<n>`` (n counts sockets), so a
   replacement socket never collides with a route the bookie still holds;
@@ -98,7 +102,7 @@ class Transport:
                  limits: WireLimits = DEFAULT_LIMITS, drain_messages_max: int = 256,
                  reconnect_ivl_ms: int = 100, reconnect_ivl_max_ms: int = 2000,
                  poll_ms_max: int = 1000, clock: Callable[[], float] = time.monotonic,
-                 context: zmq.Context | None = None):
+                 context: zmq.Context | None = None, heartbeat_timeout_ms: int = 0):
         if inflight_per_bookie_max < 1:
             raise ValueError("inflight_per_bookie_max must be >= 1")
         self.limits = limits
@@ -111,6 +115,7 @@ class Transport:
         self._on_events = on_events
         self._drain_max = drain_messages_max
         self._reconnect = (reconnect_ivl_ms, reconnect_ivl_max_ms)
+        self._heartbeat_timeout_ms = heartbeat_timeout_ms
         self._poll_ms_max = poll_ms_max
         self._own_context = context is None
         self._ctx = context or zmq.Context()
@@ -342,6 +347,10 @@ class _IoLoop:
         sock.setsockopt(zmq.RECONNECT_IVL, t._reconnect[0])
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, t._reconnect[1])
         sock.setsockopt(zmq.MAXMSGSIZE, t.limits.frame_bytes_max + 4096)
+        if t._heartbeat_timeout_ms > 0:  # a peer silent this long is disconnected
+            sock.setsockopt(zmq.HEARTBEAT_IVL, max(1, t._heartbeat_timeout_ms // 4))
+            sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, t._heartbeat_timeout_ms)
+            sock.setsockopt(zmq.HEARTBEAT_TTL, t._heartbeat_timeout_ms)
         conn.monitor = sock.get_monitor_socket(_MONITOR_EVENTS)
         sock.connect(conn.endpoint)
         conn.sock = sock

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import time
@@ -130,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--ledger", type=int, required=True)
     r.add_argument("--recovery", action="store_true")
     args = parser.parse_args(argv)
+    logging.basicConfig(level=os.environ.get("BK_WORKER_LOG_LEVEL", "WARNING"),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return write(args) if args.command == "write" else read(args)
     except BKError as exc:  # connecting, creating: reported like a failed add

@@ -64,7 +64,11 @@ class HostsOptions:
     session_timeout_ms: int = 4_000
     client: Mapping[str, object] = field(default_factory=lambda: {
         "ensemble": 3, "write_quorum": 3, "ack_quorum": 2,
-        "add_timeout_ms": 5_000, "read_timeout_ms": 5_000})
+        "add_timeout_ms": 5_000, "read_timeout_ms": 5_000,
+        # a bookie on a host that stops answering is replaced after one add
+        # timeout (not resent to first): an unreachable host is the usual
+        # cause across hosts, a stalled disk the usual one on one host
+        "add_retries_max": 0})
     autorecovery: Mapping[str, object] = field(default_factory=lambda: {"enabled": False})
     # host name -> keys of its [security] table (None: no such table)
     security: Callable[[str], Mapping[str, object]] | None = None
@@ -201,17 +205,25 @@ class HostCluster:
                                str(config)], capture_output=True, text=True,
                               timeout=timeout_s, cwd=self.root)
 
-    # -- the registry, seen from the root namespace ------------------------------------------
-    def registered(self) -> dict[str, dict]:
-        """Live bookies in the registry ({} while the metadata cannot answer)."""
+    # -- the metadata, seen from the root namespace ------------------------------------------
+    def open_store(self, avoid: tuple[str, ...] = ()):
+        """A metadata store with the appliance's credentials, on the ensemble
+        members of every host but ``avoid`` (e.g. a partitioned one)."""
         from appliance.config import load_config
-        from appliance.errors import MetadataError
-        from appliance.meta.bookies import BookieRegistry
         from storage.metadata import open_store
 
         config = load_config(self.config_path(self.names[0]))
+        members = ",".join(f"{self.address(n)}:{CLIENT_PORT}" for n in self.names
+                           if n not in avoid)
+        return open_store(f"zk://{members}{CHROOT}", **config.metadata.store_options())
+
+    def registered(self) -> dict[str, dict]:
+        """Live bookies in the registry ({} while the metadata cannot answer)."""
+        from appliance.errors import MetadataError
+        from appliance.meta.bookies import BookieRegistry
+
         try:
-            with open_store(config.metadata.uri, **config.metadata.store_options()) as store:
+            with self.open_store() as store:
                 return BookieRegistry(store).available()
         except MetadataError:
             return {}

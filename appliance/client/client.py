@@ -86,6 +86,7 @@ class Client:
                                  add_batch_bytes_max=self.config.add_batch_bytes_max,
                                  read_batch_bytes_max=self.config.read_batch_bytes_max,
                                  transport_options={"limits": limits,
+                                     "heartbeat_timeout_ms": self.config.add_timeout_ms,
                                      "reconnect_ivl_ms": self.config.reconnect_ivl_ms,
                                      "reconnect_ivl_max_ms": self.config.reconnect_ivl_max_ms})
         except BaseException:

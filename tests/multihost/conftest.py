@@ -12,6 +12,7 @@ made (not root, no ``ip``) or Java is missing.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -44,7 +45,8 @@ def hosts():
         with HostCluster(root, options) as cluster:
             yield cluster
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        if not os.environ.get("BK_MULTIHOST_KEEP"):  # set it to keep the logs of a failure
+            shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture
