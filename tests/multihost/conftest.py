@@ -25,6 +25,8 @@ from appliance.bench.hosts import HostCluster, HostsOptions, netns_unavailable_r
 # timeout; an add to one of them fails after the add timeout.
 ADD_TIMEOUT_MS = 5_000
 SESSION_TIMEOUT_MS = 4_000
+# Autorecovery marks the ledgers of a bookie unregistered this long.
+LOST_BOOKIE_DELAY_MS = 3_000
 
 
 def pytest_collection_modifyitems(config, items):
@@ -41,6 +43,7 @@ def hosts():
     root = Path(tempfile.mkdtemp(prefix="bkmh"))
     options = HostsOptions(session_timeout_ms=SESSION_TIMEOUT_MS)
     options.client = {**options.client, "add_timeout_ms": ADD_TIMEOUT_MS}
+    options.autorecovery = {"enabled": True, "lost_bookie_delay_ms": LOST_BOOKIE_DELAY_MS}
     try:
         with HostCluster(root, options) as cluster:
             yield cluster

@@ -6,18 +6,21 @@
 * A writer running ON host1 is fenced by a recovery from the client
   namespace: it gets no acknowledgement past the recovered end, and its
   adds fail.
-* On healing, host1's bookies register again by themselves.
+* Autorecovery marks the ledgers naming host1's bookies under-replicated
+  while it is gone and re-replicates them; after healing, host1's bookies
+  register again by themselves and no mark is left.
 * Nothing acknowledged is lost: every acked entry of both ledgers reads
   back, with its payload.
 """
 
 from __future__ import annotations
 
+import json
 import time
 
 from appliance.bench.hosts import CLIENT
 from appliance.bench.launcher import wait_for
-from tests.multihost.conftest import ADD_TIMEOUT_MS, SESSION_TIMEOUT_MS
+from tests.multihost.conftest import ADD_TIMEOUT_MS, LOST_BOOKIE_DELAY_MS, SESSION_TIMEOUT_MS
 
 INTERVAL_MS = "10"
 ACKED_BEFORE = 20
@@ -40,6 +43,21 @@ def _without_host1(store, ledger: int):
     md, _version = LedgerManager(store).read_ledger(ledger)
     last = md.ensembles[-1][1]
     return None if any(b.startswith("host1-") for b in last) else md.ensembles
+
+
+MARKED_S = SESSION_TIMEOUT_MS / 1000 + LOST_BOOKIE_DELAY_MS / 1000 + 30
+CLEANED_S = 120.0  # re-replication of the few small ledgers of the suite
+
+
+def _underreplicated(hosts) -> list[dict]:
+    done = hosts.bkctl("host2", "bookie", "underreplicated", "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _marked_for_host1(hosts) -> bool:
+    return any(item["marked"] and any(b.startswith("host1-") for b in item["missing"])
+               for item in _underreplicated(hosts))
 
 
 def test_partitioned_host(healthy):
@@ -67,9 +85,14 @@ def test_partitioned_host(healthy):
             # the writer on host1 is fenced by a recovery from the client namespace
             read_in = hosts.worker(CLIENT, "read", "--ledger", str(in_ledger), "--recovery") \
                 .wait_event("read", timeout_s=60)
+            # autorecovery (on the majority side) marks what host1 held
+            wait_for(lambda: _marked_for_host1(hosts), MARKED_S, interval_s=0.5,
+                     what="ledgers marked under-replicated for host1's bookies")
         finally:
             hosts.heal("host1")
     hosts.wait_registered(hosts.bookie_ids("host1"), SESSION_TIMEOUT_MS / 1000 + 60)
+    wait_for(lambda: _underreplicated(hosts) == [], CLEANED_S, interval_s=1.0,
+             what="autorecovery to clear every under-replication mark")
     error = inside.wait_event("error", timeout_s=WRITER_FAILS_S)
     # fenced replies, or (partitioned until its metadata retries ran out) the
     # writer core's MetadataVersionError for a store it could not reach
