@@ -301,7 +301,8 @@ class Worker:
             hits = [e for e in self.of(kind) if predicate(e)]
             if not hits and self.proc.poll() is not None and not self._reader.is_alive():
                 raise RuntimeError(f"worker exited {self.proc.returncode} without a {kind} "
-                                   f"event: {log_tail(self.log_path)}")
+                                   f"event; its last events {self.events[-3:]}; its log: "
+                                   f"{log_tail(self.log_path)}")
             return hits[0] if hits else None
 
         return wait_for(found, timeout_s, interval_s=0.05, what=f"a {kind} event")
