@@ -23,6 +23,8 @@ def test_each_host_config_loads(host):
     assert (config.client.ensemble, config.client.write_quorum, config.client.ack_quorum) \
         == (3, 3, 2)
     assert config.client.add_retries_max == 0
+    # a cut-off host's bookies leave the registry before an add to them times out
+    assert config.metadata.session_timeout_ms < config.client.add_timeout_ms
 
 
 def test_the_hosts_share_metadata_and_credentials_and_nothing_else():

@@ -22,9 +22,11 @@ import pytest
 from appliance.bench.hosts import HostCluster, HostsOptions, netns_unavailable_reason
 
 # A partitioned host's bookies leave the registry after the metadata session
-# timeout; an add to one of them fails after the add timeout.
+# timeout; an add to one of them fails after the add timeout.  The first must
+# be well below the second, so that clients no longer see the cut-off host's
+# bookies when they pick replacements (docs/DEPLOYMENT.md, step 4).
 ADD_TIMEOUT_MS = 5_000
-SESSION_TIMEOUT_MS = 4_000
+SESSION_TIMEOUT_MS = 2_000
 # Autorecovery marks the ledgers of a bookie unregistered this long.
 LOST_BOOKIE_DELAY_MS = 3_000
 
