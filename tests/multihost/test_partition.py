@@ -100,8 +100,8 @@ def test_partitioned_host(healthy):
              what="no ledger left under-replicated or marked")
     error = inside.wait_event("error", timeout_s=WRITER_FAILS_S)
     # fenced replies, or (partitioned until its metadata retries ran out) the
-    # writer core's MetadataVersionError for a store it could not reach
-    assert error["error"] in ("LedgerFencedError", "MetadataVersionError"), error
+    # store it could not reach
+    assert error["error"] in ("LedgerFencedError", "MetadataUnavailableError"), error
     assert inside.wait(30) == 0
     inside_acked = inside.acked()
     assert inside_acked == list(range(len(inside_acked)))
