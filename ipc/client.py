@@ -25,12 +25,15 @@ Guarantees and limits:
   disconnect the bookie's outstanding requests fail at once and its socket
   is replaced, which discards anything still queued in it, so nothing sent
   before the disconnect reaches a restarted bookie later.  Until the
-  reconnect completes, requests to that bookie fail fast.  With
-  ``heartbeat_timeout_ms``, ZeroMQ pings each bookie every quarter of it and
-  a connection that stays silent that long counts as a disconnect: a host
-  cut off the network (no RST ever arrives) is noticed even by a writer
-  whose other bookies keep its ack quorum.  Before the very
-  first connection, requests wait in the socket (bounded by their timeout).
+  reconnect completes, requests to that bookie fail fast.  Before the very
+  first connection, requests wait in the socket (bounded by their timeout);
+  once one of them times out still unconnected, the bookie is treated as
+  disconnected (``never_connected``): a host cut off before this client
+  ever reached it fails fast too.  With ``heartbeat_timeout_ms``, ZeroMQ
+  pings each bookie every quarter of it and a connection that stays silent
+  that long counts as a disconnect: a host cut off the network (no RST ever
+  arrives) is noticed even by a writer whose other bookies keep its ack
+  quorum.
 * identities: each DEALER gets ``<identity>-<n>`` (n counts sockets), so a
   replacement socket never collides with a route the bookie still holds;
 * a reply that does not decode completes its request (when its request id
@@ -111,7 +114,7 @@ class Transport:
         self.clock = clock
         self.counters = dict.fromkeys(
             ("sent", "replies", "late_replies", "bad_replies", "timeouts", "disconnects",
-             "callback_failures"), 0)
+             "never_connected", "callback_failures"), 0)
         self._on_events = on_events
         self._drain_max = drain_messages_max
         self._reconnect = (reconnect_ivl_ms, reconnect_ivl_max_ms)
@@ -383,9 +386,9 @@ class _IoLoop:
             elif event == zmq.EVENT_DISCONNECTED and conn.state == "up":
                 self._on_disconnect(conn)
 
-    def _on_disconnect(self, conn: _Conn) -> None:
+    def _on_disconnect(self, conn: _Conn, counter: str = "disconnects") -> None:
         """Fail what was outstanding and replace the socket, dropping its queue."""
-        self.t.counters["disconnects"] += 1
+        self.t.counters[counter] += 1
         conn.state = "down"
         self._set_connected(conn.bookie_id, False)
         self._fail_pending(conn.bookie_id, BookieUnavailableError.code)
@@ -453,6 +456,9 @@ class _IoLoop:
             if pending is not None:
                 self.t.counters["timeouts"] += 1
                 self._emit(pending[0], rid, pending[1], BKTimeoutError.code)
+                conn = self.conns.get(pending[0])
+                if conn is not None and conn.state == "connecting":
+                    self._on_disconnect(conn, "never_connected")
 
     def _fail_pending(self, bookie_id: str | None, status: int) -> None:
         for rid, (owner, op) in list(self.pending.items()):
