@@ -28,6 +28,7 @@ import difflib
 import mmap
 import os
 import re
+import socket
 import tomllib
 import uuid
 from collections.abc import Callable, Mapping
@@ -40,6 +41,7 @@ from appliance.errors import ConfigError
 MiB = 1024 * 1024
 IPC_PATH_BYTES_MAX = 107  # sun_path holds 108 bytes including the NUL
 BOOKIE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,252}$")  # a host or rack name
 
 
 def _key(default=MISSING, low: float | None = None, high: float | None = None,
@@ -75,6 +77,10 @@ class BookieConfig:
     endpoint: str = _key()
     cpus: tuple[int, ...] = _key(())
     metrics_address: str = _key("")
+    # Placement labels (appliance.protocol.placement): write sets spread over
+    # distinct hosts (and racks).  host "" = this machine's hostname.
+    host: str = _key("")
+    rack: str = _key("default-rack")
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,10 @@ class ServerConfig:
     overreplicated_grace_ms: int = _key(600_000, 0, 30 * 86_400_000)
     cookie_auto_fix: bool = _key(False)
     cluster_key_file: Path = _key("")
+    socket_group: str = _key("")
+    # A read of a ledger whose key the bookie holds must carry that key
+    # (false: reads without a key are served, as BookKeeper does).
+    reads_need_key: bool = _key(True)
 
 
 @dataclass(frozen=True)
@@ -116,6 +126,7 @@ class ClientConfig:
     explicit_lac_interval_ms: int = _key(1_000, 0, 3_600_000)
     reconnect_ivl_ms: int = _key(100, 1, 60_000)
     reconnect_ivl_max_ms: int = _key(2_000, 1, 600_000)
+    placement: str = _key("host", choices=("host", "rack", "none"))
 
 
 @dataclass(frozen=True)
@@ -155,6 +166,16 @@ class LogConfig:
 
 
 @dataclass(frozen=True)
+class SecurityConfig:
+    """``[security]``: ZeroMQ CURVE on tcp endpoints (``appliance.curve``)."""
+
+    curve: bool = _key(False)
+    key_file: Path = _key("")
+    authorized_keys_dir: Path = _key("")
+    trusted_keys_dir: Path = _key("")
+
+
+@dataclass(frozen=True)
 class StorageConfig:
     """``[storage]``: the fields of ``storage.options.StorageOptions`` (read
     as ``config.storage.direct_io``)."""
@@ -187,6 +208,7 @@ class ApplianceConfig:
     supervisor: SupervisorConfig
     autorecovery: AutoRecoveryConfig = AutoRecoveryConfig()
     log: LogConfig = LogConfig()
+    security: SecurityConfig = SecurityConfig()
 
     @property
     def run_path(self) -> Path:
@@ -220,7 +242,7 @@ class ApplianceConfig:
 
 SECTIONS = {"metadata": MetadataConfig, "bookies": BookieConfig, "storage": StorageConfig,
             "server": ServerConfig, "client": ClientConfig, "supervisor": SupervisorConfig,
-            "autorecovery": AutoRecoveryConfig, "log": LogConfig}
+            "autorecovery": AutoRecoveryConfig, "log": LogConfig, "security": SecurityConfig}
 
 
 # -- errors -------------------------------------------------------------------------
@@ -284,7 +306,8 @@ def _build(path: Path, doc: dict) -> ApplianceConfig:
         client=_section(doc, "client", ClientConfig, base),
         supervisor=_section(doc, "supervisor", SupervisorConfig, base),
         autorecovery=_section(doc, "autorecovery", AutoRecoveryConfig, base),
-        log=_section(doc, "log", LogConfig, base))
+        log=_section(doc, "log", LogConfig, base),
+        security=_section(doc, "security", SecurityConfig, base))
     _check_distinct(config.bookies)
     _check_cross(config)
     return config
@@ -395,6 +418,11 @@ def _bookies(doc: dict, base: Path) -> tuple[BookieConfig, ...]:
                 raise _Refusal(f"{where}.metrics_address", str(exc),
                                "set host:port (port 0 picks a free one) or leave it empty "
                                "(no metrics)") from None
+        for name in ("host", "rack"):
+            if name in values and not LABEL.match(values[name]):
+                raise _Refusal(f"{where}.{name}", f"{values[name]!r} is not a valid {name}",
+                               "use 1-253 of A-Z a-z 0-9 . _ : / -, starting alphanumeric")
+        values["host"] = values.get("host") or socket.gethostname()
         out.append(BookieConfig(**values))
     return tuple(out)
 
@@ -423,8 +451,13 @@ def _endpoint(key: str, endpoint: str, base: Path) -> str:
 def _check_distinct(bookies: tuple[BookieConfig, ...]) -> None:
     seen_ids: dict[str, int] = {}
     seen_endpoints: dict[str, int] = {}
+    racks: dict[str, tuple[str, int]] = {}  # one host sits in one rack (placement)
     dirs: list[tuple[str, Path]] = []
     for i, b in enumerate(bookies):
+        rack, first = racks.setdefault(b.host, (b.rack, i))
+        if rack != b.rack:
+            raise _Refusal(f"bookies[{i}].rack", f"host {b.host!r} is in rack {rack!r} at "
+                           f"bookies[{first}]", "give every bookie of one host the same rack")
         if b.id in seen_ids:
             raise _Refusal(f"bookies[{i}].id", f"{b.id!r} is also bookies[{seen_ids[b.id]}]",
                            "give every bookie its own id")
@@ -511,6 +544,9 @@ def _check_cross(c: ApplianceConfig) -> None:
         if value > limit:
             raise _Refusal(key, f"{value} is above {limit_key} ({limit})",
                            f"lower {key} or raise {limit_key}")
+    if c.security.curve and not c.security.key_file:
+        raise _Refusal("security.key_file", "required when curve = true",
+                       'run `bkctl keys generate NAME` and set key_file = "NAME.key_secret"')
 
 
 # -- host checks (the supervisor runs these before starting anything) ---------------------
@@ -549,13 +585,17 @@ def check_host(config: ApplianceConfig, *,
     """Refuse (ConfigError, one line) what this host cannot run: a
     metadata.auth_file that is missing, open to others or malformed, a data
     path that is not a directory or cannot be created, a CPU this process may not
-    use, a data directory without O_DIRECT (unless storage.direct_io = false)."""
+    use, a data directory without O_DIRECT (unless storage.direct_io = false),
+    unusable CURVE keys ([security], ``appliance.curve``)."""
     if config.metadata.auth_file:
         from storage.metadata.zk_auth import read_credentials
 
         read_credentials(config.metadata.auth_file)  # refused here, before any process
     try:
         _check_paths(config)
+        from appliance.curve import check_security
+
+        check_security(config)  # CURVE keys usable (ConfigError, one line)
         if config.storage.direct_io:
             for i, b in enumerate(config.bookies):
                 for name in ("journal_dir", "ledger_dir"):

@@ -57,16 +57,18 @@ def up(detach, config_path):
 
 
 def _wait_until_up(config, proc, log_path: Path) -> None:
-    from appliance.supervisor.probe import bookie_info
+    from appliance.supervisor.probe import bookie_info, probe_curve
     from appliance.supervisor.supervisor import read_state
 
+    curve = probe_curve(config)
     deadline = time.monotonic() + config.supervisor.start_timeout_ms / 1000.0
     waiting = list(config.bookies)
     while waiting or (read_state(config) or {}).get("pid") != proc.pid:
         if proc.poll() is not None:
             raise click.ClickException(f"the supervisor exited ({proc.returncode}): "
                                        f"{_last_line(log_path)}")
-        waiting = [b for b in waiting if bookie_info(b.endpoint, PROBE_TIMEOUT_MS) is None]
+        waiting = [b for b in waiting
+                   if bookie_info(b.endpoint, PROBE_TIMEOUT_MS, curve=curve) is None]
         if time.monotonic() > deadline:
             names = ", ".join(b.id for b in waiting) or "the supervisor"
             raise click.ClickException(
@@ -122,7 +124,8 @@ def down(config_path):
 @config_option
 @library_errors
 def status(as_json, config_path):
-    """Show each bookie: id, state (up/down/read-only), pid, endpoint, disk use
+    """Show each bookie: id, state (up/down/read-only), pid, endpoint, its
+    placement labels (host, rack), disk use
     (bytes under its directories, and the fullest file system's used share:
     a bookie turns read-only at server.disk_usage_max), its entry logs (live
     bytes the index points at, garbage that compaction or GC can give back,
@@ -148,13 +151,14 @@ def status(as_json, config_path):
             f" logs={r['entry_logs']}")
         disk = "other host" if r["disk_bytes"] is None else f"disk={r['disk_bytes'] / 1e6:.1f} MB"
         click.echo(f"{r['id']:<12} {r['state']:<10} pid={r['pid'] or '-':<8} "
-                   f"{r['endpoint']}  {disk}"
+                   f"{r['endpoint']}  host={r['host']} rack={r['rack']}  {disk}"
                    f"  fs_used={'-' if used is None else f'{used:.0%}'}{logs}{limbo}")
 
 
 def _other_hosts_bookies(config) -> list[dict]:
-    """With zk:// metadata, the bookies other hosts registered (probed over
-    their endpoints; their disks are not visible from here)."""
+    """With zk:// metadata, the bookies other hosts registered (their disks
+    are not visible from here).  Probed over their endpoints; with CURVE on,
+    this host's key is not theirs, so their state is the registry's."""
     if not config.metadata.uri.startswith("zk://"):
         return []  # SQLite metadata: every bookie is in this config
     from appliance.errors import MetadataError
@@ -168,15 +172,27 @@ def _other_hosts_bookies(config) -> list[dict]:
         click.echo(f"other hosts' bookies unknown: {exc}", err=True)
         return []
     mine = {b.id for b in config.bookies}
-    return [_probe_row(bookie_id, doc["endpoint"], local=False)
-            for bookie_id, doc in sorted(live.items()) if bookie_id not in mine]
+    rows = []
+    for bookie_id, doc in sorted(live.items()):
+        if bookie_id in mine:
+            continue
+        info = doc.get("info") or {}
+        row = {**_probe_row(bookie_id, doc["endpoint"], False if config.security.curve else
+                            None), "host": info.get("host"), "rack": info.get("rack"),
+               "local": False}
+        if config.security.curve:  # registered = alive (its session holds the entry)
+            row.update(state="read-only" if doc.get("read_only") else "up",
+                       pid=info.get("pid"))
+        rows.append(row)
+    return rows
 
 
-def _probe_row(bookie_id: str, endpoint: str, local: bool = True) -> dict:
-    """A status row from the bookie's INFO answer (None fields when down)."""
+def _probe_row(bookie_id: str, endpoint: str, curve) -> dict:
+    """A status row from the bookie's INFO answer (None fields when down);
+    ``curve``: a key pair, None (plain), or False (do not probe)."""
     from appliance.supervisor.probe import bookie_info
 
-    info = bookie_info(endpoint, PROBE_TIMEOUT_MS)
+    info = None if curve is False else bookie_info(endpoint, PROBE_TIMEOUT_MS, curve=curve)
     state = "down"
     if info is not None:
         state = "read-only" if info.get("read_only") else "up"
@@ -184,18 +200,21 @@ def _probe_row(bookie_id: str, endpoint: str, local: bool = True) -> dict:
     storage = (info or {}).get("storage") or {}
     disk = storage.get("disk") or {}
     return {"id": bookie_id, "state": state, "pid": info.get("pid") if info else None,
-            "local": local,
             "fs_used": max(usage.values()) if usage else None,
             "limbo_ledgers": storage.get("limbo_ledgers") if info else None,
             "live_bytes": disk.get("live_bytes"), "garbage_bytes": disk.get("garbage_bytes"),
             "entry_logs": disk.get("entry_logs"), "open_logs": disk.get("open_logs"),
             "entry_log_bytes": disk.get("entry_log_bytes"),
             "gc": (info or {}).get("gc"), "metrics_url": (info or {}).get("metrics_url"),
-            "endpoint": endpoint, "journal_dir": None, "ledger_dir": None, "disk_bytes": None}
+            "endpoint": endpoint, "journal_dir": None, "ledger_dir": None, "disk_bytes": None,
+            "local": True}
 
 
 def _bookie_status(config, b) -> dict:
-    return {**_probe_row(b.id, b.endpoint), "journal_dir": str(b.journal_dir),
+    from appliance.supervisor.probe import probe_curve
+
+    return {**_probe_row(b.id, b.endpoint, probe_curve(config)), "host": b.host,
+            "rack": b.rack, "journal_dir": str(b.journal_dir),
             "ledger_dir": str(b.ledger_dir),
             "disk_bytes": _du(b.journal_dir) + _du(b.ledger_dir)}
 

@@ -48,7 +48,7 @@ def recover(bookie_id, passwords, recover_open, dry_run, as_json, config_path):
     keys = [p.encode() for p in passwords] or [b""]
     with appliance.connect(config_path) as bk, Rereplicator(
             bk.ledgers, bk.registry, passwords=keys, open_ledger=_opener(bk),
-            on_progress=lambda line: click.echo(line, err=True)) as rr:
+            on_progress=lambda line: click.echo(line, err=True), curve=bk.driver.curve) as rr:
         report = rr.recover(bookie_id, recover_open=recover_open, dry_run=dry_run)
     if as_json:
         echo_json(report.to_json())
@@ -141,7 +141,7 @@ def info_(bookie_id, as_json, config_path):
 
     from appliance.config import load_config
     from appliance.meta.bookies import BookieRegistry
-    from appliance.supervisor.probe import bookie_info
+    from appliance.supervisor.probe import bookie_info, probe_curve
     from storage import cookie as ck
     from storage.metadata import open_store
 
@@ -164,7 +164,7 @@ def info_(bookie_id, as_json, config_path):
             meta_instance = _json.loads(found[0]).get("instance_id")
         except ValueError:
             meta_instance = "(unreadable)"
-    live = bookie_info(spec.endpoint, 1000)
+    live = bookie_info(spec.endpoint, 1000, curve=probe_curve(config))
     pending = ck.read_marker(str(spec.ledger_dir), ck.POSSIBLE_LOSS_NAME)
     out = {"id": bookie_id, "state": "up" if live else "down", "endpoint": spec.endpoint,
            "cookie": {"disks": disks, "metadata_instance_id": meta_instance,
@@ -231,10 +231,11 @@ def compact_(bookie_id, major, timeout_s, as_json, config_path):
     import time
 
     from appliance.config import load_config
-    from appliance.supervisor.probe import bookie_compact, bookie_info
+    from appliance.supervisor.probe import bookie_compact, bookie_info, probe_curve
 
-    spec = load_config(config_path).bookie(bookie_id)
-    started = bookie_compact(spec.endpoint, major, 5000)
+    config = load_config(config_path)
+    spec, curve = config.bookie(bookie_id), probe_curve(config)
+    started = bookie_compact(spec.endpoint, major, 5000, curve=curve)
     if started is None:
         raise click.ClickException(f"{bookie_id} did not answer at {spec.endpoint}: is it up? "
                                    f"(bkctl status)")
@@ -242,7 +243,7 @@ def compact_(bookie_id, major, timeout_s, as_json, config_path):
     deadline = time.monotonic() + timeout_s
     shown = None
     while True:
-        info = bookie_info(spec.endpoint, 5000)
+        info = bookie_info(spec.endpoint, 5000, curve=curve)
         status = ((info or {}).get("storage") or {}).get("compaction") or {}
         if status.get("requests_done", 0) >= ticket:
             break

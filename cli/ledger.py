@@ -182,14 +182,23 @@ def list_(as_json, config_path):
 @config_option
 @library_errors
 def meta(ledger_id, as_json, config_path):
-    """Show a ledger's state, last entry, quorums and ensembles.
+    """Show a ledger's state, last entry, quorums and ensembles, with each
+    fragment's hosts (as live bookies publish them; a bookie not up counts
+    as its own host) and whether every write set is on distinct hosts.
 
     \b
     Example:
       bkctl ledger meta 7 --json
     """
+    from appliance.protocol.placement import location_of, meets_rule
+
     with _connect(config_path) as bk:
         md = bk.ledger_metadata(ledger_id)
+        where = bk.driver.locations
+    placement = [{"first_entry_id": first,
+                  "hosts": [location_of(b, where).host for b in bookies],
+                  "write_sets_on_distinct_hosts": meets_rule(bookies, md.write_quorum, where)}
+                 for first, bookies in md.ensembles]
     doc = {
         "ledger_id": ledger_id,
         "state": md.state,
@@ -198,32 +207,39 @@ def meta(ledger_id, as_json, config_path):
         "write_quorum": md.write_quorum,
         "ack_quorum": md.ack_quorum,
         "ensembles": [[first, list(bookies)] for first, bookies in md.ensembles],
+        "placement": placement,
     }
     if as_json:
         echo_json(doc)
         return
     click.echo(f"ledger {ledger_id}: {md.state}, last entry {md.last_entry_id}, "
                f"E{md.ensemble_size}/W{md.write_quorum}/A{md.ack_quorum}")
-    for first, bookies in md.ensembles:
-        click.echo(f"  from entry {first}: {', '.join(bookies)}")
+    for (first, bookies), place in zip(md.ensembles, placement, strict=True):
+        spread = "distinct" if place["write_sets_on_distinct_hosts"] else "SHARED"
+        click.echo(f"  from entry {first}: {', '.join(bookies)}  (hosts: "
+                   f"{', '.join(place['hosts'])}; write sets on {spread} hosts)")
 
 
 @ledger.command()
 @click.argument("ledger_id", type=int)
-@password_options("The ledger's password: checked before deleting (wrong: refused). "
-                  "Without one the delete is the appliance account's.")
+@password_options("The ledger's password: checked before deleting (wrong: refused).")
+@click.option("--force", is_flag=True,
+              help="Delete a password-protected ledger without its password: the override "
+                   "of the account that owns the metadata (logged).")
 @config_option
 @library_errors
-def delete(ledger_id, password, config_path):
+def delete(ledger_id, password, force, config_path):
     """Delete a ledger (its metadata now; bookies reclaim the space later).
-    With a password (--password-file, $BKCTL_PASSWORD, --ask-password) it is
-    checked first.
+    A ledger with a password needs it (--password-file, $BKCTL_PASSWORD,
+    --ask-password) or --force; a wrong password is refused even with
+    --force.
 
     \b
     Example:
       bkctl ledger delete 7
       bkctl ledger delete 7 --ask-password
+      bkctl ledger delete 7 --force
     """
     with _connect(config_path) as bk:
-        bk.delete_ledger(ledger_id, password.encode() if password else None)
+        bk.delete_ledger(ledger_id, password.encode() if password else None, force=force)
     click.echo(f"deleted ledger {ledger_id}")

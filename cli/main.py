@@ -57,15 +57,19 @@ def _register_commands() -> None:
     bench.add_command(bench_repair)
     bench.add_command(bench_reclaim)
     bench.add_command(bench_boot)
+    from cli.bench_scale import scale as bench_scale
+
+    bench.add_command(bench_scale)
     from cli.admin import down, status, up
     from cli.autorecovery import autorecovery, decommission
     from cli.bookie import bookie
+    from cli.keys import keys
     from cli.ledger import ledger
     from cli.log import log
     from cli.top import top
 
     bookie.add_command(decommission)
-    for command in (up, down, status, top, ledger, log, bookie, autorecovery):
+    for command in (up, down, status, top, ledger, log, bookie, autorecovery, keys):
         cli.add_command(command)
 
 

@@ -119,12 +119,12 @@ def top(interval_s, iterations, as_json, config_path):
       bkctl top --iterations 5 --json
     """
     from appliance.config import load_config
-    from appliance.supervisor.probe import bookie_info
+    from appliance.supervisor.probe import bookie_info, probe_curve
 
     config = load_config(config_path)
     urls = {}
     for b in config.bookies:
-        info = bookie_info(b.endpoint, 2000)
+        info = bookie_info(b.endpoint, 2000, curve=probe_curve(config))
         urls[b.id] = None if info is None else info.get("metrics_url")
     if not any(urls.values()):
         raise click.ClickException("no bookie serves metrics: set [[bookies]] metrics_address "

@@ -36,6 +36,16 @@ Guarantees and limits:
   quorum.
 * identities: each DEALER gets ``<identity>-<n>`` (n counts sockets), so a
   replacement socket never collides with a route the bookie still holds;
+* CURVE (``ipc.curve``): given ``curve_keys``, a bookie added with a
+  ``server_key`` on a tcp endpoint is reached over CURVE (encrypted; its
+  key verified; ours presented).  Such a connection counts as up only once
+  its handshake succeeded.  A handshake the bookie refuses (our key is not
+  authorized, or it wants CURVE and we have no key) fails the bookie's
+  outstanding requests with ``UnauthorizedError`` and so does every request
+  until a retry: ZeroMQ does not reconnect after a refused handshake, so a
+  send at least ``reconnect_ivl_max_ms`` after the refusal opens a fresh
+  socket and tries once more (at most one handshake per bookie per
+  interval).  ``refused_bookies()`` names the bookies refusing us;
 * a reply that does not decode completes its request (when its request id
   is readable) with the decoder's error code and is counted (``bad_replies``).
 """
@@ -62,7 +72,9 @@ from appliance.protocol.errors import (
     BookieUnavailableError,
     ClientClosedError,
     TooManyRequestsError,
+    UnauthorizedError,
 )
+from ipc.curve import KeyPair, configure_client, is_tcp
 from ipc.frames import DEFAULT_LIMITS, WireLimits, salvage_ids
 from ipc.replies import ErrorReply, LacReply, Reply, decode_reply
 from ipc.requests import Request, encode_request
@@ -70,7 +82,9 @@ from ipc.zmq_frames import recv_frames, send_frames
 
 log = logging.getLogger(__name__)
 
-_MONITOR_EVENTS = zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED
+_MONITOR_EVENTS = (zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED
+                   | zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
+_REFUSED_EVENTS = zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
 _ZERO_COPY_BYTES_MIN = 64 * 1024
 
 
@@ -87,14 +101,16 @@ class Event:
 
 
 class _Conn:
-    __slots__ = ("bookie_id", "endpoint", "sock", "monitor", "state")
+    __slots__ = ("bookie_id", "endpoint", "server_key", "sock", "monitor", "state", "retry_at_s")
 
-    def __init__(self, bookie_id: str, endpoint: str):
+    def __init__(self, bookie_id: str, endpoint: str, server_key: bytes | None = None):
         self.bookie_id = bookie_id
         self.endpoint = endpoint
+        self.server_key = server_key  # CURVE: the bookie's public key (tcp only)
         self.sock = None
         self.monitor = None
-        self.state = "connecting"  # -> up <-> down
+        self.state = "connecting"  # -> up <-> down; -> refused (CURVE) -> connecting
+        self.retry_at_s = 0.0
 
 
 class Transport:
@@ -105,16 +121,18 @@ class Transport:
                  limits: WireLimits = DEFAULT_LIMITS, drain_messages_max: int = 256,
                  reconnect_ivl_ms: int = 100, reconnect_ivl_max_ms: int = 2000,
                  poll_ms_max: int = 1000, clock: Callable[[], float] = time.monotonic,
-                 context: zmq.Context | None = None, heartbeat_timeout_ms: int = 0):
+                 context: zmq.Context | None = None, curve_keys: KeyPair | None = None,
+                 heartbeat_timeout_ms: int = 0):
         if inflight_per_bookie_max < 1:
             raise ValueError("inflight_per_bookie_max must be >= 1")
         self.limits = limits
         self.inflight_per_bookie_max = inflight_per_bookie_max
         self.identity = identity or f"client-{os.getpid()}-{uuid.uuid4().hex[:12]}".encode()
         self.clock = clock
+        self.curve_keys = curve_keys
         self.counters = dict.fromkeys(
             ("sent", "replies", "late_replies", "bad_replies", "timeouts", "disconnects",
-             "never_connected", "callback_failures"), 0)
+             "never_connected", "callback_failures", "handshakes_refused"), 0)
         self._on_events = on_events
         self._drain_max = drain_messages_max
         self._reconnect = (reconnect_ivl_ms, reconnect_ivl_max_ms)
@@ -128,6 +146,7 @@ class Transport:
         self._inflight: dict[str, int] = {}
         self._endpoints: dict[str, str] = {}
         self._connected: dict[str, bool] = {}
+        self._refused: dict[str, str] = {}  # bookie id -> why its handshake failed
         self._next_rid = 1
         self._closing = False
         self._failure: BaseException | None = None
@@ -139,13 +158,15 @@ class Transport:
         self._thread.start()
 
     # -- API (any thread) -------------------------------------------------------
-    def add_bookie(self, bookie_id: str, endpoint: str) -> None:
-        """Connect to ``bookie_id`` at ``endpoint`` (replacing an older endpoint)."""
+    def add_bookie(self, bookie_id: str, endpoint: str, server_key: bytes | None = None) -> None:
+        """Connect to ``bookie_id`` at ``endpoint`` (replacing an older endpoint
+        or key); over CURVE when ``server_key`` is given, the endpoint is tcp
+        and this transport has ``curve_keys``."""
         with self._cond:
             self._check_open()
             self._endpoints[bookie_id] = endpoint
             self._inflight.setdefault(bookie_id, 0)
-            self._post(("add", bookie_id, endpoint))
+            self._post(("add", bookie_id, endpoint, server_key))
 
     def remove_bookie(self, bookie_id: str) -> None:
         """Disconnect; its outstanding requests fail with BookieUnavailableError."""
@@ -197,6 +218,11 @@ class Transport:
     def is_connected(self, bookie_id: str) -> bool:
         with self._cond:
             return self._connected.get(bookie_id, False)
+
+    def refused_bookies(self) -> dict[str, str]:
+        """Bookies whose last handshake refused us: id -> why (one line)."""
+        with self._cond:
+            return dict(self._refused)
 
     def inflight(self, bookie_id: str) -> int:
         with self._cond:
@@ -322,7 +348,7 @@ class _IoLoop:
             if kind == "send":
                 self._send(*item[1:])
             elif kind == "add":
-                self._add(item[1], item[2])
+                self._add(*item[1:])
             elif kind == "remove":
                 self._remove(item[1])
             elif kind == "close":
@@ -330,13 +356,15 @@ class _IoLoop:
         return False
 
     # -- connections --------------------------------------------------------------
-    def _add(self, bookie_id: str, endpoint: str) -> None:
+    def _add(self, bookie_id: str, endpoint: str, server_key: bytes | None = None) -> None:
         old = self.conns.get(bookie_id)
+        if self.t.curve_keys is None or not is_tcp(endpoint):
+            server_key = None  # ipc keeps filesystem permissions; no keys: plain
         if old is not None:
-            if old.endpoint == endpoint:
+            if (old.endpoint, old.server_key) == (endpoint, server_key):
                 return
             self._remove(bookie_id)
-        conn = self.conns[bookie_id] = _Conn(bookie_id, endpoint)
+        conn = self.conns[bookie_id] = _Conn(bookie_id, endpoint, server_key)
         self._open_socket(conn)
 
     def _open_socket(self, conn: _Conn) -> None:
@@ -354,6 +382,8 @@ class _IoLoop:
             sock.setsockopt(zmq.HEARTBEAT_IVL, max(1, t._heartbeat_timeout_ms // 4))
             sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, t._heartbeat_timeout_ms)
             sock.setsockopt(zmq.HEARTBEAT_TTL, t._heartbeat_timeout_ms)
+        if conn.server_key is not None:
+            configure_client(sock, t.curve_keys, conn.server_key)
         conn.monitor = sock.get_monitor_socket(_MONITOR_EVENTS)
         sock.connect(conn.endpoint)
         conn.sock = sock
@@ -375,16 +405,56 @@ class _IoLoop:
         if conn is not None:
             self._close_conn(conn)
         self._set_connected(bookie_id, False)
+        self._set_refused(bookie_id, None)
         self._fail_pending(bookie_id, BookieUnavailableError.code)
 
     def _on_monitor(self, conn: _Conn) -> None:
+        # CURVE: connected means handshake done; plain: the TCP/ipc connect
+        up_event = zmq.EVENT_HANDSHAKE_SUCCEEDED if conn.server_key else zmq.EVENT_CONNECTED
         while conn.monitor is not None and conn.monitor.poll(0):
-            event = recv_monitor_message(conn.monitor)["event"]
-            if event == zmq.EVENT_CONNECTED:
+            message = recv_monitor_message(conn.monitor)
+            event = message["event"]
+            if event == up_event:
                 conn.state = "up"
                 self._set_connected(conn.bookie_id, True)
+                self._set_refused(conn.bookie_id, None)
+            elif event & _REFUSED_EVENTS:
+                self._on_refused(conn, event == zmq.EVENT_HANDSHAKE_FAILED_AUTH)
             elif event == zmq.EVENT_DISCONNECTED and conn.state == "up":
                 self._on_disconnect(conn)
+
+    def _on_refused(self, conn: _Conn, by_zap: bool) -> None:
+        """The bookie refused our handshake: ZeroMQ will not reconnect, so the
+        socket is closed (dropping its queue) and reopened on a later send."""
+        self.t.counters["handshakes_refused"] += 1
+        if by_zap:
+            why = (f"bookie {conn.bookie_id} ({conn.endpoint}) refused this client's CURVE "
+                   f"key {self.t.curve_keys.public.decode()}: it is not in the bookie's "
+                   f"[security] authorized_keys_dir")
+        elif conn.server_key is None:
+            why = (f"bookie {conn.bookie_id} ({conn.endpoint}) refused the handshake: it "
+                   f"requires CURVE and this client has no key (set [security] curve = true "
+                   f"and key_file, or connect(..., curve_key_file=...))")
+        else:
+            why = (f"bookie {conn.bookie_id} ({conn.endpoint}) failed the CURVE handshake "
+                   f"(protocol error): its published server key may be stale")
+        was_up = conn.state == "up"
+        conn.state = "refused"
+        conn.retry_at_s = self.t.clock() + self.t._reconnect[1] / 1000.0
+        self._set_refused(conn.bookie_id, why)
+        if was_up:
+            self._set_connected(conn.bookie_id, False)
+        self._fail_pending(conn.bookie_id, UnauthorizedError.code)
+        self._close_conn(conn)
+
+    def _set_refused(self, bookie_id: str, why: str | None) -> None:
+        with self.t._cond:
+            if why is None:
+                self.t._refused.pop(bookie_id, None)
+            else:
+                if bookie_id not in self.t._refused:
+                    log.warning("%s", why)
+                self.t._refused[bookie_id] = why
 
     def _on_disconnect(self, conn: _Conn, counter: str = "disconnects") -> None:
         """Fail what was outstanding and replace the socket, dropping its queue."""
@@ -402,6 +472,12 @@ class _IoLoop:
     # -- requests -----------------------------------------------------------------
     def _send(self, bookie_id: str, rid: int, op: int, deadline_s: float, frames) -> None:
         conn = self.conns.get(bookie_id)
+        if conn is not None and conn.state == "refused":
+            if self.t.clock() < conn.retry_at_s:
+                self._emit(bookie_id, rid, op, UnauthorizedError.code)
+                return
+            conn.state = "connecting"  # try the handshake again, once per interval
+            self._open_socket(conn)
         if conn is None or conn.state == "down":
             self._emit(bookie_id, rid, op, BookieUnavailableError.code)
             return

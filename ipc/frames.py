@@ -53,18 +53,21 @@ OPS = frozenset(int(op) for op in Op if op is not Op.ERROR)
 FLAG_RECOVERY = 0x0001  # ADD / ADD_BATCH: a recovery add, accepted by a fenced ledger
 FLAG_FENCE = 0x0002  # READ / READ_LAC / READ_BATCH: fence the ledger before reading
 FLAG_MAJOR = 0x0004  # COMPACT: major compaction (its higher threshold)
+# every read op: the 32-byte master key follows the op's extension (FENCE implies it too)
+FLAG_KEY = 0x0008
+READ_KEY_FLAGS = FLAG_FENCE | FLAG_KEY  # either bit: a master key follows
 
 ALLOWED_FLAGS = {
     Op.PING: 0,
     Op.INFO: 0,
     Op.ADD: FLAG_RECOVERY,
-    Op.READ: FLAG_FENCE,
-    Op.READ_LAC: FLAG_FENCE,
-    Op.WAIT_LAC: 0,
+    Op.READ: FLAG_FENCE | FLAG_KEY,
+    Op.READ_LAC: FLAG_FENCE | FLAG_KEY,
+    Op.WAIT_LAC: FLAG_KEY,
     Op.ADD_BATCH: FLAG_RECOVERY,
-    Op.READ_BATCH: FLAG_FENCE,
+    Op.READ_BATCH: FLAG_FENCE | FLAG_KEY,
     Op.ADD_PACKED: FLAG_RECOVERY,
-    Op.READ_PACKED: FLAG_FENCE,
+    Op.READ_PACKED: FLAG_FENCE | FLAG_KEY,
     Op.WRITE_LAC: 0,
     Op.WRITE_CLOSE: 0,
     Op.COMPACT: FLAG_MAJOR,
@@ -182,6 +185,29 @@ def check_ids(ledger_id: int, entry_id: int, entry_min: int) -> None:
         raise BadRequestError(f"ledger id {ledger_id} exceeds {LEDGER_ID_MAX}")
     if entry_id < entry_min:
         raise BadRequestError(f"entry id {entry_id} is below {entry_min}")
+
+
+def read_key_part(fence: bool, master_key) -> tuple[int, bytes]:
+    """Encoder side of a read op's key: (flags, bytes after the extension).
+    A fencing read needs the key (FENCE); any other read sends it when given
+    (KEY).  ``ValueError`` for a key that is not 32 bytes."""
+    if master_key is None:
+        if fence:
+            raise ValueError(f"master_key must be {MASTER_KEY_BYTES} bytes (a fencing read)")
+        return 0, b""
+    if not isinstance(master_key, bytes | bytearray) or len(master_key) != MASTER_KEY_BYTES:
+        raise ValueError(f"master_key must be {MASTER_KEY_BYTES} bytes")
+    return (FLAG_FENCE if fence else FLAG_KEY), bytes(master_key)
+
+
+def read_key(head, flags: int, ext_end: int) -> bytes | None:
+    """Decoder side: the key after a read op's extension (None: no key flag);
+    the header must be exactly that long (``BadRequestError`` otherwise)."""
+    if not flags & READ_KEY_FLAGS:
+        check_size(head, ext_end, "header")
+        return None
+    check_size(head, ext_end + MASTER_KEY_BYTES, "header with master key")
+    return MASTER_KEY.unpack_from(head, ext_end)[0]
 
 
 def salvage_ids(frame) -> tuple[int, int]:

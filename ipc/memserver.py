@@ -1,7 +1,9 @@
 """An in-memory bookie on ``FrameServer``: the target of the wire fuzz test,
 the transport tests and ``python -m ipc.bench``.  NOT the bookie server.
 
-It keeps entries in a dict (nothing is durable), checks master keys, honours
+It keeps entries in a dict (nothing is durable), checks master keys on adds
+and fences (not on plain reads: the bookies' read rule,
+``appliance.protocol.read_access``, is not applied here), honours
 fence and recovery flags, answers long polls, and can defer every add
 acknowledgement to a later wakeup of an extra file descriptor
 (``defer_acks``), exactly the path the real bookie takes with its storage's

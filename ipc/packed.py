@@ -42,6 +42,8 @@ from ipc.frames import (
     check_frame_count,
     check_ids,
     check_size,
+    read_key,
+    read_key_part,
 )
 
 Buffer = bytes | bytearray | memoryview
@@ -91,7 +93,8 @@ class AddPackedRequest:
 
 @dataclass(slots=True)
 class ReadPackedRequest:
-    """Like ``ReadBatchRequest``; the reply is a ``ReadPackedReply``."""
+    """Like ``ReadBatchRequest`` (``master_key`` sent whenever set); the
+    reply is a ``ReadPackedReply``."""
 
     ledger_id: int
     first_entry_id: int
@@ -197,12 +200,7 @@ def enc_read_packed(req: ReadPackedRequest, limits: WireLimits) -> list[Buffer]:
         raise ValueError("max_entries and max_bytes must be in [1, 2**32)")
     if not isinstance(req.ledger_id, int) or not 0 <= req.ledger_id <= LEDGER_ID_MAX:
         raise ValueError(f"ledger_id must be an int in [0, {LEDGER_ID_MAX}]")
-    flags, key = 0, b""
-    if req.fence:
-        if not isinstance(req.master_key, bytes | bytearray) or \
-                len(req.master_key) != MASTER_KEY_BYTES:
-            raise ValueError(f"master_key must be {MASTER_KEY_BYTES} bytes")
-        flags, key = FLAG_FENCE, bytes(req.master_key)
+    flags, key = read_key_part(req.fence, req.master_key)
     head = REQUEST_HEAD.pack(VERSION, Op.READ_PACKED, flags, req.request_id, req.ledger_id,
                              req.first_entry_id)
     ext = READ_BATCH_EXT.pack(req.last_entry_id, req.max_entries, req.max_bytes)
@@ -279,14 +277,9 @@ def dec_read_packed(frames, head, flags, rid, ledger_id, entry_id, limits) -> Re
         raise BadRequestError(f"READ_PACKED last entry {last} is before first {entry_id}")
     if max_entries < 1 or max_bytes < 1:
         raise BadRequestError("READ_PACKED max_entries and max_bytes must be >= 1")
-    key = None
-    if flags & FLAG_FENCE:
-        check_size(head, ext_end + MASTER_KEY_BYTES, "header with master key")
-        key = MASTER_KEY.unpack_from(head, ext_end)[0]
-    else:
-        check_size(head, ext_end, "header")
+    key = read_key(head, flags, ext_end)
     return ReadPackedRequest(ledger_id, entry_id, last, max_entries, max_bytes,
-                             key is not None, key, rid)
+                             bool(flags & FLAG_FENCE), key, rid)
 
 
 def dec_add_packed_reply(frames, head, rid, ledger_id, entry_id, limits) -> AddPackedReply:

@@ -38,6 +38,8 @@ from ipc.frames import (
     check_ids,
     check_size,
     read_head,
+    read_key,
+    read_key_part,
 )
 from ipc.packed import (
     AddPackedRequest,
@@ -87,19 +89,22 @@ class AddRequest:
 
 @dataclass(slots=True)
 class ReadRequest:
-    """Read one entry; with ``fence`` the bookie first fences the ledger."""
+    """Read one entry; with ``fence`` the bookie first fences the ledger.
+    ``master_key`` (required with ``fence``) is sent whenever it is set: a
+    bookie that knows the ledger's key refuses reads without it."""
 
     ledger_id: int
     entry_id: int
     fence: bool = False
-    master_key: bytes | None = None  # required when fence
+    master_key: bytes | None = None
     request_id: int = 0
     OP = Op.READ
 
 
 @dataclass(slots=True)
 class ReadLacRequest:
-    """Ask for the bookie's LAC and last entry; with ``fence``, fence first."""
+    """Ask for the bookie's LAC and last entry; with ``fence``, fence first.
+    ``master_key`` (required with ``fence``) is sent whenever it is set."""
 
     ledger_id: int
     fence: bool = False
@@ -133,12 +138,14 @@ class WriteCloseRequest:
 
 @dataclass(slots=True)
 class WaitLacRequest:
-    """Long poll: reply once the LAC passes ``previous_lac`` or at ``timeout_ms``."""
+    """Long poll: reply once the LAC passes ``previous_lac`` or at ``timeout_ms``.
+    ``master_key``: sent when set, as by every read."""
 
     ledger_id: int
     previous_lac: int
     timeout_ms: int
     request_id: int = 0
+    master_key: bytes | None = None
     OP = Op.WAIT_LAC
 
 
@@ -162,7 +169,8 @@ class AddBatchRequest:
 
 @dataclass(slots=True)
 class ReadBatchRequest:
-    """Entries first..last of one ledger, cut at max_entries / max_bytes."""
+    """Entries first..last of one ledger, cut at max_entries / max_bytes.
+    ``master_key`` (required with ``fence``) is sent whenever it is set."""
 
     ledger_id: int
     first_entry_id: int
@@ -208,12 +216,6 @@ def _head(op: int, flags: int, request_id: int, ledger_id: int, entry_id: int) -
     return REQUEST_HEAD.pack(VERSION, op, flags, request_id, ledger_id, entry_id)
 
 
-def _fence_part(req) -> tuple[int, bytes]:
-    if not req.fence:
-        return 0, b""
-    return FLAG_FENCE, _check_key("master_key", req.master_key)
-
-
 def encode_request(req: Request, limits: WireLimits = DEFAULT_LIMITS) -> list[Buffer]:
     """The frames of ``req`` (header first).  Validates every field."""
     encoder = _ENCODERS.get(type(req))
@@ -236,12 +238,12 @@ def _enc_add(req: AddRequest, limits) -> list[Buffer]:
 
 def _enc_read(req: ReadRequest, limits) -> list[Buffer]:
     _check_int("entry_id", req.entry_id, 0, 2**63 - 1)
-    flags, key = _fence_part(req)
+    flags, key = read_key_part(req.fence, req.master_key)
     return [_head(Op.READ, flags, req.request_id, req.ledger_id, req.entry_id) + key]
 
 
 def _enc_read_lac(req: ReadLacRequest, limits) -> list[Buffer]:
-    flags, key = _fence_part(req)
+    flags, key = read_key_part(req.fence, req.master_key)
     return [_head(Op.READ_LAC, flags, req.request_id, req.ledger_id, -1) + key]
 
 
@@ -259,8 +261,9 @@ def _enc_write_close(req: WriteCloseRequest, limits) -> list[Buffer]:
 def _enc_wait_lac(req: WaitLacRequest, limits) -> list[Buffer]:
     _check_int("previous_lac", req.previous_lac, -1, 2**63 - 1)
     _check_int("timeout_ms", req.timeout_ms, 0, 2**32 - 1)
-    head = _head(Op.WAIT_LAC, 0, req.request_id, req.ledger_id, req.previous_lac)
-    return [head + U32.pack(req.timeout_ms)]
+    flags, key = read_key_part(False, req.master_key)
+    head = _head(Op.WAIT_LAC, flags, req.request_id, req.ledger_id, req.previous_lac)
+    return [head + U32.pack(req.timeout_ms) + key]
 
 
 def _enc_add_batch(req: AddBatchRequest, limits) -> list[Buffer]:
@@ -288,7 +291,7 @@ def _enc_read_batch(req: ReadBatchRequest, limits) -> list[Buffer]:
     _check_int("last_entry_id", req.last_entry_id, req.first_entry_id, 2**63 - 1)
     _check_int("max_entries", req.max_entries, 1, 2**32 - 1)
     _check_int("max_bytes", req.max_bytes, 1, 2**32 - 1)
-    flags, key = _fence_part(req)
+    flags, key = read_key_part(req.fence, req.master_key)
     head = _head(Op.READ_BATCH, flags, req.request_id, req.ledger_id, req.first_entry_id)
     ext = READ_BATCH_EXT.pack(req.last_entry_id, req.max_entries, req.max_bytes)
     return [head + ext + key]
@@ -333,14 +336,6 @@ def decode_request(frames, limits: WireLimits = DEFAULT_LIMITS) -> Request:
     return _DECODERS[op](frames, head, flags, request_id, ledger_id, entry_id, limits)
 
 
-def _fence_key(head, flags: int, ext_end: int) -> bytes | None:
-    if not flags & FLAG_FENCE:
-        check_size(head, ext_end, "header")
-        return None
-    check_size(head, ext_end + MASTER_KEY_BYTES, "header with master key")
-    return MASTER_KEY.unpack_from(head, ext_end)[0]
-
-
 def _dec_ping(frames, head, flags, rid, ledger_id, entry_id, limits):
     check_frame_count(frames, 1, Op.PING)
     check_size(head, REQUEST_HEAD.size, "header")
@@ -372,15 +367,15 @@ def _dec_add(frames, head, flags, rid, ledger_id, entry_id, limits):
 def _dec_read(frames, head, flags, rid, ledger_id, entry_id, limits):
     check_frame_count(frames, 1, Op.READ)
     check_ids(ledger_id, entry_id, 0)
-    key = _fence_key(head, flags, REQUEST_HEAD.size)
-    return ReadRequest(ledger_id, entry_id, key is not None, key, rid)
+    key = read_key(head, flags, REQUEST_HEAD.size)
+    return ReadRequest(ledger_id, entry_id, bool(flags & FLAG_FENCE), key, rid)
 
 
 def _dec_read_lac(frames, head, flags, rid, ledger_id, entry_id, limits):
     check_frame_count(frames, 1, Op.READ_LAC)
     check_ids(ledger_id, 0, 0)
-    key = _fence_key(head, flags, REQUEST_HEAD.size)
-    return ReadLacRequest(ledger_id, key is not None, key, rid)
+    key = read_key(head, flags, REQUEST_HEAD.size)
+    return ReadLacRequest(ledger_id, bool(flags & FLAG_FENCE), key, rid)
 
 
 def _dec_write_lac(frames, head, flags, rid, ledger_id, entry_id, limits):
@@ -401,10 +396,13 @@ def _dec_write_close(frames, head, flags, rid, ledger_id, entry_id, limits):
 
 def _dec_wait_lac(frames, head, flags, rid, ledger_id, entry_id, limits):
     check_frame_count(frames, 1, Op.WAIT_LAC)
-    check_size(head, REQUEST_HEAD.size + U32.size, "header")
     check_ids(ledger_id, entry_id, -1)
+    if len(head) < REQUEST_HEAD.size + U32.size:
+        raise BadRequestError(f"header is {len(head)} bytes, needs at least "
+                              f"{REQUEST_HEAD.size + U32.size}")
+    key = read_key(head, flags, REQUEST_HEAD.size + U32.size)
     (timeout_ms,) = U32.unpack_from(head, REQUEST_HEAD.size)
-    return WaitLacRequest(ledger_id, entry_id, timeout_ms, rid)
+    return WaitLacRequest(ledger_id, entry_id, timeout_ms, rid, key)
 
 
 def _dec_add_batch(frames, head, flags, rid, ledger_id, entry_id, limits):
@@ -439,9 +437,9 @@ def _dec_read_batch(frames, head, flags, rid, ledger_id, entry_id, limits):
         raise BadRequestError(f"READ_BATCH last entry {last} is before first {entry_id}")
     if max_entries < 1 or max_bytes < 1:
         raise BadRequestError("READ_BATCH max_entries and max_bytes must be >= 1")
-    key = _fence_key(head, flags, ext_end)
+    key = read_key(head, flags, ext_end)
     return ReadBatchRequest(ledger_id, entry_id, last, max_entries, max_bytes,
-                            key is not None, key, rid)
+                            bool(flags & FLAG_FENCE), key, rid)
 
 
 _DECODERS = {

@@ -23,6 +23,12 @@ logs the traceback).  Not survived, on purpose: an exception from a
 bookie's own machinery, e.g. storage, and the supervisor restarts it; no
 acknowledgement is sent for anything not yet durable).
 
+CURVE (``ipc.curve``): given ``curve_keys`` and a tcp endpoint, the socket
+is a CURVE server (traffic encrypted, clients authenticated) and the loop
+also answers ZAP requests: only clients whose public keys are in
+``authorized_keys`` connect; refusals are logged once per peer per minute.
+An ipc endpoint ignores ``curve_keys`` (filesystem permissions guard it).
+
 Threading: everything except ``stop`` must be called on the loop's thread
 (the handler runs there).  ``stop`` is thread- and signal-safe.  Buffers in
 a reply must not be mutated after ``send_reply`` (frames over 64 KiB are
@@ -31,6 +37,7 @@ sent zero-copy).
 
 from __future__ import annotations
 
+import grp
 import heapq
 import itertools
 import logging
@@ -44,6 +51,7 @@ import zmq
 
 from appliance.protocol.errors import BadRequestError, BKError, BookieIOError, TooManyRequestsError
 from appliance.protocol.invariant import invariant
+from ipc.curve import KeyDirectory, KeyPair, ZapHandler, configure_server, is_tcp
 from ipc.frames import DEFAULT_LIMITS, WireLimits, salvage_ids
 from ipc.replies import ErrorReply, Reply, encode_reply, error_reply
 from ipc.requests import Request, decode_request
@@ -78,6 +86,27 @@ class Timer:
             self._server._timers_live -= 1
 
 
+def restrict_socket_file(path: str, group: str = "") -> None:
+    """Who may connect to an ipc socket: its owner (0600), or with ``group``
+    also that group's members (0660, the file's group set to it).  A group
+    that does not exist, or that this account may not give files to, is a
+    ``BookieIOError`` naming it (the socket is then left owner-only)."""
+    os.chmod(path, 0o600)
+    if not group:
+        return
+    try:
+        gid = grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise BookieIOError(f"server.socket_group {group!r} is not a group on this host "
+                            f"(getent group {group})") from None
+    try:
+        os.chown(path, -1, gid)
+    except OSError as exc:
+        raise BookieIOError(f"cannot give {path} to group {group!r}: {exc} (this account "
+                            f"must be a member of it)") from exc
+    os.chmod(path, 0o660)
+
+
 class FrameServer:
     """ROUTER socket + poll loop.  ``endpoint`` is the bound address (a
     ``tcp://host:0`` request reports the real port)."""
@@ -86,7 +115,8 @@ class FrameServer:
                  limits: WireLimits = DEFAULT_LIMITS, drain_messages_max: int = 256,
                  timers_max: int = 65536, fds_max: int = 64, queue_messages_max: int = 10000,
                  poll_ms_max: int = 1000, clock: Callable[[], float] = time.monotonic,
-                 context: zmq.Context | None = None):
+                 context: zmq.Context | None = None, socket_group: str = "",
+                 curve_keys: KeyPair | None = None, authorized_keys: KeyDirectory | None = None):
         invariant(drain_messages_max >= 1, "drain_messages_max must be >= 1")
         self.handler = handler
         self.limits = limits
@@ -104,24 +134,33 @@ class FrameServer:
         self._ctx = context or zmq.Context()
         self._sock = self._ctx.socket(zmq.ROUTER)
         self._configure(queue_messages_max)
+        self._zap: ZapHandler | None = None
         try:
+            self._secure(endpoint, curve_keys, authorized_keys)
             self._sock.bind(endpoint)
         except zmq.ZMQError as exc:
             self.close()
             raise BookieIOError(f"cannot bind {endpoint}: {exc}") from exc
+        except BKError:
+            self.close()
+            raise
+        self.curve_public_key = curve_keys.public.decode() if self._zap is not None else None
         self.endpoint: str = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         path = self.endpoint[len("ipc://"):] if self.endpoint.startswith("ipc://") else ""
-        if path and not path.startswith("@"):  # a socket file: only this account connects
+        if path and not path.startswith("@"):  # a socket file: this account (and group) only
             try:
-                os.chmod(path, 0o600)
-            except OSError as exc:
-                log.warning("could not make %s owner-only: %s", path, exc)
+                restrict_socket_file(path, socket_group)
+            except BookieIOError:
+                self.close()
+                raise
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._poller = zmq.Poller()
         self._poller.register(self._sock, zmq.POLLIN)
         self._poller.register(self._wake_r, zmq.POLLIN)
+        if self._zap is not None:
+            self._poller.register(self._zap.socket, zmq.POLLIN)
         self._fds: dict[int, Callable[[], None]] = {}
         self._timers: list[tuple[float, int, Timer]] = []
         self._timers_live = 0
@@ -139,6 +178,15 @@ class FrameServer:
         # A frame larger than any well-formed one makes ZeroMQ drop the peer
         # before buffering it: memory stays bounded whatever a peer sends.
         s.setsockopt(zmq.MAXMSGSIZE, self.limits.frame_bytes_max + 4096)
+
+    def _secure(self, endpoint: str, keys: KeyPair | None,
+                authorized: KeyDirectory | None) -> None:
+        """CURVE on a tcp endpoint: server keys, and our ZAP handler first."""
+        if keys is None or not is_tcp(endpoint):
+            return
+        invariant(authorized is not None, "curve_keys need authorized_keys")
+        self._zap = ZapHandler(self._ctx, authorized, keys.public, clock=self.clock)
+        configure_server(self._sock, keys)
 
     # -- registration (loop thread) -----------------------------------------
     def watch_fd(self, fd: int, callback: Callable[[], None]) -> None:
@@ -187,6 +235,8 @@ class FrameServer:
                 self._drain_wake_pipe()
             if self._sock in ready:
                 self._drain_socket()
+            if self._zap is not None and self._zap.socket in ready:
+                self._zap.handle_ready()
             for fd in [fd for fd in ready if isinstance(fd, int) and fd in self._fds]:
                 callback = self._fds.get(fd)  # an earlier callback may have unwatched it
                 if callback is not None:
@@ -206,6 +256,8 @@ class FrameServer:
             return
         self._closed = True
         self._sock.close(linger=0)
+        if getattr(self, "_zap", None) is not None:
+            self._zap.close()
         self._remove_socket_file()
         for fd in (getattr(self, "_wake_r", None), getattr(self, "_wake_w", None)):
             if fd is not None:

@@ -299,3 +299,34 @@ def test_resolve_target_takes_a_config_path(tmp_path):
     uri, base, config = resolve_target(path)
     assert (uri, base) == (f"sqlite:///{tmp_path / 'meta.db'}", tmp_path)
     assert config == load_config(path)
+
+
+# -- placement labels ------------------------------------------------------------------------
+def test_bookie_host_defaults_to_this_machine_and_rack_to_the_default(tmp_path):
+    import socket
+
+    config = load_config(write(tmp_path, minimal(3)))
+    assert [b.host for b in config.bookies] == [socket.gethostname()] * 3
+    assert [b.rack for b in config.bookies] == ["default-rack"] * 3
+    assert config.client.placement == "host"
+
+
+def test_bookie_labels_are_read_and_checked(tmp_path):
+    labelled = minimal(3).replace('id = "b0"', 'id = "b0"\nhost = "h0"\nrack = "r/1"')
+    config = load_config(write(tmp_path, labelled + '[client]\nplacement = "rack"\n'))
+    assert (config.bookies[0].host, config.bookies[0].rack) == ("h0", "r/1")
+    assert config.client.placement == "rack"
+    bad = minimal(1).replace('id = "b0"', 'id = "b0"\nhost = "-no good"')
+    assert "bookies[0].host: '-no good' is not a valid host" in refusal(tmp_path, bad)
+    bad = minimal(1).replace('id = "b0"', 'id = "b0"\nhost = ""')
+    assert "bookies[0].host: must be a non-empty string" in refusal(tmp_path, bad)
+    assert "client.placement: 'zone' is not supported" in refusal(
+        tmp_path, minimal(1) + '[client]\nensemble = 1\nwrite_quorum = 1\nack_quorum = 1\n'
+                               'placement = "zone"\n')
+
+
+def test_one_host_cannot_sit_in_two_racks(tmp_path):
+    text = minimal(3).replace('id = "b0"', 'id = "b0"\nhost = "h"\nrack = "r1"')
+    text = text.replace('id = "b1"', 'id = "b1"\nhost = "h"\nrack = "r2"')
+    message = refusal(tmp_path, text)
+    assert "bookies[1].rack: host 'h' is in rack 'r1' at bookies[0]" in message

@@ -20,6 +20,7 @@ def test_each_host_config_loads(host):
     number = host.removeprefix("host")
     assert [b.id for b in config.bookies] == [f"{host}-b1", f"{host}-b2"]
     assert all(b.endpoint.startswith(f"tcp://10.0.0.{number}:") for b in config.bookies)
+    assert {b.host for b in config.bookies} == {host}  # placement label
     assert (config.client.ensemble, config.client.write_quorum, config.client.ack_quorum) \
         == (3, 3, 2)
     assert config.client.add_retries_max == 0

@@ -27,6 +27,13 @@ once several hosts run bookies.  All their state is in the metadata store
   a marked bookie.
 * Keys: the bookie's own stored key for the ledger, else the one sealed in
   its metadata (``appliance.meta.custody``, the same answer as BP-46 repair).
+  The auditor's READ_LAC probes carry it too (bookies refuse reads without
+  the ledger's key), unchecked against the password record
+  (``probe_key_for``: a scrypt per ledger per check would cost seconds): a
+  bookie refuses a wrong key itself, and a refusal still says it holds the
+  ledger.  A ledger without a sealed key (created before key custody) is
+  probed without a key: same answer, one refusal counted (and logged at
+  most once a minute) on each bookie holding it.
 * ``bkctl autorecovery disable`` (a node in the store) stops the auditor's
   marking and the workers' next copy at once; ``enable`` resumes.
 """
@@ -50,13 +57,15 @@ class AutoRecovery:
     """The auditor (when elected) and one worker, in one bookie process."""
 
     def __init__(self, bookie_id: str, store, ledger_manager, registry, config, *,
-                 key_for, open_client, clock=time.monotonic):
+                 key_for, open_client, probe_key_for=None, clock=time.monotonic, curve=None):
         self.bookie_id = bookie_id
+        self.curve = curve  # appliance.curve.ClientCurve: CURVE to tcp bookies
         self.marks = Marks(store)
         self.ledgers = ledger_manager
         self.registry = registry
         self.config = config
         self._key_for = key_for
+        self._probe_key_for = probe_key_for or key_for
         self._open_client = open_client
         self._client = None
         self._clock = clock
@@ -84,7 +93,7 @@ class AutoRecovery:
         from appliance.rereplication.rereplicator import Rereplicator
 
         with Rereplicator(self.ledgers, self.registry, key_for=self._key_for,
-                          open_ledger=self._open_ledger) as rr:
+                          open_ledger=self._open_ledger, curve=self.curve) as rr:
             while not self._stop.wait(TICK_S):
                 try:
                     self.step(rr)
@@ -142,10 +151,11 @@ class AutoRecovery:
     def _check_shares(self, md, live: set[str]) -> None:
         from appliance.protocol.repair import share_runs
 
+        key = self._probe_key_for(md)
         for bookie in sorted(md.bookies() & live):
             if not share_runs(md, bookie):
                 continue
-            code = _read_lac_code(self.registry, bookie, md.ledger_id)
+            code = _read_lac_code(self.registry, bookie, md.ledger_id, key, self.curve)
             if code == NoSuchLedgerError.code and self.marks.mark(
                     md.ledger_id, [bookie], "bookie no longer holds its share", _ms()):
                 log.warning("autorecovery: %s no longer holds ledger %d: marked", bookie,
@@ -202,22 +212,34 @@ def _ms() -> int:
     return int(time.time() * 1000)
 
 
-def _read_lac_code(registry, bookie_id: str, ledger_id: int) -> int | None:
-    """The status of a plain READ_LAC of ``ledger_id`` at ``bookie_id`` (None:
-    no answer)."""
+def _read_lac_code(registry, bookie_id: str, ledger_id: int,
+                   master_key: bytes | None, curve=None) -> int | None:
+    """The status of a plain READ_LAC of ``ledger_id`` at ``bookie_id``,
+    carrying ``master_key`` (None: no answer, or a bookie this process may
+    not reach over CURVE)."""
     import zmq
 
+    from appliance.curve import bookie_server_key
+    from ipc.curve import configure_client
     from ipc.replies import ErrorReply, decode_reply
     from ipc.requests import ReadLacRequest, encode_request
 
     info = registry.available().get(bookie_id)
     if info is None:
         return None
+    try:
+        server_key = bookie_server_key(curve, bookie_id, info)
+    except BKError as exc:
+        log.warning("autorecovery: not asking %s: %s", bookie_id, exc)
+        return None
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     try:
+        if server_key is not None:
+            configure_client(sock, curve.keys, server_key)
         sock.connect(info["endpoint"])
-        sock.send_multipart(encode_request(ReadLacRequest(ledger_id, request_id=1)))
+        sock.send_multipart(encode_request(ReadLacRequest(ledger_id, master_key=master_key,
+                                                     request_id=1)))
         if not sock.poll(PROBE_TIMEOUT_MS, zmq.POLLIN):
             return None
         reply = decode_reply(sock.recv_multipart())

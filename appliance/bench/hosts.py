@@ -176,7 +176,8 @@ class HostCluster:
             parts.append(toml_table("[bookies]", {
                 "id": bookie_id, "journal_dir": f"{name}/{bookie_id}/journal",
                 "ledger_dir": f"{name}/{bookie_id}/ledgers",
-                "endpoint": f"tcp://{self.address(name)}:{BOOKIE_PORT_BASE + i}"}))
+                "endpoint": f"tcp://{self.address(name)}:{BOOKIE_PORT_BASE + i}",
+                "host": name}))  # placement label: one machine, three "hosts"
         parts += [toml_table("client", o.client), toml_table("autorecovery", o.autorecovery),
                   toml_table("supervisor", {"run_dir": f"{name}/run"})]
         if o.security is not None:

@@ -50,14 +50,17 @@ def config_text(bookies: int, **sections: Mapping[str, object]) -> str:
     """A config for ``bookies`` bookies in the config's folder, with the keys
     of ``sections`` (e.g. ``client={"ensemble": 3}``, ``server={...}``);
     ``[metadata] uri`` defaults to a SQLite file beside the config;
-    ``every_bookie={...}`` adds keys to every ``[[bookies]]`` table."""
+    ``every_bookie={...}`` adds keys to every ``[[bookies]]`` table,
+    ``per_bookie=[{...}, ...]`` keys to the first ones, one dict each."""
     every_bookie = dict(sections.pop("every_bookie", {}))
+    per_bookie = list(sections.pop("per_bookie", ()))
     sections = {"metadata": {"uri": SQLITE_URI, **sections.pop("metadata", {})}, **sections}
     parts = [_table("metadata", sections.pop("metadata"))]
     for i in range(1, bookies + 1):
         parts.append(_table("[bookies]", {"id": f"bookie-{i}", "journal_dir": f"b{i}/journal",
                                           "ledger_dir": f"b{i}/ledgers",
-                                          "endpoint": f"ipc://b{i}.sock", **every_bookie}))
+                                          "endpoint": f"ipc://b{i}.sock", **every_bookie,
+                                          **(per_bookie[i - 1] if i <= len(per_bookie) else {})}))
     parts += [_table(name, keys) for name, keys in sections.items() if keys]
     return "\n".join(parts)
 

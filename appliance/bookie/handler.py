@@ -19,6 +19,12 @@ Guarantees:
   timer; they are answered as soon as a durable add moves the LAC past the
   caller's.
 * A request the core refuses gets its error code (the wire carries codes).
+* Reads (every read op, long polls included) are served only as
+  ``appliance.protocol.read_access`` allows (the core asks it): a read
+  with a wrong key, or none while ``server.reads_need_key``, is answered
+  ``UnauthorizedError`` and never sees data; a long poll is checked again
+  when it is answered.  Refusals are counted and logged at most once per
+  ledger per minute (``appliance.bookie.read_refusals``).
 
 Everything runs on the loop thread; nothing here blocks on the disk except
 reads (served from the entry-log write buffer or the page cache).
@@ -33,11 +39,13 @@ from collections import defaultdict
 import numpy as np
 
 from appliance.bookie.add_check import packed_records_match
+from appliance.bookie.read_refusals import ReadRefusals
 from appliance.errors import (
     OK,
     BadRequestError,
     BKError,
     TooManyRequestsError,
+    UnauthorizedError,
     error_for_code,
 )
 from appliance.protocol.bookie import BookieCore
@@ -98,7 +106,9 @@ class BookieHandler:
         self._pending = DurableReplies(pending_replies_max)
         self._waiters: dict[int, list] = defaultdict(list)  # ledger -> [peer, req, timer]
         self._long_polls = 0
-        self.counters = {"adds": 0, "reads": 0, "fences": 0, "errors": 0, "write_closes": 0}
+        self.counters = {"adds": 0, "reads": 0, "fences": 0, "errors": 0, "write_closes": 0,
+                         "reads_refused": 0}
+        self.refusals = ReadRefusals(bookie_id)
         self.extra_info = None  # () -> dict merged into INFO (boot reasons, repair progress)
 
     def attach(self, server) -> None:
@@ -156,17 +166,18 @@ class BookieHandler:
 
     # -- adds -----------------------------------------------------------------
     def _add_batch(self, peer: bytes, req: AddBatchRequest):
+        """Any ledgers: grouped by (ledger, key), one core call and one
+        storage block for them all, one reply."""
         by_ledger: dict[tuple[int, bytes], list[int]] = defaultdict(list)
         for i, item in enumerate(req.items):
             by_ledger[(item.ledger_id, bytes(item.master_key))].append(i)
+        groups = [(ledger_id, key, [req.items[i].entry_id for i in positions],
+                   [req.items[i].data for i in positions])
+                  for (ledger_id, key), positions in by_ledger.items()]
+        codes, ticket = self.core.add_groups(groups, req.recovery)
         statuses = [OK] * len(req.items)
-        ticket = 0
-        for (ledger_id, key), positions in by_ledger.items():
-            items = [req.items[i] for i in positions]
-            codes, t = self.core.add_batch(ledger_id, [it.entry_id for it in items],
-                                           [it.data for it in items], key, req.recovery)
-            ticket = max(ticket, t)
-            for i, code in zip(positions, codes, strict=True):
+        for positions, group_codes in zip(by_ledger.values(), codes, strict=True):
+            for i, code in zip(positions, group_codes, strict=True):
                 statuses[i] = code
         self.counters["adds"] += len(req.items)
         rows = [(it.ledger_id, it.entry_id, st) for it, st in zip(req.items, statuses,
@@ -201,7 +212,8 @@ class BookieHandler:
     # -- reads ----------------------------------------------------------------
     def _read(self, peer: bytes, req: ReadRequest):
         self.counters["reads"] += 1
-        r = self.core.read(req.ledger_id, req.entry_id, req.fence, req.master_key or b"")
+        r = self.core.read(req.ledger_id, req.entry_id, req.fence, req.master_key)
+        self._note_refusal(peer, req, r.code)
         if req.fence:
             self.counters["fences"] += 1
         reply = (ReadReply(req.ledger_id, req.entry_id, r.data, req.request_id)
@@ -209,7 +221,7 @@ class BookieHandler:
         return self._after(peer, r.ticket, reply)
 
     def _read_batch(self, peer: bytes, req: ReadBatchRequest):
-        parts, lengths, bad, ticket = self._batch_parts(req)
+        parts, lengths, bad, ticket = self._batch_parts(peer, req)
         datas = split_parts(parts, lengths)
         rows = [(req.first_entry_id + i, OK, d) for i, d in enumerate(datas)]
         if bad is not None:
@@ -219,7 +231,7 @@ class BookieHandler:
     def _read_packed(self, peer: bytes, req: ReadPackedRequest):
         """The READ_BATCH rows, packed: the storage's verified buffers are the
         data frame (joined only if there are several), the table is numpy."""
-        parts, lengths, bad, ticket = self._batch_parts(req)
+        parts, lengths, bad, ticket = self._batch_parts(peer, req)
         n = len(lengths)
         count = n + (bad is not None)
         statuses = np.zeros(count, np.int32)
@@ -232,7 +244,7 @@ class BookieHandler:
                                 req.request_id)
         return self._after(peer, ticket, reply)
 
-    def _batch_parts(self, req) -> tuple[list, np.ndarray, tuple | None, int]:
+    def _batch_parts(self, peer: bytes, req) -> tuple[list, np.ndarray, tuple | None, int]:
         """The rows of a READ_BATCH or READ_PACKED request: buffers whose
         concatenation is the data of the OK rows from the first asked, in
         order; each OK row's length; the ``(entry id, status, None)`` row
@@ -250,8 +262,9 @@ class BookieHandler:
         window = batch_window(req.first_entry_id, req.last_entry_id, req.max_entries,
                               req.max_bytes, limits.batch_entries_max, limits.batch_bytes_max)
         first, last, max_bytes = window.first_entry_id, window.last_entry_id, window.bytes_max
-        r = self.core.read(req.ledger_id, first, req.fence, req.master_key or b"")
+        r = self.core.read(req.ledger_id, first, req.fence, req.master_key)
         if r.code != OK:
+            self._note_refusal(peer, req, r.code)
             self.counters["reads"] += 1
             return [], np.zeros(0, np.int64), (first, r.code, None), r.ticket
         parts, lengths, bad = [r.data], [np.array([len(r.data)], np.int64)], None
@@ -271,7 +284,7 @@ class BookieHandler:
                 got, got_lengths = self.storage.read_entries_packed(
                     req.ledger_id, entry_id, run_last, max_bytes - size)
             except BKError:  # per entry, through the core: exact status of the bad one
-                got, bad = self._one_by_one(req.ledger_id, window, entry_id, run_last, size)
+                got, bad = self._one_by_one(req, window, entry_id, run_last, size)
                 got_lengths = np.fromiter(map(len, got), np.int64, len(got))
             parts += got
             lengths.append(got_lengths)
@@ -283,11 +296,11 @@ class BookieHandler:
         self.counters["reads"] += len(lengths) + (bad is not None)
         return parts, lengths, bad, r.ticket
 
-    def _one_by_one(self, ledger_id: int, window, first: int, last: int, size: int):
+    def _one_by_one(self, req, window, first: int, last: int, size: int):
         """Entries first..last through the core, by the batch rule: until one
         is refused (its row is returned) or the next does not fit."""
         def read_one(entry_id: int):
-            one = self.core.read(ledger_id, entry_id)
+            one = self.core.read(req.ledger_id, entry_id, False, req.master_key)
             return one.code, one.data
 
         rows = batch_rows(window, read_one, start=first, size=size, last=last)
@@ -296,7 +309,8 @@ class BookieHandler:
         return [data for _, _, data in rows], None
 
     def _read_lac(self, peer: bytes, req: ReadLacRequest):
-        r = self.core.read_lac(req.ledger_id, req.fence, req.master_key or b"")
+        r = self.core.read_lac(req.ledger_id, req.fence, req.master_key)
+        self._note_refusal(peer, req, r.code)
         if req.fence:
             self.counters["fences"] += 1
         if r.code != OK:
@@ -331,8 +345,9 @@ class BookieHandler:
 
     # -- long polls -----------------------------------------------------------
     def _wait_lac(self, peer: bytes, req: WaitLacRequest):
-        r = self.core.read_lac(req.ledger_id)
+        r = self.core.read_lac(req.ledger_id, master_key=req.master_key)
         if r.code != OK:
+            self._note_refusal(peer, req, r.code)
             return self._error(req, r.code)
         if r.lac > req.previous_lac or req.timeout_ms <= 0:
             return self._lac_reply(req.ledger_id, r.lac, req.request_id, req.OP)
@@ -375,6 +390,13 @@ class BookieHandler:
             del self._waiters[ledger_id]
 
     def _send_lac(self, peer: bytes, req: WaitLacRequest, lac: int | None = None) -> None:
+        """Answer a parked long poll; the ledger's key may have become known
+        while it waited, so the read rule is asked again."""
+        code = self.core.read_access(req.ledger_id, req.master_key)
+        if code != OK:
+            self._note_refusal(peer, req, code)
+            self.server.send_reply(peer, self._error(req, code))
+            return
         try:
             lac = self.core.lac(req.ledger_id) if lac is None else lac
             reply = self._lac_reply(req.ledger_id, lac, req.request_id, req.OP)
@@ -383,6 +405,12 @@ class BookieHandler:
         self.server.send_reply(peer, reply)
 
     # -- helpers --------------------------------------------------------------
+    def _note_refusal(self, peer: bytes, req, code: int) -> None:
+        """Count (and maybe log) a read refused for its key."""
+        if code == UnauthorizedError.code:
+            self.counters["reads_refused"] += 1
+            self.refusals.refused(req.ledger_id, req.OP.name, req.master_key is not None, peer)
+
     def _error(self, req, code: int) -> ErrorReply:
         self.counters["errors"] += 1
         return ErrorReply(op=int(req.OP), request_id=req.request_id, status=code,

@@ -20,7 +20,10 @@ scrapes (on the HTTP server's thread).
 * the journal's group commits (write + fdatasync latency, records and bytes
   per group), entry-log writes, syncs and bytes, checkpoints;
 * queue depth (replies waiting for their fsync, WAIT_LAC long polls),
-  requests, replies, dropped replies, bad messages;
+  requests, replies, dropped replies, bad messages, reads refused for their
+  key (``bookkeeper_bookie_reads_refused_total``, every read op; a refused
+  READ / READ_BATCH / READ_PACKED is also counted in ``..._read_entries_total``
+  under ``code="UnauthorizedError"``);
 * disk (used share per directory, read-only), limbo ledgers, entry-log
   live and garbage bytes, GC and compaction (bytes given back);
 * process CPU and resident memory (``prometheus_client``'s process
@@ -233,6 +236,9 @@ class BookieCollector:
         counters += [(f"bookkeeper_bookie_{key}", f"Server loop: {key.replace('_', ' ')}",
                      server.get(key)) for key in ("requests", "replies", "replies_dropped",
                                                   "bad_messages", "handler_failures")]
+        counters.append(("bookkeeper_bookie_reads_refused", "Reads refused for their key "
+                         "(wrong, or none while server.reads_need_key), every read op",
+                         self.handler.counters.get("reads_refused")))
         disk = st.get("disk") or {}
         gauges = [
             ("bookkeeper_bookie_pending_replies", "Replies waiting for their fsync",

@@ -21,8 +21,11 @@ runs them too):
 Keys: the ledger's master key is the one this bookie holds for it, or else
 the one sealed in its metadata, opened with the cluster key
 (``appliance.meta.custody``).  A ledger with neither stays in limbo with that
-reason.  A ledger that cannot be repaired yet (peers down, metadata
-unreachable) stays in limbo and is retried with a backoff doubling from
+reason, except a ``crc32c`` one, whose entries can be verified without it:
+its reads then carry no key, which peers holding the ledger's key refuse
+unless their ``server.reads_need_key`` is off (it stays in limbo, retried).
+A ledger that cannot be repaired yet (peers down, metadata unreachable)
+stays in limbo and is retried with a backoff doubling from
 ``RETRY_MS_MIN`` to ``RETRY_MS_MAX``.  Progress is logged every
 ``PROGRESS_EVERY_S`` and shown by ``status()`` (INFO, ``bkctl bookie info``).
 A crash during repair loses nothing: limbo is durable, so the next boot
@@ -45,15 +48,16 @@ COPY_BATCH_ENTRIES = 256  # entries read from a peer in one request
 PROGRESS_EVERY_S = 5.0
 
 
-def ledger_key(storage, custody, md) -> bytes | None:
+def ledger_key(storage, custody, md, *, checked: bool = True) -> bytes | None:
     """A ledger's master key for the appliance's own work (repair,
     re-replication): the one this bookie stores for it, else the one sealed
-    in its metadata (``appliance.meta.custody``), else None."""
+    in its metadata (``appliance.meta.custody``; ``checked=False``: without
+    its password check), else None."""
     if storage.ledger_exists(md.ledger_id):
         local = storage.get_master_key(md.ledger_id)
         if local is not None:
             return local
-    return custody.unseal(md) if custody is not None else None
+    return custody.unseal(md, checked=checked) if custody is not None else None
 
 
 class Repairer:
@@ -208,8 +212,7 @@ class Repairer:
                 continue
             if repair.may_clear_limbo(md, self.bookie_id, held.__contains__,
                                       protections=self.core.protections):
-                if key is not None and self.storage.get_master_key(ledger_id) is None:
-                    self.storage.wait_durable(self.storage.set_master_key(ledger_id, key))
+                self._adopt_key(ledger_id, key)
                 self._clear(ledger_id)
                 log.info("ledger %d repaired on %s: limbo cleared", ledger_id, self.bookie_id)
                 return True
@@ -265,6 +268,7 @@ class Repairer:
         if key is None and md.digest_type != "crc32c":
             raise ValueError(self._no_key(md, "verify its entries"))
         digest = make_digest(md.digest_type, key or b"\0" * 32)
+        self._adopt_key(md.ledger_id, key)  # before the copies: readers need it from the start
         copier.refresh_live()
         runs = list(repair.missing_runs(repair.share_runs(md, self.bookie_id),
                                         held.__contains__))
@@ -276,7 +280,7 @@ class Repairer:
                 if self._stop.is_set():
                     return
                 end = min(last, next_id + COPY_BATCH_ENTRIES - 1)
-                records = copier.read_verified(plan, next_id, end, digest)
+                records = copier.read_verified(plan, next_id, end, digest, key)
                 ids = list(range(next_id, next_id + len(records)))
                 self.storage.wait_durable(
                     self.storage.add_entries([md.ledger_id] * len(ids), ids, records))
@@ -285,6 +289,14 @@ class Repairer:
                     self.stats["entries_copied"] += len(ids)
                     self.stats["bytes_copied"] += sum(len(r) for r in records)
                 next_id += len(records)
+
+    def _adopt_key(self, ledger_id: int, key: bytes | None) -> None:
+        """Store ``key`` as the ledger's, durably, if this bookie holds none
+        (it lost it with its disk): its copies are then only served to
+        readers carrying it (``appliance.protocol.read_access``)."""
+        if key is not None and self.storage.ledger_exists(ledger_id) \
+                and self.storage.get_master_key(ledger_id) is None:
+            self.storage.wait_durable(self.storage.set_master_key(ledger_id, key))
 
     def _clear(self, ledger_id: int) -> None:
         storage = self.storage

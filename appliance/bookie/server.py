@@ -18,7 +18,10 @@ Boot, in order (any failure exits non-zero with one line naming the cause):
 4. open the cluster key (``appliance.meta.custody``) and measure the disks
    (``appliance.bookie.disk_monitor``: read-only beyond
    ``server.disk_usage_max``, re-checked every ``disk_check_interval_ms``);
-5. bind the endpoint, register in the metadata store (an ephemeral node:
+5. bind the endpoint (a tcp one with ``[security] curve``: a CURVE server
+   accepting only the keys in ``authorized_keys_dir``, its public key
+   published in the registration as ``curve_public_key``), register in the
+   metadata store (an ephemeral node:
    it disappears when this process dies, flagged read-only if it is), start
    the garbage collector (``appliance.bookie.ledger_gc``: deleted ledgers,
    and over-replicated ones after ``server.overreplicated_grace_ms``) and BP-46 phase
@@ -80,6 +83,7 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
     from appliance.bookie.handler import BookieHandler
     from appliance.bookie.ledger_gc import LedgerGC
     from appliance.bookie.repair import Repairer
+    from appliance.curve import client_curve, server_curve
     from appliance.meta.bookies import BookieRegistry
     from appliance.meta.custody import open_custody
     from appliance.meta.ledgers import LedgerManager
@@ -90,6 +94,7 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
     from storage.metadata import open_store
 
     spec = config.bookie(bookie_id)
+    curve = server_curve(config, bookie_id)  # tcp + [security] curve: keys, clients; or refuse
     options = config.storage.to_options()
     if config.server.cookie_auto_fix:
         from storage.cookie import adopt_replaced_dir
@@ -106,7 +111,7 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
         registry = BookieRegistry(store)
         check_metadata_cookie(registry, bookie_id, storage,
                               auto_fix=config.server.cookie_auto_fix)
-        core = BookieCore(storage)
+        core = BookieCore(storage, reads_need_key=config.server.reads_need_key)
         ledger_manager = LedgerManager(store)
         named = list(ledgers_on_bookie(ledger_manager, bookie_id))
         reasons = possible_loss(storage, named)
@@ -144,7 +149,10 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
             gate = MetricsGate(gate, metrics)
         server = FrameServer(spec.endpoint, gate, limits=config.wire_limits(),
                              drain_messages_max=config.server.drain_messages_max,
-                             queue_messages_max=config.server.queue_messages_max)
+                             queue_messages_max=config.server.queue_messages_max,
+                             socket_group=config.server.socket_group,
+                             curve_keys=curve[0] if curve else None,
+                             authorized_keys=curve[1] if curve else None)
         if metrics is not None:
             from appliance.bookie.metrics import (
                 BookieCollector,
@@ -166,7 +174,9 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
         registry.register(bookie_id, server.endpoint,
                           {"pid": os.getpid(), "instance_id": storage.instance_id,
                            "journal_dir": str(spec.journal_dir),
-                           "ledger_dir": str(spec.ledger_dir), "metrics_url": metrics_url},
+                           "ledger_dir": str(spec.ledger_dir), "metrics_url": metrics_url,
+                           "host": spec.host, "rack": spec.rack,
+                           "curve_public_key": server.curve_public_key},
                           read_only=monitor.read_only)
         start_disk_checks(server, monitor, config.server.disk_check_interval_ms,
                           lambda ro: registry.set_read_only(bookie_id, ro), monitor.read_only)
@@ -182,7 +192,8 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
             autorecovery = AutoRecovery(
                 bookie_id, store, ledger_manager, registry, config.autorecovery,
                 key_for=lambda md: ledger_key(storage, custody, md),
-                open_client=lambda: _client(config))
+                probe_key_for=lambda md: ledger_key(storage, custody, md, checked=False),
+                open_client=lambda: _client(config), curve=client_curve(config))
             autorecovery.start()
         log.info("bookie %s serving on %s (pid %d)", bookie_id, server.endpoint, os.getpid())
         if ready_file:

@@ -17,12 +17,16 @@ Guarantees:
   ``add_async`` blocks beyond that (bounded memory here and in the bookies).
 * Thread-safe: any thread may call any method; the protocol cores run on
   one driver thread (``appliance.client.driver``).
+* New ledgers are placed host-aware (``[client] placement``,
+  ``appliance.protocol.placement``): every write set on distinct hosts when
+  the live bookies allow it; otherwise created all the same, with a warning.
 * Errors are ``appliance.errors`` classes; a wrong password is refused on
   open before anything is fenced (``UnauthorizedError``).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import time
@@ -34,11 +38,16 @@ from appliance.errors import (
     ClientClosedError,
     NotEnoughBookiesError,
     UnauthorizedError,
-    error_for_code,
 )
 from appliance.protocol import events as ev
 from appliance.protocol.keys import SALT_BYTES, check_password, master_key, password_record
 from appliance.protocol.metadata import CLOSED, DIGEST_TYPES, LedgerMetadata, check_quorums
+from appliance.protocol.placement import choose_ensemble, host_count, location_of, meets_rule
+
+log = logging.getLogger(__name__)
+
+log = logging.getLogger(__name__)
+KNOWN_KEYS_MAX = 64  # distinct passwords a connection remembers for delete_ledger
 
 
 def _check_password(password) -> bytes:
@@ -50,7 +59,7 @@ def _check_password(password) -> bytes:
 class Client:
     """A connection to one appliance: its metadata store and its bookies."""
 
-    def __init__(self, target, metrics=False):
+    def __init__(self, target, metrics=False, *, curve_key_file=None, trusted_keys_dir=None):
         from appliance.client.driver import Driver
         from appliance.config import ClientConfig, resolve_target
         from appliance.meta.bookies import BookieRegistry
@@ -58,6 +67,9 @@ class Client:
         from storage.metadata import open_store
 
         uri, base_dir, config = resolve_target(target)
+        from appliance.curve import client_curve
+
+        curve = client_curve(config, curve_key_file, trusted_keys_dir)
         from appliance.protocol.entry import ENTRY_OVERHEAD_MAX, PAYLOAD_BYTES_MAX
         from ipc.frames import WireLimits
 
@@ -85,6 +97,7 @@ class Client:
                                  add_batch_entries_max=self.config.add_batch_entries_max,
                                  add_batch_bytes_max=self.config.add_batch_bytes_max,
                                  read_batch_bytes_max=self.config.read_batch_bytes_max,
+                                 curve=curve,
                                  transport_options={"limits": limits,
                                      "heartbeat_timeout_ms": self.config.add_timeout_ms,
                                      "reconnect_ivl_ms": self.config.reconnect_ivl_ms,
@@ -95,7 +108,9 @@ class Client:
         self.driver.start()
         self._closed = False
         self._rng = random.Random()
+        self.placement_degraded = 0  # ledgers created on write sets sharing a host
         self._records: dict[bytes, bytes] = {}  # master key -> its password record
+        self._known_keys: dict[bytes, None] = {}  # keys proven in this connection (delete)
         self.metrics = None  # appliance.client.metrics.ClientMetrics when asked for
         if metrics:
             from appliance.client.metrics import ClientMetrics
@@ -121,17 +136,34 @@ class Client:
         if digest not in DIGEST_TYPES:
             raise ValueError(f"digest must be one of {DIGEST_TYPES}, got {digest!r}")
         key = master_key(_check_password(password))
-        live = list(wait_result(self.driver.call(lambda: self.driver.available_bookies), 30.0,
-                          "listing bookies"))
-        if len(live) < e:
+        live, locations = wait_result(self.driver.call(
+            lambda: (self.driver.available_bookies, self.driver.locations)), 30.0,
+            "listing bookies")
+        chosen = choose_ensemble(live, locations, e, w, self._rng, self.config.placement)
+        if chosen is None:
             raise NotEnoughBookiesError(f"ensemble of {e} needs {e} live writable bookies; "
                                         f"{len(live)} are up ({', '.join(live) or 'none'})")
-        chosen = self._rng.sample(live, e)
+        if self.config.placement != "none" and not meets_rule(chosen, w, locations):
+            self._placement_degraded(chosen, w, live, locations)
         md = self.ledgers.create_ledger(e, w, a, chosen, digest, self._password_record(key),
                                         custom=custom, ctime_ms=int(time.time() * 1000),
                                         sealed_key=self._sealed(key))
         _, version = self.ledgers.read_ledger(md.ledger_id)
+        self._remember_key(key)
         return WriteHandle(self, md, version, key)
+
+    def _placement_degraded(self, chosen, write_quorum: int, live, locations) -> None:
+        """Too few hosts for the rule: the ledger is made all the same
+        (durability by count beats placement); counted, and warned once when
+        the live bookies span several hosts (on one machine it is the
+        deployment, not news: logged at info)."""
+        self.placement_degraded += 1
+        hosts = sorted({location_of(b, locations).host for b in chosen})
+        first, spread = self.placement_degraded == 1, host_count(live, locations) > 1
+        (log.warning if first and spread else log.info if first else log.debug)(
+            "placement degraded: write sets of %d on the ensemble %s share hosts (live "
+            "hosts do not allow distinct ones: %s); see docs/CONFIG.md, Placement",
+            write_quorum, list(chosen), ", ".join(hosts))
 
     def _password_record(self, key: bytes) -> bytes:
         """The salted scrypt record of ``key`` stored in new ledgers' metadata
@@ -172,13 +204,14 @@ class Client:
         md, version = self.ledgers.read_ledger(ledger_id)
         if not check_password(md.password_hash, key):
             raise UnauthorizedError(f"wrong password for ledger {ledger_id}")
+        self._remember_key(key)
         if recovery and md.state != CLOSED:
             md = self._recover(md, version, key)
         return ReadHandle(self, md, key)
 
     def _recover(self, md: LedgerMetadata, version: int, key: bytes) -> LedgerMetadata:
         from appliance.checks.digest import make_digest
-        from appliance.protocol.recovery import LedgerRecovery
+        from appliance.protocol.recovery import LedgerRecovery, RecoveryConfig
 
         done: Future = Future()
         if self.metrics is not None:
@@ -191,8 +224,9 @@ class Client:
 
         def start():
             core = LedgerRecovery(md, version, key, make_digest(md.digest_type, key),
+                                  config=RecoveryConfig(placement=self.config.placement),
                                   available_bookies=self.driver.available_bookies,
-                                  ids=self.driver.ids)
+                                  ids=self.driver.ids, locations=self.driver.locations)
             self.driver.register(core, _Sink())
             self.driver.run(core, core.start(self.driver.now_ms()))
             return core
@@ -203,8 +237,7 @@ class Client:
         finally:
             self.driver.post(self.driver.unregister, core)
         if result.code != OK:
-            raise error_for_code(result.code, f"recovery of ledger {md.ledger_id} failed: "
-                                 f"{error_for_code(result.code)}")
+            raise self.driver.error(result.code, f"recovery of ledger {md.ledger_id} failed")
         return result.metadata
 
     def list_ledgers(self) -> list[int]:
@@ -216,18 +249,42 @@ class Client:
         check_entry_id("ledger_id", ledger_id)
         return self.ledgers.read_ledger(ledger_id)[0]
 
-    def delete_ledger(self, ledger_id: int, password: bytes | None = None) -> None:
-        """Delete the ledger's metadata; its id is never reused.  With
-        ``password`` it is checked first (``UnauthorizedError`` if wrong);
-        without, the delete is the account's (docs/SECURITY.md: the metadata
-        and sockets are owner-only; CONTRACT deletes without a password)."""
+    def delete_ledger(self, ledger_id: int, password: bytes | None = None, *,
+                      force: bool = False) -> None:
+        """Delete the ledger's metadata; its id is never reused.
+
+        Who may delete (docs/SECURITY.md): a caller giving the ledger's
+        ``password`` (a wrong one is refused even with ``force``); without
+        one, a client that created or opened a ledger with the same password
+        in this connection (CONTRACT's ``bk.delete_ledger(lh.id)``), or
+        anybody when the ledger has no password.  Otherwise
+        ``UnauthorizedError`` and nothing is deleted, unless ``force=True``:
+        the explicit override of the account that owns the metadata (logged).
+        """
         self._check_open()
         check_entry_id("ledger_id", ledger_id)
+        md, _ = self.ledgers.read_ledger(ledger_id)
         if password is not None:
-            md, _ = self.ledgers.read_ledger(ledger_id)
             if not check_password(md.password_hash, master_key(_check_password(password))):
                 raise UnauthorizedError(f"wrong password for ledger {ledger_id}: not deleted")
+        elif not any(check_password(md.password_hash, k) for k in self._delete_keys()):
+            if not force:
+                raise UnauthorizedError(
+                    f"ledger {ledger_id} has a password: give it to delete (or force=True, "
+                    f"the metadata owner's override); not deleted")
+            log.warning("ledger %d deleted without its password (force)", ledger_id)
         self.ledgers.delete_ledger(ledger_id)
+
+    def _remember_key(self, key: bytes) -> None:
+        """A master key this connection proved it holds (created or opened a
+        ledger with it); bounded, the oldest forgotten first."""
+        self._known_keys.pop(key, None)
+        self._known_keys[key] = None
+        while len(self._known_keys) > KNOWN_KEYS_MAX:
+            self._known_keys.pop(next(iter(self._known_keys)))
+
+    def _delete_keys(self) -> list[bytes]:
+        return [*self._known_keys, master_key(b"")]
 
     # -- logs (seed 003) ----------------------------------------------------------
     def log(self, name: str, password: bytes = b""):
@@ -269,9 +326,24 @@ class Client:
         self.close()
 
 
-def connect(target, metrics=False) -> Client:
+def connect(target, metrics=False, *, curve_key_file=None, trusted_keys_dir=None) -> Client:
     """Connect to an appliance: a config file path, or a metadata URI
     (``sqlite:///...``, ``zk://host:port/chroot``).  ``metrics``: True (the
     ``prometheus_client`` default registry) or a ``CollectorRegistry``
-    registers the client's metrics (``appliance.client.metrics``)."""
-    return Client(target, metrics)
+    registers the client's metrics (``appliance.client.metrics``).
+
+    CURVE (docs/SECURITY.md, "Network: CURVE"), for bookies on tcp
+    endpoints, without a config file or overriding its ``[security]``:
+    ``curve_key_file`` is this client's key pair (a ``.key_secret`` file of
+    ``bkctl keys generate``, owner-only); ``trusted_keys_dir`` (optional) a
+    directory of bookie public keys: a bookie whose registered key is not
+    there is refused and treated as unavailable.  A bookie that does not
+    accept this client's key fails requests with ``UnauthorizedError``
+    naming it.  A bad key file raises ``ConfigError`` here.
+
+        appliance.connect("zk://10.0.0.5:2181/appliance",
+                          curve_key_file="keys/app.key_secret",
+                          trusted_keys_dir="keys/bookies")
+    """
+    return Client(target, metrics, curve_key_file=curve_key_file,
+                  trusted_keys_dir=trusted_keys_dir)

@@ -11,7 +11,9 @@ out the actions the cores return:
   timed out after its own wait plus the request timeout) -> wire requests (one
   ``ADD_PACKED`` per bookie and action, split at ``add_batch_entries_max`` /
   ``add_batch_bytes_max``: adds to one bookie travel batched, their bytes in
-  one frame); the reply to a ``SendAdd`` comes back as one ``AddResponses``;
+  one frame; small adds of several ledgers queued in one loop turn share an
+  ``ADD_BATCH`` per bookie); the reply to a ``SendAdd`` comes back as one
+  ``AddResponses``;
 * ``WriteMetadata`` / ``ReadMetadata`` -> the metadata store, on a small
   worker pool (the store blocks; the driver thread never does);
 * ``SendWriteClose`` (BP-32) -> WRITE_CLOSE requests, fire and forget: their
@@ -23,6 +25,11 @@ out the actions the cores return:
 A request to a bookie the registry does not list, or that the transport
 refuses, is answered to the core as ``BookieUnavailableError`` (unknown
 class: it drives an ensemble change, never a wrong negative).
+
+CURVE (``appliance.curve``): a tcp bookie is reached with the server key it
+registered; one not trusted is refused (a log line) and not available; one
+refusing our key fails requests with ``UnauthorizedError``, which
+``error(code, prefix)`` explains.
 
 Limits: the driver queue is unbounded in type but bounded in practice by
 each write handle's in-flight count (its add paths wait on a condition
@@ -44,18 +51,20 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from appliance.errors import (
     OK,
-    BadRequestError,
     BKError,
     BookieUnavailableError,
     ClientClosedError,
+    UnauthorizedError,
     code_of,
+    error_for_code,
 )
+from appliance.meta.bookies import bookie_locations
 from appliance.protocol import events as ev
-from appliance.protocol.reader import PackedRecords
 from ipc.client import Transport
-from ipc.packed import AddPackedReply, AddPackedRequest, ReadPackedReply, ReadPackedRequest
-from ipc.replies import ErrorReply, LacReply, ReadReply
+from ipc.packed import AddPackedRequest, ReadPackedRequest
 from ipc.requests import (
+    AddBatchRequest,
+    AddItem,
     ReadLacRequest,
     ReadRequest,
     WaitLacRequest,
@@ -63,6 +72,7 @@ from ipc.requests import (
     WriteLacRequest,
 )
 
+from .core_events import chunks, coalesced, coalesced_events, failure_events, translate
 from .write_close import WriteCloseOutcome, new_counters, reply_code
 
 log = logging.getLogger(__name__)
@@ -73,6 +83,10 @@ BOOKIE_REFRESH_MS = 1000  # how often live bookies are re-read from the registry
 ADD_BATCH_ENTRIES_MAX = 1024  # entries per ADD_BATCH message (the wire's default limit)
 ADD_BATCH_BYTES_MAX = 8 * 1024 * 1024  # entry bytes per ADD_BATCH message
 READ_BATCH_BYTES_MAX = 16 * 1024 * 1024  # entry bytes a READ_PACKED reply may carry
+# An add part of at most this many entries may share an ADD_BATCH with other
+# ledgers' parts to the same bookie; bigger parts travel packed on their own.
+COALESCE_ENTRIES_MAX = 16
+_COALESCED = object()  # route marker: the request carried several parts
 
 
 class Driver:
@@ -82,7 +96,7 @@ class Driver:
                  inflight_per_bookie_max: int = 100_000, transport_options: dict | None = None,
                  add_batch_entries_max: int = ADD_BATCH_ENTRIES_MAX,
                  add_batch_bytes_max: int = ADD_BATCH_BYTES_MAX,
-                 read_batch_bytes_max: int = READ_BATCH_BYTES_MAX):
+                 read_batch_bytes_max: int = READ_BATCH_BYTES_MAX, curve=None):
         self.ledgers = ledgers
         self.registry = registry
         self.request_timeout_ms = request_timeout_ms
@@ -91,6 +105,7 @@ class Driver:
         self.read_batch_bytes_max = read_batch_bytes_max
         self._packed_datas: tuple | None = None  # the last SendAdd's datas and their chunks
         self._packed: list = []
+        self._adds_out: dict[str, list] = {}  # bookie -> (core, SendAdd part, lengths, data)
         self.ids = itertools.count(1)  # shared by every core: ids route replies
         self._q: queue.SimpleQueue = queue.SimpleQueue()
         self._routes: dict[int, tuple] = {}  # transport request id -> (core, action)
@@ -100,13 +115,17 @@ class Driver:
         self._timer_owner: dict[int, object] = {}
         self._sinks: dict[int, object] = {}  # id(core) -> sink
         self._cores: dict[int, object] = {}
-        self._endpoints: dict[str, str] = {}
+        self._endpoints: dict[str, tuple] = {}  # bookie id -> (endpoint, CURVE server key)
+        self.curve = curve  # appliance.curve.ClientCurve or None
+        self._refusals: dict[str, BKError] = {}  # bookie id -> why we do not talk to it
         self._available: tuple[str, ...] = ()
+        self._locations: dict = {}  # bookie id -> placement.Location (registry labels)
         self.write_close_outcomes = new_counters()  # BP-32: succeeded / partly / failed
         self._closed = False
         self._pool = ThreadPoolExecutor(METADATA_WORKERS, thread_name_prefix="bk-metadata")
         self.transport = Transport(on_events=lambda events: self._q.put(("net", events)),
                                    inflight_per_bookie_max=inflight_per_bookie_max,
+                                   curve_keys=curve.keys if curve is not None else None,
                                    **(transport_options or {}))
         self._thread = threading.Thread(target=self._run, name="bk-client-driver", daemon=True)
         self._use_registry(self._read_registry() or {})
@@ -121,6 +140,11 @@ class Driver:
     @property
     def available_bookies(self) -> tuple[str, ...]:
         return self._available
+
+    @property
+    def locations(self) -> dict:
+        """Where the registered bookies are (``placement.Location`` by id)."""
+        return self._locations
 
     # -- calls from user threads ------------------------------------------------
     def call(self, fn, *args) -> Future:
@@ -164,18 +188,18 @@ class Driver:
                 count = action.last_entry_id - action.first_entry_id + 1
                 self._send(core, action, ReadPackedRequest(
                     action.ledger_id, action.first_entry_id, action.last_entry_id, count,
-                    self.read_batch_bytes_max))
-            elif kind is ev.SendRead:
+                    self.read_batch_bytes_max, master_key=action.master_key or None))
+            elif kind is ev.SendRead:  # every read carries the key (b"" in an event: none)
                 req = ReadRequest(action.ledger_id, action.entry_id, action.fence,
-                                  action.master_key if action.fence else None)
+                                  action.master_key or None)
                 self._send(core, action, req)
             elif kind is ev.SendReadLac:
-                req = ReadLacRequest(action.ledger_id, action.fence,
-                                     action.master_key if action.fence else None)
+                req = ReadLacRequest(action.ledger_id, action.fence, action.master_key or None)
                 self._send(core, action, req)
             elif kind is ev.SendWaitLac:  # a long poll: its own timeout on top
-                self._send(core, action, WaitLacRequest(action.ledger_id, action.previous_lac,
-                                                        action.timeout_ms), action.timeout_ms)
+                self._send(core, action, WaitLacRequest(
+                    action.ledger_id, action.previous_lac, action.timeout_ms,
+                    master_key=action.master_key or None), action.timeout_ms)
             elif kind is ev.SetTimer:
                 heapq.heappush(self._timers, (self.now_ms() + action.delay_ms, action.timer_id))
                 self._timer_owner[action.timer_id] = core
@@ -218,21 +242,66 @@ class Driver:
 
     # -- wire ---------------------------------------------------------------------
     def _send_add(self, core, action: ev.SendAdd) -> None:
-        """One ``ADD_PACKED`` per chunk of at most ``add_batch_entries_max``
-        entries / ``add_batch_bytes_max`` bytes; each chunk is routed (and, on
-        failure, answered) as a ``SendAdd`` of its own entries."""
+        """Queue one ``ADD_PACKED`` per chunk of at most ``add_batch_entries_max``
+        entries / ``add_batch_bytes_max`` bytes, each routed (and, on failure,
+        answered) as a ``SendAdd`` of its own entries; ``_flush_adds`` sends
+        them at the end of this loop turn."""
         entry_ids, datas = action.entry_ids, action.datas
         if self._packed_datas is not datas:  # a writer sends one tuple to every bookie
             self._packed_datas = datas
             self._packed = [(lo, hi, list(map(len, datas[lo:hi])), b"".join(datas[lo:hi]))
-                            for lo, hi in _chunks(datas, self.add_batch_entries_max,
+                            for lo, hi in chunks(datas, self.add_batch_entries_max,
                                                   self.add_batch_bytes_max)]
+        out = self._adds_out.setdefault(action.bookie_id, [])
         for lo, hi, lengths, data in self._packed:
             part = action if (lo, hi) == (0, len(datas)) else dataclasses.replace(
                 action, entry_ids=entry_ids[lo:hi], datas=datas[lo:hi])
-            self._send(core, part, AddPackedRequest(action.ledger_id, action.master_key,
+            out.append((core, part, lengths, data))
+
+    def _flush_adds(self) -> None:
+        """End of a loop turn: send the adds queued for each bookie.  A big
+        part (more than ``COALESCE_ENTRIES_MAX`` entries) or a bookie's only
+        part goes alone as ``ADD_PACKED`` (its bytes in one frame); the small
+        parts of several ledgers (many ledgers written at once, an entry or
+        two each per turn) share ``ADD_BATCH`` messages: one message, one
+        bookie storage block and one reply instead of one per ledger."""
+        if not self._adds_out:
+            return
+        out, self._adds_out = self._adds_out, {}
+        for bookie_id, parts in out.items():
+            small = [p for p in parts if len(p[1].entry_ids) <= COALESCE_ENTRIES_MAX]
+            if len(small) < 2:
+                small = []
+            for core, part, lengths, data in parts:
+                if not small or len(part.entry_ids) > COALESCE_ENTRIES_MAX:
+                    self._send(core, part, AddPackedRequest(part.ledger_id, part.master_key,
+                                                            part.entry_ids, lengths, data,
+                                                            part.recovery))
+            for group in coalesced(small, self.add_batch_entries_max,
+                                    self.add_batch_bytes_max):
+                self._send_coalesced(bookie_id, group)
+
+    def _send_coalesced(self, bookie_id: str, group: list) -> None:
+        routed = [(core, part) for core, part, _lengths, _data in group]
+        if len(group) == 1:
+            core, part, lengths, data = group[0]
+            self._send(core, part, AddPackedRequest(part.ledger_id, part.master_key,
                                                     part.entry_ids, lengths, data,
-                                                    action.recovery))
+                                                    part.recovery))
+            return
+        items = [AddItem(part.ledger_id, e, part.master_key, d)
+                 for _core, part in routed for e, d in zip(part.entry_ids, part.datas,
+                                                           strict=True)]
+        try:
+            self._ensure_bookie(bookie_id)
+            rid = self.transport.send(bookie_id, AddBatchRequest(items, routed[0][1].recovery),
+                                      self.request_timeout_ms)
+        except (BKError, ValueError) as exc:
+            code = exc.code if isinstance(exc, BKError) else BookieUnavailableError.code
+            for core, part in routed:
+                self._q.put(("fail", core, part, code))
+            return
+        self._routes[rid] = (_COALESCED, routed)
 
     def _send(self, core, action, request, extra_timeout_ms: int = 0) -> None:
         bookie_id = action.bookie_id
@@ -250,11 +319,42 @@ class Driver:
     def _ensure_bookie(self, bookie_id: str) -> None:
         if bookie_id in self._endpoints:
             return
+        if bookie_id in self._refusals:
+            raise self._refusals[bookie_id]
         info = (self._read_registry() or {}).get(bookie_id)
         if info is None:
             raise BookieUnavailableError(f"bookie {bookie_id} is not registered")
-        self._endpoints[bookie_id] = info["endpoint"]
-        self.transport.add_bookie(bookie_id, info["endpoint"])
+        self._connect(bookie_id, info)
+
+    def _connect(self, bookie_id: str, info: dict, open_now: bool = True) -> None:
+        """Driver thread: reach ``bookie_id`` as its registration says (its
+        endpoint, its CURVE key checked; with ``open_now`` false only if it
+        was reached before); raise why not."""
+        from appliance.curve import bookie_server_key
+
+        try:
+            route = (info["endpoint"], bookie_server_key(self.curve, bookie_id, info))
+        except BKError as exc:
+            if str(self._refusals.get(bookie_id)) != str(exc):
+                log.warning("%s", exc)
+            self._refusals[bookie_id] = exc
+            self._endpoints.pop(bookie_id, None)
+            raise
+        self._refusals.pop(bookie_id, None)
+        if (open_now or bookie_id in self._endpoints) and self._endpoints.get(bookie_id) != route:
+            self._endpoints[bookie_id] = route
+            self.transport.add_bookie(bookie_id, *route)
+
+    def error(self, code: int, prefix: str) -> BKError:
+        """The exception for ``code``, its message prefixed; an
+        ``UnauthorizedError`` names the bookies refusing this client's key."""
+        text = str(error_for_code(code))
+        if code == UnauthorizedError.code:
+            refused = {b: str(e) for b, e in dict(self._refusals).items()
+                       if isinstance(e, UnauthorizedError)}
+            refused.update(self.transport.refused_bookies())
+            text = "; ".join(refused[b] for b in sorted(refused)) or text
+        return error_for_code(code, f"{prefix}: {text}")
 
     def _on_net(self, events) -> None:
         now = self.now_ms()
@@ -263,15 +363,23 @@ class Driver:
             if route is None:
                 continue
             core, action = route
+            if core is _COALESCED:
+                self._on_coalesced(action, event, now)
+                continue
             if type(action) is ev.SendWriteClose:  # the "core" is its outcome: logged only
                 core.done(action.bookie_id, reply_code(event.status, event.reply))
                 continue
-            for core_event in _translate(action, event, now):
+            for core_event in translate(action, event, now):
                 self.feed(core, core_event)
+
+    def _on_coalesced(self, routed: list, event, now: int) -> None:
+        """An ``ADD_BATCH`` reply split back into each part's ``AddResponses``."""
+        for core, core_event in coalesced_events(routed, event, now):
+            self.feed(core, core_event)
 
     def _fail(self, core, action, code: int) -> None:
         now = self.now_ms()
-        for core_event in _failure_events(action, code, now):
+        for core_event in failure_events(action, code, now):
             self.feed(core, core_event)
 
     # -- metadata -----------------------------------------------------------------
@@ -302,12 +410,18 @@ class Driver:
 
     def _use_registry(self, live: dict) -> None:
         """Driver thread: take the registry's view of live bookies."""
+        untrusted = set()
         for bookie_id, info in live.items():
-            if self._endpoints.get(bookie_id) not in (None, info["endpoint"]):
-                self._endpoints[bookie_id] = info["endpoint"]
-                self.transport.add_bookie(bookie_id, info["endpoint"])
+            if bookie_id in self._endpoints or bookie_id in self._refusals or self.curve:
+                try:
+                    self._connect(bookie_id, info, open_now=False)
+                except BookieUnavailableError:
+                    untrusted.add(bookie_id)  # refused: not a candidate for ensembles
+                except BKError:
+                    pass  # requires CURVE we lack: sends fail with UnauthorizedError
         self._available = tuple(sorted(b for b, info in live.items()
-                                       if not info.get("read_only")))
+                                       if not info.get("read_only") and b not in untrusted))
+        self._locations = bookie_locations(live)
 
     def _refresh_in_pool(self) -> None:
         live = self._read_registry()
@@ -333,6 +447,7 @@ class Driver:
                     return
                 self._apply(it)
             self._fire_timers()
+            self._flush_adds()
             if self.now_ms() >= next_refresh:
                 next_refresh = self.now_ms() + BOOKIE_REFRESH_MS
                 self._pool.submit(self._refresh_in_pool)
@@ -357,7 +472,7 @@ class Driver:
                 item[1](*item[2])
             elif kind == "bookies":
                 self._use_registry(item[1])
-                event = ev.AvailableBookies(self._available, self.now_ms())
+                event = ev.AvailableBookies(self._available, self.now_ms(), self._locations)
                 for core in list(self._cores.values()):
                     self.feed(core, event)
         except Exception:
@@ -394,60 +509,3 @@ class Driver:
             self._thread.join()
         self.transport.close()
         self._pool.shutdown(wait=True)
-
-
-def _chunks(datas, entries_max: int, bytes_max: int):
-    """(lo, hi) index ranges of ``datas``: each at most ``entries_max`` items
-    and ``bytes_max`` bytes (a single bigger item travels alone)."""
-    lo, size, n = 0, 0, len(datas)
-    for i in range(n):
-        length = len(datas[i])
-        if i > lo and (i - lo >= entries_max or size + length > bytes_max):
-            yield lo, i
-            lo, size = i, 0
-        size += length
-    if n:
-        yield lo, n
-
-
-def _translate(action, event, now_ms: int) -> list:
-    """A transport event -> the core events it means."""
-    reply = event.reply
-    if event.status != OK or reply is None or isinstance(reply, ErrorReply):
-        code = event.status if event.status != OK else reply.status
-        return _failure_events(action, code, now_ms)
-    kind = type(action)
-    if kind is ev.SendAdd and type(reply) is AddPackedReply:
-        if len(reply.entry_ids) != len(action.entry_ids) or \
-                list(reply.entry_ids) != list(action.entry_ids):  # never ack what was not sent
-            return _failure_events(action, BadRequestError.code, now_ms)
-        return [ev.AddResponses(action.request_id, action.bookie_id, action.ledger_id,
-                                action.entry_ids, tuple(reply.statuses), now_ms)]
-    if kind is ev.SendReadBatch and type(reply) is ReadPackedReply:
-        return [ev.ReadBatchResponse(action.request_id, action.bookie_id, action.ledger_id, OK,
-                                     tuple(reply.entry_ids), tuple(reply.statuses),
-                                     PackedRecords(reply.data, reply.lengths), now_ms)]
-    if kind is ev.SendRead and isinstance(reply, ReadReply):
-        return [ev.ReadResponse(action.request_id, action.bookie_id, action.ledger_id,
-                                action.entry_id, OK, reply.data, now_ms)]
-    if (kind is ev.SendReadLac or kind is ev.SendWaitLac) and isinstance(reply, LacReply):
-        return [ev.ReadLacResponse(action.request_id, action.bookie_id, action.ledger_id, OK,
-                                   reply.lac, now_ms)]
-    return _failure_events(action, BookieUnavailableError.code, now_ms)
-
-
-def _failure_events(action, code: int, now_ms: int) -> list:
-    kind = type(action)
-    if kind is ev.SendAdd:
-        return [ev.AddResponse(action.request_id, action.bookie_id, action.ledger_id, e, code,
-                               now_ms) for e in action.entry_ids]
-    if kind is ev.SendReadBatch:
-        return [ev.ReadBatchResponse(action.request_id, action.bookie_id, action.ledger_id,
-                                     code, now_ms=now_ms)]
-    if kind is ev.SendRead:
-        return [ev.ReadResponse(action.request_id, action.bookie_id, action.ledger_id,
-                                action.entry_id, code, None, now_ms)]
-    if kind is ev.SendReadLac or kind is ev.SendWaitLac:
-        return [ev.ReadLacResponse(action.request_id, action.bookie_id, action.ledger_id, code,
-                                   -1, now_ms)]
-    return []

@@ -26,7 +26,6 @@ from appliance.errors import (
     BKTimeoutError,
     ClientClosedError,
     NoSuchEntryError,
-    error_for_code,
 )
 from appliance.protocol import events as ev
 from appliance.protocol.metadata import CLOSED
@@ -145,10 +144,11 @@ class WriteHandle:
         wcfg = WriterConfig(add_timeout_ms=cfg.add_timeout_ms, add_retries_max=cfg.add_retries_max,
                             pending_adds_max=cfg.inflight_adds_max,
                             entry_bytes_max=self._entry_bytes_max,
-                            explicit_lac_interval_ms=cfg.explicit_lac_interval_ms)
+                            explicit_lac_interval_ms=cfg.explicit_lac_interval_ms,
+                            placement=cfg.placement)
         self._writer = LedgerWriter(metadata, version, key, _digest(metadata, key), config=wcfg,
                                     available_bookies=self._driver.available_bookies,
-                                    ids=self._driver.ids)
+                                    ids=self._driver.ids, locations=self._driver.locations)
         # One lock guards the queue and the count of adds in flight; add_async
         # waits on _room (same lock) while inflight_adds_max adds are in flight.
         self._queue_lock = threading.Lock()
@@ -301,8 +301,7 @@ class WriteHandle:
             self._settle(action.first_entry_id, action.last_entry_id, None)
         elif isinstance(action, ev.FailAdds):
             self._settle(action.first_entry_id, action.last_entry_id,
-                         error_for_code(action.code,
-                                        f"ledger {self.id}: {error_for_code(action.code)}"))
+                         self._driver.error(action.code, f"ledger {self.id}"))
         elif isinstance(action, ev.CloseDone) and self._close_done is not None:
             if not self._close_done.done():
                 self._close_done.set_result(action)
@@ -348,8 +347,7 @@ class WriteHandle:
             if self._metrics is not None:
                 self._metrics.untrack(self)
         if done.code != OK:
-            raise error_for_code(done.code, f"close of ledger {self.id}: "
-                                 f"{error_for_code(done.code)}")
+            raise self._driver.error(done.code, f"close of ledger {self.id}")
 
     def __enter__(self):
         return self
@@ -371,8 +369,9 @@ class ReadHandle:
         rcfg = ReaderConfig(read_timeout_ms=client.config.read_timeout_ms,
                             read_batch_entries=client.config.read_batch_entries_max,
                             long_poll=True)
-        self._reader = LedgerReader(metadata, _digest(metadata, key), config=rcfg,
-                                    ids=self._driver.ids, verify_batch=verify_run_fast)
+        self._reader = LedgerReader(metadata, _digest(metadata, key), master_key=key,
+                                    config=rcfg, ids=self._driver.ids,
+                                    verify_batch=verify_run_fast)
         self._waiting: dict[int, Future] = {}
         # read-ahead: ((first, last), started read) of the range after the last read()
         self._ahead: tuple | None = None
@@ -406,11 +405,16 @@ class ReadHandle:
         config = BulkReadConfig(read_timeout_ms=cfg.read_timeout_ms,
                                 batch_entries_max=cfg.read_batch_entries_max,
                                 batch_bytes_max=cfg.read_batch_bytes_max)
-        endpoints = {b: info["endpoint"] for b, info in self._client.registry.available().items()}
+        from appliance.curve import bookie_routes
+
+        endpoints, server_keys = bookie_routes(self._driver.curve,
+                                               self._client.registry.available())
         metadata, key = self.metadata, self._key
+        curve_keys = self._driver.curve.keys if self._driver.curve is not None else None
 
         def chunks():
-            with BulkReader(endpoints, config) as reader:
+            with BulkReader(endpoints, config, curve_keys=curve_keys,
+                            server_keys=server_keys) as reader:
                 yield from reader.read(metadata, first_entry_id, last_entry_id, key)
         return chunks()
 
@@ -435,8 +439,7 @@ class ReadHandle:
         self._driver.call(run).result()
         result = wait_result(fut, CALL_TIMEOUT_S_MAX, f"read of ledger {self.id}")
         if result.code != OK:
-            raise error_for_code(result.code, f"ledger {self.id}: "
-                                 f"{error_for_code(result.code)}")
+            raise self._driver.error(result.code, f"ledger {self.id}")
         return result
 
     def _check_range(self, first_entry_id: int, last_entry_id: int) -> None:
@@ -503,8 +506,7 @@ class ReadHandle:
             if result.code == OK:
                 return result
             if not retry:
-                raise error_for_code(result.code, f"ledger {self.id}: "
-                                     f"{error_for_code(result.code)}")
+                raise self._driver.error(result.code, f"ledger {self.id}")
         except BKError:
             if not retry:
                 raise
@@ -540,7 +542,7 @@ class ReadHandle:
         self._driver.call(run).result()
         result = wait_result(fut, CALL_TIMEOUT_S_MAX + timeout_s, f"LAC wait on ledger {self.id}")
         if result.code not in (OK, BKTimeoutError.code):
-            raise error_for_code(result.code, f"ledger {self.id}: {error_for_code(result.code)}")
+            raise self._driver.error(result.code, f"ledger {self.id}")
         return result.lac
 
     def close(self) -> None:

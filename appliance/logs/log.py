@@ -6,9 +6,10 @@ import logging
 import os
 import socket
 
-from appliance.errors import NoSuchLedgerError, NoSuchLogError
+from appliance.errors import NoSuchLedgerError, NoSuchLogError, UnauthorizedError
 from appliance.logs.reader import LogReader
 from appliance.logs.writer import LogWriter, segment_end
+from appliance.protocol.keys import check_password, master_key
 from appliance.protocol.logs import (
     DLSN,
     TRUNCATED,
@@ -66,7 +67,7 @@ class Log:
         doomed = [s for s in md.segments if s.state == TRUNCATED]
         for seg in doomed:
             try:
-                self._client.delete_ledger(seg.ledger_id)
+                self._client.delete_ledger(seg.ledger_id, self._password)
             except NoSuchLedgerError:
                 pass
         seqs = {s.seq for s in doomed}
@@ -75,14 +76,17 @@ class Log:
         return sorted(seqs)
 
     def delete(self) -> None:
-        """Fence any writer, delete every segment's ledger, then the log."""
+        """Fence any writer, delete every segment's ledger, then the log.  The
+        password is checked against a segment's ledger first: a wrong one
+        (``UnauthorizedError``) leaves the log and its writer untouched."""
+        self._check_password(self._logs.read_log(self.name)[0])
         md, _ = self._logs.update_log(self.name, lambda m: take_ownership(m, "deleting"))
         seg = md.in_progress
         if seg is not None:  # fence its writer: no add after this is acknowledged
             segment_end(self._client, seg.seq, seg.ledger_id, self._password)
         for seg in md.segments:
             try:
-                self._client.delete_ledger(seg.ledger_id)
+                self._client.delete_ledger(seg.ledger_id, self._password)
             except NoSuchLedgerError:
                 pass
         try:
@@ -90,6 +94,17 @@ class Log:
         except NoSuchLogError:
             pass
         log.info("log %s deleted (%d segments)", self.name, len(md.segments))
+
+
+    def _check_password(self, md: LogMetadata) -> None:
+        for seg in md.segments:
+            try:
+                record = self._client.ledgers.read_ledger(seg.ledger_id)[0].password_hash
+            except NoSuchLedgerError:
+                continue
+            if not check_password(record, master_key(self._password)):
+                raise UnauthorizedError(f"wrong password for log {self.name}: not deleted")
+            return
 
 
 def describe(md: LogMetadata) -> dict:

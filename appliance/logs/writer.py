@@ -172,7 +172,7 @@ class LogWriter:
         """A ledger created for a segment the log never took: remove it."""
         try:
             wh.close()
-            self._client.delete_ledger(wh.id)
+            self._client.delete_ledger(wh.id, self._password)
         except BKError as exc:
             log.warning("log %s: could not remove unused ledger %d: %s", self.name, wh.id, exc)
 

@@ -234,3 +234,18 @@ class BookieRegistry:
 def _public(doc: dict) -> dict:
     return {"endpoint": doc["endpoint"], "read_only": bool(doc.get("read_only")),
             "info": doc.get("info", {})}
+
+
+def bookie_locations(live: dict[str, dict]) -> dict:
+    """Bookie id -> ``placement.Location`` from ``BookieRegistry.available()``
+    (the ``host`` / ``rack`` a bookie publishes in its info; one that
+    publishes no host is left out: placement counts it as its own host)."""
+    from appliance.protocol.placement import DEFAULT_RACK, Location
+
+    out = {}
+    for bookie_id, doc in live.items():
+        info = doc.get("info") or {}
+        host, rack = info.get("host"), info.get("rack") or DEFAULT_RACK
+        if isinstance(host, str) and host and isinstance(rack, str):
+            out[bookie_id] = Location(host, rack)
+    return out

@@ -11,6 +11,11 @@ Rules:
 * **Master key**: every add, fence and LAC write carries the 32-byte key.
   The first one for a ledger stores it; a different key is refused with
   ``UnauthorizedError`` (checked before anything is stored).
+* **Reads** (entries, LAC, long polls): ``appliance.protocol.read_access``
+  decides, before anything is read: a read with another key than the
+  stored one is refused (``UnauthorizedError``), one without a key too
+  unless ``reads_need_key`` is off; a ledger whose key this bookie does not
+  know answers as before.  A fencing read checks its key as a fence does.
 * **Fencing**: a fenced ledger refuses normal adds (``LedgerFencedError``)
   and accepts recovery adds.  A read or LAC read with the fence flag fences
   first (creating the ledger if this bookie never saw it), then answers, and
@@ -66,6 +71,7 @@ from appliance.protocol.errors import (
 )
 from appliance.protocol.keys import MASTER_KEY_BYTES
 from appliance.protocol.quorum import ALL_PROTECTIONS, Protections
+from appliance.protocol.read_access import read_allowed
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,9 +88,11 @@ _NEGATIVE = (NoSuchLedgerError, NoSuchEntryError)
 class BookieCore:
     """Request handling of one bookie (see module docstring)."""
 
-    def __init__(self, storage, *, protections: Protections = ALL_PROTECTIONS):
+    def __init__(self, storage, *, protections: Protections = ALL_PROTECTIONS,
+                 reads_need_key: bool = True):
         self.storage = storage
         self.protections = protections
+        self.reads_need_key = reads_need_key  # False: keyless reads served (BookKeeper's way)
 
     # -- adds -------------------------------------------------------------------------
     def add(self, ledger_id: int, entry_id: int, data: bytes, master_key: bytes,
@@ -95,28 +103,48 @@ class BookieCore:
     def add_batch(self, ledger_id: int, entry_ids: Sequence[int], datas: Sequence[bytes],
                   master_key: bytes, recovery: bool = False) -> tuple[list[int], int]:
         """Store several entries of one ledger: one code per entry, one ticket."""
-        code, ticket = self._admit_add(ledger_id, master_key, recovery)
-        if code != OK:
-            return [code] * len(entry_ids), ticket
-        codes = [OK] * len(entry_ids)
-        good_ids, good_datas = [], []
+        codes, ticket = self.add_groups(((ledger_id, master_key, entry_ids, datas),), recovery)
+        return codes[0], ticket
+
+    def add_groups(self, groups: Sequence[tuple[int, bytes, Sequence[int], Sequence]],
+                   recovery: bool = False) -> tuple[list[list[int]], int]:
+        """``add_batch`` of several ledgers at once: ``groups`` of (ledger id,
+        master key, entry ids, datas); one list of codes per group, one
+        ticket, and one storage call (one block) for every accepted entry.
+        Each group is admitted (key, fence) and checked on its own; a
+        failed storage write fails them all (``BKError``)."""
+        all_codes, ticket = [], 0
+        ledgers, ids, good = [], [], []
         unpack = HEADER.unpack_from
-        for i, (entry_id, data) in enumerate(zip(entry_ids, datas, strict=True)):
-            if entry_id < 0 or len(data) < HEADER_BYTES or unpack(data, 0)[:2] != (
-                    ledger_id, entry_id):
-                codes[i] = BadRequestError.code
+        for ledger_id, master_key, entry_ids, datas in groups:
+            code, t = self._admit_add(ledger_id, master_key, recovery)
+            ticket = max(ticket, t)
+            if code != OK:
+                all_codes.append([code] * len(entry_ids))
                 continue
-            good_ids.append(entry_id)
-            good_datas.append(data)
-        if good_ids:  # one storage call per batch: one block, one ticket
-            ticket = max(ticket, self._store(ledger_id, good_ids, good_datas))
-        return codes, ticket
+            codes = [OK] * len(entry_ids)
+            for i, (entry_id, data) in enumerate(zip(entry_ids, datas, strict=True)):
+                if entry_id < 0 or len(data) < HEADER_BYTES or unpack(data, 0)[:2] != (
+                        ledger_id, entry_id):
+                    codes[i] = BadRequestError.code
+                    continue
+                ledgers.append(ledger_id)
+                ids.append(entry_id)
+                good.append(data)
+            all_codes.append(codes)
+        if ids:  # one storage call: one block, one ticket
+            ticket = max(ticket, self._store_many(ledgers, ids, good))
+        return all_codes, ticket
 
     def _store(self, ledger_id: int, entry_ids, datas) -> int:
+        return self._store_many([ledger_id] * len(entry_ids), entry_ids, datas)
+
+    def _store_many(self, ledger_ids, entry_ids, datas) -> int:
         try:
-            return self.storage.add_entries([ledger_id] * len(entry_ids), entry_ids, datas)
+            return self.storage.add_entries(ledger_ids, entry_ids, datas)
         except BKError:
-            self._rotate(ledger_id)  # a failed write: rotate before the error reply
+            for ledger_id in dict.fromkeys(ledger_ids):
+                self._rotate(ledger_id)  # a failed write: rotate before the error reply
             raise
 
     def add_packed(self, ledger_id: int, entry_ids: Sequence[int], lengths: Sequence[int],
@@ -141,9 +169,14 @@ class BookieCore:
         ticket = max(ticket, self._store(ledger_id, entry_ids, datas))
         return [OK] * len(datas), ticket
 
+    def _stored_key(self, ledger_id: int) -> bytes | None:
+        """The key this bookie holds for the ledger (None: none, or no ledger)."""
+        storage = self.storage
+        return storage.get_master_key(ledger_id) if storage.ledger_exists(ledger_id) else None
+
     def _admit_add(self, ledger_id: int, master_key: bytes, recovery: bool) -> tuple[int, int]:
         storage = self.storage
-        exists = storage.ledger_exists(ledger_id)
+        exists = storage.ledger_exists(ledger_id)  # once: adds are the hot path
         stored = storage.get_master_key(ledger_id) if exists else None
         if not _key_ok(master_key) or (stored is not None and stored != master_key):
             return UnauthorizedError.code, 0
@@ -154,13 +187,19 @@ class BookieCore:
         return OK, ticket
 
     # -- reads --------------------------------------------------------------------------
+    def read_access(self, ledger_id: int, master_key: bytes | None) -> int:
+        """OK, or UnauthorizedError's code: may a read carrying ``master_key``
+        (None: none) be served (``appliance.protocol.read_access``)."""
+        return read_allowed(self._stored_key(ledger_id), master_key,
+                            reads_need_key=self.reads_need_key)
+
     def read(self, ledger_id: int, entry_id: int, fence: bool = False,
-             master_key: bytes = b"") -> BookieReply:
-        ticket = 0
-        if fence:
-            code, ticket = self._fence(ledger_id, master_key)
-            if code != OK:
-                return BookieReply(code)
+             master_key: bytes | None = None) -> BookieReply:
+        """One entry; ``fence``: fence the ledger first (the key is needed)."""
+        code, ticket = (self._fence(ledger_id, master_key) if fence
+                        else (self.read_access(ledger_id, master_key), 0))
+        if code != OK:
+            return BookieReply(code)
         try:
             data = self.storage.read_entry(ledger_id, entry_id)
         except _NEGATIVE as exc:
@@ -170,14 +209,17 @@ class BookieCore:
         return BookieReply(OK, data=data, ticket=ticket)
 
     def read_lac(self, ledger_id: int, fence: bool = False,
-                 master_key: bytes = b"") -> BookieReply:
+                 master_key: bytes | None = None) -> BookieReply:
+        """This bookie's LAC of the ledger (also for WAIT_LAC); ``fence`` first."""
         ticket = 0
         if fence:
             code, ticket = self._fence(ledger_id, master_key)
-            if code != OK:
-                return BookieReply(code)
         elif not self.storage.ledger_exists(ledger_id):
             return BookieReply(NoSuchLedgerError.code)
+        else:
+            code = self.read_access(ledger_id, master_key)
+        if code != OK:
+            return BookieReply(code)
         try:
             return BookieReply(OK, lac=self.lac(ledger_id), ticket=ticket)
         except BKError as exc:
@@ -203,10 +245,9 @@ class BookieCore:
             storage.set_explicit_lac(ledger_id, lac)
         return BookieReply(OK)
 
-    def _fence(self, ledger_id: int, master_key: bytes) -> tuple[int, int]:
+    def _fence(self, ledger_id: int, master_key: bytes | None) -> tuple[int, int]:
         storage = self.storage
-        exists = storage.ledger_exists(ledger_id)
-        stored = storage.get_master_key(ledger_id) if exists else None
+        stored = self._stored_key(ledger_id)
         if not _key_ok(master_key) or (stored is not None and stored != master_key):
             return UnauthorizedError.code, 0
         ticket = storage.set_master_key(ledger_id, master_key) if stored is None else 0

@@ -13,6 +13,7 @@ import itertools
 from collections.abc import Iterator
 
 from appliance.protocol import events as ev
+from appliance.protocol.placement import HOST, Location, replace_positions
 
 
 class CoreBase:
@@ -23,6 +24,11 @@ class CoreBase:
         self._ids = ids if ids is not None else itertools.count(1)
         self._out: list = []
         self.stale_replies = 0
+        self.available_bookies: tuple[str, ...] = ()
+        self.locations: dict[str, Location] = {}  # one entry per bookie ever located
+        self.placement = HOST  # placement.PLACEMENT_MODES; the subclass's config sets it
+        self.placement_degraded = 0  # replacements sharing a host with their write sets
+        self.on_placement = None  # optional observer of each placement.Choice (tests, sim)
         self._handlers = {
             ev.AddResponse: self._on_add_response,
             ev.AddResponses: self._on_add_responses,
@@ -74,3 +80,18 @@ class CoreBase:
 
     def _on_available_bookies(self, event: ev.AvailableBookies) -> None:
         self.available_bookies = tuple(event.bookie_ids)
+        if event.locations:
+            self.locations.update(event.locations)
+
+    # -- placement of replacements (appliance.protocol.placement) ------------------
+    def replace_bookies(self, ensemble, write_quorum: int, positions, candidates):
+        """``ensemble`` with ``positions`` replaced from ``candidates`` (in
+        order of preference), host-aware; None when candidates run out."""
+        return replace_positions(ensemble, write_quorum, positions, candidates, self.locations,
+                                 self.placement, observe=self._placed)
+
+    def _placed(self, choice) -> None:
+        if choice.degraded:
+            self.placement_degraded += 1
+        if self.on_placement is not None:
+            self.on_placement(choice)

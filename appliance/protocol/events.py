@@ -19,6 +19,11 @@ Actions (core -> driver)
 ``SendAdd``        store entries on one bookie (many entries per action: the
                    batch path); reply with one ``AddResponse`` per entry.
 ``SendRead``       read one entry (``fence=True``: fence the ledger first).
+                   Every read action (``SendRead``, ``SendReadBatch``,
+                   ``SendReadLac``, ``SendWaitLac``) carries the ledger's
+                   ``master_key``: a bookie that holds the ledger's key
+                   refuses a read with another one, or with none (``b""``)
+                   by default (``appliance.protocol.read_access``).
 ``SendReadBatch``  read a run of entries from one bookie (E == Qw only); reply
                    ``ReadBatchResponse``.
 ``SendReadLac``    ask a bookie its LAC (``fence=True``: the recovery fence).
@@ -44,14 +49,17 @@ Events (driver -> core)
 ``AddResponse`` (or ``AddResponses``: all replies to one ``SendAdd``),
 ``ReadResponse`` (``ReadBatchResponse``), ``ReadLacResponse``, ``MetadataWritten``,
 ``MetadataRead``, ``TimerFired``, ``AvailableBookies`` (the bookies a writer or
-recovery may pick replacements from: an input, never a lookup).
+recovery may pick replacements from, with where they are for host-aware
+placement: an input, never a lookup).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from appliance.protocol.metadata import LedgerMetadata
+from appliance.protocol.placement import Location
 
 
 # -- actions -----------------------------------------------------------------
@@ -73,7 +81,7 @@ class SendRead:
     ledger_id: int
     entry_id: int
     fence: bool
-    master_key: bytes  # checked (and stored) by the bookie only when fence=True
+    master_key: bytes  # the ledger's key (b"": none); fence=True stores it if new
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +94,7 @@ class SendReadBatch:
     ledger_id: int
     first_entry_id: int
     last_entry_id: int
+    master_key: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +117,7 @@ class SendWaitLac:
     ledger_id: int
     previous_lac: int
     timeout_ms: int
+    master_key: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,8 +294,13 @@ class TimerFired:
 
 @dataclass(frozen=True, slots=True)
 class AvailableBookies:
+    """The live writable bookies, and where bookies are (``locations``:
+    bookie id -> ``placement.Location``; may also name read-only ones, and
+    merges into what the core knew; a bookie never located is its own host)."""
+
     bookie_ids: tuple[str, ...]
     now_ms: int = 0
+    locations: Mapping[str, Location] | None = None
 
 
 REQUEST_ACTIONS = (SendAdd, SendRead, SendReadBatch, SendReadLac, SendWriteLac, WriteMetadata,

@@ -14,7 +14,10 @@ only once its journal made the change durable) and the repair rule (limbo
 is cleared only once the bookie holds its whole share,
 ``appliance.protocol.repair``).  Production code uses ``Protections()``
 (all on); switching one off exists only so the simulation can show the
-checker finds the matching counterexample.
+checker finds the matching counterexample.  ``placement`` is not a safety
+rule but the host-aware choice of bookies: off, the simulation's cores
+choose as if placement were ``"none"`` and its ``placement`` invariant must
+notice.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from dataclasses import dataclass
 from appliance.protocol.errors import OK, is_explicit_negative
 
 PROTECTION_NAMES = ("recovery-read-fence", "fragment-start", "fence-on-boot", "limbo",
-                    "durable-reply", "repair-share")
+                    "durable-reply", "repair-share", "placement")
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +38,8 @@ class Protections:
     limbo: bool = True  # BP-46: limbo ledgers answer "unknown", never an explicit negative
     durable_reply: bool = True  # replies wait for their journal ticket (durable_replies)
     repair_share: bool = True  # BP-46 repair clears limbo only once the whole share is held
+    placement: bool = True  # host-aware choices (appliance.protocol.placement); off: the
+    #                         simulation runs its cores with placement "none"
 
     @classmethod
     def without(cls, *names: str) -> Protections:

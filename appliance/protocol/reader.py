@@ -1,5 +1,7 @@
 """The ledger reader: reads with failover, LAC reads, open without recovery,
-waiting for the LAC to pass a value.  It never fences and never writes.
+waiting for the LAC to pass a value.  It never fences and never writes;
+every request it sends carries the ledger's master key (bookies refuse
+reads without it: ``appliance.protocol.read_access``).
 
 Guarantees:
 
@@ -165,13 +167,16 @@ class _LacOp:
 class LedgerReader(CoreBase):
     """Client-side reader of one ledger (see module docstring)."""
 
-    def __init__(self, metadata: LedgerMetadata, digest, *, config: ReaderConfig | None = None,
-                 ids: Iterator[int] | None = None, verify_batch=verify_run):
-        """``verify_batch(records, digest, ledger_id, first_entry_id)``: the
-        batch check of a reply's records, answering exactly as ``verify_run``
-        (a faster one, e.g. ``appliance.checks.record_check.verify_run_fast``, may
-        be injected)."""
+    def __init__(self, metadata: LedgerMetadata, digest, *, master_key: bytes,
+                 config: ReaderConfig | None = None, ids: Iterator[int] | None = None,
+                 verify_batch=verify_run):
+        """``master_key``: the ledger's key, sent with every read (bookies
+        holding the key refuse reads without it).  ``verify_batch(records,
+        digest, ledger_id, first_entry_id)``: the batch check of a reply's
+        records, answering exactly as ``verify_run`` (a faster one, e.g.
+        ``appliance.checks.record_check.verify_run_fast``, may be injected)."""
         super().__init__(metadata.ledger_id, ids)
+        self._key = master_key
         self.config = config or ReaderConfig()
         self._digest = digest
         self._verify_batch = verify_batch
@@ -282,7 +287,7 @@ class LedgerReader(CoreBase):
         request_id = self._next_id()
         self._batch_requests[request_id] = (op, chunk, now_ms)
         self._out.append(ev.SendReadBatch(request_id, bookie, self.ledger_id, chunk[0],
-                                          chunk[1]))
+                                          chunk[1], self._key))
 
     def _on_read_batch_response(self, event: ev.ReadBatchResponse) -> None:
         """Keep the verified prefix of the rows.  A cut reply's rest is asked
@@ -364,7 +369,7 @@ class LedgerReader(CoreBase):
         request_id = self._next_id()
         self._requests[request_id] = (op, entry, now_ms)
         self._out.append(ev.SendRead(request_id, bookie, self.ledger_id, entry.entry_id,
-                                     False, b""))
+                                     False, self._key))
 
     def _on_read_response(self, event: ev.ReadResponse) -> None:
         found = self._requests.pop(event.request_id, None)
@@ -441,10 +446,10 @@ class LedgerReader(CoreBase):
             self._lac_requests[request_id] = (op, now_ms + wait_ms)
             if long_poll:
                 self._out.append(ev.SendWaitLac(request_id, bookie, self.ledger_id, op.above,
-                                                wait_ms))
+                                                wait_ms, self._key))
             else:
                 self._out.append(ev.SendReadLac(request_id, bookie, self.ledger_id, False,
-                                                b""))
+                                                self._key))
         self._arm_tick()
 
     def _on_read_lac_response(self, event: ev.ReadLacResponse) -> None:

@@ -35,7 +35,7 @@ ledger IN_RECOVERY for a later attempt.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from appliance.protocol import events as ev
@@ -48,6 +48,7 @@ from appliance.protocol.errors import (
 )
 from appliance.protocol.keys import check_password
 from appliance.protocol.metadata import CLOSED, OPEN, LedgerMetadata
+from appliance.protocol.placement import check_mode
 from appliance.protocol.quorum import ALL_PROTECTIONS, Protections, ensemble_coverage
 from appliance.protocol.recovery_tail import RecoveryTail
 
@@ -70,6 +71,8 @@ class RecoveryConfig:
     # BookKeeper's older rule: also safe (a verified record is the writer's
     # own), and it can finish where a Qa-rule recovery waits for a bookie.
     positive_min: int | None = None
+    # How write-back replacements are placed (WriterConfig.placement).
+    placement: str = "host"
 
 
 class LedgerRecovery(CoreBase):
@@ -78,9 +81,12 @@ class LedgerRecovery(CoreBase):
     def __init__(self, metadata: LedgerMetadata, version: int, master_key: bytes, digest, *,
                  config: RecoveryConfig | None = None,
                  protections: Protections = ALL_PROTECTIONS,
-                 available_bookies: Sequence[str] = (), ids: Iterator[int] | None = None):
+                 available_bookies: Sequence[str] = (), ids: Iterator[int] | None = None,
+                 locations: Mapping | None = None):
         super().__init__(metadata.ledger_id, ids)
         self.config = config or RecoveryConfig()
+        self.placement = check_mode(self.config.placement)
+        self.locations.update(locations or {})
         self.protections = protections
         self.available_bookies = tuple(available_bookies)
         self.master_key, self.digest = master_key, digest

@@ -98,7 +98,7 @@ class RecoveryTail:
     def _send_reads(self, entry: _Entry, now_ms: int) -> None:
         owner = self.owner
         fence = owner.protections.recovery_read_fence
-        key, ledger = owner.master_key if fence else b"", owner.ledger_id
+        key, ledger = owner.master_key, owner.ledger_id  # sent fencing or not
         for bookie in self.md.write_set(entry.entry_id):
             owner.request("read", now_ms, lambda rid, b=bookie: ev.SendRead(
                 rid, b, ledger, entry.entry_id, fence, key), entry, entry.round, bookie)
@@ -244,20 +244,18 @@ class RecoveryTail:
 
     def _replace(self, pos: int, now_ms: int) -> None:
         """Local ensemble change: a new fragment from the lowest entry not yet
-        written back, with the bookie at ``pos`` replaced."""
+        written back, with the bookie at ``pos`` replaced (host-aware)."""
         first = self.written_upto + 1
         invariant(first >= self.md.last_fragment[0],
                   f"ledger {self.owner.ledger_id}: recovery would add a fragment at {first} "
                   f"before the last fragment at {self.md.last_fragment[0]} "
                   f"(invalid ensemble, BookKeeper issue 2615)")
-        ensemble = list(self.ws.ensemble)
-        self.failed_bookies.add(ensemble[pos])
-        spares = [b for b in self.owner.available_bookies
-                  if b not in ensemble and b not in self.failed_bookies]
-        if not spares:
+        self.failed_bookies.add(self.ws.ensemble[pos])
+        spares = [b for b in self.owner.available_bookies if b not in self.failed_bookies]
+        ensemble = self.owner.replace_bookies(self.ws.ensemble, self.qw, [pos], spares)
+        if ensemble is None:
             self.owner.finish(NotEnoughBookiesError.code)
             return
-        ensemble[pos] = spares[0]
         if self.fragments and self.fragments[-1][0] == first:
             self.fragments[-1] = (first, tuple(ensemble))
         else:
@@ -297,7 +295,7 @@ class RecoveryTail:
         last, owner = self.end - 1, self.owner
         for bookie in self.md.write_set(last):
             owner.request("probe", now_ms, lambda rid, b=bookie: ev.SendRead(
-                rid, b, owner.ledger_id, last, False, b""), round_no, bookie)
+                rid, b, owner.ledger_id, last, False, owner.master_key), round_no, bookie)
 
     def _on_probe(self, found: tuple, code: int, data, now_ms: int) -> None:
         round_no, bookie = found[2], found[3]

@@ -17,6 +17,7 @@ Guarantees:
   ``E == Qw``), so the copier reads ranges, not single entries.
 * ``choose_replacement`` never picks a bookie already in the fragment's
   ensemble, the lost bookie itself, or a read-only one; among the rest it
+  keeps the write sets on distinct hosts when it can (``placement``), then
   spreads the load (fewest fragments taken so far in this run).
 * ``plan_sealed`` lists the sealed fragments (all but the last) of an OPEN
   ledger naming the lost bookie: they can be re-replicated while the writer
@@ -36,6 +37,7 @@ from dataclasses import dataclass, replace
 
 from appliance.protocol.keys import check_password
 from appliance.protocol.metadata import CLOSED, LedgerMetadata
+from appliance.protocol.placement import Location, choose_for_position
 from appliance.protocol.quorum import write_set_positions
 
 # What the driver does with a ledger naming the lost bookie.
@@ -176,20 +178,27 @@ def runs_to_copy(first_entry_id: int, last_entry_id: int, ensemble_size: int,
 
 
 def choose_replacement(ensemble: Sequence[str], lost: str, bookies: Mapping[str, bool],
-                       load: Mapping[str, int], salt: int = 0) -> str | None:
+                       load: Mapping[str, int], salt: int = 0, *,
+                       write_quorum: int | None = None,
+                       locations: Mapping[str, Location] | None = None) -> str | None:
     """A live writable bookie for ``lost``'s place in ``ensemble``, or None.
 
     ``bookies``: live bookie id -> read-only flag.  ``load``: fragments each
-    bookie has taken so far in this run (fewest wins).  ``salt`` (e.g. the
-    ledger id) rotates the order among equally loaded bookies, so one run
-    does not pile every tie onto the same bookie."""
+    bookie has taken so far in this run.  Host placement comes first
+    (``placement.choose_for_position``: a host outside the write sets holding
+    the position, when one is free; ``write_quorum`` None = every position),
+    then the load (fewest wins); ``salt`` (e.g. the ledger id) rotates the
+    order among equals, so one run does not pile every tie onto one bookie."""
     eligible = sorted(b for b, read_only in bookies.items()
                       if not read_only and b != lost and b not in ensemble)
     if not eligible:
         return None
     offset = salt % len(eligible)
     rotated = eligible[offset:] + eligible[:offset]
-    return min(rotated, key=lambda b: load.get(b, 0))
+    ranked = sorted(rotated, key=lambda b: load.get(b, 0))  # stable: rotation among equals
+    position = list(ensemble).index(lost)
+    return choose_for_position(ensemble, write_quorum or len(ensemble), position, ranked,
+                               locations)
 
 
 def replace_bookie(md: LedgerMetadata, plan: FragmentPlan,

@@ -9,7 +9,7 @@ Guarantees (each checked by the simulation in ``tests/sim``):
 * Every entry carries the LAC of the moment it was made.
 * A bookie that errs (or disconnects) is replaced by an ensemble change: a
   new fragment from ``LAC + 1`` written to metadata by CAS before any entry is
-  sent to the replacement.  One that leaves adds unanswered for
+  sent to the replacement, chosen host-aware (``placement``).  One that leaves adds unanswered for
   ``add_timeout_ms`` first gets them resent (``add_retries_max`` times in a
   row: a resend is the same record under the same id, no different from a
   duplicated message), then it is replaced.  Acks the failed bookie gave to
@@ -37,7 +37,7 @@ each bookie's oldest unacknowledged add, not every entry.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from appliance.protocol import events as ev
@@ -55,6 +55,7 @@ from appliance.protocol.errors import (
 )
 from appliance.protocol.invariant import invariant
 from appliance.protocol.metadata import CLOSED, IN_RECOVERY, OPEN, LedgerMetadata
+from appliance.protocol.placement import check_mode
 from appliance.protocol.quorum import WriteSets, in_write_set
 
 OPEN_STATE, CLOSING, CLOSED_STATE, FENCED, FAILED = "open", "closing", "closed", "fenced", "failed"
@@ -86,6 +87,10 @@ class WriterConfig:
     # tailing readers see the last entry (0 = never).  Costs one small
     # message per bookie per interval while the writer is idle.
     explicit_lac_interval_ms: int = 0
+    # How replacements are placed (appliance.protocol.placement): "host" and
+    # "rack" keep the write sets holding the position on distinct hosts when
+    # a spare allows it (then prefer another rack); "none" takes the first spare.
+    placement: str = "host"
 
     def tick_ms(self) -> int:
         tick = max(1, self.add_timeout_ms // 4)
@@ -114,10 +119,12 @@ class LedgerWriter(CoreBase):
 
     def __init__(self, metadata: LedgerMetadata, version: int, master_key: bytes, digest, *,
                  config: WriterConfig | None = None, available_bookies: Sequence[str] = (),
-                 ids: Iterator[int] | None = None):
+                 ids: Iterator[int] | None = None, locations: Mapping | None = None):
         super().__init__(metadata.ledger_id, ids)
         invariant(metadata.state == OPEN, f"ledger {metadata.ledger_id} is not OPEN")
         self.config = config or WriterConfig()
+        self.placement = check_mode(self.config.placement)
+        self.locations.update(locations or {})
         self._md, self._version = metadata, version
         self._key, self._digest = master_key, digest
         self._qw, self._qa = metadata.write_quorum, metadata.ack_quorum
@@ -355,16 +362,14 @@ class LedgerWriter(CoreBase):
         if self._changes_in_a_row >= self.config.ensemble_changes_max:
             self._stop(FAILED, NotEnoughBookiesError.code)
             return
-        ensemble = list(self._ws.ensemble)
-        taken = set(ensemble)
+        taken = set(self._ws.ensemble)
         spares = [b for b in self.available_bookies if b not in taken]
         replaced = sorted(self._failed)
-        if len(spares) < len(replaced):
+        ensemble = self.replace_bookies(self._ws.ensemble, self._qw, replaced, spares)
+        if ensemble is None:
             self._stop(FAILED, NotEnoughBookiesError.code)
             return
-        for pos, bookie in zip(replaced, spares, strict=False):
-            ensemble[pos] = bookie
-        new_md = self._md.with_fragment(self.last_add_confirmed + 1, tuple(ensemble))
+        new_md = self._md.with_fragment(self.last_add_confirmed + 1, ensemble)
         self._changes_in_a_row += 1
         self.ensemble_changes += 1
         self._write_metadata("ensemble", new_md, frozenset(replaced), tries)

@@ -35,7 +35,9 @@ Safety argument (durability is the product):
   garbage collector never deletes, as over-replicated, copies that a CAS
   is about to name (the argument is in ``appliance.bookie.ledger_gc``).
 * **Passwords.**  Metadata holds only a hash of the master key; ledgers whose
-  hash matches none of the given passwords are skipped and reported.
+  hash matches none of the given passwords are skipped and reported.  The
+  key found is carried by every read from a replica (bookies refuse reads
+  without the ledger's key) as well as by the copies' adds.
 
 Limits: ``READ_BATCH_ENTRIES_MAX`` / ``READ_BATCH_BYTES_MAX`` per read,
 ``WRITES_IN_FLIGHT_MAX`` unacknowledged write batches, ``REQUEST_TIMEOUT_MS``
@@ -61,10 +63,12 @@ from appliance.errors import (
     NoSuchLedgerError,
     error_class,
 )
+from appliance.meta.bookies import bookie_locations
 from appliance.protocol.entry import verify_run
 from appliance.protocol.invariant import invariant
 from appliance.protocol.keys import master_key
 from appliance.protocol.metadata import CLOSED, LedgerMetadata
+from appliance.protocol.placement import host_count, shares_host
 from appliance.protocol.rereplication_plan import (
     RECOVER_OPEN,
     SKIP_OPEN,
@@ -196,15 +200,17 @@ class Rereplicator:
                  key_for: Callable[[LedgerMetadata], bytes | None] | None = None,
                  on_progress: Callable[[str], None] | None = None,
                  transport: Transport | None = None,
-                 request_timeout_ms: int = REQUEST_TIMEOUT_MS):
+                 request_timeout_ms: int = REQUEST_TIMEOUT_MS, curve=None):
         self.ledgers = ledgers
+        self._curve = curve  # appliance.curve.ClientCurve: CURVE to tcp bookies
         self.registry = registry
         self._keys = {master_key(bytes(p)): bytes(p) for p in passwords}
         self._open_ledger = open_ledger
         self._key_for = key_for
         self._progress = on_progress or (lambda line: None)
         self._own_transport = transport is None
-        self._transport = transport or Transport()
+        self._transport = transport or Transport(
+            curve_keys=curve.keys if curve is not None else None)
         self._wire = _Wire(self._transport, request_timeout_ms)
         self._endpoints: dict[str, str] = {}
         self._load: dict[str, int] = {}  # fragments each bookie took in this run
@@ -414,8 +420,7 @@ class Rereplicator:
         for _ in range(REPLACEMENT_TRIES_MAX):
             writable = {b: info["read_only"] for b, info in self._live.items()
                         if b not in refusals}
-            replacement = choose_replacement(plan.ensemble, plan.lost, writable, self._load,
-                                             salt=md.ledger_id)
+            replacement = self._choose(plan, writable, md.ledger_id)
             if replacement is None:
                 break
             with self._markers.hold(md.ledger_id, replacement):  # until after the CAS
@@ -469,12 +474,32 @@ class Rereplicator:
         return True
 
     # -- copying --------------------------------------------------------------------
+    def _choose(self, plan: FragmentPlan, writable: dict, salt: int) -> str | None:
+        """``choose_replacement``, host-aware; a pick sharing a host with the
+        write sets of its position (none better was live) is logged."""
+        where = bookie_locations(self._live)
+        pick = choose_replacement(plan.ensemble, plan.lost, writable, self._load, salt=salt,
+                                  write_quorum=plan.write_quorum, locations=where)
+        if pick is not None and shares_host(plan.ensemble, plan.write_quorum, plan.position,
+                                            pick, where):  # on one machine: not news
+            level = logging.WARNING if host_count(list(self._live), where) > 1 else logging.INFO
+            log.log(level, "ledger %d: placement degraded: %s replaces %s on a host its "
+                    "write sets already use", plan.ledger_id, pick, plan.lost)
+        return pick
+
     def refresh_live(self) -> None:
+        from appliance.curve import bookie_server_key
+
         self._live = self.registry.available()
         for bookie_id, info in self._live.items():
-            if self._endpoints.get(bookie_id) != info["endpoint"]:
-                self._transport.add_bookie(bookie_id, info["endpoint"])
-                self._endpoints[bookie_id] = info["endpoint"]
+            try:
+                route = (info["endpoint"], bookie_server_key(self._curve, bookie_id, info))
+            except BKError as exc:  # fail closed: a plain socket the bookie refuses
+                log.warning("%s", exc)
+                route = (info["endpoint"], None)
+            if self._endpoints.get(bookie_id) != route:
+                self._transport.add_bookie(bookie_id, *route)
+                self._endpoints[bookie_id] = route
 
     def _copy_fragment(self, md: LedgerMetadata, plan: FragmentPlan, key: bytes,
                        replacement: str, report: RecoveryReport) -> int:
@@ -487,7 +512,7 @@ class Rereplicator:
             next_id = first
             while next_id <= last:
                 end = min(last, next_id + READ_BATCH_ENTRIES_MAX - 1)
-                records = self.read_verified(plan, next_id, end, digest)
+                records = self.read_verified(plan, next_id, end, digest, key)
                 ids = list(range(next_id, next_id + len(records)))
                 request = AddPackedRequest.of(md.ledger_id, key, ids, records, recovery=True)
                 pending.append((self._wire.send(replacement, request), ids))
@@ -516,16 +541,19 @@ class Rereplicator:
                                    f"{_code_name(bad) if bad != OK else 'rows do not match'}")
         return len(ids)
 
-    def read_verified(self, plan: FragmentPlan, first: int, end: int, digest) -> list:
+    def read_verified(self, plan: FragmentPlan, first: int, end: int, digest,
+                      master_key: bytes | None) -> list:
         """Verified records of ``first..k`` (k >= first, k <= end) from one
-        surviving replica of ``first``; fails over between replicas."""
+        surviving replica of ``first``; fails over between replicas.  The
+        reads carry ``master_key`` (None: none, refused by a replica holding
+        the ledger's key unless its ``server.reads_need_key`` is off)."""
         errors = []
         for source in plan.sources(first):
             if source not in self._live:
                 errors.append(f"{source}: not registered")
                 continue
             request = ReadPackedRequest(plan.ledger_id, first, end, end - first + 1,
-                                        READ_BATCH_BYTES_MAX)
+                                        READ_BATCH_BYTES_MAX, master_key=master_key)
             event = self._wire.call(source, request)
             if event.status != OK:
                 errors.append(f"{source}: {_code_name(event.status)}")
@@ -555,8 +583,7 @@ class Rereplicator:
             return
         for plan in plan_ledger(md, lost):
             writable = {b: info["read_only"] for b, info in self._live.items()}
-            replacement = choose_replacement(plan.ensemble, lost, writable, self._load,
-                                             salt=ledger_id)
+            replacement = self._choose(plan, writable, ledger_id)
             if replacement is None:
                 report.skipped.append({"ledger_id": ledger_id, "reason": (
                     f"no writable replacement for fragment at entry {plan.first_entry_id}")})

@@ -23,13 +23,12 @@ BATCH_BYTES_MAX = 32 * 1024 * 1024
 
 
 def read_log_partition(partition, password: bytes):
-    from appliance.client.bulk_read import BulkReader
     from appliance.protocol.keys import master_key
 
     key = master_key(password)
     rows: tuple[list, list, list] = ([], [], [])
     size = 0
-    with BulkReader(partition.endpoints, partition.read_config) as reader:
+    with partition.open_reader() as reader:
         for r in partition.ranges:
             seq = partition.segments[r.metadata.ledger_id]
             for chunk in reader.read(r.metadata, r.first_entry_id, r.last_entry_id, key):

@@ -53,12 +53,27 @@ class BookKeeperPartition(InputPartition):
     """One Spark task: ledger ranges read in order by one ``BulkReader``."""
 
     def __init__(self, index: int, ranges: tuple[LedgerRange, ...], endpoints: dict[str, str],
-                 read_config: BulkReadConfig, segments: dict[int, int] | None = None):
+                 read_config: BulkReadConfig, segments: dict[int, int] | None = None,
+                 curve_key_file: str | None = None, server_keys: dict[str, bytes] | None = None):
         super().__init__(index)
         self.ranges = ranges
         self.endpoints = endpoints
         self.read_config = read_config
         self.segments = segments  # a log scan: ledger id -> segment number
+        # CURVE ([security] of the config): the key file's path, never the
+        # secret itself, travels to executors; bookies' public server keys
+        self.curve_key_file = curve_key_file
+        self.server_keys = server_keys or {}
+
+    def open_reader(self):
+        """Executor side: a ``BulkReader`` of this partition's bookies (over
+        CURVE when the scan's config has ``[security] curve``)."""
+        from appliance.client.bulk_read import BulkReader
+        from ipc.curve import load_key_pair
+
+        keys = load_key_pair(self.curve_key_file) if self.curve_key_file else None
+        return BulkReader(self.endpoints, self.read_config, curve_keys=keys,
+                          server_keys=self.server_keys)
 
     def __repr__(self) -> str:
         spans = ", ".join(f"{r.metadata.ledger_id}:{r.first_entry_id}..{r.last_entry_id}"
@@ -84,7 +99,9 @@ def plan_partitions(options: ScanOptions, bounds: Bounds) -> list[BookKeeperPart
             ranges, segments = log_ranges(client, options)
         else:
             ranges = ledger_ranges(client, options, bounds)
-        endpoints = _endpoints(client, config)
+        endpoints, server_keys = _endpoints(client, config)
+    security = config.security if config is not None else None
+    key_file = str(security.key_file) if security is not None and security.curve else None
     entry_bytes_max = (config.wire_limits().entry_bytes_max if config is not None
                        else BulkReadConfig().entry_bytes_max)
     read_config = BulkReadConfig(read_timeout_ms=options.read_timeout_ms,
@@ -97,7 +114,8 @@ def plan_partitions(options: ScanOptions, bounds: Bounds) -> list[BookKeeperPart
         pieces = split_ranges(ranges, options.max_entries_per_partition, options.min_partitions)
     return [BookKeeperPartition(i, tuple(p), endpoints, read_config,
                                 {r.metadata.ledger_id: segments[r.metadata.ledger_id]
-                                 for r in p} if segments is not None else None)
+                                 for r in p} if segments is not None else None,
+                                key_file, server_keys)
             for i, p in enumerate(pieces)]
 
 
@@ -171,13 +189,16 @@ def _readable_end(client, md: LedgerMetadata, options: ScanOptions):
         handle.close()
 
 
-def _endpoints(client, config) -> dict[str, str]:
-    """Bookie id -> endpoint: the live registrations, completed by the config
+def _endpoints(client, config) -> tuple[dict[str, str], dict[str, bytes]]:
+    """(bookie id -> endpoint, bookie id -> CURVE server key): the live
+    registrations this client may reach, endpoints completed by the config
     (a bookie down now may be back by the time a task runs)."""
     endpoints = {spec.id: spec.endpoint for spec in (config.bookies if config else ())}
-    for bookie_id, info in client.registry.available().items():
-        endpoints[bookie_id] = info["endpoint"]
-    return endpoints
+    from appliance.curve import bookie_routes
+
+    live, server_keys = bookie_routes(client.driver.curve, client.registry.available())
+    endpoints.update(live)
+    return endpoints, server_keys
 
 
 def split_ranges(ranges: list[LedgerRange], max_entries: int, min_partitions: int = 1,

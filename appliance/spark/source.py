@@ -116,12 +116,11 @@ def _check_schema(schema, log: bool = False) -> None:
 
 def read_partition(partition, password: bytes):
     """Executor side: the partition's rows as Arrow record batches."""
-    from appliance.client.bulk_read import BulkReader
     from appliance.protocol.keys import master_key
 
     key = master_key(password)
     batcher = ArrowBatcher()
-    with BulkReader(partition.endpoints, partition.read_config) as reader:
+    with partition.open_reader() as reader:
         for r in partition.ranges:
             for chunk in reader.read(r.metadata, r.first_entry_id, r.last_entry_id, key):
                 batch = batcher.add(chunk)

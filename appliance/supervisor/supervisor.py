@@ -45,7 +45,7 @@ from pathlib import Path
 import psutil
 
 from appliance.errors import BKError, ConfigError
-from appliance.supervisor.probe import bookie_info
+from appliance.supervisor.probe import bookie_info, probe_curve
 from storage.aligned_io import make_dirs
 
 log = logging.getLogger("appliance.supervisor")
@@ -126,6 +126,7 @@ class Supervisor:
         self.sup = config.supervisor
         self.bookies = [_Bookie(b, i) for i, b in enumerate(config.bookies)]
         self._stop = threading.Event()
+        self._probe_curve = probe_curve(config)  # CURVE pings to tcp bookies (or None)
 
     # -- start ------------------------------------------------------------------
     def prepare(self) -> None:
@@ -204,7 +205,8 @@ class Supervisor:
         """A starting bookie (replaying its journal, BP-46 phase one) is
         judged by ``start_timeout_ms`` until it first answers; only a serving
         one is judged by ``ping_timeout_ms``."""
-        if bookie_info(b.spec.endpoint, min(self.sup.ping_timeout_ms, 1000)) is not None:
+        if bookie_info(b.spec.endpoint, min(self.sup.ping_timeout_ms, 1000),
+                       curve=self._probe_curve) is not None:
             if not b.serving:
                 b.serving = True
                 log.info("bookie %s (pid %s) serving after %d ms", b.spec.id, b.pid,

@@ -149,7 +149,7 @@ def test_reader_core_with_packed_replies_reads_the_same(damaged):
         loop = loop_cls(metadata())
         fill(loop, 40)
         loop.damaged = damaged
-        r = LedgerReader(loop.meta[1][0], DIGEST, verify_batch=verify,
+        r = LedgerReader(loop.meta[1][0], DIGEST, master_key=KEY, verify_batch=verify,
                          config=ReaderConfig(read_batch_entries=8))
         r.last_add_confirmed = 39
         loop.run(r, r.read(0, 39, 0))

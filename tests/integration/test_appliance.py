@@ -182,7 +182,7 @@ def test_ledgers_store_a_salted_scrypt_record_and_older_v1_ledgers_still_open(ma
             bk.open_ledger(old.ledger_id, password=b"wrong")
 
 
-def test_delete_checks_a_given_password(make_cluster):
+def test_delete_needs_the_password_or_force(make_cluster):
     from appliance.errors import NoSuchLedgerError, UnauthorizedError
 
     cluster = make_cluster(3, quorums=(3, 3, 2))
@@ -190,15 +190,30 @@ def test_delete_checks_a_given_password(make_cluster):
         wait_registered(bk, 3)
         a = bk.create_ledger(3, 3, 2, password=b"pw")
         b = bk.create_ledger(3, 3, 2, password=b"pw")
+        c = bk.create_ledger(3, 3, 2, password=b"pw")
+        open_ = bk.create_ledger(3, 3, 2)  # no password
         with pytest.raises(UnauthorizedError):
             bk.delete_ledger(a.id, b"wrong")
+        with pytest.raises(UnauthorizedError):
+            bk.delete_ledger(a.id, b"wrong", force=True)  # a wrong password is never forced
         assert bk.ledger_metadata(a.id).ledger_id == a.id  # still there
         bk.delete_ledger(a.id, b"pw")
         with pytest.raises(NoSuchLedgerError):
             bk.ledger_metadata(a.id)
-        refused = bkctl("ledger", "delete", str(b.id), config=cluster.config_path, text=True,
-                        env={"BKCTL_PASSWORD": "wrong"})
-        assert refused.returncode != 0 and "Unauthorized" in refused.stderr
+        # another connection that never proved the password: refused without it
+        with appliance.connect(str(cluster.config_path)) as other:
+            with pytest.raises(UnauthorizedError, match="has a password"):
+                other.delete_ledger(b.id)
+            other.delete_ledger(open_.id)  # no password on it: anybody may
+            assert open_.id not in other.list_ledgers()
+        for env in ({"BKCTL_PASSWORD": "wrong"}, {"BKCTL_PASSWORD": None}):
+            refused = bkctl("ledger", "delete", str(b.id), config=cluster.config_path,
+                            text=True, env=env)
+            assert refused.returncode != 0 and "Unauthorized" in refused.stderr
         assert bk.ledger_metadata(b.id).ledger_id == b.id
-        bk.delete_ledger(b.id)  # without a password: the account's (as CONTRACT shows)
+        forced = bkctl("ledger", "delete", str(b.id), "--force", config=cluster.config_path,
+                       text=True, env={"BKCTL_PASSWORD": None})
+        assert forced.returncode == 0, forced.stderr
         assert b.id not in bk.list_ledgers()
+        bk.delete_ledger(c.id)  # this connection created it with the password (CONTRACT)
+        assert c.id not in bk.list_ledgers()

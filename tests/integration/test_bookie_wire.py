@@ -38,7 +38,7 @@ def test_ten_thousand_bad_frames_leave_the_bookie_serving(make_cluster):
         record = pack_entry(4242, 0, -1, 5, b"hello", make_digest("crc32c", key))
         sock.send_multipart(encode_request(AddRequest(4242, 0, key, record, request_id=2)))
         assert decode_reply(recv_within(sock)).status == OK
-        sock.send_multipart(encode_request(ReadRequest(4242, 0, request_id=3)))
+        sock.send_multipart(encode_request(ReadRequest(4242, 0, master_key=key, request_id=3)))
         assert bytes(decode_reply(recv_within(sock)).data) == record
         wrong = master_key(b"other")
         sock.send_multipart(encode_request(AddRequest(4242, 1, wrong, record, request_id=4)))

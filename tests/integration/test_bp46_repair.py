@@ -42,8 +42,10 @@ def _call(endpoint: str, request, timeout_ms: int = 5000):
 
 
 def raw_read(endpoint: str, ledger_id: int, entry_id: int) -> tuple[int, bytes | None]:
-    """(status, record) of one READ sent to one bookie, bypassing the client."""
-    reply = _call(endpoint, ReadRequest(ledger_id, entry_id, request_id=7))
+    """(status, record) of one READ sent to one bookie, bypassing the client
+    (with the ledgers' key: bookies refuse reads without it)."""
+    reply = _call(endpoint, ReadRequest(ledger_id, entry_id, master_key=master_key(PASSWORD),
+                                        request_id=7))
     if isinstance(reply, ErrorReply):
         return reply.status, None
     assert isinstance(reply, ReadReply)

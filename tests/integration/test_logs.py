@@ -174,6 +174,21 @@ def test_truncate_drops_whole_segments_and_their_ledgers_and_delete_removes_the_
         log.reader()
 
 
+def test_delete_log_with_a_wrong_password_leaves_the_log_and_its_writer_alone(bk):
+    from appliance.errors import UnauthorizedError
+
+    log = bk.log("guarded", password=b"pw")
+    with log.writer() as w:
+        w.write(b"before")
+        with pytest.raises(UnauthorizedError, match="wrong password for log guarded"):
+            bk.delete_log("guarded", password=b"wrong")
+        w.write(b"after")  # still the owner: not fenced by the refused delete
+    with log.reader() as r:
+        assert [rec.payload for rec in _read_all(r, 2)] == [b"before", b"after"]
+    bk.delete_log("guarded", password=b"pw")
+    assert "guarded" not in bk.list_logs()
+
+
 def test_bkctl_log_commands(make_cluster):
     import json
     import os

@@ -11,8 +11,11 @@ import urllib.request
 from prometheus_client.parser import text_string_to_metric_families
 
 import appliance
+from appliance.errors import UnauthorizedError
+from ipc.client import Transport
+from ipc.requests import ReadRequest
 from tests.support.bkctl import bkctl
-from tests.support.launch import wait_registered
+from tests.support.launch import wait_for, wait_registered
 
 PW = b"pw"
 ADDS = 250
@@ -98,6 +101,16 @@ def test_reads_and_refused_adds_are_counted_by_code(make_cluster):
             lh.add(b"too late")  # the writer is fenced everywhere
         except appliance.errors.BKError:
             pass
+        with Transport() as transport:  # a read without the ledger's key: refused
+            transport.add_bookie("b", bk.registry.get("bookie-1")["endpoint"])
+            transport.send("b", ReadRequest(lh.id, 0), 10_000)
+            (event,) = wait_for(lambda: transport.next_events(100), 15, what="read reply")
+            assert event.status == UnauthorizedError.code
+    refused = {b: _scrape(u)["bookkeeper_bookie_reads_refused"][
+        "bookkeeper_bookie_reads_refused_total"] for b, u in urls.items()}
+    assert refused == {"bookie-1": 1, "bookie-2": 0, "bookie-3": 0}  # the client sent keys
+    assert _scrape(urls["bookie-1"])["bookkeeper_bookie_read_entries"][
+        "bookkeeper_bookie_read_entries_total,code=UnauthorizedError"] == 1
     total_reads = total_fenced = 0
     for b, url in urls.items():
         m = _scrape(url)

@@ -11,6 +11,7 @@ import threading
 
 import appliance
 from appliance.errors import OK, NoSuchLedgerError
+from appliance.protocol.keys import master_key
 from appliance.rereplication.markers import CopyMarkers
 from appliance.rereplication.rereplicator import Rereplicator
 from appliance.supervisor.probe import bookie_info
@@ -64,7 +65,8 @@ def _entries_held(cluster, bookie_id: str, ledger_id: int, last: int) -> int:
     no such ledger): asked of that one bookie, not of an ensemble."""
     with Transport() as transport:
         transport.add_bookie("b", cluster.config.bookie(bookie_id).endpoint)
-        transport.send("b", ReadPackedRequest(ledger_id, 0, last, last + 1, 64 << 20), 10_000)
+        transport.send("b", ReadPackedRequest(ledger_id, 0, last, last + 1, 64 << 20,
+                                              master_key=master_key(PW)), 10_000)
         (event,) = wait_for(lambda: transport.next_events(100), 15, what="read reply")
     if event.status != OK:
         return 0
@@ -74,7 +76,7 @@ def _entries_held(cluster, bookie_id: str, ledger_id: int, last: int) -> int:
 def _holds_ledger(cluster, bookie_id: str, ledger_id: int) -> bool:
     with Transport() as transport:
         transport.add_bookie("b", cluster.config.bookie(bookie_id).endpoint)
-        transport.send("b", ReadLacRequest(ledger_id), 10_000)
+        transport.send("b", ReadLacRequest(ledger_id, master_key=master_key(PW)), 10_000)
         (event,) = wait_for(lambda: transport.next_events(100), 15, what="read lac reply")
     assert event.status in (OK, NoSuchLedgerError.code), event
     return event.status == OK

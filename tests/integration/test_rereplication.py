@@ -94,7 +94,8 @@ def _replacement_holds(bk, fragment: dict, lost: str, password: bytes) -> int:
         for first, last in runs_to_copy(fragment["first_entry_id"], fragment["last_entry_id"],
                                         md.ensemble_size, md.write_quorum, position):
             transport.send("r", ReadPackedRequest(md.ledger_id, first, last, last - first + 1,
-                                                  64 << 20), 10_000)
+                                                  64 << 20, master_key=master_key(password)),
+                           10_000)
             (event,) = wait_for(lambda: transport.next_events(100), 15, what="read reply")
             assert event.status == 0, event
             verified, _ = verify_run(event.reply.entries(), digest, md.ledger_id, first)

@@ -19,6 +19,7 @@ from ipc.frames import (
     ADD_ROW,
     DEFAULT_LIMITS,
     FLAG_FENCE,
+    FLAG_KEY,
     REPLY_HEAD,
     REQUEST_HEAD,
     VERSION,
@@ -83,6 +84,11 @@ REQUESTS = [
     AddBatchRequest([AddItem(9, 3, KEY, b"r")], recovery=True, request_id=11),
     ReadBatchRequest(7, 0, 99, 64, 1 << 20, request_id=12),
     ReadBatchRequest(7, 10, 10, 1, 1, fence=True, master_key=KEY, request_id=13),
+    # plain reads carrying the key (FLAG_KEY): what every reader sends
+    ReadRequest(7, 5, master_key=KEY2, request_id=15),
+    ReadLacRequest(7, master_key=KEY, request_id=16),
+    WaitLacRequest(7, 41, 1500, request_id=17, master_key=KEY),
+    ReadBatchRequest(7, 0, 99, 64, 1 << 20, master_key=KEY2, request_id=18),
 ]
 
 REPLIES = [
@@ -175,6 +181,16 @@ def test_every_truncation_of_every_request_is_a_bad_request():
     ([_head(Op.ADD, entry=-1) + KEY, b"x"], BadRequestError, "entry id -1"),
     ([_head(Op.ADD, ledger=2**63) + KEY, b"x"], BadRequestError, "ledger id"),
     ([_head(Op.READ, flags=FLAG_FENCE)], BadRequestError, "master key"),
+    ([_head(Op.READ, flags=FLAG_KEY)], BadRequestError, "master key"),
+    ([_head(Op.READ, flags=FLAG_KEY) + KEY[:31]], BadRequestError, "master key"),
+    ([_head(Op.READ) + KEY], BadRequestError, "60 bytes, expected 28"),
+    ([_head(Op.READ_LAC, flags=FLAG_KEY) + KEY + b"x"], BadRequestError, "master key"),
+    ([_head(Op.WAIT_LAC, flags=FLAG_KEY) + b"\0\0\0\1"], BadRequestError, "master key"),
+    ([_head(Op.WAIT_LAC, flags=FLAG_FENCE) + b"\0\0\0\1" + KEY], BadRequestError, "flags"),
+    ([_head(Op.READ_BATCH, flags=FLAG_KEY) + struct.pack("!qII", 4, 1, 1)], BadRequestError,
+     "master key"),
+    ([_head(Op.ADD, flags=FLAG_KEY) + KEY, b"x"], BadRequestError, "flags"),
+    ([_head(Op.WRITE_LAC, flags=FLAG_KEY) + KEY], BadRequestError, "flags"),
     ([_head(Op.READ, entry=-5)], BadRequestError, "entry id -5"),
     ([_head(Op.WAIT_LAC, entry=-2) + b"\0\0\0\1"], BadRequestError, "entry id -2"),
     ([_head(Op.WAIT_LAC) + b"\0\0"], BadRequestError, "header"),
@@ -275,6 +291,10 @@ def test_salvage_ids_reads_what_it_can():
     (AddRequest(1, 0, KEY, b"x" * (DEFAULT_LIMITS.entry_bytes_max + 1)), ValueError,
      "entry_bytes_max"),
     (ReadRequest(1, 0, fence=True), ValueError, "master_key"),
+    (ReadRequest(1, 0, master_key=b"short"), ValueError, "master_key"),
+    (ReadLacRequest(1, master_key=KEY + b"x"), ValueError, "master_key"),
+    (WaitLacRequest(1, 0, 10, master_key="text"), ValueError, "master_key"),
+    (ReadBatchRequest(1, 0, 4, 1, 1, master_key=b""), ValueError, "master_key"),
     (WaitLacRequest(1, -2, 10), ValueError, "previous_lac"),
     (WriteLacRequest(1, -2, KEY), ValueError, "lac"),
     (WriteLacRequest(1, 3, b"short"), ValueError, "master_key"),
@@ -315,3 +335,22 @@ def test_write_close_refuses_malformed_frames_and_bad_keys():
     assert len(reply) == 1 and len(reply[0]) == REPLY_HEAD.size
     with pytest.raises(BadRequestError):
         decode_reply([reply[0], b"extra"])
+
+
+def test_a_read_key_follows_the_extension_with_the_key_flag_or_the_fence_flag():
+    """FLAG_KEY: the 32-byte key right after the op's extension, where a
+    fencing read puts it; a fencing read keeps sending FENCE alone (older
+    bookies accept it), and FENCE | KEY from a peer means the same."""
+    plain = encode_request(ReadRequest(7, 5, master_key=KEY, request_id=1))[0]
+    assert struct.unpack_from("!H", plain, 2)[0] == FLAG_KEY
+    assert len(plain) == REQUEST_HEAD.size + 32 and plain[REQUEST_HEAD.size:] == KEY
+    fence = encode_request(ReadRequest(7, 5, fence=True, master_key=KEY, request_id=1))[0]
+    assert struct.unpack_from("!H", fence, 2)[0] == FLAG_FENCE
+    assert fence[REQUEST_HEAD.size:] == plain[REQUEST_HEAD.size:]
+    both = decode_request([_head(Op.READ, flags=FLAG_FENCE | FLAG_KEY, entry=5) + KEY])
+    assert (both.fence, both.master_key) == (True, KEY)
+    batch = encode_request(ReadBatchRequest(7, 0, 9, 10, 100, master_key=KEY2))[0]
+    assert batch[-32:] == KEY2 and len(batch) == REQUEST_HEAD.size + 16 + 32
+    wait = encode_request(WaitLacRequest(7, 3, 250, master_key=KEY))[0]
+    assert struct.unpack_from("!I", wait, REQUEST_HEAD.size)[0] == 250 and wait[-32:] == KEY
+    assert len(encode_request(ReadRequest(7, 5))[0]) == REQUEST_HEAD.size  # no key: none sent

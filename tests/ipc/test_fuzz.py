@@ -43,11 +43,13 @@ def _valid(rng: random.Random) -> list[bytes]:
         lambda: PingRequest(),
         lambda: AddRequest(ledger, entry, KEY, rng.randbytes(rng.randrange(64))),
         lambda: ReadRequest(ledger, entry, fence=rng.random() < 0.2, master_key=KEY),
-        lambda: ReadLacRequest(ledger),
-        lambda: WaitLacRequest(ledger, entry, rng.randrange(30)),
+        lambda: ReadLacRequest(ledger, master_key=KEY if rng.random() < 0.5 else None),
+        lambda: WaitLacRequest(ledger, entry, rng.randrange(30),
+                               master_key=KEY if rng.random() < 0.5 else None),
         lambda: AddBatchRequest([AddItem(ledger, entry + i, KEY, b"b" * i)
                                  for i in range(1, rng.randrange(2, 6))]),
-        lambda: ReadBatchRequest(ledger, entry, entry + 5, 4, 4096),
+        lambda: ReadBatchRequest(ledger, entry, entry + 5, 4, 4096,
+                                 master_key=KEY if rng.random() < 0.5 else None),
     ]
     request = rng.choice(choices)()
     request.request_id = rng.randrange(2**64)

@@ -50,8 +50,14 @@ def test_read_packed_round_trip(count):
     back = decode_reply(_wire(encode_reply(ReadPackedReply.from_rows(4, rows, 5))))
     assert back.entry_ids == [r[0] for r in rows] and back.statuses == [r[1] for r in rows]
     assert [bytes(e) for e in back.entries()] == [r[2] or b"" for r in rows]
-    req = ReadPackedRequest(4, 10, 20, 11, 1 << 20, True, KEY, 6)
-    assert decode_request(_wire(encode_request(req))) == req
+    for req in (ReadPackedRequest(4, 10, 20, 11, 1 << 20, True, KEY, 6),
+                ReadPackedRequest(4, 10, 20, 11, 1 << 20, master_key=KEY, request_id=7),
+                ReadPackedRequest(4, 10, 20, 11, 1 << 20, request_id=8)):
+        assert decode_request(_wire(encode_request(req))) == req
+    head = bytes(encode_request(ReadPackedRequest(4, 10, 20, 11, 1 << 20, master_key=KEY))[0])
+    for bad in (head[:-1], head + b"x", head[:2] + b"\x00\x00" + head[4:]):
+        with pytest.raises(BadRequestError, match="header"):
+            decode_request([bad])
 
 
 def _add_frames(count=2, table=None, data=b"abcd", key=KEY, flags=0):

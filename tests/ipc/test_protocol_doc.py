@@ -76,3 +76,12 @@ def test_the_write_close_example_bytes_are_what_the_codec_produces():
     assert ok_reply == encode_reply(WriteCloseReply(7, 43))[0]
     unauthorized = ErrorReply(Op.WRITE_CLOSE, 43, UnauthorizedError.code, 7, -1)
     assert refused == encode_reply(unauthorized)[0]
+
+
+def test_the_keyed_read_example_bytes_are_what_the_codec_produces():
+    from ipc.requests import ReadRequest
+
+    request, refused = _hex_blocks()[6:8]
+    assert request == encode_request(ReadRequest(7, 3, master_key=bytes(range(32)),
+                                                 request_id=44))[0]
+    assert refused == encode_reply(ErrorReply(Op.READ, 44, UnauthorizedError.code, 7, 3))[0]

@@ -203,6 +203,22 @@ def test_bind_failure_is_a_clear_error(short_tmp):
         FrameServer(f"ipc://{short_tmp}/missing-dir/b.sock", MemoryBookie())
 
 
+def test_socket_file_is_owner_only_or_given_to_a_configured_group(short_tmp):
+    import grp
+    import os
+    import stat
+
+    with FrameServer(f"ipc://{short_tmp}/o.sock", MemoryBookie()):
+        assert stat.S_IMODE(os.stat(f"{short_tmp}/o.sock").st_mode) == 0o600
+    group = grp.getgrgid(os.getgid()).gr_name  # a group this account is in
+    with FrameServer(f"ipc://{short_tmp}/g.sock", MemoryBookie(), socket_group=group):
+        st = os.stat(f"{short_tmp}/g.sock")
+        assert stat.S_IMODE(st.st_mode) == 0o660 and st.st_gid == os.getgid()
+    with pytest.raises(BookieIOError, match="'no-such-group-x' is not a group"):
+        FrameServer(f"ipc://{short_tmp}/n.sock", MemoryBookie(), socket_group="no-such-group-x")
+    assert not os.path.exists(f"{short_tmp}/n.sock")  # closed: nobody can connect to it
+
+
 def test_reply_to_an_unknown_peer_is_dropped_and_counted(short_tmp):
     with FrameServer(f"ipc://{short_tmp}/u.sock", MemoryBookie()) as server:
         assert server.send_reply(b"nobody", PingReply(1)) is False

@@ -168,3 +168,15 @@ def test_corrupt_cookie_raises_naming_the_path(store):
     store.set(path, data[:-1] + bytes([data[-1] ^ 0x80]), version)
     with pytest.raises(CorruptMetadataError, match=path):
         registry.read_cookie("bookie-1")
+
+
+def test_placement_labels_come_from_the_registration_info(store):
+    from appliance.meta.bookies import bookie_locations
+    from appliance.protocol.placement import Location
+
+    registry = BookieRegistry(store)
+    registry.register("bookie-1", "ipc://b1", {"host": "h1", "rack": "r1"})
+    registry.register("bookie-2", "ipc://b2", {"host": "h2"}, read_only=True)
+    registry.register("bookie-3", "ipc://b3", {"pid": 7})  # an older bookie: no labels
+    assert bookie_locations(registry.available()) == {
+        "bookie-1": Location("h1", "r1"), "bookie-2": Location("h2", "default-rack")}

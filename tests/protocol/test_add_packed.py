@@ -96,3 +96,37 @@ def test_packed_adds_keep_the_key_and_fence_rules():
     codes, _ = core.add_packed(1, list(range(40)), lengths, data, master_key(b"other"),
                                recovery=True, records_match=packed_records_match)
     assert codes == [OK] * 40
+
+
+class _CountingStorage(MemStorage):
+    def __init__(self):
+        super().__init__()
+        self.add_calls = 0
+
+    def add_entries(self, ledger_ids, entry_ids, datas):
+        self.add_calls += 1
+        return super().add_entries(ledger_ids, entry_ids, datas)
+
+
+def test_add_groups_admits_each_ledger_alone_and_stores_all_in_one_call():
+    rng = random.Random(5)
+    core = BookieCore(_CountingStorage())
+    fenced_key = master_key(b"other")
+    core.add_batch(3, [0], [pack_entry(3, 0, -1, 0, b"x", DIGEST)], KEY)
+    core.storage.fence(3)
+    core.storage.add_calls = 0
+    groups = [(1, KEY, [0, 1], _records(1, 0, 2, rng)),
+              (2, KEY, [0], _records(2, 0, 1, rng)),
+              (3, KEY, [1], [pack_entry(3, 1, 0, 1, b"y", DIGEST)]),  # fenced
+              (4, fenced_key, [0], [pack_entry(4, 0, -1, 0, b"z", DIGEST)]),
+              (5, KEY, [0, 1], [pack_entry(5, 0, -1, 0, b"a", DIGEST),
+                                pack_entry(6, 1, -1, 0, b"b", DIGEST)])]  # 2nd: wrong ledger
+    core.storage.set_master_key(4, KEY)  # ledger 4 belongs to another key
+    codes, ticket = core.add_groups(groups)
+    assert codes == [[OK, OK], [OK], [LedgerFencedError.code], [UnauthorizedError.code],
+                     [OK, BadRequestError.code]]
+    assert core.storage.add_calls == 1 and ticket > 0  # one block for every accepted entry
+    assert core.storage.read_entry(1, 1) == groups[0][3][1]
+    assert core.storage.read_entry(2, 0) == groups[1][3][0]
+    assert core.storage.read_entry(5, 0) == groups[4][3][0]
+    assert not core.storage.ledger_exists(6)

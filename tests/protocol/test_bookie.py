@@ -34,7 +34,7 @@ def bookie():
 def test_first_add_sets_the_key_and_other_keys_are_refused(bookie):
     assert bookie.add(1, 0, entry(0), KEY).code == OK
     assert bookie.add(1, 1, entry(1), master_key(b"wrong")).code == UnauthorizedError.code
-    assert bookie.read(1, 1).code == NoSuchEntryError.code  # nothing was stored
+    assert bookie.read(1, 1, master_key=KEY).code == NoSuchEntryError.code  # nothing was stored
     assert bookie.read(1, 0, fence=True, master_key=master_key(b"wrong")).code == \
         UnauthorizedError.code
     assert not bookie.storage.is_fenced(1)  # a refused fence fences nothing
@@ -53,7 +53,7 @@ def test_fenced_ledger_refuses_adds_but_takes_recovery_adds(bookie):
     assert (reply.code, reply.lac) == (OK, -1) and reply.ticket > 0
     assert bookie.add(1, 1, entry(1, lac=0), KEY).code == LedgerFencedError.code
     assert bookie.add(1, 1, entry(1, lac=0), KEY, recovery=True).code == OK
-    assert bookie.read(1, 1).code == OK
+    assert bookie.read(1, 1, master_key=KEY).code == OK
 
 
 def test_fencing_an_unknown_ledger_creates_it(bookie):
@@ -77,14 +77,16 @@ def test_replies_wait_for_the_ticket_of_their_change(bookie):
 
 
 def test_lac_is_max_of_explicit_and_highest_entry_header(bookie):
-    assert bookie.read_lac(1).code == NoSuchLedgerError.code
+    assert bookie.read_lac(1, master_key=KEY).code == NoSuchLedgerError.code
     bookie.add(1, 0, entry(0), KEY)
     bookie.add(1, 3, entry(3, lac=1), KEY)
     bookie.add(1, 2, entry(2, lac=0), KEY)
-    assert bookie.read_lac(1).lac == 1  # header of the highest entry (3), not the last added
+    # the header of the highest entry (3), not of the last added
+    assert bookie.read_lac(1, master_key=KEY).lac == 1
     assert bookie.write_lac(1, 2, KEY).code == OK
-    assert bookie.read_lac(1).lac == 2
-    assert bookie.write_lac(1, 0, KEY).code == OK and bookie.read_lac(1).lac == 2  # only grows
+    assert bookie.read_lac(1, master_key=KEY).lac == 2
+    assert bookie.write_lac(1, 0, KEY).code == OK
+    assert bookie.read_lac(1, master_key=KEY).lac == 2  # only grows
     assert bookie.write_lac(1, 5, master_key(b"wrong")).code == UnauthorizedError.code
 
 
@@ -93,11 +95,11 @@ def test_limbo_never_answers_an_explicit_negative():
     bookie.add(1, 0, entry(0), KEY)
     bookie.boot([(1, False)], possible_data_loss=True)
     assert bookie.storage.is_fenced(1) and bookie.storage.is_limbo(1)
-    assert bookie.read(1, 5).code == DataUnknownError.code
+    assert bookie.read(1, 5, master_key=KEY).code == DataUnknownError.code
     assert bookie.read(1, 5, fence=True, master_key=KEY).code == DataUnknownError.code
-    assert bookie.read(1, 0).code == OK
+    assert bookie.read(1, 0, master_key=KEY).code == OK
     bookie.clear_limbo(1)
-    assert bookie.read(1, 5).code == NoSuchEntryError.code
+    assert bookie.read(1, 5, master_key=KEY).code == NoSuchEntryError.code
 
 
 def test_boot_fences_and_limbos_closed_ledgers_too():
@@ -121,7 +123,7 @@ def test_switched_off_protections_change_the_rules():
     bookie.add(1, 0, entry(0), KEY)
     bookie.boot([(1, False)], possible_data_loss=True)
     assert not bookie.storage.is_fenced(1)
-    assert bookie.read(1, 5).code == NoSuchEntryError.code
+    assert bookie.read(1, 5, master_key=KEY).code == NoSuchEntryError.code
 
 
 def test_crash_loses_unsynced_fence_and_entries():

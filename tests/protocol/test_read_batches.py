@@ -28,7 +28,7 @@ class BatchLoop(Loop):
         bookie = self.bookies[a.bookie_id]
 
         def read_one(entry_id):
-            r = bookie.read(a.ledger_id, entry_id)
+            r = bookie.read(a.ledger_id, entry_id, False, a.master_key)
             return r.code, r.data
 
         asked = a.last_entry_id - a.first_entry_id + 1
@@ -47,7 +47,8 @@ def fill(loop, entries, bookies=("b1", "b2", "b3")):
 
 
 def read_all(loop, md, first, last, **config):
-    r = LedgerReader(md, DIGEST, config=ReaderConfig(read_batch_entries=4, **config))
+    r = LedgerReader(md, DIGEST, master_key=KEY,
+                     config=ReaderConfig(read_batch_entries=4, **config))
     r.last_add_confirmed = last
     loop.run(r, r.read(first, last, 0))
     return r

@@ -22,7 +22,8 @@ def store(loop, bookies, entry_id, lac, payload=None, digest=DIGEST):
 
 
 def reader(loop, **config):
-    return LedgerReader(loop.meta[1][0], DIGEST, config=ReaderConfig(**config))
+    return LedgerReader(loop.meta[1][0], DIGEST, master_key=KEY,
+                        config=ReaderConfig(**config))
 
 
 def test_open_without_recovery_reads_the_lac_and_fences_nothing():
@@ -153,13 +154,14 @@ def test_wait_for_lac_long_polls_answer_with_the_first_bookie_past_the_mark():
 
 def test_closed_ledger_lac_is_its_last_entry():
     md = metadata().to_in_recovery().to_closed(7)
-    r = LedgerReader(md, DIGEST)
+    r = LedgerReader(md, DIGEST, master_key=KEY)
     assert r.last_add_confirmed == 7
     assert one(ev.OpenDone, r.open(0)).last_add_confirmed == 7
 
 
 def test_argument_checks():
-    r = LedgerReader(metadata(), DIGEST, config=ReaderConfig(read_entries_max=10))
+    r = LedgerReader(metadata(), DIGEST, master_key=KEY,
+                     config=ReaderConfig(read_entries_max=10))
     with pytest.raises(ValueError):
         r.read(-1, 3, 0)
     with pytest.raises(ValueError):

@@ -47,7 +47,7 @@ def test_recovers_entries_beyond_the_lac_and_closes():
     write_back = [a for a in of(ev.SendAdd, loop.sent) if 2 in a.entry_ids]
     assert {a.bookie_id for a in write_back} == {"b1", "b2", "b3"}
     assert all(a.recovery for a in write_back)
-    assert loop.bookies["b3"].read(1, 2).code == OK
+    assert loop.bookies["b3"].read(1, 2, master_key=KEY).code == OK
 
 
 def test_wrong_password_fails_before_anything_is_sent():
@@ -115,7 +115,8 @@ def test_a_failed_write_back_moves_the_tail_to_a_new_fragment():
     assert md.state == "CLOSED" and md.last_entry_id == 1
     # nothing was written back yet: the local fragment replaces the one at 0
     assert md.ensembles == ((0, ("b1", "b2", "b4")),)
-    assert loop.bookies["b4"].read(1, 0).code == OK and loop.bookies["b4"].read(1, 1).code == OK
+    b4 = loop.bookies["b4"]
+    assert b4.read(1, 0, master_key=KEY).code == OK and b4.read(1, 1, master_key=KEY).code == OK
 
 
 def test_no_spare_bookie_for_the_write_back():

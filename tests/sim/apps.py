@@ -25,9 +25,12 @@ class WriterApp:
                              on_record=cluster.checker.on_record)
         md, version = cluster.meta.get(cluster.ledger_id)
         config = WriterConfig(add_timeout_ms=cfg.add_timeout_ms,
-                              explicit_lac_interval_ms=cfg.explicit_lac_ms)
+                              explicit_lac_interval_ms=cfg.explicit_lac_ms,
+                              placement=cluster.placement)
         self.core = LedgerWriter(md, version, cluster.master_key, cluster.digest, config=config,
-                                 available_bookies=cluster.available(), ids=self.host.ids)
+                                 available_bookies=cluster.available(), ids=self.host.ids,
+                                 locations=cluster.locations)
+        self.core.on_placement = cluster.checker.on_placement
         self.stopped = False
         self.closed_at: int | None = None
         self.failures: list[tuple[int, int]] = []  # (when, code) of every FailAdds
@@ -77,7 +80,8 @@ class WriterApp:
 
     def bookies_changed(self, available: tuple[str, ...]) -> None:
         if not self.host.dead:
-            self.host.deliver(self.core, ev.AvailableBookies(available, self.c.world.now_ms))
+            self.host.deliver(self.core, ev.AvailableBookies(available, self.c.world.now_ms,
+                                                             self.c.locations))
 
     def on_result(self, core, action) -> None:
         if isinstance(action, ev.CompleteAdds):
@@ -118,15 +122,17 @@ class RecoveryApp:
         config = RecoveryConfig(request_timeout_ms=timeout_ms,
                                 retry_backoff_ms=max(10, timeout_ms // 2),
                                 positive_min=c.cfg.positive_min,
-                                window_entries=self.window_entries)
+                                window_entries=self.window_entries, placement=c.placement)
         self.core = LedgerRecovery(md, version, self.master_key, c.digest, config=config,
                                    protections=c.protections, available_bookies=c.available(),
-                                   ids=self.host.ids)
+                                   ids=self.host.ids, locations=c.locations)
+        self.core.on_placement = c.checker.on_placement
         self.host.call(self.core, self.core.start, world.now_ms)
 
     def bookies_changed(self, available: tuple[str, ...]) -> None:
         if self.core is not None and self.core.result is None and not self.host.dead:
-            self.host.deliver(self.core, ev.AvailableBookies(available, self.c.world.now_ms))
+            self.host.deliver(self.core, ev.AvailableBookies(available, self.c.world.now_ms,
+                                                             self.c.locations))
 
     def on_result(self, core, action) -> None:
         if not isinstance(action, ev.OpenDone) or core is not self.core:
@@ -146,11 +152,13 @@ class RecoveryApp:
 class ReaderApp:
     """Opens without recovery and reads entries as the LAC moves, until
     ``until_ms`` (a tailing reader); or, with ``whole=True``, reads a closed
-    ledger from 0 to its last entry once and reports."""
+    ledger from 0 to its last entry once and reports.  ``master_key``: the
+    key its reads carry (default: the ledger's)."""
 
     def __init__(self, cluster, name: str, start_ms: int, until_ms: int, whole: bool = False,
-                 on_done=None):
+                 on_done=None, master_key: bytes | None = None):
         self.c, self.name = cluster, name
+        self.master_key = cluster.master_key if master_key is None else master_key
         self.until_ms, self.whole, self.on_done = until_ms, whole, on_done
         self.host = CoreHost(cluster.world, name, cluster.meta, self.on_result)
         self.host.after_event = self._after_event
@@ -166,7 +174,8 @@ class ReaderApp:
         config = ReaderConfig(read_timeout_ms=timeout_ms, lac_poll_interval_ms=20,
                               read_rounds_max=5 if self.whole else 2,
                               read_batch_entries=self.c.cfg.read_batch_entries)
-        self.core = LedgerReader(md, self.c.digest, config=config, ids=self.host.ids)
+        self.core = LedgerReader(md, self.c.digest, master_key=self.master_key, config=config,
+                                 ids=self.host.ids)
         self.host.call(self.core, self.core.open, self.c.world.now_ms)
 
     def _after_event(self) -> None:

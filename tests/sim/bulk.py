@@ -86,7 +86,7 @@ class BulkReadApp:
         request_id = next(self.ids)
         self._pending = (request_id, bookie, self.first, last)
         self.world.net.send(self.name, bookie, ev.SendReadBatch(
-            request_id, bookie, self.md.ledger_id, self.first, last))
+            request_id, bookie, self.md.ledger_id, self.first, last, self.c.master_key))
         self.world.schedule(self.read_timeout_ms, self._timeout, request_id)
 
     # -- replies and failures -------------------------------------------------------------

@@ -23,12 +23,23 @@ that lost data, a metadata write, a read) and runs at the end of that step:
 ``repoint-durable``  at the metadata write that puts a bookie into a sealed
                      fragment, it durably holds that position's share of the
                      fragment (every acknowledged entry of it in its write set).
+``placement``        the first ensemble meets the host rule (every write set on
+                     distinct hosts) whenever the bookies allow it, and every
+                     replacement the writer, a recovery or a re-replicator
+                     picks shares no host with the write sets holding its
+                     position whenever one of its candidates did not.
+``read-needs-key``   no bookie answers a read carrying another key than the
+                     ledger's (or none, while the bookie's ``reads_need_key``)
+                     with entry bytes (``appliance.protocol.read_access``).
 """
 
 from __future__ import annotations
 
+from appliance.errors import UnauthorizedError
+from appliance.protocol import events as ev
 from appliance.protocol.entry import HEADER_BYTES
 from appliance.protocol.metadata import CLOSED
+from appliance.protocol.placement import ensemble_possible, meets_rule
 from appliance.protocol.repair import share_runs
 from tests.sim.world import Violation
 
@@ -46,6 +57,9 @@ class Checker:
         self.closed = None  # the CLOSED metadata, once written
         self.reader_lacs: dict[str, int] = {}
         self.reads_checked = 0
+        self.placement_choices = 0  # replacements checked by the placement invariant
+        self.master_key = None  # the ledger's key (set by the cluster): read-needs-key
+        self.reads_refused = 0  # reads bookies refused for their key (the rule at work)
         self._to_check: set[int] = set()
         self._check_all = False
         world.after_step.append(self.after_step)
@@ -63,6 +77,20 @@ class Checker:
         return self.records[entry_id][self.payload_offset:]
 
     # -- hooks -------------------------------------------------------------------------
+    def on_new_ensemble(self, md, bookies, locations) -> None:
+        ensemble, qw = md.last_fragment[1], md.write_quorum
+        if ensemble_possible(bookies, locations, len(ensemble), qw) \
+                and not meets_rule(ensemble, qw, locations):
+            self.fail("placement", f"first ensemble {list(ensemble)} puts a write set of {qw} "
+                                   f"on one host while {bookies} allowed distinct ones")
+
+    def on_placement(self, choice) -> None:
+        """A replacement (``placement.Choice``) as its chooser saw it."""
+        self.placement_choices += 1
+        problem = choice.problem()
+        if problem is not None:
+            self.fail("placement", problem)
+
     def on_record(self, action) -> None:
         """Every SendAdd a client makes: the writer's first record for an id
         is canonical; no record for that id may ever differ."""
@@ -167,6 +195,23 @@ class Checker:
                 self.fail("readers-disagree", f"{reader} read entry {entry_id} with a payload "
                                               f"the writer did not write as {entry_id}")
         self.reads_checked += len(payloads)
+
+    def on_served(self, bookie: str, msg, replies: list, reads_need_key: bool) -> None:
+        """A bookie answered a read: with entry bytes only for the ledger's key."""
+        key = msg.master_key
+        if self.master_key is None or key == self.master_key:
+            return
+        if not key and not reads_need_key:
+            return  # BookKeeper's mode: keyless reads are served
+        for reply in replies:
+            datas = reply.datas if isinstance(reply, ev.ReadBatchResponse) else (
+                getattr(reply, "data", None),)
+            if any(d is not None for d in datas):
+                self.fail("read-needs-key", f"{bookie} answered a read of entry "
+                                            f"{getattr(msg, 'entry_id', None)} carrying "
+                                            f"{'a wrong key' if key else 'no key'} with data")
+            codes = getattr(reply, "codes", None) or (reply.code,)
+            self.reads_refused += UnauthorizedError.code in codes
 
     # -- checks ---------------------------------------------------------------------------
     def _check_lacs(self) -> None:

@@ -16,11 +16,12 @@ import random
 from appliance.checks.digest import make_digest, master_key, password_hash
 from appliance.errors import OK, error_class, is_explicit_negative
 from appliance.protocol.metadata import CLOSED, LedgerMetadata
+from appliance.protocol.placement import choose_ensemble
 from appliance.protocol.repair import share_runs
 from tests.sim.apps import ReaderApp, RecoveryApp, WriterApp
 from tests.sim.bulk import BulkReadApp
 from tests.sim.checker import Checker
-from tests.sim.config import SimConfig
+from tests.sim.config import SimConfig, sim_locations
 from tests.sim.nodes import MetaStore, SimBookie
 from tests.sim.rerep import SealedRereplicator
 from tests.sim.world import Violation, World
@@ -32,6 +33,8 @@ class Cluster:
     def __init__(self, cfg: SimConfig, protections, world: World | None = None,
                  ensemble: tuple[str, ...] | None = None):
         self.cfg, self.protections = cfg, protections
+        self.locations = sim_locations(cfg.bookies, cfg.hosts)
+        self.placement = cfg.placement if protections.placement else "none"
         self.world = world or World(cfg.seed)
         self.ledger_id = LEDGER_ID
         self.master_key = master_key(b"secret-%d" % cfg.seed)
@@ -39,6 +42,7 @@ class Cluster:
         self.checker = Checker(self.world, LEDGER_ID, self.digest.size, cfg.journal)
         self.meta = MetaStore(self.world, self._on_metadata)
         self.checker.meta = self.meta
+        self.checker.master_key = self.master_key
         self.bookies: dict[str, SimBookie] = {}
         batch_replies = cfg.seed % 2 == 1  # odd seeds: batched add replies
         for i in range(1, cfg.bookies + 1):
@@ -52,6 +56,8 @@ class Cluster:
             self.bookies[name].batch_replies = batch_replies
             self.bookies[name].meta = self.meta
             self.bookies[name].on_limbo_cleared = self.checker.on_limbo_cleared
+            self.bookies[name].on_served = self.checker.on_served
+            self.bookies[name].key_for = lambda md: self.master_key  # key custody's unseal
         self.checker.bookies = self.bookies
         self.triggered_crashes = 0
         self.zombie_recoveries = 0
@@ -70,7 +76,8 @@ class Cluster:
     def _create_ledger(self, ensemble: tuple[str, ...] | None) -> None:
         cfg = self.cfg
         if ensemble is None:
-            ensemble = tuple(self.world.rng.sample(sorted(self.bookies), cfg.ensemble))
+            ensemble = choose_ensemble(sorted(self.bookies), self.locations, cfg.ensemble,
+                                       cfg.write_quorum, self.world.rng, self.placement)
         md = LedgerMetadata(LEDGER_ID, cfg.ensemble, cfg.write_quorum, cfg.ack_quorum,
                             ((0, ensemble),), digest_type=cfg.digest,
                             password_hash=password_hash(self.master_key))
@@ -90,6 +97,8 @@ class Cluster:
     # -- the random scenario ------------------------------------------------------------------
     def start_random(self) -> None:
         cfg, world = self.cfg, self.world
+        self.checker.on_new_ensemble(self.meta.get(self.ledger_id)[0], sorted(self.bookies),
+                                     self.locations)
         world.net.drop_p, world.net.dup_p = cfg.drop_p, cfg.dup_p
         world.net.delay_min_ms, world.net.delay_max_ms = cfg.delay_ms
         self.slow_net(cfg.slow_p, cfg.slow_ms)
@@ -295,7 +304,7 @@ class Cluster:
             self.peers_lost_checks += 1
             for first, last in share_runs(md, name):
                 for entry_id in range(first, last + 1):
-                    reply = bookie.core.read(self.ledger_id, entry_id)
+                    reply = bookie.core.read(self.ledger_id, entry_id, False, self.master_key)
                     if reply.code != OK or reply.data != self.checker.records.get(entry_id):
                         raise Violation("acked-lost", (
                             f"{name} repaired ledger {self.ledger_id}, but with its peers lost "

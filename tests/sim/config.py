@@ -1,6 +1,7 @@
 """One simulation run's configuration, drawn from its seed.
 
-Quorums range from E/Qw/Qa 1/1/1 to 5/3/2 with 0-3 spare bookies.  Faults:
+Quorums range from E/Qw/Qa 1/1/1 to 5/3/2 with 0-3 spare bookies, spread
+round-robin over three hosts (two racks) for placement.  Faults:
 message loss, duplication and delay (a share of messages is *slow*, which is
 what reorders a fence behind an add), partitions between a client and a
 bookie, bookie crashes (torn unsynced tails) and restarts, writer pauses
@@ -76,6 +77,10 @@ class SimConfig:
     # start times (journal seeds only: a journal-less crash may leave no copy to take)
     rereplications: list[int] = field(default_factory=list)
     rereplicate_broken: bool = False  # re-point before copying (must be caught)
+    # placement labels: bookie-i is on host-((i-1) % hosts + 1); the last host
+    # has a rack of its own.  0: unlabelled (each bookie its own host: scripts)
+    hosts: int = 0
+    placement: str = "host"  # the cores' placement mode ("rack" on some seeds)
 
     @property
     def lossy_crashes_max(self) -> int:
@@ -133,7 +138,21 @@ def random_config(seed: int) -> SimConfig:
         _draw_zombie(cfg, rng)
     _draw_batch_reads(cfg, random.Random(seed * 7919 + 29))  # leaves the draws above as they were
     _draw_rereplications(cfg, random.Random(seed * 7919 + 31))
+    cfg.hosts, cfg.placement = 3, "rack" if seed % 4 == 3 else "host"  # no draw: seeds keep
     return cfg
+
+
+def sim_locations(bookies: int, hosts: int) -> dict:
+    """``SimConfig.hosts`` as ``placement.Location`` by bookie name."""
+    from appliance.protocol.placement import Location
+
+    if hosts <= 0:
+        return {}
+    out = {}
+    for i in range(1, bookies + 1):
+        host = (i - 1) % hosts + 1
+        out[f"bookie-{i}"] = Location(f"host-{host}", "rack-2" if host == hosts else "rack-1")
+    return out
 
 
 def _draw_rereplications(cfg: SimConfig, rng: random.Random) -> None:

@@ -385,7 +385,8 @@ class SimLogWriter:
         ledger, version = self.c.meta.get(seg.ledger_id)
         self.prev = seg
         if self.c.cfg.break_fence:  # BROKEN: no fence, no close: just the LAC
-            self.reader = LedgerReader(ledger, self.c.digest, ids=self.host.ids)
+            self.reader = LedgerReader(ledger, self.c.digest, master_key=self.c.key,
+                                       ids=self.host.ids)
             self.host.call(self.reader, self.reader.open, self.c.world.now_ms)
             return
         self.recovery = LedgerRecovery(ledger, version, self.c.key, self.c.digest,
@@ -401,7 +402,7 @@ class SimLogWriter:
             self._complete_previous(SegmentEnd())
             return
         md, _ = self.c.meta.get(self.prev.ledger_id)
-        self.reader = LedgerReader(md, self.c.digest, ids=self.host.ids)
+        self.reader = LedgerReader(md, self.c.digest, master_key=self.c.key, ids=self.host.ids)
         self.reader.last_add_confirmed = max(self.reader.last_add_confirmed, last)
         self.host.call(self.reader, self.reader.read, last, last, self.c.world.now_ms)
 
@@ -602,7 +603,7 @@ class SimLogReader:
 
     def _open(self) -> None:
         ledger, _ = self.c.meta.get(self.seg.ledger_id)
-        self.core = LedgerReader(ledger, self.c.digest, ids=self.host.ids,
+        self.core = LedgerReader(ledger, self.c.digest, master_key=self.c.key, ids=self.host.ids,
                                  config=ReaderConfig(read_timeout_ms=100,
                                                      lac_poll_interval_ms=10,
                                                      read_rounds_max=5))

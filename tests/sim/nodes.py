@@ -56,6 +56,7 @@ class SimBookie:
         self._sync_armed = False
         self._incarnation = 0
         self.after_request = None  # the nemesis hook: called after each request served
+        self.on_served = None  # checker hook: (bookie, read request, replies, reads_need_key)
         # BP-46 phase two (appliance.protocol.repair decides every step)
         self.meta = None  # the cluster's MetaStore, set by the cluster
         self.on_limbo_cleared = None  # checker hook: (bookie, ledger id, metadata)
@@ -63,6 +64,9 @@ class SimBookie:
         self._repair_rid = 0
         self.repair_stats = {"started": 0, "copied": 0, "cleared": 0}
         self.repaired: dict[int, bool] = {}  # ledger -> limbo cleared by repair
+        # a ledger's key for repair reads when this bookie lost its own (metadata ->
+        # key): the cluster's key custody (appliance.bookie.repair.ledger_key)
+        self.key_for = None
         self.batch_replies = False  # one AddResponses per SendAdd instead of one per entry
         world.nodes[name] = self
 
@@ -104,6 +108,8 @@ class SimBookie:
             return
         else:
             raise TypeError(f"bookie got {kind.__name__}")
+        if self.on_served is not None and kind is not ev.SendAdd:
+            self.on_served(self.name, msg, replies, core.reads_need_key)
         self._reply(src, replies, ticket)
         if self.after_request is not None:
             self.after_request(self.name, getattr(msg, "fence", False))
@@ -117,7 +123,7 @@ class SimBookie:
         tickets = []
 
         def read_one(entry_id: int):
-            reply = self.core.read(msg.ledger_id, entry_id)
+            reply = self.core.read(msg.ledger_id, entry_id, False, msg.master_key)
             tickets.append(reply.ticket)
             return reply.code, reply.data
 
@@ -203,6 +209,9 @@ class SimBookie:
             step = repair.next_step(md, self.name,
                                     lambda e, lid=ledger_id: storage.durable_has(lid, e))
             if step == repair.COPY:
+                key = self._repair_key(ledger_id, md)
+                if key and storage.get_master_key(ledger_id) is None:
+                    storage.set_master_key(ledger_id, key)  # as the real repair: copies keyed
                 for first, last in repair.missing_runs(
                         repair.share_runs(md, self.name),
                         lambda e, lid=ledger_id: storage.has(lid, e)):
@@ -210,7 +219,7 @@ class SimBookie:
                         for source in repair.sources(md, self.name, entry_id):
                             self._repair_rid += 1
                             self.world.net.send(self.name, source, ev.SendRead(
-                                -self._repair_rid, source, ledger_id, entry_id, False, b""))
+                                -self._repair_rid, source, ledger_id, entry_id, False, key))
                 if storage.unsynced_ops:
                     self._arm_sync()
             if repair.may_clear_limbo(md, self.name,
@@ -227,6 +236,13 @@ class SimBookie:
                 pending = True
         if pending:
             self._arm_repair()
+
+    def _repair_key(self, ledger_id: int, md) -> bytes:
+        """The key repair reads carry: this bookie's own, else custody's."""
+        key = self.storage.get_master_key(ledger_id)
+        if key is None and self.key_for is not None:
+            key = self.key_for(md)
+        return key or b""
 
     def _repair_copy(self, msg: ev.ReadResponse) -> None:
         """A peer's answer to a repair read: only a verified positive is data."""

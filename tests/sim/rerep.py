@@ -24,6 +24,7 @@ import random
 from appliance.errors import OK
 from appliance.protocol import events as ev
 from appliance.protocol.metadata import CLOSED
+from appliance.protocol.placement import Choice, choose_for_position
 from appliance.protocol.rereplication_plan import StalePlanError, plan_sealed, replace_bookie
 
 RETRY_MS = 60  # a copy request without an answer by then is asked again
@@ -80,7 +81,7 @@ class SealedRereplicator:
             return
         down_first = [p for down, p in choices if down] or [p for _, p in choices]
         self.plan = self.rng.choice(down_first)
-        self.replacement = self.rng.choice(sorted(b for b in up if b not in self.plan.ensemble))
+        self.replacement = self._choose_replacement(up)
         self.entries = [e for first, last in self.plan.runs() for e in range(first, last + 1)]
         c.world.log(f"rereplicator: fragment {self.plan.first_entry_id}.."
                     f"{self.plan.last_entry_id} {self.plan.lost} -> {self.replacement} "
@@ -89,6 +90,21 @@ class SealedRereplicator:
         if self.broken:
             self._repoint()
         self._copy_round()
+
+    def _choose_replacement(self, up: set[str]) -> str:
+        """Host-aware, as the product's ``choose_replacement`` (a random
+        candidate with the ``placement`` protection off); the checker sees it."""
+        plan, c = self.plan, self.c
+        candidates = sorted(b for b in up if b not in plan.ensemble)
+        self.rng.shuffle(candidates)
+        pick = candidates[0]
+        if c.protections.placement:
+            pick = choose_for_position(plan.ensemble, plan.write_quorum, plan.position,
+                                       candidates, c.locations)
+        after = tuple(pick if b == plan.lost else b for b in plan.ensemble)
+        c.checker.on_placement(Choice(after, plan.write_quorum, plan.position,
+                                      tuple(candidates), c.locations))
+        return pick
 
     # -- copying ------------------------------------------------------------------------
     def _copy_round(self) -> None:
@@ -111,7 +127,7 @@ class SealedRereplicator:
                     rid = next(self.ids)
                     self.pending[rid] = ("read", entry_id)
                     self.c.world.net.send(self.name, source, ev.SendRead(
-                        rid, source, self.c.ledger_id, entry_id, False, b""))
+                        rid, source, self.c.ledger_id, entry_id, False, self.c.master_key))
         self.c.world.schedule(RETRY_MS, self._copy_round)
 
     def _send_add(self, entry_id: int) -> None:

@@ -35,12 +35,13 @@ def message(kind, src: str | None = None, dst: str | None = None, entry: int | N
 
 class Script:
     """A hand-driven cluster.  Bookies are ``bookie-1..N``; the ledger's first
-    ensemble is ``bookie-1..E``.  Nothing happens unless the script says so."""
+    ensemble is ``bookie-1..E``; ``hosts`` > 0 labels them round-robin over
+    that many hosts (``SimConfig.hosts``).  Nothing happens unless the script says so."""
 
     def __init__(self, ensemble: int, write_quorum: int, ack_quorum: int, *, bookies: int = 0,
                  journal: bool = True, disabled: tuple[str, ...] = (),
                  positive_min: int | None = None, timeout_ms: int = 10_000,
-                 flush_interval_ms: int = 1_000_000, seed: int = 0):
+                 flush_interval_ms: int = 1_000_000, seed: int = 0, hosts: int = 0):
         cfg = SimConfig(
             seed=seed, ensemble=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum,
             bookies=bookies or ensemble, journal=journal, digest="crc32c",
@@ -48,7 +49,7 @@ class Script:
             add_timeout_ms=timeout_ms, explicit_lac_ms=0, drop_p=0.0, dup_p=0.0, slow_p=0.0,
             delay_ms=(1, 1), slow_ms=(1, 1), sync_interval_ms=1,
             flush_interval_ms=flush_interval_ms, heal_at_ms=10**9,
-            writer_close_at_ms=None, writer_dies_at_ms=None)
+            writer_close_at_ms=None, writer_dies_at_ms=None, hosts=hosts)
         self.cluster = Cluster(cfg, Protections.without(*disabled),
                                ensemble=tuple(f"bookie-{i}" for i in range(1, ensemble + 1)))
         self.world = self.cluster.world
@@ -81,9 +82,11 @@ class Script:
         self.cluster.apps.append(app)
         return app
 
-    def read_all(self, name: str = "reader") -> ReaderApp:
-        """Open the (closed) ledger without recovery and read 0..last."""
-        return ReaderApp(self.cluster, name, self.world.now_ms, 0, whole=True)
+    def read_all(self, name: str = "reader", password: bytes | None = None) -> ReaderApp:
+        """Open the (closed) ledger without recovery and read 0..last
+        (``password``: another password than the writer's: its key)."""
+        key = master_key(password) if password is not None else None
+        return ReaderApp(self.cluster, name, self.world.now_ms, 0, whole=True, master_key=key)
 
     def open_no_recovery(self, name: str = "tail") -> tuple[CoreHost, LedgerReader]:
         """A reader opened without recovery (its results collect in ``host.got``)."""
@@ -91,7 +94,8 @@ class Script:
         host = CoreHost(self.world, name, self.cluster.meta, lambda core, a: got.append(a))
         host.got = got
         md, _ = self.cluster.meta.get(self.cluster.ledger_id)
-        reader = LedgerReader(md, self.cluster.digest, ids=host.ids)
+        reader = LedgerReader(md, self.cluster.digest, master_key=self.cluster.master_key,
+                              ids=host.ids)
         host.call(reader, reader.open, self.world.now_ms)
         return host, reader
 

@@ -228,3 +228,61 @@ def test_all_bookies_down_fails_adds_with_not_enough_bookies():
     s.add(1)
     assert s.writer_results(ev.FailAdds)[-1].code == NotEnoughBookiesError.code
     assert s.writer_lac == 1 and s.violation is None
+
+
+def _replacement_after_crash(seed: int, disabled: tuple[str, ...] = ()) -> Script:
+    """bookie-1..6 on host-1..3 twice; the ensemble bookie-1..3 is one per
+    host; bookie-2 crashes: only bookie-5 keeps the write set on 3 hosts."""
+    s = Script(3, 3, 3, bookies=6, hosts=3, timeout_ms=100, seed=seed, disabled=disabled)
+    s.add(3)
+    s.run(50)
+    s.crash("bookie-2")
+    s.add(3)
+    s.run_until(lambda: len(s.metadata().ensembles) == 2 or s.violation is not None, 2_000)
+    return s
+
+
+def test_an_ensemble_change_takes_the_replacement_on_the_free_host():
+    for seed in range(8):
+        s = _replacement_after_crash(seed)
+        assert s.violation is None
+        assert s.metadata().last_fragment[1] == ("bookie-1", "bookie-5", "bookie-3")
+        assert s.writer.core.placement_degraded == 0
+
+
+def test_the_placement_invariant_catches_a_host_blind_replacement():
+    names = set()
+    for seed in range(8):
+        s = _replacement_after_crash(seed, disabled=("placement",))
+        if s.violation is not None:
+            names.add(s.violation.name)
+            assert "bookie-5" in s.violation.detail  # the bookie that was free
+    assert names == {"placement"}
+def run_wrong_key_reader(bookies_check_keys: bool = True) -> tuple[Script, object]:
+    """A closed ledger read whole by a reader holding another password's key.
+    The digest is crc32c, which any key verifies: only the bookies' read
+    rule stands between that reader and the data."""
+    s = Script(3, 3, 2)
+    s.add(5)
+    s.run(50)
+    s.close()
+    s.run(50)
+    if not bookies_check_keys:  # BROKEN: bookies that serve whatever key a read carries
+        for bookie in s.cluster.bookies.values():
+            bookie.core.read_access = lambda ledger_id, key: OK
+    thief = s.read_all("thief", password=b"not the password")
+    s.run(2_000)
+    return s, thief
+
+
+def test_a_reader_with_a_wrong_key_is_refused_and_reads_nothing():
+    s, thief = run_wrong_key_reader()
+    assert thief.done and thief.failed_code == UnauthorizedError.code
+    assert thief.next_entry == 0 and s.cluster.checker.reads_refused >= 3  # every replica
+    assert s.violation is None
+    assert read_back(s) == 5  # the ledger's own key still reads everything
+
+
+def test_bookies_that_ignore_the_key_are_caught_by_the_checker():
+    s, _ = run_wrong_key_reader(bookies_check_keys=False)
+    assert s.violation is not None and s.violation.name == "read-needs-key"

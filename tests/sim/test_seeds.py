@@ -48,5 +48,5 @@ def test_switching_a_protection_off_lets_the_checker_find_a_violation(protection
     assert summary.failures, f"no violation in 3000 seeds with {protection} off"
     failure = summary.failures[0]
     assert failure.violation in {"ack-after-close", "no-divergence", "acked-lost",
-                                 "core-invariant", "repair-incomplete"}, \
+                                 "core-invariant", "repair-incomplete", "placement"}, \
         failure.report((protection,))

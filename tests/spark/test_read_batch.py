@@ -81,7 +81,7 @@ def _rows(h, first, last, max_entries=1024, max_bytes=1 << 24, fence=False, op="
     reply goes through the wire encoder and decoder first."""
     cls = ReadPackedRequest if op == "READ_PACKED" else ReadBatchRequest
     reply = h.handle(b"peer", cls(LEDGER, first, last, max_entries, max_bytes,
-                                  fence=fence, master_key=KEY if fence else None))
+                                  fence=fence, master_key=KEY))
     if reply is None:  # a fence reply waits for the journal, as in the server loop
         h.storage.flush()
         h._on_durable()

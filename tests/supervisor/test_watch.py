@@ -28,7 +28,7 @@ def watched(tmp_path, monkeypatch):
     answers = {"up": False}
     killed = []
     monkeypatch.setattr(sup_mod, "bookie_info",
-                        lambda endpoint, timeout_ms: {"pid": 1} if answers["up"] else None)
+                        lambda endpoint, timeout_ms, **_: {"pid": 1} if answers["up"] else None)
     monkeypatch.setattr(sup_mod._Bookie, "alive", lambda self: True)
     monkeypatch.setattr(sup, "_kill", lambda b: killed.append(clock.now))
     b = sup.bookies[0]

@@ -10,7 +10,9 @@ the replicas of every entry.
 The caller fixes the range before reading (a CLOSED ledger's last entry, an
 OPEN ledger's LAC): every entry asked for is committed, so its fragment and
 write set in ``metadata`` can no longer change and any replica may serve it.
-This reader does not fence, recover or touch the metadata store.
+This reader does not fence, recover or touch the metadata store.  Every
+request carries ``master_key`` (bookies holding the ledger's key refuse
+reads without it, and with a wrong one: ``UnauthorizedError`` rows).
 
 Guarantees:
 

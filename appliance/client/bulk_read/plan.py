@@ -74,8 +74,10 @@ class Chunk:
 class ReadJob:
     """The state of one ``BulkReader.read`` call: a window of chunks in entry order."""
 
-    def __init__(self, metadata, first: int, last: int, digest, config: BulkReadConfig):
+    def __init__(self, metadata, first: int, last: int, digest, config: BulkReadConfig,
+                 master_key: bytes | None = None):
         self.md, self.last, self.digest, self.config = metadata, last, digest, config
+        self.master_key = master_key  # sent with every request (None: no key)
         self.next_first = first
         self.window: list[Chunk] = []
         self.ordinals = itertools.count()

@@ -37,6 +37,7 @@ from appliance.errors import (
     error_class,
 )
 from appliance.protocol.invariant import invariant
+from ipc.curve import configure_client, is_tcp
 from ipc.frames import salvage_ids
 from ipc.packed import ReadPackedRequest
 from ipc.requests import ReadBatchRequest, encode_request
@@ -80,8 +81,12 @@ class BulkReader:
     SUSPECT_S = 30.0  # a bookie that timed out is asked last for this long
 
     def __init__(self, endpoints: Mapping[str, str], config: BulkReadConfig | None = None, *,
-                 context: zmq.Context | None = None, clock=time.monotonic):
+                 context: zmq.Context | None = None, clock=time.monotonic,
+                 curve_keys=None, server_keys: Mapping[str, bytes] | None = None):
         self.endpoints = dict(endpoints)
+        # CURVE (ipc.curve): our key pair, and each tcp bookie's server key
+        self.curve_keys = curve_keys
+        self.server_keys = dict(server_keys or {})
         self.config = config or BulkReadConfig()
         self.clock = clock
         self._own_context = context is None
@@ -106,7 +111,7 @@ class BulkReader:
             raise ValueError(f"need 0 <= first_entry_id <= last_entry_id, got "
                              f"{first_entry_id}..{last_entry_id}")
         job = ReadJob(metadata, first_entry_id, last_entry_id,
-                      make_digest(metadata.digest_type, master_key), self.config)
+                      make_digest(metadata.digest_type, master_key), self.config, master_key)
         return self._run(job)
 
     def _run(self, job: ReadJob) -> Iterator[VerifiedChunk]:
@@ -168,7 +173,7 @@ class BulkReader:
         count = chunk.last - chunk.first + 1
         kind = ReadPackedRequest if conn.packed else ReadBatchRequest
         req = kind(job.md.ledger_id, chunk.first, chunk.last, min(count, cfg.batch_entries_max),
-                   cfg.batch_bytes_max, request_id=rid)
+                   cfg.batch_bytes_max, master_key=job.master_key, request_id=rid)
         try:
             conn.sock.send_multipart(encode_request(req), _NOBLOCK)
         except zmq.Again:
@@ -197,6 +202,9 @@ class BulkReader:
         sock.setsockopt(zmq.RCVHWM, 0)  # replies are bounded by requests in flight
         sock.setsockopt(zmq.MAXMSGSIZE, self.config.batch_bytes_max
                         + self.config.entry_bytes_max + 65536)
+        server_key = self.server_keys.get(conn.bookie_id)
+        if self.curve_keys is not None and server_key and is_tcp(conn.endpoint):
+            configure_client(sock, self.curve_keys, server_key)
         sock.connect(conn.endpoint)
         conn.sock = sock
         self._by_sock[sock] = conn

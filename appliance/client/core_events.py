@@ -1,0 +1,117 @@
+"""What the bookies' replies mean to the protocol cores, and how adds are cut
+into wire messages (pure functions of the driver, ``appliance.client.driver``).
+
+* ``chunks``: one action's entries cut at the batch limits;
+* ``coalesced``: small add parts of several ledgers grouped for ``ADD_BATCH``;
+* ``translate`` / ``coalesced_events`` / ``failure_events``: a transport
+  event -> the core events it means.  An ack is only ever made of a reply
+  row naming the very entry: anything else fails the entry (a failure
+  drives an ensemble change or a retry, never a false ack).
+"""
+
+from __future__ import annotations
+
+from appliance.errors import OK, BadRequestError, BookieUnavailableError
+from appliance.protocol import events as ev
+from appliance.protocol.reader import PackedRecords
+from ipc.packed import AddPackedReply, ReadPackedReply
+from ipc.replies import AddBatchReply, ErrorReply, LacReply, ReadReply
+
+
+def coalesced(parts: list, entries_max: int, bytes_max: int):
+    """``parts`` grouped for ``ADD_BATCH``: one recovery flag per group, each
+    within the entry and byte limits, in order."""
+    group: list = []
+    entries = nbytes = 0
+    for item in parts:
+        part, data = item[1], item[3]
+        n, size = len(part.entry_ids), len(data)
+        if group and (part.recovery != group[0][1].recovery or entries + n > entries_max
+                      or nbytes + size > bytes_max):
+            yield group
+            group, entries, nbytes = [], 0, 0
+        group.append(item)
+        entries += n
+        nbytes += size
+    if group:
+        yield group
+
+
+def chunks(datas, entries_max: int, bytes_max: int):
+    """(lo, hi) index ranges of ``datas``: each at most ``entries_max`` items
+    and ``bytes_max`` bytes (a single bigger item travels alone)."""
+    lo, size, n = 0, 0, len(datas)
+    for i in range(n):
+        length = len(datas[i])
+        if i > lo and (i - lo >= entries_max or size + length > bytes_max):
+            yield lo, i
+            lo, size = i, 0
+        size += length
+    if n:
+        yield lo, n
+
+
+def translate(action, event, now_ms: int) -> list:
+    """A transport event -> the core events it means."""
+    reply = event.reply
+    if event.status != OK or reply is None or isinstance(reply, ErrorReply):
+        code = event.status if event.status != OK else reply.status
+        return failure_events(action, code, now_ms)
+    kind = type(action)
+    if kind is ev.SendAdd and type(reply) is AddPackedReply:
+        if len(reply.entry_ids) != len(action.entry_ids) or \
+                list(reply.entry_ids) != list(action.entry_ids):  # never ack what was not sent
+            return failure_events(action, BadRequestError.code, now_ms)
+        return [ev.AddResponses(action.request_id, action.bookie_id, action.ledger_id,
+                                action.entry_ids, tuple(reply.statuses), now_ms)]
+    if kind is ev.SendReadBatch and type(reply) is ReadPackedReply:
+        return [ev.ReadBatchResponse(action.request_id, action.bookie_id, action.ledger_id, OK,
+                                     tuple(reply.entry_ids), tuple(reply.statuses),
+                                     PackedRecords(reply.data, reply.lengths), now_ms)]
+    if kind is ev.SendRead and isinstance(reply, ReadReply):
+        return [ev.ReadResponse(action.request_id, action.bookie_id, action.ledger_id,
+                                action.entry_id, OK, reply.data, now_ms)]
+    if (kind is ev.SendReadLac or kind is ev.SendWaitLac) and isinstance(reply, LacReply):
+        return [ev.ReadLacResponse(action.request_id, action.bookie_id, action.ledger_id, OK,
+                                   reply.lac, now_ms)]
+    return failure_events(action, BookieUnavailableError.code, now_ms)
+
+
+def failure_events(action, code: int, now_ms: int) -> list:
+    kind = type(action)
+    if kind is ev.SendAdd:
+        return [ev.AddResponse(action.request_id, action.bookie_id, action.ledger_id, e, code,
+                               now_ms) for e in action.entry_ids]
+    if kind is ev.SendReadBatch:
+        return [ev.ReadBatchResponse(action.request_id, action.bookie_id, action.ledger_id,
+                                     code, now_ms=now_ms)]
+    if kind is ev.SendRead:
+        return [ev.ReadResponse(action.request_id, action.bookie_id, action.ledger_id,
+                                action.entry_id, code, None, now_ms)]
+    if kind is ev.SendReadLac or kind is ev.SendWaitLac:
+        return [ev.ReadLacResponse(action.request_id, action.bookie_id, action.ledger_id, code,
+                                   -1, now_ms)]
+    return []
+
+
+def coalesced_events(routed: list, event, now_ms: int) -> list:
+    """(core, event) pairs for the parts of one ``ADD_BATCH``: each part's
+    ``AddResponses`` from the reply's rows; a part the reply leaves an entry
+    of out, or a failed message, fails (never an ack for what was not
+    answered)."""
+    reply = event.reply
+    out = []
+    if event.status == OK and type(reply) is AddBatchReply:
+        statuses = {(ledger_id, entry_id): st for ledger_id, entry_id, st in reply.rows}
+        for core, part in routed:
+            codes = tuple(statuses.get((part.ledger_id, e)) for e in part.entry_ids)
+            if None in codes:
+                events = failure_events(part, BadRequestError.code, now_ms)
+            else:
+                events = [ev.AddResponses(part.request_id, part.bookie_id, part.ledger_id,
+                                          part.entry_ids, codes, now_ms)]
+            out += [(core, e) for e in events]
+        return out
+    for core, part in routed:
+        out += [(core, e) for e in translate(part, event, now_ms)]
+    return out
