@@ -200,9 +200,10 @@ class HostCluster:
         if proc is not None:
             stop_process(proc, STOP_TIMEOUT_S, group=True)
 
-    def bkctl(self, name: str, *args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess:
-        """Run ``bkctl ARGS --config <name>.toml`` inside host ``name``."""
-        config = self.config_path(self.names[0] if name == CLIENT else name)
+    def bkctl(self, name: str, *args: str, timeout_s: float = 60.0,
+              config: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
+        """Run ``bkctl ARGS --config <name>.toml`` (or ``config``) inside host ``name``."""
+        config = config or self.config_path(self.names[0] if name == CLIENT else name)
         return subprocess.run([*self.net.exec_prefix(name), self._bkctl(), *args, "--config",
                                str(config)], capture_output=True, text=True,
                               timeout=timeout_s, cwd=self.root)
@@ -254,6 +255,17 @@ class HostCluster:
         self.net.delay(ms)
 
     # -- client work -------------------------------------------------------------------------
+    def client_config(self, key_file: str | os.PathLike) -> Path:
+        """A client's config: the first host's, with ``key_file`` as its
+        CURVE key pair instead of the host's."""
+        text = self.config_text(self.names[0])
+        if self.options.security is not None:
+            own = str(self.options.security(self.names[0])["key_file"])
+            text = text.replace(own, str(key_file))
+        path = self.root / f"client-{Path(key_file).name.split('.')[0]}.toml"
+        path.write_text(text)
+        return path
+
     def worker(self, name: str, command: str, *args: str, config: str | None = None) -> Worker:
         """Start ``host_worker COMMAND ARGS`` inside ``name`` (the client
         namespace uses the first host's config unless ``config`` is given)."""
@@ -329,6 +341,31 @@ class Worker:
             self.proc.send_signal(sig)
         self.proc.wait(STOP_TIMEOUT_S)
         self._reader.join(STOP_TIMEOUT_S)
+
+
+def curve_security(root: Path, hosts: int = 3, clients: tuple[str, ...] = ("client",),
+                   strangers: tuple[str, ...] = ()) -> Callable[[str], dict]:
+    """CURVE keys as docs/DEPLOYMENT.md (step 5) lays them out, under
+    ``root/keys``: a key pair per host and per client; each host's
+    ``authorized-<host>`` directory holds the other hosts' and the clients'
+    public keys (not the ``strangers'``).  Returns the ``HostsOptions.security``
+    callable; a client's key file is ``root/keys/<client>.key_secret``."""
+    from appliance.curve import generate_keys
+
+    keys, names = Path(root) / "keys", host_names(hosts)
+    for name in [*names, *clients, *strangers]:
+        generate_keys(name, keys)
+    for name in names:
+        authorized = Path(root) / f"authorized-{name}"
+        authorized.mkdir(mode=0o700)
+        for peer in [*names, *clients]:
+            shutil.copy(keys / f"{peer}.key", authorized / f"{peer}.key")
+
+    def security(name: str) -> dict:
+        return {"curve": True, "key_file": str(keys / f"{name}.key_secret"),
+                "authorized_keys_dir": str(Path(root) / f"authorized-{name}")}
+
+    return security
 
 
 def netns_unavailable_reason() -> str | None:
