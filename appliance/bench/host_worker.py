@@ -58,6 +58,11 @@ def _wanted(ensemble: list[str], args) -> bool:
     return True
 
 
+def _counters(bk) -> dict:
+    """The client transport's counters (disconnects, timeouts...), for diagnosis."""
+    return dict(bk.driver.transport.counters)
+
+
 def _create(bk, args):
     for _ in range(ENSEMBLE_TRIES_MAX):
         lh = bk.create_ledger(password=args.password.encode())
@@ -79,7 +84,7 @@ def write(args) -> int:
             try:
                 entry_id = lh.add(payload(lh.id, i, args.size))
             except BKError as exc:
-                emit("error", entry=i, **_error(exc))
+                emit("error", entry=i, transport=_counters(bk), **_error(exc))
                 return 0
             emit("acked", entry=entry_id)
             if args.interval_ms:
@@ -89,7 +94,7 @@ def write(args) -> int:
         except BKError as exc:
             emit("error", entry=None, **_error(exc))
             return 0
-        emit("closed", ledger=lh.id, last=lh.last_add_confirmed)
+        emit("closed", ledger=lh.id, last=lh.last_add_confirmed, transport=_counters(bk))
     return 0
 
 
