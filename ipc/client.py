@@ -33,7 +33,10 @@ Guarantees and limits:
   pings each bookie every quarter of it and a connection that stays silent
   that long counts as a disconnect: a host cut off the network (no RST ever
   arrives) is noticed even by a writer whose other bookies keep its ack
-  quorum.
+  quorum; and a tcp bookie that sent nothing for that long when a request
+  to it times out is disconnected the same way (``silent``: ZeroMQ's
+  heartbeat can miss a dead peer while a stream of sends keeps its output
+  blocked).
 * identities: each DEALER gets ``<identity>-<n>`` (n counts sockets), so a
   replacement socket never collides with a route the bookie still holds;
 * CURVE (``ipc.curve``): given ``curve_keys``, a bookie added with a
@@ -101,7 +104,8 @@ class Event:
 
 
 class _Conn:
-    __slots__ = ("bookie_id", "endpoint", "server_key", "sock", "monitor", "state", "retry_at_s")
+    __slots__ = ("bookie_id", "endpoint", "server_key", "sock", "monitor", "state", "retry_at_s",
+                 "heard_s")
 
     def __init__(self, bookie_id: str, endpoint: str, server_key: bytes | None = None):
         self.bookie_id = bookie_id
@@ -111,6 +115,7 @@ class _Conn:
         self.monitor = None
         self.state = "connecting"  # -> up <-> down; -> refused (CURVE) -> connecting
         self.retry_at_s = 0.0
+        self.heard_s = 0.0  # when a frame last arrived from it (or it connected)
 
 
 class Transport:
@@ -132,7 +137,7 @@ class Transport:
         self.curve_keys = curve_keys
         self.counters = dict.fromkeys(
             ("sent", "replies", "late_replies", "bad_replies", "timeouts", "disconnects",
-             "never_connected", "callback_failures", "handshakes_refused"), 0)
+             "never_connected", "silent", "callback_failures", "handshakes_refused"), 0)
         self._on_events = on_events
         self._drain_max = drain_messages_max
         self._reconnect = (reconnect_ivl_ms, reconnect_ivl_max_ms)
@@ -416,6 +421,7 @@ class _IoLoop:
             event = message["event"]
             if event == up_event:
                 conn.state = "up"
+                conn.heard_s = self.t.clock()
                 self._set_connected(conn.bookie_id, True)
                 self._set_refused(conn.bookie_id, None)
             elif event & _REFUSED_EVENTS:
@@ -498,6 +504,7 @@ class _IoLoop:
                 frames = recv_frames(conn.sock)
             except zmq.Again:
                 return
+            conn.heard_s = self.t.clock()
             self._on_reply(conn.bookie_id, frames)
 
     def _on_reply(self, bookie_id: str, frames: list) -> None:
@@ -535,6 +542,17 @@ class _IoLoop:
                 conn = self.conns.get(pending[0])
                 if conn is not None and conn.state == "connecting":
                     self._on_disconnect(conn, "never_connected")
+                elif conn is not None and self._silent(conn, now):
+                    self._on_disconnect(conn, "silent")
+
+    def _silent(self, conn: _Conn, now: float) -> bool:
+        """A tcp bookie that sent nothing for the heartbeat timeout while a
+        request to it timed out: a host cut off the network.  (ZeroMQ's own
+        heartbeat can miss it while a stream of sends keeps its output
+        blocked.)  Local ipc bookies are left to the add-timeout resends."""
+        limit_ms = self.t._heartbeat_timeout_ms
+        return (limit_ms > 0 and conn.state == "up" and conn.endpoint.startswith("tcp://")
+                and (now - conn.heard_s) * 1000 >= limit_ms)
 
     def _fail_pending(self, bookie_id: str | None, status: int) -> None:
         for rid, (owner, op) in list(self.pending.items()):

@@ -25,8 +25,8 @@ from appliance.bench.hosts import HostCluster, HostsOptions, netns_unavailable_r
 # timeout; an add to one of them fails after the add timeout.  The first must
 # be well below the second, so that clients no longer see the cut-off host's
 # bookies when they pick replacements (docs/DEPLOYMENT.md, step 4).
-ADD_TIMEOUT_MS = 5_000
-SESSION_TIMEOUT_MS = 2_000
+ADD_TIMEOUT_MS = 7_000
+SESSION_TIMEOUT_MS = 3_000
 # Autorecovery marks the ledgers of a bookie unregistered this long.
 LOST_BOOKIE_DELAY_MS = 3_000
 

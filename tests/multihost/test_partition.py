@@ -56,6 +56,12 @@ def _underreplicated(hosts) -> list[dict]:
     return json.loads(done.stdout)
 
 
+def _fragments_now(store, ledger: int):
+    from appliance.meta.ledgers import LedgerManager
+
+    return LedgerManager(store).read_ledger(ledger)[0].ensembles
+
+
 def _off_host1(store, ledger: int) -> bool:
     """No fragment of the ledger names a host1 bookie any more."""
     from appliance.meta.ledgers import LedgerManager
@@ -80,8 +86,14 @@ def test_partitioned_host(healthy):
         hosts.partition("host1")
         try:
             # the client's ledger leaves host1 and its adds go on
-            moved = wait_for(lambda: _without_host1(store, out_ledger), MOVE_BOUND_S + 30,
-                             interval_s=0.1, what="a fragment without host1")
+            try:
+                moved = wait_for(lambda: _without_host1(store, out_ledger), MOVE_BOUND_S + 30,
+                                 interval_s=0.1, what="a fragment without host1")
+            except TimeoutError:
+                outside.stop()  # its last event names the transport's counters
+                raise AssertionError(f"ledger {out_ledger} kept host1: "
+                                     f"{_fragments_now(store, out_ledger)}; writer "
+                                     f"{outside.events[-2:]}") from None
             moved_s = time.monotonic() - cut
             outside.wait_event("acked", lambda e: e["t"] > cut + moved_s, timeout_s=30)
             print(f"host1 partitioned: fragment without it after {moved_s:.1f} s: {moved}")
