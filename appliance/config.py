@@ -32,7 +32,7 @@ import socket
 import tomllib
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
 
@@ -56,6 +56,17 @@ class MetadataConfig:
     uri: str = _key()
     session_timeout_ms: int = _key(10_000, 1_000, 600_000)
     connect_timeout_ms: int = _key(5_000, 100, 600_000)
+    # zk:// only: an owner-only file holding user:password (ZooKeeper digest
+    # auth); every metadata node is then readable and writable by it alone.
+    auth_file: Path = _key("")
+
+    def store_options(self) -> dict:
+        """The ``open_store`` keywords of this section (the URI aside)."""
+        options = {"session_timeout_ms": self.session_timeout_ms,
+                   "connect_timeout_ms": self.connect_timeout_ms}
+        if self.auth_file:
+            options["auth_file"] = str(self.auth_file)
+        return options
 
 
 @dataclass(frozen=True)
@@ -284,8 +295,10 @@ def _build(path: Path, doc: dict) -> ApplianceConfig:
         raise _Refusal("metadata", "missing section",
                        'add [metadata] with uri = "sqlite:///metadata.db"')
     metadata = _section(doc, "metadata", MetadataConfig, base)
-    metadata = MetadataConfig(_metadata_uri(metadata.uri, base), metadata.session_timeout_ms,
-                              metadata.connect_timeout_ms)
+    metadata = replace(metadata, uri=_metadata_uri(metadata.uri, base))
+    if metadata.auth_file and not metadata.uri.startswith("zk://"):
+        raise _Refusal("metadata.auth_file", "applies to ZooKeeper (zk://) metadata only",
+                       "remove auth_file or use a zk:// uri")
     config = ApplianceConfig(
         path=path, base_dir=base, metadata=metadata, bookies=_bookies(doc, base),
         storage=_storage(doc.get("storage", {})),
@@ -499,7 +512,9 @@ def _storage(table) -> StorageConfig:
 
 def _check_cross(c: ApplianceConfig) -> None:
     cl, n = c.client, len(c.bookies)
-    if cl.ensemble > n:
+    # With zk:// metadata other hosts' bookies join the ensembles too: the
+    # count is checked when a ledger is created (NotEnoughBookiesError).
+    if cl.ensemble > n and not c.metadata.uri.startswith("zk://"):
         raise _Refusal("client.ensemble", f"{cl.ensemble} is more than the {n} configured "
                        "bookies", "lower client.ensemble (and write_quorum, ack_quorum) or "
                        "add [[bookies]]")
@@ -567,10 +582,15 @@ def probe_direct_io(directory: Path, open_fn: Callable[..., int] = os.open) -> s
 
 def check_host(config: ApplianceConfig, *,
                open_fn: Callable[..., int] = os.open) -> None:
-    """Refuse (ConfigError, one line) what this host cannot run: a data path
-    that is not a directory or cannot be created, a CPU this process may not
+    """Refuse (ConfigError, one line) what this host cannot run: a
+    metadata.auth_file that is missing, open to others or malformed, a data
+    path that is not a directory or cannot be created, a CPU this process may not
     use, a data directory without O_DIRECT (unless storage.direct_io = false),
     unusable CURVE keys ([security], ``appliance.curve``)."""
+    if config.metadata.auth_file:
+        from storage.metadata.zk_auth import read_credentials
+
+        read_credentials(config.metadata.auth_file)  # refused here, before any process
     try:
         _check_paths(config)
         from appliance.curve import check_security

@@ -130,7 +130,8 @@ def status(as_json, config_path):
     a bookie turns read-only at server.disk_usage_max), its entry logs (live
     bytes the index points at, garbage that compaction or GC can give back,
     files, open logs), and its ledgers in BP-46 limbo (repairing from peers;
-    `bkctl bookie info ID` for details).
+    `bkctl bookie info ID` for details).  With zk:// metadata, the bookies
+    other hosts registered follow (local = false; disk use not shown).
 
     \b
     Example:
@@ -138,6 +139,7 @@ def status(as_json, config_path):
     """
     config = _load(config_path)
     rows = [_bookie_status(config, b) for b in config.bookies]
+    rows += _other_hosts_bookies(config)
     if as_json:
         echo_json({"config": str(config.path), "bookies": rows})
         return
@@ -147,31 +149,72 @@ def status(as_json, config_path):
         logs = "" if r["live_bytes"] is None else (
             f"  live={r['live_bytes'] / 1e6:.1f} MB garbage={r['garbage_bytes'] / 1e6:.1f} MB"
             f" logs={r['entry_logs']}")
+        disk = "other host" if r["disk_bytes"] is None else f"disk={r['disk_bytes'] / 1e6:.1f} MB"
         click.echo(f"{r['id']:<12} {r['state']:<10} pid={r['pid'] or '-':<8} "
-                   f"{r['endpoint']}  host={r['host']} rack={r['rack']}"
-                   f"  disk={r['disk_bytes'] / 1e6:.1f} MB"
+                   f"{r['endpoint']}  host={r['host']} rack={r['rack']}  {disk}"
                    f"  fs_used={'-' if used is None else f'{used:.0%}'}{logs}{limbo}")
 
 
-def _bookie_status(config, b) -> dict:
-    from appliance.supervisor.probe import bookie_info, probe_curve
+def _other_hosts_bookies(config) -> list[dict]:
+    """With zk:// metadata, the bookies other hosts registered (their disks
+    are not visible from here).  Probed over their endpoints; with CURVE on,
+    this host's key is not theirs, so their state is the registry's."""
+    if not config.metadata.uri.startswith("zk://"):
+        return []  # SQLite metadata: every bookie is in this config
+    from appliance.errors import MetadataError
+    from appliance.meta.bookies import BookieRegistry
+    from storage.metadata import open_store
 
-    info = bookie_info(b.endpoint, PROBE_TIMEOUT_MS, curve=probe_curve(config))
+    try:
+        with open_store(config.metadata.uri, **config.metadata.store_options()) as store:
+            live = BookieRegistry(store).available()
+    except MetadataError as exc:
+        click.echo(f"other hosts' bookies unknown: {exc}", err=True)
+        return []
+    mine = {b.id for b in config.bookies}
+    rows = []
+    for bookie_id, doc in sorted(live.items()):
+        if bookie_id in mine:
+            continue
+        info = doc.get("info") or {}
+        row = {**_probe_row(bookie_id, doc["endpoint"], False if config.security.curve else
+                            None), "host": info.get("host"), "rack": info.get("rack"),
+               "local": False}
+        if config.security.curve:  # registered = alive (its session holds the entry)
+            row.update(state="read-only" if doc.get("read_only") else "up",
+                       pid=info.get("pid"))
+        rows.append(row)
+    return rows
+
+
+def _probe_row(bookie_id: str, endpoint: str, curve) -> dict:
+    """A status row from the bookie's INFO answer (None fields when down);
+    ``curve``: a key pair, None (plain), or False (do not probe)."""
+    from appliance.supervisor.probe import bookie_info
+
+    info = None if curve is False else bookie_info(endpoint, PROBE_TIMEOUT_MS, curve=curve)
     state = "down"
     if info is not None:
         state = "read-only" if info.get("read_only") else "up"
     usage = (info or {}).get("disk_usage") or {}
     storage = (info or {}).get("storage") or {}
     disk = storage.get("disk") or {}
-    return {"id": b.id, "state": state, "pid": info.get("pid") if info else None,
+    return {"id": bookie_id, "state": state, "pid": info.get("pid") if info else None,
             "fs_used": max(usage.values()) if usage else None,
             "limbo_ledgers": storage.get("limbo_ledgers") if info else None,
             "live_bytes": disk.get("live_bytes"), "garbage_bytes": disk.get("garbage_bytes"),
             "entry_logs": disk.get("entry_logs"), "open_logs": disk.get("open_logs"),
             "entry_log_bytes": disk.get("entry_log_bytes"),
             "gc": (info or {}).get("gc"), "metrics_url": (info or {}).get("metrics_url"),
-            "endpoint": b.endpoint, "host": b.host, "rack": b.rack,
-            "journal_dir": str(b.journal_dir),
+            "endpoint": endpoint, "journal_dir": None, "ledger_dir": None, "disk_bytes": None,
+            "local": True}
+
+
+def _bookie_status(config, b) -> dict:
+    from appliance.supervisor.probe import probe_curve
+
+    return {**_probe_row(b.id, b.endpoint, probe_curve(config)), "host": b.host,
+            "rack": b.rack, "journal_dir": str(b.journal_dir),
             "ledger_dir": str(b.ledger_dir),
             "disk_bytes": _du(b.journal_dir) + _du(b.ledger_dir)}
 

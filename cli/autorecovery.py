@@ -18,8 +18,7 @@ def _store(config_path):
 
     config = load_config(config_path)
     return config, open_store(config.metadata.uri, base_dir=config.base_dir,
-                              session_timeout_ms=config.metadata.session_timeout_ms,
-                              connect_timeout_ms=config.metadata.connect_timeout_ms)
+                              **config.metadata.store_options())
 
 
 @click.group()

@@ -156,8 +156,7 @@ def info_(bookie_id, as_json, config_path):
         except BKError as exc:
             disks[name] = {"path": str(directory), "error": str(exc)}
     with open_store(config.metadata.uri, base_dir=config.base_dir,
-                    session_timeout_ms=config.metadata.session_timeout_ms,
-                    connect_timeout_ms=config.metadata.connect_timeout_ms) as store:
+                    **config.metadata.store_options()) as store:
         found = BookieRegistry(store).read_cookie(bookie_id)
     meta_instance = None
     if found is not None:
@@ -305,7 +304,6 @@ def fix_cookie_(bookie_id, reformat, config_path):
 
     config = load_config(config_path)
     with open_store(config.metadata.uri, base_dir=config.base_dir,
-                    session_timeout_ms=config.metadata.session_timeout_ms,
-                    connect_timeout_ms=config.metadata.connect_timeout_ms) as store:
+                    **config.metadata.store_options()) as store:
         for line in fix_cookie(config, bookie_id, BookieRegistry(store), reformat=reformat):
             click.echo(line)

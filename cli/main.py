@@ -48,6 +48,9 @@ def _register_commands() -> None:
     from cli.bench_repair import repair as bench_repair
 
     bench.add_command(bench_autorecovery)
+    from cli.bench_hosts import hosts as bench_hosts
+
+    bench.add_command(bench_hosts)
     from cli.bench_log import log as bench_log
 
     bench.add_command(bench_log)

@@ -26,7 +26,17 @@ Guarantees and limits:
   is replaced, which discards anything still queued in it, so nothing sent
   before the disconnect reaches a restarted bookie later.  Until the
   reconnect completes, requests to that bookie fail fast.  Before the very
-  first connection, requests wait in the socket (bounded by their timeout).
+  first connection, requests wait in the socket (bounded by their timeout);
+  once one of them times out still unconnected, the bookie is treated as
+  disconnected (``never_connected``): a host cut off before this client
+  ever reached it fails fast too.  With ``heartbeat_timeout_ms``, ZeroMQ
+  pings each bookie every quarter of it and a connection that stays silent
+  that long counts as a disconnect: a host cut off the network (no RST ever
+  arrives) is noticed even by a writer whose other bookies keep its ack
+  quorum; and a tcp bookie that sent nothing for that long when a request
+  to it times out is disconnected the same way (``silent``: ZeroMQ's
+  heartbeat can miss a dead peer while a stream of sends keeps its output
+  blocked).
 * identities: each DEALER gets ``<identity>-<n>`` (n counts sockets), so a
   replacement socket never collides with a route the bookie still holds;
 * CURVE (``ipc.curve``): given ``curve_keys``, a bookie added with a
@@ -94,7 +104,8 @@ class Event:
 
 
 class _Conn:
-    __slots__ = ("bookie_id", "endpoint", "server_key", "sock", "monitor", "state", "retry_at_s")
+    __slots__ = ("bookie_id", "endpoint", "server_key", "sock", "monitor", "state", "retry_at_s",
+                 "heard_s")
 
     def __init__(self, bookie_id: str, endpoint: str, server_key: bytes | None = None):
         self.bookie_id = bookie_id
@@ -104,6 +115,7 @@ class _Conn:
         self.monitor = None
         self.state = "connecting"  # -> up <-> down; -> refused (CURVE) -> connecting
         self.retry_at_s = 0.0
+        self.heard_s = 0.0  # when a frame last arrived from it (or it connected)
 
 
 class Transport:
@@ -114,7 +126,8 @@ class Transport:
                  limits: WireLimits = DEFAULT_LIMITS, drain_messages_max: int = 256,
                  reconnect_ivl_ms: int = 100, reconnect_ivl_max_ms: int = 2000,
                  poll_ms_max: int = 1000, clock: Callable[[], float] = time.monotonic,
-                 context: zmq.Context | None = None, curve_keys: KeyPair | None = None):
+                 context: zmq.Context | None = None, curve_keys: KeyPair | None = None,
+                 heartbeat_timeout_ms: int = 0):
         if inflight_per_bookie_max < 1:
             raise ValueError("inflight_per_bookie_max must be >= 1")
         self.limits = limits
@@ -124,10 +137,11 @@ class Transport:
         self.curve_keys = curve_keys
         self.counters = dict.fromkeys(
             ("sent", "replies", "late_replies", "bad_replies", "timeouts", "disconnects",
-             "callback_failures", "handshakes_refused"), 0)
+             "never_connected", "silent", "callback_failures", "handshakes_refused"), 0)
         self._on_events = on_events
         self._drain_max = drain_messages_max
         self._reconnect = (reconnect_ivl_ms, reconnect_ivl_max_ms)
+        self._heartbeat_timeout_ms = heartbeat_timeout_ms
         self._poll_ms_max = poll_ms_max
         self._own_context = context is None
         self._ctx = context or zmq.Context()
@@ -369,6 +383,10 @@ class _IoLoop:
         sock.setsockopt(zmq.RECONNECT_IVL, t._reconnect[0])
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, t._reconnect[1])
         sock.setsockopt(zmq.MAXMSGSIZE, t.limits.frame_bytes_max + 4096)
+        if t._heartbeat_timeout_ms > 0:  # a peer silent this long is disconnected
+            sock.setsockopt(zmq.HEARTBEAT_IVL, max(1, t._heartbeat_timeout_ms // 4))
+            sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, t._heartbeat_timeout_ms)
+            sock.setsockopt(zmq.HEARTBEAT_TTL, t._heartbeat_timeout_ms)
         if conn.server_key is not None:
             configure_client(sock, t.curve_keys, conn.server_key)
         conn.monitor = sock.get_monitor_socket(_MONITOR_EVENTS)
@@ -403,6 +421,7 @@ class _IoLoop:
             event = message["event"]
             if event == up_event:
                 conn.state = "up"
+                conn.heard_s = self.t.clock()
                 self._set_connected(conn.bookie_id, True)
                 self._set_refused(conn.bookie_id, None)
             elif event & _REFUSED_EVENTS:
@@ -443,9 +462,9 @@ class _IoLoop:
                     log.warning("%s", why)
                 self.t._refused[bookie_id] = why
 
-    def _on_disconnect(self, conn: _Conn) -> None:
+    def _on_disconnect(self, conn: _Conn, counter: str = "disconnects") -> None:
         """Fail what was outstanding and replace the socket, dropping its queue."""
-        self.t.counters["disconnects"] += 1
+        self.t.counters[counter] += 1
         conn.state = "down"
         self._set_connected(conn.bookie_id, False)
         self._fail_pending(conn.bookie_id, BookieUnavailableError.code)
@@ -485,6 +504,7 @@ class _IoLoop:
                 frames = recv_frames(conn.sock)
             except zmq.Again:
                 return
+            conn.heard_s = self.t.clock()
             self._on_reply(conn.bookie_id, frames)
 
     def _on_reply(self, bookie_id: str, frames: list) -> None:
@@ -519,6 +539,20 @@ class _IoLoop:
             if pending is not None:
                 self.t.counters["timeouts"] += 1
                 self._emit(pending[0], rid, pending[1], BKTimeoutError.code)
+                conn = self.conns.get(pending[0])
+                if conn is not None and conn.state == "connecting":
+                    self._on_disconnect(conn, "never_connected")
+                elif conn is not None and self._silent(conn, now):
+                    self._on_disconnect(conn, "silent")
+
+    def _silent(self, conn: _Conn, now: float) -> bool:
+        """A tcp bookie that sent nothing for the heartbeat timeout while a
+        request to it timed out: a host cut off the network.  (ZeroMQ's own
+        heartbeat can miss it while a stream of sends keeps its output
+        blocked.)  Local ipc bookies are left to the add-timeout resends."""
+        limit_ms = self.t._heartbeat_timeout_ms
+        return (limit_ms > 0 and conn.state == "up" and conn.endpoint.startswith("tcp://")
+                and (now - conn.heard_s) * 1000 >= limit_ms)
 
     def _fail_pending(self, bookie_id: str | None, status: int) -> None:
         for rid, (owner, op) in list(self.pending.items()):

@@ -107,8 +107,7 @@ def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
     store = server = registry = gc = repairer = autorecovery = httpd = metrics_url = None
     try:
         store = open_store(config.metadata.uri, base_dir=config.base_dir,
-                           session_timeout_ms=config.metadata.session_timeout_ms,
-                           connect_timeout_ms=config.metadata.connect_timeout_ms)
+                           **config.metadata.store_options())
         registry = BookieRegistry(store)
         check_metadata_cookie(registry, bookie_id, storage,
                               auto_fix=config.server.cookie_auto_fix)

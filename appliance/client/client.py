@@ -84,8 +84,7 @@ class Client:
         limits = (config.wire_limits() if config is not None
                   else WireLimits(entry_bytes_max=PAYLOAD_BYTES_MAX + ENTRY_OVERHEAD_MAX))
         md_cfg = config.metadata if config is not None else None
-        kwargs = ({"session_timeout_ms": md_cfg.session_timeout_ms,
-                   "connect_timeout_ms": md_cfg.connect_timeout_ms} if md_cfg else {})
+        kwargs = md_cfg.store_options() if md_cfg else {}
         self._store = open_store(uri, base_dir=base_dir, **kwargs)
         try:
             self.ledgers = LedgerManager(self._store)
@@ -100,6 +99,7 @@ class Client:
                                  read_batch_bytes_max=self.config.read_batch_bytes_max,
                                  curve=curve,
                                  transport_options={"limits": limits,
+                                     "heartbeat_timeout_ms": self.config.add_timeout_ms,
                                      "reconnect_ivl_ms": self.config.reconnect_ivl_ms,
                                      "reconnect_ivl_max_ms": self.config.reconnect_ivl_max_ms})
         except BaseException:

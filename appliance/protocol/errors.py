@@ -188,6 +188,12 @@ class CorruptMetadataError(MetadataError):
     code = 26
 
 
+class MetadataAuthError(MetadataError):
+    """The metadata store refused this client: missing or wrong credentials."""
+
+    code = 27
+
+
 # -- local identity and configuration ---------------------------------------
 class CookieMismatchError(BKError):
     """A bookie cookie is missing, foreign or does not match."""
@@ -306,6 +312,7 @@ __all__ = [
     "NotEmptyError",
     "MetadataUnavailableError",
     "CorruptMetadataError",
+    "MetadataAuthError",
     "CookieMismatchError",
     "ConfigError",
     "ClientClosedError",

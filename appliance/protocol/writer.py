@@ -462,7 +462,9 @@ class LedgerWriter(CoreBase):
 
     def _retry_or_stop(self, op: _MetaOp, event: ev.MetadataRead) -> None:
         if op.tries + 1 > self.config.metadata_retries_max:
-            self._stop(FAILED, MetadataVersionError.code)
+            # the store's own error when it could not even be read (unreachable:
+            # MetadataUnavailableError), else the conflicts that used every retry
+            self._stop(FAILED, event.code if event.code != OK else MetadataVersionError.code)
         elif self._close_requested:
             self._start_close(op.tries + 1)
         elif self._state == OPEN_STATE:

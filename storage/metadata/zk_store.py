@@ -15,6 +15,11 @@ Faults it survives, and how it reports the ones it cannot:
 * Session expiry: kazoo opens a new session; the session listeners run so
   that owners re-create their ephemeral nodes.
 * A chroot that does not exist yet is created at open.
+* With ``auth_file`` (``zk_auth.read_credentials``), the session carries the
+  digest identity and every node it creates (the chroot and its parents
+  too) gets ``zk_auth.owner_acl``: a client without those credentials can
+  neither read nor change the metadata, and gets ``MetadataAuthError``
+  naming the path and the fix, never a generic error.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.retry import KazooRetry
 
 from appliance.protocol.errors import (
+    MetadataAuthError,
     MetadataError,
     MetadataUnavailableError,
     MetadataVersionError,
@@ -36,6 +42,7 @@ from appliance.protocol.errors import (
     NotEmptyError,
 )
 from storage.metadata.api import MetadataStore, parent_of
+from storage.metadata.zk_auth import owner_acl, read_credentials
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +55,7 @@ WATCH_REREAD_S = 1.0
 class ZkStore(MetadataStore):
     def __init__(self, hosts: str, chroot: str = "", *, uri: str | None = None,
                  session_timeout_ms: int = 10_000, connect_timeout_ms: int = 5_000,
-                 op_timeout_ms: int | None = None):
+                 op_timeout_ms: int | None = None, auth_file: str | None = None):
         super().__init__(uri or f"zk://{hosts}{chroot}", session_timeout_ms)
         self.hosts = hosts
         self.chroot = chroot.rstrip("/")
@@ -58,8 +65,13 @@ class ZkStore(MetadataStore):
         self.op_timeout_ms = op_timeout_ms or session_timeout_ms
         self._lost = False
         retry = KazooRetry(max_tries=-1, delay=0.05, max_delay=RECONNECT_DELAY_MAX_S)
+        auth = {}
+        if auth_file:
+            user, password = read_credentials(auth_file)
+            auth = {"auth_data": [("digest", f"{user}:{password}")],
+                    "default_acl": owner_acl(user, password)}
         self._zk = KazooClient(hosts=hosts, timeout=session_timeout_ms / 1000,
-                               connection_retry=retry, logger=log)
+                               connection_retry=retry, logger=log, **auth)
         try:
             self._zk.start(timeout=connect_timeout_ms / 1000)
         except Exception as exc:  # KazooTimeoutError, resolver errors, ...
@@ -102,6 +114,11 @@ class ZkStore(MetadataStore):
             raise MetadataUnavailableError(
                 f"{self.uri}: {type(exc).__name__} during an operation on {path} "
                 "(outcome unknown)") from exc
+        except (kz.NoAuthError, kz.AuthFailedError) as exc:
+            raise MetadataAuthError(
+                f"{self.uri}: ZooKeeper refused {path} to this client ({type(exc).__name__}: "
+                "no or wrong digest credentials); fix: set [metadata] auth_file to the "
+                "file holding the appliance's user:password") from exc
         except kz.ZookeeperError as exc:
             raise MetadataError(f"{path}: ZooKeeper error {type(exc).__name__}: {exc}") from exc
 

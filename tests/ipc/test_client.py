@@ -235,3 +235,18 @@ def test_an_ok_reply_of_another_op_is_an_error_not_a_reply(raw_bookie):
     assert (event.request_id, event.status, event.reply) == (rid, BadRequestError.code,
                                                              None)
     assert t.counters["bad_replies"] == 1
+
+
+def test_a_bookie_never_reached_fails_fast_after_its_first_timeout(transport, short_tmp):
+    """Nothing listens (a host cut off before the first connection): the
+    first request waits for its deadline, later ones fail at once, until a
+    connection is made."""
+    t = transport()
+    t.add_bookie("b1", f"ipc://{short_tmp}/nobody.sock")
+    first = t.send("b1", PingRequest(), 100)
+    assert [(e.request_id, e.status) for e in events_for(t, 1)] == [(first,
+                                                                       BKTimeoutError.code)]
+    assert t.counters["never_connected"] == 1 and not t.is_connected("b1")
+    later = t.send("b1", PingRequest(), 60_000)
+    assert [(e.request_id, e.status) for e in events_for(t, 1, timeout_s=5)] == [
+        (later, BookieUnavailableError.code)]

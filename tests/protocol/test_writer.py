@@ -9,6 +9,7 @@ from appliance.errors import (
     BookieIOError,
     LedgerClosedError,
     LedgerFencedError,
+    MetadataUnavailableError,
     MetadataVersionError,
     NotEnoughBookiesError,
     TooManyRequestsError,
@@ -121,6 +122,25 @@ def test_conflict_with_a_recovery_fences_the_writer():
     assert (failed.first_entry_id, failed.last_entry_id, failed.code) == \
         (0, 0, LedgerFencedError.code)
     assert one(ev.FailAdds, w.add(b"later", 0)).code == LedgerFencedError.code
+
+
+def test_an_unreachable_store_fails_the_adds_with_its_own_error():
+    """A writer cut off from the metadata store (a partitioned host) fails
+    with MetadataUnavailableError once its retries are used, not with a
+    conflict it never saw."""
+    w = writer(metadata_retries_max=2)
+    s = of(ev.SendAdd, w.add(b"0", 0))[0]
+    change = one(ev.WriteMetadata, ack(w, s, code=BookieIOError.code))
+    unavailable = MetadataUnavailableError.code
+    for _ in range(3):
+        reread = one(ev.ReadMetadata, w.handle(ev.MetadataWritten(
+            change.request_id, 1, unavailable)))
+        actions = w.handle(ev.MetadataRead(reread.request_id, 1, unavailable))
+        change = next(iter(of(ev.WriteMetadata, actions)), None)
+        if change is None:
+            break
+    assert one(ev.FailAdds, actions).code == unavailable and w.state == "failed"
+    assert one(ev.FailAdds, w.add(b"later", 0)).code == unavailable
 
 
 def test_a_fenced_reply_stops_the_writer():

@@ -1,0 +1,56 @@
+"""``bkctl bench hosts``: adds/s and latency across three simulated hosts
+(network namespaces, a ZooKeeper ensemble, tcp bookies); needs root.
+How it is set up and counted: ``appliance.bench.hosts_bench``."""
+
+from __future__ import annotations
+
+import click
+
+from cli.common import echo_json, json_option, library_errors
+from cli.ledger import quorum_options
+
+
+@click.command("hosts")
+@click.option("--entries", type=click.IntRange(min=1), default=20_000, show_default=True,
+              help="Entries written (closed loop, one ledger).")
+@click.option("--size", type=click.IntRange(min=0), default=1024, show_default=True,
+              help="Payload bytes per entry.")
+@click.option("--inflight", type=click.IntRange(min=1), default=1_000, show_default=True,
+              help="Adds in flight.")
+@click.option("--delay-ms", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="One-way delay added on every host's link (tc netem; needs sch_netem).")
+@click.option("--curve/--no-curve", default=False, show_default=True,
+              help="CURVE on every tcp endpoint (a key pair per host and for the client).")
+@click.option("--dir", "workdir", type=click.Path(file_okay=False, exists=True), default=None,
+              help="Put the hosts' data under DIR (default: $TMPDIR).")
+@json_option
+@quorum_options
+@library_errors
+def hosts(entries, size, inflight, delay_ms, curve, workdir, as_json, ensemble, write_quorum,
+          ack_quorum):
+    """Durable adds/s and p50/p99 from a client namespace to bookies on
+    three host namespaces over tcp (as root; everything is removed after).
+
+    \b
+    Example:
+      sudo bkctl bench hosts                      # 20,000 x 1 KB, E3/W3/A2
+      sudo bkctl bench hosts --delay-ms 1 --json  # 1 ms each way between hosts
+      sudo bkctl bench hosts --curve              # the same with CURVE on
+    """
+    from appliance.bench.hosts_bench import run_hosts_bench
+
+    try:
+        doc = run_hosts_bench(entries, size=size, inflight=inflight, delay_ms=delay_ms,
+                              quorums=(ensemble, write_quorum, ack_quorum), workdir=workdir,
+                              curve=curve)
+    except RuntimeError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        echo_json(doc)
+        return
+    click.echo(f"hosts {doc['adds_per_s']:>10,.0f} adds/s  p50 {doc['p50_ms']:.2f}  "
+               f"p99 {doc['p99_ms']:.2f} ms  ({doc['entries']:,} x {doc['size']} B, "
+               f"E{doc['ensemble']}/W{doc['write_quorum']}/A{doc['ack_quorum']}, "
+               f"{doc['hosts']} hosts x {doc['bookies'] // doc['hosts']} bookies, tcp"
+               f"{' + CURVE' if doc['curve'] else ''}, "
+               f"delay {doc['delay_ms']} ms)")
