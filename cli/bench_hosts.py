@@ -19,6 +19,11 @@ from cli.ledger import quorum_options
               help="Adds in flight.")
 @click.option("--delay-ms", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="One-way delay added on every host's link (tc netem; needs sch_netem).")
+@click.option("--delay-mode", type=click.Choice(["netem", "relay", "auto"]), default="netem",
+              show_default=True,
+              help="How the delay is made: tc netem, or a userspace relay in front of each "
+                   "host's bookies (kernels without netem; --delay-ms 0 --delay-mode relay is "
+                   "its baseline), or auto (netem if the kernel has it).")
 @click.option("--curve/--no-curve", default=False, show_default=True,
               help="CURVE on every tcp endpoint (a key pair per host and for the client).")
 @click.option("--dir", "workdir", type=click.Path(file_okay=False, exists=True), default=None,
@@ -26,8 +31,8 @@ from cli.ledger import quorum_options
 @json_option
 @quorum_options
 @library_errors
-def hosts(entries, size, inflight, delay_ms, curve, workdir, as_json, ensemble, write_quorum,
-          ack_quorum):
+def hosts(entries, size, inflight, delay_ms, delay_mode, curve, workdir, as_json, ensemble,
+          write_quorum, ack_quorum):
     """Durable adds/s and p50/p99 from a client namespace to bookies on
     three host namespaces over tcp (as root; everything is removed after).
 
@@ -36,13 +41,14 @@ def hosts(entries, size, inflight, delay_ms, curve, workdir, as_json, ensemble, 
       sudo bkctl bench hosts                      # 20,000 x 1 KB, E3/W3/A2
       sudo bkctl bench hosts --delay-ms 1 --json  # 1 ms each way between hosts
       sudo bkctl bench hosts --curve              # the same with CURVE on
+      sudo bkctl bench hosts --inflight 1 --delay-ms 1 --delay-mode relay
     """
     from appliance.bench.hosts_bench import run_hosts_bench
 
     try:
         doc = run_hosts_bench(entries, size=size, inflight=inflight, delay_ms=delay_ms,
                               quorums=(ensemble, write_quorum, ack_quorum), workdir=workdir,
-                              curve=curve)
+                              curve=curve, delay_mode=delay_mode)
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
@@ -53,4 +59,4 @@ def hosts(entries, size, inflight, delay_ms, curve, workdir, as_json, ensemble, 
                f"E{doc['ensemble']}/W{doc['write_quorum']}/A{doc['ack_quorum']}, "
                f"{doc['hosts']} hosts x {doc['bookies'] // doc['hosts']} bookies, tcp"
                f"{' + CURVE' if doc['curve'] else ''}, "
-               f"delay {doc['delay_ms']} ms)")
+               f"delay {doc['delay_ms']} ms, {doc['delay_mode']})")

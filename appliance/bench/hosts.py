@@ -40,12 +40,13 @@ from pathlib import Path
 
 from appliance.bench.launcher import _table as toml_table
 from appliance.bench.launcher import log_tail, spawn, stop_process, wait_for
-from appliance.bench.netns import Network
+from appliance.bench.netns import NetnsError, Network
 from appliance.bench.zk_server import CLIENT_PORT, EnsembleMember
 
 START_TIMEOUT_S = 120.0  # the ensemble serving and every bookie registered
 STOP_TIMEOUT_S = 20.0
 BOOKIE_PORT_BASE = 3181  # bookie i of a host listens on its address at 3181 + i - 1
+RELAY_PORT = 4181  # the delay relay of a host (``delay(mode="relay")``)
 CHROOT = "/appliance"
 AUTH_USER = "appliance"
 CLIENT = "client"
@@ -85,6 +86,7 @@ class HostCluster:
         self.zk: list[EnsembleMember] = []
         self.supervisors: dict[str, subprocess.Popen] = {}
         self.workers: list[Worker] = []
+        self.relays: list[subprocess.Popen] = []  # delay relays (delay(mode="relay"))
         self.auth_file = self.root / "zk-auth"
 
     # -- life cycle -------------------------------------------------------------------
@@ -119,6 +121,8 @@ class HostCluster:
                 self.stop_supervisor(name)
             for member in self.zk:
                 member.stop()
+            for proc in self.relays:
+                stop_process(proc)
         finally:
             self.net.close()  # SIGKILLs whatever is left in the namespaces
 
@@ -251,8 +255,44 @@ class HostCluster:
     def heal(self, name: str) -> None:
         self.net.heal(name)
 
-    def delay(self, ms: float) -> None:
-        self.net.delay(ms)
+    def delay(self, ms: float, mode: str = "netem") -> str:
+        """One-way ``ms`` between hosts; returns how it was made.  ``netem``:
+        ``tc netem`` on every host's link (all traffic); ``relay``: a
+        userspace relay in each host namespace in front of its bookie ports
+        (``appliance.bench.delay_relay``; client-to-bookie traffic only, for
+        kernels without netem; ``ms`` may be 0, the relay's own baseline);
+        ``auto``: netem if this kernel has it, else the relay."""
+        if mode not in ("netem", "relay", "auto"):
+            raise ValueError(f"mode must be netem, relay or auto, got {mode!r}")
+        if mode != "relay":
+            try:
+                self.net.delay(ms)
+                return "netem"
+            except NetnsError:
+                if mode == "netem":
+                    raise
+        self._relay_delay(ms)
+        return "relay"
+
+    def _relay_delay(self, ms: float) -> None:
+        if shutil.which("iptables") is None:
+            raise NetnsError("a relay delay needs iptables (apt-get install iptables)")
+        ports = f"{BOOKIE_PORT_BASE}:{BOOKIE_PORT_BASE + self.options.bookies_per_host - 1}"
+        for name in self.names:
+            ready = self.root / f"{name}-relay.ready"
+            ready.unlink(missing_ok=True)
+            proc = spawn([*self.net.exec_prefix(name), sys.executable, "-m",
+                          "appliance.bench.delay_relay", "--port", str(RELAY_PORT),
+                          "--delay-ms", str(ms), "--ready-file", str(ready)],
+                         self.root / f"{name}-relay.log", cwd=self.root)
+            self.relays.append(proc)
+            wait_for(ready.exists, 30.0, what=f"the delay relay on {name}")
+            done = subprocess.run([*self.net.exec_prefix(name), "iptables", "-t", "nat", "-A",
+                                   "PREROUTING", "-p", "tcp", "-d", self.address(name),
+                                   "--dport", ports, "-j", "REDIRECT", "--to-ports",
+                                   str(RELAY_PORT)], capture_output=True, text=True)
+            if done.returncode != 0:
+                raise NetnsError(f"iptables REDIRECT on {name}: {done.stderr.strip()}")
 
     # -- client work -------------------------------------------------------------------------
     def client_config(self, key_file: str | os.PathLike) -> Path:

@@ -7,8 +7,11 @@ closed-loop write benchmark (``bkctl bench write --config``, one ledger,
 E/W/A as asked) from the client namespace and tears everything down, also
 on failure.  The figures are those of ``appliance.bench.ledgers`` (adds/s,
 latency percentiles from the writer's side), plus how the cluster was set
-up.  ``curve=True`` gives every host and the client a CURVE key pair
-(``hosts.curve_security``), so on and off are the same run otherwise.
+up.  ``delay_mode``: ``netem``, or ``relay`` (a userspace relay in front
+of the bookies, for kernels without netem; with ``delay_ms`` 0 it is the
+relay's own baseline) or ``auto`` (``HostCluster.delay``).  ``curve=True``
+gives every host and the client a CURVE key pair (``hosts.curve_security``),
+so on and off are the same run otherwise.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ BENCH_TIMEOUT_S = 3_600.0
 
 def run_hosts_bench(entries: int, *, size: int = 1024, quorums: tuple[int, int, int] = (3, 3, 2),
                     inflight: int = 1_000, delay_ms: float = 0.0, workdir: str | None = None,
-                    curve: bool = False) -> dict:
+                    curve: bool = False, delay_mode: str = "netem") -> dict:
     """The results document of one run (``bkctl bench write --json`` keys
     plus ``hosts``, ``delay_ms``, ``curve``); with ``curve``, every host and
     the client have key pairs (``hosts.curve_security``)."""
@@ -43,8 +46,8 @@ def run_hosts_bench(entries: int, *, size: int = 1024, quorums: tuple[int, int, 
     try:
         security = curve_security(root / "curve") if curve else None
         with HostCluster(root / "cluster", HostsOptions(security=security)) as cluster:
-            if delay_ms:
-                cluster.delay(delay_ms)
+            made = cluster.delay(delay_ms, delay_mode) if delay_ms or delay_mode == "relay" \
+                else "none"
             e, w, a = quorums
             config = (cluster.client_config(root / "curve" / "keys" / "client.key_secret")
                       if curve else None)
@@ -57,7 +60,7 @@ def run_hosts_bench(entries: int, *, size: int = 1024, quorums: tuple[int, int, 
                                    f"{done.stderr.strip()[-2000:]}")
             doc = json.loads(done.stdout)
             doc.update(hosts=len(cluster.names), bookies=len(cluster.bookie_ids()),
-                       delay_ms=delay_ms, curve=curve)
+                       delay_ms=delay_ms, delay_mode=made, curve=curve)
             return doc
     finally:
         shutil.rmtree(root, ignore_errors=True)
