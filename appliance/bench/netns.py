@@ -217,7 +217,8 @@ class Network:
                          "root", "netem", "delay", f"{ms}ms"], check=False)
             if done.returncode != 0:
                 raise NetnsError(f"tc netem delay on {host.name}: {done.stderr.strip()} (this "
-                                 "kernel may lack the sch_netem module)")
+                                 "kernel may lack the sch_netem module; bkctl bench hosts "
+                                 "--delay-mode relay delays in user space instead)")
             self._delayed.append(host)
 
     def close(self) -> None:
