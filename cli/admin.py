@@ -95,7 +95,7 @@ def down(config_path):
     Example:
       bkctl down --config configs/local.toml
     """
-    from appliance.supervisor.supervisor import pid_alive, read_state
+    from appliance.supervisor.supervisor import pid_alive, read_state, supervisor_alive
 
     config = _load(config_path)
     state = read_state(config)
@@ -103,8 +103,8 @@ def down(config_path):
         raise click.ClickException(f"no appliance is running from {config.path}")
     timeout_s = config.supervisor.stop_timeout_ms / 1000.0 + 10
     targets = []
-    if pid_alive(state.get("pid"), "appliance.supervisor"):
-        targets.append(state["pid"])  # it stops its bookies
+    if supervisor_alive(state):
+        targets.append(state["pid"])  # it stops its bookies (`bkctl up` in a terminal too)
     else:  # the supervisor died: stop its bookies ourselves
         targets += [pid for bookie_id, pid in state.get("bookies", {}).items()
                     if pid_alive(pid, bookie_id)]

@@ -51,6 +51,7 @@ from storage.aligned_io import make_dirs
 log = logging.getLogger("appliance.supervisor")
 
 STATE_FILE = "supervisor.json"
+START_TIME_SLACK_S = 1.0  # a recycled pid started at another time is not ours
 
 
 def state_path(config) -> Path:
@@ -74,6 +75,25 @@ def pid_alive(pid: int | None, marker: str | None = None) -> bool:
         if proc.status() == psutil.STATUS_ZOMBIE:
             return False
         return marker is None or marker in " ".join(proc.cmdline())
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+def supervisor_alive(state: dict | None) -> bool:
+    """Does the supervisor a state file names still run?  Judged by its pid
+    and its start time, whatever its command line: ``bkctl up`` runs it in
+    its own process, ``bkctl up --detach`` as ``python -m
+    appliance.supervisor``.  A state without a start time (written before
+    it was recorded) falls back to the command line."""
+    if not state or not state.get("pid"):
+        return False
+    started = state.get("started")
+    if started is None:
+        return pid_alive(state["pid"], "appliance.supervisor")
+    try:
+        proc = psutil.Process(state["pid"])
+        return proc.status() != psutil.STATUS_ZOMBIE and \
+            abs(proc.create_time() - started) < START_TIME_SLACK_S
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return False
 
@@ -134,8 +154,7 @@ class Supervisor:
 
         check_host(self.config)
         state = read_state(self.config)
-        if state and pid_alive(state.get("pid"), "appliance.supervisor") \
-                and state.get("pid") != os.getpid():
+        if supervisor_alive(state) and state.get("pid") != os.getpid():
             raise ConfigError(f"{self.config.path}: an appliance supervisor (pid {state['pid']}) "
                               "already runs this config; stop it with `bkctl down`")
         make_dirs(self.config.run_path)
@@ -172,7 +191,8 @@ class Supervisor:
         log.info("started bookie %s (pid %d, cpus %s)", b.spec.id, b.pid, b.cpus or "any")
 
     def _write_state(self) -> None:
-        doc = {"pid": os.getpid(), "config": str(self.config.path),
+        doc = {"pid": os.getpid(), "started": psutil.Process().create_time(),
+               "config": str(self.config.path),
                "bookies": {b.spec.id: b.pid for b in self.bookies if b.pid}}
         tmp = state_path(self.config).with_suffix(".tmp")
         tmp.write_text(json.dumps(doc, sort_keys=True))

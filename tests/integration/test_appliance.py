@@ -57,6 +57,40 @@ def test_bkctl_end_to_end(appliance_config, short_tmp):
     assert [b["state"] for b in status["bookies"]] == ["down"] * 4
 
 
+def test_bkctl_down_stops_an_appliance_running_in_a_terminal(appliance_config):
+    """`make run` is `bkctl up` in the foreground: `bkctl down` from another
+    terminal must stop that supervisor (which stops its bookies), not kill
+    the bookies under a supervisor that restarts them."""
+    import subprocess
+    import sys
+
+    from tests.support.bkctl import REPO
+
+    config, seen = appliance_config
+    up = subprocess.Popen([sys.executable, "-m", "cli.main", "up", "--config", str(config)],
+                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    seen.add(up.pid)
+    try:
+        wait_for(lambda: [b["state"] for b in json.loads(bkctl(
+            "status", "--json", config=config).stdout)["bookies"]] == ["up"] * 4, 60,
+            what="four bookies up")
+        bookie_pids = set(supervisor_pids(config)[1:])
+        seen.update(bookie_pids)
+        down = bkctl("down", config=config)
+        assert down.returncode == 0, down.stderr.decode()
+        assert up.wait(timeout=60) == 0  # the foreground supervisor itself stopped
+        alive = {p for p in bookie_pids if psutil.pid_exists(p)
+                 and psutil.Process(p).status() != "zombie"}
+        assert alive == set()  # and no bookie was restarted behind it
+        status = json.loads(bkctl("status", "--json", config=config).stdout)
+        assert [b["state"] for b in status["bookies"]] == ["down"] * 4
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+
+
 def test_cli_errors_are_one_line_without_traceback(appliance_config, short_tmp):
     config, _ = appliance_config
     broken = short_tmp / "broken.toml"
