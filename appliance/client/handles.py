@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING
@@ -158,8 +159,15 @@ class WriteHandle:
         self._queued_payloads: list = []  # waiting for the driver, with their futures
         self._queued_futures: list[AddFuture] = []
         self._flush_posted = False
-        self._lingered = self._no_linger = False
+        # Adaptive batching (see _flush): _held (under the queue lock) means the
+        # driver holds the queued adds until a batch is acknowledged or the
+        # linger deadline; _batch_ends (driver thread) holds the last entry id
+        # of each batch sent and not yet acknowledged.
+        self._held = self._no_linger = False
+        self._hold_gen = 0
+        self._batch_ends: deque[int] = deque()
         self._linger_s = cfg.add_linger_us / 1e6
+        self._hold_batches = cfg.add_batches_inflight
         self._batch_max = cfg.add_batch_entries_max
         self._futures: dict[int, AddFuture] = {}
         self._future_condition = threading.Condition()  # shared by this handle's AddFutures
@@ -220,7 +228,10 @@ class WriteHandle:
                 self._inflight_bytes += size
                 self._queued_payloads += chunk
                 self._queued_futures += futs
-                post = not self._flush_posted
+                post = not self._flush_posted or (
+                    self._held and len(self._queued_payloads) >= self._batch_max)
+                if post:
+                    self._held = False  # the posted flush sends them
                 self._flush_posted = True
             if post:
                 self._driver.post(self._flush)
@@ -254,7 +265,11 @@ class WriteHandle:
             self._queued_payloads.append(payload)
             self._queued_futures.append(fut)
             self._no_linger = self._no_linger or not linger
-            post = not self._flush_posted or (not linger and self._lingered)
+            # a held batch goes at once when a caller waits or it became full
+            post = not self._flush_posted or (self._held and (
+                not linger or len(self._queued_payloads) >= self._batch_max))
+            if post:
+                self._held = False  # the posted flush sends them
             self._flush_posted = True
         if post:
             self._driver.post(self._flush)
@@ -272,36 +287,63 @@ class WriteHandle:
         finally:
             self._room_waiters -= 1
 
-    def _flush(self) -> None:
+    def _flush(self, force: bool = False) -> None:
         """Driver thread: hand every queued payload to the writer at once.
-        A batch smaller than ``add_batch_entries_max`` first waits
-        ``add_linger_us`` for company (once), so adds arriving one by one
-        travel a few per message instead of one each."""
+
+        Adaptive batching: a batch smaller than ``add_batch_entries_max`` goes
+        at once while fewer than ``add_batches_inflight`` of this handle's
+        batches await their ack quorum; otherwise it is held, gathering the
+        adds that arrive meanwhile, until one of them is acknowledged or
+        ``add_linger_us`` has passed.  So an idle handle sends an add with
+        no delay, and one busy with adds arriving one by one sends a few per
+        message (as many as arrive in a round trip) without a timer per
+        message.  A caller that waits (``add``), a full batch and ``force``
+        never wait."""
         with self._queue_lock:
             queued = len(self._queued_payloads)
-            if 0 < queued < self._batch_max and self._linger_s > 0 and not self._lingered \
-                    and not self._no_linger:
-                self._lingered = True  # _flush_posted stays set: add_async posts nothing
-                self._driver.call_later_s(self._linger_s, self._flush)
+            if not force and 0 < queued < self._batch_max and self._linger_s > 0 \
+                    and not self._no_linger and len(self._batch_ends) >= self._hold_batches:
+                if not self._held:  # _flush_posted stays set: add_async posts nothing
+                    self._held = True
+                    gen = self._hold_gen
+                    self._driver.call_later_s(self._linger_s, lambda: self._flush_late(gen))
                 return
-            self._lingered = self._no_linger = False
+            self._held = self._no_linger = False
             payloads, futures = self._queued_payloads, self._queued_futures
             self._queued_payloads, self._queued_futures = [], []
             self._flush_posted = False
+        self._hold_gen += 1  # a pending linger deadline is moot
         if not payloads:
             return
         first = self._writer.last_add_pushed + 1
         self._futures.update(zip(range(first, first + len(futures)), futures, strict=True))
+        self._batch_ends.append(first + len(futures) - 1)
         actions = self._writer.add_many(payloads, self._driver.now_ms())
         self._driver.run(self._writer, actions)
+
+    def _flush_late(self, gen: int) -> None:
+        """Driver thread: the linger deadline of a held batch."""
+        if gen == self._hold_gen and self._held:
+            self._flush(force=True)
+
+    def _acknowledged(self, last: int) -> None:
+        """Driver thread: adds up to ``last`` are settled; a held batch goes
+        once fewer than ``add_batches_inflight`` batches are outstanding."""
+        ends = self._batch_ends
+        while ends and ends[0] <= last:
+            ends.popleft()
+        if self._held and len(ends) < self._hold_batches:
+            self._flush()
 
     def on_result(self, action) -> None:
         """Driver thread: a result of the writer core."""
         if isinstance(action, ev.CompleteAdds):
             self._settle(action.first_entry_id, action.last_entry_id, None)
+            self._acknowledged(action.last_entry_id)
         elif isinstance(action, ev.FailAdds):
             self._settle(action.first_entry_id, action.last_entry_id,
                          self._driver.error(action.code, f"ledger {self.id}"))
+            self._acknowledged(action.last_entry_id)
         elif isinstance(action, ev.CloseDone) and self._close_done is not None:
             if not self._close_done.done():
                 self._close_done.set_result(action)
@@ -327,7 +369,7 @@ class WriteHandle:
         if self._closed:
             return
         self._closed = True
-        self._driver.call(self._flush).result()
+        self._driver.call(self._flush, True).result()
         pending = list(self._futures.values())
         for fut in pending:
             try:

@@ -1,0 +1,82 @@
+"""Adaptive batching of adds (``[client] add_linger_us``,
+``add_batches_inflight``), seen through the wire: adds that arrive while the
+ledger's batch awaits its ack quorum are held and travel together in one
+message, sent when that batch is acknowledged, or at once when a caller
+waits (``add``).  The linger cap is set far above every wait of these tests
+(60 s), so only the rule under test can release the held adds in time."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import pytest
+
+import appliance
+from tests.support.launch import wait_for, wait_registered
+
+PW = b"secret"
+HOLD_US = 60_000_000
+
+
+def _sent(bk) -> int:
+    return bk.driver.transport.counters["sent"]
+
+
+@pytest.fixture
+def stalled(make_cluster):
+    """(client, ledger, messages sent so far, the ensemble's first two bookie
+    pids SIGSTOPped: no ack quorum until ``resume``), with one add in flight."""
+    cluster = make_cluster(3, client={"add_linger_us": HOLD_US, "add_batches_inflight": 1,
+                                      "explicit_lac_interval_ms": 0})
+    pids: list[int] = []
+
+    def resume():
+        while pids:
+            os.kill(pids.pop(), signal.SIGCONT)
+
+    with appliance.connect(str(cluster.config_path)) as bk:
+        wait_registered(bk, 3)
+        lh = bk.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=PW)
+        assert lh.add(b"first") == 0
+        base = _sent(bk)
+        for bookie_id in lh.metadata.ensembles[0][1][:2]:
+            pids.append(cluster.procs[bookie_id].pid)
+            os.kill(pids[-1], signal.SIGSTOP)
+        try:
+            in_flight = lh.add_async(b"a")  # the ledger is idle: it leaves at once
+            wait_for(lambda: _sent(bk) == base + 3, 30.0, what="the first add on the wire")
+            yield bk, lh, base, in_flight, resume
+        finally:
+            resume()
+
+
+def test_adds_held_behind_a_batch_leave_together_on_its_ack(stalled):
+    bk, lh, base, in_flight, resume = stalled
+    held = [lh.add_async(b"b%d" % i) for i in range(100)]
+    resume()
+    assert in_flight.result(timeout=30) == 1
+    assert [f.result(timeout=30) for f in held] == list(range(2, 102))
+    assert _sent(bk) == base + 6  # the 100 went as one message per bookie
+    lh.close()
+    got = bk.open_ledger(lh.id, password=PW).read(0, 101)
+    assert [e.payload for e in got] == [b"first", b"a"] + [b"b%d" % i for i in range(100)]
+
+
+def test_a_waiting_add_sends_the_held_adds_at_once(stalled):
+    bk, lh, base, in_flight, resume = stalled
+    held = [lh.add_async(b"b%d" % i) for i in range(100)]
+    result: list = []
+    waiter = threading.Thread(target=lambda: result.append(lh.add(b"sync")))
+    waiter.start()
+    try:  # no ack can come: only add()'s rule sends them (a hold would last 60 s)
+        wait_for(lambda: _sent(bk) == base + 6, 30.0, what="the held adds on the wire")
+    finally:
+        resume()
+        waiter.join(60)
+    assert result == [102]
+    assert in_flight.result(timeout=30) == 1
+    assert [f.result(timeout=30) for f in held] == list(range(2, 102))
+    assert _sent(bk) == base + 6
+    lh.close()
