@@ -10,6 +10,12 @@ an ``on_events(list)`` callback run on the I/O thread (the client binding
 can drive its pure protocol core from there) or, without a callback, to
 ``next_events(timeout_ms)``.
 
+With ``io_thread=False`` there is no I/O thread: the thread that called
+``bind_owner()`` owns the sockets and runs the loop itself, one
+``step(timeout_ms)`` at a time (the client driver does, so a message costs
+no thread hand-off); its own calls act at once, other threads' calls go
+through the outbox and wake its ``step``, and ``wake()`` ends a wait.
+
 Guarantees and limits:
 
 * every request gets exactly one event: its reply, or ``BKTimeoutError`` at
@@ -127,9 +133,11 @@ class Transport:
                  reconnect_ivl_ms: int = 100, reconnect_ivl_max_ms: int = 2000,
                  poll_ms_max: int = 1000, clock: Callable[[], float] = time.monotonic,
                  context: zmq.Context | None = None, curve_keys: KeyPair | None = None,
-                 heartbeat_timeout_ms: int = 0):
+                 heartbeat_timeout_ms: int = 0, io_thread: bool = True):
         if inflight_per_bookie_max < 1:
             raise ValueError("inflight_per_bookie_max must be >= 1")
+        if not io_thread and on_events is None:
+            raise ValueError("a transport without its I/O thread needs on_events")
         self.limits = limits
         self.inflight_per_bookie_max = inflight_per_bookie_max
         self.identity = identity or f"client-{os.getpid()}-{uuid.uuid4().hex[:12]}".encode()
@@ -159,8 +167,12 @@ class Transport:
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._io = _IoLoop(self)
-        self._thread = threading.Thread(target=self._io.run, name="bk-transport", daemon=True)
-        self._thread.start()
+        self._owner: int | None = None  # io_thread=False: the thread that calls step()
+        self._thread = None
+        if io_thread:
+            self._thread = threading.Thread(target=self._io.run, name="bk-transport",
+                                            daemon=True)
+            self._thread.start()
 
     # -- API (any thread) -------------------------------------------------------
     def add_bookie(self, bookie_id: str, endpoint: str, server_key: bytes | None = None) -> None:
@@ -171,14 +183,21 @@ class Transport:
             self._check_open()
             self._endpoints[bookie_id] = endpoint
             self._inflight.setdefault(bookie_id, 0)
-            self._post(("add", bookie_id, endpoint, server_key))
+            if not self._on_owner():
+                self._post(("add", bookie_id, endpoint, server_key))
+                return
+        self._io._add(bookie_id, endpoint, server_key)
 
     def remove_bookie(self, bookie_id: str) -> None:
         """Disconnect; its outstanding requests fail with BookieUnavailableError."""
         with self._cond:
             self._check_open()
-            if self._endpoints.pop(bookie_id, None) is not None:
+            if self._endpoints.pop(bookie_id, None) is None:
+                return
+            if not self._on_owner():
                 self._post(("remove", bookie_id))
+                return
+        self._io._remove(bookie_id)
 
     def send(self, bookie_id: str, request: Request, timeout_ms: int) -> int:
         """Queue ``request`` for ``bookie_id``; returns its request id (also set
@@ -200,8 +219,37 @@ class Transport:
             frames = encode_request(request, self.limits)
             self._inflight[bookie_id] += 1
             deadline_s = self.clock() + timeout_ms / 1000.0
-            self._post(("send", bookie_id, rid, int(request.OP), deadline_s, frames))
+            if not self._on_owner():
+                self._post(("send", bookie_id, rid, int(request.OP), deadline_s, frames))
+                return rid
+        self._io._send(bookie_id, rid, int(request.OP), deadline_s, frames)
         return rid
+
+    # -- without an I/O thread (io_thread=False): the owner thread runs it -----
+    def bind_owner(self) -> None:
+        """io_thread=False: the calling thread owns the sockets from now on;
+        its calls act at once, other threads' go through the outbox."""
+        if self._thread is not None:
+            raise RuntimeError("this transport has its own I/O thread")
+        self._owner = threading.get_ident()
+
+    def step(self, timeout_ms: int) -> None:
+        """io_thread=False, owner thread: wait up to ``timeout_ms`` (less if a
+        request's deadline comes first) for replies, connection changes or a
+        ``wake()``; handle them; deliver the events to ``on_events``."""
+        self._io.step(timeout_ms)
+
+    def wake(self) -> None:
+        """Any thread: end the owner's current ``step`` wait."""
+        try:
+            os.write(self._wake_w, b"\0")
+        except BlockingIOError:
+            pass  # a wakeup is already pending
+        except OSError:
+            pass  # closed
+
+    def _on_owner(self) -> bool:
+        return self._owner is not None and self._owner == threading.get_ident()
 
     def next_events(self, timeout_ms: int, max_events: int = 1024) -> list[Event]:
         """Events delivered so far (up to ``max_events``), waiting up to
@@ -242,7 +290,10 @@ class Transport:
             self._closing = True
             self._post(("close",))
             self._cond.notify_all()
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
+        else:  # the owner has stopped stepping: finish its work here
+            self._io.finish()
         os.close(self._wake_r)
         os.close(self._wake_w)
         if self._own_context:
@@ -310,14 +361,33 @@ class _IoLoop:
             while not self._step():
                 pass
         finally:
-            for conn in list(self.conns.values()):
-                self._close_conn(conn)
-            self._fail_pending(None, BookieUnavailableError.code)
-            if self.events:
-                self.t._deliver(self.events)
+            self.finish()
 
-    def _step(self) -> bool:
-        ready = dict(self.poller.poll(self._poll_timeout_ms()))
+    def finish(self) -> None:
+        """Close every socket; what was outstanding fails (delivered)."""
+        for conn in list(self.conns.values()):
+            self._close_conn(conn)
+        self._fail_pending(None, BookieUnavailableError.code)
+        if self.events:
+            events, self.events = self.events, []
+            self.t._deliver(events)
+
+    def step(self, timeout_ms: int) -> None:
+        """One wait and its work, on the owner thread (no I/O thread); events
+        emitted while delivering (a send that failed at once) are delivered
+        too, so the owner never waits on work already done."""
+        self._step(timeout_ms)
+        for _ in range(64):  # bounded: each round is a reaction to the last
+            if not self.events:
+                break
+            events, self.events = self.events, []
+            self.t._deliver(events)
+
+    def _step(self, timeout_ms: int | None = None) -> bool:
+        wait_ms = self._poll_timeout_ms()
+        if timeout_ms is not None:
+            wait_ms = min(wait_ms, timeout_ms)
+        ready = dict(self.poller.poll(wait_ms))
         if self.t._wake_r in ready and self._take_outbox():
             return True
         for conn in list(self.conns.values()):

@@ -1,11 +1,14 @@
 """The client driver: runs the pure protocol cores over ZeroMQ and the
 metadata store.
 
-One thread (the *driver thread*) owns every core: user calls, replies from
-the bookies (``ipc.client.Transport`` events), metadata results and timers
-all arrive on one queue and are applied in order, so the cores need no
-locks and stay exactly the code the simulation runs.  The driver carries
-out the actions the cores return:
+One thread (the *driver thread*) owns every core and the bookie sockets:
+it waits on the sockets (``ipc.client.Transport`` without an I/O thread of
+its own, ``io_thread=False``) and on a wake-up pipe at once; replies are
+applied as they are read, and user calls, metadata results and timers
+arrive on one queue (appended by any thread, then one ``wake()`` per wait).
+So the cores need no locks and stay exactly the code the simulation runs,
+and a message costs no hand-off to a transport thread either way.  The
+driver carries out the actions the cores return:
 
 * ``SendAdd`` / ``SendRead`` / ``SendReadLac`` / ``SendWaitLac`` (a long poll,
   timed out after its own wait plus the request timeout) -> wire requests (one
@@ -44,9 +47,10 @@ import dataclasses
 import heapq
 import itertools
 import logging
-import queue
+import math
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from appliance.errors import (
@@ -107,7 +111,11 @@ class Driver:
         self._packed: list = []
         self._adds_out: dict[str, list] = {}  # bookie -> (core, SendAdd part, lengths, data)
         self.ids = itertools.count(1)  # shared by every core: ids route replies
-        self._q: queue.SimpleQueue = queue.SimpleQueue()
+        # Work from other threads: appended here, then the transport's wake()
+        # ends the driver's wait (once per wait: _wake_pending).
+        self._q: deque = deque()
+        self._wake_pending = False
+        self._stopped = False
         self._routes: dict[int, tuple] = {}  # transport request id -> (core, action)
         self._timers: list[tuple[int, int]] = []  # (deadline_ms, timer_id)
         self._later: list[tuple[float, int, object]] = []  # call_later_s: (deadline_s, seq, fn)
@@ -123,10 +131,13 @@ class Driver:
         self.write_close_outcomes = new_counters()  # BP-32: succeeded / partly / failed
         self._closed = False
         self._pool = ThreadPoolExecutor(METADATA_WORKERS, thread_name_prefix="bk-metadata")
-        self.transport = Transport(on_events=lambda events: self._q.put(("net", events)),
+        # The transport has no I/O thread of its own: the driver thread owns
+        # the sockets and waits on them (one thread hand-off less per message
+        # each way); replies arrive through _on_transport_events.
+        self.transport = Transport(on_events=self._on_transport_events,
                                    inflight_per_bookie_max=inflight_per_bookie_max,
                                    curve_keys=curve.keys if curve is not None else None,
-                                   **(transport_options or {}))
+                                   io_thread=False, **(transport_options or {}))
         self._thread = threading.Thread(target=self._run, name="bk-client-driver", daemon=True)
         self._use_registry(self._read_registry() or {})
 
@@ -154,12 +165,21 @@ class Driver:
         if self._closed:
             fut.set_exception(ClientClosedError("the client is closed"))
             return fut
-        self._q.put(("call", fn, args, fut))
+        self._put(("call", fn, args, fut))
         return fut
 
     def post(self, fn, *args) -> None:
         """Run ``fn(*args)`` on the driver thread, fire and forget."""
-        self._q.put(("post", fn, args))
+        self._put(("post", fn, args))
+
+    def _put(self, item: tuple) -> None:
+        """Any thread: queue ``item`` for the driver thread and wake it (one
+        wake-up per wait: the flag is cleared by the driver before it drains
+        the queue, so an item appended after the drain always wakes it)."""
+        self._q.append(item)
+        if not self._wake_pending:
+            self._wake_pending = True
+            self.transport.wake()
 
     def call_later_s(self, delay_s: float, fn) -> None:
         """Driver thread only: run ``fn()`` on the driver thread in ``delay_s``
@@ -299,7 +319,7 @@ class Driver:
         except (BKError, ValueError) as exc:
             code = exc.code if isinstance(exc, BKError) else BookieUnavailableError.code
             for core, part in routed:
-                self._q.put(("fail", core, part, code))
+                self._q.append(("fail", core, part, code))
             return
         self._routes[rid] = (_COALESCED, routed)
 
@@ -312,7 +332,7 @@ class Driver:
         except (BKError, ValueError) as exc:
             log.debug("cannot send to %s: %s", bookie_id, exc)
             code = exc.code if isinstance(exc, BKError) else BookieUnavailableError.code
-            self._q.put(("fail", core, action, code))
+            self._q.append(("fail", core, action, code))
             return
         self._routes[rid] = (core, action)
 
@@ -355,6 +375,15 @@ class Driver:
             refused.update(self.transport.refused_bookies())
             text = "; ".join(refused[b] for b in sorted(refused)) or text
         return error_for_code(code, f"{prefix}: {text}")
+
+    def _on_transport_events(self, events) -> None:
+        """Driver thread (inside ``transport.step``): replies and failures."""
+        if self._stopped:
+            return  # closing: the cores are gone
+        try:
+            self._on_net(events)
+        except Exception:
+            log.exception("client driver: failure applying replies")
 
     def _on_net(self, events) -> None:
         now = self.now_ms()
@@ -399,7 +428,7 @@ class Driver:
             event = (ev.MetadataWritten(action.request_id, action.ledger_id, code)
                      if type(action) is ev.WriteMetadata
                      else ev.MetadataRead(action.request_id, action.ledger_id, code))
-        self._q.put(("event", core, event))
+        self._put(("event", core, event))
 
     def _read_registry(self) -> dict | None:
         try:
@@ -426,24 +455,23 @@ class Driver:
     def _refresh_in_pool(self) -> None:
         live = self._read_registry()
         if live is not None:
-            self._q.put(("bookies", live))
+            self._put(("bookies", live))
 
     # -- the loop -----------------------------------------------------------------
     def _run(self) -> None:
+        self.transport.bind_owner()
         next_refresh = self.now_ms() + BOOKIE_REFRESH_MS
+        q = self._q
         while True:
-            try:
-                item = self._q.get(timeout=self._wait_s())
-            except queue.Empty:
-                item = None
-            items = [] if item is None else [item]
-            while len(items) < DRAIN_ITEMS_MAX:
-                try:
-                    items.append(self._q.get_nowait())
-                except queue.Empty:
-                    break
-            for it in items:
+            # Wait on the bookies' sockets and the wake pipe at once: replies
+            # are handled inside step(), queued work right after it.
+            wait_ms = 0 if q else math.ceil(self._wait_s() * 1000.0)
+            self.transport.step(wait_ms)
+            self._wake_pending = False  # before draining: see _put
+            for _ in range(min(len(q), DRAIN_ITEMS_MAX)):
+                it = q.popleft()
                 if it[0] == "stop":
+                    self._stopped = True
                     return
                 self._apply(it)
             self._fire_timers()
@@ -455,9 +483,7 @@ class Driver:
     def _apply(self, item) -> None:
         kind = item[0]
         try:
-            if kind == "net":
-                self._on_net(item[1])
-            elif kind == "event":
+            if kind == "event":
                 self.feed(item[1], item[2])
             elif kind == "fail":
                 self._fail(item[1], item[2], item[3])
@@ -504,8 +530,9 @@ class Driver:
         if self._closed:
             return
         self._closed = True
-        self._q.put(("stop",))
+        self._put(("stop",))
         if self._thread.is_alive():
             self._thread.join()
+        self._stopped = True
         self.transport.close()
         self._pool.shutdown(wait=True)

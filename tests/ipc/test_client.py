@@ -250,3 +250,41 @@ def test_a_bookie_never_reached_fails_fast_after_its_first_timeout(transport, sh
     later = t.send("b1", PingRequest(), 60_000)
     assert [(e.request_id, e.status) for e in events_for(t, 1, timeout_s=5)] == [
         (later, BookieUnavailableError.code)]
+
+
+def test_without_an_io_thread_the_owner_steps_and_other_threads_go_through_it(
+        transport, thread_server):
+    """io_thread=False (the client driver's mode): no thread of the
+    transport's own; events reach the callback on the owner thread inside
+    step(); a send from another thread waits in the outbox and goes on the
+    owner's next step, which that send's wake-up ends."""
+    seen, threads = [], set()
+
+    def on_events(events):
+        threads.add(threading.current_thread().name)
+        seen.extend(events)
+
+    ts = thread_server(Silent())
+    t = transport(on_events=on_events, io_thread=False)
+    assert not [th for th in threading.enumerate() if th.name == "bk-transport"]
+    t.bind_owner()
+    t.add_bookie("b1", ts.server.endpoint)
+    owned = t.send("b1", PingRequest(), 50)  # the owner's send goes at once
+    wait_for(lambda: len(ts.server.handler.seen) == 1, 10, what="request reached bookie")
+    while not seen:
+        t.step(1000)  # its timeout comes back as an event on this thread
+    assert [(e.request_id, e.status) for e in seen] == [(owned, BKTimeoutError.code)]
+    assert threads == {threading.current_thread().name}
+    other = threading.Thread(target=lambda: t.send("b1", PingRequest(), 60000))
+    other.start()
+    other.join(10)
+    assert len(ts.server.handler.seen) == 1  # queued for the owner, not sent
+    t.step(10000)  # the sender's wake-up ends the wait: the request goes now
+    wait_for(lambda: len(ts.server.handler.seen) == 2, 10, what="queued request sent")
+    t.close()
+    assert [e.status for e in seen[1:]] == [BookieUnavailableError.code]
+
+
+def test_without_an_io_thread_a_callback_is_required(transport):
+    with pytest.raises(ValueError, match="on_events"):
+        transport(io_thread=False)
