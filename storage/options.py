@@ -25,10 +25,14 @@ ALIGN_BYTES = 4 * KiB
 @dataclass
 class StorageOptions:
     # -- journal (the write-ahead log on the journal device) ------------------
-    journal_group_wait_us: int = 1000
+    journal_group_wait_us: int = 0
     """Longest time the oldest record of a group commit waits for company
-    before the group is written and fdatasync'ed.  Longer: fewer syncs and more
-    throughput, but every add's latency grows by up to this much."""
+    before the group is written and fdatasync'ed.  0 (the default): no wait;
+    a group is what queued while the previous sync ran, so groups grow with
+    the load by themselves (and the client already sends a round trip's
+    adds per message).  Longer: fewer syncs at low load, but every add's
+    latency grows by up to this much (1000 us: p50 5.2-5.6 vs 2.7-4.2 ms at
+    10,000 adds/s, same minutes)."""
 
     journal_group_bytes: int = 1 * MiB
     """A group commit closes as soon as it holds this many bytes.  Larger:
@@ -166,7 +170,8 @@ class StorageOptions:
         return self
 
 
-_ZERO_IS_OFF = ("compaction_minor_interval_s", "compaction_major_interval_s")
+_ZERO_IS_OFF = ("compaction_minor_interval_s", "compaction_major_interval_s",
+                "journal_group_wait_us")
 
 
 def _align_up(n: int) -> int:

@@ -133,7 +133,7 @@ def test_absolute_sqlite_and_ipc_paths_stay_absolute(tmp_path):
 
 def test_defaults_fill_missing_sections(tmp_path):
     config = load_config(write(tmp_path, minimal(3)))
-    assert config.storage.journal_group_wait_us == 1000
+    assert config.storage.journal_group_wait_us == 0
     assert config.server.drain_messages_max == 256
     assert (config.client.ensemble, config.client.write_quorum, config.client.ack_quorum) == (
         3, 3, 2)

@@ -117,6 +117,7 @@ def test_bad_options_are_refused_with_the_key():
     with pytest.raises(ConfigError, match="entry_log_rotate_bytes"):
         small_options(entry_log_rotate_bytes=5 * 1024**3).validate()
     with pytest.raises(ConfigError, match="journal_group_wait_us"):
-        small_options(journal_group_wait_us=0).validate()
+        small_options(journal_group_wait_us=-1).validate()
+    small_options(journal_group_wait_us=0).validate()  # 0: no wait (the default)
     with pytest.raises(ConfigError, match="journal_write_data"):
         small_options(journal_write_data="yes").validate()
