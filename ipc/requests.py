@@ -271,13 +271,21 @@ def _enc_add_batch(req: AddBatchRequest, limits) -> list[Buffer]:
     if not 1 <= n <= limits.batch_entries_max:
         raise ValueError(f"items must hold 1..{limits.batch_entries_max} entries, got {n}")
     rows, total = [], 0
+    pack, entry_max = ADD_ROW.pack, limits.entry_bytes_max
     for i, item in enumerate(req.items):
-        _check_int(f"items[{i}].ledger_id", item.ledger_id, 0, LEDGER_ID_MAX)
-        _check_int(f"items[{i}].entry_id", item.entry_id, 0, 2**63 - 1)
-        key = _check_key(f"items[{i}].master_key", item.master_key)
-        _check_data(f"items[{i}].data", item.data, limits)
-        total += memoryview(item.data).nbytes
-        rows.append(ADD_ROW.pack(item.ledger_id, item.entry_id, key))
+        lid, eid, key, data = item.ledger_id, item.entry_id, item.master_key, item.data
+        # the common case checked without building a message; anything else
+        # takes the checks that name the field
+        if not (type(lid) is int and type(eid) is int and type(key) is bytes
+                and type(data) is bytes and 0 <= lid <= LEDGER_ID_MAX
+                and 0 <= eid <= 2**63 - 1 and len(key) == MASTER_KEY_BYTES
+                and len(data) <= entry_max):
+            _check_int(f"items[{i}].ledger_id", lid, 0, LEDGER_ID_MAX)
+            _check_int(f"items[{i}].entry_id", eid, 0, 2**63 - 1)
+            key = _check_key(f"items[{i}].master_key", key)
+            _check_data(f"items[{i}].data", data, limits)
+        total += memoryview(data).nbytes
+        rows.append(pack(lid, eid, key))
     if total > limits.batch_bytes_max:
         raise ValueError(f"items hold {total} bytes, over batch_bytes_max "
                          f"({limits.batch_bytes_max})")

@@ -19,13 +19,14 @@ from ipc.replies import AddBatchReply, ErrorReply, LacReply, ReadReply
 
 
 def coalesced(parts: list, entries_max: int, bytes_max: int):
-    """``parts`` grouped for ``ADD_BATCH``: one recovery flag per group, each
-    within the entry and byte limits, in order."""
+    """``parts`` ((core, SendAdd part, its entry bytes, ...) tuples) grouped
+    for ``ADD_BATCH``: one recovery flag per group, each within the entry
+    and byte limits, in order."""
     group: list = []
     entries = nbytes = 0
     for item in parts:
-        part, data = item[1], item[3]
-        n, size = len(part.entry_ids), len(data)
+        part, size = item[1], item[2]
+        n = len(part.entry_ids)
         if group and (part.recovery != group[0][1].recovery or entries + n > entries_max
                       or nbytes + size > bytes_max):
             yield group

@@ -262,21 +262,24 @@ class Driver:
 
     # -- wire ---------------------------------------------------------------------
     def _send_add(self, core, action: ev.SendAdd) -> None:
-        """Queue one ``ADD_PACKED`` per chunk of at most ``add_batch_entries_max``
+        """Queue one part per chunk of at most ``add_batch_entries_max``
         entries / ``add_batch_bytes_max`` bytes, each routed (and, on failure,
         answered) as a ``SendAdd`` of its own entries; ``_flush_adds`` sends
-        them at the end of this loop turn."""
+        them at the end of this loop turn.  A chunk's bytes are joined into
+        one frame only if it travels as ``ADD_PACKED`` (once for every
+        bookie of the write set); coalesced parts never need it."""
         entry_ids, datas = action.entry_ids, action.datas
         if self._packed_datas is not datas:  # a writer sends one tuple to every bookie
             self._packed_datas = datas
-            self._packed = [(lo, hi, list(map(len, datas[lo:hi])), b"".join(datas[lo:hi]))
+            self._packed = [[lo, hi, sum(map(len, datas[lo:hi])), None]
                             for lo, hi in chunks(datas, self.add_batch_entries_max,
                                                   self.add_batch_bytes_max)]
         out = self._adds_out.setdefault(action.bookie_id, [])
-        for lo, hi, lengths, data in self._packed:
+        for chunk in self._packed:
+            lo, hi = chunk[0], chunk[1]
             part = action if (lo, hi) == (0, len(datas)) else dataclasses.replace(
                 action, entry_ids=entry_ids[lo:hi], datas=datas[lo:hi])
-            out.append((core, part, lengths, data))
+            out.append((core, part, chunk[2], chunk))
 
     def _flush_adds(self) -> None:
         """End of a loop turn: send the adds queued for each bookie.  A big
@@ -292,23 +295,27 @@ class Driver:
             small = [p for p in parts if len(p[1].entry_ids) <= COALESCE_ENTRIES_MAX]
             if len(small) < 2:
                 small = []
-            for core, part, lengths, data in parts:
-                if not small or len(part.entry_ids) > COALESCE_ENTRIES_MAX:
-                    self._send(core, part, AddPackedRequest(part.ledger_id, part.master_key,
-                                                            part.entry_ids, lengths, data,
-                                                            part.recovery))
+            for item in parts:
+                if not small or len(item[1].entry_ids) > COALESCE_ENTRIES_MAX:
+                    self._send_packed(item)
             for group in coalesced(small, self.add_batch_entries_max,
                                     self.add_batch_bytes_max):
                 self._send_coalesced(bookie_id, group)
 
+    def _send_packed(self, item: tuple) -> None:
+        """One part as ``ADD_PACKED``: its chunk's bytes joined once."""
+        core, part, _nbytes, chunk = item
+        if chunk[3] is None:
+            chunk[3] = (list(map(len, part.datas)), b"".join(part.datas))
+        lengths, data = chunk[3]
+        self._send(core, part, AddPackedRequest(part.ledger_id, part.master_key,
+                                                part.entry_ids, lengths, data, part.recovery))
+
     def _send_coalesced(self, bookie_id: str, group: list) -> None:
-        routed = [(core, part) for core, part, _lengths, _data in group]
         if len(group) == 1:
-            core, part, lengths, data = group[0]
-            self._send(core, part, AddPackedRequest(part.ledger_id, part.master_key,
-                                                    part.entry_ids, lengths, data,
-                                                    part.recovery))
+            self._send_packed(group[0])
             return
+        routed = [(item[0], item[1]) for item in group]
         items = [AddItem(part.ledger_id, e, part.master_key, d)
                  for _core, part in routed for e, d in zip(part.entry_ids, part.datas,
                                                            strict=True)]
