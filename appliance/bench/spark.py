@@ -41,11 +41,18 @@ WRITE_WINDOW = 800  # adds in flight per ledger while loading (below inflight_ad
 
 
 def run_spark_bench(config_path: str | None, sizes: list[int], entries: int, ledgers: int,
-                    repeat: int, master: str, workdir: str | None = None) -> dict:
-    """Measure every size; returns one JSON-able document (see module doc)."""
+                    repeat: int, master: str, workdir: str | None = None,
+                    read_batch_entries: int | None = None) -> dict:
+    """Measure every size; returns one JSON-able document (see module doc).
+    ``read_batch_entries``: the temporary appliance's entries per read
+    request (``server.batch_entries_max`` and ``client.read_batch_entries_max``;
+    None: their defaults); not with ``config_path``."""
+    if config_path is not None and read_batch_entries is not None:
+        raise ValueError("read_batch_entries sets up the temporary appliance; with a config, "
+                         "set server.batch_entries_max and client.read_batch_entries_max there")
     work = tempfile.mkdtemp(prefix="bkspark", dir=workdir)
     try:
-        with _appliance(config_path, work) as config:
+        with _appliance(config_path, work, read_batch_entries) as config:
             spark, owned = _session(master)
             try:
                 from appliance.spark import register
@@ -57,8 +64,11 @@ def run_spark_bench(config_path: str | None, sizes: list[int], entries: int, led
             finally:
                 if owned:
                     spark.stop()
+        from appliance.config import load_config
+
         return {"master": master, "entries_per_ledger": entries, "ledgers": ledgers,
                 "repeat": repeat, "appliance": config_path or "temporary (3 bookies)",
+                "read_batch_entries": load_config(config).client.read_batch_entries_max,
                 "sizes": runs}
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -97,6 +107,8 @@ def _measure_size(spark, config: str, size: int, entries: int, n_ledgers: int, r
                      "cpu_us_per_row": {role: (cpu_after[role] - cpu_before[role]) * 1e6 /
                                         (rows * repeat) for role in cpu_after}}
     out["ratio_to_parquet"] = out["bookkeeper"]["rows_per_s"] / out["parquet"]["rows_per_s"]
+    out["ratio_to_memory_source"] = (out["bookkeeper"]["rows_per_s"]
+                                     / out["python_memory_source"]["rows_per_s"])
     return out
 
 
@@ -186,13 +198,17 @@ def _session(master: str):
 
 
 @contextmanager
-def _appliance(config_path: str | None, work: str):
+def _appliance(config_path: str | None, work: str, read_batch_entries: int | None = None):
     """The given appliance's config, or a temporary one (stopped at exit):
-    three bookies, the client's default in-flight limit, journal on."""
+    three bookies, the client's default in-flight limit, journal on, and
+    the default read batch unless ``read_batch_entries`` is given."""
     if config_path is not None:
         yield str(Path(config_path).resolve())
         return
-    with temporary_appliance(3, work, prefix="a") as (config, _root):
+    sections = {} if read_batch_entries is None else {
+        "server": {"batch_entries_max": read_batch_entries},
+        "client": {"read_batch_entries_max": read_batch_entries}}
+    with temporary_appliance(3, work, prefix="a", **sections) as (config, _root):
         yield str(config)
 
 
