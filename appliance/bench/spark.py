@@ -10,10 +10,14 @@ of the same shape are reused, tagged in their custom metadata), then
     spark.read.format(...).load().write.format("noop").mode("overwrite").save()
 
 which plans, reads and materialises every row (all three columns), timed
-on the wall clock from the driver.  Parquet: the same rows, written once by
-Spark to a temp dir (snappy).  Memory: ``MemoryArrowSource`` yields
-pre-built Arrow batches of the same schema and sizes, the ceiling of any
-Python data source in this Spark.  MB are 10**6 payload bytes.  The
+on the wall clock from the driver.  ``read_batch_entries``: the entries per
+read request of the temporary appliance (its ``server.batch_entries_max``
+and ``client.read_batch_entries_max``; the document reports the value
+used).  Parquet: the same rows, written once by Spark to a temp dir
+(snappy).  Memory: ``MemoryArrowSource`` yields
+pre-built Arrow batches of the same schema and sizes (as the bookkeeper
+source yields Arrow batches: like with like), the ceiling of any Python data
+source in this Spark; ``ratio_to_memory_source`` compares with it.  MB are 10**6 payload bytes.  The
 temporary appliance (without ``--config``) runs its own supervisor and 3
 bookies under a temp dir, and is stopped at the end, also on failure.
 """
@@ -52,7 +56,10 @@ def run_spark_bench(config_path: str | None, sizes: list[int], entries: int, led
                          "set server.batch_entries_max and client.read_batch_entries_max there")
     work = tempfile.mkdtemp(prefix="bkspark", dir=workdir)
     try:
+        from appliance.config import load_config
+
         with _appliance(config_path, work, read_batch_entries) as config:
+            batch = load_config(config).client.read_batch_entries_max
             spark, owned = _session(master)
             try:
                 from appliance.spark import register
@@ -64,11 +71,9 @@ def run_spark_bench(config_path: str | None, sizes: list[int], entries: int, led
             finally:
                 if owned:
                     spark.stop()
-        from appliance.config import load_config
-
         return {"master": master, "entries_per_ledger": entries, "ledgers": ledgers,
                 "repeat": repeat, "appliance": config_path or "temporary (3 bookies)",
-                "read_batch_entries": load_config(config).client.read_batch_entries_max,
+                "read_batch_entries": batch,
                 "sizes": runs}
     finally:
         shutil.rmtree(work, ignore_errors=True)
