@@ -37,7 +37,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from appliance.bench.launcher import bookie_pids, temporary_appliance
-from appliance.spark.source import ARROW_SCHEMA, SCHEMA_DDL
+from appliance.spark.source import ARROW_SCHEMA, SCHEMA_DDL, int64_array
 
 BENCH_TAG = "bkctl-bench-spark"
 PASSWORD = b"bench"
@@ -218,6 +218,10 @@ def _appliance(config_path: str | None, work: str, read_batch_entries: int | Non
 
 
 class _MemoryReader(DataSourceReader):
+    """Pre-built batches, built as the bookkeeper source builds its own (its
+    int64 columns over numpy buffers: ``pa.array`` would import pandas in
+    each Python worker, a cost inside the timed runs that is not reading)."""
+
     def __init__(self, options):
         self.rows = int(options.get("rows", 0))
         self.size = int(options.get("size", 100))
@@ -238,7 +242,8 @@ class _MemoryReader(DataSourceReader):
             n = min(step, hi - start)
             payload = pa.Array.from_buffers(pa.binary(), n, [None, offsets, data])
             yield pa.RecordBatch.from_arrays(
-                [pa.array(np.zeros(n, np.int64)), pa.array(np.arange(start, start + n)),
+                [int64_array(np.zeros(n, np.int64)),
+                 int64_array(np.arange(start, start + n, dtype=np.int64)),
                  payload], schema=ARROW_SCHEMA)
 
 

@@ -179,11 +179,11 @@ def chunks_to_batch(chunks) -> pa.RecordBatch:
     np.cumsum(sizes, out=offsets[1:])
     data = pa.py_buffer(b"".join([c.payloads for c in chunks]))  # one chunk: its buffer
     payload = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), data])
-    return pa.RecordBatch.from_arrays([_int64_array(ledger_ids), _int64_array(entry_ids),
+    return pa.RecordBatch.from_arrays([int64_array(ledger_ids), int64_array(entry_ids),
                                        payload], schema=ARROW_SCHEMA)
 
 
-def _int64_array(values: np.ndarray) -> pa.Array:
+def int64_array(values: np.ndarray) -> pa.Array:
     """An Arrow int64 array over the numpy buffer (no copy; unlike
     ``pa.array`` it never imports pandas to ask whether this is a Series)."""
     values = np.ascontiguousarray(values, np.int64)
