@@ -14,11 +14,11 @@ on the wall clock from the driver.  ``read_batch_entries``: the entries per
 read request of the temporary appliance (its ``server.batch_entries_max``
 and ``client.read_batch_entries_max``; the document reports the value
 used).  Parquet: the same rows, written once by Spark to a temp dir
-(snappy).  Memory: ``MemoryArrowSource`` yields
-pre-built Arrow batches of the same schema and sizes (as the bookkeeper
-source yields Arrow batches: like with like), the ceiling of any Python data
-source in this Spark; ``ratio_to_memory_source`` compares with it.  MB are 10**6 payload bytes.  The
-temporary appliance (without ``--config``) runs its own supervisor and 3
+(snappy).  Memory: ``MemoryArrowSource`` yields pre-built Arrow batches of
+the same schema and sizes, built as the bookkeeper source builds its own
+(like with like), the ceiling of any Python data source in this Spark;
+``ratio_to_memory_source`` compares with it.  MB are 10**6 payload bytes.
+The temporary appliance (without ``--config``) runs its own supervisor and 3
 bookies under a temp dir, and is stopped at the end, also on failure.
 """
 

@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 _NOBLOCK = int(zmq.NOBLOCK)
 
 
-def _recv_frames(sock, frames_max: int) -> list[bytes]:
+def _recv_frames(sock, frames_max: int) -> list:
     """One multipart message, or ``zmq.Again``: the first frame (the reply
     header) as bytes, the others as read-only views of ZeroMQ's buffers (no
     copy of a reply's data; a view keeps its frame alive).  Cheaper per frame
