@@ -11,9 +11,8 @@ of the same shape are reused, tagged in their custom metadata), then
 
 which plans, reads and materialises every row (all three columns), timed
 on the wall clock from the driver, after one untimed run of the same query
-(the first noop write in a JVM compiles its path: without the warm-up the
-source measured first, the bookkeeper one, was charged ~0.3-0.5 us of JVM
-CPU per 100 B row more than the others).  ``read_batch_entries``: the entries per
+(a query's first noop write costs the JVM more; CPU per row is averaged
+over the timed runs).  ``read_batch_entries``: the entries per
 read request of the temporary appliance (its ``server.batch_entries_max``
 and ``client.read_batch_entries_max``; the document reports the value
 used).  Parquet: the same rows, written once by Spark to a temp dir
