@@ -32,9 +32,14 @@ def _sizes(ctx, param, value: str) -> list[int]:
 @click.option("--master", default="local[2]", show_default=True, help="Spark master.")
 @click.option("--dir", "directory", type=click.Path(file_okay=False, exists=True),
               default=None, help="Temp files (appliance, Parquet) under DIR (default: $TMPDIR).")
+@click.option("--read-batch-entries", type=click.IntRange(1, 65_536), default=None,
+              help="The temporary appliance's entries per read request "
+                   "(server.batch_entries_max and client.read_batch_entries_max; default: "
+                   "theirs). Not with --config: set them in its config.")
 @json_option
 @library_errors
-def spark(config_path, sizes, entries, ledgers, repeat, master, directory, as_json):
+def spark(config_path, sizes, entries, ledgers, repeat, master, directory, read_batch_entries,
+          as_json):
     """Ingest rows/s and MB/s of spark.read.format("bookkeeper"), of
     spark.read.parquet on the same rows, and of an in-memory Python source
     (the ceiling of any Python data source), measured in the same run.
@@ -43,10 +48,16 @@ def spark(config_path, sizes, entries, ledgers, repeat, master, directory, as_js
     Example:
       bkctl bench spark --json
       bkctl bench spark --config configs/local.toml --entries 500000 --sizes 100
+      bkctl bench spark --entries 300000 --read-batch-entries 8192
     """
+    if config_path is not None and read_batch_entries is not None:
+        raise click.UsageError("--read-batch-entries sets up the temporary appliance; with "
+                               "--config set server.batch_entries_max and "
+                               "client.read_batch_entries_max in that config")
     from appliance.bench.spark import run_spark_bench
 
-    result = run_spark_bench(config_path, sizes, entries, ledgers, repeat, master, directory)
+    result = run_spark_bench(config_path, sizes, entries, ledgers, repeat, master, directory,
+                             read_batch_entries)
     if as_json:
         echo_json(result)
         return
@@ -56,4 +67,5 @@ def spark(config_path, sizes, entries, ledgers, repeat, master, directory, as_js
             m = run[name]
             click.echo(f"  {name:<21}{m['rows_per_s']:>12,.0f} rows/s {m['mb_per_s']:>9,.1f} MB/s"
                        f"  (best of {m['runs_s']} s)")
-        click.echo(f"  bookkeeper / parquet = {run['ratio_to_parquet']:.2f}")
+        click.echo(f"  bookkeeper / parquet = {run['ratio_to_parquet']:.2f}, "
+                   f"bookkeeper / in-memory source = {run['ratio_to_memory_source']:.2f}")

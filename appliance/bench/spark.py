@@ -10,11 +10,17 @@ of the same shape are reused, tagged in their custom metadata), then
     spark.read.format(...).load().write.format("noop").mode("overwrite").save()
 
 which plans, reads and materialises every row (all three columns), timed
-on the wall clock from the driver.  Parquet: the same rows, written once by
-Spark to a temp dir (snappy).  Memory: ``MemoryArrowSource`` yields
-pre-built Arrow batches of the same schema and sizes, the ceiling of any
-Python data source in this Spark.  MB are 10**6 payload bytes.  The
-temporary appliance (without ``--config``) runs its own supervisor and 3
+on the wall clock from the driver, after one untimed run of the same query
+(a query's first noop write costs the JVM more; CPU per row is averaged
+over the timed runs).  ``read_batch_entries``: the entries per
+read request of the temporary appliance (its ``server.batch_entries_max``
+and ``client.read_batch_entries_max``; the document reports the value
+used).  Parquet: the same rows, written once by Spark to a temp dir
+(snappy).  Memory: ``MemoryArrowSource`` yields pre-built Arrow batches of
+the same schema and sizes, built as the bookkeeper source builds its own
+(like with like), the ceiling of any Python data source in this Spark;
+``ratio_to_memory_source`` compares with it.  MB are 10**6 payload bytes.
+The temporary appliance (without ``--config``) runs its own supervisor and 3
 bookies under a temp dir, and is stopped at the end, also on failure.
 """
 
@@ -33,7 +39,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from appliance.bench.launcher import bookie_pids, temporary_appliance
-from appliance.spark.source import ARROW_SCHEMA, SCHEMA_DDL
+from appliance.spark.source import ARROW_SCHEMA, SCHEMA_DDL, int64_array
 
 BENCH_TAG = "bkctl-bench-spark"
 PASSWORD = b"bench"
@@ -41,11 +47,21 @@ WRITE_WINDOW = 800  # adds in flight per ledger while loading (below inflight_ad
 
 
 def run_spark_bench(config_path: str | None, sizes: list[int], entries: int, ledgers: int,
-                    repeat: int, master: str, workdir: str | None = None) -> dict:
-    """Measure every size; returns one JSON-able document (see module doc)."""
+                    repeat: int, master: str, workdir: str | None = None,
+                    read_batch_entries: int | None = None) -> dict:
+    """Measure every size; returns one JSON-able document (see module doc).
+    ``read_batch_entries``: the temporary appliance's entries per read
+    request (``server.batch_entries_max`` and ``client.read_batch_entries_max``;
+    None: their defaults); not with ``config_path``."""
+    if config_path is not None and read_batch_entries is not None:
+        raise ValueError("read_batch_entries sets up the temporary appliance; with a config, "
+                         "set server.batch_entries_max and client.read_batch_entries_max there")
     work = tempfile.mkdtemp(prefix="bkspark", dir=workdir)
     try:
-        with _appliance(config_path, work) as config:
+        from appliance.config import load_config
+
+        with _appliance(config_path, work, read_batch_entries) as config:
+            batch = load_config(config).client.read_batch_entries_max
             spark, owned = _session(master)
             try:
                 from appliance.spark import register
@@ -59,6 +75,7 @@ def run_spark_bench(config_path: str | None, sizes: list[int], entries: int, led
                     spark.stop()
         return {"master": master, "entries_per_ledger": entries, "ledgers": ledgers,
                 "repeat": repeat, "appliance": config_path or "temporary (3 bookies)",
+                "read_batch_entries": batch,
                 "sizes": runs}
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -88,6 +105,7 @@ def _measure_size(spark, config: str, size: int, entries: int, n_ledgers: int, r
     bookies = bookie_pids(config)
     for name, frame in (("bookkeeper", df), ("parquet", spark.read.parquet(parquet)),
                         ("python_memory_source", memory)):
+        _time_noop(frame)  # untimed: the JVM's first noop write of a source costs more
         cpu_before = cpu_by_role(bookies)
         times = [_time_noop(frame) for _ in range(repeat)]
         cpu_after = cpu_by_role(bookies)
@@ -97,6 +115,8 @@ def _measure_size(spark, config: str, size: int, entries: int, n_ledgers: int, r
                      "cpu_us_per_row": {role: (cpu_after[role] - cpu_before[role]) * 1e6 /
                                         (rows * repeat) for role in cpu_after}}
     out["ratio_to_parquet"] = out["bookkeeper"]["rows_per_s"] / out["parquet"]["rows_per_s"]
+    out["ratio_to_memory_source"] = (out["bookkeeper"]["rows_per_s"]
+                                     / out["python_memory_source"]["rows_per_s"])
     return out
 
 
@@ -186,17 +206,25 @@ def _session(master: str):
 
 
 @contextmanager
-def _appliance(config_path: str | None, work: str):
+def _appliance(config_path: str | None, work: str, read_batch_entries: int | None = None):
     """The given appliance's config, or a temporary one (stopped at exit):
-    three bookies, the client's default in-flight limit, journal on."""
+    three bookies, the client's default in-flight limit, journal on, and
+    the default read batch unless ``read_batch_entries`` is given."""
     if config_path is not None:
         yield str(Path(config_path).resolve())
         return
-    with temporary_appliance(3, work, prefix="a") as (config, _root):
+    sections = {} if read_batch_entries is None else {
+        "server": {"batch_entries_max": read_batch_entries},
+        "client": {"read_batch_entries_max": read_batch_entries}}
+    with temporary_appliance(3, work, prefix="a", **sections) as (config, _root):
         yield str(config)
 
 
 class _MemoryReader(DataSourceReader):
+    """Pre-built batches, built as the bookkeeper source builds its own (its
+    int64 columns over numpy buffers: ``pa.array`` would import pandas in
+    each Python worker, a cost inside the timed runs that is not reading)."""
+
     def __init__(self, options):
         self.rows = int(options.get("rows", 0))
         self.size = int(options.get("size", 100))
@@ -217,7 +245,8 @@ class _MemoryReader(DataSourceReader):
             n = min(step, hi - start)
             payload = pa.Array.from_buffers(pa.binary(), n, [None, offsets, data])
             yield pa.RecordBatch.from_arrays(
-                [pa.array(np.zeros(n, np.int64)), pa.array(np.arange(start, start + n)),
+                [int64_array(np.zeros(n, np.int64)),
+                 int64_array(np.arange(start, start + n, dtype=np.int64)),
                  payload], schema=ARROW_SCHEMA)
 
 

@@ -102,10 +102,7 @@ def plan_partitions(options: ScanOptions, bounds: Bounds) -> list[BookKeeperPart
         endpoints, server_keys = _endpoints(client, config)
     security = config.security if config is not None else None
     key_file = str(security.key_file) if security is not None and security.curve else None
-    entry_bytes_max = (config.wire_limits().entry_bytes_max if config is not None
-                       else BulkReadConfig().entry_bytes_max)
-    read_config = BulkReadConfig(read_timeout_ms=options.read_timeout_ms,
-                                 entry_bytes_max=entry_bytes_max)
+    read_config = bulk_read_config(options, config)
     if options.min_partitions is None:
         cpus = len(os.sched_getaffinity(0))
         pieces = split_ranges(ranges, options.max_entries_per_partition, cpus,
@@ -117,6 +114,21 @@ def plan_partitions(options: ScanOptions, bounds: Bounds) -> list[BookKeeperPart
                                  for r in p} if segments is not None else None,
                                 key_file, server_keys)
             for i, p in enumerate(pieces)]
+
+
+def bulk_read_config(options: ScanOptions, config) -> BulkReadConfig:
+    """The executors' read knobs: with a config, its wire limit on entries
+    and the client's read batch (``client.read_batch_entries_max`` /
+    ``read_batch_bytes_max``, as ``ReadHandle.read_chunks`` uses; the
+    bookies cut a batch at their ``server.batch_entries_max``), else the
+    defaults.  Entries per request set the per-message cost on both ends,
+    which is most of a 100-byte row's."""
+    if config is None:
+        return BulkReadConfig(read_timeout_ms=options.read_timeout_ms)
+    return BulkReadConfig(read_timeout_ms=options.read_timeout_ms,
+                          entry_bytes_max=config.wire_limits().entry_bytes_max,
+                          batch_entries_max=config.client.read_batch_entries_max,
+                          batch_bytes_max=config.client.read_batch_bytes_max)
 
 
 def log_ranges(client, options: ScanOptions) -> tuple[list[LedgerRange], dict[int, int]]:

@@ -174,7 +174,20 @@ def test_joined_crc_equals_the_crc_of_the_concatenation():
     assert int(advanced[0]) ^ crc32c.crc32c(tail) == crc32c.crc32c(head + tail)
 
 
-def test_uniform_reply_damage_anywhere_is_found_record_by_record():
+def _only(monkeypatch, path: str) -> None:
+    """Make the other joined-CRC path of ``_check_uniform`` fail the test if taken."""
+    def refuse(*args):
+        raise AssertionError(f"took the other path than {path}")
+
+    other = "_joined_digests_ok" if path == "stripped" else "_stripped_digests_ok"
+    monkeypatch.setattr(record_check, other, refuse)
+    monkeypatch.setattr(record_check, "STRIPPED_PAYLOAD_MAX", 1 << 30 if path == "stripped"
+                        else -1)
+
+
+@pytest.mark.parametrize("path", ["stripped", "joined"])
+def test_uniform_reply_damage_anywhere_is_found_record_by_record(path, monkeypatch):
+    _only(monkeypatch, path)
     digest = make_digest("crc32c", KEY)
     rng = random.Random(9)
     records = _records(rng, digest, 64, uniform=True)
@@ -189,3 +202,31 @@ def test_uniform_reply_damage_anywhere_is_found_record_by_record():
         check = check_records(bytes(bad), lengths, 42, 1000, digest, strict=False)
         assert check.good == pos // lengths[0]
         assert check.payload_list() == [r[36:] for r in records[:check.good]]
+
+
+@pytest.mark.parametrize("path", ["stripped", "joined"])
+@pytest.mark.parametrize("size", [0, 1, 100, 1024])
+def test_both_joined_paths_take_exactly_the_good_uniform_replies(path, size, monkeypatch):
+    """Each one-call CRC path passes an undamaged uniform reply whole and
+    refuses it (for the record-by-record check) after any one-bit flip of a
+    header, digest or payload byte."""
+    _only(monkeypatch, path)
+    digest = make_digest("crc32c", KEY)
+    rng = random.Random(f"{path}{size}")
+    payloads = [rng.randbytes(size) for _ in range(50)]
+    records, _ = pack_entries(42, 1000, 990, 10_000, payloads, digest)
+    rec = len(records[0])
+    rows = np.frombuffer(b"".join(records), np.uint8).reshape(50, rec)
+    ok = (record_check._stripped_digests_ok(rows, 36) if path == "stripped"
+          else record_check._joined_digests_ok(rows[:, :36], rows[:, 36:].tobytes(), size))
+    assert ok
+    check = check_records(b"".join(records), [rec] * 50, 42, 1000, digest)
+    assert (check.good, check.why, check.payload_bytes()) == (50, None, b"".join(payloads))
+    for _ in range(30):
+        bad = rows.copy()
+        i, j = rng.randrange(50), rng.randrange(rec)
+        bad[i, j] ^= 1 << rng.randrange(8)
+        if path == "stripped":
+            assert not record_check._stripped_digests_ok(bad, 36)
+        else:
+            assert not record_check._joined_digests_ok(bad[:, :36], bad[:, 36:].tobytes(), size)

@@ -55,9 +55,12 @@ class Appliance:
     def config(self) -> str:
         return str(self.cluster.config_path)
 
-    def write(self, n: int, close: bool = True, size: int = 100, **kw) -> int:
+    def write(self, n: int, close: bool = True, size: int = 100, uniform: bool = False,
+              **kw) -> int:
+        """A ledger of ``n`` distinct entries of about ``size`` bytes (exactly
+        ``size`` if ``uniform``: the shape of a writer's batch)."""
         lh = self.client.create_ledger(password=PASSWORD, **kw)
-        payloads = [_payload(lh.id, i, size) for i in range(n)]
+        payloads = [_payload(lh.id, i, size, uniform) for i in range(n)]
         futures = [lh.add_async(p) for p in payloads]
         assert [f.result(timeout=120) for f in futures] == list(range(n))
         self.payloads[lh.id] = payloads
@@ -69,22 +72,26 @@ class Appliance:
         return lh.id
 
 
-def _payload(ledger_id: int, entry_id: int, size: int) -> bytes:
-    """Distinct bytes per (ledger, entry), of varying length around ``size``."""
+def _payload(ledger_id: int, entry_id: int, size: int, uniform: bool = False) -> bytes:
+    """Distinct bytes per (ledger, entry), of varying length around ``size``
+    (of exactly ``size`` if ``uniform``)."""
     head = b"%d/%d:" % (ledger_id, entry_id)
+    if uniform:
+        return (head + bytes((entry_id * 7 + k) % 251 for k in range(size)))[:size]
     return head + bytes((entry_id * 7 + k) % 251 for k in range(size - 5 + entry_id % 11))
 
 
 @pytest.fixture(scope="module")
 def appliance_factory():
-    """Factory for module-scoped appliances: ``make(n_bookies)``; all stopped after."""
+    """Factory for module-scoped appliances: ``make(n_bookies, **config_sections)``;
+    all stopped after."""
     made: list[tuple[Path, Appliance]] = []
 
-    def make(n_bookies: int = 3) -> Appliance:
+    def make(n_bookies: int = 3, **config_sections) -> Appliance:
         import appliance
 
         root = Path(tempfile.mkdtemp(prefix="bks"))  # ipc:// paths must stay short
-        cluster = Cluster(root, n_bookies)
+        cluster = Cluster(root, n_bookies, **config_sections)
         app = Appliance(cluster, None)
         made.append((root, app))
         cluster.start()

@@ -33,10 +33,21 @@ def test_bench_spark_json_reports_every_source(spark, tmp_path):
         assert min(cpu.values()) >= 0 and cpu["spark_jvm"] > 0
     assert run["ratio_to_parquet"] == run["bookkeeper"]["rows_per_s"] / \
         run["parquet"]["rows_per_s"]
+    assert run["ratio_to_memory_source"] == run["bookkeeper"]["rows_per_s"] / \
+        run["python_memory_source"]["rows_per_s"]
+    assert doc["read_batch_entries"] == 1024  # the appliance's default
     assert os.listdir(tmp_path) == []  # appliance, Parquet files: all removed
     leftover = {p.pid for p in psutil.Process().children(recursive=True)} - before
     assert not [p for p in leftover if psutil.pid_exists(p) and "appliance" in " ".join(
         psutil.Process(p).cmdline())]  # the temporary supervisor and bookies are gone
+
+
+def test_bench_spark_read_batch_is_for_the_temporary_appliance_only(tmp_path):
+    config = tmp_path / "a.toml"
+    config.write_text("")
+    result = CliRunner().invoke(cli, ["bench", "spark", "--config", str(config),
+                                      "--read-batch-entries", "8192"])
+    assert result.exit_code != 0 and "server.batch_entries_max" in result.output
 
 
 def test_bench_spark_refuses_bad_sizes():

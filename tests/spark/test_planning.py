@@ -145,3 +145,26 @@ def test_split_is_deterministic():
     again = [[(r.metadata.ledger_id, r.first_entry_id, r.last_entry_id) for r in p]
              for p in split_ranges(ranges, 50, 3)]
     assert first == again
+
+
+# -- read knobs ----------------------------------------------------------------------------
+def test_executors_read_with_the_configs_read_batch(tmp_path):
+    """With a config, tasks ask for the client's read batch (entries and
+    bytes) and take entries up to the config's wire limit; with a metadata
+    URI only, the defaults."""
+    from appliance.bench.launcher import write_config
+    from appliance.client.bulk_read import BulkReadConfig
+    from appliance.config import load_config
+    from appliance.spark.planner import bulk_read_config
+
+    path = write_config(tmp_path / "a.toml", 3, server={"batch_entries_max": 8192},
+                        client={"read_batch_entries_max": 4096,
+                                "read_batch_bytes_max": 1 << 20},
+                        storage={"entry_bytes_max": 1 << 16})
+    config = load_config(path)
+    got = bulk_read_config(parse_options({"config": str(path), "readTimeoutMs": "700"}), config)
+    assert (got.batch_entries_max, got.batch_bytes_max, got.read_timeout_ms) == \
+        (4096, 1 << 20, 700)
+    assert got.entry_bytes_max == config.wire_limits().entry_bytes_max > 1 << 16
+    plain = bulk_read_config(parse_options({"metadata": "sqlite:///m.db"}), None)
+    assert plain == BulkReadConfig()

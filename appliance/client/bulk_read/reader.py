@@ -47,8 +47,10 @@ log = logging.getLogger(__name__)
 _NOBLOCK = int(zmq.NOBLOCK)
 
 
-def _recv_frames(sock, frames_max: int) -> list[bytes]:
-    """One multipart message as bytes, or ``zmq.Again``.  Cheaper per frame
+def _recv_frames(sock, frames_max: int) -> list:
+    """One multipart message, or ``zmq.Again``: the first frame (the reply
+    header) as bytes, the others as read-only views of ZeroMQ's buffers (no
+    copy of a reply's data; a view keeps its frame alive).  Cheaper per frame
     than ``recv_multipart`` (``Frame.more`` instead of a RCVMORE getsockopt).
     Frames past ``frames_max`` are drained and dropped (the reply then fails
     to decode: a bad answer, not unbounded memory)."""
@@ -57,7 +59,7 @@ def _recv_frames(sock, frames_max: int) -> list[bytes]:
     while frame.more:
         frame = sock.recv(0, copy=False)  # the rest of a message is already here
         if len(parts) < frames_max:
-            parts.append(frame.bytes)
+            parts.append(memoryview(frame))
     return parts
 
 
@@ -139,10 +141,16 @@ class BulkReader:
     def _dispatch(self, job: ReadJob) -> None:
         now = self.clock()
         suspects = {b for b, c in self._conns.items() if c.suspect_until_s > now}
+        cap = self.config.inflight_per_bookie_max
+        full = {b for b, c in self._conns.items() if c.inflight >= cap}
         for chunk in list(job.window):
             if chunk.result is None and chunk.error is None and chunk.sent is None \
                     and chunk.not_before_s <= now:
+                if not chunk.tries and full.issuperset(job.md.write_set(chunk.first)):
+                    continue  # every replica busy: a reply or a timeout frees one
                 self._send_chunk(job, chunk, suspects, now)
+                if chunk.sent is not None and self._conns[chunk.sent[0]].inflight >= cap:
+                    full.add(chunk.sent[0])
 
     def _send_chunk(self, job: ReadJob, chunk: Chunk, suspects: set[str], now: float) -> None:
         run_lens = job.run_lens(chunk)
