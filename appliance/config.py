@@ -86,7 +86,7 @@ class BookieConfig:
 @dataclass(frozen=True)
 class ServerConfig:
     drain_messages_max: int = _key(256, 1, 65_536)
-    batch_entries_max: int = _key(1024, 1, 65_536)
+    batch_entries_max: int = _key(8_192, 1, 65_536)
     batch_bytes_max: int = _key(64 * MiB, 1, 2**31)
     long_polls_max: int = _key(10_000, 0, 1_000_000)
     wait_lac_timeout_ms_max: int = _key(60_000, 1, 3_600_000)
@@ -122,7 +122,7 @@ class ClientConfig:
     add_linger_us: int = _key(2_000, 0, 60_000_000)
     add_batches_inflight: int = _key(1, 1, 1_000)
     add_batch_bytes_max: int = _key(8 * MiB, 1, 2**31)
-    read_batch_entries_max: int = _key(1_024, 1, 65_536)
+    read_batch_entries_max: int = _key(8_192, 1, 65_536)
     read_batch_bytes_max: int = _key(16 * MiB, 1, 2**31)
     explicit_lac_interval_ms: int = _key(1_000, 0, 3_600_000)
     reconnect_ivl_ms: int = _key(100, 1, 60_000)

@@ -110,7 +110,7 @@ class WireLimits:
     """
 
     entry_bytes_max: int = PAYLOAD_BYTES_MAX + ENTRY_OVERHEAD_MAX
-    batch_entries_max: int = 1024
+    batch_entries_max: int = 8192
     batch_bytes_max: int = 64 * MiB
     text_bytes_max: int = 64 * 1024
 

@@ -141,7 +141,7 @@ def test_defaults_fill_missing_sections(tmp_path):
     limits = config.wire_limits()
     # the wire takes the largest legal record: a 5 MiB payload plus header and digest
     assert limits.entry_bytes_max == 5 * 1024 * 1024 + ENTRY_OVERHEAD_MAX
-    assert limits.batch_entries_max == 1024
+    assert limits.batch_entries_max == 8192
 
 
 # -- refusals: one line naming the key and the fix ----------------------------------------
@@ -201,7 +201,7 @@ REFUSALS = [
     (minimal(3, "\n[client]\nack_quorum = 3\nwrite_quorum = 2\n"), "client.ack_quorum",
      "above write_quorum"),
     (minimal(3, "\n[client]\ndigest = \"md5\"\n"), "client.digest", "crc32c"),
-    (minimal(3, "\n[client]\nadd_batch_entries_max = 5000\n"),
+    (minimal(3, "\n[client]\nadd_batch_entries_max = 9000\n"),
      "client.add_batch_entries_max", "raise server.batch_entries_max"),
     (minimal(3, "\n[supervisor]\nrestart_backoff_min_ms = 20000\n"),
      "supervisor.restart_backoff_min_ms", "restart_backoff_max_ms"),

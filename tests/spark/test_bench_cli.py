@@ -35,7 +35,7 @@ def test_bench_spark_json_reports_every_source(spark, tmp_path):
         run["parquet"]["rows_per_s"]
     assert run["ratio_to_memory_source"] == run["bookkeeper"]["rows_per_s"] / \
         run["python_memory_source"]["rows_per_s"]
-    assert doc["read_batch_entries"] == 1024  # the appliance's default
+    assert doc["read_batch_entries"] == 8192  # the appliance's default
     assert os.listdir(tmp_path) == []  # appliance, Parquet files: all removed
     leftover = {p.pid for p in psutil.Process().children(recursive=True)} - before
     assert not [p for p in leftover if psutil.pid_exists(p) and "appliance" in " ".join(
