@@ -243,10 +243,13 @@ class BookieHandler:
             self.server.send_reply(peer, reply)
 
     def _failed(self, req, exc: Exception) -> ErrorReply:
-        """The error reply the server's dispatch gives a request that raised."""
-        self.counters["errors"] += 1
+        """The error reply (and count, and log line) the server's dispatch
+        gives a request whose handling raised ``exc``."""
         if not isinstance(exc, BKError):
-            log.error("add failed on %s", type(req).__name__, exc_info=exc)
+            counters = getattr(self.server, "counters", None)
+            if counters is not None and "handler_failures" in counters:
+                counters["handler_failures"] += 1
+            log.error("handler failed on %s", type(req).__name__, exc_info=exc)
             exc = BookieIOError(f"bookie failed: {exc}")
         return error_reply(req, exc)
 
