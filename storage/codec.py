@@ -91,6 +91,23 @@ def _build_small_block(seq: int, ledgers, entries, datas: list,
     return b"".join(parts), np.array(offsets, np.int64)
 
 
+def build_ledger_block(seq: int, ledger_id: int, entry_ids: list, datas: list,
+                       lengths: list) -> tuple[bytes, list[int]]:
+    """``build_block`` of a few records of one ledger, from plain lists: the
+    same bytes; offsets as a list (the small-add path, no numpy at all)."""
+    pack = RECORD_HEADER.pack
+    headers = [pack(ledger_id, e, n, crc(d))
+               for e, n, d in zip(entry_ids, lengths, datas, strict=True)]
+    offsets, pos = [], BLOCK_HEADER_BYTES
+    parts = [b""]
+    for header, data, length in zip(headers, datas, lengths, strict=True):
+        offsets.append(pos)
+        pos += RECORD_HEADER_BYTES + length
+        parts += (header, data)
+    parts[0] = _block_header(pos, len(headers), crc(b"".join(headers)), seq)
+    return b"".join(parts), offsets
+
+
 def _block_header(block_len: int, count: int, table_crc: int, seq: int) -> bytes:
     tail = BLOCK_HEADER.pack(0, 0, block_len, count, table_crc, 0, seq)[8:]
     return struct.pack("<II", BLOCK_MAGIC, crc(tail)) + tail

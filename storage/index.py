@@ -174,6 +174,18 @@ class Index:
             self._put_ledger(int(ledgers[idx[0]]), entries[idx], log_id,
                              offsets[idx], lengths[idx])
 
+    def put_ledger_small(self, ledger_id: int, entry_ids: list, log_id: int,
+                         offsets: list, lengths: list) -> None:
+        """``put_batch`` of a few entries of one ledger given as plain lists
+        (the small-add path): the same effect, without numpy conversions."""
+        first, n = entry_ids[0], len(entry_ids)
+        if n > 1 and (first & PAGE_MASK) + n <= PAGE_SLOTS and entry_ids[-1] == first + n - 1 \
+                and entry_ids == list(range(first, first + n)):
+            self._put_run(ledger_id, first, log_id, offsets, lengths)
+            return
+        for entry_id, offset, length in zip(entry_ids, offsets, lengths, strict=True):
+            self._put_one(log_id, ledger_id, entry_id, offset, length)
+
     def _put_one(self, log_id: int, ledger_id: int, entry_id: int, offset: int,
                  length: int) -> None:
         """``put_batch`` of one entry with scalars: the same effect (a batch
@@ -207,7 +219,8 @@ class Index:
         page[lo:hi, 0] = log_id
         page[lo:hi, 1] = offsets
         page[lo:hi, 2] = lengths
-        led.data_bytes += int(np.add.reduce(lengths))
+        led.data_bytes += sum(lengths) if isinstance(lengths, list) else \
+            int(np.add.reduce(lengths))
         if first + len(old) - 1 > led.last_entry:
             led.last_entry = first + len(old) - 1
 

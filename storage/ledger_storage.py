@@ -44,7 +44,13 @@ from appliance.protocol.errors import BookieIOError, ClientClosedError, TooManyR
 
 from . import journal_scan as js
 from . import storage_files as sf
-from .codec import BLOCK_HEADER_BYTES, RECORD_HEADER_BYTES, build_block, verify_record
+from .codec import (
+    BLOCK_HEADER_BYTES,
+    RECORD_HEADER_BYTES,
+    build_block,
+    build_ledger_block,
+    verify_record,
+)
 from .compaction import Compactor
 from .entry_log import list_logs, log_path
 from .entry_log_per_ledger import split_by_ledger
@@ -56,6 +62,8 @@ from .state_ops import StateOps
 
 log = logging.getLogger(__name__)
 
+_SEQ = (list, tuple)
+_INT64_MAX = (1 << 63) - 1
 CALLBACKS_MAX = 1_000_000  # pending durability callbacks (a bound on memory)
 SMALL_BATCH_ENTRIES = 32  # up to this many entries, plain Python beats numpy's per-call cost
 
@@ -90,6 +98,9 @@ class LedgerStorage(StateOps):
         self.bookie_id = bookie_id
         self.journal_dir, self.ledger_dir = journal_dir, ledger_dir
         self.options = options
+        # a block of at most this many bytes is one chunk (see _chunks)
+        self._small_block_limit = min(options.add_batch_bytes_max,
+                                      options.entry_log_buffer_bytes) - 64
         self._lock = threading.RLock()
         self._index = Index()
         self._journal = None
@@ -129,6 +140,9 @@ class LedgerStorage(StateOps):
     def add_entries(self, ledger_ids, entry_ids, datas) -> int:
         """Add a batch; returns one ticket covering all of it."""
         datas = datas if isinstance(datas, list) else list(datas)
+        lengths = self._one_ledger_small(ledger_ids, entry_ids, datas)
+        if lengths is not None:
+            return self._add_one_ledger_small(ledger_ids[0], list(entry_ids), datas, lengths)
         ledgers, entries, lengths = self._validate_batch(ledger_ids, entry_ids, datas)
         with self._lock:
             self._check_usable()
@@ -145,6 +159,61 @@ class LedgerStorage(StateOps):
                 self._journal.request_flush()  # the batch is whole: its last block waits for no one
             self.counters["adds"] += len(datas)
             self.counters["add_batches"] += 1
+            if self._bytes_since_checkpoint >= self.options.checkpoint_bytes:
+                self._checkpoint_wake.set()
+            return self._journal_seq
+
+    def _one_ledger_small(self, ledger_ids, entry_ids, datas) -> list[int] | None:
+        """The lengths of ``datas`` if the batch can take the small path: a
+        few entries (lists or tuples) of one ledger, ids in range, one block
+        that fits the limits without chunking; else None (the general path
+        then validates and raises exactly as before)."""
+        n = len(datas)
+        if not (0 < n <= SMALL_BATCH_ENTRIES and type(ledger_ids) in _SEQ
+                and type(entry_ids) in _SEQ and len(ledger_ids) == n and len(entry_ids) == n):
+            return None
+        ledger_id = ledger_ids[0]
+        if type(ledger_id) is not int or not 0 <= ledger_id <= _INT64_MAX \
+                or (n > 1 and ledger_ids.count(ledger_id) != n):
+            return None
+        if not all(type(e) is int for e in entry_ids) or min(entry_ids) < 0 \
+                or max(entry_ids) > _INT64_MAX:
+            return None
+        lengths = list(map(len, datas))
+        if max(lengths) > self.options.record_bytes_max or \
+                sum(lengths) + RECORD_HEADER_BYTES * n > self._small_block_limit:
+            return None
+        return lengths
+
+    def _add_one_ledger_small(self, ledger_id: int, entry_ids: list, datas: list,
+                              lengths: list) -> int:
+        """``add_entries`` of a batch ``_one_ledger_small`` accepted: the same
+        block, journal record, entry-log append and index rows as the general
+        path (one chunk, one ledger), with plain lists instead of numpy (a
+        few entries per message is the usual case at low load; numpy's
+        per-call cost was most of this call then)."""
+        with self._lock:
+            self._check_usable()
+            self._seq += 1
+            seq = self._seq
+            block, offsets = build_ledger_block(seq, ledger_id, entry_ids, datas, lengths)
+            if self.options.journal_write_data:
+                self._journal.submit(seq, js.ADD, block, self_verifying=True)
+                self._journal_seq = seq
+            try:
+                log_id, base = self._logs.append_block(block)
+            except BaseException as exc:  # the entry log is broken: stop taking writes
+                self._failure = exc
+                raise
+            block_len = len(block)
+            self._index.put_ledger_small(ledger_id, entry_ids, log_id,
+                                         [base + off for off in offsets], lengths)
+            self._logs.note_ledger_bytes(log_id, ledger_id, block_len - BLOCK_HEADER_BYTES)
+            self._index.ledgers[ledger_id].add_seq = seq
+            self._bytes_since_checkpoint += block_len
+            counters = self.counters
+            counters["adds"] += len(datas)
+            counters["add_batches"] += 1
             if self._bytes_since_checkpoint >= self.options.checkpoint_bytes:
                 self._checkpoint_wake.set()
             return self._journal_seq

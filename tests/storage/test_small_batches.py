@@ -102,3 +102,98 @@ def test_per_log_ledger_bytes_count_each_record_once(opener):
             sizes[led] += len(data) + codec.RECORD_HEADER_BYTES
     per_log = st.ledger_bytes()
     assert {led: sum(p.get(led, 0) for p in per_log.values()) for led in (1, 2)} == sizes
+
+
+@pytest.mark.parametrize("count", [1, 2, 7, 32])
+def test_one_ledger_blocks_from_lists_are_byte_identical(count):
+    rng = random.Random(100 + count)
+    ledger = rng.choice([1, 2 ** 40])
+    entries = [rng.randrange(2 ** 33) for _ in range(count)]
+    datas = [rng.randbytes(rng.randrange(0, 3000)) for _ in range(count)]
+    lengths = [len(d) for d in datas]
+    block, offsets = codec.build_ledger_block(9, ledger, entries, datas, lengths)
+    want, want_offsets = codec.build_block(9, np.full(count, ledger, np.uint64),
+                                           np.array(entries, np.uint64), datas,
+                                           np.array(lengths, np.int64))
+    assert block == want and offsets == want_offsets.tolist()
+
+
+def test_small_one_ledger_puts_from_lists_leave_the_index_as_batched_puts_do():
+    """Runs near page edges, resends over stored entries, scattered and
+    repeated ids: ``put_ledger_small`` leaves what ``put_batch`` leaves."""
+    rng = random.Random(13)
+    for _ in range(60):
+        small, big = ix.Index(), ix.Index()
+        for _ in range(6):
+            n = rng.randint(1, 32)
+            ledger = rng.choice([1, 2])
+            if rng.random() < 0.6:
+                first = rng.choice([0, 1, ix.PAGE_SLOTS - n, ix.PAGE_SLOTS - 1,
+                                    rng.randrange(3 * ix.PAGE_SLOTS)])
+                entries = list(range(first, first + n))
+            else:
+                entries = [rng.choice([0, 1, 4095, 4096, rng.randrange(20000)])
+                           for _ in range(n)]
+            log_id = rng.randrange(1, 9)
+            offsets = [rng.randrange(2 ** 31) for _ in range(n)]
+            lengths = [rng.randrange(5000) for _ in range(n)]
+            small.put_ledger_small(ledger, entries, log_id, offsets, lengths)
+            big.put_batch(np.full(n, ledger, np.uint64), np.array(entries, np.uint64), log_id,
+                          np.array(offsets, np.int64), np.array(lengths, np.int64))
+        assert _state(small) == _state(big)
+
+
+def _general_path_only(monkeypatch):
+    from storage import ledger_storage
+
+    monkeypatch.setattr(ledger_storage.LedgerStorage, "_one_ledger_small",
+                        lambda self, *args: None)
+
+
+@pytest.mark.parametrize("small_path", [True, False])
+def test_small_one_ledger_adds_store_and_replay_as_the_general_path(opener, monkeypatch,
+                                                                    small_path):
+    """The same adds through the list path and through the general one:
+    the same entries read back, the same counts, and after a crash (no
+    checkpoint) the journal replays them all."""
+    if not small_path:
+        _general_path_only(monkeypatch)
+    st = opener()
+    rng = random.Random(5)
+    want = {}
+    next_id = {1: 0, 2: 0}
+    for _ in range(50):
+        ledger = rng.choice([1, 2])
+        n = rng.randint(1, 32)
+        ids = list(range(next_id[ledger], next_id[ledger] + n))
+        next_id[ledger] += n
+        datas = [memoryview(rng.randbytes(rng.randrange(0, 2000))) for _ in range(n)]
+        ticket = st.add_entries((ledger,) * n, tuple(ids), datas)
+        assert st.wait_durable(ticket, 30)
+        want.update({(ledger, e): bytes(d) for e, d in zip(ids, datas, strict=True)})
+    stats = st.stats()
+    assert stats["adds"] == len(want) and stats["add_batches"] == 50
+    for (ledger, entry), data in want.items():
+        assert st.read_entry(ledger, entry) == data
+    st.abort()  # a crash: what was durable comes back from the journal
+    st2 = opener()
+    for (ledger, entry), data in want.items():
+        assert st2.read_entry(ledger, entry) == data
+    assert {led: st2.last_entry_id(led) for led in (1, 2)} == {
+        led: next_id[led] - 1 for led in (1, 2)}
+
+
+@pytest.mark.parametrize("ledgers, entries", [
+    ([-1], [0]), ([1], [-1]), ([2 ** 63], [0]), ([1], [2 ** 63]), ([1, 1], [0, -5]),
+])
+def test_small_batches_refused_as_before(opener, monkeypatch, ledgers, entries):
+    """Ids out of range are refused with the general path's exception."""
+    st = opener()
+    datas = [b"x"] * len(entries)
+    with pytest.raises(Exception) as small:
+        st.add_entries(ledgers, entries, datas)
+    _general_path_only(monkeypatch)
+    with pytest.raises(Exception) as general:
+        st.add_entries(ledgers, entries, datas)
+    assert type(small.value) is type(general.value)
+    assert str(small.value) == str(general.value)

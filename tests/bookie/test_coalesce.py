@@ -1,0 +1,146 @@
+"""Small ADD_PACKED requests of one drain are stored together
+(``BookieHandler`` holds them until ``after_drain``): each request still
+gets exactly the codes it would get alone, no reply leaves before the block
+holding it is durable, a request of another kind is answered after the adds
+that came before it, and a failed store answers every held request."""
+
+from __future__ import annotations
+
+import pytest
+
+from appliance.bookie.handler import COALESCE_ENTRIES_MAX, BookieHandler
+from appliance.checks.digest import make_digest
+from appliance.errors import (
+    OK,
+    BadRequestError,
+    BookieIOError,
+    LedgerFencedError,
+    UnauthorizedError,
+)
+from appliance.protocol.bookie import BookieCore
+from appliance.protocol.entry import pack_entries
+from appliance.protocol.keys import master_key
+from ipc.frames import DEFAULT_LIMITS
+from ipc.packed import AddPackedReply, AddPackedRequest
+from ipc.replies import ErrorReply, ReadReply
+from ipc.requests import ReadRequest
+from storage import LedgerStorage, StorageOptions
+
+KEY = master_key(b"pw")
+OTHER_KEY = master_key(b"other")
+
+
+class _Server:
+    """What the handler needs of ``ipc.server.FrameServer`` here."""
+
+    limits = DEFAULT_LIMITS
+
+    def __init__(self):
+        self.sent: list = []
+        self.fds: dict = {}
+
+    def watch_fd(self, fd, callback) -> None:
+        self.fds[fd] = callback
+
+    def send_reply(self, peer: bytes, reply) -> bool:
+        self.sent.append((peer, reply))
+        return True
+
+
+@pytest.fixture
+def handler(tmp_path):
+    journal, ledgers = tmp_path / "journal", tmp_path / "ledgers"
+    opts = StorageOptions(entry_log_buffer_bytes=64 * 1024, checkpoint_interval_s=3600.0)
+    LedgerStorage.format("bookie-1", journal, ledgers, opts)
+    storage = LedgerStorage.open("bookie-1", journal, ledgers, opts)
+    h = BookieHandler("bookie-1", storage, BookieCore(storage))
+    h.attach(_Server())
+    try:
+        yield h
+    finally:
+        storage.close()
+
+
+def _add(ledger_id: int, first: int, n: int, key: bytes = KEY, request_id: int = 0,
+         bad: int | None = None) -> AddPackedRequest:
+    records, _ = pack_entries(ledger_id, first, first - 1, 0,
+                              [bytes([i % 251]) * 100 for i in range(n)],
+                              make_digest("crc32c", key))
+    if bad is not None:  # a record filed under another entry id
+        records[bad] = pack_entries(ledger_id, first + n + 5, 0, 0, [b"x"],
+                                    make_digest("crc32c", key))[0][0]
+    req = AddPackedRequest.of(ledger_id, key, range(first, first + n), records)
+    req.request_id = request_id
+    return req
+
+
+def _settle(h: BookieHandler) -> dict:
+    """Wait until every parked reply is durable and sent; replies by request id."""
+    h.storage.wait_durable(h.storage._journal_seq, 30)
+    h._on_durable()
+    return {reply.request_id: reply for _, reply in h.server.sent}
+
+
+def test_held_adds_get_their_own_codes_and_one_block(handler):
+    h = handler
+    h.handle(b"p", _add(3, 0, 1, OTHER_KEY, request_id=90))  # ledger 3 is OTHER_KEY's
+    h.after_drain()
+    _settle(h)
+    h.core.storage.fence(4)  # ledger 4: fenced, no key yet
+    batches = h.storage.stats()["add_batches"]
+    reqs = [_add(1, 0, 5, request_id=1), _add(2, 0, 3, request_id=2),
+            _add(1, 5, 4, request_id=3, bad=2), _add(3, 1, 2, KEY, request_id=4),
+            _add(4, 0, 2, request_id=5)]
+    for req in reqs:
+        assert h.handle(b"p", req) is None
+    assert len(h.server.sent) == 1  # the first drain's reply only: nothing before durable
+    h.after_drain()
+    replies = _settle(h)
+    assert h.storage.stats()["add_batches"] == batches + 1  # one block for every good entry
+    want = {1: [OK] * 5, 2: [OK] * 3, 3: [OK, OK, BadRequestError.code, OK],
+            4: [UnauthorizedError.code] * 2, 5: [LedgerFencedError.code] * 2}
+    for rid, codes in want.items():
+        assert isinstance(replies[rid], AddPackedReply)
+        assert list(replies[rid].statuses) == codes, rid
+    assert h.storage.last_entry_id(1) == 8 and h.storage.last_entry_id(2) == 2
+
+
+def test_a_read_after_held_adds_sees_them(handler):
+    h = handler
+    h.handle(b"p", _add(1, 0, 3, request_id=1))
+    reply = h.handle(b"p", ReadRequest(1, 2, master_key=KEY, request_id=2))
+    assert isinstance(reply, ReadReply)  # the held add was stored first
+    replies = _settle(h)
+    assert list(replies[1].statuses) == [OK] * 3
+
+
+def test_big_and_recovery_adds_are_not_held(handler):
+    h = handler
+    h.handle(b"p", _add(1, 0, 2, request_id=1))
+    h.handle(b"p", _add(1, 2, COALESCE_ENTRIES_MAX, request_id=2))
+    assert h._held_adds == []  # the held add was stored first, the big one at once
+    recovery = _add(2, 0, 1, request_id=3)
+    recovery.recovery = True
+    h.handle(b"p", recovery)
+    assert h._held_adds == []
+    replies = _settle(h)
+    assert list(replies[1].statuses) == [OK] * 2
+    assert list(replies[2].statuses) == [OK] * COALESCE_ENTRIES_MAX
+    assert list(replies[3].statuses) == [OK]
+    assert h.storage.last_entry_id(1) == 1 + COALESCE_ENTRIES_MAX
+
+
+def test_a_failed_store_answers_every_held_add(handler, monkeypatch):
+    h = handler
+
+    def broken(*args):
+        raise BookieIOError("disk on fire")
+
+    monkeypatch.setattr(h.storage, "add_entries", broken)
+    for rid in (1, 2, 3):
+        h.handle(b"p", _add(rid, 0, 2, request_id=rid))
+    h.after_drain()
+    replies = {reply.request_id: reply for _, reply in h.server.sent}
+    assert sorted(replies) == [1, 2, 3]
+    assert all(isinstance(r, ErrorReply) and r.status == BookieIOError.code
+               for r in replies.values())
