@@ -3,13 +3,21 @@ every query gets exactly its rows, whatever the queries before it pushed.
 
 Spark 4.3 keeps the read planned by a filter pushdown on the DataFrame's data
 source (``PythonDataSourceV2.readInfo``), and a later query of that DataFrame
-that pushes no filter reuses it (docs/SPARK.md, "Filter pushdown")."""
+that pushes no filter reuses it (docs/SPARK.md, "Filter pushdown"); there
+``register`` registers the source without pushdown, and says so."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
-from appliance.spark import PUSHDOWN_CONF, register
+from appliance.spark import (
+    PUSHDOWN_CONF,
+    BookKeeperPushdownDataSource,
+    pushdown_read_shared,
+    register,
+)
 from tests.spark.conftest import PASSWORD
 
 SIZES = (3000, 2000)  # entries of the two ledgers
@@ -25,7 +33,13 @@ def two(appliance_factory):
 
 @pytest.fixture
 def pushdown(spark):
-    register(spark, filter_pushdown=True)
+    if pushdown_read_shared(spark):
+        with pytest.warns(RuntimeWarning, match="filter pushdown is off"):
+            register(spark, filter_pushdown=True)
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            register(spark, filter_pushdown=True)
     try:
         yield spark
     finally:
@@ -80,3 +94,23 @@ def test_different_filters_in_a_row_on_one_dataframe(pushdown, two):
     assert rows(third) == expected(two, lambda i, e: e in (0, 1999, 2000))
     assert rows(first) == expected(two, lambda i, e: i == a and 10 <= e <= 19)  # again
     assert df.where("entry_id = 5 or entry_id = 2999").count() == 3
+
+
+def test_the_detector_matches_what_spark_does(spark, two):
+    """The pushdown source itself, registered directly: a filtered query, then
+    an unfiltered one of the same DataFrame, reads fewer rows exactly when
+    ``pushdown_read_shared`` says so (the check ``register`` relies on)."""
+    a = two.ids["a"]
+    spark.conf.set(PUSHDOWN_CONF, "true")
+    spark.dataSource.register(BookKeeperPushdownDataSource)
+    try:
+        df = load(spark, two)
+        pruned = df.where(f"ledger_id = {a} and entry_id < 700")
+        assert pruned.rdd.getNumPartitions() == 2  # pushed: 700 of 5,000 entries
+        assert pruned.count() == 700
+        after = df.count()
+        assert after in (700, TOTAL)
+        assert (after == 700) == pushdown_read_shared(spark)
+    finally:
+        spark.conf.set(PUSHDOWN_CONF, "false")
+        register(spark)
