@@ -8,6 +8,7 @@ import os
 import shutil
 import sys
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +17,22 @@ import pytest
 from tests.support.launch import Cluster, wait_registered
 
 PASSWORD = b"spark-pw"
+
+
+@contextmanager
+def pushdown_source(spark):
+    """The pushdown-capable source registered directly (``register`` may
+    decline pushdown on this Spark: docs/SPARK.md), to test its pruning with
+    a DataFrame loaded per query; the plain source again after."""
+    from appliance.spark import PUSHDOWN_CONF, BookKeeperPushdownDataSource, register
+
+    spark.conf.set(PUSHDOWN_CONF, "true")
+    spark.dataSource.register(BookKeeperPushdownDataSource)
+    try:
+        yield spark
+    finally:
+        spark.conf.set(PUSHDOWN_CONF, "false")
+        register(spark)
 
 
 @pytest.fixture(scope="session")

@@ -5,12 +5,13 @@ up to their LAC, bounds, partitioning, filter pushdown and the errors."""
 from __future__ import annotations
 
 import json
+import warnings
 from collections import defaultdict
 
 import pytest
 
-from appliance.spark import ARROW_SCHEMA, PUSHDOWN_CONF, register
-from tests.spark.conftest import PASSWORD
+from appliance.spark import ARROW_SCHEMA, PUSHDOWN_CONF, pushdown_read_shared, register
+from tests.spark.conftest import PASSWORD, pushdown_source
 
 BIG = 20_000
 
@@ -118,19 +119,33 @@ def test_entry_bounds_and_partition_options(source, data):
 
 def test_filter_pushdown_prunes_and_stays_exact(spark, data):
     big, hmac = data.ids["big"], data.ids["hmac"]
-    register(spark, filter_pushdown=True)
-    try:
-        assert spark.conf.get(PUSHDOWN_CONF) == "true"
-        df = load(spark, data, maxEntriesPerPartition="1000")
-        pruned = df.where(f"ledger_id = {big} and entry_id >= 1500 and entry_id < 1800")
+    with pushdown_source(spark):
+        def df():  # a DataFrame per query: Spark 4.3 keeps a pushdown's read on it
+            return load(spark, data, maxEntriesPerPartition="1000")
+
+        pruned = df().where(f"ledger_id = {big} and entry_id >= 1500 and entry_id < 1800")
         assert pruned.rdd.getNumPartitions() == 1  # the whole ledger would be 20 tasks
         assert by_ledger(pruned) == {big: list(enumerate(data.payloads[big]))[1500:1800]}
-        listed = df.where(f"ledger_id in ({big}, {hmac}) and entry_id in (3, 250, 4000)")
+        listed = df().where(f"ledger_id in ({big}, {hmac}) and entry_id in (3, 250, 4000)")
         assert by_ledger(listed) == {
             big: [(e, data.payloads[big][e]) for e in (3, 250, 4000)],
             hmac: [(e, data.payloads[hmac][e]) for e in (3, 250)]}
-        other = df.where(f"ledger_id = {hmac} and payload = X'{data.payloads[hmac][7].hex()}'")
+        other = df().where(f"ledger_id = {hmac} and payload = X'{data.payloads[hmac][7].hex()}'")
         assert by_ledger(other) == {hmac: [(7, data.payloads[hmac][7])]}
+
+
+def test_register_with_pushdown_on_is_exact_for_every_query_of_a_dataframe(spark, data):
+    big, hmac = data.ids["big"], data.ids["hmac"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # pushdown declined on Spark 4.3
+        register(spark, filter_pushdown=True)
+    try:
+        df = load(spark, data, ledgers=f"{big},{hmac}", maxEntriesPerPartition="1000")
+        pruned = df.where(f"ledger_id = {big} and entry_id >= 1500 and entry_id < 1800")
+        assert by_ledger(pruned) == {big: list(enumerate(data.payloads[big]))[1500:1800]}
+        assert df.count() == BIG + 300
+        if not pushdown_read_shared(spark):
+            assert pruned.rdd.getNumPartitions() == 1
     finally:
         spark.conf.set(PUSHDOWN_CONF, "false")
         register(spark)

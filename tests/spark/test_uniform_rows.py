@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from appliance.spark import PUSHDOWN_CONF, register
-from tests.spark.conftest import PASSWORD
+from appliance.spark import register
+from tests.spark.conftest import PASSWORD, pushdown_source
 
 SHAPES = {"small": (100, 5000), "large": (1100, 3000)}  # payload bytes, entries
 
@@ -56,12 +56,11 @@ def test_every_entry_once_with_its_bytes_over_several_partitions(spark, uniform)
 
 def test_pushed_filters_give_exactly_the_rows_asked(spark, uniform):
     small, large = uniform.ids["small"], uniform.ids["large"]
-    register(spark, filter_pushdown=True)
 
     def df():  # a DataFrame per query: Spark 4.3's pushdown state outlives a query
         return load(spark, uniform, maxEntriesPerPartition="1000")  # (docs/SPARK.md)
 
-    try:
+    with pushdown_source(spark):
         ranged = df().where(f"ledger_id = {large} and entry_id >= 1000 and entry_id < 2500")
         assert ranged.rdd.getNumPartitions() == 2  # pruned: 1,500 entries
         assert rows(ranged) == expected(uniform, lambda i, e: i == large and 1000 <= e < 2500)
@@ -73,6 +72,3 @@ def test_pushed_filters_give_exactly_the_rows_asked(spark, uniform):
                                         and e in (0, 1023, 1024, 4999))
         assert rows(df().where(f"ledger_id = {small}")) == \
             expected(uniform, lambda i, e: i == small)
-    finally:
-        spark.conf.set(PUSHDOWN_CONF, "false")
-        register(spark)
