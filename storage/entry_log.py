@@ -179,7 +179,7 @@ class EntryLogger:
         self._rng = random.Random()
         self._flush_at = self._next_flush_at()
         self._inflight: tuple[int, int, int] | None = None  # log id, offset, bytes
-        self._writer = BackgroundWriter("entry-log-writer")
+        self._writer = BackgroundWriter("entry-log-writer", options.entry_log_write_slice_bytes)
         self._readers = LogReaders(directory)
         self._unsynced: dict[int, int] = {}  # log id -> write fd, written since last sync
         self.ledger_bytes: dict[int, dict[int, int]] = {}

@@ -18,11 +18,12 @@ from appliance.protocol.errors import BookieIOError
 
 from . import aligned_io as aio
 
-WRITE_SLICE_BYTES = 256 * 1024  # one pwrite; a multiple of the 4 KiB alignment
+WRITE_SLICE_BYTES = 256 * 1024  # default slice: one pwrite; a multiple of 4 KiB
 
 
 class BackgroundWriter:
-    def __init__(self, name: str):
+    def __init__(self, name: str, slice_bytes: int = WRITE_SLICE_BYTES):
+        self._slice = max(aio.ALIGN_BYTES, slice_bytes - slice_bytes % aio.ALIGN_BYTES)
         self._cond = threading.Condition(threading.Lock())
         self._job = None
         self._busy = False
@@ -84,9 +85,9 @@ class BackgroundWriter:
                 # In slices: a journal write that comes meanwhile (another
                 # bookie's too: they share disks on one host) waits behind
                 # one slice, not behind the whole buffer.
-                for start in range(0, len(view), WRITE_SLICE_BYTES):
-                    aio.write_aligned(fd, view[start:start + WRITE_SLICE_BYTES],
-                                      offset + start, path)
+                step = self._slice
+                for start in range(0, len(view), step):
+                    aio.write_aligned(fd, view[start:start + step], offset + start, path)
             except BaseException as exc:  # noqa: BLE001 - kept and raised to callers
                 self._failure = exc.with_traceback(None)
             del view

@@ -67,6 +67,14 @@ class StorageOptions:
     means fewer, bigger direct writes; in journal_write_data=false mode it is
     also what a process crash can lose."""
 
+    entry_log_write_slice_bytes: int = 256 * KiB
+    """The entry-log writer writes a buffer in direct writes of this size
+    (a multiple of 4 KiB): a journal sync that comes meanwhile waits behind
+    one slice, not the whole buffer (p99 at 10,000 adds/s ~12-13 -> 4-7 ms
+    with 256 KiB).  Larger: more bandwidth for big entries (64 KB adds
+    ~14% more MB/s with whole 4 MiB writes); smaller: shorter journal
+    stalls."""
+
     entry_log_per_ledger: bool = False
     """BP-32: one entry log per ledger instead of one interleaved log.  A
     deleted ledger's space comes back by removing whole files (no
