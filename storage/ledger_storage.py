@@ -197,14 +197,7 @@ class LedgerStorage(StateOps):
             self._seq += 1
             seq = self._seq
             block, offsets = build_ledger_block(seq, ledger_id, entry_ids, datas, lengths)
-            if self.options.journal_write_data:
-                self._journal.submit(seq, js.ADD, block, self_verifying=True)
-                self._journal_seq = seq
-            try:
-                log_id, base = self._logs.append_block(block)
-            except BaseException as exc:  # the entry log is broken: stop taking writes
-                self._failure = exc
-                raise
+            log_id, base = self._write_block(seq, block)
             block_len = len(block)
             self._index.put_ledger_small(ledger_id, entry_ids, log_id,
                                          [base + off for off in offsets], lengths)
@@ -273,15 +266,21 @@ class LedgerStorage(StateOps):
         self._seq += 1
         seq = self._seq
         block, offsets = build_block(seq, ledgers, entries, datas, lengths)
+        log_id, base = self._write_block(seq, block)
+        self._index_block(ledgers, entries, log_id, offsets + base, lengths, len(block))
+
+    def _write_block(self, seq: int, block) -> tuple[int, int]:
+        """Holding the lock: journal ``block`` (when data is journaled) and
+        append it to the entry log; (log id, offset).  A failed append stops
+        writes (the entry log is broken)."""
         if self.options.journal_write_data:
             self._journal.submit(seq, js.ADD, block, self_verifying=True)
             self._journal_seq = seq
         try:
-            log_id, base = self._logs.append_block(block)
+            return self._logs.append_block(block)
         except BaseException as exc:  # the entry log is broken: stop taking writes
             self._failure = exc
             raise
-        self._index_block(ledgers, entries, log_id, offsets + base, lengths, len(block))
 
     def _append_unjournaled(self, ledgers, entries, datas, lengths) -> None:
         """Compaction's copies: a block with a fresh seq in the entry log only

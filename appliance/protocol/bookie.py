@@ -110,14 +110,7 @@ class BookieCore:
             return [code] * len(entry_ids), ticket
         codes = [OK] * len(entry_ids)
         ids, good = [], []
-        unpack = HEADER.unpack_from
-        for i, (entry_id, data) in enumerate(zip(entry_ids, datas, strict=True)):
-            if entry_id < 0 or len(data) < HEADER_BYTES or unpack(data, 0)[:2] != (
-                    ledger_id, entry_id):
-                codes[i] = BadRequestError.code
-                continue
-            ids.append(entry_id)
-            good.append(data)
+        _check_entries(ledger_id, entry_ids, datas, codes, ids, good)
         if ids:  # one storage call: one block, one ticket
             ticket = max(ticket, self._store(ledger_id, ids, good))
         return codes, ticket
@@ -131,7 +124,6 @@ class BookieCore:
         failed storage write fails them all (``BKError``)."""
         all_codes, ticket = [], 0
         ledgers, ids, good = [], [], []
-        unpack = HEADER.unpack_from
         for ledger_id, master_key, entry_ids, datas in groups:
             code, t = self._admit_add(ledger_id, master_key, recovery)
             ticket = max(ticket, t)
@@ -139,14 +131,9 @@ class BookieCore:
                 all_codes.append([code] * len(entry_ids))
                 continue
             codes = [OK] * len(entry_ids)
-            for i, (entry_id, data) in enumerate(zip(entry_ids, datas, strict=True)):
-                if entry_id < 0 or len(data) < HEADER_BYTES or unpack(data, 0)[:2] != (
-                        ledger_id, entry_id):
-                    codes[i] = BadRequestError.code
-                    continue
-                ledgers.append(ledger_id)
-                ids.append(entry_id)
-                good.append(data)
+            before = len(ids)
+            _check_entries(ledger_id, entry_ids, datas, codes, ids, good)
+            ledgers += [ledger_id] * (len(ids) - before)
             all_codes.append(codes)
         if ids:  # one storage call: one block, one ticket
             ticket = max(ticket, self._store_many(ledgers, ids, good))
@@ -328,3 +315,16 @@ class BookieCore:
 
 def _key_ok(master_key: bytes) -> bool:
     return isinstance(master_key, bytes) and len(master_key) == MASTER_KEY_BYTES
+
+
+def _check_entries(ledger_id: int, entry_ids, datas, codes: list, ids: list, good: list) -> None:
+    """Each entry whose record header names (``ledger_id``, its id) goes to
+    ``ids`` / ``good``; any other gets ``BadRequestError`` in ``codes``."""
+    unpack = HEADER.unpack_from
+    for i, (entry_id, data) in enumerate(zip(entry_ids, datas, strict=True)):
+        if entry_id < 0 or len(data) < HEADER_BYTES or unpack(data, 0)[:2] != (
+                ledger_id, entry_id):
+            codes[i] = BadRequestError.code
+            continue
+        ids.append(entry_id)
+        good.append(data)
