@@ -240,13 +240,15 @@ class Transport:
         self._io.step(timeout_ms)
 
     def wake(self) -> None:
-        """Any thread: end the owner's current ``step`` wait."""
-        try:
-            os.write(self._wake_w, b"\0")
-        except BlockingIOError:
-            pass  # a wakeup is already pending
-        except OSError:
-            pass  # closed
+        """Any thread: end the owner's current ``step`` wait (nothing once
+        closed: the pipe's descriptors may already belong to someone else)."""
+        with self._cond:
+            if self._closing:
+                return
+            try:
+                os.write(self._wake_w, b"\0")
+            except BlockingIOError:
+                pass  # a wakeup is already pending
 
     def _on_owner(self) -> bool:
         return self._owner is not None and self._owner == threading.get_ident()

@@ -288,3 +288,24 @@ def test_without_an_io_thread_the_owner_steps_and_other_threads_go_through_it(
 def test_without_an_io_thread_a_callback_is_required(transport):
     with pytest.raises(ValueError, match="on_events"):
         transport(io_thread=False)
+
+
+def test_a_wake_after_close_writes_nowhere(transport):
+    """A thread finishing late (the client's metadata pool) may wake a closed
+    transport: the closed pipe's descriptor number can belong to a file
+    opened since, which must not receive a byte."""
+    import os
+
+    t = transport(on_events=lambda events: None, io_thread=False)
+    reused = t._wake_w
+    t.close()
+    r, w = os.pipe()
+    os.dup2(w, reused)  # someone else's file now has the closed pipe's number
+    try:
+        os.set_blocking(r, False)
+        t.wake()
+        with pytest.raises(BlockingIOError):
+            os.read(r, 1)
+    finally:
+        for fd in (r, w, reused):
+            os.close(fd)
