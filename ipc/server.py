@@ -107,6 +107,20 @@ def restrict_socket_file(path: str, group: str = "") -> None:
     os.chmod(path, 0o660)
 
 
+def failure_reply(request, exc: Exception, counters: dict | None) -> ErrorReply:
+    """The answer to a request whose handling raised ``exc``: its own code
+    for a ``BKError``; anything else is a bug or an I/O failure, counted in
+    ``counters["handler_failures"]``, logged with its traceback and answered
+    as ``BookieIOError``.  (The handler uses it for requests it answers
+    outside the dispatch, e.g. adds held until the drain ends.)"""
+    if isinstance(exc, BKError):
+        return error_reply(request, exc)
+    if counters is not None:
+        counters["handler_failures"] = counters.get("handler_failures", 0) + 1
+    log.error("handler failed on %s", type(request).__name__, exc_info=exc)
+    return error_reply(request, BookieIOError(f"bookie failed: {exc}"))
+
+
 class FrameServer:
     """ROUTER socket + poll loop.  ``endpoint`` is the bound address (a
     ``tcp://host:0`` request reports the real port)."""
@@ -320,12 +334,8 @@ class FrameServer:
         self.counters["requests"] += 1
         try:
             reply = self.handler.handle(peer, request)
-        except BKError as exc:
-            reply = error_reply(request, exc)
-        except Exception as exc:
-            self.counters["handler_failures"] += 1
-            log.exception("handler failed on %s", type(request).__name__)
-            reply = error_reply(request, BookieIOError(f"bookie failed: {exc}"))
+        except Exception as exc:  # noqa: BLE001 - every failure is answered
+            reply = failure_reply(request, exc, self.counters)
         if reply is not None:
             self.send_reply(peer, reply)
 

@@ -44,7 +44,6 @@ from appliance.errors import (
     OK,
     BadRequestError,
     BKError,
-    BookieIOError,
     TooManyRequestsError,
     UnauthorizedError,
     error_for_code,
@@ -65,7 +64,6 @@ from ipc.replies import (
     ReadBatchReply,
     ReadReply,
     WriteCloseReply,
-    error_reply,
 )
 from ipc.requests import (
     AddBatchRequest,
@@ -80,6 +78,7 @@ from ipc.requests import (
     WriteCloseRequest,
     WriteLacRequest,
 )
+from ipc.server import failure_reply
 from storage.read_path import split_parts
 
 log = logging.getLogger(__name__)
@@ -245,13 +244,7 @@ class BookieHandler:
     def _failed(self, req, exc: Exception) -> ErrorReply:
         """The error reply (and count, and log line) the server's dispatch
         gives a request whose handling raised ``exc``."""
-        if not isinstance(exc, BKError):
-            counters = getattr(self.server, "counters", None)
-            if counters is not None and "handler_failures" in counters:
-                counters["handler_failures"] += 1
-            log.error("handler failed on %s", type(req).__name__, exc_info=exc)
-            exc = BookieIOError(f"bookie failed: {exc}")
-        return error_reply(req, exc)
+        return failure_reply(req, exc, getattr(self.server, "counters", None))
 
     def _add_packed(self, peer: bytes, req: AddPackedRequest):
         """One ledger, one core call, one storage block, one reply."""
