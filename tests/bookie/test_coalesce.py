@@ -17,14 +17,13 @@ from appliance.errors import (
     LedgerFencedError,
     UnauthorizedError,
 )
-from appliance.protocol.bookie import BookieCore
 from appliance.protocol.entry import pack_entries
 from appliance.protocol.keys import master_key
 from ipc.frames import DEFAULT_LIMITS
 from ipc.packed import AddPackedReply, AddPackedRequest
 from ipc.replies import ErrorReply, ReadReply
 from ipc.requests import ReadRequest
-from storage import LedgerStorage, StorageOptions
+from tests.support.bookie_handler import handler_on_storage
 
 KEY = master_key(b"pw")
 OTHER_KEY = master_key(b"other")
@@ -49,16 +48,8 @@ class _Server:
 
 @pytest.fixture
 def handler(tmp_path):
-    journal, ledgers = tmp_path / "journal", tmp_path / "ledgers"
-    opts = StorageOptions(entry_log_buffer_bytes=64 * 1024, checkpoint_interval_s=3600.0)
-    LedgerStorage.format("bookie-1", journal, ledgers, opts)
-    storage = LedgerStorage.open("bookie-1", journal, ledgers, opts)
-    h = BookieHandler("bookie-1", storage, BookieCore(storage))
-    h.attach(_Server())
-    try:
+    with handler_on_storage(tmp_path, _Server()) as h:
         yield h
-    finally:
-        storage.close()
 
 
 def _add(ledger_id: int, first: int, n: int, key: bytes = KEY, request_id: int = 0,

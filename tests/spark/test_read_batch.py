@@ -25,6 +25,7 @@ from ipc.packed import ReadPackedReply, ReadPackedRequest
 from ipc.replies import ErrorReply, ReadBatchReply, decode_reply, encode_reply
 from ipc.requests import ReadBatchRequest
 from storage import LedgerStorage, StorageOptions
+from tests.support.bookie_handler import handler_on_storage
 
 KEY = master_key(b"pw")
 LEDGER = 7
@@ -38,6 +39,9 @@ class _Server:
     def __init__(self):
         self.sent: list = []
 
+    def watch_fd(self, fd, callback) -> None:
+        pass  # no durability wake-ups needed: these tests only read
+
     def send_reply(self, peer: bytes, reply) -> bool:
         self.sent.append(reply)
         return True
@@ -45,16 +49,8 @@ class _Server:
 
 @pytest.fixture
 def handler(tmp_path):
-    journal, ledgers = tmp_path / "journal", tmp_path / "ledgers"
-    opts = StorageOptions(entry_log_buffer_bytes=64 * 1024, checkpoint_interval_s=3600.0)
-    LedgerStorage.format("bookie-1", journal, ledgers, opts)
-    storage = LedgerStorage.open("bookie-1", journal, ledgers, opts)
-    h = BookieHandler("bookie-1", storage, BookieCore(storage))
-    h.server = _Server()
-    try:
+    with handler_on_storage(tmp_path, _Server()) as h:
         yield h
-    finally:
-        storage.close()
 
 
 def _store(h: BookieHandler, payloads: list[bytes], first: int = 0, batch: int = 50) -> list:
