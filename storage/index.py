@@ -14,7 +14,8 @@ its cost per stored entry is 12 * E / W bytes.  Each ledger also costs about
 
 Updates are per batch with numpy (one scatter per (ledger, page) group), so
 the index costs well under a microsecond per added entry; batches of a few
-entries go entry by entry with scalars (numpy's per-call cost dominates them).
+entries, or of many ledgers with a few entries each, go entry by entry with
+scalars (numpy's per-call cost dominates them).
 
 The index is not durable by itself: ``snapshot`` persists it at checkpoints
 and the journal (and, without journaled data, the entry-log tail) rebuilds
@@ -39,6 +40,7 @@ SLOT_BYTES = 12
 ABSENT = 0xFFFF_FFFF  # in the length column: no entry in this slot
 LEDGER_OBJECT_BYTES = 500  # rough Python overhead per ledger, for stats
 SMALL_PUT_ENTRIES = 24  # up to this many entries a put goes entry by entry with scalars
+SCALAR_LEDGER_ENTRIES = 16  # a put of fewer entries per ledger than this, on average, too
 
 
 class Ledger:
@@ -166,6 +168,14 @@ class Index:
             return
         if ledgers[0] == ledgers[-1] and (len(ledgers) < 3 or ledgers.min() == ledgers.max()):
             self._put_ledger(int(ledgers[0]), entries, log_id, offsets, lengths)
+            return
+        lids = ledgers.tolist()
+        if len(set(lids)) * SCALAR_LEDGER_ENTRIES > len(lids):
+            # many ledgers with a few entries each (many ledgers written at
+            # once): a numpy scatter per ledger would cost ~20 us each
+            for args in zip(lids, entries.tolist(), offsets.tolist(), lengths.tolist(),
+                            strict=True):
+                self._put_one(log_id, *args)
             return
         order = np.argsort(ledgers, kind="stable")
         sl = ledgers[order]

@@ -86,6 +86,32 @@ def test_small_runs_of_consecutive_ids_leave_the_index_as_batched_puts_do():
         assert _state(small) == _state(big)
 
 
+def test_many_ledger_puts_leave_the_index_as_batched_puts_do():
+    """Batches bigger than the small path's, of many ledgers with a few
+    entries each (many ledgers written at once), go entry by entry with
+    scalars: the index ends as the per-ledger numpy scatter leaves it,
+    repeated ids and page edges included."""
+    rng = random.Random(5)
+    for _ in range(30):
+        scalar, numpy_ = ix.Index(), ix.Index()
+        for _ in range(4):
+            n = rng.randint(ix.SMALL_PUT_ENTRIES + 1, 400)
+            ledgers = rng.randint(n // 4, n)  # 1-4 entries a ledger on average
+            args = (np.array([rng.randrange(ledgers) for _ in range(n)], np.uint64),
+                    np.array([rng.choice([0, 1, 4095, 4096, rng.randrange(20000)])
+                              for _ in range(n)], np.uint64),
+                    rng.randrange(1, 9), np.array([rng.randrange(2 ** 31) for _ in range(n)],
+                                                  np.int64),
+                    np.array([rng.randrange(5000) for _ in range(n)], np.int64))
+            scalar.put_batch(*args)
+            saved, ix.SCALAR_LEDGER_ENTRIES = ix.SCALAR_LEDGER_ENTRIES, 0  # the numpy path
+            try:
+                numpy_.put_batch(*args)
+            finally:
+                ix.SCALAR_LEDGER_ENTRIES = saved
+        assert _state(scalar) == _state(numpy_)
+
+
 def test_per_log_ledger_bytes_count_each_record_once(opener):
     st = opener()
     sizes = {1: 0, 2: 0}
