@@ -45,6 +45,7 @@ class Op(IntEnum):
     WRITE_LAC = 11  # the writer's LAC, for readers of an idle ledger (explicit LAC)
     WRITE_CLOSE = 12  # BP-32 advisory: the writer is done with the ledger
     COMPACT = 13  # admin: start a compaction of the bookie's entry logs (bkctl bookie compact)
+    ADD_MULTI = 14  # ADD_PACKED of several ledgers: their entries in one data frame
 
 
 OPS = frozenset(int(op) for op in Op if op is not Op.ERROR)
@@ -67,6 +68,7 @@ ALLOWED_FLAGS = {
     Op.ADD_BATCH: FLAG_RECOVERY,
     Op.READ_BATCH: FLAG_FENCE | FLAG_KEY,
     Op.ADD_PACKED: FLAG_RECOVERY,
+    Op.ADD_MULTI: FLAG_RECOVERY,
     Op.READ_PACKED: FLAG_FENCE | FLAG_KEY,
     Op.WRITE_LAC: 0,
     Op.WRITE_CLOSE: 0,

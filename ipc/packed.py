@@ -1,7 +1,8 @@
-"""Packed batch ops: many entries of one ledger in ONE data frame.
+"""Packed batch ops: many entries in ONE data frame.
 
 ``ADD_PACKED`` and ``READ_PACKED`` carry what ``ADD_BATCH`` / ``READ_BATCH``
-carry, but the entry bytes travel concatenated in a single frame described
+carry for one ledger, and ``ADD_MULTI`` what ``ADD_BATCH`` carries for
+several, but the entry bytes travel concatenated in a single frame described
 by a table of (entry id, length) rows, instead of one ZeroMQ frame per
 entry.  A frame costs a few microseconds of Python on each side whatever its
 size, so this is what makes the add and read paths cost per batch rather
@@ -54,6 +55,10 @@ ADD_PACKED_ROW = np.dtype([("entry", ">i8"), ("length", ">u4")])
 PACKED_STATUS_ROW = np.dtype([("entry", ">i8"), ("status", ">i4")])
 # READ_PACKED reply table: entry id, status, length (0 unless status is OK)
 READ_PACKED_ROW = np.dtype([("entry", ">i8"), ("status", ">i4"), ("length", ">u4")])
+# ADD_MULTI groups table: ledger id, its entry count, its master key
+MULTI_GROUP_ROW = struct.Struct(">QI32s")  # 44 bytes
+# ADD_MULTI request header extension: entry count, group count
+MULTI_EXT = struct.Struct(">II")
 
 
 def _slices(data, lengths: Sequence[int]) -> list[memoryview]:
@@ -92,6 +97,32 @@ class AddPackedRequest:
 
 
 @dataclass(slots=True)
+class AddMultiRequest:
+    """Entries of several ledgers: ``groups`` of (ledger id, master key,
+    entry count) in data order; ``entry_ids`` and ``lengths`` of every entry
+    in that order; ``data`` their bytes concatenated.  A ledger may appear
+    in several groups (each is admitted and answered on its own)."""
+
+    groups: Sequence[tuple[int, bytes, int]]
+    entry_ids: Sequence[int]
+    lengths: Sequence[int]
+    data: Buffer
+    recovery: bool = False
+    request_id: int = 0
+    OP = Op.ADD_MULTI
+
+    def group_entries(self) -> list[tuple[int, bytes, Sequence[int], list[memoryview]]]:
+        """(ledger id, master key, entry ids, entry bytes as views of
+        ``data``), one per group."""
+        views = _slices(self.data, self.lengths)
+        out, pos = [], 0
+        for ledger_id, key, n in self.groups:
+            out.append((ledger_id, key, self.entry_ids[pos:pos + n], views[pos:pos + n]))
+            pos += n
+        return out
+
+
+@dataclass(slots=True)
 class ReadPackedRequest:
     """Like ``ReadBatchRequest`` (``master_key`` sent whenever set); the
     reply is a ``ReadPackedReply``."""
@@ -116,6 +147,18 @@ class AddPackedReply:
     statuses: Sequence[int]
     request_id: int = 0
     OP = Op.ADD_PACKED
+    status = OK
+
+
+@dataclass(slots=True)
+class AddMultiReply:
+    """One (entry id, status) per entry of the request, in its order (the
+    request's groups say which ledger each row is of)."""
+
+    entry_ids: Sequence[int]
+    statuses: Sequence[int]
+    request_id: int = 0
+    OP = Op.ADD_MULTI
     status = OK
 
 
@@ -188,6 +231,41 @@ def enc_add_packed(req: AddPackedRequest, limits: WireLimits) -> list[Buffer]:
     return [head, _table(ADD_PACKED_ROW, entry=entries, length=lengths), req.data]
 
 
+def enc_add_multi(req: AddMultiRequest, limits: WireLimits) -> list[Buffer]:
+    entries, lengths, groups = req.entry_ids, req.lengths, req.groups
+    n = len(entries)
+    if not 1 <= n <= limits.batch_entries_max:
+        raise ValueError(f"entry_ids must hold 1..{limits.batch_entries_max} entries, got {n}")
+    if len(lengths) != n:
+        raise ValueError(f"lengths has {len(lengths)} items for {n} entry_ids")
+    rows, counted = [], 0
+    pack = MULTI_GROUP_ROW.pack
+    for i, (ledger_id, key, count) in enumerate(groups):
+        if not (type(ledger_id) is int and 0 <= ledger_id <= LEDGER_ID_MAX):
+            raise ValueError(f"groups[{i}] ledger id must be an int in [0, {LEDGER_ID_MAX}]")
+        if not isinstance(key, bytes | bytearray) or len(key) != MASTER_KEY_BYTES:
+            raise ValueError(f"groups[{i}] master key must be {MASTER_KEY_BYTES} bytes")
+        if not (type(count) is int and count >= 1):
+            raise ValueError(f"groups[{i}] entry count must be an int >= 1, got {count!r}")
+        counted += count
+        rows.append(pack(ledger_id, count, bytes(key)))
+    if counted != n:
+        raise ValueError(f"groups count {counted} entries; entry_ids has {n}")
+    total = memoryview(req.data).nbytes
+    if min(entries) < 0 or max(entries) > ENTRY_ID_MAX:
+        raise ValueError(f"entry_ids must be in [0, {ENTRY_ID_MAX}]")
+    if min(lengths) < 0 or max(lengths) > limits.entry_bytes_max:
+        raise ValueError(f"every length must be in [0, entry_bytes_max={limits.entry_bytes_max}]")
+    if sum(lengths) != total or total > limits.batch_bytes_max:
+        raise ValueError(f"data is {total} bytes; lengths add up to {sum(lengths)} and "
+                         f"batch_bytes_max is {limits.batch_bytes_max}")
+    flags = FLAG_RECOVERY if req.recovery else 0
+    head = REQUEST_HEAD.pack(VERSION, Op.ADD_MULTI, flags, req.request_id, 0, -1) + \
+        MULTI_EXT.pack(n, len(rows))
+    return [head, b"".join(rows), _table(ADD_PACKED_ROW, entry=entries, length=lengths),
+            req.data]
+
+
 def enc_read_packed(req: ReadPackedRequest, limits: WireLimits) -> list[Buffer]:
     for name in ("first_entry_id", "last_entry_id", "max_entries", "max_bytes"):
         value = getattr(req, name)
@@ -214,6 +292,12 @@ def _reply_head(op: int, request_id: int, ledger_id: int, entry_id: int, count: 
 def enc_add_packed_reply(r: AddPackedReply, limits: WireLimits) -> list[Buffer]:
     first = r.entry_ids[0] if len(r.entry_ids) else -1
     head = _reply_head(Op.ADD_PACKED, r.request_id, r.ledger_id, first, len(r.entry_ids))
+    return [head, _table(PACKED_STATUS_ROW, entry=r.entry_ids, status=r.statuses)]
+
+
+def enc_add_multi_reply(r: AddMultiReply, limits: WireLimits) -> list[Buffer]:
+    first = r.entry_ids[0] if len(r.entry_ids) else -1
+    head = _reply_head(Op.ADD_MULTI, r.request_id, 0, first, len(r.entry_ids))
     return [head, _table(PACKED_STATUS_ROW, entry=r.entry_ids, status=r.statuses)]
 
 
@@ -266,6 +350,39 @@ def dec_add_packed(frames, head, flags, rid, ledger_id, entry_id, limits) -> Add
                             bool(flags & FLAG_RECOVERY), rid)
 
 
+def dec_add_multi(frames, head, flags, rid, ledger_id, entry_id, limits) -> AddMultiRequest:
+    check_frame_count(frames, 4, Op.ADD_MULTI)
+    check_size(head, REQUEST_HEAD.size + MULTI_EXT.size, "header")
+    count, ngroups = MULTI_EXT.unpack_from(head, REQUEST_HEAD.size)
+    if not 1 <= count <= limits.batch_entries_max:
+        raise BadRequestError(f"ADD_MULTI count {count} not in 1..{limits.batch_entries_max}")
+    if not 1 <= ngroups <= count:
+        raise BadRequestError(f"ADD_MULTI group count {ngroups} not in 1..{count}")
+    table = memoryview(frames[1])
+    check_size(table, ngroups * MULTI_GROUP_ROW.size, "ADD_MULTI groups table")
+    groups = list(MULTI_GROUP_ROW.iter_unpack(table))
+    counted = 0
+    for ledger, n, _key in groups:
+        if ledger > LEDGER_ID_MAX or n < 1:
+            raise BadRequestError(f"ADD_MULTI group of ledger {ledger} with {n} entries "
+                                  f"(needs ledger id <= {LEDGER_ID_MAX}, entries >= 1)")
+        counted += n
+    if counted != count:
+        raise BadRequestError(f"ADD_MULTI groups hold {counted} entries; the header says {count}")
+    entries, lengths = _rows(frames[2], count, ADD_PACKED_ROW, "ADD_MULTI")
+    data = memoryview(frames[3])
+    if min(entries) < 0:
+        raise BadRequestError(f"ADD_MULTI entry id {min(entries)} is below 0")
+    if max(lengths) > limits.entry_bytes_max:
+        raise BadRequestError(f"entry of {max(lengths)} bytes exceeds entry_bytes_max "
+                              f"({limits.entry_bytes_max})")
+    if sum(lengths) != data.nbytes or data.nbytes > limits.batch_bytes_max:
+        raise BadRequestError(f"ADD_MULTI data frame is {data.nbytes} bytes; the table says "
+                              f"{sum(lengths)} (batch_bytes_max {limits.batch_bytes_max})")
+    return AddMultiRequest([(ledger, key, n) for ledger, n, key in groups], entries, lengths,
+                           data, bool(flags & FLAG_RECOVERY), rid)
+
+
 def dec_read_packed(frames, head, flags, rid, ledger_id, entry_id, limits) -> ReadPackedRequest:
     check_frame_count(frames, 1, Op.READ_PACKED)
     check_ids(ledger_id, entry_id, 0)
@@ -288,6 +405,14 @@ def dec_add_packed_reply(frames, head, rid, ledger_id, entry_id, limits) -> AddP
     count = _count(head, REPLY_HEAD.size, limits, "ADD_PACKED reply")
     entries, statuses = _rows(frames[1], count, PACKED_STATUS_ROW, "ADD_PACKED status")
     return AddPackedReply(ledger_id, entries, statuses, rid)
+
+
+def dec_add_multi_reply(frames, head, rid, ledger_id, entry_id, limits) -> AddMultiReply:
+    check_frame_count(frames, 2, Op.ADD_MULTI)
+    check_size(head, REPLY_HEAD.size + U32.size, "header")
+    count = _count(head, REPLY_HEAD.size, limits, "ADD_MULTI reply")
+    entries, statuses = _rows(frames[1], count, PACKED_STATUS_ROW, "ADD_MULTI status")
+    return AddMultiReply(entries, statuses, rid)
 
 
 def dec_read_packed_reply(frames, head, rid, ledger_id, entry_id, limits) -> ReadPackedReply:

@@ -33,10 +33,13 @@ from ipc.frames import (
     read_head,
 )
 from ipc.packed import (
+    AddMultiReply,
     AddPackedReply,
     ReadPackedReply,
+    dec_add_multi_reply,
     dec_add_packed_reply,
     dec_read_packed_reply,
+    enc_add_multi_reply,
     enc_add_packed_reply,
     enc_read_packed_reply,
 )
@@ -154,7 +157,8 @@ class WriteCloseReply:
 
 
 Reply = (ErrorReply | PingReply | InfoReply | CompactReply | AddReply | ReadReply | LacReply
-         | AddBatchReply | ReadBatchReply | AddPackedReply | ReadPackedReply | WriteCloseReply)
+         | AddBatchReply | ReadBatchReply | AddPackedReply | ReadPackedReply | WriteCloseReply
+         | AddMultiReply)
 
 
 def error_reply(request, exc: BaseException) -> ErrorReply:
@@ -231,6 +235,7 @@ def _enc_read_batch(r: ReadBatchReply, limits) -> list[Buffer]:
 
 _ENCODERS = {
     AddPackedReply: enc_add_packed_reply,
+    AddMultiReply: enc_add_multi_reply,
     ReadPackedReply: enc_read_packed_reply,
     ErrorReply: _enc_error,
     PingReply: _enc_ping,
@@ -385,5 +390,6 @@ _DECODERS = {
     Op.ADD_BATCH: _dec_add_batch,
     Op.READ_BATCH: _dec_read_batch,
     Op.ADD_PACKED: dec_add_packed_reply,
+    Op.ADD_MULTI: dec_add_multi_reply,
     Op.READ_PACKED: dec_read_packed_reply,
 }

@@ -42,10 +42,13 @@ from ipc.frames import (
     read_key_part,
 )
 from ipc.packed import (
+    AddMultiRequest,
     AddPackedRequest,
     ReadPackedRequest,
+    dec_add_multi,
     dec_add_packed,
     dec_read_packed,
+    enc_add_multi,
     enc_add_packed,
     enc_read_packed,
 )
@@ -185,7 +188,7 @@ class ReadBatchRequest:
 
 Request = (PingRequest | InfoRequest | CompactRequest | AddRequest | ReadRequest | ReadLacRequest
            | WaitLacRequest | WriteLacRequest | AddBatchRequest | ReadBatchRequest
-           | AddPackedRequest | ReadPackedRequest | WriteCloseRequest)
+           | AddPackedRequest | ReadPackedRequest | WriteCloseRequest | AddMultiRequest)
 
 
 # -- encoding (client side: ValueError / TypeError naming the field) ---------
@@ -311,6 +314,7 @@ def _enc_compact(req: CompactRequest, limits) -> list[Buffer]:
 
 _ENCODERS = {
     AddPackedRequest: enc_add_packed,
+    AddMultiRequest: enc_add_multi,
     ReadPackedRequest: enc_read_packed,
     PingRequest: _enc_simple,
     InfoRequest: _enc_simple,
@@ -463,5 +467,6 @@ _DECODERS = {
     Op.ADD_BATCH: _dec_add_batch,
     Op.READ_BATCH: _dec_read_batch,
     Op.ADD_PACKED: dec_add_packed,
+    Op.ADD_MULTI: dec_add_multi,
     Op.READ_PACKED: dec_read_packed,
 }

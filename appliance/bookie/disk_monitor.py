@@ -30,13 +30,13 @@ import os
 from collections.abc import Callable, Iterable
 
 from appliance.errors import ReadOnlyError
-from ipc.packed import AddPackedRequest
+from ipc.packed import AddMultiRequest, AddPackedRequest
 from ipc.replies import InfoReply
 from ipc.requests import AddBatchRequest, AddRequest
 
 log = logging.getLogger(__name__)
 
-ADD_REQUESTS = (AddPackedRequest, AddBatchRequest, AddRequest)
+ADD_REQUESTS = (AddPackedRequest, AddMultiRequest, AddBatchRequest, AddRequest)
 
 
 def disk_usage_fraction(path: str) -> float:

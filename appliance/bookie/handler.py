@@ -52,7 +52,14 @@ from appliance.protocol.bookie import BookieCore
 from appliance.protocol.durable_replies import DurableReplies
 from appliance.protocol.read_batch import batch_rows, batch_window
 from ipc.frames import VERSION
-from ipc.packed import AddPackedReply, AddPackedRequest, ReadPackedReply, ReadPackedRequest
+from ipc.packed import (
+    AddMultiReply,
+    AddMultiRequest,
+    AddPackedReply,
+    AddPackedRequest,
+    ReadPackedReply,
+    ReadPackedRequest,
+)
 from ipc.replies import (
     AddBatchReply,
     AddReply,
@@ -86,8 +93,9 @@ log = logging.getLogger(__name__)
 PENDING_REPLIES_MAX = 200_000  # replies parked until their add is durable
 LONG_POLLS_MAX = 10_000  # pending WAIT_LAC requests
 WAIT_LAC_TIMEOUT_MS_MAX = 60_000  # the longest a long poll may park
-# ADD_PACKED requests of fewer entries are held until the loop's drain ends
-# and stored together (bigger ones have a vectorised check of their own)
+# ADD_PACKED requests of fewer entries, and every ADD_MULTI, are held until
+# the loop's drain ends and stored together (bigger ADD_PACKED have a
+# vectorised check of their own)
 COALESCE_ENTRIES_MAX = 64
 READ_RUN_ENTRIES_MAX = 4096  # entries per batched storage read inside one READ_BATCH
 
@@ -113,7 +121,7 @@ class BookieHandler:
         self.counters = {"adds": 0, "reads": 0, "fences": 0, "errors": 0, "write_closes": 0,
                          "reads_refused": 0}
         self.refusals = ReadRefusals(bookie_id)
-        self._held_adds: list = []  # (peer, small ADD_PACKED) until the drain ends
+        self._held_adds: list = []  # (peer, small ADD_PACKED or ADD_MULTI) until the drain ends
         self.extra_info = None  # () -> dict merged into INFO (boot reasons, repair progress)
 
     def attach(self, server) -> None:
@@ -128,6 +136,12 @@ class BookieHandler:
                 return None
             self._flush_adds()
             return self._add_packed(peer, req)
+        if isinstance(req, AddMultiRequest):
+            if not req.recovery:
+                self._held_adds.append((peer, req))
+                return None
+            self._flush_adds()
+            return self._add_multi(peer, req)
         if self._held_adds:  # requests are handled in the order they came
             self._flush_adds()
         if isinstance(req, ReadPackedRequest):
@@ -202,30 +216,45 @@ class BookieHandler:
             self._flush_adds()
 
     def _flush_adds(self) -> None:
-        """The small ADD_PACKED requests held since the last flush, in one
-        core call (``add_groups``: each request admitted and checked on its
-        own, one storage block and journal record for all), each answered as
-        ``_add_packed`` would (codes per entry; sent once the block is
-        durable).  Under load a drain holds several messages and they cost
-        one storage call; a lone message takes ``_add_packed``'s path."""
+        """The small ADD_PACKED and the ADD_MULTI requests held since the
+        last flush, in one core call (``add_groups``: each ledger's group
+        admitted and checked on its own, one storage block and journal
+        record for all), each answered as ``_add_packed`` / ``_add_multi``
+        would (codes per entry; sent once the block is durable).  Under load
+        a drain holds several messages and they cost one storage call; a
+        lone message takes its own op's path."""
         held, self._held_adds = self._held_adds, []
         if len(held) == 1:
             peer, req = held[0]
-            self._answer(peer, req, self._add_packed)
+            self._answer(peer, req, self._add_multi if type(req) is AddMultiRequest
+                         else self._add_packed)
             return
-        groups = [(req.ledger_id, req.master_key, req.entry_ids, req.entries())
-                  for _, req in held]
+        groups, spans = [], []
+        for _, req in held:
+            start = len(groups)
+            if type(req) is AddMultiRequest:
+                groups += req.group_entries()
+            else:
+                groups.append((req.ledger_id, req.master_key, req.entry_ids, req.entries()))
+            spans.append((start, len(groups)))
         try:
             codes, ticket = self.core.add_groups(groups)
         except Exception as exc:  # noqa: BLE001 - each request gets the error
             for peer, req in held:
                 self.server.send_reply(peer, self._failed(req, exc))
             return
-        for (peer, req), group_codes in zip(held, codes, strict=True):
-            self.counters["adds"] += len(group_codes)
-            reply = AddPackedReply(req.ledger_id, req.entry_ids, group_codes, req.request_id)
+        for (peer, req), (lo, hi) in zip(held, spans, strict=True):
+            if type(req) is AddMultiRequest:
+                statuses = [c for group_codes in codes[lo:hi] for c in group_codes]
+                reply = AddMultiReply(req.entry_ids, statuses, req.request_id)
+                touched = tuple({g[0] for g in groups[lo:hi]})
+            else:
+                statuses = codes[lo]
+                reply = AddPackedReply(req.ledger_id, req.entry_ids, statuses, req.request_id)
+                touched = (req.ledger_id,)
+            self.counters["adds"] += len(statuses)
             try:
-                reply = self._after(peer, ticket, reply, (req.ledger_id,))
+                reply = self._after(peer, ticket, reply, touched)
             except BKError as exc:  # too many replies parked
                 reply = self._failed(req, exc)
             if reply is not None:
@@ -245,6 +274,18 @@ class BookieHandler:
         """The error reply (and count, and log line) the server's dispatch
         gives a request whose handling raised ``exc``."""
         return failure_reply(req, exc, getattr(self.server, "counters", None))
+
+    def _add_multi(self, peer: bytes, req: AddMultiRequest):
+        """Several ledgers' entries in one data frame: one core call (each
+        group admitted and checked on its own), one storage block, one
+        reply with a code per entry in the request's order."""
+        groups = req.group_entries()
+        codes, ticket = self.core.add_groups(groups, req.recovery)
+        statuses = [c for group_codes in codes for c in group_codes]
+        self.counters["adds"] += len(statuses)
+        touched = tuple({group[0] for group in groups})
+        return self._after(peer, ticket, AddMultiReply(req.entry_ids, statuses, req.request_id),
+                           touched)
 
     def _add_packed(self, peer: bytes, req: AddPackedRequest):
         """One ledger, one core call, one storage block, one reply."""

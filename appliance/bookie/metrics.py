@@ -41,7 +41,14 @@ import numpy as np
 from appliance.config import parse_host_port
 from appliance.errors import BKError
 from appliance.protocol.errors import all_errors, code_of
-from ipc.packed import AddPackedReply, AddPackedRequest, ReadPackedReply, ReadPackedRequest
+from ipc.packed import (
+    AddMultiReply,
+    AddMultiRequest,
+    AddPackedReply,
+    AddPackedRequest,
+    ReadPackedReply,
+    ReadPackedRequest,
+)
 from ipc.replies import (
     AddBatchReply,
     AddReply,
@@ -60,13 +67,13 @@ from storage.histogram import Histogram
 log = logging.getLogger(__name__)
 
 PARKED_MAX = 100_000  # requests waiting for their reply that are timed (oldest dropped past it)
-_ADDS = (AddPackedRequest, AddBatchRequest, AddRequest)
+_ADDS = (AddPackedRequest, AddMultiRequest, AddBatchRequest, AddRequest)
 _READS = (ReadPackedRequest, ReadBatchRequest, ReadRequest)
 _NAMES = {0: "OK", **{code: cls.__name__ for code, cls in all_errors().items()}}
 
 
 def _entries(req) -> int:
-    if isinstance(req, AddPackedRequest):
+    if isinstance(req, AddPackedRequest | AddMultiRequest):
         return len(req.entry_ids)
     if isinstance(req, AddBatchRequest):
         return len(req.items)
@@ -77,7 +84,7 @@ def _codes(reply) -> dict[int, int] | None:
     """Entries of a reply by result code (None: not an add or read reply)."""
     if isinstance(reply, AddReply | ReadReply):
         return {0: 1}
-    if isinstance(reply, AddPackedReply | ReadPackedReply):
+    if isinstance(reply, AddPackedReply | AddMultiReply | ReadPackedReply):
         statuses = np.asarray(reply.statuses)
         if len(statuses) and not statuses.any():
             return {0: len(statuses)}

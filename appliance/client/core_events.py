@@ -2,7 +2,8 @@
 into wire messages (pure functions of the driver, ``appliance.client.driver``).
 
 * ``chunks``: one action's entries cut at the batch limits;
-* ``coalesced``: small add parts of several ledgers grouped for ``ADD_BATCH``;
+* ``coalesced``: small add parts of several ledgers grouped for one
+  ``ADD_MULTI`` (or ``ADD_BATCH``) message;
 * ``translate`` / ``coalesced_events`` / ``failure_events``: a transport
   event -> the core events it means.  An ack is only ever made of a reply
   row naming the very entry: anything else fails the entry (a failure
@@ -14,13 +15,13 @@ from __future__ import annotations
 from appliance.errors import OK, BadRequestError, BookieUnavailableError
 from appliance.protocol import events as ev
 from appliance.protocol.reader import PackedRecords
-from ipc.packed import AddPackedReply, ReadPackedReply
+from ipc.packed import AddMultiReply, AddPackedReply, ReadPackedReply
 from ipc.replies import AddBatchReply, ErrorReply, LacReply, ReadReply
 
 
 def coalesced(parts: list, entries_max: int, bytes_max: int):
     """``parts`` ((core, SendAdd part, its entry bytes, ...) tuples) grouped
-    for ``ADD_BATCH``: one recovery flag per group, each within the entry
+    for ``ADD_MULTI`` / ``ADD_BATCH``: one recovery flag per group, each within the entry
     and byte limits, in order."""
     group: list = []
     entries = nbytes = 0
@@ -96,12 +97,29 @@ def failure_events(action, code: int, now_ms: int) -> list:
 
 
 def coalesced_events(routed: list, event, now_ms: int) -> list:
-    """(core, event) pairs for the parts of one ``ADD_BATCH``: each part's
-    ``AddResponses`` from the reply's rows; a part the reply leaves an entry
-    of out, or a failed message, fails (never an ack for what was not
-    answered)."""
+    """(core, event) pairs for the parts of one ``ADD_MULTI`` or
+    ``ADD_BATCH``: each part's ``AddResponses`` from the reply's rows; a
+    part the reply leaves an entry of out, or a failed message, fails (never
+    an ack for what was not answered).  ``ADD_MULTI`` rows name no ledger:
+    they answer the request's entries in order, so a reply of another
+    length fails every part, and a row whose entry id differs fails its
+    part."""
     reply = event.reply
     out = []
+    if event.status == OK and type(reply) is AddMultiReply:
+        ids, statuses = reply.entry_ids, reply.statuses
+        sent = sum(len(part.entry_ids) for _, part in routed)
+        pos = 0
+        for core, part in routed:
+            n = len(part.entry_ids)
+            if len(ids) != sent or tuple(ids[pos:pos + n]) != tuple(part.entry_ids):
+                events = failure_events(part, BadRequestError.code, now_ms)
+            else:
+                events = [ev.AddResponses(part.request_id, part.bookie_id, part.ledger_id,
+                                          part.entry_ids, tuple(statuses[pos:pos + n]), now_ms)]
+            pos += n
+            out += [(core, e) for e in events]
+        return out
     if event.status == OK and type(reply) is AddBatchReply:
         statuses = {(ledger_id, entry_id): st for ledger_id, entry_id, st in reply.rows}
         for core, part in routed:

@@ -15,8 +15,9 @@ driver carries out the actions the cores return:
   ``ADD_PACKED`` per bookie and action, split at ``add_batch_entries_max`` /
   ``add_batch_bytes_max``: adds to one bookie travel batched, their bytes in
   one frame; small adds of several ledgers queued in one loop turn share an
-  ``ADD_BATCH`` per bookie); the reply to a ``SendAdd`` comes back as one
-  ``AddResponses``;
+  ``ADD_MULTI`` per bookie, their bytes in one frame too, or ``ADD_BATCH``
+  for a bookie that refused ``ADD_MULTI`` as an unknown op: an older one);
+  the reply to a ``SendAdd`` comes back as one ``AddResponses``;
 * ``WriteMetadata`` / ``ReadMetadata`` -> the metadata store, on a small
   worker pool (the store blocks; the driver thread never does);
 * ``SendWriteClose`` (BP-32) -> WRITE_CLOSE requests, fire and forget: their
@@ -55,6 +56,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from appliance.errors import (
     OK,
+    BadRequestError,
     BKError,
     BookieUnavailableError,
     ClientClosedError,
@@ -65,7 +67,8 @@ from appliance.errors import (
 from appliance.meta.bookies import bookie_locations
 from appliance.protocol import events as ev
 from ipc.client import Transport
-from ipc.packed import AddPackedRequest, ReadPackedRequest
+from ipc.packed import AddMultiRequest, AddPackedRequest, ReadPackedRequest
+from ipc.replies import ErrorReply
 from ipc.requests import (
     AddBatchRequest,
     AddItem,
@@ -110,6 +113,7 @@ class Driver:
         self._packed_datas: tuple | None = None  # the last SendAdd's datas and their chunks
         self._packed: list = []
         self._adds_out: dict[str, list] = {}  # bookie -> (core, SendAdd part, lengths, data)
+        self._multi_refused: set[str] = set()  # bookies that answered ADD_MULTI BadRequest
         self.ids = itertools.count(1)  # shared by every core: ids route replies
         # Work from other threads: appended here, then the transport's wake()
         # ends the driver's wait (once per wait: _wake_pending).
@@ -286,8 +290,9 @@ class Driver:
         part (more than ``COALESCE_ENTRIES_MAX`` entries) or a bookie's only
         part goes alone as ``ADD_PACKED`` (its bytes in one frame); the small
         parts of several ledgers (many ledgers written at once, an entry or
-        two each per turn) share ``ADD_BATCH`` messages: one message, one
-        bookie storage block and one reply instead of one per ledger."""
+        two each per turn) share ``ADD_MULTI`` messages: one message with
+        one data frame, one bookie storage block and one reply instead of
+        one per ledger."""
         if not self._adds_out:
             return
         out, self._adds_out = self._adds_out, {}
@@ -315,20 +320,36 @@ class Driver:
         if len(group) == 1:
             self._send_packed(group[0])
             return
-        routed = [(item[0], item[1]) for item in group]
-        items = [AddItem(part.ledger_id, e, part.master_key, d)
-                 for _core, part in routed for e, d in zip(part.entry_ids, part.datas,
-                                                           strict=True)]
+        self._send_multi(bookie_id, [(item[0], item[1]) for item in group])
+
+    def _send_multi(self, bookie_id: str, routed: list) -> None:
+        """Several (core, SendAdd part) to one bookie in one message:
+        ``ADD_MULTI`` (every entry's bytes in one frame), or ``ADD_BATCH``
+        (a frame per entry) to a bookie that refused ``ADD_MULTI``."""
+        recovery = routed[0][1].recovery
+        multi = bookie_id not in self._multi_refused
+        if multi:
+            groups, entry_ids, datas = [], [], []
+            for _core, part in routed:
+                groups.append((part.ledger_id, part.master_key, len(part.entry_ids)))
+                entry_ids += part.entry_ids
+                datas += part.datas
+            request = AddMultiRequest(groups, entry_ids, list(map(len, datas)),
+                                      b"".join(datas), recovery)
+        else:
+            request = AddBatchRequest([AddItem(part.ledger_id, e, part.master_key, d)
+                                       for _core, part in routed
+                                       for e, d in zip(part.entry_ids, part.datas, strict=True)],
+                                      recovery)
         try:
             self._ensure_bookie(bookie_id)
-            rid = self.transport.send(bookie_id, AddBatchRequest(items, routed[0][1].recovery),
-                                      self.request_timeout_ms)
+            rid = self.transport.send(bookie_id, request, self.request_timeout_ms)
         except (BKError, ValueError) as exc:
             code = exc.code if isinstance(exc, BKError) else BookieUnavailableError.code
             for core, part in routed:
                 self._q.append(("fail", core, part, code))
             return
-        self._routes[rid] = (_COALESCED, routed)
+        self._routes[rid] = (_COALESCED, (bookie_id, routed, multi))
 
     def _send(self, core, action, request, extra_timeout_ms: int = 0) -> None:
         bookie_id = action.bookie_id
@@ -408,8 +429,19 @@ class Driver:
             for core_event in translate(action, event, now):
                 self.feed(core, core_event)
 
-    def _on_coalesced(self, routed: list, event, now: int) -> None:
-        """An ``ADD_BATCH`` reply split back into each part's ``AddResponses``."""
+    def _on_coalesced(self, sent: tuple, event, now: int) -> None:
+        """An ``ADD_MULTI`` / ``ADD_BATCH`` reply split back into each part's
+        ``AddResponses``.  A bookie that answers ``ADD_MULTI`` as a bad
+        request (one from before the op: nothing of it was stored) gets the
+        parts again as ``ADD_BATCH``, and ``ADD_BATCH`` from then on."""
+        bookie_id, routed, multi = sent
+        reply = event.reply
+        if multi and type(reply) is ErrorReply and reply.status == BadRequestError.code:
+            log.info("bookie %s refused ADD_MULTI (%s): sending it ADD_BATCH", bookie_id,
+                     reply.message)
+            self._multi_refused.add(bookie_id)
+            self._send_multi(bookie_id, routed)
+            return
         for core, core_event in coalesced_events(routed, event, now):
             self.feed(core, core_event)
 

@@ -1,19 +1,20 @@
 """The driver's add coalescing: small adds of many ledgers queued in one loop
-turn travel to each bookie as one ADD_BATCH and come back to each core as
-its own ``AddResponses``; big adds keep their packed message; a reply that
-leaves an entry out, or a failed message, fails the parts it carried (never
-a false ack)."""
+turn travel to each bookie as one ADD_MULTI (ADD_BATCH to a bookie that
+refuses ADD_MULTI) and come back to each core as its own ``AddResponses``;
+big adds keep their packed message; a reply that leaves an entry out, or a
+failed message, fails the parts it carried (never a false ack)."""
 
 from __future__ import annotations
 
 import pytest
 
 from appliance.client.driver import COALESCE_ENTRIES_MAX, Driver
-from appliance.errors import OK, BookieUnavailableError, LedgerFencedError
+from appliance.errors import OK, BadRequestError, BookieUnavailableError, LedgerFencedError
 from appliance.protocol import events as ev
 from ipc.client import Event
-from ipc.packed import AddPackedRequest
-from ipc.replies import AddBatchReply
+from ipc.frames import Op
+from ipc.packed import AddMultiReply, AddMultiRequest, AddPackedRequest
+from ipc.replies import AddBatchReply, ErrorReply
 from ipc.requests import AddBatchRequest
 
 KEY = b"k" * 32
@@ -73,18 +74,20 @@ def test_small_adds_of_many_ledgers_share_one_message_per_bookie(driver):
     assert driver.transport.sent == []  # nothing leaves before the end of the turn
     driver._flush_adds()
     kinds = sorted((b, type(r).__name__) for b, r, _ in driver.transport.sent)
-    assert kinds == [("b1", "AddBatchRequest"), ("b1", "AddPackedRequest"),
-                     ("b2", "AddBatchRequest")]
-    batch = next(r for b, r, _ in driver.transport.sent
-                 if b == "b1" and isinstance(r, AddBatchRequest))
-    assert [(i.ledger_id, i.entry_id) for i in batch.items] == [(n, 0) for n in range(1, 51)]
+    assert kinds == [("b1", "AddMultiRequest"), ("b1", "AddPackedRequest"),
+                     ("b2", "AddMultiRequest")]
+    multi = next(r for b, r, _ in driver.transport.sent
+                 if b == "b1" and isinstance(r, AddMultiRequest))
+    assert multi.groups == [(n, KEY, 1) for n in range(1, 51)]
+    assert [(g[0], list(g[2]), [bytes(d) for d in g[3]]) for g in multi.group_entries()] == \
+        [(n, [0], [b"e%d-0" % n]) for n in range(1, 51)]
     packed = next(r for _, r, _ in driver.transport.sent if isinstance(r, AddPackedRequest))
     assert packed.ledger_id == 99 and len(packed.entry_ids) == COALESCE_ENTRIES_MAX + 1
 
     rid = next(rid for b, r, rid in driver.transport.sent
-               if b == "b1" and isinstance(r, AddBatchRequest))
-    statuses = [(n, 0, LedgerFencedError.code if n == 7 else OK) for n in range(1, 51)]
-    driver._on_net([Event("b1", rid, 7, OK, AddBatchReply(statuses))])
+               if b == "b1" and isinstance(r, AddMultiRequest))
+    statuses = [LedgerFencedError.code if n == 7 else OK for n in range(1, 51)]
+    driver._on_net([Event("b1", rid, 7, OK, AddMultiReply([0] * 50, statuses))])
     for ledger, core in cores.items():
         (got,) = core.events
         assert isinstance(got, ev.AddResponses) and got.ledger_id == ledger
@@ -92,7 +95,52 @@ def test_small_adds_of_many_ledgers_share_one_message_per_bookie(driver):
         assert got.codes == ((LedgerFencedError.code,) if ledger == 7 else (OK,))
 
 
-def test_a_reply_leaving_an_entry_out_fails_that_part_only(driver):
+def test_a_multi_reply_of_another_length_or_entry_fails_the_parts_it_does_not_answer(driver):
+    a, b, c = _Core(), _Core(), _Core()
+    _add(driver, a, 1, [0, 1])
+    _add(driver, b, 2, [4])
+    driver._flush_adds()
+    (_, _, rid), = driver.transport.sent
+    # one row short: rows name no ledger, so no part can be trusted
+    driver._on_net([Event("b1", rid, 7, OK, AddMultiReply([0, 1], [OK, OK]))])
+    assert all(type(e).__name__ == "AddResponse" and e.code != OK for e in a.events + b.events)
+    a.events.clear(), b.events.clear()
+    _add(driver, a, 1, [2])
+    _add(driver, c, 3, [9])
+    driver._flush_adds()
+    rid = driver.transport.sent[-1][2]
+    # ledger 3's row names another entry: that part fails, ledger 1's is acked
+    driver._on_net([Event("b1", rid, 8, OK, AddMultiReply([2, 8], [OK, OK]))])
+    assert a.events[0].codes == (OK,) and a.events[0].entry_ids == (2,)
+    assert [(e.entry_id, e.code != OK) for e in c.events] == [(9, True)]
+
+
+def test_a_bookie_refusing_add_multi_gets_the_parts_again_as_add_batch(driver):
+    """An older bookie answers the unknown op BadRequest (nothing stored):
+    the same parts go again as ADD_BATCH, and so does everything after."""
+    a, b = _Core(), _Core()
+    _add(driver, a, 1, [0])
+    _add(driver, b, 2, [0])
+    driver._flush_adds()
+    (_, first, rid), = driver.transport.sent
+    assert isinstance(first, AddMultiRequest)
+    driver._on_net([Event("b1", rid, 7, OK, ErrorReply(Op.ADD_MULTI, rid, BadRequestError.code,
+                                                       message="unknown op 14"))])
+    assert a.events == [] and b.events == []  # no failure reached the cores
+    (_, again, rid2) = driver.transport.sent[-1]
+    assert isinstance(again, AddBatchRequest)
+    assert [(i.ledger_id, i.entry_id, bytes(i.data)) for i in again.items] == \
+        [(1, 0, b"e1-0"), (2, 0, b"e2-0")]
+    driver._on_net([Event("b1", rid2, 8, OK, AddBatchReply([(1, 0, OK), (2, 0, OK)]))])
+    assert a.events[0].codes == (OK,) and b.events[0].codes == (OK,)
+    _add(driver, a, 1, [1])
+    _add(driver, b, 2, [1])
+    driver._flush_adds()
+    assert isinstance(driver.transport.sent[-1][1], AddBatchRequest)
+
+
+def test_a_batch_reply_leaving_an_entry_out_fails_that_part_only(driver):
+    driver._multi_refused.add("b1")  # ADD_BATCH: rows name their ledger
     a, b = _Core(), _Core()
     _add(driver, a, 1, [0, 1])
     _add(driver, b, 2, [0])
