@@ -1,5 +1,6 @@
-"""Small ADD_PACKED requests of one drain are stored together
-(``BookieHandler`` holds them until ``after_drain``): each request still
+"""Small ADD_PACKED requests and the ADD_MULTI requests of one drain are
+stored together (``BookieHandler`` holds them until ``after_drain``): each
+request (each ledger group of an ADD_MULTI) still
 gets exactly the codes it would get alone, no reply leaves before the block
 holding it is durable, a request of another kind is answered after the adds
 that came before it, and a failed store answers every held request."""
@@ -20,7 +21,7 @@ from appliance.errors import (
 from appliance.protocol.entry import pack_entries
 from appliance.protocol.keys import master_key
 from ipc.frames import DEFAULT_LIMITS
-from ipc.packed import AddPackedReply, AddPackedRequest
+from ipc.packed import AddMultiReply, AddMultiRequest, AddPackedReply, AddPackedRequest
 from ipc.replies import ErrorReply, ReadReply
 from ipc.requests import ReadRequest
 from tests.support.bookie_handler import handler_on_storage
@@ -135,3 +136,54 @@ def test_a_failed_store_answers_every_held_add(handler, monkeypatch):
     assert sorted(replies) == [1, 2, 3]
     assert all(isinstance(r, ErrorReply) and r.status == BookieIOError.code
                for r in replies.values())
+
+
+def _multi(parts, request_id: int = 0, recovery: bool = False) -> AddMultiRequest:
+    """One ADD_MULTI of ``_add`` requests' parts (ledger, first, n, key, bad)."""
+    groups, ids, records = [], [], []
+    for ledger_id, first, n, key, bad in parts:
+        one = _add(ledger_id, first, n, key, bad=bad)
+        groups.append((ledger_id, key, n))
+        ids += list(one.entry_ids)
+        records += [bytes(r) for r in one.entries()]
+    return AddMultiRequest(groups, ids, [len(r) for r in records], b"".join(records), recovery,
+                           request_id)
+
+
+def test_add_multi_groups_get_their_own_codes_in_one_block_with_held_adds(handler):
+    h = handler
+    h.handle(b"p", _add(3, 0, 1, OTHER_KEY, request_id=90))  # ledger 3 is OTHER_KEY's
+    h.after_drain()
+    _settle(h)
+    h.core.storage.fence(4)
+    batches = h.storage.stats()["add_batches"]
+    assert h.handle(b"p", _add(1, 0, 2, request_id=1)) is None
+    multi = _multi([(1, 2, 3, KEY, 1), (2, 0, 2, KEY, None), (3, 1, 1, KEY, None),
+                    (4, 0, 1, KEY, None), (5, 0, 1, KEY, None)], request_id=2)
+    assert h.handle(b"p", multi) is None  # held with the ADD_PACKED before it
+    h.after_drain()
+    replies = _settle(h)
+    assert h.storage.stats()["add_batches"] == batches + 1  # one block for both messages
+    assert isinstance(replies[1], AddPackedReply) and list(replies[1].statuses) == [OK] * 2
+    assert isinstance(replies[2], AddMultiReply)
+    assert list(replies[2].entry_ids) == [2, 3, 4, 0, 1, 1, 0, 0]
+    assert list(replies[2].statuses) == [OK, BadRequestError.code, OK, OK, OK,
+                                         UnauthorizedError.code, LedgerFencedError.code, OK]
+    assert h.storage.last_entry_id(1) == 4 and h.storage.last_entry_id(5) == 0
+    read = h.handle(b"p", ReadRequest(2, 1, master_key=KEY, request_id=3))
+    assert isinstance(read, ReadReply) and bytes(read.data) == bytes(_add(2, 0, 2).entries()[1])
+
+
+def test_a_lone_or_recovery_add_multi_is_answered_alone(handler):
+    h = handler
+    h.handle(b"p", _multi([(1, 0, 2, KEY, None), (2, 0, 1, KEY, None)], request_id=1))
+    h.after_drain()
+    h.core.storage.fence(1)
+    recovery = _multi([(1, 2, 1, KEY, None), (3, 0, 1, OTHER_KEY, None)], request_id=2,
+                      recovery=True)
+    h.handle(b"p", recovery)  # not held: a fenced ledger takes recovery adds
+    assert h._held_adds == []
+    replies = _settle(h)
+    assert list(replies[1].statuses) == [OK] * 3
+    assert list(replies[2].statuses) == [OK, OK]
+    assert h.storage.last_entry_id(1) == 2 and h.storage.last_entry_id(3) == 0

@@ -7,7 +7,7 @@ import pytest
 
 from appliance.bookie.disk_monitor import DiskMonitor, ReadOnlyGate
 from appliance.errors import ReadOnlyError
-from ipc.packed import AddPackedRequest
+from ipc.packed import AddMultiRequest, AddPackedRequest
 from ipc.replies import InfoReply, PingReply
 from ipc.requests import AddBatchRequest, AddItem, AddRequest, InfoRequest, PingRequest
 
@@ -65,7 +65,8 @@ def test_gate_refuses_adds_but_not_recovery_adds_reads_or_info():
     gate = ReadOnlyGate(inner, m)
     adds = [AddRequest(1, 0, KEY, b"x"),
             AddBatchRequest([AddItem(1, 0, KEY, b"x")]),
-            AddPackedRequest.of(1, KEY, [0], [b"x"])]
+            AddPackedRequest.of(1, KEY, [0], [b"x"]),
+            AddMultiRequest([(1, KEY, 1), (2, KEY, 1)], [0, 0], [1, 1], b"xy")]
     for req in adds:
         with pytest.raises(ReadOnlyError, match="read-only"):
             gate.handle(b"peer", req)
@@ -76,7 +77,7 @@ def test_gate_refuses_adds_but_not_recovery_adds_reads_or_info():
     info = gate.handle(b"peer", InfoRequest()).info
     assert inner.seen[0] is recovery and len(inner.seen) == 3
     assert info["read_only"] is True and info["disk_usage"] == {"/d": 0.99}
-    assert info["counters"] == {"adds": 3, "read_only_refused_adds": 3}
+    assert info["counters"] == {"adds": 3, "read_only_refused_adds": 4}
 
     usage["/d"] = 0.5
     m.check()
