@@ -1,9 +1,10 @@
-"""Vectorised id check of an ADD_PACKED data frame, for
-``BookieCore.add_packed``: every record is at least an entry header long and
-its header names the request's ledger and the entry id it is filed under.
+"""Vectorised id check of an ADD_PACKED or ADD_MULTI data frame, for
+``BookieCore.add_packed`` / ``add_groups``: every record is at least an
+entry header long and its header names the request's (the group's) ledger
+and the entry id it is filed under.
 
-Guarantee: ``packed_records_match`` returns True only when that holds for
-every record (the rule ``BookieCore.add_batch`` applies one record at a
+Guarantee: ``packed_records_match`` and ``multi_records_match`` return True
+only when that holds for every record (the rule ``BookieCore.add_batch`` applies one record at a
 time; the tests compare the two on good and damaged batches).  False means
 "not vouched": the core then checks each record itself, so a damaged batch
 gets exactly the per-entry codes.  Batches of a few entries return False at
@@ -27,14 +28,34 @@ _ID_BYTES = np.arange(_IDS.itemsize)
 
 def packed_records_match(ledger_id: int, entry_ids, lengths, data) -> bool:
     """True if every record of ``data`` names ``ledger_id`` and its entry id."""
+    heads = _heads(entry_ids, lengths, data)
+    return heads is not None and bool(np.all(heads[0]["ledger"] == np.uint64(ledger_id))
+                                      and np.all(heads[0]["entry"] == heads[1]))
+
+
+def multi_records_match(groups, entry_ids, lengths, data) -> bool:
+    """``packed_records_match`` for an ADD_MULTI: ``groups`` of (ledger id,
+    key, entry count) in data order; True if every record names its group's
+    ledger and its entry id."""
+    heads = _heads(entry_ids, lengths, data)
+    if heads is None:
+        return False
+    ledgers = np.repeat(np.array([g[0] for g in groups], np.uint64), [g[2] for g in groups])
+    return len(ledgers) == len(heads[1]) and bool(np.all(heads[0]["ledger"] == ledgers)
+                                                  and np.all(heads[0]["entry"] == heads[1]))
+
+
+def _heads(entry_ids, lengths, data):
+    """(record ids as a structured array, entry ids) of a packed data frame,
+    or None when it cannot be vouched this way (too few records, a record
+    shorter than a header, lengths that miss the frame, a negative id)."""
     n = len(lengths)
     if n < VECTOR_ENTRIES_MIN or len(entry_ids) != n:
-        return False
+        return None
     lens = np.asarray(lengths, np.int64)
     ids = np.asarray(entry_ids, np.int64)
     buf = np.frombuffer(data, np.uint8)
     if lens.min() < HEADER_BYTES or ids.min() < 0 or int(lens.sum()) != buf.size:
-        return False
+        return None
     starts = np.cumsum(lens) - lens
-    heads = buf[starts[:, None] + _ID_BYTES].view(_IDS).reshape(n)
-    return bool(np.all(heads["ledger"] == np.uint64(ledger_id)) and np.all(heads["entry"] == ids))
+    return buf[starts[:, None] + _ID_BYTES].view(_IDS).reshape(n), ids

@@ -38,7 +38,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from appliance.bookie.add_check import packed_records_match
+from appliance.bookie.add_check import multi_records_match, packed_records_match
 from appliance.bookie.read_refusals import ReadRefusals
 from appliance.errors import (
     OK,
@@ -98,6 +98,12 @@ WAIT_LAC_TIMEOUT_MS_MAX = 60_000  # the longest a long poll may park
 # vectorised check of their own)
 COALESCE_ENTRIES_MAX = 64
 READ_RUN_ENTRIES_MAX = 4096  # entries per batched storage read inside one READ_BATCH
+
+
+def _multi_vouched(req: AddMultiRequest) -> bool:
+    """Every record of the ADD_MULTI names its group's ledger and its entry
+    id (one vectorised check; False: the core checks each record)."""
+    return multi_records_match(req.groups, req.entry_ids, req.lengths, req.data)
 
 
 class BookieHandler:
@@ -229,16 +235,18 @@ class BookieHandler:
             self._answer(peer, req, self._add_multi if type(req) is AddMultiRequest
                          else self._add_packed)
             return
-        groups, spans = [], []
+        groups, spans, vouched = [], [], []
         for _, req in held:
             start = len(groups)
             if type(req) is AddMultiRequest:
                 groups += req.group_entries()
+                vouched += [_multi_vouched(req)] * len(req.groups)
             else:
                 groups.append((req.ledger_id, req.master_key, req.entry_ids, req.entries()))
+                vouched.append(False)
             spans.append((start, len(groups)))
         try:
-            codes, ticket = self.core.add_groups(groups)
+            codes, ticket = self.core.add_groups(groups, vouched=vouched)
         except Exception as exc:  # noqa: BLE001 - each request gets the error
             for peer, req in held:
                 self.server.send_reply(peer, self._failed(req, exc))
@@ -280,7 +288,8 @@ class BookieHandler:
         group admitted and checked on its own), one storage block, one
         reply with a code per entry in the request's order."""
         groups = req.group_entries()
-        codes, ticket = self.core.add_groups(groups, req.recovery)
+        codes, ticket = self.core.add_groups(groups, req.recovery,
+                                             [_multi_vouched(req)] * len(groups))
         statuses = [c for group_codes in codes for c in group_codes]
         self.counters["adds"] += len(statuses)
         touched = tuple({group[0] for group in groups})

@@ -90,9 +90,6 @@ BOOKIE_REFRESH_MS = 1000  # how often live bookies are re-read from the registry
 ADD_BATCH_ENTRIES_MAX = 1024  # entries per ADD_BATCH message (the wire's default limit)
 ADD_BATCH_BYTES_MAX = 8 * 1024 * 1024  # entry bytes per ADD_BATCH message
 READ_BATCH_BYTES_MAX = 16 * 1024 * 1024  # entry bytes a READ_PACKED reply may carry
-# An add part of at most this many entries may share an ADD_BATCH with other
-# ledgers' parts to the same bookie; bigger parts travel packed on their own.
-COALESCE_ENTRIES_MAX = 16
 _COALESCED = object()  # route marker: the request carried several parts
 
 
@@ -286,25 +283,22 @@ class Driver:
             out.append((core, part, chunk[2], chunk))
 
     def _flush_adds(self) -> None:
-        """End of a loop turn: send the adds queued for each bookie.  A big
-        part (more than ``COALESCE_ENTRIES_MAX`` entries) or a bookie's only
-        part goes alone as ``ADD_PACKED`` (its bytes in one frame); the small
-        parts of several ledgers (many ledgers written at once, an entry or
-        two each per turn) share ``ADD_MULTI`` messages: one message with
-        one data frame, one bookie storage block and one reply instead of
-        one per ledger."""
+        """End of a loop turn: send the adds queued for each bookie.  The
+        parts of several ledgers (many ledgers written at once: a few
+        entries each per turn) share ``ADD_MULTI`` messages up to
+        ``add_batch_entries_max`` / ``add_batch_bytes_max``: one message
+        with one data frame, one bookie storage block and one reply instead
+        of one per ledger.  A bookie's only part, or one that fills a
+        message by itself, goes alone as ``ADD_PACKED`` (its bytes joined
+        once for every bookie of its write set)."""
         if not self._adds_out:
             return
         out, self._adds_out = self._adds_out, {}
         for bookie_id, parts in out.items():
-            small = [p for p in parts if len(p[1].entry_ids) <= COALESCE_ENTRIES_MAX]
-            if len(small) < 2:
-                small = []
-            for item in parts:
-                if not small or len(item[1].entry_ids) > COALESCE_ENTRIES_MAX:
-                    self._send_packed(item)
-            for group in coalesced(small, self.add_batch_entries_max,
-                                    self.add_batch_bytes_max):
+            if len(parts) == 1:
+                self._send_packed(parts[0])
+                continue
+            for group in coalesced(parts, self.add_batch_entries_max, self.add_batch_bytes_max):
                 self._send_coalesced(bookie_id, group)
 
     def _send_packed(self, item: tuple) -> None:

@@ -1,14 +1,15 @@
 """The driver's add coalescing: small adds of many ledgers queued in one loop
 turn travel to each bookie as one ADD_MULTI (ADD_BATCH to a bookie that
 refuses ADD_MULTI) and come back to each core as its own ``AddResponses``;
-big adds keep their packed message; a reply that leaves an entry out, or a
+an add that fills a message, or a bookie's only one, keeps its packed
+message; a reply that leaves an entry out, or a
 failed message, fails the parts it carried (never a false ack)."""
 
 from __future__ import annotations
 
 import pytest
 
-from appliance.client.driver import COALESCE_ENTRIES_MAX, Driver
+from appliance.client.driver import Driver
 from appliance.errors import OK, BadRequestError, BookieUnavailableError, LedgerFencedError
 from appliance.protocol import events as ev
 from ipc.client import Event
@@ -70,7 +71,7 @@ def test_small_adds_of_many_ledgers_share_one_message_per_bookie(driver):
         _add(driver, core, ledger, [0], "b1")
         _add(driver, core, ledger, [0], "b2", request_id=1000 + ledger)
     big_core = _Core()
-    _add(driver, big_core, 99, range(COALESCE_ENTRIES_MAX + 1), "b1")
+    _add(driver, big_core, 99, range(driver.add_batch_entries_max), "b1")  # a message by itself
     assert driver.transport.sent == []  # nothing leaves before the end of the turn
     driver._flush_adds()
     kinds = sorted((b, type(r).__name__) for b, r, _ in driver.transport.sent)
@@ -82,7 +83,7 @@ def test_small_adds_of_many_ledgers_share_one_message_per_bookie(driver):
     assert [(g[0], list(g[2]), [bytes(d) for d in g[3]]) for g in multi.group_entries()] == \
         [(n, [0], [b"e%d-0" % n]) for n in range(1, 51)]
     packed = next(r for _, r, _ in driver.transport.sent if isinstance(r, AddPackedRequest))
-    assert packed.ledger_id == 99 and len(packed.entry_ids) == COALESCE_ENTRIES_MAX + 1
+    assert packed.ledger_id == 99 and len(packed.entry_ids) == driver.add_batch_entries_max
 
     rid = next(rid for b, r, rid in driver.transport.sent
                if b == "b1" and isinstance(r, AddMultiRequest))
@@ -170,3 +171,18 @@ def test_a_lone_small_add_still_travels_packed(driver):
     driver._flush_adds()
     (_, request, _), = driver.transport.sent
     assert isinstance(request, AddPackedRequest)
+
+
+def test_mid_size_parts_of_several_ledgers_share_a_message_within_the_limits(driver):
+    """Not only one-entry parts: 100 ledgers with 40 entries each in a turn
+    (a hundred ledgers written at once) travel as few ADD_MULTI messages,
+    each within add_batch_entries_max."""
+    driver.add_batch_entries_max = 256
+    cores = [_Core() for _ in range(100)]
+    for n, core in enumerate(cores, start=1):
+        _add(driver, core, n, range(40))
+    driver._flush_adds()
+    sent = [r for _, r, _ in driver.transport.sent]
+    assert all(isinstance(r, AddMultiRequest) for r in sent)
+    assert [len(r.entry_ids) for r in sent] == [240] * 16 + [160]  # 6 parts a message
+    assert [g[0] for r in sent for g in r.groups] == list(range(1, 101))

@@ -8,7 +8,11 @@ import random
 
 import pytest
 
-from appliance.bookie.add_check import VECTOR_ENTRIES_MIN, packed_records_match
+from appliance.bookie.add_check import (
+    VECTOR_ENTRIES_MIN,
+    multi_records_match,
+    packed_records_match,
+)
 from appliance.checks.digest import make_digest, master_key
 from appliance.errors import OK, BadRequestError, LedgerFencedError, UnauthorizedError
 from appliance.protocol.bookie import BookieCore
@@ -130,3 +134,62 @@ def test_add_groups_admits_each_ledger_alone_and_stores_all_in_one_call():
     assert core.storage.read_entry(2, 0) == groups[1][3][0]
     assert core.storage.read_entry(5, 0) == groups[4][3][0]
     assert not core.storage.ledger_exists(6)
+
+
+def _stored_all(core: BookieCore, ledgers) -> dict:
+    st = core.storage
+    return {(lid, e): st.read_entry(lid, e) for lid in ledgers if st.ledger_exists(lid)
+            for e in range(st.last_entry_id(lid) + 1) if _has_in(st, lid, e)}
+
+
+def _has_in(st, ledger_id: int, entry_id: int) -> bool:
+    try:
+        st.read_entry(ledger_id, entry_id)
+        return True
+    except Exception:  # noqa: BLE001 - absent
+        return False
+
+
+@pytest.mark.parametrize("count", [3, VECTOR_ENTRIES_MIN, 150])
+def test_multi_check_vouches_only_for_good_batches_and_gives_the_same_codes(count):
+    """ADD_MULTI's vectorised check (``multi_records_match``) and ``add_groups``
+    with the groups it vouched for give the codes and bytes of the per-record
+    check, on good batches and on batches with one record of another ledger,
+    another entry, a short record or a negative id."""
+    rng = random.Random(count)
+    for trial in range(30):
+        counts = [rng.randint(1, 9) for _ in range(count // 4 + 1)]
+        groups, ids, records = [], [], []
+        for g, n in enumerate(counts):
+            lid = 1 + g % 5  # ledgers repeat across groups, as in a drain
+            first = 100 * g
+            groups.append((lid, KEY, n))
+            ids += list(range(first, first + n))
+            records += [pack_entry(lid, e, e - 1, e, rng.randbytes(rng.randint(0, 90)), DIGEST)
+                        for e in range(first, first + n)]
+        if trial % 3:
+            i = rng.randrange(len(records))
+            kind = rng.randrange(4)
+            if kind == 0:  # a record of a ledger that is in the batch, but not its group's
+                records[i] = pack_entry(99, ids[i], -1, 0, b"x", DIGEST)
+            elif kind == 1:
+                records[i] = pack_entry(1 + (i % 5), ids[i] + 1, -1, 0, b"x", DIGEST)
+            elif kind == 2:
+                records[i] = records[i][:rng.randrange(32)]
+            else:
+                ids[i] = -1
+        lengths = [len(r) for r in records]
+        data = b"".join(records)
+        per_group, pos = [], 0
+        for lid, key, n in groups:
+            per_group.append((lid, key, ids[pos:pos + n], records[pos:pos + n]))
+            pos += n
+        vouch = multi_records_match(groups, ids, lengths, data)
+        want = BookieCore(MemStorage())
+        want_codes, _ = want.add_groups(per_group)
+        all_good = all(c == OK for codes in want_codes for c in codes)
+        assert vouch == (all_good and len(ids) >= VECTOR_ENTRIES_MIN), trial
+        got = BookieCore(MemStorage())
+        codes, _ = got.add_groups(per_group, vouched=[vouch] * len(per_group))
+        assert codes == want_codes
+        assert _stored_all(got, range(1, 6)) == _stored_all(want, range(1, 6))
