@@ -128,6 +128,9 @@ class ClientConfig:
     reconnect_ivl_ms: int = _key(100, 1, 60_000)
     reconnect_ivl_max_ms: int = _key(2_000, 1, 600_000)
     placement: str = _key("host", choices=("host", "rack", "none"))
+    # 0: leave the process's garbage collector as it is; N: connect() sets
+    # Python's youngest-generation threshold to N (process-wide; see CONFIG.md)
+    gc_threshold: int = _key(0, 0, 10_000_000)
 
 
 @dataclass(frozen=True)

@@ -99,6 +99,10 @@ def _echo(doc: dict, rate_key: str, what: str) -> None:
 @click.option("--metrics/--no-metrics", default=False, show_default=True,
               help="Temporary appliance: every bookie serves Prometheus /metrics "
                    "(metrics_address 127.0.0.1:0), to measure what metrics cost.")
+@click.option("--gc-threshold", type=click.IntRange(min=0), default=0, show_default=True,
+              help="The client processes raise Python's youngest-generation GC threshold "
+                   "to N ([client] gc_threshold; 0 = Python's own), to measure what the "
+                   "garbage collector costs with many ledgers.")
 @_bench_options
 @library_errors
 def write(config_path, journal, plot_path, workdir, as_json, **kwargs):
@@ -112,6 +116,7 @@ def write(config_path, journal, plot_path, workdir, as_json, **kwargs):
       bkctl bench write --add-batch 512         # adds queued 512 at a time
       bkctl bench write --ledgers 256 --entry-log-per-ledger   # BP-32 vs interleaved
       bkctl bench write --metrics               # the cost of /metrics (vs --no-metrics)
+      bkctl bench write --ledgers 1000 --gc-threshold 50000   # many ledgers, less GC
     """
     from appliance.bench.ledgers import run_bench
 

@@ -72,7 +72,10 @@ def scale():
               help="Open-loop adds/s for the latency points.")
 @click.option("--duration-s", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
               help="Seconds of each open-loop point.")
-def ledgers(points, plot_path, workdir, as_json, entries, rate, duration_s):
+@click.option("--gc-threshold", type=click.IntRange(min=0), default=0, show_default=True,
+              help="The client raises Python's youngest-generation GC threshold to N "
+                   "([client] gc_threshold; 0 = Python's own).")
+def ledgers(points, plot_path, workdir, as_json, entries, rate, duration_s, gc_threshold):
     """Adds/s (closed loop) and p99 (open loop, from the scheduled send
     time) against the ledgers one client writes at once, 1 KB E3/W3/A2.
 
@@ -83,7 +86,7 @@ def ledgers(points, plot_path, workdir, as_json, entries, rate, duration_s):
     from appliance.bench.scale import ledgers_curve
 
     rows = ledgers_curve(_points(points), entries, rate=rate, duration_s=duration_s,
-                         workdir=workdir, progress=_progress(as_json))
+                         workdir=workdir, progress=_progress(as_json), gc_threshold=gc_threshold)
     _report(rows, "ledgers", ["adds_per_s", "open_p99_ms"], plot_path,
             "adds/s and p99 against ledgers written at once", as_json)
 

@@ -330,3 +330,24 @@ def test_one_host_cannot_sit_in_two_racks(tmp_path):
     text = text.replace('id = "b1"', 'id = "b1"\nhost = "h"\nrack = "r2"')
     message = refusal(tmp_path, text)
     assert "bookies[1].rack: host 'h' is in rack 'r1' at bookies[0]" in message
+
+
+# -- client.gc_threshold ------------------------------------------------------------------
+def test_gc_threshold_is_raised_by_connect_never_lowered(tmp_path, monkeypatch):
+    import gc
+
+    from appliance.client.client import _raise_gc_threshold
+
+    saved = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        _raise_gc_threshold(50_000)
+        assert gc.get_threshold() == (50_000, 10, 10)
+        _raise_gc_threshold(1_000)  # an application's higher setting stays
+        assert gc.get_threshold() == (50_000, 10, 10)
+    finally:
+        gc.set_threshold(*saved)
+    config = load_config(write(tmp_path, minimal(extra="[client]\ngc_threshold = 50000\n")))
+    assert config.client.gc_threshold == 50_000
+    with pytest.raises(ConfigError, match="gc_threshold"):
+        load_config(write(tmp_path, minimal(extra="[client]\ngc_threshold = -1\n")))

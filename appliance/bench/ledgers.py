@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gc
 import multiprocessing as mp
 import queue
 import tempfile
@@ -98,6 +99,7 @@ class BenchOptions:
     ledgers: int = 1  # per client, written round robin (BP-32 comparisons)
     entry_log_per_ledger: bool = False  # temporary appliance's storage mode
     metrics: bool = False  # temporary appliance: every bookie serves /metrics
+    gc_threshold: int = 0  # client processes: [client] gc_threshold (0: Python's own)
 
     def validate(self) -> BenchOptions:
         from appliance.protocol.metadata import check_quorums
@@ -112,6 +114,8 @@ class BenchOptions:
         if self.add_batch < 1 or (self.add_batch > 1 and self.rate > 0):
             raise ValueError(f"add_batch must be >= 1, and 1 with --rate (open loop), got "
                              f"{self.add_batch}")
+        if self.gc_threshold < 0:
+            raise ValueError(f"gc_threshold must be >= 0, got {self.gc_threshold}")
         if self.duration_s is not None and self.duration_s <= 0:
             raise ValueError(f"duration_s must be > 0, got {self.duration_s}")
         return self
@@ -267,6 +271,10 @@ def client_main(kind: str, config: str, options: BenchOptions, index: int, ready
         import appliance
 
         with appliance.connect(config) as bk:
+            if options.gc_threshold:
+                from appliance.client.client import _raise_gc_threshold
+
+                _raise_gc_threshold(options.gc_threshold)
             inflight = max(1, options.inflight // options.ledgers)  # shared by the ledgers
             bk.config = dataclasses.replace(bk.config, inflight_adds_max=inflight)
             payloads = _payloads(options.size, index)
@@ -395,7 +403,8 @@ def _result(start: float, count: int, size: int, cpu0: float, sent, done) -> dic
     """One client's raw figures, the loop just ended."""
     return {"start": start, "end": time.perf_counter(), "count": count,
             "bytes": count * size, "cpu_s": time.process_time() - cpu0,
-            "sent": np.asarray(sent), "done": np.asarray(done)}
+            "sent": np.asarray(sent), "done": np.asarray(done),
+            "gc_threshold0": gc.get_threshold()[0]}
 
 
 def write_loop(lh, payloads: list[bytes], entries: int, rate: float, duration_s: float | None,
@@ -537,6 +546,8 @@ def summarise(kind: str, options: BenchOptions, results: list[dict], bookie_cpu_
         "client_cpu_s_per_1000_entries": sum(r["cpu_s"] for r in results) * per_1000,
         "bookie_cpu_s_per_1000_entries": bookie_cpu_s * per_1000,
         "bookie_peak_rss_mb": peak_rss_mb,
+        # Python's youngest-generation GC threshold in the clients (700 unless raised)
+        "client_gc_threshold0": min((r.get("gc_threshold0", 0) for r in results), default=None),
         "kind": kind, "entries": count, "wall_s": wall_s, "latency_samples": len(latency_ms),
         "latency_unit": "add" if kind == "write" else (
             "read_chunks() chunk" if options.read_chunks

@@ -74,6 +74,8 @@ class Client:
         from ipc.frames import WireLimits
 
         self.config = config.client if config is not None else ClientConfig()
+        if self.config.gc_threshold:
+            _raise_gc_threshold(self.config.gc_threshold)
         from appliance.config import LogConfig
 
         self.log_config = config.log if config is not None else LogConfig()
@@ -324,6 +326,22 @@ class Client:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _raise_gc_threshold(young: int) -> None:
+    """``[client] gc_threshold``: collect Python's youngest generation every
+    ``young`` net allocations instead of every 700 (the older generations'
+    ratios are kept), never lowering what the application set.  Each add in
+    flight and each open handle is a few objects the collector keeps
+    re-scanning: with thousands of handles that was most of the client's
+    CPU (docs/PERFORMANCE.md)."""
+    import gc
+
+    current = gc.get_threshold()
+    if young > current[0]:
+        gc.set_threshold(young, *current[1:])
+        log.info("client.gc_threshold: Python's garbage collector thresholds %s -> %s",
+                 current, gc.get_threshold())
 
 
 def connect(target, metrics=False, *, curve_key_file=None, trusted_keys_dir=None) -> Client:
