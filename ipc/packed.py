@@ -205,6 +205,18 @@ def _table(dtype: np.dtype, **columns) -> bytes:
     return table.tobytes()
 
 
+def _check_packed_entries(entries, lengths, data, limits: WireLimits) -> None:
+    """Encoder side of ``_dec_packed_entries``: ValueError naming the field."""
+    total = memoryview(data).nbytes
+    if min(entries) < 0 or max(entries) > ENTRY_ID_MAX:
+        raise ValueError(f"entry_ids must be in [0, {ENTRY_ID_MAX}]")
+    if min(lengths) < 0 or max(lengths) > limits.entry_bytes_max:
+        raise ValueError(f"every length must be in [0, entry_bytes_max={limits.entry_bytes_max}]")
+    if sum(lengths) != total or total > limits.batch_bytes_max:
+        raise ValueError(f"data is {total} bytes; lengths add up to {sum(lengths)} and "
+                         f"batch_bytes_max is {limits.batch_bytes_max}")
+
+
 def enc_add_packed(req: AddPackedRequest, limits: WireLimits) -> list[Buffer]:
     n = len(req.entry_ids)
     if not 1 <= n <= limits.batch_entries_max:
@@ -217,14 +229,7 @@ def enc_add_packed(req: AddPackedRequest, limits: WireLimits) -> list[Buffer]:
             len(req.master_key) != MASTER_KEY_BYTES:
         raise ValueError(f"master_key must be {MASTER_KEY_BYTES} bytes")
     entries, lengths = req.entry_ids, req.lengths
-    total = memoryview(req.data).nbytes
-    if min(entries) < 0 or max(entries) > ENTRY_ID_MAX:
-        raise ValueError(f"entry_ids must be in [0, {ENTRY_ID_MAX}]")
-    if min(lengths) < 0 or max(lengths) > limits.entry_bytes_max:
-        raise ValueError(f"every length must be in [0, entry_bytes_max={limits.entry_bytes_max}]")
-    if sum(lengths) != total or total > limits.batch_bytes_max:
-        raise ValueError(f"data is {total} bytes; lengths add up to {sum(lengths)} and "
-                         f"batch_bytes_max is {limits.batch_bytes_max}")
+    _check_packed_entries(entries, lengths, req.data, limits)
     flags = FLAG_RECOVERY if req.recovery else 0
     head = REQUEST_HEAD.pack(VERSION, Op.ADD_PACKED, flags, req.request_id, req.ledger_id,
                              entries[0]) + U32.pack(n) + bytes(req.master_key)
@@ -251,14 +256,7 @@ def enc_add_multi(req: AddMultiRequest, limits: WireLimits) -> list[Buffer]:
         rows.append(pack(ledger_id, count, bytes(key)))
     if counted != n:
         raise ValueError(f"groups count {counted} entries; entry_ids has {n}")
-    total = memoryview(req.data).nbytes
-    if min(entries) < 0 or max(entries) > ENTRY_ID_MAX:
-        raise ValueError(f"entry_ids must be in [0, {ENTRY_ID_MAX}]")
-    if min(lengths) < 0 or max(lengths) > limits.entry_bytes_max:
-        raise ValueError(f"every length must be in [0, entry_bytes_max={limits.entry_bytes_max}]")
-    if sum(lengths) != total or total > limits.batch_bytes_max:
-        raise ValueError(f"data is {total} bytes; lengths add up to {sum(lengths)} and "
-                         f"batch_bytes_max is {limits.batch_bytes_max}")
+    _check_packed_entries(entries, lengths, req.data, limits)
     flags = FLAG_RECOVERY if req.recovery else 0
     head = REQUEST_HEAD.pack(VERSION, Op.ADD_MULTI, flags, req.request_id, 0, -1) + \
         MULTI_EXT.pack(n, len(rows))
@@ -328,6 +326,23 @@ def _rows(frame, count: int, dtype: np.dtype, what: str) -> list[list]:
     return [array[name].tolist() for name in dtype.names]
 
 
+def _dec_packed_entries(table, data, count: int, limits: WireLimits, what: str):
+    """(entry ids, lengths, data view) of an add's (entry id, length) table
+    and data frame: ids >= 0, each entry and the frame within the limits,
+    lengths adding up to the frame."""
+    entries, lengths = _rows(table, count, ADD_PACKED_ROW, what)
+    data = memoryview(data)
+    if min(entries) < 0:
+        raise BadRequestError(f"{what} entry id {min(entries)} is below 0")
+    if max(lengths) > limits.entry_bytes_max:
+        raise BadRequestError(f"entry of {max(lengths)} bytes exceeds entry_bytes_max "
+                              f"({limits.entry_bytes_max})")
+    if sum(lengths) != data.nbytes or data.nbytes > limits.batch_bytes_max:
+        raise BadRequestError(f"{what} data frame is {data.nbytes} bytes; the table says "
+                              f"{sum(lengths)} (batch_bytes_max {limits.batch_bytes_max})")
+    return entries, lengths, data
+
+
 def dec_add_packed(frames, head, flags, rid, ledger_id, entry_id, limits) -> AddPackedRequest:
     check_frame_count(frames, 3, Op.ADD_PACKED)
     check_size(head, REQUEST_HEAD.size + U32.size + MASTER_KEY_BYTES, "header")
@@ -335,16 +350,8 @@ def dec_add_packed(frames, head, flags, rid, ledger_id, entry_id, limits) -> Add
     count = _count(head, REQUEST_HEAD.size, limits, "ADD_PACKED")
     if count < 1:
         raise BadRequestError("ADD_PACKED count 0 (needs 1..batch_entries_max)")
-    entries, lengths = _rows(frames[1], count, ADD_PACKED_ROW, "ADD_PACKED")
-    data = memoryview(frames[2])
-    if min(entries) < 0:
-        raise BadRequestError(f"ADD_PACKED entry id {min(entries)} is below 0")
-    if max(lengths) > limits.entry_bytes_max:
-        raise BadRequestError(f"entry of {max(lengths)} bytes exceeds entry_bytes_max "
-                              f"({limits.entry_bytes_max})")
-    if sum(lengths) != data.nbytes or data.nbytes > limits.batch_bytes_max:
-        raise BadRequestError(f"ADD_PACKED data frame is {data.nbytes} bytes; the table says "
-                              f"{sum(lengths)} (batch_bytes_max {limits.batch_bytes_max})")
+    entries, lengths, data = _dec_packed_entries(frames[1], frames[2], count, limits,
+                                                 "ADD_PACKED")
     key = MASTER_KEY.unpack_from(head, REQUEST_HEAD.size + U32.size)[0]
     return AddPackedRequest(ledger_id, key, entries, lengths, data,
                             bool(flags & FLAG_RECOVERY), rid)
@@ -369,16 +376,8 @@ def dec_add_multi(frames, head, flags, rid, ledger_id, entry_id, limits) -> AddM
         counted += n
     if counted != count:
         raise BadRequestError(f"ADD_MULTI groups hold {counted} entries; the header says {count}")
-    entries, lengths = _rows(frames[2], count, ADD_PACKED_ROW, "ADD_MULTI")
-    data = memoryview(frames[3])
-    if min(entries) < 0:
-        raise BadRequestError(f"ADD_MULTI entry id {min(entries)} is below 0")
-    if max(lengths) > limits.entry_bytes_max:
-        raise BadRequestError(f"entry of {max(lengths)} bytes exceeds entry_bytes_max "
-                              f"({limits.entry_bytes_max})")
-    if sum(lengths) != data.nbytes or data.nbytes > limits.batch_bytes_max:
-        raise BadRequestError(f"ADD_MULTI data frame is {data.nbytes} bytes; the table says "
-                              f"{sum(lengths)} (batch_bytes_max {limits.batch_bytes_max})")
+    entries, lengths, data = _dec_packed_entries(frames[2], frames[3], count, limits,
+                                                 "ADD_MULTI")
     return AddMultiRequest([(ledger, key, n) for ledger, n, key in groups], entries, lengths,
                            data, bool(flags & FLAG_RECOVERY), rid)
 
