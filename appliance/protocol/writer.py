@@ -275,11 +275,22 @@ class LedgerWriter(CoreBase):
     def _on_add_response(self, event: ev.AddResponse) -> None:
         acks = self._acks.get(event.entry_id)
         pos = self._ws.index.get(event.bookie_id)
-        if (self._state != OPEN_STATE or acks is None or event.entry_id in self._held
-                or pos is None or not in_write_set(pos, event.entry_id, self._size, self._qw)):
+        if (self._state != OPEN_STATE or pos is None
+                or not in_write_set(pos, event.entry_id, self._size, self._qw)):
             self._stale()
             return
         code = event.code
+        if acks is None or event.entry_id in self._held:
+            if acks is None and code != OK and event.entry_id <= self.last_add_confirmed:
+                # The ack quorum confirmed the entry before this bookie
+                # refused it (read-only, I/O error, ...): the entry is a copy
+                # short and every later one would be too, so the refusal
+                # counts as it would have a moment earlier (as BookKeeper
+                # changes the ensemble on any failed write).
+                self._refused(pos, code, event.now_ms)
+            else:  # acknowledged already (a late ack), or never sent
+                self._stale()
+            return
         if code == OK:
             bit = 1 << pos
             if pos in self._failed or acks & bit:
@@ -288,12 +299,17 @@ class LedgerWriter(CoreBase):
             self._acks[event.entry_id] = acks
             if acks.bit_count() >= self._qa and event.entry_id == self.last_add_confirmed + 1:
                 self._advance(event.now_ms)
-        elif code == LedgerFencedError.code:
+        else:
+            self._refused(pos, code, event.now_ms)
+
+    def _refused(self, pos: int, code: int, now_ms: int) -> None:
+        """The bookie at ``pos`` answered an add of its write set with ``code``."""
+        if code == LedgerFencedError.code:
             self._stop(FENCED, LedgerFencedError.code)
         elif code == UnauthorizedError.code:
             self._stop(FAILED, UnauthorizedError.code)
         elif code != BKTimeoutError.code:  # no answer is not an error: the tick retries
-            self._bookie_failed(pos, event.now_ms)
+            self._bookie_failed(pos, now_ms)
 
     def _on_add_responses(self, event: ev.AddResponses) -> None:
         """The batch path: the checks that hold for the whole batch once, then

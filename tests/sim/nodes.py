@@ -68,7 +68,8 @@ class SimBookie:
         # key): the cluster's key custody (appliance.bookie.repair.ledger_key)
         self.key_for = None
         self.batch_replies = False  # one AddResponses per SendAdd instead of one per entry
-        world.nodes[name] = self
+        self.refuse_adds = 0  # an error code: answer every add with it, store nothing (a
+        world.nodes[name] = self  # read-only or failing disk, appliance.bookie.disk_monitor)
 
     # -- requests -------------------------------------------------------------------------
     def receive(self, src: str, msg) -> None:
@@ -80,8 +81,11 @@ class SimBookie:
             self._repair_copy(msg)
             return
         if kind is ev.SendAdd:
-            codes, ticket = core.add_batch(msg.ledger_id, msg.entry_ids, msg.datas,
-                                           msg.master_key, msg.recovery)
+            if self.refuse_adds and not msg.recovery:
+                codes, ticket = [self.refuse_adds] * len(msg.entry_ids), 0
+            else:
+                codes, ticket = core.add_batch(msg.ledger_id, msg.entry_ids, msg.datas,
+                                               msg.master_key, msg.recovery)
             if self.batch_replies:
                 replies = [ev.AddResponses(msg.request_id, self.name, msg.ledger_id,
                                            msg.entry_ids, tuple(codes))]

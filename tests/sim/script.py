@@ -142,6 +142,10 @@ class Script:
         self.cluster.checker.on_data_loss(bookie, b.crash(keep_ops))
         self.cluster.bookies_changed()
 
+    def refuse_adds(self, bookie: str, code: int) -> None:
+        """``bookie`` answers every add with ``code`` from now on (0: stops)."""
+        self.cluster.bookies[bookie].refuse_adds = code
+
     def restart(self, bookie: str) -> None:
         self.cluster.restart(bookie)
 

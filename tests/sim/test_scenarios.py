@@ -12,6 +12,7 @@ from appliance.errors import (
     LedgerFencedError,
     MetadataVersionError,
     NotEnoughBookiesError,
+    ReadOnlyError,
     UnauthorizedError,
 )
 from appliance.protocol import events as ev
@@ -286,3 +287,37 @@ def test_a_reader_with_a_wrong_key_is_refused_and_reads_nothing():
 def test_bookies_that_ignore_the_key_are_caught_by_the_checker():
     s, _ = run_wrong_key_reader(bookies_check_keys=False)
     assert s.violation is not None and s.violation.name == "read-needs-key"
+
+
+@pytest.mark.parametrize("refusal_first", [False, True])
+def test_a_bookie_refusing_adds_is_replaced_even_after_the_ack_quorum_confirmed_them(
+        refusal_first):
+    """E3/W3/A2: bookie-3 turns read-only.  Its refusals may reach the writer
+    after bookie-1 and bookie-2 confirmed the entries (the usual order when
+    it answers slowest) or before; either way the writer replaces it, so
+    later entries get three copies again.  (A refusal that came after the
+    ack quorum used to be dropped as stale: the ledger kept a bookie that
+    stores nothing, every later entry one copy short.)"""
+    s = Script(3, 3, 2, bookies=4, timeout_ms=100_000)
+    s.add(5)
+    s.run(50)
+    s.refuse_adds("bookie-3", ReadOnlyError.code)
+    if not refusal_first:  # bookie-3's answers arrive after the other two confirmed
+        s.hold(lambda src, dst, m: src == "bookie-3")
+    s.add(5)
+    s.run(50)
+    assert s.writer_lac == 9
+    s.clear_rules()
+    s.release()
+    assert s.run_until(lambda: len(s.metadata().ensembles) == 2, 1_000)
+    assert "bookie-3" not in s.metadata().last_fragment[1]
+    s.add(5)
+    s.run(200)
+    assert s.writer_lac == 14 and s.violation is None
+    md = s.metadata()
+    copies = [sum(e in s.cluster.bookies[b].storage._get(md.ledger_id).entries
+                  for b in md.last_fragment[1]) for e in range(10, 15)]
+    assert copies == [3] * 5  # three copies again
+    s.close()
+    s.run(100)
+    assert s.violation is None and read_back(s) == 15
