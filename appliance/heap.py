@@ -22,6 +22,7 @@ C library it does nothing.
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import sys
 
@@ -35,6 +36,7 @@ MMAP_THRESHOLD_BYTES = 32 * 1024 * 1024
 TRIM_THRESHOLD_BYTES = 128 * 1024 * 1024
 
 _applied: bool | None = None
+_frozen = False
 
 
 def retain_freed_memory() -> bool:
@@ -58,3 +60,20 @@ def _mallopt() -> bool:
     mallopt.restype = ctypes.c_int
     return (mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1
             and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES) == 1)
+
+
+def freeze_long_lived_objects() -> None:
+    """Once per process: collect, then move every object the garbage
+    collector tracks (modules, classes, caches: what imports made) to its
+    permanent generation (``gc.freeze``), so later full collections walk only
+    what was made since.  For Spark's Python workers: PySpark's daemon runs a
+    full ``gc.collect()`` after every task of a reused worker, which walked
+    pyspark's, pyarrow's and numpy's objects each time (perf, 1 KiB read:
+    ~15% of the worker's CPU).  Objects frozen stay alive while referenced,
+    as before; only a cycle among them that becomes garbage later is never
+    freed."""
+    global _frozen
+    if not _frozen:
+        _frozen = True
+        gc.collect()
+        gc.freeze()
