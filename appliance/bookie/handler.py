@@ -89,7 +89,10 @@ WAIT_LAC_TIMEOUT_MS_MAX = 60_000  # the longest a long poll may park
 # ADD_PACKED requests of fewer entries are held until the loop's drain ends
 # and stored together (bigger ones have a vectorised check of their own)
 COALESCE_ENTRIES_MAX = 64
-READ_RUN_ENTRIES_MAX = 4096  # entries per batched storage read inside one READ_BATCH
+# Entries per batched storage read inside one READ_BATCH / READ_PACKED: the
+# storage's own limit, so a request is one read into one buffer (the reply's
+# data frame, no join); the byte budget still bounds it.
+READ_RUN_ENTRIES_MAX = 65536
 
 
 class BookieHandler:
