@@ -9,13 +9,13 @@ Records of one length (the usual case: a writer's batch) are checked with
 no per-record Python: each block's records are a matrix whose data is
 copied once, straight into the one array that holds the whole read (what a
 READ_PACKED reply sends), and ONE CRC32C call over the run's part of it must
-equal the records' CRCs combined (``storage.crc_vec``).  Otherwise (lengths differ, or that check fails)
-each record costs one C call of CRC32C over a view of the run, and the
-first bad record is named.  Strength of the combined check: that of one
-CRC32C over the joined data (every error of up to 3 bits and every burst of
-up to 32 bits is caught; other damage escapes with probability 2^-32, as
-with per-record CRCs; per-record CRCs of short records also catch up to 5
-bit errors each).
+equal the records' CRCs combined (``storage.crc_vec``).  Otherwise
+(lengths differ, or that check fails) each record costs one C call of
+CRC32C over a view of the run, and the first bad record is named.
+Strength of the combined check: that of one CRC32C over the joined data
+(every error of up to 3 bits and every burst of up to 32 bits is caught;
+other damage escapes with probability 2^-32, as with per-record CRCs;
+per-record CRCs of short records also catch up to 5 bit errors each).
 
 Faults: a short read, a record whose header disagrees with the index (a
 misdirected write or a stale index) or whose data fails its CRC raise
