@@ -6,16 +6,16 @@ index holds, and its data must match the header's CRC32C.
 
 Cost: per run, the record headers are gathered and compared with numpy.
 Records of one length (the usual case: a writer's batch) are checked with
-no per-record Python: each block's records are a matrix, the data is joined
-with one copy, and ONE CRC32C call over it must equal the records' CRCs
-combined (``storage.crc_vec``); the joined data (a numpy array) is what a
-READ_PACKED reply sends.  Otherwise (lengths differ, or that check fails)
-each record costs one C call of CRC32C over a view of the run, and the
-first bad record is named.  Strength of the combined check: that of one
-CRC32C over the joined data (every error of up to 3 bits and every burst of
-up to 32 bits is caught; other damage escapes with probability 2^-32, as
-with per-record CRCs; per-record CRCs of short records also catch up to 5
-bit errors each).
+no per-record Python: each block's records are a matrix whose data is
+copied once, straight into the one array that holds the whole read (what a
+READ_PACKED reply sends), and ONE CRC32C call over the run's part of it must
+equal the records' CRCs combined (``storage.crc_vec``).  Otherwise
+(lengths differ, or that check fails) each record costs one C call of
+CRC32C over a view of the run, and the first bad record is named.
+Strength of the combined check: that of one CRC32C over the joined data
+(every error of up to 3 bits and every burst of up to 32 bits is caught;
+other damage escapes with probability 2^-32, as with per-record CRCs;
+per-record CRCs of short records also catch up to 5 bit errors each).
 
 Faults: a short read, a record whose header disagrees with the index (a
 misdirected write or a stale index) or whose data fails its CRC raise
@@ -70,16 +70,23 @@ def fit_bytes(rows: np.ndarray, bytes_max: int) -> int:
 
 def read_parts(logs, ledger_id: int, first: int, rows: np.ndarray) -> list:
     """The verified data of entries ``first..`` (``rows`` from the index, one
-    per entry) as buffers whose concatenation is the entries' data in order
-    (``rows[:, 2]`` bytes each): numpy arrays (joined runs of one length)
-    or memoryviews (one entry each); raises ``CorruptRecordError``."""
-    out: list = []
+    per entry), back to back in ONE numpy ``uint8`` array (``rows[:, 2]``
+    bytes each), returned as a one-item list (empty if there are no rows);
+    raises ``CorruptRecordError``.  Each run's data is gathered from its
+    ``pread`` straight into that array (no per-run array, no join after)."""
+    if not len(rows):
+        return []
+    out = np.empty(int(rows[:, 2].astype(np.int64).sum()), np.uint8)
+    pos = 0
     for lo, hi in _runs(rows):
-        out += _read_run(logs, ledger_id, first + lo, rows[lo:hi])
-    return out
+        pos = _read_run(logs, ledger_id, first + lo, rows[lo:hi], out, pos)
+    return [out]
 
 
-def _read_run(logs, ledger_id: int, first: int, rows: np.ndarray) -> list:
+def _read_run(logs, ledger_id: int, first: int, rows: np.ndarray, out: np.ndarray,
+              pos: int) -> int:
+    """One run's records verified and their data copied to ``out[pos:]``;
+    returns the position after it."""
     log_id = int(rows[0, 0])
     offsets = rows[:, 1].astype(np.int64)
     lengths = rows[:, 2].astype(np.int64)
@@ -90,11 +97,14 @@ def _read_run(logs, ledger_id: int, first: int, rows: np.ndarray) -> list:
         raise CorruptRecordError(f"entry log {log_id} offset {base}: short read ({len(raw)} of "
                                  f"{span} bytes) for ledger {ledger_id} entries {first}..")
     rel = offsets - base
-    if len(rows) > 1 and lengths[0] > 0 and (lengths == lengths[0]).all():
-        joined = _uniform_run(raw, rel, int(lengths[0]), ledger_id, first)
-        if joined is not None:
-            return [joined]
-    return _each_record(raw, rel, lengths, ledger_id, first, f"entry log {log_id}", base)
+    end = pos + int(lengths.sum())
+    dest = out[pos:end]
+    if len(rows) > 1 and lengths[0] > 0 and (lengths == lengths[0]).all() and \
+            _uniform_run(raw, rel, int(lengths[0]), ledger_id, first, dest):
+        return end
+    datas = _each_record(raw, rel, lengths, ledger_id, first, f"entry log {log_id}", base)
+    np.concatenate([np.frombuffer(d, np.uint8) for d in datas], out=dest)
+    return end
 
 
 def _check_heads(heads: np.ndarray, ledger_id: int, first: int,
@@ -104,11 +114,13 @@ def _check_heads(heads: np.ndarray, ledger_id: int, first: int,
     return ok & (heads["length"] == lengths)
 
 
-def _uniform_run(raw, rel: np.ndarray, length: int, ledger_id: int, first: int):
+def _uniform_run(raw, rel: np.ndarray, length: int, ledger_id: int, first: int,
+                 dest: np.ndarray) -> bool:
     """Records of one length: each stretch of back-to-back records (one
-    block) is a matrix, the data is joined with one copy and checked with
-    ONE CRC32C call against the records' CRCs combined (``crc_vec``).  The
-    joined data (a numpy array), or None if any check fails."""
+    block) is a matrix whose data columns are copied into ``dest`` (one copy
+    in all), then checked with ONE CRC32C call over ``dest`` against the
+    records' CRCs combined (``crc_vec``).  False if any check fails (then
+    ``dest`` holds no verified data and the caller checks one by one)."""
     stride = RECORD_HEADER_BYTES + length
     cuts = np.flatnonzero(np.diff(rel) != stride) + 1
     bounds = [0, *cuts.tolist(), len(rel)]
@@ -117,11 +129,11 @@ def _uniform_run(raw, rel: np.ndarray, length: int, ledger_id: int, first: int):
     heads = np.concatenate([m[:, :RECORD_HEADER_BYTES] for m in mats])
     heads = heads.view(RECORD_DTYPE).ravel()
     if not _check_heads(heads, ledger_id, first, np.full(len(rel), length)).all():
-        return None
-    joined = np.concatenate([m[:, RECORD_HEADER_BYTES:] for m in mats]).reshape(-1)
-    if crc_vec.joined_crc(heads["crc"], length) != _crc(joined):
-        return None
-    return joined
+        return False
+    rows = dest.reshape(-1, length)
+    for (lo, hi), m in zip(zip(bounds[:-1], bounds[1:], strict=True), mats, strict=True):
+        rows[lo:hi] = m[:, RECORD_HEADER_BYTES:]
+    return crc_vec.joined_crc(heads["crc"], length) == _crc(dest)
 
 
 def _each_record(raw, rel: np.ndarray, lengths: np.ndarray, ledger_id: int, first: int,
@@ -145,20 +157,13 @@ def _each_record(raw, rel: np.ndarray, lengths: np.ndarray, ledger_id: int, firs
 
 
 def split_parts(parts: list, lengths) -> list[bytes]:
-    """``read_parts``' buffers (a numpy array: a joined run of entries of one
-    length; anything else: one entry) as one ``bytes`` per entry."""
-    out: list[bytes] = []
-    pos = 0
-    for part in parts:
-        if not isinstance(part, np.ndarray):  # one entry's data
-            out.append(bytes(part))
-            pos += 1
-            continue
-        size, blob = int(lengths[pos]), part.tobytes()  # a joined run of one length > 0
-        out += map(blob.__getitem__, map(slice, range(0, len(blob), size),
-                                         range(size, len(blob) + 1, size)))
-        pos += len(blob) // size
-    return out
+    """Buffers whose concatenation is the entries' data (``read_parts``'
+    array, or one buffer per entry) as one ``bytes`` per entry,
+    ``lengths[i]`` bytes each."""
+    blob = b"".join(parts)
+    ends = np.cumsum(np.asarray(lengths, np.int64)).tolist()
+    starts = [0, *ends[:-1]]
+    return list(map(blob.__getitem__, map(slice, starts, ends)))
 
 
 def read_rows(logs, ledger_id: int, first: int, rows: np.ndarray) -> list[bytes]:

@@ -97,7 +97,10 @@ WAIT_LAC_TIMEOUT_MS_MAX = 60_000  # the longest a long poll may park
 # the loop's drain ends and stored together (bigger ADD_PACKED have a
 # vectorised check of their own)
 COALESCE_ENTRIES_MAX = 64
-READ_RUN_ENTRIES_MAX = 4096  # entries per batched storage read inside one READ_BATCH
+# Entries per batched storage read inside one READ_BATCH / READ_PACKED: the
+# storage's own limit, so a request is one read into one buffer (the reply's
+# data frame, no join); the byte budget still bounds it.
+READ_RUN_ENTRIES_MAX = 65536
 
 
 def _multi_vouched(req: AddMultiRequest) -> bool:

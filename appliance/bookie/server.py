@@ -43,6 +43,7 @@ import sys
 
 from appliance.bookie.cookies import check_metadata_cookie
 from appliance.errors import BKError
+from appliance.heap import retain_freed_memory
 
 __all__ = ["check_metadata_cookie", "ledgers_on_bookie", "main", "possible_loss", "run_bookie"]
 
@@ -251,6 +252,7 @@ def keep_pandas_out() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     keep_pandas_out()
+    retain_freed_memory()  # READ_PACKED replies reuse freed buffers (appliance.heap)
     os.umask(0o077)  # whatever this process creates is its owner's only (docs/SECURITY.md)
     parser = argparse.ArgumentParser(description="Run one bookie of an appliance.")
     parser.add_argument("--config", required=True, help="appliance config (TOML)")

@@ -119,7 +119,11 @@ def _check_schema(schema, log: bool = False) -> None:
 
 def read_partition(partition, password: bytes):
     """Executor side: the partition's rows as Arrow record batches."""
+    from appliance.heap import freeze_long_lived_objects, retain_freed_memory
     from appliance.protocol.keys import master_key
+
+    retain_freed_memory()  # received replies and batches reuse freed memory
+    freeze_long_lived_objects()  # pyspark's gc.collect() after each task walks less
 
     key = master_key(password)
     batcher = ArrowBatcher()
