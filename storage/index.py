@@ -200,9 +200,12 @@ class Index:
                  length: int) -> None:
         """``put_batch`` of one entry with scalars: the same effect (a batch
         that repeats an id ends with its last location, counted once)."""
-        led = self.ensure(ledger_id)
+        led = self.ledgers.get(ledger_id) or self.ensure(ledger_id)
         page_no, slot = entry_id >> PAGE_BITS, entry_id & PAGE_MASK
-        page = self._writable_page(led, page_no, slot + 1)
+        page = led.pages.get(page_no)
+        if page is None or slot >= len(page) or (self._shared_pages
+                                                 and id(page) in self._shared_pages):
+            page = self._writable_page(led, page_no, slot + 1)
         row = page[slot]
         old_length = int(row[2])
         if old_length == ABSENT:
