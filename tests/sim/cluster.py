@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 
 from appliance.checks.digest import make_digest, master_key, password_hash
-from appliance.errors import OK, error_class, is_explicit_negative
+from appliance.errors import OK, ReadOnlyError, error_class, is_explicit_negative
 from appliance.protocol.metadata import CLOSED, LedgerMetadata
 from appliance.protocol.placement import choose_ensemble
 from appliance.protocol.repair import share_runs
@@ -118,6 +118,9 @@ class Cluster:
             world.at(at + length, world.net.heal, a, b)
         for at, length in cfg.writer_pauses:
             world.at(at, self.pause, "writer", length)
+        for at, name, length in cfg.read_only:
+            world.at(at, self.read_only, name, True)
+            world.at(min(at + length, cfg.heal_at_ms), self.read_only, name, False)
         for at, a, b, length, loss in cfg.flaky_links:
             world.at(at, self.flaky, a, b, loss)
             world.at(at + length, self.flaky, a, b, 0.0)
@@ -172,6 +175,11 @@ class Cluster:
                 md, _ = self.meta.get(self.ledger_id)
                 bookie = world.rng.choice(md.last_fragment[1])
                 self.flaky(name, bookie, self.cfg.recovery_cut_loss)
+
+    def read_only(self, name: str, on: bool) -> None:
+        """``name`` refuses adds with ReadOnlyError while ``on`` (its disk full)."""
+        self.bookies[name].refuse_adds = ReadOnlyError.code if on else 0
+        self.world.log(f"{name} {'read-only' if on else 'writable again'}")
 
     def flaky(self, a: str, b: str, loss: float) -> None:
         if self.healed:

@@ -68,6 +68,8 @@ class SimConfig:
     stall_at_entry: int | None = None  # stall_when_idle: not before this many entries
     crash_down_ms: tuple[int, int] = (5, 300)  # how long a triggered crash keeps a bookie down
     flaky_links: list[tuple[int, str, str, int, float]] = field(default_factory=list)
+    # (at, bookie, length): the bookie refuses every add (read-only disk) for a while
+    read_only: list[tuple[int, str, int]] = field(default_factory=list)
     # batch reads (E == Qw only): entries per reader request, and the bookies'
     # limits, which cut replies by the product's rule (appliance.protocol.read_batch)
     read_batch_entries: int = 1
@@ -97,6 +99,7 @@ class SimConfig:
                 f"crashes={len(self.crashes)} partitions={len(self.partitions)} "
                 f"pauses={len(self.writer_pauses)} recoveries={len(self.recoveries)} "
                 f"readers={len(self.readers)} flaky={len(self.flaky_links)} "
+                f"read_only={len(self.read_only)} "
                 f"crash_trigger={self.crash_trigger_p}/{self.crash_after_fence_p}/"
                 f"{self.crash_after_close_p}/"
                 f"{self.crash_budget} "
@@ -138,8 +141,18 @@ def random_config(seed: int) -> SimConfig:
         _draw_zombie(cfg, rng)
     _draw_batch_reads(cfg, random.Random(seed * 7919 + 29))  # leaves the draws above as they were
     _draw_rereplications(cfg, random.Random(seed * 7919 + 31))
+    _draw_read_only(cfg, random.Random(seed * 7919 + 37))
     cfg.hosts, cfg.placement = 3, "rack" if seed % 4 == 3 else "host"  # no draw: seeds keep
     return cfg
+
+
+def _draw_read_only(cfg: SimConfig, rng: random.Random) -> None:
+    """Some seeds: a bookie turns read-only for a while before the heal (its
+    own random stream: the other draws stay as they were)."""
+    if rng.random() < 0.3:
+        cfg.read_only = sorted((rng.randint(5, cfg.heal_at_ms),
+                                f"bookie-{rng.randint(1, cfg.bookies)}", rng.randint(20, 400))
+                               for _ in range(rng.randint(1, 2)))
 
 
 def sim_locations(bookies: int, hosts: int) -> dict:

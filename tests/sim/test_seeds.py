@@ -40,6 +40,7 @@ def test_the_seeds_cover_every_configuration_and_fault():
     assert sum(bool(c.crashes) or c.crash_budget > 0 for c in configs) >= 1_000
     assert sum(bool(c.partitions) for c in configs) >= 300
     assert sum(c.zombie_recovery_p > 0 for c in configs) >= 500
+    assert sum(bool(c.read_only) for c in configs) >= 400  # bookies refusing adds a while
 
 
 @pytest.mark.parametrize("protection", PROTECTION_NAMES)
