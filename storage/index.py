@@ -200,7 +200,7 @@ class Index:
                  length: int) -> None:
         """``put_batch`` of one entry with scalars: the same effect (a batch
         that repeats an id ends with its last location, counted once)."""
-        led = self.ledgers.get(ledger_id) or self.ensure(ledger_id)
+        led = self.ensure(ledger_id)
         page_no, slot = entry_id >> PAGE_BITS, entry_id & PAGE_MASK
         page = led.pages.get(page_no)
         if page is None or slot >= len(page) or (self._shared_pages

@@ -336,14 +336,14 @@ def test_one_host_cannot_sit_in_two_racks(tmp_path):
 def test_gc_threshold_is_raised_by_connect_never_lowered(tmp_path, monkeypatch):
     import gc
 
-    from appliance.client.client import _raise_gc_threshold
+    from appliance.client.client import raise_gc_threshold
 
     saved = gc.get_threshold()
     try:
         gc.set_threshold(700, 10, 10)
-        _raise_gc_threshold(50_000)
+        raise_gc_threshold(50_000)
         assert gc.get_threshold() == (50_000, 10, 10)
-        _raise_gc_threshold(1_000)  # an application's higher setting stays
+        raise_gc_threshold(1_000)  # an application's higher setting stays
         assert gc.get_threshold() == (50_000, 10, 10)
     finally:
         gc.set_threshold(*saved)

@@ -272,9 +272,9 @@ def client_main(kind: str, config: str, options: BenchOptions, index: int, ready
 
         with appliance.connect(config) as bk:
             if options.gc_threshold:
-                from appliance.client.client import _raise_gc_threshold
+                from appliance.client.client import raise_gc_threshold
 
-                _raise_gc_threshold(options.gc_threshold)
+                raise_gc_threshold(options.gc_threshold)
             inflight = max(1, options.inflight // options.ledgers)  # shared by the ledgers
             bk.config = dataclasses.replace(bk.config, inflight_adds_max=inflight)
             payloads = _payloads(options.size, index)
@@ -547,7 +547,7 @@ def summarise(kind: str, options: BenchOptions, results: list[dict], bookie_cpu_
         "bookie_cpu_s_per_1000_entries": bookie_cpu_s * per_1000,
         "bookie_peak_rss_mb": peak_rss_mb,
         # Python's youngest-generation GC threshold in the clients (700 unless raised)
-        "client_gc_threshold0": min((r.get("gc_threshold0", 0) for r in results), default=None),
+        "client_gc_threshold0": min(r["gc_threshold0"] for r in results),
         "kind": kind, "entries": count, "wall_s": wall_s, "latency_samples": len(latency_ms),
         "latency_unit": "add" if kind == "write" else (
             "read_chunks() chunk" if options.read_chunks

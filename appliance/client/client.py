@@ -75,7 +75,7 @@ class Client:
 
         self.config = config.client if config is not None else ClientConfig()
         if self.config.gc_threshold:
-            _raise_gc_threshold(self.config.gc_threshold)
+            raise_gc_threshold(self.config.gc_threshold)
         from appliance.config import LogConfig
 
         self.log_config = config.log if config is not None else LogConfig()
@@ -328,7 +328,7 @@ class Client:
         self.close()
 
 
-def _raise_gc_threshold(young: int) -> None:
+def raise_gc_threshold(young: int) -> None:
     """``[client] gc_threshold``: collect Python's youngest generation every
     ``young`` net allocations instead of every 700 (the older generations'
     ratios are kept), never lowering what the application set.  Each add in
