@@ -97,8 +97,8 @@ def failure_events(action, code: int, now_ms: int) -> list:
 
 
 def coalesced_events(routed: list, event, now_ms: int) -> list:
-    """(core, event) pairs for the parts of one ``ADD_MULTI`` or
-    ``ADD_BATCH``: each part's ``AddResponses`` from the reply's rows; a
+    """(core, event) pairs for the parts ((core, SendAdd part, ...) tuples)
+    of one ``ADD_MULTI`` or ``ADD_BATCH``: each part's ``AddResponses`` from the reply's rows; a
     part the reply leaves an entry of out, or a failed message, fails (never
     an ack for what was not answered).  ``ADD_MULTI`` rows name no ledger:
     they answer the request's entries in order, so a reply of another
@@ -108,21 +108,24 @@ def coalesced_events(routed: list, event, now_ms: int) -> list:
     out = []
     if event.status == OK and type(reply) is AddMultiReply:
         ids, statuses = reply.entry_ids, reply.statuses
-        sent = sum(len(part.entry_ids) for _, part in routed)
+        sent = sum(len(item[1].entry_ids) for item in routed)
+        whole = len(ids) == sent
+        responses = ev.AddResponses
         pos = 0
-        for core, part in routed:
-            n = len(part.entry_ids)
-            if len(ids) != sent or tuple(ids[pos:pos + n]) != tuple(part.entry_ids):
-                events = failure_events(part, BadRequestError.code, now_ms)
+        for item in routed:
+            core, part = item[0], item[1]
+            entry_ids = part.entry_ids
+            end = pos + len(entry_ids)
+            if whole and tuple(ids[pos:end]) == tuple(entry_ids):  # (no copy of a tuple)
+                out.append((core, responses(part.request_id, part.bookie_id, part.ledger_id,
+                                            entry_ids, tuple(statuses[pos:end]), now_ms)))
             else:
-                events = [ev.AddResponses(part.request_id, part.bookie_id, part.ledger_id,
-                                          part.entry_ids, tuple(statuses[pos:pos + n]), now_ms)]
-            pos += n
-            out += [(core, e) for e in events]
+                out += [(core, e) for e in failure_events(part, BadRequestError.code, now_ms)]
+            pos = end
         return out
     if event.status == OK and type(reply) is AddBatchReply:
         statuses = {(ledger_id, entry_id): st for ledger_id, entry_id, st in reply.rows}
-        for core, part in routed:
+        for core, part, *_ in routed:
             codes = tuple(statuses.get((part.ledger_id, e)) for e in part.entry_ids)
             if None in codes:
                 events = failure_events(part, BadRequestError.code, now_ms)
@@ -131,6 +134,6 @@ def coalesced_events(routed: list, event, now_ms: int) -> list:
                                           part.entry_ids, codes, now_ms)]
             out += [(core, e) for e in events]
         return out
-    for core, part in routed:
+    for core, part, *_ in routed:
         out += [(core, e) for e in translate(part, event, now_ms)]
     return out

@@ -197,14 +197,24 @@ class Driver:
         self._sinks.pop(id(core), None)
 
     def run(self, core, actions: list) -> None:
-        """Carry out ``actions`` returned by ``core``."""
-        write_closes = []
+        """Carry out ``actions`` returned by ``core`` (the add path's kinds
+        tested first: every flush of every ledger comes through here)."""
+        write_closes = None
         for action in actions:
             kind = type(action)
-            if kind is ev.SendWriteClose:
-                write_closes.append(action)
-            elif kind is ev.SendAdd:
+            if kind is ev.SendAdd:
                 self._send_add(core, action)
+            elif kind is ev.CompleteAdds:
+                sink = self._sinks.get(id(core))
+                if sink is not None:
+                    sink.on_result(action)
+            elif kind is ev.SetTimer:
+                heapq.heappush(self._timers, (self.now_ms() + action.delay_ms, action.timer_id))
+                self._timer_owner[action.timer_id] = core
+            elif kind is ev.SendWriteClose:
+                if write_closes is None:
+                    write_closes = []
+                write_closes.append(action)
             elif kind is ev.SendReadBatch:
                 count = action.last_entry_id - action.first_entry_id + 1
                 self._send(core, action, ReadPackedRequest(
@@ -221,9 +231,6 @@ class Driver:
                 self._send(core, action, WaitLacRequest(
                     action.ledger_id, action.previous_lac, action.timeout_ms,
                     master_key=action.master_key or None), action.timeout_ms)
-            elif kind is ev.SetTimer:
-                heapq.heappush(self._timers, (self.now_ms() + action.delay_ms, action.timer_id))
-                self._timer_owner[action.timer_id] = core
             elif kind is ev.WriteMetadata or kind is ev.ReadMetadata:
                 self._pool.submit(self._metadata_op, core, action)
             elif kind is ev.SendWriteLac:  # best effort: the reply (or none) is dropped
@@ -272,10 +279,19 @@ class Driver:
         entry_ids, datas = action.entry_ids, action.datas
         if self._packed_datas is not datas:  # a writer sends one tuple to every bookie
             self._packed_datas = datas
-            self._packed = [[lo, hi, sum(map(len, datas[lo:hi])), None]
-                            for lo, hi in chunks(datas, self.add_batch_entries_max,
-                                                  self.add_batch_bytes_max)]
-        out = self._adds_out.setdefault(action.bookie_id, [])
+            nbytes = sum(map(len, datas))
+            if len(datas) <= self.add_batch_entries_max and nbytes <= self.add_batch_bytes_max:
+                self._packed = [[0, len(datas), nbytes, None]]  # one chunk: the usual case
+            else:
+                self._packed = [[lo, hi, sum(map(len, datas[lo:hi])), None]
+                                for lo, hi in chunks(datas, self.add_batch_entries_max,
+                                                      self.add_batch_bytes_max)]
+        out = self._adds_out.get(action.bookie_id)
+        if out is None:
+            out = self._adds_out[action.bookie_id] = []
+        if len(self._packed) == 1:
+            out.append((core, action, self._packed[0][2], self._packed[0]))
+            return
         for chunk in self._packed:
             lo, hi = chunk[0], chunk[1]
             part = action if (lo, hi) == (0, len(datas)) else dataclasses.replace(
@@ -314,17 +330,19 @@ class Driver:
         if len(group) == 1:
             self._send_packed(group[0])
             return
-        self._send_multi(bookie_id, [(item[0], item[1]) for item in group])
+        self._send_multi(bookie_id, group)
 
     def _send_multi(self, bookie_id: str, routed: list) -> None:
-        """Several (core, SendAdd part) to one bookie in one message:
-        ``ADD_MULTI`` (every entry's bytes in one frame), or ``ADD_BATCH``
-        (a frame per entry) to a bookie that refused ``ADD_MULTI``."""
+        """Several parts ((core, SendAdd part, ...) tuples) to one bookie in
+        one message: ``ADD_MULTI`` (every entry's bytes in one frame), or
+        ``ADD_BATCH`` (a frame per entry) to a bookie that refused
+        ``ADD_MULTI``."""
         recovery = routed[0][1].recovery
         multi = bookie_id not in self._multi_refused
         if multi:
             groups, entry_ids, datas = [], [], []
-            for _core, part in routed:
+            for item in routed:
+                part = item[1]
                 groups.append((part.ledger_id, part.master_key, len(part.entry_ids)))
                 entry_ids += part.entry_ids
                 datas += part.datas
@@ -332,7 +350,7 @@ class Driver:
                                       b"".join(datas), recovery)
         else:
             request = AddBatchRequest([AddItem(part.ledger_id, e, part.master_key, d)
-                                       for _core, part in routed
+                                       for _core, part, *_ in routed
                                        for e, d in zip(part.entry_ids, part.datas, strict=True)],
                                       recovery)
         try:
@@ -340,8 +358,8 @@ class Driver:
             rid = self.transport.send(bookie_id, request, self.request_timeout_ms)
         except (BKError, ValueError) as exc:
             code = exc.code if isinstance(exc, BKError) else BookieUnavailableError.code
-            for core, part in routed:
-                self._q.append(("fail", core, part, code))
+            for item in routed:
+                self._q.append(("fail", item[0], item[1], code))
             return
         self._routes[rid] = (_COALESCED, (bookie_id, routed, multi))
 

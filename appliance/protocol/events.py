@@ -61,9 +61,15 @@ from dataclasses import dataclass
 from appliance.protocol.metadata import LedgerMetadata
 from appliance.protocol.placement import Location
 
+# HOT: the actions and events every add makes (``SendAdd``, ``SetTimer``,
+# ``CompleteAdds``, ``AddResponses``) are plain slotted dataclasses, not
+# frozen ones: a frozen dataclass sets each field through
+# ``object.__setattr__`` (0.75 against 0.15 us for one of 7 fields), and a
+# few are made per flush of every ledger.  Nothing mutates an event or an
+# action once made; they compare and hash by value like the frozen ones.
 
 # -- actions -----------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # not frozen: see HOT above
 class SendAdd:
     request_id: int
     bookie_id: str
@@ -151,13 +157,13 @@ class ReadMetadata:
     ledger_id: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # not frozen: see HOT above
 class SetTimer:
     timer_id: int
     delay_ms: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # not frozen: see HOT above
 class CompleteAdds:
     ledger_id: int
     first_entry_id: int
@@ -216,7 +222,7 @@ class AddResponse:
     now_ms: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # not frozen: see HOT above
 class AddResponses:
     """The replies to one ``SendAdd`` at once (the batch path): ``codes[i]``
     answers ``entry_ids[i]``.  Equivalent to one ``AddResponse`` per entry."""

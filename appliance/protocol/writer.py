@@ -255,6 +255,14 @@ class LedgerWriter(CoreBase):
             if not entry_ids:
                 return
             batch = (tuple(entry_ids), tuple(records))
+            if only is None:  # the usual case, on every flush: no dict in between
+                ensemble, ledger_id, key, out = self._ws.ensemble, self.ledger_id, self._key, \
+                    self._out
+                for pos, outstanding in enumerate(self._outstanding):
+                    outstanding.append([batch[0], 0, now_ms])
+                    out.append(ev.SendAdd(next(self._ids), ensemble[pos], ledger_id, batch[0],
+                                          batch[1], False, key))
+                return
             batches = {pos: batch for pos in range(size) if only is None or pos in only}
         else:
             lists: dict[int, tuple[list, list]] = {}
