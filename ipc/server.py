@@ -64,7 +64,9 @@ _ZERO_COPY_BYTES_MIN = 64 * 1024
 class RequestHandler(Protocol):
     """What the loop calls.  ``handle`` returns a reply to send now, or None
     when it will call ``server.send_reply(peer, reply)`` later.  An optional
-    ``after_drain()`` runs once after each batch of drained messages."""
+    ``after_drain()`` runs once after each batch of drained messages, and an
+    optional ``after_step()`` at the end of every loop turn (after the
+    drain, fd callbacks and timers)."""
 
     def handle(self, peer: bytes, request: Request) -> Reply | None: ...
 
@@ -143,6 +145,7 @@ class FrameServer:
             ("requests", "replies", "bad_messages", "handler_failures", "replies_dropped",
              "timers_fired", "wakeups"), 0)
         self._after_drain = getattr(handler, "after_drain", None)
+        self._after_step = getattr(handler, "after_step", None)
         self._closed = False
         self._own_context = context is None
         self._ctx = context or zmq.Context()
@@ -256,6 +259,8 @@ class FrameServer:
                 if callback is not None:
                     callback()
             self._run_due_timers()
+            if self._after_step is not None:
+                self._after_step()
 
     def stop(self) -> None:
         """Ask ``serve`` to return; safe from any thread or a signal handler."""

@@ -18,7 +18,9 @@ Guarantees:
 Faults survived: a crash at any point (the unsynced tail is torn or missing
 and replay cuts it); an I/O error on write or sync (the journal stops, every
 waiter and later submit gets ``BookieIOError``; a failed fsync is never
-retried).  The writer thread is the only one touching the segment file.
+retried).  One writer at a time touches the segment file: the writer
+thread, or the bookie loop's thread writing its own records inline while
+the writer thread is idle (``write_inline``: no thread hop either way).
 """
 
 from __future__ import annotations
@@ -72,6 +74,11 @@ class Journal:
         self._queued_bytes = 0
         self._closing = False
         self._flush_requested = False
+        # One writer at a time: the journal thread, or (``write_inline``) the
+        # thread that owns the bookie's loop, which writes its own records
+        # itself when the journal thread is idle (no thread hop each way).
+        self._writing = False
+        self._inline_owner: int | None = None
         self._failure: BaseException | None = None
         self.durable_seq = start_seq
         self.durable_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
@@ -101,12 +108,17 @@ class Journal:
             was_empty = not self._queue
             self._queue.append((seq, header, body, time.monotonic()))
             self._queued_bytes += size
-            if was_empty or self._queued_bytes >= self._opts.journal_group_bytes:
+            # The inline owner's records are written by its own write_inline()
+            # at the end of its loop turn (or by the thread, if busy then).
+            if (was_empty and threading.get_ident() != self._inline_owner) \
+                    or self._queued_bytes >= self._opts.journal_group_bytes:
                 self._cond.notify_all()
 
     def wait_durable(self, seq: int, timeout_s: float | None = None) -> bool:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with self._cond:
+            if self._queue:  # records of the inline owner may not have woken the thread
+                self._cond.notify_all()
             while self.durable_seq < seq:
                 if self._failure is not None:
                     raise BookieIOError(f"journal failed: {self._failure}")
@@ -123,6 +135,34 @@ class Journal:
         with self._cond:
             self._flush_requested = True
             self._cond.notify_all()
+
+    def write_inline(self) -> bool:
+        """Write and fdatasync the queued records on the calling thread if
+        the journal thread is idle (nothing being written); True if it did.
+        The caller becomes the *inline owner*: its later ``submit`` calls
+        no longer wake the journal thread, so it must call this at the end
+        of every loop turn (the bookie's loop does: ``after_step``).  Under
+        load the thread is usually busy, and then picks the records up when
+        its write ends.  Only without a group wait (``journal_group_wait_us``
+        = 0): a wait is the thread's job.  A failure is recorded as the
+        thread records its own (every waiter and later submit sees it)."""
+        if self._wait_s > 0:
+            return False
+        with self._cond:
+            self._inline_owner = threading.get_ident()
+            if self._writing or not self._queue or self._failure is not None or self._closing:
+                return False
+            self._writing = True
+            group = self._take_group()
+        try:
+            self._write_group(group)  # ends the turn: _writing false, waiters woken
+        except BaseException as exc:  # noqa: BLE001 - reported to every waiter
+            with self._cond:
+                self._failure = exc.with_traceback(None)  # drop frames holding buffers
+                self._writing = False
+                self._cond.notify_all()
+            self._signal()
+        return True
 
     def drain_fd(self) -> None:
         try:
@@ -173,7 +213,9 @@ class Journal:
 
     def _next_group(self) -> list | None:
         with self._cond:
-            while not self._queue and not self._closing:
+            while (not self._queue or self._writing) and not self._closing:
+                self._cond.wait()
+            while self._writing:  # closing: the inline writer finishes first
                 self._cond.wait()
             if not self._queue:
                 return None
@@ -184,6 +226,7 @@ class Journal:
                 if remaining <= 0:
                     break
                 self._cond.wait(remaining)
+            self._writing = True
             return self._take_group()
 
     def _take_group(self) -> list:
@@ -216,17 +259,18 @@ class Journal:
         aio.fdatasync(self._fd, self._path)
         self.sync_latency.observe(time.perf_counter() - started)
         written = buf.used_bytes
-        with self._cond:
-            self._write_pos += len(view)
-            self.durable_seq = group[-1][0]
-            self._queued_bytes -= written
-            self._cond.notify_all()
         st = self.stats
         st["journal_syncs"] += 1
         st["journal_bytes"] += written
         st["journal_records"] += len(group)
         self.group_records.observe(len(group))
         self.group_bytes.observe(written)
+        with self._cond:
+            self._write_pos += len(view)
+            self.durable_seq = group[-1][0]
+            self._queued_bytes -= written
+            self._writing = False  # the other writer (thread or inline) may go
+            self._cond.notify_all()
         self._signal()
 
     def _signal(self) -> None:

@@ -224,6 +224,15 @@ class BookieHandler:
         if self._held_adds:
             self._flush_adds()
 
+    def after_step(self) -> None:
+        """End of a loop turn: the journal records this turn queued are
+        written and synced here, on the loop's thread, if the journal thread
+        is idle, and the replies they hold are sent at once (no hop to the
+        journal thread and back through ``durable_fd``); otherwise the busy
+        journal thread takes them after its current group."""
+        if self.storage.write_journal_inline():
+            self._on_durable()
+
     def _flush_adds(self) -> None:
         """The small ADD_PACKED and the ADD_MULTI requests held since the
         last flush, in one core call (``add_groups``: each ledger's group

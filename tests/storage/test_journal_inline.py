@@ -1,0 +1,78 @@
+"""The bookie loop's thread writes its own journal records when the journal
+thread is idle (``LedgerStorage.write_journal_inline``): durable on return,
+never stuck when the owner forgets to call it, never interleaved with the
+journal thread's writes, and replayed like any other record after a crash."""
+
+from __future__ import annotations
+
+import threading
+
+from tests.storage.test_ledger_storage import payload
+
+
+def test_inline_write_makes_the_owners_records_durable_on_its_own_thread(opener):
+    st = opener(journal_group_wait_us=0)
+    assert st.write_journal_inline() is False  # nothing queued; this thread is the owner now
+    syncs = st.stats()["journal_syncs"]
+    ticket = st.add_entries([1, 1, 1], [0, 1, 2], [payload(1, e) for e in range(3)])
+    # the owner's submit did not wake the journal thread: the records wait for it
+    assert st.durable_ticket < ticket
+    assert st.write_journal_inline() is True
+    assert st.durable_ticket >= ticket  # written and fdatasync'ed before it returned
+    assert st.stats()["journal_syncs"] == syncs + 1
+    assert st.read_entries(1, 0, 2) == [payload(1, e) for e in range(3)]
+
+
+def test_owner_that_waits_instead_is_not_left_hanging(opener):
+    st = opener(journal_group_wait_us=0)
+    st.write_journal_inline()
+    ticket = st.add_entry(1, 0, payload(1, 0))
+    assert st.wait_durable(ticket, timeout_s=10)  # the journal thread takes them
+
+
+def test_a_group_wait_is_left_to_the_journal_thread(opener):
+    st = opener(journal_group_wait_us=1000)
+    ticket = st.add_entry(1, 0, payload(1, 0))
+    assert st.write_journal_inline() is False
+    assert st.wait_durable(ticket, timeout_s=10)
+
+
+def test_inline_and_thread_writes_interleave_and_replay_after_a_crash(opener):
+    """The owner writes inline while another thread's adds go through the
+    journal thread; after an abort (no clean close, no checkpoint) every
+    entry whose ticket was durable is read back."""
+    st = opener(journal_group_wait_us=0)
+    st.write_journal_inline()
+    durable: list[tuple[int, int]] = []
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def other() -> None:
+        try:
+            for e in range(200):
+                t = st.add_entry(2, e, payload(2, e, 700))
+                assert st.wait_durable(t, timeout_s=30)
+                with lock:
+                    durable.append((2, e))
+        except BaseException as exc:  # noqa: BLE001 - reported by the test thread
+            errors.append(exc)
+
+    worker = threading.Thread(target=other)
+    worker.start()
+    inline_writes = 0
+    for e in range(300):
+        t = st.add_entry(1, e, payload(1, e, 900))
+        inline_writes += st.write_journal_inline()
+        if st.durable_ticket < t:  # the thread was writing: it takes ours next
+            assert st.wait_durable(t, timeout_s=30)
+        with lock:
+            durable.append((1, e))
+    worker.join(timeout=60)
+    assert not worker.is_alive() and not errors
+    assert inline_writes > 0
+    st.abort()  # a crash: the entry logs' buffers are lost, the journal is replayed
+
+    st2 = opener(journal_group_wait_us=0)
+    for ledger, entry in durable:
+        size = 900 if ledger == 1 else 700
+        assert st2.read_entry(ledger, entry) == payload(ledger, entry, size)
