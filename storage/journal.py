@@ -69,7 +69,9 @@ class Journal:
         self._instance = instance
         self._direct = direct
         self._wait_s = options.journal_group_wait_us / 1e6
-        self._cond = threading.Condition(threading.Lock())
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)  # durability and back-pressure waiters
+        self._work = threading.Condition(lock)  # the journal thread's wake-up, alone
         self._queue: collections.deque = collections.deque()
         self._queued_bytes = 0
         self._closing = False
@@ -112,13 +114,13 @@ class Journal:
             # at the end of its loop turn (or by the thread, if busy then).
             if (was_empty and threading.get_ident() != self._inline_owner) \
                     or self._queued_bytes >= self._opts.journal_group_bytes:
-                self._cond.notify_all()
+                self._work.notify()
 
     def wait_durable(self, seq: int, timeout_s: float | None = None) -> bool:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with self._cond:
             if self._queue:  # records of the inline owner may not have woken the thread
-                self._cond.notify_all()
+                self._work.notify()
             while self.durable_seq < seq:
                 if self._failure is not None:
                     raise BookieIOError(f"journal failed: {self._failure}")
@@ -134,7 +136,7 @@ class Journal:
         """Close the current group now instead of waiting (checkpoint, flush, close)."""
         with self._cond:
             self._flush_requested = True
-            self._cond.notify_all()
+            self._work.notify()
 
     def write_inline(self) -> bool:
         """Write and fdatasync the queued records on the calling thread if
@@ -161,6 +163,7 @@ class Journal:
                 self._failure = exc.with_traceback(None)  # drop frames holding buffers
                 self._writing = False
                 self._cond.notify_all()
+                self._work.notify()  # the thread ends: nothing is written after a failure
             self._signal()
         return True
 
@@ -184,6 +187,7 @@ class Journal:
         with self._cond:
             self._closing = True
             self._cond.notify_all()
+            self._work.notify()
         self._thread.join()
         if self._fd >= 0:
             os.close(self._fd)
@@ -213,19 +217,20 @@ class Journal:
 
     def _next_group(self) -> list | None:
         with self._cond:
-            while (not self._queue or self._writing) and not self._closing:
-                self._cond.wait()
+            while (not self._queue or self._writing) and not self._closing \
+                    and self._failure is None:
+                self._work.wait()
             while self._writing:  # closing: the inline writer finishes first
-                self._cond.wait()
-            if not self._queue:
-                return None
+                self._work.wait()
+            if not self._queue or self._failure is not None:
+                return None  # an inline write failed: nothing more is written, ever
             deadline = self._queue[0][3] + self._wait_s
             while (self._queued_bytes < self._opts.journal_group_bytes and not self._closing
                    and not self._flush_requested):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
-                self._cond.wait(remaining)
+                self._work.wait(remaining)
             self._writing = True
             return self._take_group()
 
@@ -271,6 +276,8 @@ class Journal:
             self._queued_bytes -= written
             self._writing = False  # the other writer (thread or inline) may go
             self._cond.notify_all()
+            if self._queue:  # other threads' records, queued during this write
+                self._work.notify()
         self._signal()
 
     def _signal(self) -> None:

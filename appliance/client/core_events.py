@@ -98,12 +98,12 @@ def failure_events(action, code: int, now_ms: int) -> list:
 
 def coalesced_events(routed: list, event, now_ms: int) -> list:
     """(core, event) pairs for the parts ((core, SendAdd part, ...) tuples)
-    of one ``ADD_MULTI`` or ``ADD_BATCH``: each part's ``AddResponses`` from the reply's rows; a
-    part the reply leaves an entry of out, or a failed message, fails (never
-    an ack for what was not answered).  ``ADD_MULTI`` rows name no ledger:
-    they answer the request's entries in order, so a reply of another
-    length fails every part, and a row whose entry id differs fails its
-    part."""
+    of one ``ADD_MULTI`` or ``ADD_BATCH``: each part's ``AddResponses``
+    from the reply's rows; a part the reply leaves an entry of out, or a
+    failed message, fails (never an ack for what was not answered).
+    ``ADD_MULTI`` rows name no ledger: they answer the request's entries
+    in order, so a reply of another length fails every part, and a row
+    whose entry id differs fails its part."""
     reply = event.reply
     out = []
     if event.status == OK and type(reply) is AddMultiReply:

@@ -76,3 +76,54 @@ def test_inline_and_thread_writes_interleave_and_replay_after_a_crash(opener):
     for ledger, entry in durable:
         size = 900 if ledger == 1 else 700
         assert st2.read_entry(ledger, entry) == payload(ledger, entry, size)
+
+
+def test_a_failed_inline_sync_stops_the_journal_for_good(opener, monkeypatch):
+    """A failed fdatasync is never retried, and nothing after it may count
+    as durable: a record another thread queued while the failing inline
+    sync ran is not written by the journal thread afterwards (its sync
+    would make the failed records look durable), waiters and later adds
+    get the error."""
+    import pytest
+
+    from appliance.errors import BookieIOError
+    from storage import journal as journal_module
+
+    st = opener(journal_group_wait_us=0)
+    good = st.add_entry(1, 0, payload(1, 0))
+    assert st.wait_durable(good, timeout_s=10)
+    st.write_journal_inline()  # the owner from here on
+    ticket = st.add_entry(1, 1, payload(1, 1))
+    real = journal_module.aio.fdatasync
+    started, queued = threading.Event(), threading.Event()
+    calls = []
+
+    def fail_once(fd, path):
+        calls.append(path)
+        if len(calls) > 1:
+            return real(fd, path)
+        started.set()
+        assert queued.wait(10)
+        raise OSError(5, "injected I/O error", path)
+
+    def other() -> None:
+        assert started.wait(10)
+        other_ticket.append(st.add_entry(2, 0, payload(2, 0)))  # queued meanwhile
+        queued.set()
+
+    other_ticket: list[int] = []
+    monkeypatch.setattr(journal_module.aio, "fdatasync", fail_once)
+    worker = threading.Thread(target=other)
+    worker.start()
+    assert st.write_journal_inline() is True  # it tried, and failed
+    worker.join(timeout=10)
+    assert other_ticket and other_ticket[0] > ticket
+    journal_thread = st._journal._thread
+    journal_thread.join(timeout=10)  # it stops instead of writing the other record
+    assert not journal_thread.is_alive()
+    with pytest.raises(BookieIOError):
+        st.wait_durable(other_ticket[0], timeout_s=10)
+    with pytest.raises(BookieIOError):
+        st.add_entry(1, 2, payload(1, 2))
+    assert len(calls) == 1  # no writer synced again
+    assert st.durable_ticket < ticket
