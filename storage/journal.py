@@ -223,7 +223,7 @@ class Journal:
             while self._writing:  # closing: the inline writer finishes first
                 self._work.wait()
             if not self._queue or self._failure is not None:
-                return None  # an inline write failed: nothing more is written, ever
+                return None  # closed, or a write failed: nothing more is written, ever
             deadline = self._queue[0][3] + self._wait_s
             while (self._queued_bytes < self._opts.journal_group_bytes and not self._closing
                    and not self._flush_requested):
@@ -276,7 +276,7 @@ class Journal:
             self._queued_bytes -= written
             self._writing = False  # the other writer (thread or inline) may go
             self._cond.notify_all()
-            if self._queue:  # other threads' records, queued during this write
+            if self._queue or self._closing:  # records queued meanwhile, or a close
                 self._work.notify()
         self._signal()
 

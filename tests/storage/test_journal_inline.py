@@ -127,3 +127,40 @@ def test_a_failed_inline_sync_stops_the_journal_for_good(opener, monkeypatch):
         st.add_entry(1, 2, payload(1, 2))
     assert len(calls) == 1  # no writer synced again
     assert st.durable_ticket < ticket
+
+
+def test_close_waits_for_an_inline_write_then_ends(tmp_path, monkeypatch):
+    """A close from another thread while the owner syncs inline: the
+    journal thread waits for that write, then stops (nothing was queued
+    after it, so only the close can wake it)."""
+    from storage import journal as journal_module
+    from storage.journal import Journal
+    from tests.storage.conftest import small_options
+
+    journal = Journal(str(tmp_path), small_options(journal_group_wait_us=0), b"i" * 16,
+                      False, 1, 0, 0)
+    real = journal_module.aio.fdatasync
+    syncing, release = threading.Event(), threading.Event()
+
+    def slow(fd, path):
+        syncing.set()
+        assert release.wait(10)
+        return real(fd, path)
+
+    def owner() -> None:
+        journal.write_inline()  # the owner from here on
+        journal.submit(1, 2, b"fence-like record")
+        wrote.append(journal.write_inline())
+
+    wrote: list[bool] = []
+    monkeypatch.setattr(journal_module.aio, "fdatasync", slow)
+    writer = threading.Thread(target=owner)
+    writer.start()
+    assert syncing.wait(10)
+    closer = threading.Thread(target=journal.close)
+    closer.start()
+    release.set()
+    writer.join(timeout=10)
+    closer.join(timeout=10)
+    assert wrote == [True] and journal.durable_seq == 1
+    assert not closer.is_alive()  # the journal thread ended and close() returned
