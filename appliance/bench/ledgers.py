@@ -24,8 +24,8 @@ How it counts:
   add (three alternated pairs each: client CPU per add 53-55 against
   58-59 us at 10,000/s and 12.3-12.6 against 13.1-13.3 at 50,000/s on the
   2-core test machine: CPU the bookies share); an add sent late by the
-  wake-up counts that delay in its latency.  ``inflight``
-  still bounds memory.
+  wake-up counts that delay in its latency.  ``inflight`` still bounds
+  memory.
 * **read**: each client writes ``entries`` entries to a ledger, closes it,
   opens it again and reads it back with ``ReadHandle.read`` calls of
   ``read_batch`` entries (latency per call), or with one

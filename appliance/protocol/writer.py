@@ -255,15 +255,7 @@ class LedgerWriter(CoreBase):
             if not entry_ids:
                 return
             batch = (tuple(entry_ids), tuple(records))
-            if only is None:  # the usual case, on every flush: no dict in between
-                ensemble, ledger_id, key, out = self._ws.ensemble, self.ledger_id, self._key, \
-                    self._out
-                for pos, outstanding in enumerate(self._outstanding):
-                    outstanding.append([batch[0], 0, now_ms])
-                    out.append(ev.SendAdd(next(self._ids), ensemble[pos], ledger_id, batch[0],
-                                          batch[1], False, key))
-                return
-            batches = {pos: batch for pos in range(size) if only is None or pos in only}
+            batches = ((pos, batch) for pos in range(size) if only is None or pos in only)
         else:
             lists: dict[int, tuple[list, list]] = {}
             positions_of = self._ws.positions
@@ -273,8 +265,8 @@ class LedgerWriter(CoreBase):
                         ids, recs = lists.setdefault(pos, ([], []))
                         ids.append(entry_id)
                         recs.append(record)
-            batches = {pos: (tuple(ids), tuple(recs)) for pos, (ids, recs) in lists.items()}
-        for pos, (entry_ids, datas) in batches.items():
+            batches = ((pos, (tuple(ids), tuple(recs))) for pos, (ids, recs) in lists.items())
+        for pos, (entry_ids, datas) in batches:
             self._outstanding[pos].append([entry_ids, 0, now_ms])
             self._out.append(ev.SendAdd(self._next_id(), self._ws.ensemble[pos], self.ledger_id,
                                         entry_ids, datas, False, self._key))
