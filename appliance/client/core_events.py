@@ -96,24 +96,24 @@ def failure_events(action, code: int, now_ms: int) -> list:
     return []
 
 
-def coalesced_events(routed: list, event, now_ms: int) -> list:
-    """(core, event) pairs for the parts ((core, SendAdd part, ...) tuples)
-    of one ``ADD_MULTI`` or ``ADD_BATCH``: each part's ``AddResponses``
-    from the reply's rows; a part the reply leaves an entry of out, or a
-    failed message, fails (never an ack for what was not answered).
-    ``ADD_MULTI`` rows name no ledger: they answer the request's entries
-    in order, so a reply of another length fails every part, and a row
-    whose entry id differs fails its part."""
+def coalesced_events(cores: list, parts: list, event, now_ms: int) -> list:
+    """(core, event) pairs for the parts (``parts[i]``, a SendAdd part of
+    ``cores[i]``) of one ``ADD_MULTI`` or ``ADD_BATCH``: each part's
+    ``AddResponses`` from the reply's rows; a part the reply leaves an entry
+    of out, or a failed message, fails (never an ack for what was not
+    answered).  ``ADD_MULTI`` rows name no ledger: they answer the request's
+    entries in order, so a reply of another length fails every part, and a
+    row whose entry id differs fails its part."""
     reply = event.reply
     out = []
+    routed = zip(cores, parts, strict=True)
     if event.status == OK and type(reply) is AddMultiReply:
         ids, statuses = reply.entry_ids, reply.statuses
-        sent = sum(len(item[1].entry_ids) for item in routed)
+        sent = sum(len(part.entry_ids) for part in parts)
         whole = len(ids) == sent
         responses = ev.AddResponses
         pos = 0
-        for item in routed:
-            core, part = item[0], item[1]
+        for core, part in routed:
             entry_ids = part.entry_ids
             end = pos + len(entry_ids)
             if whole and tuple(ids[pos:end]) == tuple(entry_ids):  # (no copy of a tuple)
@@ -125,7 +125,7 @@ def coalesced_events(routed: list, event, now_ms: int) -> list:
         return out
     if event.status == OK and type(reply) is AddBatchReply:
         statuses = {(ledger_id, entry_id): st for ledger_id, entry_id, st in reply.rows}
-        for core, part, *_ in routed:
+        for core, part in routed:
             codes = tuple(statuses.get((part.ledger_id, e)) for e in part.entry_ids)
             if None in codes:
                 events = failure_events(part, BadRequestError.code, now_ms)
@@ -134,6 +134,6 @@ def coalesced_events(routed: list, event, now_ms: int) -> list:
                                           part.entry_ids, codes, now_ms)]
             out += [(core, e) for e in events]
         return out
-    for core, part, *_ in routed:
+    for core, part in routed:
         out += [(core, e) for e in translate(part, event, now_ms)]
     return out

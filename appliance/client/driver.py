@@ -119,7 +119,7 @@ class Driver:
         self._stopped = False
         self._routes: dict[int, tuple] = {}  # transport request id -> (core, action)
         self._timers: list[tuple[int, int]] = []  # (deadline_ms, timer_id)
-        self._later: list[tuple[float, int, object]] = []  # call_later_s: (deadline_s, seq, fn)
+        self._later: list[tuple] = []  # call_later_s: (deadline_s, seq, fn, args)
         self._later_seq = itertools.count()
         self._timer_owner: dict[int, object] = {}
         self._sinks: dict[int, object] = {}  # id(core) -> sink
@@ -182,10 +182,10 @@ class Driver:
             self._wake_pending = True
             self.transport.wake()
 
-    def call_later_s(self, delay_s: float, fn) -> None:
-        """Driver thread only: run ``fn()`` on the driver thread in ``delay_s``
-        (sub-millisecond, unlike the cores' timers)."""
-        heapq.heappush(self._later, (time.monotonic() + delay_s, next(self._later_seq), fn))
+    def call_later_s(self, delay_s: float, fn, *args) -> None:
+        """Driver thread only: run ``fn(*args)`` on the driver thread in
+        ``delay_s`` (sub-millisecond, unlike the cores' timers)."""
+        heapq.heappush(self._later, (time.monotonic() + delay_s, next(self._later_seq), fn, args))
 
     # -- used on the driver thread ------------------------------------------------
     def register(self, core, sink) -> None:
@@ -330,19 +330,20 @@ class Driver:
         if len(group) == 1:
             self._send_packed(group[0])
             return
-        self._send_multi(bookie_id, group)
+        self._send_multi(bookie_id, [item[0] for item in group], [item[1] for item in group])
 
-    def _send_multi(self, bookie_id: str, routed: list) -> None:
-        """Several parts ((core, SendAdd part, ...) tuples) to one bookie in
-        one message: ``ADD_MULTI`` (every entry's bytes in one frame), or
-        ``ADD_BATCH`` (a frame per entry) to a bookie that refused
-        ``ADD_MULTI``."""
-        recovery = routed[0][1].recovery
+    def _send_multi(self, bookie_id: str, cores: list, parts: list) -> None:
+        """Several parts (``parts[i]``, a SendAdd of ``cores[i]``) to one
+        bookie in one message: ``ADD_MULTI`` (every entry's bytes in one
+        frame), or ``ADD_BATCH`` (a frame per entry) to a bookie that refused
+        ``ADD_MULTI``.  The route keeps two lists, not a tuple per part: what
+        an add keeps alive until its reply is what the garbage collector
+        promotes and later scans."""
+        recovery = parts[0].recovery
         multi = bookie_id not in self._multi_refused
         if multi:
             groups, entry_ids, datas = [], [], []
-            for item in routed:
-                part = item[1]
+            for part in parts:
                 groups.append((part.ledger_id, part.master_key, len(part.entry_ids)))
                 entry_ids += part.entry_ids
                 datas += part.datas
@@ -350,7 +351,7 @@ class Driver:
                                       b"".join(datas), recovery)
         else:
             request = AddBatchRequest([AddItem(part.ledger_id, e, part.master_key, d)
-                                       for _core, part, *_ in routed
+                                       for part in parts
                                        for e, d in zip(part.entry_ids, part.datas, strict=True)],
                                       recovery)
         try:
@@ -358,10 +359,10 @@ class Driver:
             rid = self.transport.send(bookie_id, request, self.request_timeout_ms)
         except (BKError, ValueError) as exc:
             code = exc.code if isinstance(exc, BKError) else BookieUnavailableError.code
-            for item in routed:
-                self._q.append(("fail", item[0], item[1], code))
+            for core, part in zip(cores, parts, strict=True):
+                self._q.append(("fail", core, part, code))
             return
-        self._routes[rid] = (_COALESCED, (bookie_id, routed, multi))
+        self._routes[rid] = (_COALESCED, (bookie_id, cores, parts, multi))
 
     def _send(self, core, action, request, extra_timeout_ms: int = 0) -> None:
         bookie_id = action.bookie_id
@@ -446,15 +447,15 @@ class Driver:
         ``AddResponses``.  A bookie that answers ``ADD_MULTI`` as a bad
         request (one from before the op: nothing of it was stored) gets the
         parts again as ``ADD_BATCH``, and ``ADD_BATCH`` from then on."""
-        bookie_id, routed, multi = sent
+        bookie_id, cores, parts, multi = sent
         reply = event.reply
         if multi and type(reply) is ErrorReply and reply.status == BadRequestError.code:
             log.info("bookie %s refused ADD_MULTI (%s): sending it ADD_BATCH", bookie_id,
                      reply.message)
             self._multi_refused.add(bookie_id)
-            self._send_multi(bookie_id, routed)
+            self._send_multi(bookie_id, cores, parts)
             return
-        for core, core_event in coalesced_events(routed, event, now):
+        for core, core_event in coalesced_events(cores, parts, event, now):
             self.feed(core, core_event)
 
     def _fail(self, core, action, code: int) -> None:
@@ -565,9 +566,9 @@ class Driver:
 
     def _fire_timers(self) -> None:
         while self._later and self._later[0][0] <= time.monotonic():
-            fn = heapq.heappop(self._later)[2]
+            _, _, fn, args = heapq.heappop(self._later)
             try:
-                fn()
+                fn(*args)
             except Exception:
                 log.exception("client driver: failure in a deferred call")
         now = self.now_ms()

@@ -306,7 +306,7 @@ class WriteHandle:
                 if not self._held:  # _flush_posted stays set: add_async posts nothing
                     self._held = True
                     gen = self._hold_gen
-                    self._driver.call_later_s(self._linger_s, lambda: self._flush_late(gen))
+                    self._driver.call_later_s(self._linger_s, self._flush_late, gen)
                 return
             self._held = self._no_linger = False
             payloads, futures = self._queued_payloads, self._queued_futures

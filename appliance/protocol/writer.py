@@ -148,8 +148,13 @@ class LedgerWriter(CoreBase):
         self._close_requested = False
         self._state = OPEN_STATE
         self.error_code = OK
-        # per position: batches sent, [entry ids, index of the first maybe unacked, sent ms]
+        # per position: batches sent, (entry ids, sent ms): immutable tuples of
+        # ints, one shared by every position of an E=W batch, which the garbage
+        # collector stops tracking (lists of them, one per position, were a
+        # tenth of the objects each add kept alive); and the index of the first
+        # entry of the front batch that may still be unacknowledged
         self._outstanding = [deque() for _ in range(self._size)]
+        self._cursor = [0] * self._size
         self._retries = [0] * self._size  # timeouts in a row per position
         self._resent_ms = [-1] * self._size  # when each position was last resent to
         self.add_retries = 0  # batches resent after a timeout (a counter for tests/stats)
@@ -254,8 +259,8 @@ class LedgerWriter(CoreBase):
         if self._qw == size:  # every position stores every entry: one batch for all
             if not entry_ids:
                 return
-            batch = (tuple(entry_ids), tuple(records))
-            batches = ((pos, batch) for pos in range(size) if only is None or pos in only)
+            sent, datas = (tuple(entry_ids), now_ms), tuple(records)
+            batches = ((pos, sent, datas) for pos in range(size) if only is None or pos in only)
         else:
             lists: dict[int, tuple[list, list]] = {}
             positions_of = self._ws.positions
@@ -265,11 +270,12 @@ class LedgerWriter(CoreBase):
                         ids, recs = lists.setdefault(pos, ([], []))
                         ids.append(entry_id)
                         recs.append(record)
-            batches = ((pos, (tuple(ids), tuple(recs))) for pos, (ids, recs) in lists.items())
-        for pos, (entry_ids, datas) in batches:
-            self._outstanding[pos].append([entry_ids, 0, now_ms])
+            batches = ((pos, (tuple(ids), now_ms), tuple(recs))
+                       for pos, (ids, recs) in lists.items())
+        for pos, sent, datas in batches:
+            self._outstanding[pos].append(sent)
             self._out.append(ev.SendAdd(self._next_id(), self._ws.ensemble[pos], self.ledger_id,
-                                        entry_ids, datas, False, self._key))
+                                        sent[0], datas, False, self._key))
 
     # -- replies ----------------------------------------------------------------------
     def _on_add_response(self, event: ev.AddResponse) -> None:
@@ -317,6 +323,13 @@ class LedgerWriter(CoreBase):
         pos = self._ws.index.get(event.bookie_id)
         if self._state != OPEN_STATE or pos is None or pos in self._failed:
             super()._on_add_responses(event)
+            return
+        entry_ids, codes = event.entry_ids, event.codes
+        if entry_ids and max(entry_ids) <= self.last_add_confirmed and \
+                codes.count(OK) == len(codes) == len(entry_ids):
+            # the usual last reply of a write quorum wider than the ack quorum:
+            # every entry acknowledged already, so each is a late ack (as below)
+            self.stale_replies += len(entry_ids)
             return
         bit, size, qw, qa = 1 << pos, self._size, self._qw, self._qa
         acks_map, held, advance = self._acks, self._held, False
@@ -396,6 +409,7 @@ class LedgerWriter(CoreBase):
         self._failed -= op.replaced
         for pos in op.replaced:
             self._outstanding[pos] = deque()
+            self._cursor[pos] = 0
             self._retries[pos], self._resent_ms[pos] = 0, -1
         held_set = self._held
         sent = [e for e in self._data if e not in held_set]
@@ -496,6 +510,7 @@ class LedgerWriter(CoreBase):
         self._held.clear()
         for outstanding in self._outstanding:
             outstanding.clear()
+        self._cursor = [0] * self._size
 
     def _stop(self, state: str, code: int) -> None:
         """Fail every pending add; later adds fail at once with ``code``."""
@@ -548,21 +563,24 @@ class LedgerWriter(CoreBase):
         """Drop the acknowledged front of ``pos``'s sent batches; when the
         oldest entry still unacknowledged there was sent (None: none)."""
         bit, acks_map, lac = 1 << pos, self._acks, self.last_add_confirmed
+        i = self._cursor[pos]
         while outstanding:
-            record = outstanding[0]
-            entry_ids, i = record[0], record[1]
+            entry_ids, sent_ms = outstanding[0]
             if entry_ids[-1] <= lac:  # every entry up to the LAC is acknowledged
                 outstanding.popleft()
+                i = 0
                 continue
             if entry_ids[i] <= lac and entry_ids[-1] - entry_ids[0] == len(entry_ids) - 1:
                 i = lac + 1 - entry_ids[0]  # consecutive ids: jump over the acknowledged ones
             while i < len(entry_ids):
                 acks = acks_map.get(entry_ids[i])
                 if acks is not None and not acks & bit:
-                    record[1] = i
-                    return record[2]
+                    self._cursor[pos] = i
+                    return sent_ms
                 i += 1
             outstanding.popleft()
+            i = 0
+        self._cursor[pos] = 0
         return None
 
     def _resend(self, pos: int, now_ms: int) -> None:
@@ -573,6 +591,7 @@ class LedgerWriter(CoreBase):
         again = [e for e, acks in self._acks.items()
                  if e not in held and not acks & bit and in_write_set(pos, e, size, qw)]
         self._outstanding[pos] = deque()
+        self._cursor[pos] = 0
         self._send(again, self._records(again), frozenset((pos,)), now_ms)
 
     def _maybe_write_lac(self, now_ms: int) -> None:

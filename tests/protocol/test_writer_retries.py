@@ -88,3 +88,40 @@ def test_a_caught_up_bookie_is_never_timed_out():
     w.add(b"3", now_ms=500)  # its batch is young; the acked ones are forgotten
     assert of(ev.SendAdd, w.handle(ev.TimerFired(one(ev.SetTimer, actions).timer_id, 550))) \
         == []
+
+
+def test_the_timeout_runs_from_the_oldest_batch_a_bookie_has_not_fully_answered():
+    # Qa=3: nothing completes without b3.  While b3 has not answered all of
+    # the first batch, that batch's send time counts; once it has, the
+    # second batch's (later) time counts, from that batch's first entry.
+    w = writer(metadata(ack_quorum=3), add_retries_max=0)
+    first = w.add_many([b"0", b"1", b"2"], now_ms=0)
+    second = w.add_many([b"3", b"4"], now_ms=60)
+    b3 = {}
+    for s in of(ev.SendAdd, first + second):
+        if s.bookie_id == "b3":
+            b3[s.entry_ids] = s
+        else:
+            ack(w, s)
+    ack(w, b3[(0, 1, 2)], entries=[0, 1])
+    assert w.last_add_confirmed == 1
+    actions = tick(w, first, 90)  # entry 2, sent at 0, is 90 ms old
+    assert of(ev.WriteMetadata, actions) == []
+    ack(w, b3[(0, 1, 2)], entries=[2])
+    assert w.last_add_confirmed == 2
+    actions = tick(w, actions, 150)  # entry 3, sent at 60, is 90 ms old
+    assert of(ev.SendAdd, actions) == [] and of(ev.WriteMetadata, actions) == []
+    actions = tick(w, actions, 165)  # 105 ms: b3 is replaced from entry 3 on
+    assert one(ev.WriteMetadata, actions).metadata.ensembles == \
+        ((0, ("b1", "b2", "b3")), (3, ("b1", "b2", "b4")))
+
+
+def test_the_last_reply_of_a_wider_write_quorum_counts_as_late_and_changes_nothing():
+    w = writer()  # E3/W3/A2
+    sends = {s.bookie_id: s for s in of(ev.SendAdd, w.add_many([b"0", b"1", b"2"], now_ms=0))}
+    w.handle(ev.AddResponses(sends["b1"].request_id, "b1", 1, (0, 1, 2), (0, 0, 0)))
+    done = w.handle(ev.AddResponses(sends["b2"].request_id, "b2", 1, (0, 1, 2), (0, 0, 0)))
+    assert one(ev.CompleteAdds, done).last_entry_id == 2
+    late = w.handle(ev.AddResponses(sends["b3"].request_id, "b3", 1, (0, 1, 2), (0, 0, 0)))
+    assert late == [] and w.stale_replies == 3 and w.last_add_confirmed == 2
+    assert w.metadata.ensembles == ((0, ("b1", "b2", "b3")),)
