@@ -64,6 +64,7 @@ from __future__ import annotations
 import heapq
 import logging
 import os
+import struct
 import threading
 import time
 import uuid
@@ -72,7 +73,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import zmq
-from zmq.utils.monitor import recv_monitor_message
 
 from appliance.protocol.errors import (
     OK,
@@ -95,6 +95,17 @@ _MONITOR_EVENTS = (zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_HAND
                    | zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
 _REFUSED_EVENTS = zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
 _ZERO_COPY_BYTES_MIN = 64 * 1024
+
+
+_MONITOR_HEAD = struct.Struct("=Hi")  # zmq_socket_monitor: event (16 bits), value (32 bits)
+
+
+def _monitor_event(frames: list[bytes]) -> int:
+    """The event number of a socket monitor message (its first frame; the
+    second names the endpoint).  ``zmq.utils.monitor`` would do the same,
+    but importing it imports asyncio: thousands of objects more in every
+    client's heap for every full garbage collection to scan."""
+    return _MONITOR_HEAD.unpack_from(frames[0])[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -489,8 +500,7 @@ class _IoLoop:
         # CURVE: connected means handshake done; plain: the TCP/ipc connect
         up_event = zmq.EVENT_HANDSHAKE_SUCCEEDED if conn.server_key else zmq.EVENT_CONNECTED
         while conn.monitor is not None and conn.monitor.poll(0):
-            message = recv_monitor_message(conn.monitor)
-            event = message["event"]
+            event = _monitor_event(conn.monitor.recv_multipart())
             if event == up_event:
                 conn.state = "up"
                 conn.heard_s = self.t.clock()

@@ -1,4 +1,4 @@
-"""What an add in flight keeps alive for Python's garbage collector.
+"""What the client keeps alive for Python's garbage collector.
 
 Every object an add keeps until its acknowledgement is promoted to the
 collector's oldest generation when the round trip is long (many ledgers,
@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import gc
 import random
+import subprocess
+import sys
 import threading
 import types
+from pathlib import Path
 
 import pytest
 
@@ -106,3 +109,16 @@ def test_an_add_in_flight_keeps_at_most_two_tracked_objects(handles):
     # the future (1) and three SendAdds per five adds (0.6), plus a little;
     # before the batches' bookkeeping became tuples it was 3.2
     assert per_add <= 2.0, f"{per_add:.2f} tracked objects per add in flight"
+
+
+def test_the_client_library_does_not_import_asyncio_or_the_bookie_storage_engine():
+    # what a client process imports stays in its heap, and every full
+    # collection of the host application scans it
+    code = ("import sys\n"
+            "import appliance.client.client, appliance.client.driver, appliance.client.handles\n"
+            "import appliance.meta.ledgers, appliance.meta.bookies, ipc.client, storage.metadata\n"
+            "print(sorted(m for m in ('asyncio', 'storage.ledger_storage', 'storage.journal')\n"
+            "             if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True, cwd=Path(__file__).resolve().parents[2])
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
