@@ -58,6 +58,7 @@ from appliance.errors import (
     OK,
     BadRequestError,
     BKError,
+    BKTimeoutError,
     BookieUnavailableError,
     ClientClosedError,
     UnauthorizedError,
@@ -67,7 +68,7 @@ from appliance.errors import (
 from appliance.meta.bookies import bookie_locations
 from appliance.protocol import events as ev
 from ipc.client import Transport
-from ipc.packed import AddMultiRequest, AddPackedRequest, ReadPackedRequest
+from ipc.packed import AddMultiReply, AddMultiRequest, AddPackedRequest, ReadPackedRequest
 from ipc.replies import ErrorReply
 from ipc.requests import (
     AddBatchRequest,
@@ -93,6 +94,22 @@ READ_BATCH_BYTES_MAX = 16 * 1024 * 1024  # entry bytes a READ_PACKED reply may c
 _COALESCED = object()  # route marker: the request carried several parts
 
 
+def _head(part: ev.SendAdd) -> tuple:
+    """What a reply to ``part`` needs of it, kept until the reply instead of
+    the part: ints, a str and a tuple of ints, which Python's garbage
+    collector stops tracking (a kept ``SendAdd`` per bookie was most of
+    what an add kept alive when every ledger sends an add or two at a
+    time: each one promoted, and promotions trigger full collections)."""
+    return part.request_id, part.bookie_id, part.ledger_id, part.entry_ids
+
+
+def _part(head: tuple) -> ev.SendAdd:
+    """The ``SendAdd`` a reply is matched against, back from its ``_head``
+    (no data: it is only read for its ids)."""
+    request_id, bookie_id, ledger_id, entry_ids = head
+    return ev.SendAdd(request_id, bookie_id, ledger_id, entry_ids, (), False, b"")
+
+
 class Driver:
     """See the module docstring.  ``start()`` then use; ``close()`` when done."""
 
@@ -111,6 +128,7 @@ class Driver:
         self._packed: list = []
         self._adds_out: dict[str, list] = {}  # bookie -> (core, SendAdd part, lengths, data)
         self._multi_refused: set[str] = set()  # bookies that answered ADD_MULTI BadRequest
+        self._multi_ok: set[str] = set()  # bookies that answered ADD_MULTI with its reply
         self.ids = itertools.count(1)  # shared by every core: ids route replies
         # Work from other threads: appended here, then the transport's wake()
         # ends the driver's wait (once per wait: _wake_pending).
@@ -324,7 +342,8 @@ class Driver:
             chunk[3] = (list(map(len, part.datas)), b"".join(part.datas))
         lengths, data = chunk[3]
         self._send(core, part, AddPackedRequest(part.ledger_id, part.master_key,
-                                                part.entry_ids, lengths, data, part.recovery))
+                                                part.entry_ids, lengths, data, part.recovery),
+                   route=_head(part))
 
     def _send_coalesced(self, bookie_id: str, group: list) -> None:
         if len(group) == 1:
@@ -362,9 +381,13 @@ class Driver:
             for core, part in zip(cores, parts, strict=True):
                 self._q.append(("fail", core, part, code))
             return
+        if not multi or bookie_id in self._multi_ok:  # no ADD_BATCH fallback needed
+            parts = tuple(_head(part) for part in parts)
         self._routes[rid] = (_COALESCED, (bookie_id, cores, parts, multi))
 
-    def _send(self, core, action, request, extra_timeout_ms: int = 0) -> None:
+    def _send(self, core, action, request, extra_timeout_ms: int = 0, route=None) -> None:
+        """Send ``request`` for ``action`` of ``core``; the reply is routed
+        back as to ``action`` (``route``: what stands for it until then)."""
         bookie_id = action.bookie_id
         try:
             self._ensure_bookie(bookie_id)
@@ -375,7 +398,7 @@ class Driver:
             code = exc.code if isinstance(exc, BKError) else BookieUnavailableError.code
             self._q.append(("fail", core, action, code))
             return
-        self._routes[rid] = (core, action)
+        self._routes[rid] = (core, action if route is None else route)
 
     def _ensure_bookie(self, bookie_id: str) -> None:
         if bookie_id in self._endpoints:
@@ -436,7 +459,9 @@ class Driver:
             if core is _COALESCED:
                 self._on_coalesced(action, event, now)
                 continue
-            if type(action) is ev.SendWriteClose:  # the "core" is its outcome: logged only
+            if type(action) is tuple:  # an add's _head
+                action = _part(action)
+            elif type(action) is ev.SendWriteClose:  # the "core" is its outcome: logged only
                 core.done(action.bookie_id, reply_code(event.status, event.reply))
                 continue
             for core_event in translate(action, event, now):
@@ -446,15 +471,26 @@ class Driver:
         """An ``ADD_MULTI`` / ``ADD_BATCH`` reply split back into each part's
         ``AddResponses``.  A bookie that answers ``ADD_MULTI`` as a bad
         request (one from before the op: nothing of it was stored) gets the
-        parts again as ``ADD_BATCH``, and ``ADD_BATCH`` from then on."""
+        parts again as ``ADD_BATCH``, and ``ADD_BATCH`` from then on.  Once a
+        bookie has answered ``ADD_MULTI`` the route keeps only the parts'
+        ``_head``s; should it refuse one later (replaced by an older
+        version), those parts count as unanswered and the writers' timeouts
+        resend them, as ``ADD_BATCH``."""
         bookie_id, cores, parts, multi = sent
         reply = event.reply
         if multi and type(reply) is ErrorReply and reply.status == BadRequestError.code:
             log.info("bookie %s refused ADD_MULTI (%s): sending it ADD_BATCH", bookie_id,
                      reply.message)
             self._multi_refused.add(bookie_id)
-            self._send_multi(bookie_id, cores, parts)
-            return
+            self._multi_ok.discard(bookie_id)
+            if type(parts) is list:  # the parts themselves: send them again now
+                self._send_multi(bookie_id, cores, parts)
+                return
+            event = dataclasses.replace(event, status=BKTimeoutError.code, reply=None)
+        elif multi and type(reply) is AddMultiReply:
+            self._multi_ok.add(bookie_id)
+        if type(parts) is tuple:
+            parts = [_part(head) for head in parts]
         for core, core_event in coalesced_events(cores, parts, event, now):
             self.feed(core, core_event)
 

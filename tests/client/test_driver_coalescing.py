@@ -10,7 +10,13 @@ from __future__ import annotations
 import pytest
 
 from appliance.client.driver import Driver
-from appliance.errors import OK, BadRequestError, BookieUnavailableError, LedgerFencedError
+from appliance.errors import (
+    OK,
+    BadRequestError,
+    BKTimeoutError,
+    BookieUnavailableError,
+    LedgerFencedError,
+)
 from appliance.protocol import events as ev
 from ipc.client import Event
 from ipc.frames import Op
@@ -134,6 +140,35 @@ def test_a_bookie_refusing_add_multi_gets_the_parts_again_as_add_batch(driver):
         [(1, 0, b"e1-0"), (2, 0, b"e2-0")]
     driver._on_net([Event("b1", rid2, 8, OK, AddBatchReply([(1, 0, OK), (2, 0, OK)]))])
     assert a.events[0].codes == (OK,) and b.events[0].codes == (OK,)
+    _add(driver, a, 1, [1])
+    _add(driver, b, 2, [1])
+    driver._flush_adds()
+    assert isinstance(driver.transport.sent[-1][1], AddBatchRequest)
+
+
+def test_a_bookie_that_took_add_multi_then_refuses_it_leaves_those_parts_unanswered(driver):
+    """Once a bookie has answered ADD_MULTI, its messages' routes keep only
+    the parts' ids, not their bytes.  Should it refuse a later one (an older
+    version took its place), those parts count as unanswered, never acked
+    (the writers' timeouts resend them), and what follows goes as ADD_BATCH."""
+    a, b = _Core(), _Core()
+    _add(driver, a, 1, [0])
+    _add(driver, b, 2, [0])
+    driver._flush_adds()
+    rid = driver.transport.sent[-1][2]
+    driver._on_net([Event("b1", rid, 7, OK, AddMultiReply([0, 0], [OK, OK]))])
+    assert a.events[0].codes == (OK,) and b.events[0].codes == (OK,)
+    a.events.clear(), b.events.clear()
+    _add(driver, a, 1, [1])
+    _add(driver, b, 2, [1])
+    driver._flush_adds()
+    rid, sent = driver.transport.sent[-1][2], len(driver.transport.sent)
+    driver._on_net([Event("b1", rid, 8, OK, ErrorReply(Op.ADD_MULTI, rid, BadRequestError.code,
+                                                       message="unknown op 14"))])
+    assert len(driver.transport.sent) == sent  # nothing to send again from here
+    for core, ledger in ((a, 1), (b, 2)):
+        (got,) = core.events
+        assert (got.ledger_id, got.entry_id, got.code) == (ledger, 1, BKTimeoutError.code)
     _add(driver, a, 1, [1])
     _add(driver, b, 2, [1])
     driver._flush_adds()
