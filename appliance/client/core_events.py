@@ -53,9 +53,35 @@ def chunks(datas, entries_max: int, bytes_max: int):
         yield lo, n
 
 
+def add_head(part: ev.SendAdd) -> tuple:
+    """What a reply to ``part`` needs of it, kept until the reply instead of
+    the part: (request id, bookie id, ledger id, entry ids), ints, a str and
+    a tuple of ints, which Python's garbage collector stops tracking (a kept
+    ``SendAdd`` per bookie was most of what an add kept alive when every
+    ledger sends an add or two at a time: each one promoted, and promotions
+    trigger full collections).  ``translate`` and ``coalesced_events`` take
+    either."""
+    return part.request_id, part.bookie_id, part.ledger_id, part.entry_ids
+
+
+def head_part(head: tuple) -> ev.SendAdd:
+    """The ``SendAdd`` an ``add_head`` stands for, without its data (only
+    its ids are read), for the rarer paths."""
+    request_id, bookie_id, ledger_id, entry_ids = head
+    return ev.SendAdd(request_id, bookie_id, ledger_id, entry_ids, (), False, b"")
+
+
 def translate(action, event, now_ms: int) -> list:
-    """A transport event -> the core events it means."""
+    """A transport event -> the core events it means (``action``: the
+    request's action, or an ``add_head``)."""
     reply = event.reply
+    if type(action) is tuple:
+        request_id, bookie_id, ledger_id, entry_ids = action
+        if event.status == OK and type(reply) is AddPackedReply and \
+                tuple(reply.entry_ids) == tuple(entry_ids):  # never ack what was not sent
+            return [ev.AddResponses(request_id, bookie_id, ledger_id, entry_ids,
+                                    tuple(reply.statuses), now_ms)]
+        action = head_part(action)
     if event.status != OK or reply is None or isinstance(reply, ErrorReply):
         code = event.status if event.status != OK else reply.status
         return failure_events(action, code, now_ms)
@@ -96,9 +122,9 @@ def failure_events(action, code: int, now_ms: int) -> list:
     return []
 
 
-def coalesced_events(cores: list, parts: list, event, now_ms: int) -> list:
+def coalesced_events(cores: list, parts, event, now_ms: int) -> list:
     """(core, event) pairs for the parts (``parts[i]``, a SendAdd part of
-    ``cores[i]``) of one ``ADD_MULTI`` or ``ADD_BATCH``: each part's
+    ``cores[i]``, or its ``add_head``) of one ``ADD_MULTI`` or ``ADD_BATCH``: each part's
     ``AddResponses`` from the reply's rows; a part the reply leaves an entry
     of out, or a failed message, fails (never an ack for what was not
     answered).  ``ADD_MULTI`` rows name no ledger: they answer the request's
@@ -106,23 +132,25 @@ def coalesced_events(cores: list, parts: list, event, now_ms: int) -> list:
     row whose entry id differs fails its part."""
     reply = event.reply
     out = []
-    routed = zip(cores, parts, strict=True)
+    heads = parts if type(parts) is tuple else [add_head(part) for part in parts]
     if event.status == OK and type(reply) is AddMultiReply:
         ids, statuses = reply.entry_ids, reply.statuses
-        sent = sum(len(part.entry_ids) for part in parts)
+        sent = sum(len(head[3]) for head in heads)
         whole = len(ids) == sent
         responses = ev.AddResponses
         pos = 0
-        for core, part in routed:
-            entry_ids = part.entry_ids
+        for core, head in zip(cores, heads, strict=True):
+            request_id, bookie_id, ledger_id, entry_ids = head
             end = pos + len(entry_ids)
             if whole and tuple(ids[pos:end]) == tuple(entry_ids):  # (no copy of a tuple)
-                out.append((core, responses(part.request_id, part.bookie_id, part.ledger_id,
-                                            entry_ids, tuple(statuses[pos:end]), now_ms)))
+                out.append((core, responses(request_id, bookie_id, ledger_id, entry_ids,
+                                            tuple(statuses[pos:end]), now_ms)))
             else:
-                out += [(core, e) for e in failure_events(part, BadRequestError.code, now_ms)]
+                out += [(core, e) for e in failure_events(head_part(head), BadRequestError.code,
+                                                          now_ms)]
             pos = end
         return out
+    routed = zip(cores, [head_part(head) for head in heads], strict=True)
     if event.status == OK and type(reply) is AddBatchReply:
         statuses = {(ledger_id, entry_id): st for ledger_id, entry_id, st in reply.rows}
         for core, part in routed:

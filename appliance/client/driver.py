@@ -80,7 +80,14 @@ from ipc.requests import (
     WriteLacRequest,
 )
 
-from .core_events import chunks, coalesced, coalesced_events, failure_events, translate
+from .core_events import (
+    add_head,
+    chunks,
+    coalesced,
+    coalesced_events,
+    failure_events,
+    translate,
+)
 from .write_close import WriteCloseOutcome, new_counters, reply_code
 
 log = logging.getLogger(__name__)
@@ -92,22 +99,6 @@ ADD_BATCH_ENTRIES_MAX = 1024  # entries per ADD_BATCH message (the wire's defaul
 ADD_BATCH_BYTES_MAX = 8 * 1024 * 1024  # entry bytes per ADD_BATCH message
 READ_BATCH_BYTES_MAX = 16 * 1024 * 1024  # entry bytes a READ_PACKED reply may carry
 _COALESCED = object()  # route marker: the request carried several parts
-
-
-def _head(part: ev.SendAdd) -> tuple:
-    """What a reply to ``part`` needs of it, kept until the reply instead of
-    the part: ints, a str and a tuple of ints, which Python's garbage
-    collector stops tracking (a kept ``SendAdd`` per bookie was most of
-    what an add kept alive when every ledger sends an add or two at a
-    time: each one promoted, and promotions trigger full collections)."""
-    return part.request_id, part.bookie_id, part.ledger_id, part.entry_ids
-
-
-def _part(head: tuple) -> ev.SendAdd:
-    """The ``SendAdd`` a reply is matched against, back from its ``_head``
-    (no data: it is only read for its ids)."""
-    request_id, bookie_id, ledger_id, entry_ids = head
-    return ev.SendAdd(request_id, bookie_id, ledger_id, entry_ids, (), False, b"")
 
 
 class Driver:
@@ -343,7 +334,7 @@ class Driver:
         lengths, data = chunk[3]
         self._send(core, part, AddPackedRequest(part.ledger_id, part.master_key,
                                                 part.entry_ids, lengths, data, part.recovery),
-                   route=_head(part))
+                   route=add_head(part))
 
     def _send_coalesced(self, bookie_id: str, group: list) -> None:
         if len(group) == 1:
@@ -382,7 +373,7 @@ class Driver:
                 self._q.append(("fail", core, part, code))
             return
         if not multi or bookie_id in self._multi_ok:  # no ADD_BATCH fallback needed
-            parts = tuple(_head(part) for part in parts)
+            parts = tuple(add_head(part) for part in parts)
         self._routes[rid] = (_COALESCED, (bookie_id, cores, parts, multi))
 
     def _send(self, core, action, request, extra_timeout_ms: int = 0, route=None) -> None:
@@ -459,9 +450,7 @@ class Driver:
             if core is _COALESCED:
                 self._on_coalesced(action, event, now)
                 continue
-            if type(action) is tuple:  # an add's _head
-                action = _part(action)
-            elif type(action) is ev.SendWriteClose:  # the "core" is its outcome: logged only
+            if type(action) is ev.SendWriteClose:  # the "core" is its outcome: logged only
                 core.done(action.bookie_id, reply_code(event.status, event.reply))
                 continue
             for core_event in translate(action, event, now):
@@ -473,7 +462,7 @@ class Driver:
         request (one from before the op: nothing of it was stored) gets the
         parts again as ``ADD_BATCH``, and ``ADD_BATCH`` from then on.  Once a
         bookie has answered ``ADD_MULTI`` the route keeps only the parts'
-        ``_head``s; should it refuse one later (replaced by an older
+        ``add_head``s; should it refuse one later (replaced by an older
         version), those parts count as unanswered and the writers' timeouts
         resend them, as ``ADD_BATCH``."""
         bookie_id, cores, parts, multi = sent
@@ -489,8 +478,6 @@ class Driver:
             event = dataclasses.replace(event, status=BKTimeoutError.code, reply=None)
         elif multi and type(reply) is AddMultiReply:
             self._multi_ok.add(bookie_id)
-        if type(parts) is tuple:
-            parts = [_part(head) for head in parts]
         for core, core_event in coalesced_events(cores, parts, event, now):
             self.feed(core, core_event)
 
