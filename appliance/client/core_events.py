@@ -132,8 +132,8 @@ def coalesced_events(cores: list, parts, event, now_ms: int) -> list:
     row whose entry id differs fails its part."""
     reply = event.reply
     out = []
-    heads = parts if type(parts) is tuple else [add_head(part) for part in parts]
     if event.status == OK and type(reply) is AddMultiReply:
+        heads = parts if type(parts) is tuple else [add_head(part) for part in parts]
         ids, statuses = reply.entry_ids, reply.statuses
         sent = sum(len(head[3]) for head in heads)
         whole = len(ids) == sent
@@ -150,7 +150,8 @@ def coalesced_events(cores: list, parts, event, now_ms: int) -> list:
                                                           now_ms)]
             pos = end
         return out
-    routed = zip(cores, [head_part(head) for head in heads], strict=True)
+    routed = zip(cores, [head_part(head) for head in parts] if type(parts) is tuple else parts,
+                 strict=True)
     if event.status == OK and type(reply) is AddBatchReply:
         statuses = {(ledger_id, entry_id): st for ledger_id, entry_id, st in reply.rows}
         for core, part in routed:

@@ -346,9 +346,10 @@ class Driver:
         """Several parts (``parts[i]``, a SendAdd of ``cores[i]``) to one
         bookie in one message: ``ADD_MULTI`` (every entry's bytes in one
         frame), or ``ADD_BATCH`` (a frame per entry) to a bookie that refused
-        ``ADD_MULTI``.  The route keeps two lists, not a tuple per part: what
-        an add keeps alive until its reply is what the garbage collector
-        promotes and later scans."""
+        ``ADD_MULTI``.  The route keeps the cores and, once the bookie is known
+        to take ``ADD_MULTI``, only the parts' ``add_head``s (before that the
+        parts, for the ``ADD_BATCH`` fallback): what an add keeps alive until
+        its reply is what the garbage collector promotes and later scans."""
         recovery = parts[0].recovery
         multi = bookie_id not in self._multi_refused
         if multi:
