@@ -3,9 +3,11 @@
 Every object an add keeps until its acknowledgement is promoted to the
 collector's oldest generation when the round trip is long (many ledgers,
 a busy appliance), and promotions are what trigger full collections of
-the host's whole heap.  So the write path keeps few: the add's future and,
-per ledger batch, one ``SendAdd`` per bookie; the rest are tuples of ints
-and bytes, which the collector stops tracking."""
+the host's whole heap.  So the write path keeps little more than the
+add's future: the rest (each batch's ids, send time, and the ids a reply
+is matched against) are tuples of ints, strs and bytes, which the
+collector stops tracking.  (The fake transport below keeps the requests
+it was sent, a few objects per message: the counts include them.)"""
 
 from __future__ import annotations
 
