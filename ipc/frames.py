@@ -46,6 +46,7 @@ class Op(IntEnum):
     WRITE_CLOSE = 12  # BP-32 advisory: the writer is done with the ledger
     COMPACT = 13  # admin: start a compaction of the bookie's entry logs (bkctl bookie compact)
     ADD_MULTI = 14  # ADD_PACKED of several ledgers: their entries in one data frame
+    WRITE_LAC_MULTI = 15  # WRITE_LAC of several ledgers (idle writers of many ledgers)
 
 
 OPS = frozenset(int(op) for op in Op if op is not Op.ERROR)
@@ -71,6 +72,7 @@ ALLOWED_FLAGS = {
     Op.ADD_MULTI: FLAG_RECOVERY,
     Op.READ_PACKED: FLAG_FENCE | FLAG_KEY,
     Op.WRITE_LAC: 0,
+    Op.WRITE_LAC_MULTI: 0,
     Op.WRITE_CLOSE: 0,
     Op.COMPACT: FLAG_MAJOR,
 }
@@ -92,6 +94,8 @@ READ_BATCH_EXT = struct.Struct("!qII")  # last entry id, max entries, max bytes
 ADD_ROW = struct.Struct("!Qq32s")  # ADD_BATCH request table: ledger, entry, master key
 ADD_STATUS_ROW = struct.Struct("!Qqi")  # ADD_BATCH reply table: ledger, entry, status
 READ_STATUS_ROW = struct.Struct("!qi")  # READ_BATCH reply table: entry, status
+LAC_ROW = struct.Struct("!Qq32s")  # WRITE_LAC_MULTI request table: ledger, LAC, master key
+LAC_STATUS_ROW = struct.Struct("!Qqi")  # WRITE_LAC_MULTI reply table: ledger, LAC held, status
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from ipc.frames import (
     ADD_STATUS_ROW,
     DEFAULT_LIMITS,
     I64,
+    LAC_STATUS_ROW,
     READ_STATUS_ROW,
     REPLY_HEAD,
     U32,
@@ -156,9 +157,21 @@ class WriteCloseReply:
     status = OK
 
 
+@dataclass(slots=True)
+class WriteLacMultiReply:
+    """One (ledger id, LAC the bookie holds for it, status) row per request
+    row, in order: the LAC is the highest explicit LAC the bookie was told
+    (-1 when the row's status is not OK)."""
+
+    rows: list[tuple[int, int, int]] = field(default_factory=list)
+    request_id: int = 0
+    OP = Op.WRITE_LAC_MULTI
+    status = OK
+
+
 Reply = (ErrorReply | PingReply | InfoReply | CompactReply | AddReply | ReadReply | LacReply
          | AddBatchReply | ReadBatchReply | AddPackedReply | ReadPackedReply | WriteCloseReply
-         | AddMultiReply)
+         | AddMultiReply | WriteLacMultiReply)
 
 
 def error_reply(request, exc: BaseException) -> ErrorReply:
@@ -225,6 +238,11 @@ def _enc_add_batch(r: AddBatchReply, limits) -> list[Buffer]:
     return [_head(Op.ADD_BATCH, r.request_id, 0, -1, OK) + U32.pack(len(r.rows)), table]
 
 
+def _enc_write_lac_multi(r: WriteLacMultiReply, limits) -> list[Buffer]:
+    table = b"".join(LAC_STATUS_ROW.pack(*row) for row in r.rows)
+    return [_head(Op.WRITE_LAC_MULTI, r.request_id, 0, -1, OK) + U32.pack(len(r.rows)), table]
+
+
 def _enc_read_batch(r: ReadBatchReply, limits) -> list[Buffer]:
     first = r.rows[0][0] if r.rows else -1
     head = _head(Op.READ_BATCH, r.request_id, r.ledger_id, first, OK) + U32.pack(len(r.rows))
@@ -245,6 +263,7 @@ _ENCODERS = {
     ReadReply: _enc_read,
     LacReply: _enc_lac,
     AddBatchReply: _enc_add_batch,
+    WriteLacMultiReply: _enc_write_lac_multi,
     ReadBatchReply: _enc_read_batch,
     WriteCloseReply: _enc_write_close,
 }
@@ -362,6 +381,14 @@ def _dec_add_batch(frames, head, rid, ledger_id, entry_id, limits):
     return AddBatchReply(list(ADD_STATUS_ROW.iter_unpack(table)), rid)
 
 
+def _dec_write_lac_multi(frames, head, rid, ledger_id, entry_id, limits):
+    count = _dec_count(head, limits, Op.WRITE_LAC_MULTI)
+    check_frame_count(frames, 2, Op.WRITE_LAC_MULTI)
+    table = memoryview(frames[1])
+    check_size(table, count * LAC_STATUS_ROW.size, "WRITE_LAC_MULTI status table")
+    return WriteLacMultiReply(list(LAC_STATUS_ROW.iter_unpack(table)), rid)
+
+
 def _dec_read_batch(frames, head, rid, ledger_id, entry_id, limits):
     count = _dec_count(head, limits, Op.READ_BATCH)
     check_frame_count(frames, count + 2, Op.READ_BATCH)
@@ -388,6 +415,7 @@ _DECODERS = {
     Op.WRITE_LAC: _dec_lac,
     Op.WRITE_CLOSE: _dec_write_close,
     Op.ADD_BATCH: _dec_add_batch,
+    Op.WRITE_LAC_MULTI: _dec_write_lac_multi,
     Op.READ_BATCH: _dec_read_batch,
     Op.ADD_PACKED: dec_add_packed_reply,
     Op.ADD_MULTI: dec_add_multi_reply,

@@ -14,6 +14,7 @@ batches.  Layouts: ``ipc/PROTOCOL.md``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from appliance.protocol.errors import BadRequestError
@@ -23,6 +24,7 @@ from ipc.frames import (
     FLAG_FENCE,
     FLAG_MAJOR,
     FLAG_RECOVERY,
+    LAC_ROW,
     LEDGER_ID_MAX,
     MASTER_KEY,
     MASTER_KEY_BYTES,
@@ -129,6 +131,17 @@ class WriteLacRequest:
 
 
 @dataclass(slots=True)
+class WriteLacMultiRequest:
+    """WRITE_LAC for several ledgers in one message: ``rows`` of (ledger id,
+    LAC, master key).  Each row is checked and kept on its own; the reply
+    (``WriteLacMultiReply``) has a row per request row, in order."""
+
+    rows: Sequence[tuple[int, int, bytes]]
+    request_id: int = 0
+    OP = Op.WRITE_LAC_MULTI
+
+
+@dataclass(slots=True)
 class WriteCloseRequest:
     """BP-32 advisory write close: the writer is done with the ledger (its
     log can be rotated).  Needs the key; the reply is only ever logged."""
@@ -188,7 +201,8 @@ class ReadBatchRequest:
 
 Request = (PingRequest | InfoRequest | CompactRequest | AddRequest | ReadRequest | ReadLacRequest
            | WaitLacRequest | WriteLacRequest | AddBatchRequest | ReadBatchRequest
-           | AddPackedRequest | ReadPackedRequest | WriteCloseRequest | AddMultiRequest)
+           | AddPackedRequest | ReadPackedRequest | WriteCloseRequest | AddMultiRequest
+           | WriteLacMultiRequest)
 
 
 # -- encoding (client side: ValueError / TypeError naming the field) ---------
@@ -254,6 +268,23 @@ def _enc_write_lac(req: WriteLacRequest, limits) -> list[Buffer]:
     _check_int("lac", req.lac, -1, 2**63 - 1)
     key = _check_key("master_key", req.master_key)
     return [_head(Op.WRITE_LAC, 0, req.request_id, req.ledger_id, req.lac) + key]
+
+
+def _enc_write_lac_multi(req: WriteLacMultiRequest, limits) -> list[Buffer]:
+    n = len(req.rows)
+    if not 1 <= n <= limits.batch_entries_max:
+        raise ValueError(f"rows must hold 1..{limits.batch_entries_max} LACs, got {n}")
+    pack, table = LAC_ROW.pack, []
+    for i, (ledger_id, lac, key) in enumerate(req.rows):
+        if not (type(ledger_id) is int and type(lac) is int and type(key) is bytes
+                and 0 <= ledger_id <= LEDGER_ID_MAX and -1 <= lac <= 2**63 - 1
+                and len(key) == MASTER_KEY_BYTES):
+            _check_int(f"rows[{i}].ledger_id", ledger_id, 0, LEDGER_ID_MAX)
+            _check_int(f"rows[{i}].lac", lac, -1, 2**63 - 1)
+            key = _check_key(f"rows[{i}].master_key", key)
+        table.append(pack(ledger_id, lac, key))
+    head = _head(Op.WRITE_LAC_MULTI, 0, req.request_id, 0, -1) + U32.pack(n)
+    return [head, b"".join(table)]
 
 
 def _enc_write_close(req: WriteCloseRequest, limits) -> list[Buffer]:
@@ -324,6 +355,7 @@ _ENCODERS = {
     ReadLacRequest: _enc_read_lac,
     WaitLacRequest: _enc_wait_lac,
     WriteLacRequest: _enc_write_lac,
+    WriteLacMultiRequest: _enc_write_lac_multi,
     WriteCloseRequest: _enc_write_close,
     AddBatchRequest: _enc_add_batch,
     ReadBatchRequest: _enc_read_batch,
@@ -398,6 +430,21 @@ def _dec_write_lac(frames, head, flags, rid, ledger_id, entry_id, limits):
     return WriteLacRequest(ledger_id, entry_id, key, rid)
 
 
+def _dec_write_lac_multi(frames, head, flags, rid, ledger_id, entry_id, limits):
+    check_frame_count(frames, 2, Op.WRITE_LAC_MULTI)
+    check_size(head, REQUEST_HEAD.size + U32.size, "header")
+    (count,) = U32.unpack_from(head, REQUEST_HEAD.size)
+    if not 1 <= count <= limits.batch_entries_max:
+        raise BadRequestError(f"WRITE_LAC_MULTI count {count} not in "
+                              f"1..{limits.batch_entries_max}")
+    table = memoryview(frames[1])
+    check_size(table, count * LAC_ROW.size, "WRITE_LAC_MULTI table")
+    rows = list(LAC_ROW.iter_unpack(table))
+    for row_ledger, row_lac, _key in rows:
+        check_ids(row_ledger, row_lac, -1)
+    return WriteLacMultiRequest(rows, rid)
+
+
 def _dec_write_close(frames, head, flags, rid, ledger_id, entry_id, limits):
     check_frame_count(frames, 1, Op.WRITE_CLOSE)
     check_size(head, REQUEST_HEAD.size + MASTER_KEY_BYTES, "header with master key")
@@ -463,6 +510,7 @@ _DECODERS = {
     Op.READ_LAC: _dec_read_lac,
     Op.WAIT_LAC: _dec_wait_lac,
     Op.WRITE_LAC: _dec_write_lac,
+    Op.WRITE_LAC_MULTI: _dec_write_lac_multi,
     Op.WRITE_CLOSE: _dec_write_close,
     Op.ADD_BATCH: _dec_add_batch,
     Op.READ_BATCH: _dec_read_batch,

@@ -71,6 +71,7 @@ from ipc.replies import (
     ReadBatchReply,
     ReadReply,
     WriteCloseReply,
+    WriteLacMultiReply,
 )
 from ipc.requests import (
     AddBatchRequest,
@@ -83,6 +84,7 @@ from ipc.requests import (
     ReadRequest,
     WaitLacRequest,
     WriteCloseRequest,
+    WriteLacMultiRequest,
     WriteLacRequest,
 )
 from ipc.server import failure_reply
@@ -128,7 +130,7 @@ class BookieHandler:
         self._waiters: dict[int, list] = defaultdict(list)  # ledger -> [peer, req, timer]
         self._long_polls = 0
         self.counters = {"adds": 0, "reads": 0, "fences": 0, "errors": 0, "write_closes": 0,
-                         "reads_refused": 0}
+                         "reads_refused": 0, "write_lacs": 0, "write_lac_multis": 0}
         self.refusals = ReadRefusals(bookie_id)
         self._held_adds: list = []  # (peer, small ADD_PACKED or ADD_MULTI) until the drain ends
         self.extra_info = None  # () -> dict merged into INFO (boot reasons, repair progress)
@@ -174,6 +176,8 @@ class BookieHandler:
             return self._read_lac(peer, req)
         if isinstance(req, WriteLacRequest):
             return self._write_lac(req)
+        if isinstance(req, WriteLacMultiRequest):
+            return self._write_lac_multi(req)
         if isinstance(req, WaitLacRequest):
             return self._wait_lac(peer, req)
         if isinstance(req, WriteCloseRequest):
@@ -447,9 +451,27 @@ class BookieHandler:
         r = self.core.write_lac(req.ledger_id, req.lac, req.master_key)
         if r.code != OK:
             return self._error(req, r.code)
+        self.counters["write_lacs"] += 1
         self._wake_waiters(req.ledger_id)
         return LacReply(req.ledger_id, self.storage.get_explicit_lac(req.ledger_id), -1, None,
                         req.request_id, req.OP)
+
+    def _write_lac_multi(self, req: WriteLacMultiRequest) -> WriteLacMultiReply:
+        """WRITE_LAC of several ledgers (the idle writers of many ledgers,
+        one message per client turn): each row checked and kept on its own,
+        as ``_write_lac`` does; a refused row (unknown ledger, wrong key)
+        leaves the others kept."""
+        core, storage, rows = self.core, self.storage, []
+        for ledger_id, lac, key in req.rows:
+            code = core.write_lac(ledger_id, lac, key).code
+            if code == OK:
+                self._wake_waiters(ledger_id)
+                rows.append((ledger_id, storage.get_explicit_lac(ledger_id), OK))
+            else:
+                rows.append((ledger_id, -1, code))
+        self.counters["write_lac_multis"] += 1
+        self.counters["write_lacs"] += sum(1 for row in rows if row[2] == OK)
+        return WriteLacMultiReply(rows, req.request_id)
 
     def _write_close(self, req: WriteCloseRequest):
         """BP-32 advisory write close: key checked by the core, then the

@@ -20,6 +20,10 @@ driver carries out the actions the cores return:
   the reply to a ``SendAdd`` comes back as one ``AddResponses``;
 * ``WriteMetadata`` / ``ReadMetadata`` -> the metadata store, on a small
   worker pool (the store blocks; the driver thread never does);
+* ``SendWriteLac`` (explicit LAC, best effort: replies are dropped) ->
+  WRITE_LAC; those of several ledgers to one bookie in one loop turn (the
+  idle writers of many ledgers) share a ``WRITE_LAC_MULTI``, or go one by
+  one to a bookie that refused it as an unknown op (an older one);
 * ``SendWriteClose`` (BP-32) -> WRITE_CLOSE requests, fire and forget: their
   replies only feed a logged outcome (``write_close.WriteCloseOutcome``);
 * ``SetTimer`` -> a timer heap on the driver thread;
@@ -77,6 +81,7 @@ from ipc.requests import (
     ReadRequest,
     WaitLacRequest,
     WriteCloseRequest,
+    WriteLacMultiRequest,
     WriteLacRequest,
 )
 
@@ -99,6 +104,7 @@ ADD_BATCH_ENTRIES_MAX = 1024  # entries per ADD_BATCH message (the wire's defaul
 ADD_BATCH_BYTES_MAX = 8 * 1024 * 1024  # entry bytes per ADD_BATCH message
 READ_BATCH_BYTES_MAX = 16 * 1024 * 1024  # entry bytes a READ_PACKED reply may carry
 _COALESCED = object()  # route marker: the request carried several parts
+_LAC_MULTI = object()  # route marker: a WRITE_LAC_MULTI (its actions, for the fallback)
 
 
 class Driver:
@@ -120,6 +126,8 @@ class Driver:
         self._adds_out: dict[str, list] = {}  # bookie -> (core, SendAdd part, lengths, data)
         self._multi_refused: set[str] = set()  # bookies that answered ADD_MULTI BadRequest
         self._multi_ok: set[str] = set()  # bookies that answered ADD_MULTI with its reply
+        self._lacs_out: dict[str, list] = {}  # bookie -> [(core, SendWriteLac)] this turn
+        self._lac_multi_refused: set[str] = set()  # bookies that answered it BadRequest
         self.ids = itertools.count(1)  # shared by every core: ids route replies
         # Work from other threads: appended here, then the transport's wake()
         # ends the driver's wait (once per wait: _wake_pending).
@@ -243,8 +251,10 @@ class Driver:
             elif kind is ev.WriteMetadata or kind is ev.ReadMetadata:
                 self._pool.submit(self._metadata_op, core, action)
             elif kind is ev.SendWriteLac:  # best effort: the reply (or none) is dropped
-                self._send(core, action, WriteLacRequest(action.ledger_id, action.lac,
-                                                         action.master_key))
+                lacs = self._lacs_out.get(action.bookie_id)
+                if lacs is None:
+                    lacs = self._lacs_out[action.bookie_id] = []
+                lacs.append((core, action))  # sent at the end of this loop turn
             else:
                 sink = self._sinks.get(id(core))
                 if sink is not None:
@@ -325,6 +335,53 @@ class Driver:
                 continue
             for group in coalesced(parts, self.add_batch_entries_max, self.add_batch_bytes_max):
                 self._send_coalesced(bookie_id, group)
+
+    def _flush_lacs(self) -> None:
+        """End of a loop turn: send the explicit LACs queued for each bookie;
+        those of several ledgers share ``WRITE_LAC_MULTI`` messages of up to
+        ``add_batch_entries_max`` rows (each ledger's writer ticks on its
+        own timer, so many idle ledgers' LACs fall in the same turns)."""
+        if not self._lacs_out:
+            return
+        out, self._lacs_out = self._lacs_out, {}
+        step = self.add_batch_entries_max
+        for bookie_id, items in out.items():
+            if len(items) == 1 or bookie_id in self._lac_multi_refused:
+                for core, action in items:
+                    self._send_write_lac(core, action)
+                continue
+            for lo in range(0, len(items), step):
+                self._send_lac_multi(bookie_id, items[lo:lo + step])
+
+    def _send_write_lac(self, core, action: ev.SendWriteLac) -> None:
+        self._send(core, action, WriteLacRequest(action.ledger_id, action.lac,
+                                                 action.master_key))
+
+    def _send_lac_multi(self, bookie_id: str, items: list) -> None:
+        request = WriteLacMultiRequest([(action.ledger_id, action.lac, action.master_key)
+                                        for _, action in items])
+        try:
+            self._ensure_bookie(bookie_id)
+            rid = self.transport.send(bookie_id, request, self.request_timeout_ms)
+        except (BKError, ValueError) as exc:  # best effort, as a WRITE_LAC's failure
+            log.debug("cannot send WRITE_LAC_MULTI to %s: %s", bookie_id, exc)
+            return
+        self._routes[rid] = (_LAC_MULTI, (bookie_id, items))
+
+    def _on_lac_multi(self, sent: tuple, event) -> None:
+        """A ``WRITE_LAC_MULTI`` reply: dropped, as a WRITE_LAC's, unless the
+        bookie refused the op as a bad request (one from before it: it kept
+        nothing); then its LACs go again one by one, and from then on."""
+        bookie_id, items = sent
+        reply = event.reply
+        if type(reply) is ErrorReply and reply.status == BadRequestError.code \
+                and bookie_id not in self._lac_multi_refused:
+            log.info("bookie %s refused WRITE_LAC_MULTI (%s): sending it WRITE_LAC",
+                     bookie_id, reply.message)
+            self._lac_multi_refused.add(bookie_id)
+            for core, action in items:
+                if id(core) in self._cores:  # a closed handle's LAC no longer matters
+                    self._send_write_lac(core, action)
 
     def _send_packed(self, item: tuple) -> None:
         """One part as ``ADD_PACKED``: its chunk's bytes joined once."""
@@ -451,6 +508,9 @@ class Driver:
             if core is _COALESCED:
                 self._on_coalesced(action, event, now)
                 continue
+            if core is _LAC_MULTI:
+                self._on_lac_multi(action, event)
+                continue
             if type(action) is ev.SendWriteClose:  # the "core" is its outcome: logged only
                 core.done(action.bookie_id, reply_code(event.status, event.reply))
                 continue
@@ -552,6 +612,7 @@ class Driver:
                 self._apply(it)
             self._fire_timers()
             self._flush_adds()
+            self._flush_lacs()
             if self.now_ms() >= next_refresh:
                 next_refresh = self.now_ms() + BOOKIE_REFRESH_MS
                 self._pool.submit(self._refresh_in_pool)

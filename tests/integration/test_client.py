@@ -99,6 +99,38 @@ def test_an_idle_writers_last_entry_reaches_tailing_readers(make_cluster):
             lh.close()
 
 
+def test_many_idle_writers_lacs_reach_their_readers(make_cluster):
+    """Explicit LACs of many ledgers gone idle at once travel to each bookie
+    together (WRITE_LAC_MULTI): every tailing reader sees its own ledger's
+    last entry, and every bookie kept an explicit LAC of every ledger."""
+    from ipc.requests import InfoRequest
+    from tests.integration.test_write_close import Bookies
+
+    c = make_cluster(3, quorums=(3, 3, 2), client={"explicit_lac_interval_ms": 200})
+    bookies = Bookies(c)
+    try:
+        with appliance.connect(str(c.config_path)) as bk:
+            wait_registered(bk, 3)
+            handles = [bk.create_ledger(3, 3, 2, password=PW) for _ in range(20)]
+            futures = [h.add_async(b"m%d-%d" % (n, i))
+                       for i in range(5) for n, h in enumerate(handles)]
+            assert [f.result(timeout=30) for f in futures] == [i for i in range(5)
+                                                                for _ in handles]
+            readers = [bk.open_ledger(h.id, password=PW, recovery=False) for h in handles]
+            wait_for(lambda: all(r.read_lac() == 4 for r in readers), 15,
+                     what="every ledger's explicit LAC 4")
+            assert [r.read(4, 4)[0].payload for r in readers] == \
+                [b"m%d-4" % n for n in range(20)]
+            counters = [bookies.call(b.id, InfoRequest()).info["counters"]
+                        for b in c.config.bookies]
+            assert all(n["write_lacs"] >= 20 for n in counters), counters
+            assert sum(n["write_lac_multis"] for n in counters) >= 1, counters
+            for h in handles:
+                h.close()
+    finally:
+        bookies.close()
+
+
 def test_recovery_open_fences_the_old_writer(client):
     lh, payloads = _write(client, 30)
     rh = client.open_ledger(lh.id, password=PW)  # recovery

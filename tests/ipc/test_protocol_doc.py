@@ -12,6 +12,8 @@ from appliance.errors import LedgerFencedError, UnauthorizedError, all_errors
 from ipc.frames import (
     ADD_ROW,
     ADD_STATUS_ROW,
+    LAC_ROW,
+    LAC_STATUS_ROW,
     READ_STATUS_ROW,
     REPLY_HEAD,
     REQUEST_HEAD,
@@ -41,6 +43,9 @@ def test_sizes_in_the_text_match_the_layouts():
     assert f"rows of {ADD_ROW.size} bytes" in DOC
     assert f"rows of {ADD_STATUS_ROW.size} bytes" in DOC
     assert f"rows of {READ_STATUS_ROW.size} bytes" in DOC
+    assert f"`table`: `count` rows of {LAC_ROW.size} bytes, `u64\n  ledger id, i64 LAC" in DOC
+    assert f"`count` rows of {LAC_STATUS_ROW.size} bytes, one per request row in order: " \
+           "`u64 ledger id, i64 lac, i32 status`" in DOC
 
 
 def _hex_blocks() -> list[bytes]:
