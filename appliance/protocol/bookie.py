@@ -47,7 +47,7 @@ Rules:
 
 Storage interface used (``storage.LedgerStorage`` has exactly these):
 ``add_entries, durable_ticket, read_entry, last_entry_id, ledger_exists,
-ledgers, set_master_key, get_master_key, fence, is_fenced, mark_limbo,
+ledgers, set_master_key, get_master_key, fence, is_fenced, admission, mark_limbo,
 clear_limbo, is_limbo, set_explicit_lac, get_explicit_lac, write_close``.  ``fence`` and
 ``mark_limbo`` must create an unknown ledger (without a key).
 """
@@ -187,11 +187,10 @@ class BookieCore:
 
     def _admit_add(self, ledger_id: int, master_key: bytes, recovery: bool) -> tuple[int, int]:
         storage = self.storage
-        exists = storage.ledger_exists(ledger_id)  # once: adds are the hot path
-        stored = storage.get_master_key(ledger_id) if exists else None
+        exists, stored, fenced = storage.admission(ledger_id)  # one lookup: the hot path
         if not _key_ok(master_key) or (stored is not None and stored != master_key):
             return UnauthorizedError.code, 0
-        if exists and not recovery and storage.is_fenced(ledger_id):
+        if exists and not recovery and fenced:
             self._rotate(ledger_id)  # the writer's add failed: it is done with the ledger
             return LedgerFencedError.code, 0
         ticket = storage.set_master_key(ledger_id, master_key) if stored is None else 0

@@ -145,6 +145,10 @@ class MemStorage:
     def is_fenced(self, ledger_id: int) -> bool:
         return self._get(ledger_id).fenced
 
+    def admission(self, ledger_id: int) -> tuple[bool, bytes | None, bool]:
+        led = self._live.get(ledger_id)
+        return (False, None, False) if led is None else (True, led.key, led.fenced)
+
     def mark_limbo(self, ledger_id: int) -> int:
         return self._op(("limbo", ledger_id, True))
 

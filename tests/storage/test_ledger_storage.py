@@ -74,7 +74,13 @@ def test_master_key_fence_limbo_lac(opener):
         st.check_master_key(3, b"other")
     st.check_master_key(3, b"k1")
     assert st.get_master_key(99) is None and not st.is_fenced(99)
+    # what an add is admitted by, in one lookup: the three getters' answers
+    assert st.admission(99) == (False, None, False) and not st.ledger_exists(99)
+    assert st.admission(3) == (True, b"k1", False)
     assert st.wait_durable(st.fence(3), timeout_s=10) and st.is_fenced(3)
+    assert st.admission(3) == (True, b"k1", True)
+    st.wait_durable(st.fence(5), timeout_s=10)  # fenced before any add: known, no key
+    assert st.admission(5) == (True, None, True)
     st.mark_limbo(3)
     assert st.is_limbo(3)
     st.wait_durable(st.clear_limbo(3), timeout_s=10)
