@@ -372,7 +372,7 @@ class LedgerWriter(CoreBase):
             self._changes_in_a_row = 0
             self._lac_moved_ms = now_ms
             self._out.append(ev.CompleteAdds(self.ledger_id, first, entry_id - 1))
-            self._arm_tick()
+            self._arm_tick(now_ms)
 
     def _bookie_failed(self, pos: int, now_ms: int) -> None:
         if self._state != OPEN_STATE or pos in self._failed:
@@ -522,11 +522,19 @@ class LedgerWriter(CoreBase):
             self._out.append(ev.CloseDone(self.ledger_id, code, self.last_add_confirmed))
 
     # -- timers: add timeouts and explicit LAC ---------------------------------------
-    def _arm_tick(self) -> None:
-        lac_to_write = (self.config.explicit_lac_interval_ms > 0
-                        and self.last_add_confirmed > self.lac_written)
+    def _arm_tick(self, now_ms: int | None = None) -> None:
+        """Keep one tick armed while adds are pending (their timeouts) or the
+        LAC is still to publish.  With only the LAC left (``now_ms`` given),
+        the tick falls when the writer will have been idle for
+        ``explicit_lac_interval_ms``: the LAC goes out one interval after it
+        last moved, not up to a tick later."""
+        interval = self.config.explicit_lac_interval_ms
+        lac_to_write = interval > 0 and self.last_add_confirmed > self.lac_written
         if self._tick is None and self._state == OPEN_STATE and (self._data or lac_to_write):
-            self._tick = self._timer(self.config.tick_ms())
+            delay = self.config.tick_ms()
+            if not self._data and now_ms is not None:
+                delay = min(delay, max(1, self._lac_moved_ms + interval - now_ms))
+            self._tick = self._timer(delay)
 
     def _on_timer(self, event: ev.TimerFired) -> None:
         if event.timer_id != self._tick:
@@ -537,7 +545,7 @@ class LedgerWriter(CoreBase):
             return
         self._check_timeouts(event.now_ms)
         self._maybe_write_lac(event.now_ms)
-        self._arm_tick()
+        self._arm_tick(event.now_ms)
 
     def _check_timeouts(self, now_ms: int) -> None:
         """A bookie whose oldest unacknowledged add is ``add_timeout_ms`` old

@@ -216,6 +216,28 @@ def test_idle_writer_publishes_its_lac():
     assert all(a.lac == 0 for a in of(ev.SendWriteLac, out)) and w.lac_written == 0
 
 
+def test_an_idle_writers_lac_goes_out_one_interval_after_it_moved():
+    """The tick that finds the LAC idle for less than the interval comes back
+    when the interval is up (not a whole tick later): readers of an idle
+    ledger wait explicit_lac_interval_ms, as documented, not up to twice it."""
+    w = writer(explicit_lac_interval_ms=50, add_timeout_ms=400)  # ticks every 50 ms
+    actions = w.add(b"0", 0)
+    first = one(ev.SetTimer, actions)
+    assert first.delay_ms == 50
+    for s in of(ev.SendAdd, actions):
+        ack(w, s, now_ms=5)  # the LAC moves at 5 ms
+    out = w.handle(ev.TimerFired(first.timer_id, now_ms=50))  # idle 45 ms: not yet
+    assert of(ev.SendWriteLac, out) == []
+    again = one(ev.SetTimer, out)
+    assert again.delay_ms == 5  # 5 + 50 - 50: when the writer will have been idle 50 ms
+    out = w.handle(ev.TimerFired(again.timer_id, now_ms=55))
+    assert {a.lac for a in of(ev.SendWriteLac, out)} == {0} and w.lac_written == 0
+    assert of(ev.SetTimer, out) == []  # nothing left to do: no tick
+    # adds pending: the tick keeps its period (their timeouts), LAC or not
+    actions = w.add(b"1", 60)
+    assert one(ev.SetTimer, actions).delay_ms == 50
+
+
 def batch_ack(core, send: ev.SendAdd, codes=None):
     codes = codes or (OK,) * len(send.entry_ids)
     return core.handle(ev.AddResponses(send.request_id, send.bookie_id, send.ledger_id,
