@@ -17,7 +17,29 @@ from appliance.protocol.placement import HOST, Location, replace_positions
 
 
 class CoreBase:
-    """Base of ``LedgerWriter``, ``LedgerReader`` and ``LedgerRecovery``."""
+    """Base of ``LedgerWriter``, ``LedgerReader`` and ``LedgerRecovery``.
+
+    Events are dispatched by type through a table of each class's methods,
+    built once per class (``_handler_names``; a subclass adds its own kinds):
+    a per-instance table of bound methods was nine more objects in every
+    open handle for the garbage collector to scan."""
+
+    _handler_names = {
+        ev.AddResponse: "_on_add_response",
+        ev.AddResponses: "_on_add_responses",
+        ev.ReadResponse: "_on_read_response",
+        ev.ReadLacResponse: "_on_read_lac_response",
+        ev.MetadataWritten: "_on_metadata_written",
+        ev.MetadataRead: "_on_metadata_read",
+        ev.TimerFired: "_on_timer",
+        ev.AvailableBookies: "_on_available_bookies",
+    }
+    _handler_fns: dict = {}
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls._handler_fns = {kind: getattr(cls, name)
+                            for kind, name in cls._handler_names.items()}
 
     def __init__(self, ledger_id: int, ids: Iterator[int] | None):
         self.ledger_id = ledger_id
@@ -29,24 +51,14 @@ class CoreBase:
         self.placement = HOST  # placement.PLACEMENT_MODES; the subclass's config sets it
         self.placement_degraded = 0  # replacements sharing a host with their write sets
         self.on_placement = None  # optional observer of each placement.Choice (tests, sim)
-        self._handlers = {
-            ev.AddResponse: self._on_add_response,
-            ev.AddResponses: self._on_add_responses,
-            ev.ReadResponse: self._on_read_response,
-            ev.ReadLacResponse: self._on_read_lac_response,
-            ev.MetadataWritten: self._on_metadata_written,
-            ev.MetadataRead: self._on_metadata_read,
-            ev.TimerFired: self._on_timer,
-            ev.AvailableBookies: self._on_available_bookies,
-        }
 
     # -- driver entry point ---------------------------------------------------
     def handle(self, event) -> list:
         """Apply one event; return the actions it causes."""
-        handler = self._handlers.get(type(event))
+        handler = self._handler_fns.get(type(event))
         if handler is None:
             raise TypeError(f"{type(self).__name__} cannot handle {type(event).__name__}")
-        handler(event)
+        handler(self, event)
         return self._take()
 
     def _take(self) -> list:

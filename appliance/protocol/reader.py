@@ -167,6 +167,9 @@ class _LacOp:
 class LedgerReader(CoreBase):
     """Client-side reader of one ledger (see module docstring)."""
 
+    _handler_names = {**CoreBase._handler_names,
+                      ev.ReadBatchResponse: "_on_read_batch_response"}
+
     def __init__(self, metadata: LedgerMetadata, digest, *, master_key: bytes,
                  config: ReaderConfig | None = None, ids: Iterator[int] | None = None,
                  verify_batch=verify_run):
@@ -185,7 +188,6 @@ class LedgerReader(CoreBase):
         self._requests: dict[int, tuple[_ReadOp, _EntryRead, int]] = {}  # id -> op, entry, sent
         # id -> op, chunk (first, last, failures), sent
         self._batch_requests: dict[int, tuple[_ReadOp, tuple[int, int, int], int]] = {}
-        self._handlers[ev.ReadBatchResponse] = self._on_read_batch_response
         self._batches_sent = 0
         self._reads: dict[int, _ReadOp] = {}
         self._lac_requests: dict[int, tuple[_LacOp, int]] = {}  # id -> op, sent
