@@ -373,20 +373,22 @@ def _dec_count(head, limits, op: int) -> int:
     return count
 
 
-def _dec_add_batch(frames, head, rid, ledger_id, entry_id, limits):
-    count = _dec_count(head, limits, Op.ADD_BATCH)
-    check_frame_count(frames, 2, Op.ADD_BATCH)
+def _status_rows(frames, head, limits, op: Op, row) -> list:
+    """``[header + u32 count, table]``: the table's ``count`` rows of ``row``."""
+    count = _dec_count(head, limits, op)
+    check_frame_count(frames, 2, op)
     table = memoryview(frames[1])
-    check_size(table, count * ADD_STATUS_ROW.size, "ADD_BATCH status table")
-    return AddBatchReply(list(ADD_STATUS_ROW.iter_unpack(table)), rid)
+    check_size(table, count * row.size, f"{op.name} status table")
+    return list(row.iter_unpack(table))
+
+
+def _dec_add_batch(frames, head, rid, ledger_id, entry_id, limits):
+    return AddBatchReply(_status_rows(frames, head, limits, Op.ADD_BATCH, ADD_STATUS_ROW), rid)
 
 
 def _dec_write_lac_multi(frames, head, rid, ledger_id, entry_id, limits):
-    count = _dec_count(head, limits, Op.WRITE_LAC_MULTI)
-    check_frame_count(frames, 2, Op.WRITE_LAC_MULTI)
-    table = memoryview(frames[1])
-    check_size(table, count * LAC_STATUS_ROW.size, "WRITE_LAC_MULTI status table")
-    return WriteLacMultiReply(list(LAC_STATUS_ROW.iter_unpack(table)), rid)
+    rows = _status_rows(frames, head, limits, Op.WRITE_LAC_MULTI, LAC_STATUS_ROW)
+    return WriteLacMultiReply(rows, rid)
 
 
 def _dec_read_batch(frames, head, rid, ledger_id, entry_id, limits):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 
-from appliance.client.driver import Driver
 from appliance.errors import (
     OK,
     BadRequestError,
@@ -23,44 +22,16 @@ from ipc.frames import Op
 from ipc.packed import AddMultiReply, AddMultiRequest, AddPackedRequest
 from ipc.replies import AddBatchReply, ErrorReply
 from ipc.requests import AddBatchRequest
+from tests.support.driver_fakes import FakeCore as _Core
+from tests.support.driver_fakes import driver_with_fakes
 
 KEY = b"k" * 32
 
 
-class _Registry:
-    def available(self):
-        return {b: {"endpoint": f"ipc:///nowhere/{b}.sock"} for b in ("b1", "b2")}
-
-
-class _Transport:
-    def __init__(self):
-        self.sent: list[tuple[str, object, int]] = []
-
-    def send(self, bookie_id, request, timeout_ms):
-        self.sent.append((bookie_id, request, len(self.sent) + 1))
-        return len(self.sent)
-
-    def add_bookie(self, *_):
-        pass
-
-
-class _Core:
-    def __init__(self):
-        self.events = []
-
-    def handle(self, event):
-        self.events.append(event)
-        return []
-
-
 @pytest.fixture
 def driver():
-    d = Driver(None, _Registry())
-    real = d.transport
-    d.transport = _Transport()
-    yield d
-    real.close()
-    d._pool.shutdown(wait=True)
+    with driver_with_fakes() as d:
+        yield d
 
 
 def _add(driver, core, ledger_id, entry_ids, bookie="b1", request_id=None):
