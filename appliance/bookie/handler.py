@@ -461,16 +461,17 @@ class BookieHandler:
         one message per client turn): each row checked and kept on its own,
         as ``_write_lac`` does; a refused row (unknown ledger, wrong key)
         leaves the others kept."""
-        core, storage, rows = self.core, self.storage, []
+        core, storage, rows, kept = self.core, self.storage, [], 0
         for ledger_id, lac, key in req.rows:
             code = core.write_lac(ledger_id, lac, key).code
             if code == OK:
+                kept += 1
                 self._wake_waiters(ledger_id)
                 rows.append((ledger_id, storage.get_explicit_lac(ledger_id), OK))
             else:
                 rows.append((ledger_id, -1, code))
         self.counters["write_lac_multis"] += 1
-        self.counters["write_lacs"] += sum(1 for row in rows if row[2] == OK)
+        self.counters["write_lacs"] += kept
         return WriteLacMultiReply(rows, req.request_id)
 
     def _write_close(self, req: WriteCloseRequest):

@@ -34,12 +34,11 @@ class CoreBase:
         ev.TimerFired: "_on_timer",
         ev.AvailableBookies: "_on_available_bookies",
     }
-    _handler_fns: dict = {}
+    _handler_fns: dict = {}  # event type -> function, from _handler_names
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        cls._handler_fns = {kind: getattr(cls, name)
-                            for kind, name in cls._handler_names.items()}
+        cls._handler_fns = _dispatch_table(cls)
 
     def __init__(self, ledger_id: int, ids: Iterator[int] | None):
         self.ledger_id = ledger_id
@@ -107,3 +106,11 @@ class CoreBase:
             self.placement_degraded += 1
         if self.on_placement is not None:
             self.on_placement(choice)
+
+
+def _dispatch_table(cls) -> dict:
+    """Event type -> the function of ``cls`` that handles it."""
+    return {kind: getattr(cls, name) for kind, name in cls._handler_names.items()}
+
+
+CoreBase._handler_fns = _dispatch_table(CoreBase)
