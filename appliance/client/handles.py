@@ -318,7 +318,8 @@ class WriteHandle:
         first = self._writer.last_add_pushed + 1
         self._futures.update(zip(range(first, first + len(futures)), futures, strict=True))
         self._batch_ends.append(first + len(futures) - 1)
-        actions = self._writer.add_many(payloads, self._driver.now_ms())
+        # every payload passed _checked against the writer's own entry_bytes_max
+        actions = self._writer.add_many(payloads, self._driver.now_ms(), checked=True)
         self._driver.run(self._writer, actions)
 
     def _flush_late(self, gen: int) -> None:

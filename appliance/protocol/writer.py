@@ -182,9 +182,13 @@ class LedgerWriter(CoreBase):
         """Queue one entry; its id is ``last_add_pushed`` afterwards."""
         return self.add_many((payload,), now_ms)
 
-    def add_many(self, payloads: Sequence[bytes], now_ms: int) -> list:
-        """Queue entries with consecutive ids (one ``SendAdd`` per bookie)."""
-        self._check_payloads(payloads)
+    def add_many(self, payloads: Sequence[bytes], now_ms: int, checked: bool = False) -> list:
+        """Queue entries with consecutive ids (one ``SendAdd`` per bookie).
+        ``checked``: the caller already checked every payload's type and its
+        size against ``entry_bytes_max`` (a write handle does, as each add
+        arrives), so they are not checked again here."""
+        if not checked:
+            self._check_payloads(payloads)
         first = self.last_add_pushed + 1
         if self._state != OPEN_STATE:
             self.last_add_pushed += len(payloads)
