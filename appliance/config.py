@@ -131,6 +131,9 @@ class ClientConfig:
     # 0: leave the process's garbage collector as it is; N: connect() sets
     # Python's youngest-generation threshold to N (process-wide; see CONFIG.md)
     gc_threshold: int = _key(0, 0, 10_000_000)
+    # 0: leave the process's thread switch interval as it is; N: connect()
+    # raises Python's sys.setswitchinterval to N microseconds (process-wide)
+    switch_interval_us: int = _key(0, 0, 1_000_000)
 
 
 @dataclass(frozen=True)

@@ -103,6 +103,11 @@ def _echo(doc: dict, rate_key: str, what: str) -> None:
               help="The client processes raise Python's youngest-generation GC threshold "
                    "to N ([client] gc_threshold; 0 = Python's own), to measure what the "
                    "garbage collector costs with many ledgers.")
+@click.option("--switch-interval-us", type=click.IntRange(min=0, max=1_000_000), default=0,
+              show_default=True,
+              help="The client processes raise Python's thread switch interval to N "
+                   "microseconds ([client] switch_interval_us; 0 = Python's own 5,000), to "
+                   "measure what the driver and adding threads' lock swaps cost.")
 @_bench_options
 @library_errors
 def write(config_path, journal, plot_path, workdir, as_json, **kwargs):
@@ -117,6 +122,7 @@ def write(config_path, journal, plot_path, workdir, as_json, **kwargs):
       bkctl bench write --ledgers 256 --entry-log-per-ledger   # BP-32 vs interleaved
       bkctl bench write --metrics               # the cost of /metrics (vs --no-metrics)
       bkctl bench write --ledgers 1000 --gc-threshold 50000   # many ledgers, less GC
+      bkctl bench write --ledgers 1000 --switch-interval-us 50000   # fewer GIL swaps
     """
     from appliance.bench.ledgers import run_bench
 

@@ -75,7 +75,12 @@ def scale():
 @click.option("--gc-threshold", type=click.IntRange(min=0), default=0, show_default=True,
               help="The client raises Python's youngest-generation GC threshold to N "
                    "([client] gc_threshold; 0 = Python's own).")
-def ledgers(points, plot_path, workdir, as_json, entries, rate, duration_s, gc_threshold):
+@click.option("--switch-interval-us", type=click.IntRange(min=0, max=1_000_000), default=0,
+              show_default=True,
+              help="The client raises Python's thread switch interval to N microseconds "
+                   "([client] switch_interval_us; 0 = Python's own 5,000).")
+def ledgers(points, plot_path, workdir, as_json, entries, rate, duration_s, gc_threshold,
+            switch_interval_us):
     """Adds/s (closed loop) and p99 (open loop, from the scheduled send
     time) against the ledgers one client writes at once, 1 KB E3/W3/A2.
 
@@ -86,7 +91,8 @@ def ledgers(points, plot_path, workdir, as_json, entries, rate, duration_s, gc_t
     from appliance.bench.scale import ledgers_curve
 
     rows = ledgers_curve(_points(points), entries, rate=rate, duration_s=duration_s,
-                         workdir=workdir, progress=_progress(as_json), gc_threshold=gc_threshold)
+                         workdir=workdir, progress=_progress(as_json), gc_threshold=gc_threshold,
+                         switch_interval_us=switch_interval_us)
     _report(rows, "ledgers", ["adds_per_s", "open_p99_ms"], plot_path,
             "adds/s and p99 against ledgers written at once", as_json)
 

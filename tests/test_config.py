@@ -351,3 +351,32 @@ def test_gc_threshold_is_raised_by_connect_never_lowered(tmp_path, monkeypatch):
     assert config.client.gc_threshold == 50_000
     with pytest.raises(ConfigError, match="gc_threshold"):
         load_config(write(tmp_path, minimal(extra="[client]\ngc_threshold = -1\n")))
+
+
+# -- client.switch_interval_us ------------------------------------------------------------
+def test_switch_interval_is_raised_by_connect_never_lowered(tmp_path):
+    import sys
+
+    import appliance
+    from appliance.client.client import raise_switch_interval
+
+    saved = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(0.005)
+        raise_switch_interval(50_000)
+        assert sys.getswitchinterval() == pytest.approx(0.05)
+        raise_switch_interval(20_000)  # an application's higher setting stays
+        assert sys.getswitchinterval() == pytest.approx(0.05)
+        sys.setswitchinterval(0.005)
+        config = write(tmp_path, minimal(extra="[client]\nswitch_interval_us = 30000\n"))
+        assert load_config(config).client.switch_interval_us == 30_000
+        with appliance.connect(config):  # the metadata store only: no bookie is needed
+            assert sys.getswitchinterval() == pytest.approx(0.03)
+        sys.setswitchinterval(0.005)
+        with appliance.connect(write(tmp_path, minimal())):  # 0: left alone
+            assert sys.getswitchinterval() == pytest.approx(0.005)
+    finally:
+        sys.setswitchinterval(saved)
+    for bad in ("-1", "1000001"):
+        with pytest.raises(ConfigError, match="switch_interval_us"):
+            load_config(write(tmp_path, minimal(extra=f"[client]\nswitch_interval_us = {bad}\n")))

@@ -53,6 +53,7 @@ import functools
 import gc
 import multiprocessing as mp
 import queue
+import sys
 import tempfile
 import threading
 import time
@@ -108,6 +109,7 @@ class BenchOptions:
     entry_log_per_ledger: bool = False  # temporary appliance's storage mode
     metrics: bool = False  # temporary appliance: every bookie serves /metrics
     gc_threshold: int = 0  # client processes: [client] gc_threshold (0: Python's own)
+    switch_interval_us: int = 0  # client processes: [client] switch_interval_us (0: Python's)
 
     def validate(self) -> BenchOptions:
         from appliance.protocol.metadata import check_quorums
@@ -122,8 +124,9 @@ class BenchOptions:
         if self.add_batch < 1 or (self.add_batch > 1 and self.rate > 0):
             raise ValueError(f"add_batch must be >= 1, and 1 with --rate (open loop), got "
                              f"{self.add_batch}")
-        if self.gc_threshold < 0:
-            raise ValueError(f"gc_threshold must be >= 0, got {self.gc_threshold}")
+        for name in ("gc_threshold", "switch_interval_us"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.duration_s is not None and self.duration_s <= 0:
             raise ValueError(f"duration_s must be > 0, got {self.duration_s}")
         return self
@@ -283,6 +286,10 @@ def client_main(kind: str, config: str, options: BenchOptions, index: int, ready
                 from appliance.client.client import raise_gc_threshold
 
                 raise_gc_threshold(options.gc_threshold)
+            if options.switch_interval_us:
+                from appliance.client.client import raise_switch_interval
+
+                raise_switch_interval(options.switch_interval_us)
             inflight = max(1, options.inflight // options.ledgers)  # shared by the ledgers
             bk.config = dataclasses.replace(bk.config, inflight_adds_max=inflight)
             payloads = _payloads(options.size, index)
@@ -412,7 +419,8 @@ def _result(start: float, count: int, size: int, cpu0: float, sent, done) -> dic
     return {"start": start, "end": time.perf_counter(), "count": count,
             "bytes": count * size, "cpu_s": time.process_time() - cpu0,
             "sent": np.asarray(sent), "done": np.asarray(done),
-            "gc_threshold0": gc.get_threshold()[0]}
+            "gc_threshold0": gc.get_threshold()[0],
+            "switch_interval_us": round(sys.getswitchinterval() * 1e6)}
 
 
 def write_loop(lh, payloads: list[bytes], entries: int, rate: float, duration_s: float | None,
@@ -556,6 +564,8 @@ def summarise(kind: str, options: BenchOptions, results: list[dict], bookie_cpu_
         "bookie_peak_rss_mb": peak_rss_mb,
         # Python's youngest-generation GC threshold in the clients (700 unless raised)
         "client_gc_threshold0": min(r["gc_threshold0"] for r in results),
+        # Python's thread switch interval in the clients (5,000 us unless raised)
+        "client_switch_interval_us": min(r["switch_interval_us"] for r in results),
         "kind": kind, "entries": count, "wall_s": wall_s, "latency_samples": len(latency_ms),
         "latency_unit": "add" if kind == "write" else (
             "read_chunks() chunk" if options.read_chunks

@@ -63,7 +63,7 @@ def _check_points(points: list[int]) -> list[int]:
 def ledgers_curve(points: list[int], entries: int = 50_000, size: int = 1024,
                   rate: float = 10_000.0, duration_s: float = 10.0,
                   workdir: str | None = None, progress=print,
-                  gc_threshold: int = 0) -> list[dict]:
+                  gc_threshold: int = 0, switch_interval_us: int = 0) -> list[dict]:
     from appliance.bench.launcher import temporary_appliance
     from appliance.bench.ledgers import BenchOptions, run_bench
 
@@ -71,7 +71,7 @@ def ledgers_curve(points: list[int], entries: int = 50_000, size: int = 1024,
     with temporary_appliance(4, workdir, client={"inflight_adds_max": 10_000}) as (config, _):
         for n in _check_points(points):
             base = dict(size=size, ledgers=n, baseline_s=0.0, entries=max(entries, n),
-                        gc_threshold=gc_threshold)
+                        gc_threshold=gc_threshold, switch_interval_us=switch_interval_us)
             closed = run_bench("write", BenchOptions(**base), str(config))
             opened = run_bench("write", BenchOptions(**{**base, "entries": int(rate * duration_s)},
                                                      rate=rate, duration_s=duration_s),
@@ -82,7 +82,8 @@ def ledgers_curve(points: list[int], entries: int = 50_000, size: int = 1024,
                    "open_p50_ms": opened["p50_ms"], "open_p99_ms": opened["p99_ms"],
                    "client_cpu_s_per_1000": closed["client_cpu_s_per_1000_entries"],
                    "bookie_cpu_s_per_1000": closed["bookie_cpu_s_per_1000_entries"],
-                   "client_gc_threshold0": closed["client_gc_threshold0"]}
+                   "client_gc_threshold0": closed["client_gc_threshold0"],
+                   "client_switch_interval_us": closed["client_switch_interval_us"]}
             progress(f"  {n:>6} ledgers: {row['adds_per_s']:>8,} adds/s closed loop; "
                      f"p99 {row['open_p99_ms']:.1f} ms at {rate:,.0f}/s")
             rows.append(row)

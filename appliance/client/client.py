@@ -45,8 +45,6 @@ from appliance.protocol.metadata import CLOSED, DIGEST_TYPES, LedgerMetadata, ch
 from appliance.protocol.placement import choose_ensemble, host_count, location_of, meets_rule
 
 log = logging.getLogger(__name__)
-
-log = logging.getLogger(__name__)
 KNOWN_KEYS_MAX = 64  # distinct passwords a connection remembers for delete_ledger
 
 
@@ -76,6 +74,8 @@ class Client:
         self.config = config.client if config is not None else ClientConfig()
         if self.config.gc_threshold:
             raise_gc_threshold(self.config.gc_threshold)
+        if self.config.switch_interval_us:
+            raise_switch_interval(self.config.switch_interval_us)
         from appliance.config import LogConfig
 
         self.log_config = config.log if config is not None else LogConfig()
@@ -342,6 +342,24 @@ def raise_gc_threshold(young: int) -> None:
         gc.set_threshold(young, *current[1:])
         log.info("client.gc_threshold: Python's garbage collector thresholds %s -> %s",
                  current, gc.get_threshold())
+
+
+def raise_switch_interval(us: int) -> None:
+    """``[client] switch_interval_us``: let a Python thread that wants the
+    interpreter wait up to ``us`` microseconds (Python's default: 5,000)
+    before it asks the running one to hand it over, never lowering what the
+    application set.  The client's driver thread and the threads that add
+    share one interpreter lock: with the default they swap it every 5 ms
+    while both are busy, and each swap cuts the adds gathered per ledger
+    short (docs/PERFORMANCE.md, step 46)."""
+    import sys
+
+    current = sys.getswitchinterval()
+    wanted = us / 1e6
+    if wanted > current:
+        sys.setswitchinterval(wanted)
+        log.info("client.switch_interval_us: Python's switch interval %.6f -> %.6f s",
+                 current, sys.getswitchinterval())
 
 
 def connect(target, metrics=False, *, curve_key_file=None, trusted_keys_dir=None) -> Client:
