@@ -131,7 +131,9 @@ def info_(bookie_id, as_json, config_path):
     """Show BOOKIE_ID's identity and BP-46 state: the cookie on its disks and
     in the metadata store, whether it is up, why its last boot fenced its
     ledgers (if it did), how many ledgers are in limbo and the repair's
-    progress (entries and bytes copied, ledgers waiting to retry and why).
+    progress (entries and bytes copied, ledgers waiting to retry and why),
+    and what it has served since it started (adds, reads, fences,
+    explicit LACs, refusals, malformed messages).
 
     \b
     Example:
@@ -171,11 +173,12 @@ def info_(bookie_id, as_json, config_path):
                       "matches": all(d.get("instance_id") == meta_instance
                                      for d in disks.values())},
            "pending_possible_loss": (pending or {}).get("reasons"),
-           "limbo_ledgers": None, "boot": None, "repair": None, "gc": None}
+           "limbo_ledgers": None, "boot": None, "repair": None, "gc": None, "counters": None}
     if live:
         out["limbo_ledgers"] = (live.get("storage") or {}).get("limbo_ledgers")
         out["boot"], out["repair"] = live.get("boot"), live.get("repair")
         out["gc"] = live.get("gc")
+        out["counters"] = live.get("counters")
     if as_json:
         echo_json(out)
         return
@@ -205,6 +208,15 @@ def info_(bookie_id, as_json, config_path):
                f"ledgers forgotten, {gc.get('overreplicated_deleted', 0)} over-replicated "
                f"deleted ({gc.get('overreplicated_waiting', 0)} waiting out the grace), "
                f"{gc.get('logs_removed', 0)} entry logs removed")
+    counters = out["counters"] or {}
+    count = counters.get
+    click.echo(f"  since start: {count('adds', 0):,} adds, {count('reads', 0):,} reads, "
+               f"{count('fences', 0):,} fences, {count('write_lacs', 0):,} explicit LACs "
+               f"({count('write_lac_multis', 0):,} WRITE_LAC_MULTI), {count('errors', 0):,} "
+               f"error replies, {count('reads_refused', 0):,} reads refused, "
+               f"{count('read_only_refused_adds', 0):,} adds refused read-only; "
+               f"{count('requests', 0):,} requests, {count('bad_messages', 0):,} malformed, "
+               f"{count('replies_dropped', 0):,} replies dropped")
 
 
 @bookie.command(name="compact")
