@@ -41,6 +41,7 @@ ABSENT = 0xFFFF_FFFF  # in the length column: no entry in this slot
 LEDGER_OBJECT_BYTES = 500  # rough Python overhead per ledger, for stats
 SMALL_PUT_ENTRIES = 24  # up to this many entries a put goes entry by entry with scalars
 SCALAR_LEDGER_ENTRIES = 16  # a put of fewer entries per ledger than this, on average, too
+RUN_PUT_ENTRIES_MIN = 4  # ... where a run of this many consecutive ids goes as slices
 
 
 class Ledger:
@@ -173,9 +174,7 @@ class Index:
         if len(set(lids)) * SCALAR_LEDGER_ENTRIES > len(lids):
             # many ledgers with a few entries each (many ledgers written at
             # once): a numpy scatter per ledger would cost ~20 us each
-            for args in zip(lids, entries.tolist(), offsets.tolist(), lengths.tolist(),
-                            strict=True):
-                self._put_one(log_id, *args)
+            self._put_runs(lids, ledgers, entries, log_id, offsets, lengths)
             return
         order = np.argsort(ledgers, kind="stable")
         sl = ledgers[order]
@@ -183,6 +182,24 @@ class Index:
         for idx in np.split(order, cuts):
             self._put_ledger(int(ledgers[idx[0]]), entries[idx], log_id,
                              offsets[idx], lengths[idx])
+
+    def _put_runs(self, lids: list, ledgers: np.ndarray, entries: np.ndarray, log_id: int,
+                  offsets: np.ndarray, lengths: np.ndarray) -> None:
+        """The many-ledgers put: each run of consecutive ids of one ledger
+        within one page (what one writer's batch is) as slices, a shorter
+        run entry by entry with scalars; runs in the batch's order, so a
+        repeated id ends at its last location, as in every put."""
+        ids, offs, lens = entries.tolist(), offsets.tolist(), lengths.tolist()
+        cuts = np.flatnonzero((ledgers[1:] != ledgers[:-1]) | (entries[1:] != entries[:-1] + 1)
+                              | ((entries[1:] & PAGE_MASK) == 0)) + 1
+        lo = 0
+        for hi in (*cuts.tolist(), len(ids)):
+            if hi - lo >= RUN_PUT_ENTRIES_MIN:
+                self._put_run(lids[lo], ids[lo], log_id, offs[lo:hi], lens[lo:hi])
+            else:
+                for k in range(lo, hi):
+                    self._put_one(log_id, lids[k], ids[k], offs[k], lens[k])
+            lo = hi
 
     def put_ledger_small(self, ledger_id: int, entry_ids: list, log_id: int,
                          offsets: list, lengths: list) -> None:

@@ -112,6 +112,41 @@ def test_many_ledger_puts_leave_the_index_as_batched_puts_do():
         assert _state(scalar) == _state(numpy_)
 
 
+def test_many_ledger_runs_leave_the_index_as_batched_puts_do():
+    """The usual many-ledgers block: each ledger's few consecutive ids (a
+    writer's batch), as slices when the run is long enough; runs crossing
+    a page edge, starting past a page's end, short ones, and a ledger's run
+    written twice in one block (a resend) end as the numpy path leaves
+    them."""
+    rng = random.Random(13)
+    for _ in range(40):
+        runs, numpy_ = ix.Index(), ix.Index()
+        next_id: dict[int, int] = {}
+        for _ in range(4):
+            lids, ids = [], []
+            while len(lids) < ix.SMALL_PUT_ENTRIES + rng.randint(1, 300):
+                ledger = rng.randrange(60)
+                n = rng.choice([1, 2, ix.RUN_PUT_ENTRIES_MIN - 1, ix.RUN_PUT_ENTRIES_MIN, 7, 12])
+                first = next_id.get(ledger, rng.choice([0, ix.PAGE_SLOTS - 3,
+                                                        ix.PAGE_SLOTS + 40]))
+                if rng.random() < 0.1:
+                    first = max(0, first - n)  # written again
+                lids += [ledger] * n
+                ids += range(first, first + n)
+                next_id[ledger] = first + n
+            count = len(lids)
+            args = (np.array(lids, np.uint64), np.array(ids, np.uint64), rng.randrange(1, 9),
+                    np.array([rng.randrange(2 ** 31) for _ in range(count)], np.int64),
+                    np.array([rng.randrange(5000) for _ in range(count)], np.int64))
+            runs.put_batch(*args)
+            saved, ix.SCALAR_LEDGER_ENTRIES = ix.SCALAR_LEDGER_ENTRIES, 0  # the numpy path
+            try:
+                numpy_.put_batch(*args)
+            finally:
+                ix.SCALAR_LEDGER_ENTRIES = saved
+        assert _state(runs) == _state(numpy_)
+
+
 def test_per_log_ledger_bytes_count_each_record_once(opener):
     st = opener()
     sizes = {1: 0, 2: 0}
