@@ -42,6 +42,18 @@ def _state(index):
             for ledger_id, led in index.ledgers.items()}
 
 
+def _put_both(fast, slow, args, knob: str = "SCALAR_LEDGER_ENTRIES", forced: int = 0):
+    """``args`` put into ``fast`` as put_batch chooses, and into ``slow`` with
+    ``storage.index``'s ``knob`` set to ``forced`` (the numpy path)."""
+    fast.put_batch(*args)
+    saved = getattr(ix, knob)
+    setattr(ix, knob, forced)
+    try:
+        slow.put_batch(*args)
+    finally:
+        setattr(ix, knob, saved)
+
+
 def test_small_puts_leave_the_index_as_batched_puts_do():
     rng = random.Random(7)
     for _ in range(40):
@@ -53,12 +65,7 @@ def test_small_puts_leave_the_index_as_batched_puts_do():
                               for _ in range(n)], np.uint64),  # repeats included
                     3, np.array([rng.randrange(2 ** 31) for _ in range(n)], np.int64),
                     np.array([rng.randrange(5000) for _ in range(n)], np.int64))
-            small.put_batch(*args)
-            saved, ix.SMALL_PUT_ENTRIES = ix.SMALL_PUT_ENTRIES, -1  # the numpy path
-            try:
-                big.put_batch(*args)
-            finally:
-                ix.SMALL_PUT_ENTRIES = saved
+            _put_both(small, big, args, "SMALL_PUT_ENTRIES", -1)  # the numpy path
         assert _state(small) == _state(big)
 
 
@@ -77,12 +84,7 @@ def test_small_runs_of_consecutive_ids_leave_the_index_as_batched_puts_do():
                     rng.randrange(1, 9), np.array([rng.randrange(2 ** 31) for _ in range(n)],
                                                   np.int64),
                     np.array([rng.randrange(5000) for _ in range(n)], np.int64))
-            small.put_batch(*args)
-            saved, ix.SMALL_PUT_ENTRIES = ix.SMALL_PUT_ENTRIES, -1  # the numpy path
-            try:
-                big.put_batch(*args)
-            finally:
-                ix.SMALL_PUT_ENTRIES = saved
+            _put_both(small, big, args, "SMALL_PUT_ENTRIES", -1)  # the numpy path
         assert _state(small) == _state(big)
 
 
@@ -103,12 +105,7 @@ def test_many_ledger_puts_leave_the_index_as_batched_puts_do():
                     rng.randrange(1, 9), np.array([rng.randrange(2 ** 31) for _ in range(n)],
                                                   np.int64),
                     np.array([rng.randrange(5000) for _ in range(n)], np.int64))
-            scalar.put_batch(*args)
-            saved, ix.SCALAR_LEDGER_ENTRIES = ix.SCALAR_LEDGER_ENTRIES, 0  # the numpy path
-            try:
-                numpy_.put_batch(*args)
-            finally:
-                ix.SCALAR_LEDGER_ENTRIES = saved
+            _put_both(scalar, numpy_, args)  # the numpy path: per-ledger scatters
         assert _state(scalar) == _state(numpy_)
 
 
@@ -138,12 +135,7 @@ def test_many_ledger_runs_leave_the_index_as_batched_puts_do():
             args = (np.array(lids, np.uint64), np.array(ids, np.uint64), rng.randrange(1, 9),
                     np.array([rng.randrange(2 ** 31) for _ in range(count)], np.int64),
                     np.array([rng.randrange(5000) for _ in range(count)], np.int64))
-            runs.put_batch(*args)
-            saved, ix.SCALAR_LEDGER_ENTRIES = ix.SCALAR_LEDGER_ENTRIES, 0  # the numpy path
-            try:
-                numpy_.put_batch(*args)
-            finally:
-                ix.SCALAR_LEDGER_ENTRIES = saved
+            _put_both(runs, numpy_, args)  # the numpy path: per-ledger scatters
         assert _state(runs) == _state(numpy_)
 
 
