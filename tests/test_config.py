@@ -358,7 +358,7 @@ def test_switch_interval_is_raised_by_connect_never_lowered(tmp_path):
     import sys
 
     import appliance
-    from appliance.client.client import raise_switch_interval
+    from appliance.client.client import Client, raise_switch_interval
 
     saved = sys.getswitchinterval()
     try:
@@ -374,6 +374,8 @@ def test_switch_interval_is_raised_by_connect_never_lowered(tmp_path):
             assert sys.getswitchinterval() == pytest.approx(0.03)
         sys.setswitchinterval(0.005)
         with appliance.connect(write(tmp_path, minimal())):  # 0: left alone
+            assert sys.getswitchinterval() == pytest.approx(0.005)
+        with Client(str(config)):  # a bookie's own client (repairs): the bookie's is kept
             assert sys.getswitchinterval() == pytest.approx(0.005)
     finally:
         sys.setswitchinterval(saved)

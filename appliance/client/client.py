@@ -72,10 +72,6 @@ class Client:
         from ipc.frames import WireLimits
 
         self.config = config.client if config is not None else ClientConfig()
-        if self.config.gc_threshold:
-            raise_gc_threshold(self.config.gc_threshold)
-        if self.config.switch_interval_us:
-            raise_switch_interval(self.config.switch_interval_us)
         from appliance.config import LogConfig
 
         self.log_config = config.log if config is not None else LogConfig()
@@ -381,5 +377,12 @@ def connect(target, metrics=False, *, curve_key_file=None, trusted_keys_dir=None
                           curve_key_file="keys/app.key_secret",
                           trusted_keys_dir="keys/bookies")
     """
-    return Client(target, metrics, curve_key_file=curve_key_file,
-                  trusted_keys_dir=trusted_keys_dir)
+    client = Client(target, metrics, curve_key_file=curve_key_file,
+                    trusted_keys_dir=trusted_keys_dir)
+    # process-wide settings, for an application's connection only (a
+    # bookie's own client for its repairs leaves the bookie's as they are)
+    if client.config.gc_threshold:
+        raise_gc_threshold(client.config.gc_threshold)
+    if client.config.switch_interval_us:
+        raise_switch_interval(client.config.switch_interval_us)
+    return client
