@@ -232,11 +232,15 @@ def _baseline(root: Path | None, seconds: float) -> dict:
 
 
 def _run_clients(kind: str, config: str, options: BenchOptions,
-                 pids: dict[str, int]) -> tuple[list[dict], float]:
-    """Start the client processes, release them together, collect results."""
+                 pids: dict[str, int], target=None) -> tuple[list[dict], float]:
+    """Start the client processes, release them together, collect results;
+    the bookies' CPU counts from the release until every client's loop
+    ended (not its ledgers' close and delete after it).  ``target``: the
+    client processes' body (``client_main``)."""
     ctx = mp.get_context("spawn")
     ready, done, go = ctx.Queue(), ctx.Queue(), ctx.Event()
-    procs = [ctx.Process(target=client_main, args=(kind, config, options, i, ready, done, go),
+    procs = [ctx.Process(target=target or client_main,
+                         args=(kind, config, options, i, ready, done, go),
                          name=f"bench-client-{i}", daemon=True)
              for i in range(options.clients)]
     try:
@@ -245,8 +249,9 @@ def _run_clients(kind: str, config: str, options: BenchOptions,
         _collect(ready, procs, START_TIMEOUT_S + 60.0, "ready")
         cpu_before = _cpu_s(pids)
         go.set()
-        results = _collect(done, procs, CLIENT_TIMEOUT_S, "done")
-        return results, _cpu_s(pids) - cpu_before
+        _collect(ready, procs, CLIENT_TIMEOUT_S, "looped")
+        bookie_cpu_s = _cpu_s(pids) - cpu_before
+        return _collect(done, procs, CLIENT_TIMEOUT_S, "done"), bookie_cpu_s
     except BaseException:
         for proc in procs:  # a failed run: the others may be waiting for "go"
             if proc.is_alive():
@@ -299,6 +304,7 @@ def client_main(kind: str, config: str, options: BenchOptions, index: int, ready
             lh = handles[0] if len(handles) == 1 else RoundRobin(handles)
             try:
                 result = _prepare_and_run(kind, bk, lh, options, payloads, ready, go, index)
+                ready.put(("looped", index, None))  # the bookies' CPU stops counting here
             finally:
                 for handle in handles:
                     _cleanup(bk, handle)
