@@ -287,14 +287,9 @@ def client_main(kind: str, config: str, options: BenchOptions, index: int, ready
         import appliance
 
         with appliance.connect(config) as bk:
-            if options.gc_threshold:
-                from appliance.client.client import raise_gc_threshold
+            from appliance.client.client import raise_process_settings
 
-                raise_gc_threshold(options.gc_threshold)
-            if options.switch_interval_us:
-                from appliance.client.client import raise_switch_interval
-
-                raise_switch_interval(options.switch_interval_us)
+            raise_process_settings(options.gc_threshold, options.switch_interval_us)
             inflight = max(1, options.inflight // options.ledgers)  # shared by the ledgers
             bk.config = dataclasses.replace(bk.config, inflight_adds_max=inflight)
             payloads = _payloads(options.size, index)

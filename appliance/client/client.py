@@ -340,6 +340,14 @@ def raise_gc_threshold(young: int) -> None:
                  current, gc.get_threshold())
 
 
+def raise_process_settings(gc_threshold: int, switch_interval_us: int) -> None:
+    """``[client] gc_threshold`` and ``switch_interval_us`` (0: leave it)."""
+    if gc_threshold:
+        raise_gc_threshold(gc_threshold)
+    if switch_interval_us:
+        raise_switch_interval(switch_interval_us)
+
+
 def raise_switch_interval(us: int) -> None:
     """``[client] switch_interval_us``: let a Python thread that wants the
     interpreter wait up to ``us`` microseconds (Python's default: 5,000)
@@ -381,8 +389,5 @@ def connect(target, metrics=False, *, curve_key_file=None, trusted_keys_dir=None
                     trusted_keys_dir=trusted_keys_dir)
     # process-wide settings, for an application's connection only (a
     # bookie's own client for its repairs leaves the bookie's as they are)
-    if client.config.gc_threshold:
-        raise_gc_threshold(client.config.gc_threshold)
-    if client.config.switch_interval_us:
-        raise_switch_interval(client.config.switch_interval_us)
+    raise_process_settings(client.config.gc_threshold, client.config.switch_interval_us)
     return client
