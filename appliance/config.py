@@ -121,6 +121,7 @@ class ClientConfig:
     add_batch_entries_max: int = _key(512, 1, 65_536)
     add_linger_us: int = _key(2_000, 0, 60_000_000)
     add_batches_inflight: int = _key(1, 1, 1_000)
+    add_messages_inflight: int = _key(1, 0, 1_000)  # per bookie; 0: no hold (see CONFIG.md)
     add_batch_bytes_max: int = _key(8 * MiB, 1, 2**31)
     read_batch_entries_max: int = _key(8_192, 1, 65_536)
     read_batch_bytes_max: int = _key(16 * MiB, 1, 2**31)

@@ -94,6 +94,8 @@ class Client:
                                  request_timeout_ms=self.config.add_timeout_ms,
                                  add_batch_entries_max=self.config.add_batch_entries_max,
                                  add_batch_bytes_max=self.config.add_batch_bytes_max,
+                                 add_messages_inflight=self.config.add_messages_inflight,
+                                 add_linger_us=self.config.add_linger_us,
                                  read_batch_bytes_max=self.config.read_batch_bytes_max,
                                  curve=curve,
                                  transport_options={"limits": limits,

@@ -17,7 +17,13 @@ driver carries out the actions the cores return:
   one frame; small adds of several ledgers queued in one loop turn share an
   ``ADD_MULTI`` per bookie, their bytes in one frame too, or ``ADD_BATCH``
   for a bookie that refused ``ADD_MULTI`` as an unknown op: an older one);
-  the reply to a ``SendAdd`` comes back as one ``AddResponses``;
+  the reply to a ``SendAdd`` comes back as one ``AddResponses``.  Adds to a
+  bookie that already has ``add_messages_inflight`` add messages awaiting
+  replies wait for one of those replies (at most ``add_linger_us``) and
+  share the next message, if they come from a write handle's fresh batch
+  (many ledgers, each with an add now and then: one message per bookie per
+  round trip instead of one per add); resends, recovery writes, full
+  messages and batches that already waited at their handle never wait;
 * ``WriteMetadata`` / ``ReadMetadata`` -> the metadata store, on a small
   worker pool (the store blocks; the driver thread never does);
 * ``SendWriteLac`` (explicit LAC, best effort: replies are dropped) ->
@@ -107,6 +113,10 @@ _COALESCED = object()  # route marker: the request carried several parts
 _LAC_MULTI = object()  # route marker: a WRITE_LAC_MULTI (its actions, for the fallback)
 
 
+def _no_op() -> None:
+    """A deferred call that only ends the driver's wait (a hold's deadline)."""
+
+
 class Driver:
     """See the module docstring.  ``start()`` then use; ``close()`` when done."""
 
@@ -114,7 +124,8 @@ class Driver:
                  inflight_per_bookie_max: int = 100_000, transport_options: dict | None = None,
                  add_batch_entries_max: int = ADD_BATCH_ENTRIES_MAX,
                  add_batch_bytes_max: int = ADD_BATCH_BYTES_MAX,
-                 read_batch_bytes_max: int = READ_BATCH_BYTES_MAX, curve=None):
+                 read_batch_bytes_max: int = READ_BATCH_BYTES_MAX, curve=None,
+                 add_messages_inflight: int = 1, add_linger_us: int = 2000):
         self.ledgers = ledgers
         self.registry = registry
         self.request_timeout_ms = request_timeout_ms
@@ -126,6 +137,14 @@ class Driver:
         self._adds_out: dict[str, list] = {}  # bookie -> (core, SendAdd part, lengths, data)
         self._multi_refused: set[str] = set()  # bookies that answered ADD_MULTI BadRequest
         self._multi_ok: set[str] = set()  # bookies that answered ADD_MULTI with its reply
+        # The hold of adds per bookie (see the module docstring): add messages
+        # awaiting their reply, when each bookie's held adds began to wait,
+        # and the bookies with an add this turn that must not wait.
+        self.add_messages_inflight = add_messages_inflight
+        self.add_hold_s = add_linger_us / 1e6
+        self._add_messages: dict[str, int] = {}
+        self._held_since: dict[str, float] = {}
+        self._adds_now: set[str] = set()
         self._lacs_out: dict[str, list] = {}  # bookie -> [(core, SendWriteLac)] this turn
         self._lac_multi_refused: set[str] = set()  # bookies that answered it BadRequest
         self.ids = itertools.count(1)  # shared by every core: ids route replies
@@ -213,14 +232,15 @@ class Driver:
         self._cores.pop(id(core), None)
         self._sinks.pop(id(core), None)
 
-    def run(self, core, actions: list) -> None:
+    def run(self, core, actions: list, holdable: bool = False) -> None:
         """Carry out ``actions`` returned by ``core`` (the add path's kinds
-        tested first: every flush of every ledger comes through here)."""
+        tested first: every flush of every ledger comes through here).
+        ``holdable``: its adds may wait for company (a handle's fresh batch)."""
         write_closes = None
         for action in actions:
             kind = type(action)
             if kind is ev.SendAdd:
-                self._send_add(core, action)
+                self._send_add(core, action, holdable)
             elif kind is ev.CompleteAdds:
                 sink = self._sinks.get(id(core))
                 if sink is not None:
@@ -288,13 +308,16 @@ class Driver:
             self.run(core, core.handle(event))
 
     # -- wire ---------------------------------------------------------------------
-    def _send_add(self, core, action: ev.SendAdd) -> None:
+    def _send_add(self, core, action: ev.SendAdd, holdable: bool = False) -> None:
         """Queue one part per chunk of at most ``add_batch_entries_max``
         entries / ``add_batch_bytes_max`` bytes, each routed (and, on failure,
         answered) as a ``SendAdd`` of its own entries; ``_flush_adds`` sends
         them at the end of this loop turn.  A chunk's bytes are joined into
         one frame only if it travels as ``ADD_PACKED`` (once for every
-        bookie of the write set); coalesced parts never need it."""
+        bookie of the write set); coalesced parts never need it.  Unless
+        ``holdable``, this turn's adds to the bookie leave at its end."""
+        if not holdable:
+            self._adds_now.add(action.bookie_id)
         entry_ids, datas = action.entry_ids, action.datas
         if self._packed_datas is not datas:  # a writer sends one tuple to every bookie
             self._packed_datas = datas
@@ -325,16 +348,46 @@ class Driver:
         with one data frame, one bookie storage block and one reply instead
         of one per ledger.  A bookie's only part, or one that fills a
         message by itself, goes alone as ``ADD_PACKED`` (its bytes joined
-        once for every bookie of its write set)."""
+        once for every bookie of its write set).  A bookie's adds that may
+        wait (``_held``) stay queued for the next turn."""
         if not self._adds_out:
             return
         out, self._adds_out = self._adds_out, {}
+        now = time.monotonic()
         for bookie_id, parts in out.items():
+            if self._held(bookie_id, parts, now):
+                self._adds_out[bookie_id] = parts
+                continue
+            self._held_since.pop(bookie_id, None)
+            self._adds_now.discard(bookie_id)
             if len(parts) == 1:
                 self._send_packed(parts[0])
                 continue
             for group in coalesced(parts, self.add_batch_entries_max, self.add_batch_bytes_max):
                 self._send_coalesced(bookie_id, group)
+
+    def _held(self, bookie_id: str, parts: list, now: float) -> bool:
+        """Whether ``parts``, this turn's adds to ``bookie_id``, wait for a
+        reply from it: only if every one may wait, the bookie already has
+        ``add_messages_inflight`` add messages awaiting replies, they began
+        to wait less than ``add_linger_us`` ago (a deferred no-op wakes the
+        loop then) and they do not fill a message.  A reply of the bookie
+        lowers its count and so ends the wait at the end of that turn."""
+        limit = self.add_messages_inflight
+        if not limit or bookie_id in self._adds_now or \
+                self._add_messages.get(bookie_id, 0) < limit:
+            return False
+        since = self._held_since.get(bookie_id)
+        if since is None:
+            since = self._held_since[bookie_id] = now
+            self.call_later_s(self.add_hold_s, _no_op)
+        if now - since >= self.add_hold_s:
+            return False
+        entries = nbytes = 0
+        for item in parts:
+            entries += len(item[1].entry_ids)
+            nbytes += item[2]
+        return entries < self.add_batch_entries_max and nbytes < self.add_batch_bytes_max
 
     def _flush_lacs(self) -> None:
         """End of a loop turn: send the explicit LACs queued for each bookie;
@@ -433,6 +486,7 @@ class Driver:
         if not multi or bookie_id in self._multi_ok:  # no ADD_BATCH fallback needed
             parts = tuple(add_head(part) for part in parts)
         self._routes[rid] = (_COALESCED, (bookie_id, cores, parts, multi))
+        self._add_messages[bookie_id] = self._add_messages.get(bookie_id, 0) + 1
 
     def _send(self, core, action, request, extra_timeout_ms: int = 0, route=None) -> None:
         """Send ``request`` for ``action`` of ``core``; the reply is routed
@@ -448,6 +502,8 @@ class Driver:
             self._q.append(("fail", core, action, code))
             return
         self._routes[rid] = (core, action if route is None else route)
+        if type(route) is tuple:  # an add_head: an ADD_PACKED awaiting its reply
+            self._add_messages[bookie_id] = self._add_messages.get(bookie_id, 0) + 1
 
     def _ensure_bookie(self, bookie_id: str) -> None:
         if bookie_id in self._endpoints:
@@ -506,8 +562,11 @@ class Driver:
                 continue
             core, action = route
             if core is _COALESCED:
+                self._add_messages[action[0]] -= 1
                 self._on_coalesced(action, event, now)
                 continue
+            if type(action) is tuple and core is not _LAC_MULTI:  # an ADD_PACKED's add_head
+                self._add_messages[action[1]] -= 1
             if core is _LAC_MULTI:
                 self._on_lac_multi(action, event)
                 continue

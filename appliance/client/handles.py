@@ -234,7 +234,7 @@ class WriteHandle:
                     self._held = False  # the posted flush sends them
                 self._flush_posted = True
             if post:
-                self._driver.post(self._flush)
+                self._driver.post(self._flush, False, True)
             futures += futs
         return futures
 
@@ -272,7 +272,7 @@ class WriteHandle:
                 self._held = False  # the posted flush sends them
             self._flush_posted = True
         if post:
-            self._driver.post(self._flush)
+            self._driver.post(self._flush, False, True)
         return fut
 
     def _wait_for_room(self, size: int, count: int = 1) -> None:
@@ -287,7 +287,7 @@ class WriteHandle:
         finally:
             self._room_waiters -= 1
 
-    def _flush(self, force: bool = False) -> None:
+    def _flush(self, force: bool = False, fresh: bool = False) -> None:
         """Driver thread: hand every queued payload to the writer at once.
 
         Adaptive batching: a batch smaller than ``add_batch_entries_max`` goes
@@ -298,7 +298,10 @@ class WriteHandle:
         no delay, and one busy with adds arriving one by one sends a few per
         message (as many as arrive in a round trip) without a timer per
         message.  A caller that waits (``add``), a full batch and ``force``
-        never wait."""
+        never wait.  ``fresh``: posted by an add, so a batch that leaves at
+        once may still wait for company at the driver, with other ledgers'
+        adds to the same bookies (``add_messages_inflight``); a batch that
+        was held here, or that a caller waits for, never waits twice."""
         with self._queue_lock:
             queued = len(self._queued_payloads)
             if not force and 0 < queued < self._batch_max and self._linger_s > 0 \
@@ -308,6 +311,7 @@ class WriteHandle:
                     gen = self._hold_gen
                     self._driver.call_later_s(self._linger_s, self._flush_late, gen)
                 return
+            holdable = fresh and not force and not self._no_linger
             self._held = self._no_linger = False
             payloads, futures = self._queued_payloads, self._queued_futures
             self._queued_payloads, self._queued_futures = [], []
@@ -320,7 +324,7 @@ class WriteHandle:
         self._batch_ends.append(first + len(futures) - 1)
         # every payload passed _checked against the writer's own entry_bytes_max
         actions = self._writer.add_many(payloads, self._driver.now_ms(), checked=True)
-        self._driver.run(self._writer, actions)
+        self._driver.run(self._writer, actions, holdable)
 
     def _flush_late(self, gen: int) -> None:
         """Driver thread: the linger deadline of a held batch."""

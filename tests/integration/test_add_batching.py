@@ -80,3 +80,53 @@ def test_a_waiting_add_sends_the_held_adds_at_once(stalled):
     assert [f.result(timeout=30) for f in held] == list(range(2, 102))
     assert _sent(bk) == base + 6
     lh.close()
+
+
+@pytest.mark.parametrize("limit", [1, 0])
+def test_fresh_adds_of_many_ledgers_wait_for_a_bookie_reply_together(make_cluster, limit):
+    """``add_messages_inflight``: ten idle ledgers each add one entry (each
+    batch leaves its handle at once) while their three bookies still owe the
+    reply to another ledger's add.  With the hold (1) the ten wait and then
+    travel as one message per bookie; with 0 each goes in a message of its
+    own.  The linger is 60 s: only a reply can end the wait in time."""
+    cluster = make_cluster(3, client={"add_linger_us": HOLD_US, "add_messages_inflight": limit,
+                                      "explicit_lac_interval_ms": 0})
+    pids = [cluster.procs[b].pid for b in sorted(cluster.procs)]
+    with appliance.connect(str(cluster.config_path)) as bk:
+        wait_registered(bk, 3)
+        first = bk.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=PW)
+        others = [bk.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=PW)
+                  for _ in range(10)]
+        assert first.add(b"first") == 0
+        # its third bookie's reply too (the ack quorum is two): no message owed
+        wait_for(lambda: all(bk.driver.transport.inflight(b) == 0 for b in cluster.procs),
+                 30.0, what="every reply to the first add")
+        base = _sent(bk)
+        stopped = []
+        try:
+            for pid in pids:
+                os.kill(pid, signal.SIGSTOP)
+                stopped.append(pid)
+            owed = first.add_async(b"owed")
+            wait_for(lambda: _sent(bk) == base + 3, 30.0, what="the owed add on the wire")
+            futures = []
+            for lh in others:
+                futures.append(lh.add_async(b"x%d" % lh.id))
+                bk.driver.call(lambda: None).result(30)  # its flush done: a turn of its own
+            bk.driver.call(lambda: None).result(30)  # and that turn's end
+            expected = base + 3 if limit else base + 3 + 3 * len(others)
+            wait_for(lambda: _sent(bk) == expected, 30.0, what="the ten ledgers' messages")
+        finally:
+            for pid in stopped:
+                os.kill(pid, signal.SIGCONT)
+        assert owed.result(timeout=30) == 1
+        assert [f.result(timeout=30) for f in futures] == [0] * len(others)
+        if limit:
+            assert _sent(bk) == base + 6  # the ten went as one message per bookie
+        else:
+            assert _sent(bk) == base + 3 + 3 * len(others)
+        for lh in others:
+            lh.close()
+            assert [e.payload for e in bk.open_ledger(lh.id, password=PW).read(0, 0)] == \
+                [b"x%d" % lh.id]
+        first.close()
