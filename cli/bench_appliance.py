@@ -108,6 +108,11 @@ def _echo(doc: dict, rate_key: str, what: str) -> None:
               help="The client processes raise Python's thread switch interval to N "
                    "microseconds ([client] switch_interval_us; 0 = Python's own 5,000), to "
                    "measure what the driver and adding threads' lock swaps cost.")
+@click.option("--add-messages-inflight", type=click.IntRange(0, 1_000), default=None,
+              help="The client processes hold a ledger's fresh adds for a bookie with this "
+                   "many add messages awaiting replies ([client] add_messages_inflight; "
+                   "default: the config's, 1; 0 = no hold), to measure what the hold does "
+                   "with many ledgers.")
 @_bench_options
 @library_errors
 def write(config_path, journal, plot_path, workdir, as_json, **kwargs):
@@ -123,6 +128,7 @@ def write(config_path, journal, plot_path, workdir, as_json, **kwargs):
       bkctl bench write --metrics               # the cost of /metrics (vs --no-metrics)
       bkctl bench write --ledgers 1000 --gc-threshold 50000   # many ledgers, less GC
       bkctl bench write --ledgers 1000 --switch-interval-us 50000   # fewer GIL swaps
+      bkctl bench write --ledgers 1000 --rate 10000 --add-messages-inflight 0   # no hold
     """
     from appliance.bench.ledgers import run_bench
 

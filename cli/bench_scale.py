@@ -79,8 +79,12 @@ def scale():
               show_default=True,
               help="The client raises Python's thread switch interval to N microseconds "
                    "([client] switch_interval_us; 0 = Python's own 5,000).")
+@click.option("--add-messages-inflight", type=click.IntRange(0, 1_000), default=None,
+              help="The client holds a ledger's fresh adds for a bookie with this many add "
+                   "messages awaiting replies ([client] add_messages_inflight; default: "
+                   "the config's, 1; 0 = no hold).")
 def ledgers(points, plot_path, workdir, as_json, entries, rate, duration_s, gc_threshold,
-            switch_interval_us):
+            switch_interval_us, add_messages_inflight):
     """Adds/s (closed loop) and p99 (open loop, from the scheduled send
     time) against the ledgers one client writes at once, 1 KB E3/W3/A2.
 
@@ -92,7 +96,8 @@ def ledgers(points, plot_path, workdir, as_json, entries, rate, duration_s, gc_t
 
     rows = ledgers_curve(_points(points), entries, rate=rate, duration_s=duration_s,
                          workdir=workdir, progress=_progress(as_json), gc_threshold=gc_threshold,
-                         switch_interval_us=switch_interval_us)
+                         switch_interval_us=switch_interval_us,
+                         add_messages_inflight=add_messages_inflight)
     _report(rows, "ledgers", ["adds_per_s", "open_p99_ms"], plot_path,
             "adds/s and p99 against ledgers written at once", as_json)
 

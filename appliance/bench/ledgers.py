@@ -110,6 +110,7 @@ class BenchOptions:
     metrics: bool = False  # temporary appliance: every bookie serves /metrics
     gc_threshold: int = 0  # client processes: [client] gc_threshold (0: Python's own)
     switch_interval_us: int = 0  # client processes: [client] switch_interval_us (0: Python's)
+    add_messages_inflight: int | None = None  # client processes: [client] one (None: config's)
 
     def validate(self) -> BenchOptions:
         from appliance.protocol.metadata import check_quorums
@@ -124,8 +125,8 @@ class BenchOptions:
         if self.add_batch < 1 or (self.add_batch > 1 and self.rate > 0):
             raise ValueError(f"add_batch must be >= 1, and 1 with --rate (open loop), got "
                              f"{self.add_batch}")
-        for name in ("gc_threshold", "switch_interval_us"):
-            if getattr(self, name) < 0:
+        for name in ("gc_threshold", "switch_interval_us", "add_messages_inflight"):
+            if (getattr(self, name) or 0) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.duration_s is not None and self.duration_s <= 0:
             raise ValueError(f"duration_s must be > 0, got {self.duration_s}")
@@ -290,6 +291,9 @@ def client_main(kind: str, config: str, options: BenchOptions, index: int, ready
             from appliance.client.client import raise_process_settings
 
             raise_process_settings(options.gc_threshold, options.switch_interval_us)
+            if options.add_messages_inflight is not None:  # the driver reads it each turn
+                bk.driver.call(setattr, bk.driver, "add_messages_inflight",
+                               options.add_messages_inflight).result(START_TIMEOUT_S)
             inflight = max(1, options.inflight // options.ledgers)  # shared by the ledgers
             bk.config = dataclasses.replace(bk.config, inflight_adds_max=inflight)
             payloads = _payloads(options.size, index)
@@ -299,6 +303,7 @@ def client_main(kind: str, config: str, options: BenchOptions, index: int, ready
             lh = handles[0] if len(handles) == 1 else RoundRobin(handles)
             try:
                 result = _prepare_and_run(kind, bk, lh, options, payloads, ready, go, index)
+                result["add_messages_inflight"] = bk.driver.add_messages_inflight
                 ready.put(("looped", index, None))  # the bookies' CPU stops counting here
             finally:
                 for handle in handles:
@@ -567,6 +572,8 @@ def summarise(kind: str, options: BenchOptions, results: list[dict], bookie_cpu_
         "client_gc_threshold0": min(r["gc_threshold0"] for r in results),
         # Python's thread switch interval in the clients (5,000 us unless raised)
         "client_switch_interval_us": min(r["switch_interval_us"] for r in results),
+        # the client driver's hold of fresh adds per bookie ([client] add_messages_inflight)
+        "client_add_messages_inflight": min(r["add_messages_inflight"] for r in results),
         "kind": kind, "entries": count, "wall_s": wall_s, "latency_samples": len(latency_ms),
         "latency_unit": "add" if kind == "write" else (
             "read_chunks() chunk" if options.read_chunks

@@ -63,7 +63,8 @@ def _check_points(points: list[int]) -> list[int]:
 def ledgers_curve(points: list[int], entries: int = 50_000, size: int = 1024,
                   rate: float = 10_000.0, duration_s: float = 10.0,
                   workdir: str | None = None, progress=print,
-                  gc_threshold: int = 0, switch_interval_us: int = 0) -> list[dict]:
+                  gc_threshold: int = 0, switch_interval_us: int = 0,
+                  add_messages_inflight: int | None = None) -> list[dict]:
     from appliance.bench.launcher import temporary_appliance
     from appliance.bench.ledgers import BenchOptions, run_bench
 
@@ -71,7 +72,8 @@ def ledgers_curve(points: list[int], entries: int = 50_000, size: int = 1024,
     with temporary_appliance(4, workdir, client={"inflight_adds_max": 10_000}) as (config, _):
         for n in _check_points(points):
             base = dict(size=size, ledgers=n, baseline_s=0.0, entries=max(entries, n),
-                        gc_threshold=gc_threshold, switch_interval_us=switch_interval_us)
+                        gc_threshold=gc_threshold, switch_interval_us=switch_interval_us,
+                        add_messages_inflight=add_messages_inflight)
             closed = run_bench("write", BenchOptions(**base), str(config))
             opened = run_bench("write", BenchOptions(**{**base, "entries": int(rate * duration_s)},
                                                      rate=rate, duration_s=duration_s),
@@ -83,7 +85,8 @@ def ledgers_curve(points: list[int], entries: int = 50_000, size: int = 1024,
                    "client_cpu_s_per_1000": closed["client_cpu_s_per_1000_entries"],
                    "bookie_cpu_s_per_1000": closed["bookie_cpu_s_per_1000_entries"],
                    "client_gc_threshold0": closed["client_gc_threshold0"],
-                   "client_switch_interval_us": closed["client_switch_interval_us"]}
+                   "client_switch_interval_us": closed["client_switch_interval_us"],
+                   "client_add_messages_inflight": closed["client_add_messages_inflight"]}
             progress(f"  {n:>6} ledgers: {row['adds_per_s']:>8,} adds/s closed loop; "
                      f"p99 {row['open_p99_ms']:.1f} ms at {rate:,.0f}/s")
             rows.append(row)

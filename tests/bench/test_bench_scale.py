@@ -63,13 +63,14 @@ def test_handles_sweep_measures_memory_per_open_handle(tmp_path):
 def test_ledgers_sweep_writes_to_each_number_of_ledgers(tmp_path):
     doc = _run(tmp_path, "ledgers", "--points", "1,5", "--entries", "500", "--rate", "500",
                "--duration-s", "0.5", "--gc-threshold", "40000",
-               "--switch-interval-us", "20000")
+               "--switch-interval-us", "20000", "--add-messages-inflight", "3")
     assert [r["ledgers"] for r in doc["rows"]] == [1, 5]
     for row in doc["rows"]:
         assert row["adds_per_s"] > 0 and row["open_p99_ms"] > 0
         assert row["open_adds_per_s"] <= 500 * 1.1  # the open loop kept its schedule
         assert row["client_gc_threshold0"] == 40_000  # the client processes raised it
         assert row["client_switch_interval_us"] == 20_000  # and this one
+        assert row["client_add_messages_inflight"] == 3  # and the driver's hold
 
 
 def test_points_must_be_positive_integers(tmp_path):
