@@ -311,6 +311,11 @@ class Client:
             raise ClientClosedError("this client is closed")
 
     def close(self) -> None:
+        """Stop the client.  Work still in flight fails at once with
+        ``ClientClosedError``: an add's future (its entry may or may not be
+        stored: close the write handles first to have every add settled and
+        the ledgers closed), an add waiting for room, a read or LAC wait, a
+        call not yet run; so does every later call of its handles."""
         if self._closed:
             return
         self._closed = True

@@ -732,3 +732,21 @@ class Driver:
         self._stopped = True
         self.transport.close()
         self._pool.shutdown(wait=True)
+        self._fail_leftovers()
+
+    def _fail_leftovers(self) -> None:
+        """After the loop stopped: the calls it never ran and the results it
+        never delivered fail with ``ClientClosedError`` (each handle's
+        ``client_closed``), instead of leaving their callers waiting."""
+        error = ClientClosedError("the client was closed before this call ran")
+        while self._q:
+            item = self._q.popleft()
+            if item[0] == "call" and item[3].set_running_or_notify_cancel():
+                item[3].set_exception(error)
+        for sink in list(self._sinks.values()):
+            closed = getattr(sink, "client_closed", None)
+            if closed is not None:
+                try:
+                    closed()
+                except Exception:
+                    log.exception("client driver: failure failing a handle's calls")

@@ -173,6 +173,7 @@ class WriteHandle:
         self._future_condition = threading.Condition()  # shared by this handle's AddFutures
         self._close_done: Future | None = None
         self._closed = False
+        self._client_closed = False  # the driver stopped: nothing is sent any more
         self._driver.call(self._driver.register, self._writer, self).result()
         self._metrics = client.metrics  # None unless the client was asked for metrics
         if self._metrics is not None:
@@ -223,7 +224,7 @@ class WriteHandle:
                 size += len(payload)
                 fut.payload_bytes = len(payload)
             with self._queue_lock:
-                self._wait_for_room(size, len(chunk))
+                self._wait_for_room(size, len(chunk))  # raises once the client is closed
                 self._inflight += len(chunk)
                 self._inflight_bytes += size
                 self._queued_payloads += chunk
@@ -257,6 +258,8 @@ class WriteHandle:
         if self._metrics is not None:
             fut.t0 = time.perf_counter()
         with self._queue_lock:
+            if self._client_closed:  # checked under the lock client_closed() takes
+                raise ClientClosedError(f"the client of ledger {self.id} is closed")
             if self._inflight >= self._inflight_max or \
                     self._inflight_bytes + size > self._inflight_bytes_max:
                 self._wait_for_room(size)  # back-pressure: bounded adds and bytes in flight
@@ -278,11 +281,17 @@ class WriteHandle:
     def _wait_for_room(self, size: int, count: int = 1) -> None:
         """Holding ``_queue_lock``: wait until ``count`` more adds of ``size``
         bytes in all fit (adds bigger than the byte limit go once nothing is in
-        flight; ``count`` is at most ``inflight_adds_max``)."""
+        flight; ``count`` is at most ``inflight_adds_max``); raise
+        ``ClientClosedError`` once the client is closed."""
         self._room_waiters += 1
         try:
-            while self._inflight + count > self._inflight_max or (
-                    self._inflight and self._inflight_bytes + size > self._inflight_bytes_max):
+            while True:
+                if self._client_closed:
+                    raise ClientClosedError(f"the client of ledger {self.id} is closed")
+                if self._inflight + count <= self._inflight_max and (
+                        not self._inflight
+                        or self._inflight_bytes + size <= self._inflight_bytes_max):
+                    return
                 self._room.wait()
         finally:
             self._room_waiters -= 1
@@ -366,6 +375,22 @@ class WriteHandle:
             _complete(self._future_condition, settled, error)
             if self._metrics is not None:
                 self._metrics.settled([fut for _, fut in settled], error is not None)
+
+    def client_closed(self) -> None:
+        """The driver stopped (``Client.close``): every add not yet settled
+        fails with ``ClientClosedError`` (it may or may not be stored: its
+        acks can no longer come), and adds waiting for room raise it."""
+        error = ClientClosedError(f"the client was closed with this add to ledger {self.id} "
+                                  f"in flight: it may or may not be stored")
+        with self._queue_lock:
+            self._client_closed = True
+            queued, self._queued_futures, self._queued_payloads = self._queued_futures, [], []
+            self._room.notify_all()
+        settled = [*self._futures.items(), *((None, fut) for fut in queued)]
+        self._futures.clear()
+        _complete(self._future_condition, settled, error)
+        if self._close_done is not None and not self._close_done.done():
+            self._close_done.set_exception(error)
 
     # -- close --------------------------------------------------------------------
     def close(self) -> None:
@@ -464,6 +489,15 @@ class ReadHandle:
                             server_keys=server_keys) as reader:
                 yield from reader.read(metadata, first_entry_id, last_entry_id, key)
         return chunks()
+
+    def client_closed(self) -> None:
+        """The driver stopped (``Client.close``): reads and LAC waits in
+        flight fail with ``ClientClosedError``."""
+        waiting, self._waiting = self._waiting, {}
+        error = ClientClosedError(f"the client was closed during a read of ledger {self.id}")
+        for fut in waiting.values():
+            if not fut.done():
+                fut.set_exception(error)
 
     def on_result(self, action) -> None:
         key = getattr(action, "read_id", None)

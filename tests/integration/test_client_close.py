@@ -1,0 +1,95 @@
+"""Closing a client with work in flight: every add, room wait and read
+that can no longer finish fails with ``ClientClosedError`` at once, instead
+of leaving its caller waiting forever (an add's future) or for the call
+bound (a read).  The bookies are SIGSTOPped, so nothing in flight can
+finish by itself."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import pytest
+
+import appliance
+from appliance.errors import ClientClosedError
+from tests.support.launch import wait_for, wait_registered
+
+PW = b"secret"
+
+
+@pytest.fixture
+def frozen(make_cluster):
+    """(client, ledger with one entry, freeze(), the tailing reader); the
+    client is closed by the test, the bookies resumed by the fixture."""
+    cluster = make_cluster(3, client={"inflight_adds_max": 5, "explicit_lac_interval_ms": 0})
+    stopped: list[int] = []
+
+    def freeze():
+        for proc in cluster.procs.values():
+            os.kill(proc.pid, signal.SIGSTOP)
+            stopped.append(proc.pid)
+
+    bk = appliance.connect(str(cluster.config_path))
+    try:
+        wait_registered(bk, 3)
+        lh = bk.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=PW)
+        assert lh.add(b"first") == 0
+        reader = bk.open_ledger(lh.id, password=PW, recovery=False)
+        yield bk, lh, freeze, reader
+    finally:
+        bk.close()
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+
+
+def test_adds_in_flight_fail_when_the_client_closes(frozen):
+    bk, lh, freeze, _ = frozen
+    freeze()
+    futures = [lh.add_async(b"x%d" % i) for i in range(5)]  # the handle's whole window
+    blocked: list = []
+
+    def add_one_more():  # no room: waits for an ack that cannot come
+        try:
+            lh.add_async(b"more")
+        except Exception as exc:  # noqa: BLE001 - the test checks which
+            blocked.append(exc)
+
+    waiter = threading.Thread(target=add_one_more)
+    waiter.start()
+    wait_for(lambda: lh._room_waiters == 1, 30.0, what="the add waiting for room")
+    assert not any(f.done() for f in futures)
+    bk.close()
+    waiter.join(30)
+    assert not waiter.is_alive()
+    assert len(blocked) == 1 and isinstance(blocked[0], ClientClosedError)
+    for fut in futures:
+        with pytest.raises(ClientClosedError, match="may or may not be stored"):
+            fut.result(timeout=0)
+    with pytest.raises(ClientClosedError):
+        lh.add_async(b"after")
+    with pytest.raises(ClientClosedError):
+        lh.close()  # the ledger stays open, for a recovery to close
+
+
+def test_a_read_waiting_for_the_lac_fails_when_the_client_closes(frozen):
+    bk, _, freeze, reader = frozen
+    freeze()
+    outcome: list = []
+
+    def tail():
+        try:
+            outcome.append(reader.wait_for_lac(0, timeout_s=120))
+        except Exception as exc:  # noqa: BLE001 - the test checks which
+            outcome.append(exc)
+
+    tailer = threading.Thread(target=tail)
+    tailer.start()
+    wait_for(lambda: reader._waiting, 30.0, what="the LAC wait in flight")
+    bk.close()
+    tailer.join(30)  # far less than its own 120 s
+    assert not tailer.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], ClientClosedError)
+    with pytest.raises(ClientClosedError):
+        reader.read_lac()
