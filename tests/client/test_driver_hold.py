@@ -37,6 +37,13 @@ def _add(driver, ledger_id, entry_ids, bookie="b1", holdable=True):
     return core
 
 
+def _sent_after(driver, ledger_id, entry_ids=(0,), holdable=True) -> int:
+    """Messages sent so far, after ``ledger_id``'s add to b1 and a turn's end."""
+    _add(driver, ledger_id, entry_ids, holdable=holdable)
+    driver._flush_adds()
+    return len(driver.transport.sent)
+
+
 def _one_out(driver):
     """Ledger 1's add to b1, sent at once (nothing awaits a reply yet)."""
     core = _add(driver, 1, [0])
@@ -75,9 +82,7 @@ def test_fresh_adds_wait_for_the_reply_then_share_one_message(driver):
 
 def test_held_adds_leave_at_the_linger_without_a_reply(driver):
     _one_out(driver)
-    _add(driver, 2, [0])
-    driver._flush_adds()
-    assert len(driver.transport.sent) == 1
+    assert _sent_after(driver, 2) == 1
     (deadline, _, _, _), = driver._later  # a deferred call ends the loop's wait in time
     assert 0 < deadline - time.monotonic() <= driver.add_hold_s
     driver._held_since["b1"] -= driver.add_hold_s  # as if the linger had passed
@@ -88,12 +93,9 @@ def test_held_adds_leave_at_the_linger_without_a_reply(driver):
 
 def test_an_add_that_must_not_wait_takes_the_held_ones_along(driver):
     _one_out(driver)
-    _add(driver, 2, [0])
-    driver._flush_adds()
-    assert len(driver.transport.sent) == 1
-    _add(driver, 3, [5], holdable=False)  # a resend, a recovery write, a held batch
-    driver._flush_adds()
-    assert len(driver.transport.sent) == 2
+    assert _sent_after(driver, 2) == 1
+    # a resend, a recovery write, a batch held at its handle: it goes, and the held one too
+    assert _sent_after(driver, 3, [5], holdable=False) == 2
     multi = driver.transport.sent[1][1]
     assert isinstance(multi, AddMultiRequest) and [g[0] for g in multi.groups] == [2, 3]
 
@@ -108,19 +110,14 @@ def test_only_the_busy_bookie_holds(driver):
 
 def test_a_full_message_never_waits(driver):
     _one_out(driver)
-    _add(driver, 2, range(driver.add_batch_entries_max - 1))
-    driver._flush_adds()
-    assert len(driver.transport.sent) == 1  # one entry short of a message: held
-    _add(driver, 3, [0])
-    driver._flush_adds()
-    assert len(driver.transport.sent) == 2  # now it fills one: it goes
+    assert _sent_after(driver, 2, range(driver.add_batch_entries_max - 1)) == 1  # one short
+    assert _sent_after(driver, 3) == 2  # now the held adds fill a message: they go
     assert [g[0] for g in driver.transport.sent[1][1].groups] == [2, 3]
 
 
 def test_a_timed_out_message_ends_the_wait(driver):
     first, rid = _one_out(driver)
-    _add(driver, 2, [0])
-    driver._flush_adds()
+    assert _sent_after(driver, 2) == 1
     driver._on_net([Event("b1", rid, 7, BKTimeoutError.code, None)])
     assert first.events and all(e.code == BKTimeoutError.code for e in first.events)
     driver._flush_adds()
@@ -130,17 +127,11 @@ def test_a_timed_out_message_ends_the_wait(driver):
 def test_zero_turns_the_hold_off(driver):
     driver.add_messages_inflight = 0
     _one_out(driver)
-    _add(driver, 2, [0])
-    driver._flush_adds()
-    assert len(driver.transport.sent) == 2
+    assert _sent_after(driver, 2) == 2
 
 
 def test_a_higher_limit_holds_only_past_it(driver):
     driver.add_messages_inflight = 2
     _one_out(driver)
-    _add(driver, 2, [0])
-    driver._flush_adds()
-    assert len(driver.transport.sent) == 2  # one message out: below the limit
-    _add(driver, 3, [0])
-    driver._flush_adds()
-    assert len(driver.transport.sent) == 2  # two out: held
+    assert _sent_after(driver, 2) == 2  # one message out: below the limit
+    assert _sent_after(driver, 3) == 2  # two out: held
