@@ -110,7 +110,7 @@ class BenchOptions:
     metrics: bool = False  # temporary appliance: every bookie serves /metrics
     gc_threshold: int = 0  # client processes: [client] gc_threshold (0: Python's own)
     switch_interval_us: int = 0  # client processes: [client] switch_interval_us (0: Python's)
-    add_messages_inflight: int | None = None  # client processes: [client] one (None: config's)
+    add_messages_inflight: int | None = None  # clients: [client] add_messages_inflight or None
 
     def validate(self) -> BenchOptions:
         from appliance.protocol.metadata import check_quorums
