@@ -113,6 +113,16 @@ _COALESCED = object()  # route marker: the request carried several parts
 _LAC_MULTI = object()  # route marker: a WRITE_LAC_MULTI (its actions, for the fallback)
 
 
+def _fail_call(fut: Future, error: BaseException) -> None:
+    """Fail a call's future unless it is done or cancelled already (the
+    closing thread and the caller may both try, once the loop stopped)."""
+    try:
+        if fut.set_running_or_notify_cancel():
+            fut.set_exception(error)
+    except RuntimeError:  # already running or finished: the other side failed it
+        pass
+
+
 def _no_op() -> None:
     """A deferred call that only ends the driver's wait (a hold's deadline)."""
 
@@ -203,6 +213,8 @@ class Driver:
             fut.set_exception(ClientClosedError("the client is closed"))
             return fut
         self._put(("call", fn, args, fut))
+        if self._stopped:  # closed meanwhile: the leftovers may have been failed already
+            _fail_call(fut, ClientClosedError("the client was closed before this call ran"))
         return fut
 
     def post(self, fn, *args) -> None:
@@ -741,8 +753,8 @@ class Driver:
         error = ClientClosedError("the client was closed before this call ran")
         while self._q:
             item = self._q.popleft()
-            if item[0] == "call" and item[3].set_running_or_notify_cancel():
-                item[3].set_exception(error)
+            if item[0] == "call":
+                _fail_call(item[3], error)
         for sink in list(self._sinks.values()):
             closed = getattr(sink, "client_closed", None)
             if closed is not None:

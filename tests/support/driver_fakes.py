@@ -27,6 +27,9 @@ class FakeTransport:
     def add_bookie(self, *_):
         pass
 
+    def wake(self):  # the loop never runs: nothing to wake
+        pass
+
 
 class FakeCore:
     """A core that keeps every event it is fed and answers nothing."""
