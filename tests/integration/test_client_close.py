@@ -93,3 +93,19 @@ def test_a_read_waiting_for_the_lac_fails_when_the_client_closes(frozen):
     assert len(outcome) == 1 and isinstance(outcome[0], ClientClosedError)
     with pytest.raises(ClientClosedError):
         reader.read_lac()
+
+
+def test_log_records_in_flight_fail_when_the_client_closes(make_cluster):
+    """A log writer's records, buffered or in flight, settle at the client's
+    close: each with its position or with ``ClientClosedError``."""
+    cluster = make_cluster(3)
+    bk = appliance.connect(str(cluster.config_path))
+    try:
+        wait_registered(bk, 3)
+        writer = bk.log("closing").writer()
+        futures = [writer.write_async(b"r%d" % i) for i in range(2000)]
+    finally:
+        bk.close()
+    wait_for(lambda: all(f.done() for f in futures), 30.0, what="every record settled")
+    errors = [f.exception() for f in futures if f.exception() is not None]
+    assert all(isinstance(e, ClientClosedError) for e in errors)
