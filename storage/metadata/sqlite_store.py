@@ -172,7 +172,30 @@ class SqliteStore(MetadataStore):
                 time.sleep(delay_s)
                 delay_s = min(delay_s * 2, 0.05)
 
+    def _schema_present(self) -> bool:
+        """The schema this code reads is in place (every open after the
+        first): a read, without the write lock.  Another version raises."""
+        try:
+            row = self._conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):
+                return False
+            raise
+        if row is None:
+            return False
+        if row[0] != str(SCHEMA_VERSION):
+            raise MetadataError(f"{self.db_path}: schema version {row[0]}, this code "
+                                f"reads {SCHEMA_VERSION}")
+        return True
+
     def _init_schema(self) -> None:
+        """Create the tables on the first open.  Later opens only read the
+        schema version: sqlite-utils (~12,000 objects the garbage collector
+        scans in every full collection of a client's heap, and ~80 modules)
+        is imported only to create it."""
+        with self._errors("schema check"):
+            if self._schema_present():
+                return
         with self._write_txn(purge=False) as conn:
             db = _sqlite_utils().Database(conn, execute_plugins=False)
             db["meta"].create({"key": str, "value": str}, pk="key", if_not_exists=True)

@@ -195,3 +195,37 @@ def test_store_does_not_import_pandas_but_leaves_it_importable(tmp_path):
     import importlib.util
     if importlib.util.find_spec("pandas") is not None:
         assert out[1] == "importable pandas"
+
+
+def test_only_the_first_open_imports_sqlite_utils(tmp_path):
+    """sqlite-utils creates the schema; every later open (each client's)
+    only reads its version, so a client's heap, which every full garbage
+    collection scans, does not carry sqlite-utils' ~12,000 objects."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from storage.metadata import open_store\n"
+        f"s = open_store('sqlite:///{tmp_path}/md.db')\n"
+        "if not s.exists('/x'):\n"
+        "    s.create('/x', b'1')\n"
+        "print(s.get('/x')[0] == b'1', 'sqlite_utils' in sys.modules)\n"
+        "s.close()\n"
+    )
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=120, check=True).stdout.split() for _ in range(2)]
+    assert runs == [["True", "True"], ["True", "False"]]
+
+
+def test_a_store_of_another_schema_version_is_refused_naming_it(tmp_path):
+    from appliance.errors import MetadataError
+
+    with open_store(f"sqlite:///{tmp_path}/md.db") as store:
+        store.create("/x", b"1")
+    conn = sqlite3.connect(tmp_path / "md.db")
+    conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema'")
+    conn.commit()
+    conn.close()
+    with pytest.raises(MetadataError, match="schema version 99"):
+        open_store(f"sqlite:///{tmp_path}/md.db")
