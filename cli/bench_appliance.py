@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from cli.common import echo_json, json_option, library_errors
+from cli.common import client_knob_options, echo_json, json_option, library_errors
 from cli.ledger import quorum_options
 
 
@@ -99,20 +99,7 @@ def _echo(doc: dict, rate_key: str, what: str) -> None:
 @click.option("--metrics/--no-metrics", default=False, show_default=True,
               help="Temporary appliance: every bookie serves Prometheus /metrics "
                    "(metrics_address 127.0.0.1:0), to measure what metrics cost.")
-@click.option("--gc-threshold", type=click.IntRange(min=0), default=0, show_default=True,
-              help="The client processes raise Python's youngest-generation GC threshold "
-                   "to N ([client] gc_threshold; 0 = Python's own), to measure what the "
-                   "garbage collector costs with many ledgers.")
-@click.option("--switch-interval-us", type=click.IntRange(min=0, max=1_000_000), default=0,
-              show_default=True,
-              help="The client processes raise Python's thread switch interval to N "
-                   "microseconds ([client] switch_interval_us; 0 = Python's own 5,000), to "
-                   "measure what the driver and adding threads' lock swaps cost.")
-@click.option("--add-messages-inflight", type=click.IntRange(0, 1_000), default=None,
-              help="The client processes hold a ledger's fresh adds for a bookie with this "
-                   "many add messages awaiting replies ([client] add_messages_inflight; "
-                   "default: the config's, 1; 0 = no hold), to measure what the hold does "
-                   "with many ledgers.")
+@client_knob_options
 @_bench_options
 @library_errors
 def write(config_path, journal, plot_path, workdir, as_json, **kwargs):

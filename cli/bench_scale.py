@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import click
 
-from cli.common import echo_json, json_option, library_errors
+from cli.common import client_knob_options, echo_json, json_option, library_errors
 
 
 def _points(text: str) -> list[int]:
@@ -72,17 +72,7 @@ def scale():
               help="Open-loop adds/s for the latency points.")
 @click.option("--duration-s", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
               help="Seconds of each open-loop point.")
-@click.option("--gc-threshold", type=click.IntRange(min=0), default=0, show_default=True,
-              help="The client raises Python's youngest-generation GC threshold to N "
-                   "([client] gc_threshold; 0 = Python's own).")
-@click.option("--switch-interval-us", type=click.IntRange(min=0, max=1_000_000), default=0,
-              show_default=True,
-              help="The client raises Python's thread switch interval to N microseconds "
-                   "([client] switch_interval_us; 0 = Python's own 5,000).")
-@click.option("--add-messages-inflight", type=click.IntRange(0, 1_000), default=None,
-              help="The client holds a ledger's fresh adds for a bookie with this many add "
-                   "messages awaiting replies ([client] add_messages_inflight; default: "
-                   "the config's, 1; 0 = no hold).")
+@client_knob_options
 def ledgers(points, plot_path, workdir, as_json, entries, rate, duration_s, gc_threshold,
             switch_interval_us, add_messages_inflight):
     """Adds/s (closed loop) and p99 (open loop, from the scheduled send

@@ -35,6 +35,28 @@ def json_option(f):
     return click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")(f)
 
 
+def client_knob_options(f):
+    """The bench commands' client-process knobs, each a ``[client]`` key
+    set for the run only: ``--gc-threshold``, ``--switch-interval-us``,
+    ``--add-messages-inflight``."""
+    f = click.option(
+        "--add-messages-inflight", type=click.IntRange(0, 1_000), default=None,
+        help="The client processes hold a ledger's fresh adds for a bookie with this many "
+             "add messages awaiting replies ([client] add_messages_inflight; default: the "
+             "config's, 1; 0 = no hold), to measure what the hold does with many ledgers.")(f)
+    f = click.option(
+        "--switch-interval-us", type=click.IntRange(min=0, max=1_000_000), default=0,
+        show_default=True,
+        help="The client processes raise Python's thread switch interval to N microseconds "
+             "([client] switch_interval_us; 0 = Python's own 5,000), to measure what the "
+             "driver and adding threads' lock swaps cost.")(f)
+    return click.option(
+        "--gc-threshold", type=click.IntRange(min=0), default=0, show_default=True,
+        help="The client processes raise Python's youngest-generation GC threshold to N "
+             "([client] gc_threshold; 0 = Python's own), to measure what the garbage "
+             "collector costs with many ledgers.")(f)
+
+
 def library_errors(f):
     """Turn appliance errors into one line on stderr and a non-zero exit."""
 
