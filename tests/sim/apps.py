@@ -29,7 +29,7 @@ class WriterApp:
                               placement=cluster.placement)
         self.core = LedgerWriter(md, version, cluster.master_key, cluster.digest, config=config,
                                  available_bookies=cluster.available(), ids=self.host.ids,
-                                 locations=cluster.locations)
+                                 locations=cluster.locations, protections=cluster.protections)
         self.core.on_placement = cluster.checker.on_placement
         self.stopped = False
         self.closed_at: int | None = None

@@ -28,6 +28,12 @@ that lost data, a metadata write, a read) and runs at the end of that step:
                      replacement the writer, a recovery or a re-replicator
                      picks shares no host with the write sets holding its
                      position whenever one of its candidates did not.
+``acked-sent``       while the ledger is OPEN, every entry the writer has
+                     acknowledged in the last fragment was sent by a client to
+                     (or is held by) every bookie of its write set there: an
+                     ensemble change never names a replacement for an entry
+                     that no one will give it (an entry confirmed while the
+                     change was in flight would stay a copy short for good).
 ``read-needs-key``   no bookie answers a read carrying another key than the
                      ledger's (or none, while the bookie's ``reads_need_key``)
                      with entry bytes (``appliance.protocol.read_access``).
@@ -38,7 +44,7 @@ from __future__ import annotations
 from appliance.errors import UnauthorizedError
 from appliance.protocol import events as ev
 from appliance.protocol.entry import HEADER_BYTES
-from appliance.protocol.metadata import CLOSED
+from appliance.protocol.metadata import CLOSED, OPEN
 from appliance.protocol.placement import ensemble_possible, meets_rule
 from appliance.protocol.repair import share_runs
 from tests.sim.world import Violation
@@ -62,6 +68,8 @@ class Checker:
         self.reads_refused = 0  # reads bookies refused for their key (the rule at work)
         self._to_check: set[int] = set()
         self._check_all = False
+        self.sent: dict[int, set[str]] = {}  # entry id -> bookies a client sent it to
+        self._sent_to_check: set[int] = set()  # acked-sent, at the end of the step
         world.after_step.append(self.after_step)
 
     def fail(self, name: str, detail: str) -> None:
@@ -94,7 +102,9 @@ class Checker:
     def on_record(self, action) -> None:
         """Every SendAdd a client makes: the writer's first record for an id
         is canonical; no record for that id may ever differ."""
+        sent, bookie = self.sent, action.bookie_id
         for entry_id, data in zip(action.entry_ids, action.datas, strict=True):
+            sent.setdefault(entry_id, set()).add(bookie)
             known = self.records.get(entry_id)
             if known is None:
                 if action.recovery:
@@ -115,6 +125,7 @@ class Checker:
             self.fail("ack-after-close", f"writer acknowledged entries {first}..{last} after "
                                          f"the ledger was closed at {self.closed.last_entry_id}")
         self._to_check.update(range(first, last + 1))
+        self._sent_to_check.update(range(first, last + 1))
 
     def on_data_loss(self, bookie: str, lost: dict[int, set[int]]) -> None:
         limit = self.acked_max
@@ -150,6 +161,8 @@ class Checker:
                 self._check_repointed(new, index, old.ensembles[index][1])
         if new.ensembles != old.ensembles:
             self._check_all = True
+        if new.state == OPEN and len(new.ensembles) > len(old.ensembles):
+            self._sent_to_check.update(range(new.last_fragment[0], self.writer_lac + 1))
         if new.state == CLOSED:
             self.closed = new
             self._check_all = True
@@ -226,6 +239,8 @@ class Checker:
                 self.fail("no-divergence", f"closed at {last} but {reader} saw LAC {lac}")
 
     def after_step(self) -> None:
+        if self._sent_to_check:
+            self._check_acked_sent()
         if self._check_all:
             self._check_all = False
             self._to_check.update(range(self.acked_max + 1))
@@ -240,6 +255,21 @@ class Checker:
                 self.fail("acked-lost", f"acknowledged entry {entry_id} is on no bookie of "
                                         f"its write set {list(md.write_set(entry_id))}")
         self._to_check.clear()
+
+    def _check_acked_sent(self) -> None:
+        entry_ids, self._sent_to_check = self._sent_to_check, set()
+        md = self.meta.get(self.ledger_id)[0]
+        if md.state != OPEN:
+            return
+        start = md.last_fragment[0]
+        for entry_id in sorted(e for e in entry_ids if start <= e <= self.writer_lac):
+            sent = self.sent.get(entry_id, ())
+            missing = [b for b in md.write_set(entry_id) if b not in sent
+                       and not self.bookies[b].storage.has(self.ledger_id, entry_id)]
+            if missing:
+                self.fail("acked-sent", f"acknowledged entry {entry_id} is in the fragment at "
+                                        f"{start} on {missing}, which were never sent it")
+                return
 
     def _check_closed_quorum(self, entry_ids) -> None:
         md = self.closed
