@@ -183,10 +183,13 @@ class SqliteStore(MetadataStore):
             raise
         if row is None:
             return False
-        if row[0] != str(SCHEMA_VERSION):
-            raise MetadataError(f"{self.db_path}: schema version {row[0]}, this code "
-                                f"reads {SCHEMA_VERSION}")
+        self._check_version(row[0])
         return True
+
+    def _check_version(self, value: str) -> None:
+        if value != str(SCHEMA_VERSION):
+            raise MetadataError(f"{self.db_path}: schema version {value}, this code "
+                                f"reads {SCHEMA_VERSION}")
 
     def _init_schema(self) -> None:
         """Create the tables on the first open.  Later opens only read the
@@ -216,9 +219,8 @@ class SqliteStore(MetadataStore):
             if row is None:
                 conn.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
                 self._insert_node(conn, "/", b"", owner=None)
-            elif row[0] != str(SCHEMA_VERSION):
-                raise MetadataError(f"{self.db_path}: schema version {row[0]}, this code "
-                                    f"reads {SCHEMA_VERSION}")
+            else:  # another process made it since the check above
+                self._check_version(row[0])
 
     @contextlib.contextmanager
     def _errors(self, what: str):
