@@ -12,9 +12,10 @@
 turned into counterexamples, the durable-reply rule (a bookie answers
 only once its journal made the change durable) and the repair rule (limbo
 is cleared only once the bookie holds its whole share,
-``appliance.protocol.repair``) and the writer's change rule (no entry is
-acknowledged while an ensemble change is in flight, so every pending one
-reaches the replacement).  Production code uses ``Protections()``
+``appliance.protocol.repair``) and the writer's two replacement rules (a
+bookie that refuses an add is replaced even when the ack quorum confirmed
+the entry already; no entry is acknowledged while an ensemble change is in
+flight, so every pending one reaches the replacement).  Production code uses ``Protections()``
 (all on); switching one off exists only so the simulation can show the
 checker finds the matching counterexample.  ``placement`` is not a safety
 rule but the host-aware choice of bookies: off, the simulation's cores
@@ -29,7 +30,8 @@ from dataclasses import dataclass
 from appliance.protocol.errors import OK, is_explicit_negative
 
 PROTECTION_NAMES = ("recovery-read-fence", "fragment-start", "fence-on-boot", "limbo",
-                    "durable-reply", "repair-share", "placement", "change-holds-acks")
+                    "durable-reply", "repair-share", "placement", "change-holds-acks",
+                    "late-refusal")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +45,7 @@ class Protections:
     placement: bool = True  # host-aware choices (appliance.protocol.placement); off: the
     #                         simulation runs its cores with placement "none"
     change_holds_acks: bool = True  # the writer acknowledges nothing during an ensemble change
+    late_refusal: bool = True  # a refusal after the ack quorum still replaces the bookie
 
     @classmethod
     def without(cls, *names: str) -> Protections:

@@ -125,6 +125,7 @@ class LedgerWriter(CoreBase):
         invariant(metadata.state == OPEN, f"ledger {metadata.ledger_id} is not OPEN")
         self.config = config or WriterConfig()
         self._change_holds_acks = protections.change_holds_acks  # off: the simulation only
+        self._late_refusal = protections.late_refusal  # off: the simulation only
         self.placement = check_mode(self.config.placement)
         self.locations.update(locations or {})
         self._md, self._version = metadata, version
@@ -293,7 +294,8 @@ class LedgerWriter(CoreBase):
             return
         code = event.code
         if acks is None or event.entry_id in self._held:
-            if acks is None and code != OK and event.entry_id <= self.last_add_confirmed:
+            if acks is None and code != OK and event.entry_id <= self.last_add_confirmed \
+                    and self._late_refusal:
                 # The ack quorum confirmed the entry before this bookie
                 # refused it (read-only, I/O error, ...): the entry is a copy
                 # short and every later one would be too, so the refusal

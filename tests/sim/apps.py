@@ -31,6 +31,7 @@ class WriterApp:
                                  available_bookies=cluster.available(), ids=self.host.ids,
                                  locations=cluster.locations, protections=cluster.protections)
         self.core.on_placement = cluster.checker.on_placement
+        self.host.on_reply = cluster.checker.on_writer_reply
         self.stopped = False
         self.closed_at: int | None = None
         self.failures: list[tuple[int, int]] = []  # (when, code) of every FailAdds

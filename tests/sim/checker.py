@@ -34,6 +34,13 @@ that lost data, a metadata write, a read) and runs at the end of that step:
                      ensemble change never names a replacement for an entry
                      that no one will give it (an entry confirmed while the
                      change was in flight would stay a copy short for good).
+``refused-kept``     (while OPEN) no entry the writer first sent after a bookie's
+                     refusal of an add reached it (read-only, I/O error, ...;
+                     not a timeout, a fence or a wrong key, which stop it) is
+                     acknowledged with that bookie still in its write set: a
+                     refusing bookie is replaced, even when its refusal came
+                     after the ack quorum (it stores nothing, so every later
+                     entry would be a copy short).
 ``read-needs-key``   no bookie answers a read carrying another key than the
                      ledger's (or none, while the bookie's ``reads_need_key``)
                      with entry bytes (``appliance.protocol.read_access``).
@@ -41,13 +48,18 @@ that lost data, a metadata write, a read) and runs at the end of that step:
 
 from __future__ import annotations
 
-from appliance.errors import UnauthorizedError
+from appliance.errors import OK, BKTimeoutError, LedgerFencedError, UnauthorizedError
 from appliance.protocol import events as ev
 from appliance.protocol.entry import HEADER_BYTES
 from appliance.protocol.metadata import CLOSED, OPEN
 from appliance.protocol.placement import ensemble_possible, meets_rule
 from appliance.protocol.repair import share_runs
 from tests.sim.world import Violation
+
+# reply codes that are not a bookie refusing an add: success, no answer (the
+# tick decides), and the two that stop the writer instead of replacing one
+_NOT_REFUSALS = frozenset((OK, BKTimeoutError.code, LedgerFencedError.code,
+                           UnauthorizedError.code))
 
 
 class Checker:
@@ -69,6 +81,12 @@ class Checker:
         self._to_check: set[int] = set()
         self._check_all = False
         self.sent: dict[int, set[str]] = {}  # entry id -> bookies a client sent it to
+        self._seq = 0  # orders the writer's first sends and the refusals it got
+        self.first_sent: dict[int, int] = {}  # entry id -> _seq of the writer's first send
+        self.refused_at: dict[str, int] = {}  # bookie -> _seq of its first refusal the
+        #                                       writer got since it (re)joined the ensemble
+        self.joined_at: dict[str, int] = {}  # bookie -> _seq it last (re)joined the ensemble
+        self.request_seq: dict[int, int] = {}  # the writer's add request id -> _seq sent
         self._sent_to_check: set[int] = set()  # acked-sent, at the end of the step
         world.after_step.append(self.after_step)
 
@@ -103,8 +121,13 @@ class Checker:
         """Every SendAdd a client makes: the writer's first record for an id
         is canonical; no record for that id may ever differ."""
         sent, bookie = self.sent, action.bookie_id
+        self._seq += 1
+        if not action.recovery:
+            self.request_seq[action.request_id] = self._seq
         for entry_id, data in zip(action.entry_ids, action.datas, strict=True):
             sent.setdefault(entry_id, set()).add(bookie)
+            if not action.recovery:
+                self.first_sent.setdefault(entry_id, self._seq)
             known = self.records.get(entry_id)
             if known is None:
                 if action.recovery:
@@ -126,6 +149,19 @@ class Checker:
                                          f"the ledger was closed at {self.closed.last_entry_id}")
         self._to_check.update(range(first, last + 1))
         self._sent_to_check.update(range(first, last + 1))
+
+    def on_writer_reply(self, bookie: str, msg) -> None:
+        """A reply reaching the writer: note a bookie's first refusal of an add
+        sent since it last joined the ensemble (a late refusal from an
+        earlier stay is stale to the writer too)."""
+        codes = (msg.code,) if type(msg) is ev.AddResponse else \
+            msg.codes if type(msg) is ev.AddResponses else ()
+        self._seq += 1
+        sent = self.request_seq.get(msg.request_id)
+        if bookie not in self.refused_at and sent is not None \
+                and sent > self.joined_at.get(bookie, 0) \
+                and any(c not in _NOT_REFUSALS for c in codes):
+            self.refused_at[bookie] = self._seq
 
     def on_data_loss(self, bookie: str, lost: dict[int, set[int]]) -> None:
         limit = self.acked_max
@@ -161,8 +197,14 @@ class Checker:
                 self._check_repointed(new, index, old.ensembles[index][1])
         if new.ensembles != old.ensembles:
             self._check_all = True
-        if new.state == OPEN and len(new.ensembles) > len(old.ensembles):
+        if new.state == OPEN and new.last_fragment != old.last_fragment:
+            # a new last fragment, or the last one redone at its start (nothing
+            # of it was acknowledged yet): the writer's ensemble change
             self._sent_to_check.update(range(new.last_fragment[0], self.writer_lac + 1))
+            self._seq += 1
+            for bookie in set(new.last_fragment[1]) - set(old.last_fragment[1]):
+                self.refused_at.pop(bookie, None)  # (re)joined: earlier refusals are moot
+                self.joined_at[bookie] = self._seq
         if new.state == CLOSED:
             self.closed = new
             self._check_all = True
@@ -257,18 +299,26 @@ class Checker:
         self._to_check.clear()
 
     def _check_acked_sent(self) -> None:
+        """``acked-sent`` and ``refused-kept``."""
         entry_ids, self._sent_to_check = self._sent_to_check, set()
         md = self.meta.get(self.ledger_id)[0]
         if md.state != OPEN:
             return
-        start = md.last_fragment[0]
+        start, refused_at = md.last_fragment[0], self.refused_at
         for entry_id in sorted(e for e in entry_ids if start <= e <= self.writer_lac):
             sent = self.sent.get(entry_id, ())
-            missing = [b for b in md.write_set(entry_id) if b not in sent
+            write_set = md.write_set(entry_id)
+            missing = [b for b in write_set if b not in sent
                        and not self.bookies[b].storage.has(self.ledger_id, entry_id)]
             if missing:
                 self.fail("acked-sent", f"acknowledged entry {entry_id} is in the fragment at "
                                         f"{start} on {missing}, which were never sent it")
+                return
+            first = self.first_sent.get(entry_id)
+            kept = [b for b in write_set if first is not None and refused_at.get(b, first) < first]
+            if kept:
+                self.fail("refused-kept", f"acknowledged entry {entry_id}, first sent after "
+                                          f"{kept} refused an add, with them in its write set")
                 return
 
     def _check_closed_quorum(self, entry_ids) -> None:

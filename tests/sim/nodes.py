@@ -323,6 +323,7 @@ class CoreHost:
         self.ids = itertools.count(1)
         self.on_result = on_result
         self.on_record = on_record  # every SendAdd is shown to the checker
+        self.on_reply = None  # (bookie, reply) of each reply delivered to a core (the writer's)
         self.after_event = None
         self.routes: dict[int, object] = {}
         self.timers: dict[int, object] = {}
@@ -363,6 +364,8 @@ class CoreHost:
             return
         core = self.routes.get(msg.request_id)
         if core is not None:
+            if self.on_reply is not None:
+                self.on_reply(src, msg)
             self.deliver(core, dataclasses.replace(msg, now_ms=self.world.now_ms))
 
     def deliver(self, core, event) -> None:

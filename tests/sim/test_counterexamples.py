@@ -1,5 +1,5 @@
-"""The four counterexamples BookKeeper's TLA+ model found, and the writer's
-acks during an ensemble change, replayed step by step: each produces a
+"""The four counterexamples BookKeeper's TLA+ model found, and two of the
+writer's replacement rules, replayed step by step: each produces a
 violation with its protection switched off and none with it on (the checker
 can fail, and the protection is what prevents it)."""
 
@@ -123,12 +123,41 @@ def run_change_acks(protection: str) -> Script:
     return s
 
 
+def run_late_refusal(protection: str) -> Script:
+    """A refusal after the ack quorum (not from the TLA+ model: found by
+    tests/integration/test_read_only.py under load).  E3/W3/A2: bookie-3
+    turns read-only and its refusals of 5-9 reach the writer after bookie-1
+    and bookie-2 confirmed them.  Dropped as stale replies, they left a
+    bookie that stores nothing in the ensemble, every later entry a copy
+    short; the writer replaces it (``late-refusal``)."""
+    s = Script(3, 3, 2, bookies=4, timeout_ms=100_000,
+               disabled=("late-refusal",) if protection == OFF else ())
+    s.add(5)
+    s.run(50)
+    s.refuse_adds("bookie-3", ReadOnlyError.code)
+    s.hold(lambda src, dst, m: src == "bookie-3")  # its answers come after the quorum's
+    s.add(5)
+    s.run(50)
+    assert s.writer_lac == 9
+    s.release()  # its refusals of 5-9 (the rule stays: later answers wait too)
+    s.run(100)
+    s.add(5)  # off: sent to bookie-3 again, confirmed by bookie-1 and bookie-2
+    s.run(200)
+    s.clear_rules()
+    s.release()
+    s.run(100)
+    s.close()
+    s.run(200)
+    return s
+
+
 SCENARIOS = {
     "2614 (recovery-read-fence)": (run_2614, "ack-after-close"),
     "2615 (fragment-start)": (run_2615, "core-invariant"),
     "BP-46 scenario 1 (fence-on-boot)": (run_bp46_1, "ack-after-close"),
     "BP-46 scenario 2 (limbo)": (run_bp46_2, "no-divergence"),
     "acks during an ensemble change (change-holds-acks)": (run_change_acks, "acked-sent"),
+    "a refusal after the ack quorum (late-refusal)": (run_late_refusal, "refused-kept"),
 }
 
 

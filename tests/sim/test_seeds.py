@@ -4,6 +4,9 @@
   work: they closed ledgers, lost messages, crashed bookies).
 * Each protection switched off: a 3,000-seed sweep finds a violation (stops
   at the first), so the checker can fail and each protection matters.
+  ``late-refusal`` needs a longer sweep: its shape (a bookie's refusal
+  reaching the writer after the ack quorum confirmed the entry, and the
+  writer going on) is rare in random runs (the first is seed 5,898).
 """
 
 import os
@@ -16,6 +19,7 @@ from tests.sim.config import random_config
 from tests.sim.runner import run_seeds
 
 JOBS = min(2, os.cpu_count() or 1)
+SWEEP_SEEDS = {"late-refusal": 10_000}  # the rest: 3,000
 
 
 def test_two_thousand_random_seeds_violate_nothing():
@@ -45,10 +49,11 @@ def test_the_seeds_cover_every_configuration_and_fault():
 
 @pytest.mark.parametrize("protection", PROTECTION_NAMES)
 def test_switching_a_protection_off_lets_the_checker_find_a_violation(protection):
-    summary = run_seeds(range(3_000), disabled=(protection,), jobs=JOBS, stop_at_first=True)
-    assert summary.failures, f"no violation in 3000 seeds with {protection} off"
+    seeds = SWEEP_SEEDS.get(protection, 3_000)
+    summary = run_seeds(range(seeds), disabled=(protection,), jobs=JOBS, stop_at_first=True)
+    assert summary.failures, f"no violation in {seeds} seeds with {protection} off"
     failure = summary.failures[0]
     assert failure.violation in {"ack-after-close", "no-divergence", "acked-lost",
                                  "core-invariant", "repair-incomplete", "placement",
-                                 "closed-quorum", "acked-sent"}, \
+                                 "closed-quorum", "acked-sent", "refused-kept"}, \
         failure.report((protection,))
