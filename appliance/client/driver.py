@@ -577,11 +577,11 @@ class Driver:
                 self._add_messages[action[0]] -= 1
                 self._on_coalesced(action, event, now)
                 continue
-            if type(action) is tuple and core is not _LAC_MULTI:  # an ADD_PACKED's add_head
-                self._add_messages[action[1]] -= 1
             if core is _LAC_MULTI:
                 self._on_lac_multi(action, event)
                 continue
+            if type(action) is tuple:  # an ADD_PACKED's add_head
+                self._add_messages[action[1]] -= 1
             if type(action) is ev.SendWriteClose:  # the "core" is its outcome: logged only
                 core.done(action.bookie_id, reply_code(event.status, event.reply))
                 continue
