@@ -49,7 +49,6 @@ result message per client, timeouts on every wait.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import gc
 import multiprocessing as mp
 import queue
@@ -429,15 +428,32 @@ def _result(start: float, count: int, size: int, cpu0: float, sent, done) -> dic
             "switch_interval_us": round(sys.getswitchinterval() * 1e6)}
 
 
+def _done_recorder(done: _Times):
+    """The one callback every timed add of a loop shares, and the map it
+    reads: ``samples[id(future)] = k`` before the callback is attached, and
+    the callback records sample ``k``'s completion time.  Nothing is made
+    per add (a ``functools.partial`` per timed add was an object in flight
+    per add, for the client's collector to promote and scan: timing every
+    add made the client's full collections, and the latency spikes they
+    cause, several times as frequent as the library alone makes them).  A
+    future is alive until its callbacks ran, so its id is not reused before
+    its entry is popped.  Failed adds are recorded too; the last future's
+    check fails the run."""
+    samples: dict[int, int] = {}
+
+    def on_done(fut) -> None:
+        done.set(samples.pop(id(fut)), time.perf_counter())
+
+    return on_done, samples
+
+
 def write_loop(lh, payloads: list[bytes], entries: int, rate: float, duration_s: float | None,
                sample_every: int = 1) -> dict:
     """Adds, at most the handle's ``inflight_adds_max`` in flight (its
     ``add_async`` blocks beyond); open loop at ``rate``/s if > 0.  The
     latency of every ``sample_every``-th add is recorded."""
     sent, done = _Times(), _Times()
-
-    def on_done(k: int, _fut) -> None:  # failures: see the last future's check below
-        done.set(k, time.perf_counter())
+    on_done, samples = _done_recorder(done)
 
     cpu0, start = time.process_time(), time.perf_counter()
     stop_at = start + duration_s if duration_s else float("inf")
@@ -454,7 +470,8 @@ def write_loop(lh, payloads: list[bytes], entries: int, rate: float, duration_s:
         last = lh.add_async(payloads[n & 63])
         if n % sample_every == 0:
             sent.set(k, due if interval else time.perf_counter())
-            last.add_done_callback(functools.partial(on_done, k))
+            samples[id(last)] = k
+            last.add_done_callback(on_done)
             k += 1
         n += 1
     _wait_all(lh, last)
@@ -467,9 +484,7 @@ def write_batches_loop(lh, payloads: list[bytes], entries: int, batch: int,
     payloads (it blocks while the handle's in-flight limits are reached);
     latency of every ``sample_every``-th add, from the call that queued it."""
     sent, done = _Times(), _Times()
-
-    def on_done(k: int, _fut) -> None:
-        done.set(k, time.perf_counter())
+    on_done, samples = _done_recorder(done)
 
     cpu0, start = time.process_time(), time.perf_counter()
     stop_at = start + duration_s if duration_s else float("inf")
@@ -481,7 +496,8 @@ def write_batches_loop(lh, payloads: list[bytes], entries: int, batch: int,
         futs = lh.add_many_async([payloads[(n + i) & 63] for i in range(count)])
         for i in range(-n % sample_every, count, sample_every):
             sent.set(k, t0)
-            futs[i].add_done_callback(functools.partial(on_done, k))
+            samples[id(futs[i])] = k
+            futs[i].add_done_callback(on_done)
             k += 1
         last = futs[-1]
         n += count

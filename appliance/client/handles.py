@@ -11,6 +11,7 @@ of ``add_async`` calls.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
@@ -31,6 +32,8 @@ from appliance.errors import (
 from appliance.protocol import events as ev
 from appliance.protocol.metadata import CLOSED
 
+log = logging.getLogger(__name__)
+
 READ_CHUNK_ENTRIES = 1000  # entries per read() round trip through the driver
 
 
@@ -43,7 +46,11 @@ class AddFuture(Future):
     its own future), and a batch of adds completes under one lock.
     Its two lists (``wait``'s waiters, callbacks) are made on first use: most
     adds never get either, and two lists per add in flight were most of the
-    objects the garbage collector kept scanning.
+    objects the garbage collector kept scanning.  An add's first callback is
+    kept without a list (the usual one: a caller timing or chaining each
+    add), for the same reason: a list per add in flight was an object more
+    for each young collection to promote, and the promotions are what bring
+    the full collections that pause every thread of the process.
     Cancelling an add's future does not un-write the entry."""
 
     def __init__(self, condition: threading.Condition):
@@ -52,7 +59,8 @@ class AddFuture(Future):
         self._result = None
         self._exception = None
         self._waiter_list = None
-        self._callback_list = None
+        self._callback_one = None  # the first callback, while it is the only one
+        self._callback_list = None  # all of them, once there are two
 
     @property
     def _waiters(self) -> list:  # the base class and concurrent.futures.wait use it
@@ -63,8 +71,26 @@ class AddFuture(Future):
     @property
     def _done_callbacks(self) -> list:
         if self._callback_list is None:
-            self._callback_list = []
+            one, self._callback_one = self._callback_one, None
+            self._callback_list = [] if one is None else [one]
         return self._callback_list
+
+    def add_done_callback(self, fn) -> None:
+        """As ``Future.add_done_callback``: called with this future once it
+        is done (at once if it is), in the order the callbacks were added."""
+        with self._condition:
+            if self._state not in (CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED):
+                if self._callback_one is None and self._callback_list is None:
+                    self._callback_one = fn
+                else:
+                    self._done_callbacks.append(fn)
+                return
+        _call_back(fn, self)
+
+    def _invoke_callbacks(self) -> None:
+        one = self._callback_one
+        for callback in (one,) if one is not None else (self._callback_list or ()):
+            _call_back(callback, self)
 
     def _wait_done(self, timeout: float | None) -> None:
         """Hold ``_condition``; return once finished (or raise)."""
@@ -96,6 +122,14 @@ class AddFuture(Future):
             return self._exception
 
 
+def _call_back(callback, fut: Future) -> None:
+    """Run one done-callback; its exception is logged, as ``Future`` does."""
+    try:
+        callback(fut)
+    except Exception:
+        log.exception("exception calling callback for %r", fut)
+
+
 def _complete(condition: threading.Condition, settled: list, error) -> None:
     """Finish ``settled`` ((entry id, AddFuture) pairs) with their entry id or
     ``error``: one lock and one wake-up for the batch, then the callbacks.
@@ -115,7 +149,7 @@ def _complete(condition: threading.Condition, settled: list, error) -> None:
                 fut._exception = error
                 for waiter in waiters:
                     waiter.add_exception(fut)
-            if fut._callback_list:
+            if fut._callback_one is not None or fut._callback_list:
                 done.append(fut)
         condition.notify_all()
     for fut in done:

@@ -65,3 +65,58 @@ def test_wait_and_as_completed_see_completions():
     done, not_done = wait(fs, timeout=30)
     assert len(done) == 3 and not not_done
     assert sorted(f.result() for f in as_completed(fs, timeout=30)) == [0, 1, 2]
+
+
+def test_callbacks_run_in_the_order_added_whatever_their_number():
+    condition, (a, b, c) = futures(3)
+    seen = []
+    a.add_done_callback(lambda f: seen.append(("a1", f.result())))
+    for name in ("b1", "b2", "b3"):
+        b.add_done_callback(lambda f, name=name: seen.append((name, f.result())))
+    c.add_done_callback(lambda f: seen.append(("c1", f.exception())))
+    c.add_done_callback(lambda f: seen.append(("c2", f.exception())))
+    _complete(condition, [(1, a), (2, b)], None)
+    error = LedgerFencedError("fenced")
+    _complete(condition, [(3, c)], error)
+    assert seen == [("a1", 1), ("b1", 2), ("b2", 2), ("b3", 2), ("c1", error), ("c2", error)]
+    a.add_done_callback(lambda f: seen.append(("late", f.result())))  # done: runs at once
+    assert seen[-1] == ("late", 1)
+
+
+def test_a_cancelled_add_runs_its_callback_and_a_failing_callback_is_logged(caplog):
+    condition, (a, b) = futures(2)
+    seen = []
+    a.add_done_callback(lambda f: seen.append(f.cancelled()))
+    assert a.cancel()
+    assert seen == [True]
+
+    def broken(_f):
+        raise RuntimeError("callback bug")
+
+    b.add_done_callback(broken)
+    b.add_done_callback(lambda f: seen.append(f.result()))
+    with caplog.at_level("ERROR", logger="appliance.client.handles"):
+        _complete(condition, [(5, b)], None)
+    assert seen == [True, 5]  # the second callback still ran
+    assert "callback bug" in caplog.text
+
+
+def test_an_add_with_one_callback_keeps_no_list_for_the_collector():
+    # What each add in flight keeps alive is what young collections promote
+    # and full ones scan: one callback per add (a caller timing its adds)
+    # must not cost a list per add.
+    import gc
+
+    def callback(_f):
+        pass
+
+    condition = threading.Condition()
+    gc.collect()
+    before = len(gc.get_objects())
+    fs = [AddFuture(condition) for _ in range(2000)]
+    for fut in fs:
+        fut.add_done_callback(callback)
+    grown = len(gc.get_objects()) - before
+    assert grown < 2000 * 1.2, grown  # the futures (and the list holding them), not 2 each
+    _complete(condition, list(enumerate(fs)), None)
+    assert [f.result() for f in fs[:3]] == [0, 1, 2]
