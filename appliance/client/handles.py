@@ -185,9 +185,11 @@ class WriteHandle:
                                     available_bookies=self._driver.available_bookies,
                                     ids=self._driver.ids, locations=self._driver.locations)
         # One lock guards the queue and the count of adds in flight; add_async
-        # waits on _room (same lock) while inflight_adds_max adds are in flight.
+        # waits on _room (same lock) while inflight_adds_max adds are in flight;
+        # the first add that waits makes it (a Condition is ~1 KB, most of it
+        # its waiters' deque, and many handles never wait).
         self._queue_lock = threading.Lock()
-        self._room = threading.Condition(self._queue_lock)
+        self._room: threading.Condition | None = None
         self._inflight, self._inflight_max, self._room_waiters = 0, cfg.inflight_adds_max, 0
         self._inflight_bytes, self._inflight_bytes_max = 0, cfg.inflight_bytes_max
         self._queued_payloads: list = []  # waiting for the driver, with their futures
@@ -317,6 +319,8 @@ class WriteHandle:
         bytes in all fit (adds bigger than the byte limit go once nothing is in
         flight; ``count`` is at most ``inflight_adds_max``); raise
         ``ClientClosedError`` once the client is closed."""
+        if self._room is None:
+            self._room = threading.Condition(self._queue_lock)
         self._room_waiters += 1
         try:
             while True:
@@ -419,7 +423,8 @@ class WriteHandle:
         with self._queue_lock:
             self._client_closed = True
             queued, self._queued_futures, self._queued_payloads = self._queued_futures, [], []
-            self._room.notify_all()
+            if self._room is not None:
+                self._room.notify_all()
         settled = [*self._futures.items(), *((None, fut) for fut in queued)]
         self._futures.clear()
         _complete(self._future_condition, settled, error)
