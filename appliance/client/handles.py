@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING
@@ -201,7 +200,7 @@ class WriteHandle:
         # of each batch sent and not yet acknowledged.
         self._held = self._no_linger = False
         self._hold_gen = 0
-        self._batch_ends: deque[int] = deque()
+        self._batch_ends: list[int] = []  # (a list: a deque is 760 bytes even empty)
         self._linger_s = cfg.add_linger_us / 1e6
         self._hold_batches = cfg.add_batches_inflight
         self._batch_max = cfg.add_batch_entries_max
@@ -382,8 +381,10 @@ class WriteHandle:
         """Driver thread: adds up to ``last`` are settled; a held batch goes
         once fewer than ``add_batches_inflight`` batches are outstanding."""
         ends = self._batch_ends
-        while ends and ends[0] <= last:
-            ends.popleft()
+        done = 0
+        while done < len(ends) and ends[done] <= last:
+            done += 1
+        del ends[:done]
         if self._held and len(ends) < self._hold_batches:
             self._flush()
 

@@ -36,7 +36,6 @@ each bookie's oldest unacknowledged add, not every entry.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -155,8 +154,10 @@ class LedgerWriter(CoreBase):
         # ints, one shared by every position of an E=W batch, which the garbage
         # collector stops tracking (lists of them, one per position, were a
         # tenth of the objects each add kept alive); and the index of the first
-        # entry of the front batch that may still be unacknowledged
-        self._outstanding = [deque() for _ in range(self._size)]
+        # entry of the front batch that may still be unacknowledged (lists, not
+        # deques: a deque is 760 bytes even empty, and a client holds one
+        # writer per open ledger; the front is dropped by one slice deletion)
+        self._outstanding: list[list] = [[] for _ in range(self._size)]
         self._cursor = [0] * self._size
         self._retries = [0] * self._size  # timeouts in a row per position
         self._resent_ms = [-1] * self._size  # when each position was last resent to
@@ -425,7 +426,7 @@ class LedgerWriter(CoreBase):
         self._ws = WriteSets(op.metadata.last_fragment[1], self._qw)
         self._failed -= op.replaced
         for pos in op.replaced:
-            self._outstanding[pos] = deque()
+            self._outstanding[pos] = []
             self._cursor[pos] = 0
             self._retries[pos], self._resent_ms[pos] = 0, -1
         held_set = self._held
@@ -586,15 +587,14 @@ class LedgerWriter(CoreBase):
             else:
                 self._bookie_failed(pos, now_ms)
 
-    def _oldest_unacked_ms(self, pos: int, outstanding: deque) -> int | None:
-        """Drop the acknowledged front of ``pos``'s sent batches; when the
-        oldest entry still unacknowledged there was sent (None: none)."""
+    def _oldest_unacked_ms(self, pos: int, outstanding: list) -> int | None:
+        """Drop the acknowledged front of ``pos``'s sent batches (one slice
+        deletion); when the oldest entry still unacknowledged there was sent
+        (None: none)."""
         bit, acks_map, lac = 1 << pos, self._acks, self.last_add_confirmed
         i = self._cursor[pos]
-        while outstanding:
-            entry_ids, sent_ms = outstanding[0]
+        for j, (entry_ids, sent_ms) in enumerate(outstanding):
             if entry_ids[-1] <= lac:  # every entry up to the LAC is acknowledged
-                outstanding.popleft()
                 i = 0
                 continue
             if entry_ids[i] <= lac and entry_ids[-1] - entry_ids[0] == len(entry_ids) - 1:
@@ -602,11 +602,12 @@ class LedgerWriter(CoreBase):
             while i < len(entry_ids):
                 acks = acks_map.get(entry_ids[i])
                 if acks is not None and not acks & bit:
+                    del outstanding[:j]
                     self._cursor[pos] = i
                     return sent_ms
                 i += 1
-            outstanding.popleft()
             i = 0
+        outstanding.clear()
         self._cursor[pos] = 0
         return None
 
@@ -617,7 +618,7 @@ class LedgerWriter(CoreBase):
         held = self._held
         again = [e for e, acks in self._acks.items()
                  if e not in held and not acks & bit and in_write_set(pos, e, size, qw)]
-        self._outstanding[pos] = deque()
+        self._outstanding[pos] = []
         self._cursor[pos] = 0
         self._send(again, self._records(again), frozenset((pos,)), now_ms)
 
