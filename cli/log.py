@@ -1,6 +1,6 @@
 """bkctl log: list, describe, append to, read (and follow), truncate and
 delete logs (seed 003; docs/LOGS.md).  A few lines each over the client
-binding's ``Client.log``."""
+binding's ``bk.log``."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Dependencies point one way (``tests/support/import_graph.py`` states the
 layers): the pure core imports only the standard library, storage and ipc
-only the core, the rest of ``appliance`` nothing above it, and no two modules
-import each other, directly or around a loop."""
+only the core, the rest of ``appliance`` nothing above it, no two modules
+import each other, directly or around a loop, and inside ``appliance`` the
+rooms follow their own order (``ROOMS``) and never import each other."""
 
 from tests.support import import_graph as ig
 
@@ -32,8 +33,37 @@ def test_the_check_catches_an_upward_import_and_a_cycle():
     assert ig.module_cycles(graph) == [["appliance.client.client", "appliance.protocol.core"]]
 
 
+def test_no_two_rooms_of_appliance_import_each_other():
+    graph = ig.import_graph()
+    rooms = ig.room_graph(graph)
+    assert {"appliance.client", "appliance.logs", "appliance.bookie"} <= set(rooms)
+    assert ig.room_cycles(graph) == []
+
+
+def test_every_room_of_appliance_has_a_level():
+    rooms = ig.room_graph(ig.import_graph())
+    assert sorted(set(rooms) - set(ig.ROOMS)) == []
+
+
+def test_the_check_catches_a_room_importing_a_room_above_or_a_new_room():
+    graph = {
+        "appliance.client.client": {"product": {"appliance.logs.log"}, "external": set()},
+        "appliance.logs.log": {"product": {"appliance.client.client"}, "external": set()},
+        "appliance.bookie.server": {"product": {"appliance.logservice.x"}, "external": set()},
+        "appliance.logservice.x": {"product": set(), "external": set()},
+        "appliance.supervisor.supervisor": {"product": {"appliance.config"}, "external": set()},
+        "appliance.config": {"product": set(), "external": set()},
+    }
+    bad = ig.layer_violations(graph)
+    assert any("room appliance.client (level 1) may not import room appliance.logs (level 2)"
+               in b for b in bad)
+    assert any("room appliance.logservice has no level" in b for b in bad)
+    assert len(bad) == 2
+    assert ig.room_cycles(graph) == [["appliance.client", "appliance.logs"]]
+
+
 def test_the_graph_script_prints_edges_and_exits_zero(capsys):
     assert ig.main([]) == 0
     out = capsys.readouterr().out
-    assert "layer violations: 0; module cycles: 0" in out
+    assert "layer violations: 0; module cycles: 0; room cycles: 0" in out
     assert "storage" in out and "appliance.protocol" in out

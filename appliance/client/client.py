@@ -1,4 +1,6 @@
-"""The Python client binding: ``appliance.connect`` and the ledger handles.
+"""The Python client binding for ledgers: ``Client`` and the ledger handles
+(``appliance.connect`` returns ``appliance.logs.connection.Connection``,
+this client with the log layer on top).
 
     with appliance.connect("configs/local.toml") as bk:
         lh = bk.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=b"pw")
@@ -48,7 +50,8 @@ log = logging.getLogger(__name__)
 KNOWN_KEYS_MAX = 64  # distinct passwords a connection remembers for delete_ledger
 
 
-def _check_password(password) -> bytes:
+def check_password_type(password) -> bytes:
+    """``password`` as bytes; ``TypeError`` naming it when it is not bytes."""
     if not isinstance(password, bytes | bytearray):
         raise TypeError(f"password must be bytes, got {type(password).__name__}")
     return bytes(password)
@@ -135,7 +138,7 @@ class Client:
         digest = self.config.digest if digest is None else digest
         if digest not in DIGEST_TYPES:
             raise ValueError(f"digest must be one of {DIGEST_TYPES}, got {digest!r}")
-        key = master_key(_check_password(password))
+        key = master_key(check_password_type(password))
         live, locations = wait_result(self.driver.call(
             lambda: (self.driver.available_bookies, self.driver.locations)), 30.0,
             "listing bookies")
@@ -190,7 +193,7 @@ class Client:
         """Open for reading.  ``recovery=True`` fences the ledger and recovers
         its end (the old writer can add no more); ``False`` reads up to the
         LAC without disturbing the writer."""
-        return self.open_ledger_with_key(ledger_id, master_key(_check_password(password)),
+        return self.open_ledger_with_key(ledger_id, master_key(check_password_type(password)),
                                          recovery)
 
     def open_ledger_with_key(self, ledger_id: int, key: bytes, recovery: bool = True):
@@ -265,7 +268,7 @@ class Client:
         check_entry_id("ledger_id", ledger_id)
         md, _ = self.ledgers.read_ledger(ledger_id)
         if password is not None:
-            if not check_password(md.password_hash, master_key(_check_password(password))):
+            if not check_password(md.password_hash, master_key(check_password_type(password))):
                 raise UnauthorizedError(f"wrong password for ledger {ledger_id}: not deleted")
         elif not any(check_password(md.password_hash, k) for k in self._delete_keys()):
             if not force:
@@ -285,25 +288,6 @@ class Client:
 
     def _delete_keys(self) -> list[bytes]:
         return [*self._known_keys, master_key(b"")]
-
-    # -- logs (seed 003) ----------------------------------------------------------
-    def log(self, name: str, password: bytes = b""):
-        """A handle on the log ``name`` (``appliance.logs.log.Log``); the log
-        is created by its first writer.  ``password`` protects its segments'
-        ledgers (every writer and reader of the log must give the same)."""
-        from appliance.logs.log import Log
-
-        self._check_open()
-        return Log(self, self.logs, name, _check_password(password), self.log_config)
-
-    def list_logs(self) -> list[str]:
-        self._check_open()
-        return self.logs.list_logs()
-
-    def delete_log(self, name: str, password: bytes = b"") -> None:
-        """Delete a log: its writer is fenced, its segments' ledgers and its
-        metadata removed.  ``NoSuchLogError`` if there is none."""
-        self.log(name, password).delete()
 
     # -- lifecycle --------------------------------------------------------------
     def _check_open(self) -> None:
@@ -371,30 +355,3 @@ def raise_switch_interval(us: int) -> None:
         sys.setswitchinterval(wanted)
         log.info("client.switch_interval_us: Python's switch interval %.6f -> %.6f s",
                  current, sys.getswitchinterval())
-
-
-def connect(target, metrics=False, *, curve_key_file=None, trusted_keys_dir=None) -> Client:
-    """Connect to an appliance: a config file path, or a metadata URI
-    (``sqlite:///...``, ``zk://host:port/chroot``).  ``metrics``: True (the
-    ``prometheus_client`` default registry) or a ``CollectorRegistry``
-    registers the client's metrics (``appliance.client.metrics``).
-
-    CURVE (docs/SECURITY.md, "Network: CURVE"), for bookies on tcp
-    endpoints, without a config file or overriding its ``[security]``:
-    ``curve_key_file`` is this client's key pair (a ``.key_secret`` file of
-    ``bkctl keys generate``, owner-only); ``trusted_keys_dir`` (optional) a
-    directory of bookie public keys: a bookie whose registered key is not
-    there is refused and treated as unavailable.  A bookie that does not
-    accept this client's key fails requests with ``UnauthorizedError``
-    naming it.  A bad key file raises ``ConfigError`` here.
-
-        appliance.connect("zk://10.0.0.5:2181/appliance",
-                          curve_key_file="keys/app.key_secret",
-                          trusted_keys_dir="keys/bookies")
-    """
-    client = Client(target, metrics, curve_key_file=curve_key_file,
-                    trusted_keys_dir=trusted_keys_dir)
-    # process-wide settings, for an application's connection only (a
-    # bookie's own client for its repairs leaves the bookie's as they are)
-    raise_process_settings(client.config.gc_threshold, client.config.switch_interval_us)
-    return client

@@ -1,7 +1,7 @@
 """Logs on ledgers (seed 003): named, never-ending streams of records with
 one writer, tailing readers and truncation from the front.
 
-``Client.log(name)`` gives a ``Log`` (``appliance.logs.log``); its
+``bk.log(name)`` (``appliance.logs.connection``) gives a ``Log`` (``appliance.logs.log``); its
 ``writer()`` (``appliance.logs.writer``) and ``reader()``
 (``appliance.logs.reader``) are the runtime over the pure rules in
 ``appliance.protocol.logs`` (metadata transitions, positions, rollover) and

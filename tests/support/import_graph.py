@@ -16,6 +16,22 @@ never one above (``tests/test_layers.py`` enforces it):
                             bench, spark: the drivers over the layers below
     3  cli                  ``bkctl``
 
+Inside ``appliance`` the rooms (a module file or a folder under
+``appliance/``) are layered too, lowest first (``ROOMS``): a room imports
+its own level and the ones below, and no two rooms import each other, even
+around a loop through other rooms:
+
+    0  errors, heap, curve, config, checks, meta   the shared kernel of the
+                                                   drivers (protocol is layer 0)
+    1  client                                      the ledger client
+    2  logs, rereplication, spark, and the package the users of ledgers
+       ``appliance`` itself (``connect``)
+    3  autorecovery                                the auditor and workers
+    4  bookie                                      server processes
+    5  supervisor, bench                           what starts the processes
+
+A new room must be given its level here before it may be imported.
+
 Every import counts, also one inside a function: a lazy import is still a
 dependency.  No module of the product imports ``tests``.
 """
@@ -32,6 +48,16 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("appliance", "storage", "ipc", "cli")
 LAYERS = {"appliance.protocol": 0, "storage": 1, "ipc": 1, "appliance": 2, "cli": 3}
 PEERS_APART = {("storage", "ipc"), ("ipc", "storage")}
+ROOMS = {
+    "appliance.errors": 0, "appliance.heap": 0, "appliance.curve": 0,
+    "appliance.config": 0, "appliance.checks": 0, "appliance.meta": 0,
+    "appliance.client": 1,
+    "appliance.logs": 2, "appliance.rereplication": 2, "appliance.spark": 2,
+    "appliance": 2,
+    "appliance.autorecovery": 3,
+    "appliance.bookie": 4,
+    "appliance.supervisor": 5, "appliance.bench": 5,
+}
 
 
 def product_modules(root: Path = ROOT) -> dict[str, tuple[Path, bool]]:
@@ -101,8 +127,33 @@ def layer_of(module: str) -> str:
     return module.split(".")[0]
 
 
+def room_of(module: str) -> str | None:
+    """The room of an ``appliance`` module outside the protocol:
+    ``appliance.client.driver`` -> ``appliance.client``, the package
+    ``appliance`` -> ``appliance``; None for the other layers."""
+    if layer_of(module) != "appliance":
+        return None
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def _room_violation(module: str, target: str) -> str | None:
+    here, there = room_of(module), room_of(target)
+    if here is None or there is None or here == there:
+        return None
+    for room in (here, there):
+        if room not in ROOMS:
+            return (f"{module} imports {target}: room {room} has no level "
+                    f"(add it to ROOMS in tests/support/import_graph.py)")
+    if ROOMS[there] > ROOMS[here]:
+        return (f"{module} imports {target}: room {here} (level {ROOMS[here]}) may "
+                f"not import room {there} (level {ROOMS[there]})")
+    return None
+
+
 def layer_violations(graph: dict) -> list[str]:
-    """One line per import that breaks the layer rule."""
+    """One line per import that breaks the layer rule (between layers, and
+    between the rooms of ``appliance``)."""
     stdlib = sys.stdlib_module_names
     bad = []
     for module, deps in sorted(graph.items()):
@@ -111,6 +162,8 @@ def layer_violations(graph: dict) -> list[str]:
             there = layer_of(target)
             if LAYERS[there] > LAYERS[here] or (here, there) in PEERS_APART:
                 bad.append(f"{module} imports {target}: layer {here} may not import {there}")
+            elif (line := _room_violation(module, target)) is not None:
+                bad.append(line)
         if "tests" in deps["external"]:
             bad.append(f"{module} imports tests")
         if here == "appliance.protocol":
@@ -161,6 +214,30 @@ def module_cycles(graph: dict) -> list[list[str]]:
     return cycles
 
 
+def room_graph(graph: dict) -> dict[str, dict[str, set[str]]]:
+    """The rooms of ``appliance`` as a graph of the same shape: room -> the
+    other rooms its modules import."""
+    rooms: dict[str, dict[str, set[str]]] = {}
+    for module, deps in graph.items():
+        here = room_of(module)
+        if here is None:
+            continue
+        node = rooms.setdefault(here, {"product": set(), "external": set()})
+        for target in deps["product"]:
+            there = room_of(target)
+            if there is not None and there != here:
+                node["product"].add(there)
+    for node in list(rooms.values()):
+        for there in node["product"]:
+            rooms.setdefault(there, {"product": set(), "external": set()})
+    return rooms
+
+
+def room_cycles(graph: dict) -> list[list[str]]:
+    """Groups of rooms that import each other, directly or around a loop."""
+    return module_cycles(room_graph(graph))
+
+
 def package_edges(graph: dict) -> dict[tuple[str, str], int]:
     """(from layer package, to layer package) -> number of module imports,
     with ``appliance`` split into its rooms (``appliance.client`` ...)."""
@@ -192,13 +269,14 @@ def main(argv: list[str] | None = None) -> int:
         for (src, dst), count in sorted(package_edges(graph).items()):
             print(f"  {src:<28} -> {dst:<28} {count:3d}")
     violations, cycles = layer_violations(graph), module_cycles(graph)
+    rooms = room_cycles(graph)
     print(f"{len(graph)} modules; layer violations: {len(violations)}; "
-          f"module cycles: {len(cycles)}")
+          f"module cycles: {len(cycles)}; room cycles: {len(rooms)}")
     for line in violations:
         print("  violation:", line)
-    for group in cycles:
+    for group in cycles + rooms:
         print("  cycle:", " <-> ".join(group))
-    return 1 if violations or cycles else 0
+    return 1 if violations or cycles or rooms else 0
 
 
 if __name__ == "__main__":
