@@ -11,13 +11,23 @@ and works the same when several hosts run supervisors):
 * ``/autorecovery/workers/<worker>``: each worker's ephemeral status;
 * ``/autorecovery/disabled``: present while ``bkctl autorecovery disable``
   is in force (a maintenance switch honoured by the auditor and workers).
+
+A mark changes through the one read / transform / CAS loop of
+``appliance.meta.update_loop`` (created when absent, re-read on a conflict).
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import random
+import time
+from collections.abc import Callable
 
 from appliance.errors import MetadataVersionError, NodeExistsError, NoNodeError
+from appliance.meta.update_loop import MARK_RETRIES_MAX, NO_CHANGE, MetadataUpdateLoop
+
+log = logging.getLogger(__name__)
 
 ROOT = "/autorecovery"
 MARKS = f"{ROOT}/underreplicated"
@@ -40,38 +50,36 @@ def _decode(data: bytes) -> dict:
 
 
 class Marks:
-    """The nodes above, over one metadata store."""
+    """The nodes above, over one metadata store; ``sleep`` and ``rng`` (the
+    back-off after a CAS conflict) are injectable."""
 
-    def __init__(self, store):
+    def __init__(self, store, *, sleep: Callable[[float], None] = time.sleep,
+                 rng: random.Random | None = None):
         self.store = store
+        self._loop = MetadataUpdateLoop(store, sleep=sleep, rng=rng)
 
     # -- under-replication marks ---------------------------------------------------
     def mark(self, ledger_id: int, missing, reason: str, now_ms: int) -> bool:
         """Add ``missing`` bookies to the ledger's mark (created if absent);
-        True when something changed."""
+        True when something changed (False also when the conflicts ran out)."""
         path = f"{MARKS}/{ledger_id}"
-        for _ in range(10):
-            try:
-                data, version = self.store.get(path)
-            except NoNodeError:
-                doc = {"missing": sorted(set(missing)), "reasons": [reason], "since_ms": now_ms}
-                try:
-                    self.store.create(path, _encode(doc), make_parents=True)
-                    return True
-                except NodeExistsError:
-                    continue
-            doc = _decode(data)
+        wanted = set(missing)
+
+        def add(doc: dict | None) -> dict:
+            if doc is None:
+                return {"missing": sorted(wanted), "reasons": [reason], "since_ms": now_ms}
             known = set(doc.get("missing", []))
-            if set(missing) <= known:
-                return False
-            doc["missing"] = sorted(known | set(missing))
-            doc["reasons"] = (doc.get("reasons", []) + [reason])[-5:]
-            try:
-                self.store.set(path, _encode(doc), version)
-                return True
-            except (MetadataVersionError, NoNodeError):
-                continue
-        return False
+            if wanted <= known:
+                return NO_CHANGE
+            return {**doc, "missing": sorted(known | wanted),
+                    "reasons": (doc.get("reasons", []) + [reason])[-5:]}
+
+        try:
+            return self._loop.update(path, add, decode=_decode, encode=_encode,
+                                     retries_max=MARK_RETRIES_MAX, create_missing=True).changed
+        except MetadataVersionError as exc:
+            log.warning("ledger %d not marked under-replicated: %s", ledger_id, exc)
+            return False
 
     def marks(self) -> dict[int, dict]:
         try:

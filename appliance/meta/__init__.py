@@ -4,7 +4,9 @@
   every change through one read / transform / compare-and-swap loop;
 * ``bookies``: ``BookieRegistry``: bookie registrations (ephemeral nodes)
   and the metadata copy of each bookie's cookie;
-* ``records``: the checksummed envelope of every metadata record.
+* ``records``: the checksummed envelope of every metadata record;
+* ``update_loop``: ``MetadataUpdateLoop``, the one read / transform / CAS /
+  retry loop every record change goes through, and its limits.
 
 The stores themselves (SQLite, ZooKeeper, chosen by URI:
 ``storage.metadata.open_store``) give paths, versions, CAS and ephemeral

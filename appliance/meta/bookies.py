@@ -10,6 +10,8 @@ Guarantees:
   registry re-creates its registrations on the new session by itself.
 * A bookie restarting before its previous session expired waits (up to
   ``stale_wait_ms``) for the old registration to vanish instead of failing.
+* The read-only flag and cookies change through the one read / transform /
+  CAS loop of ``update_loop.py``.
 * Cookies (``/bookies/cookies/<id>``) are persistent, versioned and written
   by CAS.  Every record is in the checksummed envelope of ``records.py``;
   a damaged one raises ``CorruptMetadataError`` naming the path
@@ -21,17 +23,23 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import threading
 import time
+from collections.abc import Callable
 
 from appliance.errors import (
     CorruptMetadataError,
     MetadataError,
-    MetadataVersionError,
     NodeExistsError,
     NoNodeError,
 )
 from appliance.meta.records import decode_record, encode_record
+from appliance.meta.update_loop import (
+    BOOKIE_UPDATE_RETRIES_MAX,
+    CREATE_RACE_RETRIES_MAX,
+    MetadataUpdateLoop,
+)
 from storage.metadata.api import ANY_VERSION, MetadataStore
 
 log = logging.getLogger(__name__)
@@ -39,8 +47,6 @@ log = logging.getLogger(__name__)
 AVAILABLE_ROOT = "/bookies/available"
 COOKIES_ROOT = "/bookies/cookies"
 BOOKIE_ID_CHARS_MAX = 255
-# Conflicts tolerated by set_read_only (only the bookie itself and admins write).
-UPDATE_RETRIES_MAX = 16
 # Create attempts while a previous registration of the same id goes away.
 PUBLISH_TRIES_MAX = 100
 
@@ -71,8 +77,14 @@ def _decode(data: bytes, path: str) -> dict:
 
 
 class BookieRegistry:
-    def __init__(self, store: MetadataStore, *, stale_wait_ms: int | None = None):
+    """Registrations and cookies on one store; ``sleep`` and ``rng`` (the
+    back-off after a CAS conflict) are injectable."""
+
+    def __init__(self, store: MetadataStore, *, stale_wait_ms: int | None = None,
+                 sleep: Callable[[float], None] = time.sleep,
+                 rng: random.Random | None = None):
         self.store = store
+        self._loop = MetadataUpdateLoop(store, sleep=sleep, rng=rng)
         # How long register() waits for a previous session's registration to
         # expire: longer rides out slow expiry, shorter fails faster.
         self.stale_wait_ms = stale_wait_ms if stale_wait_ms is not None \
@@ -142,22 +154,16 @@ class BookieRegistry:
     def set_read_only(self, bookie_id: str, read_only: bool) -> None:
         """Flip the read-only flag of a registered bookie (CAS loop)."""
         path = f"{AVAILABLE_ROOT}/{check_bookie_id(bookie_id)}"
-        for _ in range(UPDATE_RETRIES_MAX):
-            try:
-                data, version = self.store.get(path)
-            except NoNodeError as exc:
-                raise NoNodeError(f"{path}: bookie {bookie_id} is not registered") from exc
-            doc = _decode(data, path)
-            doc["read_only"] = bool(read_only)
-            try:
-                self.store.set(path, _encode(doc), version)
-            except MetadataVersionError:
-                continue
-            with self._lock:
-                if bookie_id in self._mine:
-                    self._mine[bookie_id]["read_only"] = bool(read_only)
-            return
-        raise MetadataVersionError(f"{path}: gave up after {UPDATE_RETRIES_MAX} conflicts")
+
+        def not_registered(exc: Exception) -> Exception:
+            return NoNodeError(f"{path}: bookie {bookie_id} is not registered")
+
+        self._loop.update(path, lambda doc: {**doc, "read_only": bool(read_only)},
+                          decode=lambda data: _decode(data, path), encode=_encode,
+                          retries_max=BOOKIE_UPDATE_RETRIES_MAX, missing_error=not_registered)
+        with self._lock:
+            if bookie_id in self._mine:
+                self._mine[bookie_id]["read_only"] = bool(read_only)
 
     # -- queries ---------------------------------------------------------------
     def get(self, bookie_id: str) -> dict:
@@ -201,17 +207,21 @@ class BookieRegistry:
         path = f"{COOKIES_ROOT}/{check_bookie_id(bookie_id)}"
         if not isinstance(data, bytes):
             raise TypeError(f"cookie data must be bytes, got {type(data).__name__}")
-        record = encode_record(data)
-        if expected_version is None:
-            try:
-                self.store.create(path, record, make_parents=True)
-            except NodeExistsError as exc:
-                raise NodeExistsError(f"{path}: a cookie exists; pass its version to "
-                                      "replace it") from exc
-            return 0
         if expected_version == ANY_VERSION:
             raise ValueError("write_cookie replaces a cookie only at a known version")
-        return self.store.set(path, record, expected_version)
+
+        def put(current: bytes | None) -> bytes:
+            if expected_version is None and current is not None:
+                raise NodeExistsError(f"{path}: a cookie exists; pass its version to "
+                                      "replace it")
+            return data
+
+        # The stored cookie is not decoded: only its presence and version count,
+        # so a damaged one can still be replaced at its version.
+        return self._loop.update(path, put, decode=lambda record: record, encode=encode_record,
+                                 retries_max=CREATE_RACE_RETRIES_MAX,
+                                 expected_version=expected_version,
+                                 create_missing=expected_version is None).version
 
     def read_cookie(self, bookie_id: str) -> tuple[bytes, int] | None:
         """(cookie bytes, version), or ``None`` if the bookie has none."""

@@ -31,6 +31,10 @@ boundary (it can re-point ensembles and delete ledgers), and a bookie whose
 private key no longer matches the published public key says so at boot.
 Ledgers created before this release (no sealed key) are repaired with the
 bookie's own stored key when it has one.
+
+The public key is published through the one read / transform / CAS loop of
+``update_loop.py`` (created when absent; a concurrent publisher's key wins
+and is the one compared).
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from appliance.meta.update_loop import CREATE_RACE_RETRIES_MAX, NO_CHANGE, MetadataUpdateLoop
 from appliance.protocol.keys import MASTER_KEY_BYTES, check_password
 from storage.aligned_io import make_dirs
 
@@ -69,8 +74,11 @@ def read_public_key(store) -> bytes | None:
         data, _ = store.get(PUBLIC_KEY_PATH)
     except NoNodeError:
         return None
-    doc = json.loads(data)
-    return bytes.fromhex(doc["public_key"])
+    return _public_key_of(data)
+
+
+def _public_key_of(data: bytes) -> bytes:
+    return bytes.fromhex(json.loads(data)["public_key"])
 
 
 def seal(public_key: bytes, master_key: bytes) -> bytes:
@@ -167,8 +175,6 @@ def open_custody(store, key_file: Path) -> KeyCustody | None:
     when neither exists; None, after one log line naming the fix, when the
     file is missing while another public key is published, or the file's key
     is not the published one (repair then uses only keys the bookie holds)."""
-    from appliance.errors import NodeExistsError
-
     key_file = Path(key_file)
     published = read_public_key(store)
     if not key_file.exists():
@@ -182,12 +188,14 @@ def open_custody(store, key_file: Path) -> KeyCustody | None:
     custody = KeyCustody(_decode_key_file(key_file))
     if published is None:
         doc = json.dumps({"format": KEY_FILE_FORMAT, "public_key": custody.public_key.hex()})
-        try:
-            store.create(PUBLIC_KEY_PATH, doc.encode(), make_parents=True)
+        done = MetadataUpdateLoop(store).update(
+            PUBLIC_KEY_PATH, lambda current: doc.encode() if current is None else NO_CHANGE,
+            decode=lambda data: data, encode=lambda data: data,
+            retries_max=CREATE_RACE_RETRIES_MAX, create_missing=True)
+        if done.changed:
             log.info("published the cluster public key (private key in %s)", key_file)
             return custody
-        except NodeExistsError:
-            published = read_public_key(store)
+        published = _public_key_of(done.value)
     if published != custody.public_key:
         log.error("cluster key file %s does not hold the private key of the cluster key "
                   "published in the metadata store: it belongs to another appliance or was "

@@ -11,11 +11,13 @@ Guarantees (checked on SQLite and ZooKeeper by ``tests/metadata``):
   envelope of ``records.py``; a damaged record raises
   ``CorruptMetadataError`` naming its path, as does a record filed under
   another ledger's id.
-* Every change is a compare-and-swap on the version that was read.
-  ``update_ledger`` retries a conflict by re-reading and re-applying the pure
-  transform (at most ``retries_max`` times); with ``expected_version`` (or
-  through ``write_ledger``) it CASes exactly on that version, once, which is
-  what ensemble changes and close conflicts need.
+* Every change is a compare-and-swap on the version that was read, through
+  the one loop of ``update_loop.py``: ``update_ledger`` retries a conflict by
+  re-reading and re-applying the pure transform (at most ``retries_max``
+  times), and so does id allocation on the counter node; with
+  ``expected_version`` it CASes exactly on that version, once, which is what
+  ensemble changes and close conflicts need.  ``write_ledger`` is the single
+  CAS the pure core's decisions are written with (the core re-reads itself).
 * Transitions that would break the protocol (another ledger id, changed
   quorums, digest or password, a state going backwards, a closed ledger's
   last entry moving) are refused by ``invariant()``: they are bugs.
@@ -36,13 +38,17 @@ from collections.abc import Callable
 
 from appliance.errors import (
     CorruptMetadataError,
-    MetadataVersionError,
-    NodeExistsError,
     NoNodeError,
     NoSuchLedgerError,
     NotEmptyError,
 )
 from appliance.meta.records import decode_record, encode_record
+from appliance.meta.update_loop import (
+    LEDGER_ID_RETRIES_MAX,
+    LEDGER_UPDATE_RETRIES_MAX,
+    NO_CHANGE,
+    MetadataUpdateLoop,
+)
 from appliance.protocol.invariant import invariant
 from appliance.protocol.metadata import CLOSED, IN_RECOVERY, OPEN, LedgerMetadata
 from storage.metadata.api import ANY_VERSION, MetadataStore
@@ -53,15 +59,8 @@ IDS_ROOT = "/ledgers/ids"
 LEDGERS_PER_BUCKET = 10_000
 LEDGER_ID_MAX = 2**63 - 1
 NEW_LEDGER_VERSION = 0  # the version of a ledger record just created
-# Conflicts tolerated by one update before giving up; each costs a round trip.
-UPDATE_RETRIES_MAX_DEFAULT = 32
-# Conflicts tolerated while allocating an id (many creators race on one node).
-ID_RETRIES_MAX = 200
 # A ledger create can race with the deletion of its (empty) bucket.
 BUCKET_RETRIES_MAX = 8
-# Randomised back-off after a conflict, growing per attempt up to this cap:
-# spreads racing writers apart at the cost of a little latency.
-BACKOFF_MS_MAX = 20
 
 _STATE_ORDER = {OPEN: 0, IN_RECOVERY: 1, CLOSED: 2}
 
@@ -107,8 +106,7 @@ class LedgerManager:
                  rng: random.Random | None = None,
                  clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)):
         self.store = store
-        self._sleep = sleep
-        self._rng = rng or random.Random()
+        self._loop = MetadataUpdateLoop(store, sleep=sleep, rng=rng)
         self._clock_ms = clock_ms
 
     # -- create -----------------------------------------------------------------
@@ -145,23 +143,13 @@ class LedgerManager:
                           f"{BUCKET_RETRIES_MAX} times while creating {path}")
 
     def _allocate_id(self) -> int:
-        for attempt in range(ID_RETRIES_MAX):
-            try:
-                data, version = self.store.get(IDGEN_PATH)
-            except NoNodeError:
-                try:
-                    self.store.create(IDGEN_PATH, encode_record(b"0"), make_parents=True)
-                except NodeExistsError:
-                    pass
-                continue
-            next_id = self._decode_counter(data)
-            try:
-                self.store.set(IDGEN_PATH, encode_record(str(next_id + 1).encode()), version)
-                return next_id
-            except MetadataVersionError:
-                self._back_off(attempt)
-        raise MetadataVersionError(f"{IDGEN_PATH}: gave up allocating a ledger id after "
-                                   f"{ID_RETRIES_MAX} conflicts")
+        """Advance the counter node by CAS (created on first use); the id taken."""
+        taken = self._loop.update(
+            IDGEN_PATH, lambda next_id: (next_id or 0) + 1, decode=self._decode_counter,
+            encode=lambda next_id: encode_record(str(next_id).encode()),
+            retries_max=LEDGER_ID_RETRIES_MAX, create_missing=True,
+            action="allocating a ledger id")
+        return taken.value - 1
 
     @staticmethod
     def _decode_counter(data: bytes) -> int:
@@ -169,9 +157,6 @@ class LedgerManager:
         if not body.isdigit() or int(body) > LEDGER_ID_MAX:
             raise CorruptMetadataError(f"{IDGEN_PATH}: bad ledger id counter {body[:40]!r}")
         return int(body)
-
-    def _back_off(self, attempt: int) -> None:
-        self._sleep(self._rng.random() * min(BACKOFF_MS_MAX, attempt + 1) / 1000)
 
     # -- read -------------------------------------------------------------------
     def read_ledger(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
@@ -239,36 +224,30 @@ class LedgerManager:
             raise NoSuchLedgerError(f"ledger {metadata.ledger_id} does not exist") from exc
 
     def update_ledger(self, ledger_id: int, transform: Transform, *,
-                      retries_max: int = UPDATE_RETRIES_MAX_DEFAULT,
+                      retries_max: int = LEDGER_UPDATE_RETRIES_MAX,
                       expected_version: int | None = None) -> tuple[LedgerMetadata, int]:
         """Read, apply the pure ``transform``, CAS; on a conflict re-read and
         re-apply (at most ``retries_max`` conflicts).  The transform may raise
         to abort (nothing is written) or return ``None`` for "no change".
         With ``expected_version``: one attempt, and only if the ledger is still
         at that version.  Returns the (metadata, version) now stored."""
-        if retries_max < 0:
-            raise ValueError(f"retries_max must be >= 0, got {retries_max}")
         path = ledger_path(ledger_id)
-        attempts = 1 if expected_version is not None else retries_max + 1
-        for attempt in range(attempts):
-            current, version = self.read_ledger(ledger_id)
-            if expected_version is not None and version != expected_version:
-                raise MetadataVersionError(f"{path}: expected version {expected_version}, "
-                                           f"found {version}")
+
+        def checked(current: LedgerMetadata) -> LedgerMetadata:
             updated = transform(current)
             if updated is None or updated == current:
-                return current, version
+                return NO_CHANGE
             check_transition(current, updated, path)
-            try:
-                return updated, self.write_ledger(updated, version)
-            except MetadataVersionError as exc:
-                if expected_version is not None:
-                    raise
-                if attempt + 1 == attempts:
-                    raise MetadataVersionError(
-                        f"{path}: gave up after {retries_max} conflicts") from exc
-                self._back_off(attempt)
-        raise AssertionError("unreachable: the last attempt returns or raises")
+            return updated
+
+        try:
+            done = self._loop.update(
+                path, checked, decode=lambda data: self._decode(ledger_id, path, data),
+                encode=lambda md: encode_record(md.to_bytes()), retries_max=retries_max,
+                expected_version=expected_version)
+        except NoNodeError as exc:
+            raise NoSuchLedgerError(f"ledger {ledger_id} does not exist") from exc
+        return done.value, done.version
 
     # -- delete -----------------------------------------------------------------
     def delete_ledger(self, ledger_id: int, expected_version: int = ANY_VERSION) -> None:

@@ -1,7 +1,8 @@
 """Log metadata (seed 003) on any ``MetadataStore``: one node per log,
 ``/logs/<name>``, holding ``LogMetadata.to_bytes()`` in the checksummed
-envelope of ``records.py``; every change goes through one
-read-transform-CAS-retry loop (``update_log``), like ledgers.
+envelope of ``records.py``; every change goes through the one
+read-transform-CAS-retry loop of ``update_loop.py`` (``update_log``), like
+ledgers.
 
 Guarantees: a damaged record is ``CorruptMetadataError`` naming its path; a
 missing log is ``NoSuchLogError``; a transform that raises (e.g.
@@ -18,18 +19,16 @@ from collections.abc import Callable
 
 from appliance.errors import (
     CorruptMetadataError,
-    MetadataVersionError,
     NodeExistsError,
     NoNodeError,
     NoSuchLogError,
 )
 from appliance.meta.records import decode_record, encode_record
+from appliance.meta.update_loop import LOG_UPDATE_RETRIES_MAX, NO_CHANGE, MetadataUpdateLoop
 from appliance.protocol.logs import LogMetadata, check_log_name, new_log
 from storage.metadata.api import ANY_VERSION, MetadataStore
 
 LOGS_ROOT = "/logs"
-UPDATE_RETRIES_MAX = 64
-BACKOFF_MS_MAX = 20
 
 LogTransform = Callable[[LogMetadata], LogMetadata | None]
 
@@ -38,13 +37,19 @@ def log_path(name: str) -> str:
     return f"{LOGS_ROOT}/{check_log_name(name)}"
 
 
+def _decode(name: str, path: str, data: bytes) -> LogMetadata:
+    md = LogMetadata.from_bytes(decode_record(data, path), where=path)
+    if md.name != name:
+        raise CorruptMetadataError(f"{path}: holds log {md.name!r}")
+    return md
+
+
 class LogManager:
     def __init__(self, store: MetadataStore, *, sleep: Callable[[float], None] = time.sleep,
                  rng: random.Random | None = None,
                  clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)):
         self.store = store
-        self._sleep = sleep
-        self._rng = rng or random.Random()
+        self._loop = MetadataUpdateLoop(store, sleep=sleep, rng=rng)
         self.clock_ms = clock_ms
 
     def read_log(self, name: str) -> tuple[LogMetadata, int]:
@@ -53,10 +58,7 @@ class LogManager:
             data, version = self.store.get(path)
         except NoNodeError as exc:
             raise NoSuchLogError(f"log {name!r} does not exist") from exc
-        md = LogMetadata.from_bytes(decode_record(data, path), where=path)
-        if md.name != name:
-            raise CorruptMetadataError(f"{path}: holds log {md.name!r}")
-        return md, version
+        return _decode(name, path, data), version
 
     def log_exists(self, name: str) -> bool:
         return self.store.exists(log_path(name))
@@ -77,24 +79,27 @@ class LogManager:
             return []
 
     def update_log(self, name: str, transform: LogTransform, *,
-                   retries_max: int = UPDATE_RETRIES_MAX) -> tuple[LogMetadata, int]:
+                   retries_max: int = LOG_UPDATE_RETRIES_MAX) -> tuple[LogMetadata, int]:
         """Read, apply the pure ``transform``, CAS; a conflict re-reads and
         re-applies.  The transform may raise (nothing written) or return
         ``None`` / the same record (no change)."""
         path = log_path(name)
-        for attempt in range(retries_max + 1):
-            current, version = self.read_log(name)
+
+        def changed_or_not(current: LogMetadata) -> LogMetadata:
             updated = transform(current)
-            if updated is None or updated == current:
-                return current, version
-            try:
-                new_version = self.store.set(path, encode_record(updated.to_bytes()), version)
-                return updated, new_version
-            except NoNodeError as exc:
-                raise NoSuchLogError(f"log {name!r} was deleted") from exc
-            except MetadataVersionError:
-                self._sleep(self._rng.random() * min(BACKOFF_MS_MAX, attempt + 1) / 1000)
-        raise MetadataVersionError(f"{path}: gave up after {retries_max} conflicts")
+            return NO_CHANGE if updated is None or updated == current else updated
+
+        def missing(exc: Exception) -> Exception:
+            return NoSuchLogError(f"log {name!r} does not exist")
+
+        try:
+            done = self._loop.update(
+                path, changed_or_not, decode=lambda data: _decode(name, path, data),
+                encode=lambda md: encode_record(md.to_bytes()), retries_max=retries_max,
+                missing_error=missing)
+        except NoNodeError as exc:  # deleted between the read and the CAS
+            raise NoSuchLogError(f"log {name!r} was deleted") from exc
+        return done.value, done.version
 
     def wait_for_change(self, name: str, version: int,
                         timeout_s: float) -> tuple[LogMetadata, int] | None:
