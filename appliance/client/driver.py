@@ -100,7 +100,13 @@ def _fail_call(fut: Future, error: BaseException) -> None:
 
 
 class Driver:
-    """See the module docstring.  ``start()`` then use; ``close()`` when done."""
+    """See the module docstring.  ``start()`` then use; ``close()`` when done.
+
+    Any thread: ``call``, ``post``, ``close``.  The driver thread: ``run``,
+    ``feed``, ``register`` / ``unregister``, ``call_later_s``, and the sends
+    the outbound makes through it (``send``, ``send_routed``,
+    ``fail_next_turn``).  It owns ``outbound`` (adds and explicit LACs per
+    bookie) and ``metadata`` (the metadata worker pool)."""
 
     def __init__(self, ledgers, registry, *, request_timeout_ms: int = 5000,
                  inflight_per_bookie_max: int = 100_000, transport_options: dict | None = None,
