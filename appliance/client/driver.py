@@ -45,8 +45,8 @@ Limits: the driver queue is unbounded in type but bounded in practice by
 each write handle's in-flight count (its add paths wait on a condition
 while ``inflight_adds_max`` adds or ``inflight_bytes_max`` bytes are in
 flight) and by one outstanding call per user thread; ``DRAIN_ITEMS_MAX``
-bounds work per wakeup; the metadata pool has ``METADATA_WORKERS`` threads
-(``metadata_pool``); the outbound's messages are bounded by
+bounds work per wakeup; the metadata pool (``metadata_pool``) has
+``METADATA_WORKERS`` threads; the outbound's messages are bounded by
 ``add_batch_entries_max`` / ``add_batch_bytes_max`` (``outbound``).
 """
 
@@ -77,16 +77,19 @@ from ipc.requests import ReadLacRequest, ReadRequest, WaitLacRequest, WriteClose
 
 from .core_events import failure_events, translate
 from .metadata_pool import MetadataPool
-from .outbound import COALESCED, LAC_MULTI, Outbound
+from .outbound import Outbound
 from .write_close import WriteCloseOutcome, new_counters, reply_code
 
 log = logging.getLogger(__name__)
 
 DRAIN_ITEMS_MAX = 4096  # queue items applied per wakeup before timers run
+METADATA_WORKERS = 2
 BOOKIE_REFRESH_MS = 1000  # how often live bookies are re-read from the registry
 ADD_BATCH_ENTRIES_MAX = 1024  # entries per ADD_BATCH message (the wire's default limit)
 ADD_BATCH_BYTES_MAX = 8 * 1024 * 1024  # entry bytes per ADD_BATCH message
 READ_BATCH_BYTES_MAX = 16 * 1024 * 1024  # entry bytes a READ_PACKED reply may carry
+_COALESCED = object()  # route marker: the request carried several parts
+_LAC_MULTI = object()  # route marker: a WRITE_LAC_MULTI (its actions, for the fallback)
 
 
 def _fail_call(fut: Future, error: BaseException) -> None:
@@ -117,8 +120,10 @@ class Driver:
         self.request_timeout_ms = request_timeout_ms
         self.read_batch_bytes_max = read_batch_bytes_max
         # Adds and explicit LACs: batched and coalesced per bookie by the
-        # outbound (its methods bound once: every add comes through run()).
-        self.outbound = Outbound(self, add_batch_entries_max=add_batch_entries_max,
+        # outbound (its methods bound once: every add comes through run());
+        # its messages of several parts are routed by the driver's markers.
+        self.outbound = Outbound(self, coalesced_route=_COALESCED, lac_multi_route=_LAC_MULTI,
+                                 add_batch_entries_max=add_batch_entries_max,
                                  add_batch_bytes_max=add_batch_bytes_max,
                                  add_messages_inflight=add_messages_inflight,
                                  add_linger_us=add_linger_us)
@@ -147,7 +152,7 @@ class Driver:
         self._locations: dict = {}  # bookie id -> placement.Location (registry labels)
         self.write_close_outcomes = new_counters()  # BP-32: succeeded / partly / failed
         self._closed = False
-        self.metadata = MetadataPool(ledgers, registry, self._put)
+        self.metadata = MetadataPool(ledgers, registry, self._put, METADATA_WORKERS)
         # The transport has no I/O thread of its own: the driver thread owns
         # the sockets and waits on them (one thread hand-off less per message
         # each way); replies arrive through _on_transport_events.
@@ -377,10 +382,10 @@ class Driver:
             if route is None:
                 continue
             core, action = route
-            if core is COALESCED:
+            if core is _COALESCED:
                 self._on_coalesced_reply(action, event, now)
                 continue
-            if core is LAC_MULTI:
+            if core is _LAC_MULTI:
                 self._on_lac_multi_reply(action, event)
                 continue
             if type(action) is tuple:  # an ADD_PACKED's add_head

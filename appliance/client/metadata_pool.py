@@ -13,7 +13,7 @@ never waits on it, except to look up a bookie it has not reached yet
   pool thread and queues them for the driver thread (a failed read is
   logged and skipped: the driver keeps its last view).
 
-Limits: ``METADATA_WORKERS`` threads; the work they queue is bounded by the
+Limits: ``workers`` threads (``driver.METADATA_WORKERS``); the work they queue is bounded by the
 cores' outstanding metadata requests (one per ledger being created, opened,
 closed or changed) and one refresh per ``driver.BOOKIE_REFRESH_MS``.
 """
@@ -30,18 +30,17 @@ from appliance.protocol import events as ev
 # configurations and tests name it.
 log = logging.getLogger("appliance.client.driver")
 
-METADATA_WORKERS = 2
-
 
 class MetadataPool:
     """See the module docstring.  ``put``: the driver's queue, which takes
-    ``("event", core, event)`` and ``("bookies", live)`` from any thread."""
+    ``("event", core, event)`` and ``("bookies", live)`` from any thread;
+    ``workers``: the pool's threads (``driver.METADATA_WORKERS``)."""
 
-    def __init__(self, ledgers, registry, put):
+    def __init__(self, ledgers, registry, put, workers: int):
         self.ledgers = ledgers
         self.registry = registry
         self._put = put
-        self._pool = ThreadPoolExecutor(METADATA_WORKERS, thread_name_prefix="bk-metadata")
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="bk-metadata")
 
     def submit(self, core, action) -> None:
         """Carry out ``action`` (``WriteMetadata`` / ``ReadMetadata``) of

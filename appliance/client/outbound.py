@@ -56,9 +56,6 @@ from .core_events import add_head, chunks, coalesced, coalesced_events, translat
 # configurations and tests name it.
 log = logging.getLogger("appliance.client.driver")
 
-COALESCED = object()  # route marker: the request carried several parts
-LAC_MULTI = object()  # route marker: a WRITE_LAC_MULTI (its actions, for the fallback)
-
 
 def _no_op() -> None:
     """A deferred call that only ends the driver's wait (a hold's deadline)."""
@@ -67,10 +64,16 @@ def _no_op() -> None:
 class Outbound:
     """See the module docstring.  ``driver``: the ``Driver`` that owns it;
     only its ``send``, ``send_routed``, ``fail_next_turn``, ``feed``,
-    ``is_registered`` and ``call_later_s`` are used (bound once here)."""
+    ``is_registered`` and ``call_later_s`` are used (bound once here).
+    ``coalesced_route`` / ``lac_multi_route``: the driver's route markers
+    for an ``ADD_MULTI`` / ``ADD_BATCH`` and a ``WRITE_LAC_MULTI``, whose
+    replies it hands to ``on_coalesced_reply`` / ``on_lac_multi_reply``."""
 
-    def __init__(self, driver, *, add_batch_entries_max: int, add_batch_bytes_max: int,
+    def __init__(self, driver, *, coalesced_route: object, lac_multi_route: object,
+                 add_batch_entries_max: int, add_batch_bytes_max: int,
                  add_messages_inflight: int, add_linger_us: int):
+        self._coalesced_route = coalesced_route
+        self._lac_multi_route = lac_multi_route
         self._send = driver.send
         self._send_routed = driver.send_routed
         self._fail = driver.fail_next_turn
@@ -224,7 +227,8 @@ class Outbound:
         if not multi or bookie_id in self._multi_ok:  # no ADD_BATCH fallback needed
             kept = tuple(add_head(part) for part in parts)
         try:
-            self._send_routed(bookie_id, request, (COALESCED, (bookie_id, cores, kept, multi)))
+            self._send_routed(bookie_id, request,
+                              (self._coalesced_route, (bookie_id, cores, kept, multi)))
         except (BKError, ValueError) as exc:
             code = exc.code if isinstance(exc, BKError) else BookieUnavailableError.code
             for core, part in zip(cores, parts, strict=True):
@@ -300,7 +304,7 @@ class Outbound:
         request = WriteLacMultiRequest([(action.ledger_id, action.lac, action.master_key)
                                         for _, action in items])
         try:
-            self._send_routed(bookie_id, request, (LAC_MULTI, (bookie_id, items)))
+            self._send_routed(bookie_id, request, (self._lac_multi_route, (bookie_id, items)))
         except (BKError, ValueError) as exc:  # best effort, as a WRITE_LAC's failure
             log.debug("cannot send WRITE_LAC_MULTI to %s: %s", bookie_id, exc)
 
