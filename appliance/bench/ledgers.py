@@ -291,7 +291,7 @@ def client_main(kind: str, config: str, options: BenchOptions, index: int, ready
 
             raise_process_settings(options.gc_threshold, options.switch_interval_us)
             if options.add_messages_inflight is not None:  # the driver reads it each turn
-                bk.driver.call(setattr, bk.driver, "add_messages_inflight",
+                bk.driver.call(setattr, bk.driver.outbound, "add_messages_inflight",
                                options.add_messages_inflight).result(START_TIMEOUT_S)
             inflight = max(1, options.inflight // options.ledgers)  # shared by the ledgers
             bk.config = dataclasses.replace(bk.config, inflight_adds_max=inflight)
@@ -302,7 +302,7 @@ def client_main(kind: str, config: str, options: BenchOptions, index: int, ready
             lh = handles[0] if len(handles) == 1 else RoundRobin(handles)
             try:
                 result = _prepare_and_run(kind, bk, lh, options, payloads, ready, go, index)
-                result["add_messages_inflight"] = bk.driver.add_messages_inflight
+                result["add_messages_inflight"] = bk.driver.outbound.add_messages_inflight
                 ready.put(("looped", index, None))  # the bookies' CPU stops counting here
             finally:
                 for handle in handles:

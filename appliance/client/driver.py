@@ -10,26 +10,22 @@ So the cores need no locks and stay exactly the code the simulation runs,
 and a message costs no hand-off to a transport thread either way.  The
 driver carries out the actions the cores return:
 
-* ``SendAdd`` / ``SendRead`` / ``SendReadLac`` / ``SendWaitLac`` (a long poll,
-  timed out after its own wait plus the request timeout) -> wire requests (one
-  ``ADD_PACKED`` per bookie and action, split at ``add_batch_entries_max`` /
-  ``add_batch_bytes_max``: adds to one bookie travel batched, their bytes in
-  one frame; small adds of several ledgers queued in one loop turn share an
-  ``ADD_MULTI`` per bookie, their bytes in one frame too, or ``ADD_BATCH``
-  for a bookie that refused ``ADD_MULTI`` as an unknown op: an older one);
-  the reply to a ``SendAdd`` comes back as one ``AddResponses``.  Adds to a
-  bookie that already has ``add_messages_inflight`` add messages awaiting
-  replies wait for one of those replies (at most ``add_linger_us``) and
-  share the next message, if they come from a write handle's fresh batch
-  (many ledgers, each with an add now and then: one message per bookie per
-  round trip instead of one per add); resends, recovery writes, full
-  messages and batches that already waited at their handle never wait;
+* ``SendAdd`` -> the outbound (``outbound.Outbound``, owned by the driver
+  and run on its thread): batched per bookie as ``ADD_PACKED``, small adds
+  of several ledgers coalesced into ``ADD_MULTI`` (``ADD_BATCH`` for an
+  older bookie), held for company while a bookie has
+  ``add_messages_inflight`` add messages awaiting replies; sent at the end
+  of the loop turn; the reply to a ``SendAdd`` comes back as one
+  ``AddResponses``;
+* ``SendRead`` / ``SendReadBatch`` / ``SendReadLac`` / ``SendWaitLac`` (a
+  long poll, timed out after its own wait plus the request timeout) -> one
+  wire request each, sent at once;
 * ``WriteMetadata`` / ``ReadMetadata`` -> the metadata store, on a small
-  worker pool (the store blocks; the driver thread never does);
-* ``SendWriteLac`` (explicit LAC, best effort: replies are dropped) ->
-  WRITE_LAC; those of several ledgers to one bookie in one loop turn (the
-  idle writers of many ledgers) share a ``WRITE_LAC_MULTI``, or go one by
-  one to a bookie that refused it as an unknown op (an older one);
+  worker pool (``metadata_pool.MetadataPool``: the store blocks; the driver
+  thread never does);
+* ``SendWriteLac`` (explicit LAC, best effort: replies are dropped) -> the
+  outbound: WRITE_LAC, or one ``WRITE_LAC_MULTI`` per bookie for the LACs
+  of several ledgers in one loop turn;
 * ``SendWriteClose`` (BP-32) -> WRITE_CLOSE requests, fire and forget: their
   replies only feed a logged outcome (``write_close.WriteCloseOutcome``);
 * ``SetTimer`` -> a timer heap on the driver thread;
@@ -49,12 +45,13 @@ Limits: the driver queue is unbounded in type but bounded in practice by
 each write handle's in-flight count (its add paths wait on a condition
 while ``inflight_adds_max`` adds or ``inflight_bytes_max`` bytes are in
 flight) and by one outstanding call per user thread; ``DRAIN_ITEMS_MAX``
-bounds work per wakeup; the metadata pool has ``METADATA_WORKERS`` threads.
+bounds work per wakeup; the metadata pool (``metadata_pool``) has
+``METADATA_WORKERS`` threads; the outbound's messages are bounded by
+``add_batch_entries_max`` / ``add_batch_bytes_max`` (``outbound``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import itertools
 import logging
@@ -62,13 +59,10 @@ import math
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 
 from appliance.errors import (
-    OK,
-    BadRequestError,
     BKError,
-    BKTimeoutError,
     BookieUnavailableError,
     ClientClosedError,
     UnauthorizedError,
@@ -78,27 +72,12 @@ from appliance.errors import (
 from appliance.meta.bookies import bookie_locations
 from appliance.protocol import events as ev
 from ipc.client import Transport
-from ipc.packed import AddMultiReply, AddMultiRequest, AddPackedRequest, ReadPackedRequest
-from ipc.replies import ErrorReply
-from ipc.requests import (
-    AddBatchRequest,
-    AddItem,
-    ReadLacRequest,
-    ReadRequest,
-    WaitLacRequest,
-    WriteCloseRequest,
-    WriteLacMultiRequest,
-    WriteLacRequest,
-)
+from ipc.packed import ReadPackedRequest
+from ipc.requests import ReadLacRequest, ReadRequest, WaitLacRequest, WriteCloseRequest
 
-from .core_events import (
-    add_head,
-    chunks,
-    coalesced,
-    coalesced_events,
-    failure_events,
-    translate,
-)
+from .core_events import failure_events, translate
+from .metadata_pool import MetadataPool
+from .outbound import Outbound
 from .write_close import WriteCloseOutcome, new_counters, reply_code
 
 log = logging.getLogger(__name__)
@@ -123,12 +102,14 @@ def _fail_call(fut: Future, error: BaseException) -> None:
         pass
 
 
-def _no_op() -> None:
-    """A deferred call that only ends the driver's wait (a hold's deadline)."""
-
-
 class Driver:
-    """See the module docstring.  ``start()`` then use; ``close()`` when done."""
+    """See the module docstring.  ``start()`` then use; ``close()`` when done.
+
+    Any thread: ``call``, ``post``, ``close``.  The driver thread: ``run``,
+    ``feed``, ``register`` / ``unregister``, ``call_later_s``, and the sends
+    the outbound makes through it (``send``, ``send_routed``,
+    ``fail_next_turn``).  It owns ``outbound`` (adds and explicit LACs per
+    bookie) and ``metadata`` (the metadata worker pool)."""
 
     def __init__(self, ledgers, registry, *, request_timeout_ms: int = 5000,
                  inflight_per_bookie_max: int = 100_000, transport_options: dict | None = None,
@@ -136,27 +117,21 @@ class Driver:
                  add_batch_bytes_max: int = ADD_BATCH_BYTES_MAX,
                  read_batch_bytes_max: int = READ_BATCH_BYTES_MAX, curve=None,
                  add_messages_inflight: int = 1, add_linger_us: int = 2000):
-        self.ledgers = ledgers
-        self.registry = registry
         self.request_timeout_ms = request_timeout_ms
-        self.add_batch_entries_max = add_batch_entries_max
-        self.add_batch_bytes_max = add_batch_bytes_max
         self.read_batch_bytes_max = read_batch_bytes_max
-        self._packed_datas: tuple | None = None  # the last SendAdd's datas and their chunks
-        self._packed: list = []
-        self._adds_out: dict[str, list] = {}  # bookie -> (core, SendAdd part, lengths, data)
-        self._multi_refused: set[str] = set()  # bookies that answered ADD_MULTI BadRequest
-        self._multi_ok: set[str] = set()  # bookies that answered ADD_MULTI with its reply
-        # The hold of adds per bookie (see the module docstring): add messages
-        # awaiting their reply, when each bookie's held adds began to wait,
-        # and the bookies with an add this turn that must not wait.
-        self.add_messages_inflight = add_messages_inflight
-        self.add_hold_s = add_linger_us / 1e6
-        self._add_messages: dict[str, int] = {}
-        self._held_since: dict[str, float] = {}
-        self._adds_now: set[str] = set()
-        self._lacs_out: dict[str, list] = {}  # bookie -> [(core, SendWriteLac)] this turn
-        self._lac_multi_refused: set[str] = set()  # bookies that answered it BadRequest
+        # Adds and explicit LACs: batched and coalesced per bookie by the
+        # outbound (its methods bound once: every add comes through run());
+        # its messages of several parts are routed by the driver's markers.
+        self.outbound = Outbound(self, coalesced_route=_COALESCED, lac_multi_route=_LAC_MULTI,
+                                 add_batch_entries_max=add_batch_entries_max,
+                                 add_batch_bytes_max=add_batch_bytes_max,
+                                 add_messages_inflight=add_messages_inflight,
+                                 add_linger_us=add_linger_us)
+        self._send_add = self.outbound.add
+        self._write_lac = self.outbound.write_lac
+        self._on_packed_reply = self.outbound.on_packed_reply
+        self._on_coalesced_reply = self.outbound.on_coalesced_reply
+        self._on_lac_multi_reply = self.outbound.on_lac_multi_reply
         self.ids = itertools.count(1)  # shared by every core: ids route replies
         # Work from other threads: appended here, then the transport's wake()
         # ends the driver's wait (once per wait: _wake_pending).
@@ -177,7 +152,7 @@ class Driver:
         self._locations: dict = {}  # bookie id -> placement.Location (registry labels)
         self.write_close_outcomes = new_counters()  # BP-32: succeeded / partly / failed
         self._closed = False
-        self._pool = ThreadPoolExecutor(METADATA_WORKERS, thread_name_prefix="bk-metadata")
+        self.metadata = MetadataPool(ledgers, registry, self._put, METADATA_WORKERS)
         # The transport has no I/O thread of its own: the driver thread owns
         # the sockets and waits on them (one thread hand-off less per message
         # each way); replies arrive through _on_transport_events.
@@ -186,7 +161,7 @@ class Driver:
                                    curve_keys=curve.keys if curve is not None else None,
                                    io_thread=False, **(transport_options or {}))
         self._thread = threading.Thread(target=self._run, name="bk-client-driver", daemon=True)
-        self._use_registry(self._read_registry() or {})
+        self._use_registry(self.metadata.read_bookies() or {})
 
     def start(self) -> None:
         self._thread.start()
@@ -266,27 +241,24 @@ class Driver:
                 write_closes.append(action)
             elif kind is ev.SendReadBatch:
                 count = action.last_entry_id - action.first_entry_id + 1
-                self._send(core, action, ReadPackedRequest(
+                self.send(core, action, ReadPackedRequest(
                     action.ledger_id, action.first_entry_id, action.last_entry_id, count,
                     self.read_batch_bytes_max, master_key=action.master_key or None))
             elif kind is ev.SendRead:  # every read carries the key (b"" in an event: none)
                 req = ReadRequest(action.ledger_id, action.entry_id, action.fence,
                                   action.master_key or None)
-                self._send(core, action, req)
+                self.send(core, action, req)
             elif kind is ev.SendReadLac:
                 req = ReadLacRequest(action.ledger_id, action.fence, action.master_key or None)
-                self._send(core, action, req)
+                self.send(core, action, req)
             elif kind is ev.SendWaitLac:  # a long poll: its own timeout on top
-                self._send(core, action, WaitLacRequest(
+                self.send(core, action, WaitLacRequest(
                     action.ledger_id, action.previous_lac, action.timeout_ms,
                     master_key=action.master_key or None), action.timeout_ms)
             elif kind is ev.WriteMetadata or kind is ev.ReadMetadata:
-                self._pool.submit(self._metadata_op, core, action)
+                self.metadata.submit(core, action)
             elif kind is ev.SendWriteLac:  # best effort: the reply (or none) is dropped
-                lacs = self._lacs_out.get(action.bookie_id)
-                if lacs is None:
-                    lacs = self._lacs_out[action.bookie_id] = []
-                lacs.append((core, action))  # sent at the end of this loop turn
+                self._write_lac(core, action)  # sent at the end of this loop turn
             else:
                 sink = self._sinks.get(id(core))
                 if sink is not None:
@@ -304,205 +276,28 @@ class Driver:
                                         self.write_close_outcomes)
             for action in group:
                 try:
-                    self._ensure_bookie(action.bookie_id)
-                    rid = self.transport.send(action.bookie_id,
-                                              WriteCloseRequest(ledger_id, action.master_key),
-                                              self.request_timeout_ms)
+                    self.send_routed(action.bookie_id,
+                                     WriteCloseRequest(ledger_id, action.master_key),
+                                     (outcome, action))
                 except (BKError, ValueError) as exc:
                     outcome.done(action.bookie_id, code_of(exc) if isinstance(exc, BKError)
                                  else BookieUnavailableError.code)
-                    continue
-                self._routes[rid] = (outcome, action)
 
     def feed(self, core, event) -> None:
         """Apply one event to ``core`` and carry out what it returns."""
         if id(core) in self._cores:
             self.run(core, core.handle(event))
 
-    # -- wire ---------------------------------------------------------------------
-    def _send_add(self, core, action: ev.SendAdd, holdable: bool = False) -> None:
-        """Queue one part per chunk of at most ``add_batch_entries_max``
-        entries / ``add_batch_bytes_max`` bytes, each routed (and, on failure,
-        answered) as a ``SendAdd`` of its own entries; ``_flush_adds`` sends
-        them at the end of this loop turn.  A chunk's bytes are joined into
-        one frame only if it travels as ``ADD_PACKED`` (once for every
-        bookie of the write set); coalesced parts never need it.  Unless
-        ``holdable``, this turn's adds to the bookie leave at its end."""
-        if not holdable:
-            self._adds_now.add(action.bookie_id)
-        entry_ids, datas = action.entry_ids, action.datas
-        if self._packed_datas is not datas:  # a writer sends one tuple to every bookie
-            self._packed_datas = datas
-            nbytes = sum(map(len, datas))
-            if len(datas) <= self.add_batch_entries_max and nbytes <= self.add_batch_bytes_max:
-                self._packed = [[0, len(datas), nbytes, None]]  # one chunk: the usual case
-            else:
-                self._packed = [[lo, hi, sum(map(len, datas[lo:hi])), None]
-                                for lo, hi in chunks(datas, self.add_batch_entries_max,
-                                                      self.add_batch_bytes_max)]
-        out = self._adds_out.get(action.bookie_id)
-        if out is None:
-            out = self._adds_out[action.bookie_id] = []
-        if len(self._packed) == 1:
-            out.append((core, action, self._packed[0][2], self._packed[0]))
-            return
-        for chunk in self._packed:
-            lo, hi = chunk[0], chunk[1]
-            part = action if (lo, hi) == (0, len(datas)) else dataclasses.replace(
-                action, entry_ids=entry_ids[lo:hi], datas=datas[lo:hi])
-            out.append((core, part, chunk[2], chunk))
+    def is_registered(self, core) -> bool:
+        """Whether ``core`` is still fed (registered and not yet unregistered)."""
+        return id(core) in self._cores
 
-    def _flush_adds(self) -> None:
-        """End of a loop turn: send the adds queued for each bookie.  The
-        parts of several ledgers (many ledgers written at once: a few
-        entries each per turn) share ``ADD_MULTI`` messages up to
-        ``add_batch_entries_max`` / ``add_batch_bytes_max``: one message
-        with one data frame, one bookie storage block and one reply instead
-        of one per ledger.  A bookie's only part, or one that fills a
-        message by itself, goes alone as ``ADD_PACKED`` (its bytes joined
-        once for every bookie of its write set).  A bookie's adds that may
-        wait (``_held``) stay queued for the next turn."""
-        if not self._adds_out:
-            return
-        out, self._adds_out = self._adds_out, {}
-        now = time.monotonic()
-        for bookie_id, parts in out.items():
-            if self._held(bookie_id, parts, now):
-                self._adds_out[bookie_id] = parts
-                continue
-            self._held_since.pop(bookie_id, None)
-            self._adds_now.discard(bookie_id)
-            if len(parts) == 1:
-                self._send_packed(parts[0])
-                continue
-            for group in coalesced(parts, self.add_batch_entries_max, self.add_batch_bytes_max):
-                self._send_coalesced(bookie_id, group)
-
-    def _held(self, bookie_id: str, parts: list, now: float) -> bool:
-        """Whether ``parts``, this turn's adds to ``bookie_id``, wait for a
-        reply from it: only if every one may wait, the bookie already has
-        ``add_messages_inflight`` add messages awaiting replies, they began
-        to wait less than ``add_linger_us`` ago (a deferred no-op wakes the
-        loop then) and they do not fill a message.  A reply of the bookie
-        lowers its count and so ends the wait at the end of that turn."""
-        limit = self.add_messages_inflight
-        if not limit or bookie_id in self._adds_now or \
-                self._add_messages.get(bookie_id, 0) < limit:
-            return False
-        since = self._held_since.get(bookie_id)
-        if since is None:
-            since = self._held_since[bookie_id] = now
-            self.call_later_s(self.add_hold_s, _no_op)
-        if now - since >= self.add_hold_s:
-            return False
-        entries = nbytes = 0
-        for item in parts:
-            entries += len(item[1].entry_ids)
-            nbytes += item[2]
-        return entries < self.add_batch_entries_max and nbytes < self.add_batch_bytes_max
-
-    def _flush_lacs(self) -> None:
-        """End of a loop turn: send the explicit LACs queued for each bookie;
-        those of several ledgers share ``WRITE_LAC_MULTI`` messages of up to
-        ``add_batch_entries_max`` rows (each ledger's writer ticks on its
-        own timer, so many idle ledgers' LACs fall in the same turns)."""
-        if not self._lacs_out:
-            return
-        out, self._lacs_out = self._lacs_out, {}
-        step = self.add_batch_entries_max
-        for bookie_id, items in out.items():
-            if len(items) == 1 or bookie_id in self._lac_multi_refused:
-                for core, action in items:
-                    self._send_write_lac(core, action)
-                continue
-            for lo in range(0, len(items), step):
-                self._send_lac_multi(bookie_id, items[lo:lo + step])
-
-    def _send_write_lac(self, core, action: ev.SendWriteLac) -> None:
-        self._send(core, action, WriteLacRequest(action.ledger_id, action.lac,
-                                                 action.master_key))
-
-    def _send_lac_multi(self, bookie_id: str, items: list) -> None:
-        request = WriteLacMultiRequest([(action.ledger_id, action.lac, action.master_key)
-                                        for _, action in items])
-        try:
-            self._ensure_bookie(bookie_id)
-            rid = self.transport.send(bookie_id, request, self.request_timeout_ms)
-        except (BKError, ValueError) as exc:  # best effort, as a WRITE_LAC's failure
-            log.debug("cannot send WRITE_LAC_MULTI to %s: %s", bookie_id, exc)
-            return
-        self._routes[rid] = (_LAC_MULTI, (bookie_id, items))
-
-    def _on_lac_multi(self, sent: tuple, event) -> None:
-        """A ``WRITE_LAC_MULTI`` reply: dropped, as a WRITE_LAC's, unless the
-        bookie refused the op as a bad request (one from before it: it kept
-        nothing); then its LACs go again one by one, and from then on."""
-        bookie_id, items = sent
-        reply = event.reply
-        if type(reply) is ErrorReply and reply.status == BadRequestError.code \
-                and bookie_id not in self._lac_multi_refused:
-            log.info("bookie %s refused WRITE_LAC_MULTI (%s): sending it WRITE_LAC",
-                     bookie_id, reply.message)
-            self._lac_multi_refused.add(bookie_id)
-            for core, action in items:
-                if id(core) in self._cores:  # a closed handle's LAC no longer matters
-                    self._send_write_lac(core, action)
-
-    def _send_packed(self, item: tuple) -> None:
-        """One part as ``ADD_PACKED``: its chunk's bytes joined once."""
-        core, part, _nbytes, chunk = item
-        if chunk[3] is None:
-            chunk[3] = (list(map(len, part.datas)), b"".join(part.datas))
-        lengths, data = chunk[3]
-        self._send(core, part, AddPackedRequest(part.ledger_id, part.master_key,
-                                                part.entry_ids, lengths, data, part.recovery),
-                   route=add_head(part))
-
-    def _send_coalesced(self, bookie_id: str, group: list) -> None:
-        if len(group) == 1:
-            self._send_packed(group[0])
-            return
-        self._send_multi(bookie_id, [item[0] for item in group], [item[1] for item in group])
-
-    def _send_multi(self, bookie_id: str, cores: list, parts: list) -> None:
-        """Several parts (``parts[i]``, a SendAdd of ``cores[i]``) to one
-        bookie in one message: ``ADD_MULTI`` (every entry's bytes in one
-        frame), or ``ADD_BATCH`` (a frame per entry) to a bookie that refused
-        ``ADD_MULTI``.  The route keeps the cores and, once the bookie is known
-        to take ``ADD_MULTI``, only the parts' ``add_head``s (before that the
-        parts, for the ``ADD_BATCH`` fallback): what an add keeps alive until
-        its reply is what the garbage collector promotes and later scans."""
-        recovery = parts[0].recovery
-        multi = bookie_id not in self._multi_refused
-        if multi:
-            groups, entry_ids, datas = [], [], []
-            for part in parts:
-                groups.append((part.ledger_id, part.master_key, len(part.entry_ids)))
-                entry_ids += part.entry_ids
-                datas += part.datas
-            request = AddMultiRequest(groups, entry_ids, list(map(len, datas)),
-                                      b"".join(datas), recovery)
-        else:
-            request = AddBatchRequest([AddItem(part.ledger_id, e, part.master_key, d)
-                                       for part in parts
-                                       for e, d in zip(part.entry_ids, part.datas, strict=True)],
-                                      recovery)
-        try:
-            self._ensure_bookie(bookie_id)
-            rid = self.transport.send(bookie_id, request, self.request_timeout_ms)
-        except (BKError, ValueError) as exc:
-            code = exc.code if isinstance(exc, BKError) else BookieUnavailableError.code
-            for core, part in zip(cores, parts, strict=True):
-                self._q.append(("fail", core, part, code))
-            return
-        if not multi or bookie_id in self._multi_ok:  # no ADD_BATCH fallback needed
-            parts = tuple(add_head(part) for part in parts)
-        self._routes[rid] = (_COALESCED, (bookie_id, cores, parts, multi))
-        self._add_messages[bookie_id] = self._add_messages.get(bookie_id, 0) + 1
-
-    def _send(self, core, action, request, extra_timeout_ms: int = 0, route=None) -> None:
+    # -- sending to bookies (driver thread) ---------------------------------------
+    def send(self, core, action, request, extra_timeout_ms: int = 0, route=None) -> int | None:
         """Send ``request`` for ``action`` of ``core``; the reply is routed
-        back as to ``action`` (``route``: what stands for it until then)."""
+        back as to ``action`` (``route``: what stands for it until then).
+        The transport's request id, or ``None`` when it could not leave
+        (``action`` then fails on the next loop turn)."""
         bookie_id = action.bookie_id
         try:
             self._ensure_bookie(bookie_id)
@@ -511,18 +306,32 @@ class Driver:
         except (BKError, ValueError) as exc:
             log.debug("cannot send to %s: %s", bookie_id, exc)
             code = exc.code if isinstance(exc, BKError) else BookieUnavailableError.code
-            self._q.append(("fail", core, action, code))
-            return
+            self.fail_next_turn(core, action, code)
+            return None
         self._routes[rid] = (core, action if route is None else route)
-        if type(route) is tuple:  # an add_head: an ADD_PACKED awaiting its reply
-            self._add_messages[bookie_id] = self._add_messages.get(bookie_id, 0) + 1
+        return rid
+
+    def send_routed(self, bookie_id: str, request, route: tuple) -> int:
+        """Send ``request`` to ``bookie_id`` (the request timeout); its reply
+        or failure goes to ``route``: (a core or a route marker, what stands
+        for the action).  Raise ``BKError`` / ``ValueError`` when it cannot
+        leave: the caller answers what it carried."""
+        self._ensure_bookie(bookie_id)
+        rid = self.transport.send(bookie_id, request, self.request_timeout_ms)
+        self._routes[rid] = route
+        return rid
+
+    def fail_next_turn(self, core, action, code: int) -> None:
+        """Driver thread: answer ``action`` of ``core`` with failure ``code``
+        on the next loop turn (never inside the call that sent it)."""
+        self._q.append(("fail", core, action, code))
 
     def _ensure_bookie(self, bookie_id: str) -> None:
         if bookie_id in self._endpoints:
             return
         if bookie_id in self._refusals:
             raise self._refusals[bookie_id]
-        info = (self._read_registry() or {}).get(bookie_id)
+        info = (self.metadata.read_bookies() or {}).get(bookie_id)
         if info is None:
             raise BookieUnavailableError(f"bookie {bookie_id} is not registered")
         self._connect(bookie_id, info)
@@ -574,76 +383,26 @@ class Driver:
                 continue
             core, action = route
             if core is _COALESCED:
-                self._add_messages[action[0]] -= 1
-                self._on_coalesced(action, event, now)
+                self._on_coalesced_reply(action, event, now)
                 continue
             if core is _LAC_MULTI:
-                self._on_lac_multi(action, event)
+                self._on_lac_multi_reply(action, event)
                 continue
             if type(action) is tuple:  # an ADD_PACKED's add_head
-                self._add_messages[action[1]] -= 1
+                self._on_packed_reply(core, action, event, now)
+                continue
             if type(action) is ev.SendWriteClose:  # the "core" is its outcome: logged only
                 core.done(action.bookie_id, reply_code(event.status, event.reply))
                 continue
             for core_event in translate(action, event, now):
                 self.feed(core, core_event)
 
-    def _on_coalesced(self, sent: tuple, event, now: int) -> None:
-        """An ``ADD_MULTI`` / ``ADD_BATCH`` reply split back into each part's
-        ``AddResponses``.  A bookie that answers ``ADD_MULTI`` as a bad
-        request (one from before the op: nothing of it was stored) gets the
-        parts again as ``ADD_BATCH``, and ``ADD_BATCH`` from then on.  Once a
-        bookie has answered ``ADD_MULTI`` the route keeps only the parts'
-        ``add_head``s; should it refuse one later (replaced by an older
-        version), those parts count as unanswered and the writers' timeouts
-        resend them, as ``ADD_BATCH``."""
-        bookie_id, cores, parts, multi = sent
-        reply = event.reply
-        if multi and type(reply) is ErrorReply and reply.status == BadRequestError.code:
-            log.info("bookie %s refused ADD_MULTI (%s): sending it ADD_BATCH", bookie_id,
-                     reply.message)
-            self._multi_refused.add(bookie_id)
-            self._multi_ok.discard(bookie_id)
-            if type(parts) is list:  # the parts themselves: send them again now
-                self._send_multi(bookie_id, cores, parts)
-                return
-            event = dataclasses.replace(event, status=BKTimeoutError.code, reply=None)
-        elif multi and type(reply) is AddMultiReply:
-            self._multi_ok.add(bookie_id)
-        for core, core_event in coalesced_events(cores, parts, event, now):
-            self.feed(core, core_event)
-
     def _fail(self, core, action, code: int) -> None:
         now = self.now_ms()
         for core_event in failure_events(action, code, now):
             self.feed(core, core_event)
 
-    # -- metadata -----------------------------------------------------------------
-    def _metadata_op(self, core, action) -> None:
-        """On a pool thread: do the blocking store call, post the result."""
-        try:
-            if type(action) is ev.WriteMetadata:
-                version = self.ledgers.write_ledger(action.metadata, action.expected_version)
-                event = ev.MetadataWritten(action.request_id, action.ledger_id, OK, version)
-            else:
-                md, version = self.ledgers.read_ledger(action.ledger_id)
-                event = ev.MetadataRead(action.request_id, action.ledger_id, OK, md, version)
-        except Exception as exc:  # every failure becomes a code the core understands
-            code = code_of(exc)
-            if not isinstance(exc, BKError):
-                log.exception("metadata operation failed")
-            event = (ev.MetadataWritten(action.request_id, action.ledger_id, code)
-                     if type(action) is ev.WriteMetadata
-                     else ev.MetadataRead(action.request_id, action.ledger_id, code))
-        self._put(("event", core, event))
-
-    def _read_registry(self) -> dict | None:
-        try:
-            return self.registry.available()
-        except BKError as exc:
-            log.warning("cannot list bookies: %s", exc)
-            return None
-
+    # -- the registry's view of the bookies ------------------------------------------
     def _use_registry(self, live: dict) -> None:
         """Driver thread: take the registry's view of live bookies."""
         untrusted = set()
@@ -659,16 +418,12 @@ class Driver:
                                        if not info.get("read_only") and b not in untrusted))
         self._locations = bookie_locations(live)
 
-    def _refresh_in_pool(self) -> None:
-        live = self._read_registry()
-        if live is not None:
-            self._put(("bookies", live))
-
     # -- the loop -----------------------------------------------------------------
     def _run(self) -> None:
         self.transport.bind_owner()
         next_refresh = self.now_ms() + BOOKIE_REFRESH_MS
         q = self._q
+        flush_adds, flush_lacs = self.outbound.flush_adds, self.outbound.flush_lacs
         while True:
             # Wait on the bookies' sockets and the wake pipe at once: replies
             # are handled inside step(), queued work right after it.
@@ -682,11 +437,11 @@ class Driver:
                     return
                 self._apply(it)
             self._fire_timers()
-            self._flush_adds()
-            self._flush_lacs()
+            flush_adds()
+            flush_lacs()
             if self.now_ms() >= next_refresh:
                 next_refresh = self.now_ms() + BOOKIE_REFRESH_MS
-                self._pool.submit(self._refresh_in_pool)
+                self.metadata.refresh_bookies()
 
     def _apply(self, item) -> None:
         kind = item[0]
@@ -743,7 +498,7 @@ class Driver:
             self._thread.join()
         self._stopped = True
         self.transport.close()
-        self._pool.shutdown(wait=True)
+        self.metadata.shutdown()
         self._fail_leftovers()
 
     def _fail_leftovers(self) -> None:

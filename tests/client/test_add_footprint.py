@@ -119,7 +119,7 @@ def test_an_add_in_flight_keeps_about_one_tracked_object(handles, adds_per_batch
             for _ in range(n):
                 h._add(b"x" * 100, linger=True)
             h._flush(force=True)
-        driver._flush_adds()
+        driver.outbound.flush_adds()
 
     driver.call(add, 1).result(timeout=60)  # each handle's first batch sets up the rest
     # the bookies answer it: now they are known to take ADD_MULTI

@@ -38,7 +38,7 @@ def _add(driver, core, ledger_id, entry_ids, bookie="b1", request_id=None):
     action = ev.SendAdd(request_id or ledger_id, bookie, ledger_id, tuple(entry_ids),
                         tuple(b"e%d-%d" % (ledger_id, e) for e in entry_ids), False, KEY)
     driver._cores[id(core)] = core
-    driver._send_add(core, action)
+    driver.outbound.add(core, action)
     return action
 
 
@@ -47,10 +47,10 @@ def test_small_adds_of_many_ledgers_share_one_message_per_bookie(driver):
     for ledger, core in cores.items():
         _add(driver, core, ledger, [0], "b1")
         _add(driver, core, ledger, [0], "b2", request_id=1000 + ledger)
-    big_core = _Core()
-    _add(driver, big_core, 99, range(driver.add_batch_entries_max), "b1")  # a message by itself
+    big_core, entries_max = _Core(), driver.outbound.add_batch_entries_max
+    _add(driver, big_core, 99, range(entries_max), "b1")  # a message by itself
     assert driver.transport.sent == []  # nothing leaves before the end of the turn
-    driver._flush_adds()
+    driver.outbound.flush_adds()
     kinds = sorted((b, type(r).__name__) for b, r, _ in driver.transport.sent)
     assert kinds == [("b1", "AddMultiRequest"), ("b1", "AddPackedRequest"),
                      ("b2", "AddMultiRequest")]
@@ -60,7 +60,7 @@ def test_small_adds_of_many_ledgers_share_one_message_per_bookie(driver):
     assert [(g[0], list(g[2]), [bytes(d) for d in g[3]]) for g in multi.group_entries()] == \
         [(n, [0], [b"e%d-0" % n]) for n in range(1, 51)]
     packed = next(r for _, r, _ in driver.transport.sent if isinstance(r, AddPackedRequest))
-    assert packed.ledger_id == 99 and len(packed.entry_ids) == driver.add_batch_entries_max
+    assert packed.ledger_id == 99 and len(packed.entry_ids) == entries_max
 
     rid = next(rid for b, r, rid in driver.transport.sent
                if b == "b1" and isinstance(r, AddMultiRequest))
@@ -77,7 +77,7 @@ def test_a_multi_reply_of_another_length_or_entry_fails_the_parts_it_does_not_an
     a, b, c = _Core(), _Core(), _Core()
     _add(driver, a, 1, [0, 1])
     _add(driver, b, 2, [4])
-    driver._flush_adds()
+    driver.outbound.flush_adds()
     (_, _, rid), = driver.transport.sent
     # one row short: rows name no ledger, so no part can be trusted
     driver._on_net([Event("b1", rid, 7, OK, AddMultiReply([0, 1], [OK, OK]))])
@@ -85,7 +85,7 @@ def test_a_multi_reply_of_another_length_or_entry_fails_the_parts_it_does_not_an
     a.events.clear(), b.events.clear()
     _add(driver, a, 1, [2])
     _add(driver, c, 3, [9])
-    driver._flush_adds()
+    driver.outbound.flush_adds()
     rid = driver.transport.sent[-1][2]
     # ledger 3's row names another entry: that part fails, ledger 1's is acked
     driver._on_net([Event("b1", rid, 8, OK, AddMultiReply([2, 8], [OK, OK]))])
@@ -99,7 +99,7 @@ def test_a_bookie_refusing_add_multi_gets_the_parts_again_as_add_batch(driver):
     a, b = _Core(), _Core()
     _add(driver, a, 1, [0])
     _add(driver, b, 2, [0])
-    driver._flush_adds()
+    driver.outbound.flush_adds()
     (_, first, rid), = driver.transport.sent
     assert isinstance(first, AddMultiRequest)
     driver._on_net([Event("b1", rid, 7, OK, ErrorReply(Op.ADD_MULTI, rid, BadRequestError.code,
@@ -113,7 +113,7 @@ def test_a_bookie_refusing_add_multi_gets_the_parts_again_as_add_batch(driver):
     assert a.events[0].codes == (OK,) and b.events[0].codes == (OK,)
     _add(driver, a, 1, [1])
     _add(driver, b, 2, [1])
-    driver._flush_adds()
+    driver.outbound.flush_adds()
     assert isinstance(driver.transport.sent[-1][1], AddBatchRequest)
 
 
@@ -125,14 +125,14 @@ def test_a_bookie_that_took_add_multi_then_refuses_it_leaves_those_parts_unanswe
     a, b = _Core(), _Core()
     _add(driver, a, 1, [0])
     _add(driver, b, 2, [0])
-    driver._flush_adds()
+    driver.outbound.flush_adds()
     rid = driver.transport.sent[-1][2]
     driver._on_net([Event("b1", rid, 7, OK, AddMultiReply([0, 0], [OK, OK]))])
     assert a.events[0].codes == (OK,) and b.events[0].codes == (OK,)
     a.events.clear(), b.events.clear()
     _add(driver, a, 1, [1])
     _add(driver, b, 2, [1])
-    driver._flush_adds()
+    driver.outbound.flush_adds()
     rid, sent = driver.transport.sent[-1][2], len(driver.transport.sent)
     driver._on_net([Event("b1", rid, 8, OK, ErrorReply(Op.ADD_MULTI, rid, BadRequestError.code,
                                                        message="unknown op 14"))])
@@ -142,16 +142,16 @@ def test_a_bookie_that_took_add_multi_then_refuses_it_leaves_those_parts_unanswe
         assert (got.ledger_id, got.entry_id, got.code) == (ledger, 1, BKTimeoutError.code)
     _add(driver, a, 1, [1])
     _add(driver, b, 2, [1])
-    driver._flush_adds()
+    driver.outbound.flush_adds()
     assert isinstance(driver.transport.sent[-1][1], AddBatchRequest)
 
 
 def test_a_batch_reply_leaving_an_entry_out_fails_that_part_only(driver):
-    driver._multi_refused.add("b1")  # ADD_BATCH: rows name their ledger
+    driver.outbound._multi_refused.add("b1")  # ADD_BATCH: rows name their ledger
     a, b = _Core(), _Core()
     _add(driver, a, 1, [0, 1])
     _add(driver, b, 2, [0])
-    driver._flush_adds()
+    driver.outbound.flush_adds()
     (_, _, rid), = driver.transport.sent
     driver._on_net([Event("b1", rid, 7, OK, AddBatchReply([(1, 0, OK), (2, 0, OK)]))])
     assert [type(e).__name__ for e in a.events] == ["AddResponse", "AddResponse"]
@@ -163,7 +163,7 @@ def test_a_failed_message_fails_every_part_it_carried(driver):
     cores = [_Core() for _ in range(3)]
     for n, core in enumerate(cores, start=1):
         _add(driver, core, n, [5])
-    driver._flush_adds()
+    driver.outbound.flush_adds()
     (_, _, rid), = driver.transport.sent
     driver._on_net([Event("b1", rid, 7, BookieUnavailableError.code)])
     for n, core in enumerate(cores, start=1):
@@ -174,7 +174,7 @@ def test_a_failed_message_fails_every_part_it_carried(driver):
 def test_a_lone_small_add_still_travels_packed(driver):
     core = _Core()
     _add(driver, core, 1, [0])
-    driver._flush_adds()
+    driver.outbound.flush_adds()
     (_, request, _), = driver.transport.sent
     assert isinstance(request, AddPackedRequest)
 
@@ -183,11 +183,11 @@ def test_mid_size_parts_of_several_ledgers_share_a_message_within_the_limits(dri
     """Not only one-entry parts: 100 ledgers with 40 entries each in a turn
     (a hundred ledgers written at once) travel as few ADD_MULTI messages,
     each within add_batch_entries_max."""
-    driver.add_batch_entries_max = 256
+    driver.outbound.add_batch_entries_max = 256
     cores = [_Core() for _ in range(100)]
     for n, core in enumerate(cores, start=1):
         _add(driver, core, n, range(40))
-    driver._flush_adds()
+    driver.outbound.flush_adds()
     sent = [r for _, r, _ in driver.transport.sent]
     assert all(isinstance(r, AddMultiRequest) for r in sent)
     assert [len(r.entry_ids) for r in sent] == [240] * 16 + [160]  # 6 parts a message

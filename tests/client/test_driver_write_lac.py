@@ -40,13 +40,13 @@ def test_lacs_of_a_turn_share_one_message_per_bookie(driver):
         _write_lac(driver, core, ledger, ledger + 40, "b1")
     _write_lac(driver, cores[1], 1, 41, "b2")  # b2's only one
     assert driver.transport.sent == []  # nothing leaves before the end of the turn
-    driver._flush_lacs()
+    driver.outbound.flush_lacs()
     assert sorted(_sent(driver)) == [("b1", "WriteLacMultiRequest"), ("b2", "WriteLacRequest")]
     multi = next(r for b, r, _ in driver.transport.sent if b == "b1")
     assert multi.rows == [(n, n + 40, KEY) for n in range(1, 6)]
     single = next(r for b, r, _ in driver.transport.sent if b == "b2")
     assert (single.ledger_id, single.lac, single.master_key) == (1, 41, KEY)
-    driver._flush_lacs()
+    driver.outbound.flush_lacs()
     assert len(driver.transport.sent) == 2  # sent once
 
     # the reply (even a refused row) is dropped, as a WRITE_LAC's: best effort
@@ -59,11 +59,11 @@ def test_lacs_of_a_turn_share_one_message_per_bookie(driver):
 
 
 def test_a_turn_with_more_lacs_than_a_message_holds_sends_several(driver):
-    driver.add_batch_entries_max = 4
+    driver.outbound.add_batch_entries_max = 4
     cores = [_Core() for _ in range(10)]
     for ledger, core in enumerate(cores, 1):
         _write_lac(driver, core, ledger, 7, "b1")
-    driver._flush_lacs()
+    driver.outbound.flush_lacs()
     rows = [[row[0] for row in r.rows] for _, r, _ in driver.transport.sent]
     assert rows == [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10]]
 
@@ -74,7 +74,7 @@ def test_a_bookie_refusing_the_op_gets_the_lacs_one_by_one_from_then_on(driver):
         _write_lac(driver, core, ledger, 5, "b1")
     _write_lac(driver, cores[0], 1, 5, "b2")
     _write_lac(driver, cores[1], 2, 5, "b2")
-    driver._flush_lacs()
+    driver.outbound.flush_lacs()
     assert sorted(_sent(driver)) == [("b1", "WriteLacMultiRequest"),
                                      ("b2", "WriteLacMultiRequest")]
     driver.unregister(cores[2])  # a handle closed meanwhile: its LAC no longer matters
@@ -91,7 +91,7 @@ def test_a_bookie_refusing_the_op_gets_the_lacs_one_by_one_from_then_on(driver):
     for ledger, core in enumerate(cores[:2], 1):
         _write_lac(driver, core, ledger, 6, "b1")
         _write_lac(driver, core, ledger, 6, "b2")
-    driver._flush_lacs()
+    driver.outbound.flush_lacs()
     assert sorted(_sent(driver)[before:]) == [("b1", "WriteLacRequest"),
                                               ("b1", "WriteLacRequest"),
                                               ("b2", "WriteLacMultiRequest")]
@@ -101,12 +101,12 @@ def test_another_failure_of_the_message_is_not_a_refusal(driver):
     cores = [_Core() for _ in range(2)]
     for ledger, core in enumerate(cores, 1):
         _write_lac(driver, core, ledger, 5, "b1")
-    driver._flush_lacs()
+    driver.outbound.flush_lacs()
     (_, _, rid), = driver.transport.sent
     busy = ErrorReply(Op.WRITE_LAC_MULTI, rid, 12, 0, -1, "overloaded")  # TooManyRequests
     driver._on_net([Event("b1", rid, int(Op.WRITE_LAC_MULTI), OK, busy)])
-    assert len(driver.transport.sent) == 1 and "b1" not in driver._lac_multi_refused
+    assert len(driver.transport.sent) == 1 and "b1" not in driver.outbound._lac_multi_refused
     for ledger, core in enumerate(cores, 1):
         _write_lac(driver, core, ledger, 6, "b1")
-    driver._flush_lacs()
+    driver.outbound.flush_lacs()
     assert isinstance(driver.transport.sent[-1][1], WriteLacMultiRequest)

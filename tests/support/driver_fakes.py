@@ -52,4 +52,4 @@ def driver_with_fakes():
         yield d
     finally:
         real.close()
-        d._pool.shutdown(wait=True)
+        d.metadata.shutdown()
