@@ -325,7 +325,7 @@ class BookieCore:
                 ticket = max(ticket, storage.mark_limbo(ledger_id))
             invariant((not fence or storage.is_fenced(ledger_id))
                       and (not limbo or storage.is_limbo(ledger_id)),
-                      "ledger %d: not fenced and in limbo after the boot rule", ledger_id)
+                      "ledger %d: the boot rule left it unfenced or out of limbo", ledger_id)
         return ticket
 
     def clear_limbo(self, ledger_id: int) -> int:
