@@ -18,6 +18,8 @@ Guarantees:
 * The reader's LAC only grows: from LAC reads, the LAC field of every entry
   read, and the last entry of a CLOSED ledger.
 * ``read`` delivers payloads in entry order, one ``ReadDone`` per call.
+* Checked in place (``invariant()``): no read returns past the LAC, and a
+  CLOSED ledger's end is not below the LAC this reader was told.
 
 * Batch mode (``read_batch_entries > 1`` and E == Qw, so every bookie of a
   fragment stores every entry of it): runs of entries are asked of one
@@ -55,6 +57,7 @@ from appliance.protocol.errors import (
     NoSuchEntryError,
     is_explicit_negative,
 )
+from appliance.protocol.invariant import invariant
 from appliance.protocol.metadata import CLOSED, LedgerMetadata
 from appliance.protocol.quorum import ensemble_coverage
 
@@ -208,6 +211,10 @@ class LedgerReader(CoreBase):
         and, once CLOSED, the LAC follow it."""
         self._md = metadata
         if metadata.state == CLOSED:
+            invariant(metadata.last_entry_id >= self.last_add_confirmed,
+                      "ledger %d: closed at %d below the LAC %d a reader was told",
+                      self.ledger_id, metadata.last_entry_id, self.last_add_confirmed,
+                      rule="no-divergence")
             self._raise_lac(metadata.last_entry_id)
         return self._take()
 
@@ -328,6 +335,8 @@ class LedgerReader(CoreBase):
         rows = self._good_rows(event, lo, hi)
         payloads, top_lac = self._verify_batch(event.datas[:rows], self._digest,
                                                self.ledger_id, lo)
+        invariant(len(payloads) <= rows, "ledger %d: the batch check returned %d payloads "
+                  "of %d rows", self.ledger_id, len(payloads), rows)
         op.payloads.update(zip(range(lo, lo + len(payloads)), payloads, strict=True))
         self._raise_lac(top_lac)
         return lo + len(payloads)
@@ -403,6 +412,9 @@ class LedgerReader(CoreBase):
         self._ask_next_replica(op, entry, now_ms)
 
     def _finish_read(self, op: _ReadOp, code: int) -> None:
+        invariant(code != OK or op.last <= self.last_add_confirmed, "ledger %d: read of "
+                  "%d..%d returned past the LAC %d", self.ledger_id, op.first, op.last,
+                  self.last_add_confirmed)
         op.done = True
         self._reads.pop(op.read_id, None)
         for request_id in [r for r, found in self._requests.items() if found[0] is op]:

@@ -27,6 +27,10 @@ Phases and the rule each one keeps:
    anyone -> that end is the answer (concurrent recoveries converge);
    otherwise the whole recovery restarts (at most ``restarts_max`` times).
 
+Before the close CAS the recovery checks (``invariant()``) that its end is
+at or above every acknowledged entry it saw (the fence's LAC, the LAC field
+of every record read) and that everything up to it was written back.
+
 The result is one ``OpenDone``: OK with the closed metadata, or the error
 (``UnauthorizedError``, ``NotEnoughBookiesError``, ``DataUnknownError``,
 ``BKTimeoutError``, ``MetadataVersionError``); a failed recovery leaves the
@@ -46,8 +50,9 @@ from appliance.protocol.errors import (
     MetadataVersionError,
     UnauthorizedError,
 )
+from appliance.protocol.invariant import invariant
 from appliance.protocol.keys import check_password
-from appliance.protocol.metadata import CLOSED, OPEN, LedgerMetadata
+from appliance.protocol.metadata import CLOSED, IN_RECOVERY, OPEN, LedgerMetadata
 from appliance.protocol.placement import check_mode
 from appliance.protocol.quorum import ALL_PROTECTIONS, Protections, ensemble_coverage
 from appliance.protocol.recovery_tail import RecoveryTail
@@ -138,6 +143,9 @@ class LedgerRecovery(CoreBase):
 
     # -- phase 2: fencing ------------------------------------------------------------------
     def _start_fence(self, round_no: int, now_ms: int) -> None:
+        invariant(self._md.state == IN_RECOVERY, "ledger %d: recovery fencing a ledger "
+                  "in state %s (OPEN is marked IN_RECOVERY first)", self.ledger_id,
+                  self._md.state)
         self.phase = "fence"
         self._fence_round = round_no
         self._fence_ok = self._fence_errors = 0
@@ -184,6 +192,9 @@ class LedgerRecovery(CoreBase):
     # -- phases 3 and 4: read forward, write back (RecoveryTail) ---------------------------
     def _start_tail(self, now_ms: int) -> None:
         md = self._md
+        invariant(self._fence_ok >= ensemble_coverage(md.ensemble_size, md.ack_quorum),
+                  "ledger %d: reading forward after %d fence replies, below EC",
+                  self.ledger_id, self._fence_ok)
         start = self.fenced_lac + 1
         if self.protections.fragment_start:
             start = max(self.fenced_lac, md.last_fragment[0] - 1) + 1
@@ -212,12 +223,27 @@ class LedgerRecovery(CoreBase):
     # -- phase 5: close --------------------------------------------------------------------
     def close_at(self, last_entry_id: int, length: int, fragments, now_ms: int) -> None:
         """Called by the tail once every entry up to ``last_entry_id`` is back."""
+        self._check_end(last_entry_id)
         md = self._md
         for first, bookies in fragments:
             if first <= last_entry_id:
                 md = md.with_recovery_fragment(first, bookies)
         self.phase = "close"
         self._write_metadata(md.to_closed(last_entry_id, length))
+
+    def _check_end(self, last_entry_id: int) -> None:
+        """Before the close is written: every entry up to the end is written
+        back, and the end is at or above every acknowledged entry this
+        recovery has seen (the LAC of every fence reply and the LAC field of
+        every record it read: a LAC names an acknowledged entry)."""
+        tail = self._tail
+        invariant(tail.written_upto >= last_entry_id, "ledger %d: closing at %d with entries "
+                  "written back only up to %d", self.ledger_id, last_entry_id,
+                  tail.written_upto)
+        seen = max(self.fenced_lac, tail.lac_seen)
+        invariant(last_entry_id >= seen, "ledger %d: recovery would close at %d below the "
+                  "acknowledged entry %d it saw", self.ledger_id, last_entry_id, seen,
+                  rule="no-divergence")
 
     # -- metadata ---------------------------------------------------------------------------
     def _write_metadata(self, new_md: LedgerMetadata) -> None:
@@ -315,6 +341,12 @@ class LedgerRecovery(CoreBase):
         self._requests.clear()
         self._timers.clear()
         ok = code == OK
+        if ok:
+            md = self._md
+            invariant(md.state == CLOSED and md.last_entry_id >= self.fenced_lac,
+                      "ledger %d: recovery reports %s at %d; its fence saw LAC %d",
+                      self.ledger_id, md.state, md.last_entry_id, self.fenced_lac,
+                      rule="no-divergence")
         self.result = ev.OpenDone(self.ledger_id, code, self._md.last_entry_id if ok else -1,
                                   self._md if ok else None, self._version if ok else None)
         self._out.append(self.result)

@@ -77,6 +77,7 @@ class RecoveryTail:
         self.written_upto = start - 1
         self.length_written = 0
         self.end: int | None = None  # the first unrecoverable entry
+        self.lac_seen = -1  # highest LAC field of the records read (acknowledged)
         self.fragments: list[tuple[int, tuple[str, ...]]] = []  # local fragments
         self.failed_bookies: set[str] = set()
         self.probe_round = 0
@@ -119,12 +120,13 @@ class RecoveryTail:
         entry.answered.add(bookie)
         if code == OK:
             try:
-                _, length, _ = verify_entry(data, self.owner.digest, self.owner.ledger_id,
-                                            entry.entry_id)
+                lac, length, _ = verify_entry(data, self.owner.digest, self.owner.ledger_id,
+                                              entry.entry_id)
             except DigestMismatchError:
                 entry.unknowns += 1
                 entry.unknown_code = DigestMismatchError.code
                 return
+            self.lac_seen = max(self.lac_seen, lac)
             entry.positives += 1
             if entry.data is None:
                 entry.data, entry.length = bytes(data), length
@@ -191,6 +193,10 @@ class RecoveryTail:
             entry = self.entries.get(self.next_write)
             if entry is None or entry.state != READY:
                 break
+            invariant((self.end is None or entry.entry_id < self.end)
+                      and entry.positives >= self.positive_min, "ledger %d: writing back "
+                      "entry %d (%d positive replies, end %s)", self.owner.ledger_id,
+                      entry.entry_id, entry.positives, self.end)
             entry.state = WRITING
             ready.append(entry)
             self.next_write += 1
@@ -237,10 +243,19 @@ class RecoveryTail:
             entry = self.entries.get(self.written_upto + 1)
             if entry is None or entry.state != WRITTEN:
                 break
+            self._check_written(entry)
             del self.entries[entry.entry_id]
             self.written_upto = entry.entry_id
             self.length_written = entry.length
         self.pump(now_ms)
+
+    def _check_written(self, entry: _Entry) -> None:
+        """An entry counts as written back only with Qa acks of its write set."""
+        mask = sum(1 << p for p in self.ws.positions_of(entry.entry_id))
+        invariant(entry.count >= self.qa and entry.acks.bit_count() == entry.count
+                  and not entry.acks & ~mask, "ledger %d: entry %d written back with acks "
+                  "%s (count %d, Qa %d)", self.owner.ledger_id, entry.entry_id,
+                  bin(entry.acks), entry.count, self.qa)
 
     def _replace(self, pos: int, now_ms: int) -> None:
         """Local ensemble change: a new fragment from the lowest entry not yet

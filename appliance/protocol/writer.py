@@ -31,7 +31,9 @@ ignored), bookie crashes and timeouts (ensemble change), a concurrent
 recovery (fenced replies or a CAS conflict stop the writer).
 
 Cost: O(Qw) per add and O(1) per ack; a periodic tick (one timer) checks
-each bookie's oldest unacknowledged add, not every entry.
+each bookie's oldest unacknowledged add, not every entry.  The rules above
+it holds the state for are also checked in place with ``invariant()``
+(docs/PROTOCOL_CORE.md, "In-core invariants"): O(1) per acknowledged entry.
 """
 
 from __future__ import annotations
@@ -132,6 +134,10 @@ class LedgerWriter(CoreBase):
         self._qw, self._qa = metadata.write_quorum, metadata.ack_quorum
         self._size = metadata.ensemble_size
         self._ws = WriteSets(metadata.last_fragment[1], self._qw)
+        # per first position (entry id % E): the bit mask of the positions
+        # outside its write set, none of which may acknowledge the entry
+        # (checked in _advance; depends on E and Qw only, not on the bookies)
+        self._not_ws_masks = tuple(~sum(1 << p for p in ps) for ps in self._ws.positions)
         self.available_bookies = tuple(available_bookies)
         self.last_add_confirmed = -1
         self.last_add_pushed = -1
@@ -238,6 +244,8 @@ class LedgerWriter(CoreBase):
         """The new entries' ids and records (now pending)."""
         lac, length = self.last_add_confirmed, self._length_pushed
         first = entry_id = self.last_add_pushed + 1
+        invariant(lac < first, "ledger %d: entry %d would carry LAC %d, not below its id",
+                  self.ledger_id, first, lac)
         pack, compute, ledger = HEADER.pack, self._digest.compute, self.ledger_id
         records = []
         for payload in payloads:
@@ -377,20 +385,46 @@ class LedgerWriter(CoreBase):
         first = entry_id = self.last_add_confirmed + 1
         acks_map, data_map, held, qa = self._acks, self._data, self._held, self._qa
         length, overhead = self.length, self._overhead
+        outside, size, stray = self._not_ws_masks, self._size, 0
+        if self._failed:  # rare: a position awaits replacement; its acks were forgotten
+            gone = sum(1 << p for p in self._failed)
+            outside = tuple(m | gone for m in outside)
         while True:
             acks = acks_map.get(entry_id)
             if acks is None or acks.bit_count() < qa or (held and entry_id in held):
                 break
+            stray |= acks & outside[entry_id % size]  # acks from outside its write set
             del acks_map[entry_id]
             length += len(data_map.pop(entry_id)) - overhead
             entry_id += 1
         self.length = length
         if entry_id > first:
+            if stray or self._state != OPEN_STATE or entry_id - 1 > self.last_add_pushed \
+                    or (op is not None and op.kind == "ensemble" and self._change_holds_acks):
+                self._check_acknowledged(first, entry_id - 1, stray)  # raises
             self.last_add_confirmed = entry_id - 1
             self._changes_in_a_row = 0
             self._lac_moved_ms = now_ms
             self._out.append(ev.CompleteAdds(self.ledger_id, first, entry_id - 1))
             self._arm_tick(now_ms)
+
+    def _check_acknowledged(self, first: int, last: int, stray: int) -> None:
+        """The rules of acknowledging ``first..last``, with their messages:
+        called only when ``_advance``'s one-line guard saw one broken (the
+        guard is the per-ack cost: a few comparisons, no call)."""
+        lid = self.ledger_id
+        invariant(self._state == OPEN_STATE, "ledger %d: writer acknowledging %d..%d in state "
+                  "%s (the LAC is frozen from close() or a stop on)", lid, first, last,
+                  self._state)
+        invariant(last <= self.last_add_pushed, "ledger %d: acknowledging %d..%d, made only "
+                  "up to %d", lid, first, last, self.last_add_pushed)
+        invariant(not stray, "ledger %d: %d..%d acknowledged with acks from positions %s, "
+                  "outside their write sets or awaiting replacement (Qa acks of the write "
+                  "set are needed)", lid, first, last, bin(stray))
+        op = self._op
+        invariant(op is None or op.kind != "ensemble" or not self._change_holds_acks,
+                  "ledger %d: %d..%d acknowledged while an ensemble change is in flight",
+                  lid, first, last)
 
     def _bookie_failed(self, pos: int, now_ms: int) -> None:
         if self._state != OPEN_STATE or pos in self._failed:
@@ -416,12 +450,20 @@ class LedgerWriter(CoreBase):
         if ensemble is None:
             self._stop(FAILED, NotEnoughBookiesError.code)
             return
-        new_md = self._md.with_fragment(self.last_add_confirmed + 1, ensemble)
+        start = self.last_add_confirmed + 1
+        invariant(start >= self._md.last_fragment[0], "ledger %d: writer would start a "
+                  "fragment at %d, before the last one at %d", self.ledger_id, start,
+                  self._md.last_fragment[0], rule="fragments")
+        new_md = self._md.with_fragment(start, ensemble)
         self._changes_in_a_row += 1
         self.ensemble_changes += 1
         self._write_metadata("ensemble", new_md, frozenset(replaced), tries)
 
     def _apply_ensemble_change(self, op: _MetaOp, version: int, now_ms: int) -> None:
+        start = op.metadata.last_fragment[0]
+        invariant(not self._change_holds_acks or start == self.last_add_confirmed + 1,
+                  "ledger %d: the LAC moved to %d while the change to a fragment at %d was "
+                  "in flight", self.ledger_id, self.last_add_confirmed, start)
         self._md, self._version = op.metadata, version
         self._ws = WriteSets(op.metadata.last_fragment[1], self._qw)
         self._failed -= op.replaced
@@ -449,6 +491,12 @@ class LedgerWriter(CoreBase):
         self._write_metadata("close", new_md, frozenset(), tries)
 
     def _closed_by_us(self, code: int) -> None:
+        if code == OK:
+            md = self._md
+            invariant(md.state == CLOSED and md.last_entry_id == self.last_add_confirmed,
+                      "ledger %d: writer reports a close at its LAC %d; the metadata is %s "
+                      "at %d", self.ledger_id, self.last_add_confirmed, md.state,
+                      md.last_entry_id, rule="one-close")
         self._fail_pending(LedgerClosedError.code)
         self._state = CLOSED_STATE if code == OK else FENCED
         self.error_code = LedgerClosedError.code if code == OK else code
@@ -493,6 +541,9 @@ class LedgerWriter(CoreBase):
         if event.code != OK or md is None:
             self._retry_or_stop(op, event)
             return
+        invariant(md.state != CLOSED or md.last_entry_id >= self.last_add_confirmed,
+                  "ledger %d: closed at %d below the writer's LAC %d", self.ledger_id,
+                  md.last_entry_id, self.last_add_confirmed, rule="no-divergence")
         if md.state == OPEN and md.ensembles != self._md.ensembles \
                 and not self._md.sealed_bookies_replaced(md):
             # only this writer changes an OPEN ledger's last fragment: someone is meddling

@@ -62,7 +62,7 @@ def run_seed(seed: int, disabled: tuple[str, ...] = (), trace_max: int = 60,
     except Violation as exc:
         violation, detail = exc.name, exc.detail
     except InvariantViolation as exc:
-        violation, detail = "core-invariant", str(exc)
+        violation, detail = exc.rule or "core-invariant", str(exc)
     except Exception as exc:  # a bug in the core or the harness: report it, never hide it
         violation = "crash"
         detail = f"{type(exc).__name__}: {exc}\n" + traceback.format_exc()

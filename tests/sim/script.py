@@ -166,7 +166,7 @@ class Script:
         except Violation as exc:
             self.violation = exc
         except InvariantViolation as exc:
-            self.violation = Violation("core-invariant", str(exc))
+            self.violation = Violation(exc.rule or "core-invariant", str(exc))
         return self.violation
 
     def run_until(self, predicate, ms: int = 1_000) -> bool:
@@ -178,7 +178,7 @@ class Script:
             except Violation as exc:
                 self.violation = exc
             except InvariantViolation as exc:
-                self.violation = Violation("core-invariant", str(exc))
+                self.violation = Violation(exc.rule or "core-invariant", str(exc))
         return bool(predicate())
 
     def metadata(self):
