@@ -56,7 +56,12 @@ Guarantees and limits:
   socket and tries once more (at most one handshake per bookie per
   interval).  ``refused_bookies()`` names the bookies refusing us;
 * a reply that does not decode completes its request (when its request id
-  is readable) with the decoder's error code and is counted (``bad_replies``).
+  is readable) with the decoder's error code and is counted (``bad_replies``);
+* ``raw_replies``: replies are not decoded here; a reply is matched to its
+  request by the request id in its header and handed back as it came
+  (``Event.frames``: ZeroMQ's own frames, never copied into Python bytes,
+  ``status`` OK: the reply's own status is inside), for callers that decode
+  in batch themselves (the bulk reader's READ_PACKED replies).
 """
 
 from __future__ import annotations
@@ -111,13 +116,15 @@ def _monitor_event(frames: list[bytes]) -> int:
 @dataclass(frozen=True, slots=True)
 class Event:
     """The outcome of one request.  ``status`` is OK or an error code;
-    ``reply`` is the decoded reply (None for timeouts and local failures)."""
+    ``reply`` is the decoded reply (None for timeouts and local failures);
+    ``frames``: a raw reply's ``zmq.Frame`` s (``raw_replies`` only)."""
 
     bookie_id: str
     request_id: int
     op: int
     status: int
     reply: Reply | None = None
+    frames: list | None = None
 
 
 class _Conn:
@@ -144,7 +151,8 @@ class Transport:
                  reconnect_ivl_ms: int = 100, reconnect_ivl_max_ms: int = 2000,
                  poll_ms_max: int = 1000, clock: Callable[[], float] = time.monotonic,
                  context: zmq.Context | None = None, curve_keys: KeyPair | None = None,
-                 heartbeat_timeout_ms: int = 0, io_thread: bool = True):
+                 heartbeat_timeout_ms: int = 0, io_thread: bool = True,
+                 raw_replies: bool = False):
         if inflight_per_bookie_max < 1:
             raise ValueError("inflight_per_bookie_max must be >= 1")
         if not io_thread and on_events is None:
@@ -154,6 +162,7 @@ class Transport:
         self.identity = identity or f"client-{os.getpid()}-{uuid.uuid4().hex[:12]}".encode()
         self.clock = clock
         self.curve_keys = curve_keys
+        self.raw_replies = raw_replies
         self.counters = dict.fromkeys(
             ("sent", "replies", "late_replies", "bad_replies", "timeouts", "disconnects",
              "never_connected", "silent", "callback_failures", "handshakes_refused"), 0)
@@ -400,6 +409,8 @@ class _IoLoop:
         wait_ms = self._poll_timeout_ms()
         if timeout_ms is not None:
             wait_ms = min(wait_ms, timeout_ms)
+        if self.events:  # the owner's own calls failed at once: no wait for those
+            wait_ms = 0
         ready = dict(self.poller.poll(wait_ms))
         if self.t._wake_r in ready and self._take_outbox():
             return True
@@ -452,8 +463,9 @@ class _IoLoop:
             if (old.endpoint, old.server_key) == (endpoint, server_key):
                 return
             self._remove(bookie_id)
-        conn = self.conns[bookie_id] = _Conn(bookie_id, endpoint, server_key)
+        conn = _Conn(bookie_id, endpoint, server_key)
         self._open_socket(conn)
+        self.conns[bookie_id] = conn
 
     def _open_socket(self, conn: _Conn) -> None:
         t = self.t
@@ -472,9 +484,15 @@ class _IoLoop:
             sock.setsockopt(zmq.HEARTBEAT_TTL, t._heartbeat_timeout_ms)
         if conn.server_key is not None:
             configure_client(sock, t.curve_keys, conn.server_key)
-        conn.monitor = sock.get_monitor_socket(_MONITOR_EVENTS)
-        sock.connect(conn.endpoint)
-        conn.sock = sock
+        monitor = sock.get_monitor_socket(_MONITOR_EVENTS)
+        try:
+            sock.connect(conn.endpoint)
+        except zmq.ZMQError:  # an endpoint ZeroMQ cannot use: leak no socket
+            sock.disable_monitor()
+            monitor.close(linger=0)
+            sock.close(linger=0)
+            raise
+        conn.sock, conn.monitor = sock, monitor
         self.poller.register(sock, zmq.POLLIN)
         self.poller.register(conn.monitor, zmq.POLLIN)
 
@@ -590,6 +608,9 @@ class _IoLoop:
             self._on_reply(conn.bookie_id, frames)
 
     def _on_reply(self, bookie_id: str, frames: list) -> None:
+        if self.t.raw_replies:
+            self._on_raw_reply(bookie_id, frames)
+            return
         try:
             reply = decode_reply(frames, self.t.limits)
         except BadRequestError as exc:
@@ -612,6 +633,17 @@ class _IoLoop:
             return
         self.t.counters["replies"] += 1
         self._emit(bookie_id, rid, op, reply.status, reply)
+
+    def _on_raw_reply(self, bookie_id: str, frames: list) -> None:
+        """``raw_replies``: match by the header's request id; the caller decodes."""
+        _, rid = salvage_ids(frames[0])
+        pending = self.pending.get(rid)
+        if pending is None or pending[0] != bookie_id:
+            self.t.counters["late_replies" if rid else "bad_replies"] += 1
+            return
+        del self.pending[rid]
+        self.t.counters["replies"] += 1
+        self._emit(bookie_id, rid, pending[1], OK, frames=frames)
 
     def _expire(self) -> None:
         now = self.t.clock()
@@ -642,8 +674,9 @@ class _IoLoop:
                 del self.pending[rid]
                 self._emit(owner, rid, op, status)
 
-    def _emit(self, bookie_id: str, rid: int, op: int, status: int, reply=None) -> None:
-        self.events.append(Event(bookie_id, rid, op, status, reply))
+    def _emit(self, bookie_id: str, rid: int, op: int, status: int, reply=None,
+              frames=None) -> None:
+        self.events.append(Event(bookie_id, rid, op, status, reply, frames))
 
 
 def _reply_op(reply: Reply) -> int:

@@ -382,20 +382,25 @@ def dec_add_multi(frames, head, flags, rid, ledger_id, entry_id, limits) -> AddM
                            data, bool(flags & FLAG_RECOVERY), rid)
 
 
-def dec_read_packed(frames, head, flags, rid, ledger_id, entry_id, limits) -> ReadPackedRequest:
-    check_frame_count(frames, 1, Op.READ_PACKED)
+def dec_read_range(frames, head, flags, rid, ledger_id, entry_id, limits,
+                   kind: type = ReadPackedRequest):
+    """A READ_PACKED request, or with ``kind=ReadBatchRequest`` a READ_BATCH
+    one: both ask for a range the same way (only their replies differ), so
+    one decoder checks both."""
+    op = kind.OP
+    check_frame_count(frames, 1, op)
     check_ids(ledger_id, entry_id, 0)
     ext_end = REQUEST_HEAD.size + READ_BATCH_EXT.size
     if len(head) < ext_end:
         raise BadRequestError(f"header is {len(head)} bytes, needs at least {ext_end}")
     last, max_entries, max_bytes = READ_BATCH_EXT.unpack_from(head, REQUEST_HEAD.size)
     if last < entry_id:
-        raise BadRequestError(f"READ_PACKED last entry {last} is before first {entry_id}")
+        raise BadRequestError(f"{op.name} last entry {last} is before first {entry_id}")
     if max_entries < 1 or max_bytes < 1:
-        raise BadRequestError("READ_PACKED max_entries and max_bytes must be >= 1")
+        raise BadRequestError(f"{op.name} max_entries and max_bytes must be >= 1")
     key = read_key(head, flags, ext_end)
-    return ReadPackedRequest(ledger_id, entry_id, last, max_entries, max_bytes,
-                             bool(flags & FLAG_FENCE), key, rid)
+    return kind(ledger_id, entry_id, last, max_entries, max_bytes, bool(flags & FLAG_FENCE),
+                key, rid)
 
 
 def dec_add_packed_reply(frames, head, rid, ledger_id, entry_id, limits) -> AddPackedReply:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from appliance.protocol.errors import BadRequestError
 from ipc.frames import (
@@ -49,7 +50,7 @@ from ipc.packed import (
     ReadPackedRequest,
     dec_add_multi,
     dec_add_packed,
-    dec_read_packed,
+    dec_read_range,
     enc_add_multi,
     enc_add_packed,
     enc_read_packed,
@@ -485,22 +486,6 @@ def _dec_add_batch(frames, head, flags, rid, ledger_id, entry_id, limits):
     return AddBatchRequest(items, bool(flags & FLAG_RECOVERY), rid)
 
 
-def _dec_read_batch(frames, head, flags, rid, ledger_id, entry_id, limits):
-    check_frame_count(frames, 1, Op.READ_BATCH)
-    check_ids(ledger_id, entry_id, 0)
-    ext_end = REQUEST_HEAD.size + READ_BATCH_EXT.size
-    if len(head) < ext_end:
-        raise BadRequestError(f"header is {len(head)} bytes, needs at least {ext_end}")
-    last, max_entries, max_bytes = READ_BATCH_EXT.unpack_from(head, REQUEST_HEAD.size)
-    if last < entry_id:
-        raise BadRequestError(f"READ_BATCH last entry {last} is before first {entry_id}")
-    if max_entries < 1 or max_bytes < 1:
-        raise BadRequestError("READ_BATCH max_entries and max_bytes must be >= 1")
-    key = read_key(head, flags, ext_end)
-    return ReadBatchRequest(ledger_id, entry_id, last, max_entries, max_bytes,
-                            bool(flags & FLAG_FENCE), key, rid)
-
-
 _DECODERS = {
     Op.PING: _dec_ping,
     Op.INFO: _dec_info,
@@ -513,8 +498,8 @@ _DECODERS = {
     Op.WRITE_LAC_MULTI: _dec_write_lac_multi,
     Op.WRITE_CLOSE: _dec_write_close,
     Op.ADD_BATCH: _dec_add_batch,
-    Op.READ_BATCH: _dec_read_batch,
+    Op.READ_BATCH: partial(dec_read_range, kind=ReadBatchRequest),  # one range decoder
     Op.ADD_PACKED: dec_add_packed,
     Op.ADD_MULTI: dec_add_multi,
-    Op.READ_PACKED: dec_read_packed,
+    Op.READ_PACKED: dec_read_range,
 }

@@ -45,7 +45,7 @@ import threading
 import time
 
 from appliance.autorecovery.marks import Marks
-from appliance.errors import OK, BKError, NoSuchLedgerError
+from appliance.errors import BKError, NoSuchLedgerError
 
 log = logging.getLogger("appliance.autorecovery")
 
@@ -220,9 +220,8 @@ def _read_lac_code(registry, bookie_id: str, ledger_id: int,
     import zmq
 
     from appliance.curve import bookie_server_key
-    from ipc.curve import configure_client
-    from ipc.replies import ErrorReply, decode_reply
-    from ipc.requests import ReadLacRequest, encode_request
+    from ipc.calls import call_once
+    from ipc.requests import ReadLacRequest
 
     info = registry.available().get(bookie_id)
     if info is None:
@@ -232,19 +231,10 @@ def _read_lac_code(registry, bookie_id: str, ledger_id: int,
     except BKError as exc:
         log.warning("autorecovery: not asking %s: %s", bookie_id, exc)
         return None
-    sock = zmq.Context.instance().socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
     try:
-        if server_key is not None:
-            configure_client(sock, curve.keys, server_key)
-        sock.connect(info["endpoint"])
-        sock.send_multipart(encode_request(ReadLacRequest(ledger_id, master_key=master_key,
-                                                     request_id=1)))
-        if not sock.poll(PROBE_TIMEOUT_MS, zmq.POLLIN):
-            return None
-        reply = decode_reply(sock.recv_multipart())
-        return reply.status if isinstance(reply, ErrorReply) else OK
+        event = call_once(info["endpoint"], ReadLacRequest(ledger_id, master_key=master_key),
+                          PROBE_TIMEOUT_MS, curve_keys=curve.keys if server_key else None,
+                          server_key=server_key)
     except (zmq.ZMQError, BKError):
         return None
-    finally:
-        sock.close()
+    return event.status if event.reply is not None else None

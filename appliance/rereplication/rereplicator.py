@@ -47,7 +47,6 @@ per request, ``REPLACEMENT_TRIES_MAX`` replacements tried per fragment.
 from __future__ import annotations
 
 import logging
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -57,8 +56,6 @@ from appliance.client.write_close import WriteCloseOutcome, new_counters, reply_
 from appliance.errors import (
     OK,
     BKError,
-    BKTimeoutError,
-    BookieUnavailableError,
     CorruptMetadataError,
     NoSuchLedgerError,
     error_class,
@@ -83,7 +80,8 @@ from appliance.protocol.rereplication_plan import (
     replace_bookie,
 )
 from appliance.rereplication.markers import CopyMarkers
-from ipc.client import Event, Transport
+from ipc.calls import Calls
+from ipc.client import Transport
 from ipc.packed import AddPackedRequest, ReadPackedRequest
 from ipc.requests import WriteCloseRequest
 
@@ -128,59 +126,6 @@ class RecoveryReport:
         return {**asdict(self), "ok": self.ok}
 
 
-class _Wire:
-    """Request/reply over one ``Transport`` (events of other requests are
-    kept until asked for)."""
-
-    def __init__(self, transport: Transport, timeout_ms: int):
-        self.transport = transport
-        self.timeout_ms = timeout_ms
-        self._done: dict[int, Event] = {}
-        self._fired: dict[int, object] = {}  # request id -> callback(event): never waited for
-
-    def fire(self, bookie_id: str, request, on_event) -> None:
-        """Send without waiting: ``on_event(event)`` runs when a later wait
-        (or ``drain_fired``) sees its reply.  A send that fails is an event too."""
-        try:
-            rid = self.transport.send(bookie_id, request, self.timeout_ms)
-        except (BKError, ValueError) as exc:
-            on_event(Event(bookie_id, 0, int(request.OP),
-                           getattr(exc, "code", BookieUnavailableError.code)))
-            return
-        self._fired[rid] = on_event
-
-    def drain_fired(self, wait_ms: int) -> None:
-        """Let fired requests' replies arrive for at most ``wait_ms``."""
-        deadline_s = time.monotonic() + wait_ms / 1000.0
-        while self._fired and time.monotonic() < deadline_s:
-            self._take(self.transport.next_events(
-                max(1, int((deadline_s - time.monotonic()) * 1000))))
-
-    def _take(self, events) -> None:
-        for event in events:
-            callback = self._fired.pop(event.request_id, None)
-            if callback is not None:
-                callback(event)
-            else:
-                self._done[event.request_id] = event
-
-    def send(self, bookie_id: str, request) -> int:
-        return self.transport.send(bookie_id, request, self.timeout_ms)
-
-    def wait(self, rid: int) -> Event:
-        # The transport delivers exactly one event per request by its deadline;
-        # this outer deadline only guards against a transport bug.
-        deadline_s = time.monotonic() + 2 * self.timeout_ms / 1000.0
-        while rid not in self._done:
-            if time.monotonic() > deadline_s:
-                raise BKTimeoutError(f"request {rid} got no event")
-            self._take(self.transport.next_events(self.timeout_ms))
-        return self._done.pop(rid)
-
-    def call(self, bookie_id: str, request) -> Event:
-        return self.wait(self.send(bookie_id, request))
-
-
 def _code_name(status: int) -> str:
     return error_class(status).__name__
 
@@ -211,7 +156,7 @@ class Rereplicator:
         self._own_transport = transport is None
         self._transport = transport or Transport(
             curve_keys=curve.keys if curve is not None else None)
-        self._wire = _Wire(self._transport, request_timeout_ms)
+        self._wire = Calls(self._transport, request_timeout_ms)
         self._endpoints: dict[str, str] = {}
         self._load: dict[str, int] = {}  # fragments each bookie took in this run
         self._repointed: set[int] = set()  # ledgers with a fragment re-pointed by us

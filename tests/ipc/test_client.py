@@ -5,6 +5,7 @@ thread, clean close."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import zmq
@@ -309,3 +310,42 @@ def test_a_wake_after_close_writes_nowhere(transport):
     finally:
         for fd in (r, w, reused):
             os.close(fd)
+
+
+def test_raw_replies_come_back_as_frames_matched_by_request_id(raw_bookie, transport,
+                                                                short_tmp):
+    """raw_replies (the bulk reader's mode): no decoding in the transport;
+    the reply's frames, uncopied, go to the request named in its header;
+    a reply nobody waits for is dropped and counted."""
+    router = raw_bookie[0]
+    t = transport(raw_replies=True)
+    t.add_bookie("raw", f"ipc://{short_tmp}/raw.sock")
+    rid = t.send("raw", ReadBatchRequest(1, 0, 3, 4, 1 << 20), 5000)
+    assert router.poll(10000)
+    peer = router.recv_multipart()[0]
+    reply = [bytes(f) for f in encode_reply(AddBatchReply([(1, 0, OK)], rid), DEFAULT_LIMITS)]
+    router.send_multipart([peer, *reply])
+    [event] = events_for(t, 1)
+    assert (event.request_id, event.op, event.status, event.reply) == (rid, Op.READ_BATCH,
+                                                                       OK, None)
+    assert all(isinstance(f, zmq.Frame) for f in event.frames)
+    assert [f.bytes for f in event.frames] == reply  # not decoded: the caller checks it
+    router.send_multipart([peer, *reply])  # again: its request is done
+    wait_for(lambda: t.counters["late_replies"] == 1, 10, what="late reply counted")
+    router.send_multipart([peer, b"short"])  # no request id to match
+    wait_for(lambda: t.counters["bad_replies"] == 1, 10, what="bad reply counted")
+
+
+def test_an_owners_send_that_fails_at_once_ends_its_next_step_at_once(transport):
+    """io_thread=False: a send the transport refuses on the spot (its bookie
+    is known to be down) is delivered by the next step without waiting."""
+    seen = []
+    t = transport(on_events=seen.extend, io_thread=False, poll_ms_max=60_000)
+    t.bind_owner()
+    t.add_bookie("b1", "ipc:///nonexistent/nobody.sock")
+    t._io.conns["b1"].state = "down"  # as after a disconnect
+    rid = t.send("b1", PingRequest(), 60_000)
+    started = time.monotonic()
+    t.step(60_000)  # would wait a minute if the failure were not counted as work
+    assert time.monotonic() - started < 5
+    assert [(e.request_id, e.status) for e in seen] == [(rid, BookieUnavailableError.code)]

@@ -33,8 +33,8 @@ Guarantees:
   It is ``NoSuchEntryError`` only when every answer was an explicit negative.
 * **Bounded**: at most ``inflight_per_bookie_max`` requests per bookie and
   ``window_chunks_max`` chunks (in flight or verified) ahead of the one being
-  handed out; every wait has a deadline (``read_timeout_ms``).  A bookie that
-  timed out gets a fresh socket, so its late replies are never read.
+  handed out; every wait has a deadline (``read_timeout_ms``).  A reply
+  after its request timed out is dropped unread (``ipc.client.Transport``).
 
 Faults survived: a bookie that is down, restarts, stalls, serves corrupt or
 misfiled records, or answers garbage, as long as one replica of each entry
@@ -46,7 +46,8 @@ Modules, by responsibility (all but ``reader`` pure: no I/O, no clock):
 * ``plan``: cutting the range into chunks, the window of chunks;
 * ``failover``: which replica to ask next, backoff, the final error;
 * ``records``: decoding replies and verifying records;
-* ``reader``: ``BulkReader``, the sockets, sends, polls and deadlines.
+* ``reader``: ``BulkReader``, the sends and waits, over the client
+  transport (``ipc.client``: deadlines, CURVE, reconnects; raw replies).
 """
 
 from __future__ import annotations

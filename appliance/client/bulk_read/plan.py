@@ -65,8 +65,8 @@ class Chunk:
         self.answers: list[str] = []  # what each try answered, for the error message
         self.codes: list[int] = []
         self.not_before_s = 0.0  # backoff before the next round
-        # (bookie, request id, deadline_s, sent as READ_PACKED) while a request is out
-        self.sent: tuple[str, int, float, bool] | None = None
+        # (bookie, request id, sent as READ_PACKED) while a request is out
+        self.sent: tuple[str, int, bool] | None = None
         self.result: VerifiedChunk | None = None
         self.error: BKError | None = None  # every replica failed (raised once at the head)
 

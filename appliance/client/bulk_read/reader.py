@@ -1,19 +1,28 @@
-"""The bulk reader: ZeroMQ I/O over the pure planning (``plan``), failover
-(``failover``) and verification (``records``) of a bulk read.
+"""The bulk reader: the client transport's I/O over the pure planning
+(``plan``), failover (``failover``) and verification (``records``) of a
+bulk read.
 
-``BulkReader`` owns one DEALER socket per bookie and one poller, on the
-caller's thread (not thread-safe: one reader per thread).  It guarantees
-what the package docstring lists: verified bytes only, entries in order and
-exactly once, failover between replicas, and bounds on requests in flight
-per bookie, chunks ahead, frames per reply and the wait for every reply
-(``read_timeout_ms``).  A bookie that timed out gets a fresh socket, so its
-late replies are never read, and is suspect (asked last) for ``SUSPECT_S``.
-Every socket is closed with ``linger=0`` by ``close()``.
+``BulkReader`` talks to the bookies through one ``ipc.client.Transport``
+without an I/O thread (the thread iterating a read runs it, so a reply
+costs no thread hand-off) and with ``raw_replies``: the transport matches a
+reply to its request but does not decode it, so the READ_PACKED data frame
+stays ZeroMQ's buffer, never copied into Python bytes, and its records are
+verified in batch here.  Deadlines, CURVE, reconnects and late replies are
+the transport's: every request ends in exactly one event (its reply, a
+timeout at ``read_timeout_ms``, or a failure such as a bookie that
+disconnected, was never reached or refused our key), and a reply after
+that is dropped there.  Not thread-safe: one reader per thread.
+
+It guarantees what the package docstring lists: verified bytes only,
+entries in order and exactly once, failover between replicas, and bounds on
+requests in flight per bookie (a request counts until its event arrived,
+also after its read was abandoned), chunks ahead, and the wait for every
+reply.  A bookie that timed out or could not be reached is suspect (asked
+last) for ``SUSPECT_S``.  ``close()`` closes every socket (``linger=0``).
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import time
 from collections.abc import Iterator, Mapping
@@ -31,47 +40,39 @@ from appliance.client.bulk_read.records import VerifiedChunk, parse_reply, verif
 from appliance.errors import (
     OK,
     BadRequestError,
+    BKError,
     BKTimeoutError,
     BookieUnavailableError,
     DigestMismatchError,
     error_class,
 )
 from appliance.protocol.invariant import invariant
-from ipc.curve import configure_client, is_tcp
-from ipc.frames import salvage_ids
+from ipc.client import Event, Transport
+from ipc.frames import WireLimits
 from ipc.packed import ReadPackedRequest
-from ipc.requests import ReadBatchRequest, encode_request
+from ipc.requests import ReadBatchRequest
 
 log = logging.getLogger(__name__)
 
-_NOBLOCK = int(zmq.NOBLOCK)
+_SUSPECT_CODES = (BKTimeoutError.code, BookieUnavailableError.code)
 
 
-def _recv_frames(sock, frames_max: int) -> list:
-    """One multipart message, or ``zmq.Again``: the first frame (the reply
-    header) as bytes, the others as read-only views of ZeroMQ's buffers (no
-    copy of a reply's data; a view keeps its frame alive).  Cheaper per frame
-    than ``recv_multipart`` (``Frame.more`` instead of a RCVMORE getsockopt).
-    Frames past ``frames_max`` are drained and dropped (the reply then fails
-    to decode: a bad answer, not unbounded memory)."""
-    frame = sock.recv(_NOBLOCK, copy=False)
-    parts = [frame.bytes]
-    while frame.more:
-        frame = sock.recv(0, copy=False)  # the rest of a message is already here
-        if len(parts) < frames_max:
-            parts.append(memoryview(frame))
-    return parts
+def _frames(event: Event) -> list:
+    """A raw reply's frames as ``parse_reply`` takes them: the header as
+    bytes, the others as read-only views of ZeroMQ's buffers (no copy of a
+    reply's data; a view keeps its frame alive)."""
+    frames = event.frames
+    return [frames[0].bytes, *map(memoryview, frames[1:])]
 
 
-class _Conn:
-    """One DEALER socket to one bookie."""
+class _Bookie:
+    """What the reader knows of one bookie."""
 
-    __slots__ = ("bookie_id", "endpoint", "sock", "inflight", "suspect_until_s", "packed")
+    __slots__ = ("bookie_id", "endpoint", "inflight", "suspect_until_s", "packed")
 
     def __init__(self, bookie_id: str, endpoint: str, packed: bool):
         self.bookie_id, self.endpoint = bookie_id, endpoint
-        self.sock = None
-        self.inflight = 0
+        self.inflight = 0  # requests sent whose event has not been handled yet
         self.suspect_until_s = 0.0
         self.packed = packed  # False once the bookie refused READ_PACKED (an older bookie)
 
@@ -80,7 +81,7 @@ class BulkReader:
     """Reads committed ranges of ledgers from their bookies (module docstring).
     Not thread-safe: use one per thread (a Spark task makes its own)."""
 
-    SUSPECT_S = 30.0  # a bookie that timed out is asked last for this long
+    SUSPECT_S = 30.0  # a bookie that timed out or was unreachable is asked last this long
 
     def __init__(self, endpoints: Mapping[str, str], config: BulkReadConfig | None = None, *,
                  context: zmq.Context | None = None, clock=time.monotonic,
@@ -89,15 +90,17 @@ class BulkReader:
         # CURVE (ipc.curve): our key pair, and each tcp bookie's server key
         self.curve_keys = curve_keys
         self.server_keys = dict(server_keys or {})
-        self.config = config or BulkReadConfig()
+        self.config = cfg = config or BulkReadConfig()
         self.clock = clock
-        self._own_context = context is None
-        self._ctx = context or zmq.Context()
-        self._poller = zmq.Poller()
-        self._conns: dict[str, _Conn] = {}
-        self._by_sock: dict[object, _Conn] = {}
-        self._pending: dict[int, tuple[ReadJob, Chunk]] = {}
-        self._rids = itertools.count(1)
+        self._inbox: list[Event] = []  # events the transport delivered, not yet handled
+        self._transport = Transport(
+            on_events=self._inbox.extend, io_thread=False, raw_replies=True,
+            inflight_per_bookie_max=cfg.inflight_per_bookie_max, context=context, clock=clock,
+            curve_keys=curve_keys, limits=WireLimits(  # also ZMQ_MAXMSGSIZE of a reply
+                entry_bytes_max=cfg.entry_bytes_max, batch_entries_max=cfg.batch_entries_max,
+                batch_bytes_max=cfg.batch_bytes_max))
+        self._bookies: dict[str, _Bookie] = {}
+        self._pending: dict[int, tuple[ReadJob | None, Chunk]] = {}  # job None: abandoned
         self._closed = False
         self.counters = dict.fromkeys(("requests", "entries", "failovers", "timeouts",
                                        "bad_records", "bad_replies", "late_replies"), 0)
@@ -117,6 +120,7 @@ class BulkReader:
         return self._run(job)
 
     def _run(self, job: ReadJob) -> Iterator[VerifiedChunk]:
+        self._transport.bind_owner()  # the thread iterating runs the sockets
         next_entry = job.next_first
         try:
             while next_entry <= job.last:
@@ -140,19 +144,19 @@ class BulkReader:
     # -- sending --------------------------------------------------------------------
     def _dispatch(self, job: ReadJob) -> None:
         now = self.clock()
-        suspects = {b for b, c in self._conns.items() if c.suspect_until_s > now}
+        suspects = {b for b, c in self._bookies.items() if c.suspect_until_s > now}
         cap = self.config.inflight_per_bookie_max
-        full = {b for b, c in self._conns.items() if c.inflight >= cap}
+        full = {b for b, c in self._bookies.items() if c.inflight >= cap}
         for chunk in list(job.window):
             if chunk.result is None and chunk.error is None and chunk.sent is None \
                     and chunk.not_before_s <= now:
                 if not chunk.tries and full.issuperset(job.md.write_set(chunk.first)):
                     continue  # every replica busy: a reply or a timeout frees one
-                self._send_chunk(job, chunk, suspects, now)
-                if chunk.sent is not None and self._conns[chunk.sent[0]].inflight >= cap:
+                self._send_chunk(job, chunk, suspects)
+                if chunk.sent is not None and self._bookies[chunk.sent[0]].inflight >= cap:
                     full.add(chunk.sent[0])
 
-    def _send_chunk(self, job: ReadJob, chunk: Chunk, suspects: set[str], now: float) -> None:
+    def _send_chunk(self, job: ReadJob, chunk: Chunk, suspects: set[str]) -> None:
         run_lens = job.run_lens(chunk)
         order = replicas_to_ask(job.md.write_set(chunk.first), chunk.ordinal, run_lens,
                                 chunk.tries, suspects, self.config.rounds_max)
@@ -161,150 +165,117 @@ class BulkReader:
                                            chunk.answers)
             return
         for bookie_id in order:  # the first with room for a request
-            conn = self._conn(bookie_id)
-            if conn is None:
+            bookie = self._bookie(bookie_id)
+            if bookie is None:
                 self._failed(job, chunk, bookie_id, BookieUnavailableError.code,
                              "no endpoint: not registered when the read was planned",
                              exhaust=True)
                 return
-            if conn.inflight >= self.config.inflight_per_bookie_max:
+            if bookie.inflight >= self.config.inflight_per_bookie_max:
                 continue
             end = min(chunk.last, chunk.first + run_lens[bookie_id] - 1)
             if end < chunk.last:
                 job.split(chunk, end)
-            self._send(job, chunk, conn, now)
+            self._send(job, chunk, bookie)
             return
 
-    def _send(self, job: ReadJob, chunk: Chunk, conn: _Conn, now: float) -> None:
+    def _send(self, job: ReadJob, chunk: Chunk, bookie: _Bookie) -> None:
         cfg = self.config
-        rid = next(self._rids)
         count = chunk.last - chunk.first + 1
-        kind = ReadPackedRequest if conn.packed else ReadBatchRequest
+        kind = ReadPackedRequest if bookie.packed else ReadBatchRequest
         req = kind(job.md.ledger_id, chunk.first, chunk.last, min(count, cfg.batch_entries_max),
-                   cfg.batch_bytes_max, master_key=job.master_key, request_id=rid)
-        try:
-            conn.sock.send_multipart(encode_request(req), _NOBLOCK)
-        except zmq.Again:
-            self._failed(job, chunk, conn.bookie_id, BookieUnavailableError.code,
-                         f"{conn.endpoint} is not accepting requests")
+                   cfg.batch_bytes_max, master_key=job.master_key)
+        try:  # a failure past this point comes back as the request's event
+            rid = self._transport.send(bookie.bookie_id, req, cfg.read_timeout_ms)
+        except BKError as exc:
+            self._failed(job, chunk, bookie.bookie_id, exc.code, str(exc))
             return
-        conn.inflight += 1
-        chunk.sent = (conn.bookie_id, rid, now + cfg.read_timeout_ms / 1000.0, conn.packed)
+        bookie.inflight += 1
+        chunk.sent = (bookie.bookie_id, rid, bookie.packed)
         self._pending[rid] = (job, chunk)
         self.counters["requests"] += 1
 
-    def _conn(self, bookie_id: str) -> _Conn | None:
-        conn = self._conns.get(bookie_id)
-        if conn is None:
+    def _bookie(self, bookie_id: str) -> _Bookie | None:
+        bookie = self._bookies.get(bookie_id)
+        if bookie is None:
             endpoint = self.endpoints.get(bookie_id)
             if endpoint is None:
                 return None
-            conn = self._conns[bookie_id] = _Conn(bookie_id, endpoint,
-                                                  self.config.packed_replies)
-            self._open_socket(conn)
-        return conn
-
-    def _open_socket(self, conn: _Conn) -> None:
-        sock = self._ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.RCVHWM, 0)  # replies are bounded by requests in flight
-        sock.setsockopt(zmq.MAXMSGSIZE, self.config.batch_bytes_max
-                        + self.config.entry_bytes_max + 65536)
-        server_key = self.server_keys.get(conn.bookie_id)
-        if self.curve_keys is not None and server_key and is_tcp(conn.endpoint):
-            configure_client(sock, self.curve_keys, server_key)
-        sock.connect(conn.endpoint)
-        conn.sock = sock
-        self._by_sock[sock] = conn
-        self._poller.register(sock, zmq.POLLIN)
-
-    def _reset(self, conn: _Conn, code: int, why: str) -> None:
-        """Replace the bookie's socket: its queued requests and late replies
-        are dropped, and every request it had in flight fails with ``code``."""
-        self._poller.unregister(conn.sock)
-        del self._by_sock[conn.sock]
-        conn.sock.close(linger=0)
-        conn.suspect_until_s = self.clock() + self.SUSPECT_S
-        for rid, (job, chunk) in list(self._pending.items()):
-            if chunk.sent is not None and chunk.sent[0] == conn.bookie_id:
-                del self._pending[rid]
-                chunk.sent = None
-                self._failed(job, chunk, conn.bookie_id, code, why)
-        conn.inflight = 0
-        self._open_socket(conn)
+            self._transport.add_bookie(bookie_id, endpoint,
+                                       self.server_keys.get(bookie_id) or None)
+            bookie = self._bookies[bookie_id] = _Bookie(bookie_id, endpoint,
+                                                        self.config.packed_replies)
+        return bookie
 
     # -- receiving ------------------------------------------------------------------
     def _wait(self, job: ReadJob) -> None:
-        """Poll once (up to the nearest deadline), handle replies and timeouts."""
+        """Step the transport once (until an event, the nearest deadline or
+        the nearest backoff), then handle what it delivered."""
         now = self.clock()
-        wake_s = [c.sent[2] for _, c in self._pending.values()]
-        wake_s += [c.not_before_s for c in job.window if c.not_before_s > now
-                   and c.sent is None and c.result is None and c.error is None]
+        wake_s = [c.not_before_s for c in job.window if c.not_before_s > now
+                  and c.sent is None and c.result is None and c.error is None]
+        if self._pending:  # the transport ends the wait by the nearest deadline
+            wake_s.append(now + self.config.read_timeout_ms / 1000.0)
         wait_ms = max(0, min(int((min(wake_s, default=now) - now) * 1000) + 1,
                              self.config.read_timeout_ms))
-        for sock, _ in self._poller.poll(wait_ms):
-            conn = self._by_sock.get(sock)
-            for _ in range(self.config.inflight_per_bookie_max + 8):  # bounded drain
-                if conn is None or conn.sock is not sock:
-                    break
-                try:
-                    frames = _recv_frames(sock, self.config.batch_entries_max + 2)
-                except zmq.Again:
-                    break
-                self._on_reply(conn, frames)
-        self._expire()
+        self._transport.step(wait_ms)
+        events = self._inbox[:]
+        self._inbox.clear()
+        for event in events:
+            self._on_event(event)
 
-    def _on_reply(self, conn: _Conn, frames: list) -> None:
+    def _on_event(self, event: Event) -> None:
+        bookie = self._bookies[event.bookie_id]
+        bookie.inflight -= 1
+        job, chunk = self._pending.pop(event.request_id, (None, None))
+        if job is None:  # its read was abandoned
+            self.counters["late_replies"] += event.frames is not None
+            return
+        packed, chunk.sent = chunk.sent[2], None
+        if event.frames is not None:
+            self._on_reply(bookie, job, chunk, packed, _frames(event))
+            return
+        # no reply: a timeout, or the transport's failure (CURVE: why it was refused)
+        why = self._transport.refused_bookies().get(bookie.bookie_id, "")
+        if event.status == BKTimeoutError.code:
+            self.counters["timeouts"] += 1
+            why = f"no reply within {self.config.read_timeout_ms} ms"
+        if event.status in _SUSPECT_CODES:
+            bookie.suspect_until_s = self.clock() + self.SUSPECT_S
+        self._failed(job, chunk, bookie.bookie_id, event.status, why)
+
+    def _on_reply(self, bookie: _Bookie, job: ReadJob, chunk: Chunk, packed: bool,
+                  frames: list) -> None:
         try:
             reply = parse_reply(frames, self.config.entry_bytes_max)
         except BadRequestError as exc:
             self.counters["bad_replies"] += 1
-            rid = salvage_ids(frames[0])[1] if frames else 0
-            self._answer_failed(conn, rid, exc.code, f"undecodable reply: {exc}")
-            return
-        job, chunk, packed = self._take(conn, reply.request_id)
-        if chunk is None:
+            self._failed(job, chunk, bookie.bookie_id, exc.code, f"undecodable reply: {exc}")
             return
         if reply.status == BadRequestError.code and packed:
-            if conn.packed:  # a bookie older than READ_PACKED: READ_BATCH from now on
-                log.info("bookie %s refused READ_PACKED; using READ_BATCH", conn.bookie_id)
-            conn.packed = False
+            if bookie.packed:  # a bookie older than READ_PACKED: READ_BATCH from now on
+                log.info("bookie %s refused READ_PACKED; using READ_BATCH", bookie.bookie_id)
+            bookie.packed = False
             return  # not a failure: the chunk is sent again, the other way
         if reply.status != OK:
-            self._failed(job, chunk, conn.bookie_id, reply.status, "")
+            self._failed(job, chunk, bookie.bookie_id, reply.status, "")
             return
         if reply.first_entry_id != chunk.first:
-            self._failed(job, chunk, conn.bookie_id, BadRequestError.code,
+            self._failed(job, chunk, bookie.bookie_id, BadRequestError.code,
                          f"answered from entry {reply.first_entry_id}")
             return
         got, why = verify_packed(reply.data, reply.lengths, job.md.ledger_id, chunk.first,
                                  job.digest)
         if why is not None:
             self.counters["bad_records"] += 1
-            log.warning("bookie %s: ledger %d: %s", conn.bookie_id, job.md.ledger_id, why)
+            log.warning("bookie %s: ledger %d: %s", bookie.bookie_id, job.md.ledger_id, why)
         rest = self._complete(job, chunk, got)
         if rest is None:
             return
         if why is not None:
-            self._failed(job, rest, conn.bookie_id, DigestMismatchError.code, why)
+            self._failed(job, rest, bookie.bookie_id, DigestMismatchError.code, why)
         elif reply.stop_status != OK:
-            self._failed(job, rest, conn.bookie_id, reply.stop_status, "")
-
-    def _take(self, conn: _Conn, rid: int):
-        pending = self._pending.get(rid)
-        if pending is None or pending[1].sent is None or pending[1].sent[0] != conn.bookie_id:
-            self.counters["late_replies"] += 1
-            return None, None, False
-        del self._pending[rid]
-        conn.inflight -= 1
-        job, chunk = pending
-        packed, chunk.sent = chunk.sent[3], None
-        return job, chunk, packed
-
-    def _answer_failed(self, conn: _Conn, rid: int, code: int, why: str) -> None:
-        job, chunk, _ = self._take(conn, rid)
-        if chunk is not None:
-            self._failed(job, chunk, conn.bookie_id, code, why)
+            self._failed(job, rest, bookie.bookie_id, reply.stop_status, "")
 
     def _complete(self, job: ReadJob, chunk: Chunk, got: VerifiedChunk | None):
         """Record the verified prefix; returns the chunk still to read (the
@@ -329,20 +300,12 @@ class BulkReader:
         if round_done:  # a whole round failed: give restarting bookies a moment
             chunk.not_before_s = self.clock() + self.config.retry_backoff_ms / 1000.0
 
-    def _expire(self) -> None:
-        now = self.clock()
-        late = {c.sent[0] for _, c in self._pending.values() if c.sent[2] <= now}
-        for bookie_id in late:
-            self.counters["timeouts"] += 1
-            self._reset(self._conns[bookie_id], BKTimeoutError.code,
-                        f"no reply within {self.config.read_timeout_ms} ms")
-
     def _abandon(self, job: ReadJob) -> None:
-        """Forget the job's requests in flight (their replies will be dropped)."""
+        """Forget the job's requests in flight: their events, when they come,
+        are dropped (they still count against their bookie's limit)."""
         for rid, (owner, chunk) in list(self._pending.items()):
             if owner is job:
-                del self._pending[rid]
-                self._conns[chunk.sent[0]].inflight -= 1
+                self._pending[rid] = (None, chunk)
                 chunk.sent = None
 
     # -- lifecycle ------------------------------------------------------------------
@@ -350,14 +313,9 @@ class BulkReader:
         if self._closed:
             return
         self._closed = True
-        for conn in self._conns.values():
-            if conn.sock is not None:
-                self._poller.unregister(conn.sock)
-                conn.sock.close(linger=0)
-                conn.sock = None
+        self._transport.close()
         self._pending.clear()
-        if self._own_context:
-            self._ctx.term()
+        self._inbox.clear()
 
     def __enter__(self) -> BulkReader:
         return self
