@@ -46,11 +46,11 @@ import time
 
 from appliance.autorecovery.marks import Marks
 from appliance.errors import OK, BKError, NoSuchLedgerError
+from appliance.protocol import limits
 
 log = logging.getLogger("appliance.autorecovery")
 
 TICK_S = 0.5  # how often the auditor looks at the registry and a worker at the marks
-PROBE_TIMEOUT_MS = 2000
 
 
 class AutoRecovery:
@@ -240,7 +240,7 @@ def _read_lac_code(registry, bookie_id: str, ledger_id: int,
         sock.connect(info["endpoint"])
         sock.send_multipart(encode_request(ReadLacRequest(ledger_id, master_key=master_key,
                                                      request_id=1)))
-        if not sock.poll(PROBE_TIMEOUT_MS, zmq.POLLIN):
+        if not sock.poll(limits.AUTORECOVERY_PROBE_TIMEOUT_MS, zmq.POLLIN):
             return None
         reply = decode_reply(sock.recv_multipart())
         return reply.status if isinstance(reply, ErrorReply) else OK
