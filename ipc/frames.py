@@ -183,10 +183,10 @@ def check_frame_count(frames, expected: int, op: int) -> None:
                               f"expected {expected}")
 
 
-def check_entry_bytes(size: int, limits: WireLimits) -> None:
-    if size > limits.entry_bytes_max:
+def check_entry_bytes(size: int, wire: WireLimits) -> None:
+    if size > wire.entry_bytes_max:
         raise BadRequestError(f"entry of {size} bytes exceeds entry_bytes_max "
-                              f"({limits.entry_bytes_max})")
+                              f"({wire.entry_bytes_max})")
 
 
 def check_ids(ledger_id: int, entry_id: int, entry_min: int) -> None:

@@ -210,9 +210,9 @@ class MemoryBookie:
     def _read_batch(self, req: ReadBatchRequest) -> ReadBatchReply:
         """Rows by the bookies' rule (``appliance.protocol.read_batch``)."""
         ledger = self._ledger_for_read(req.ledger_id, req.fence, req.master_key)
-        limits = self.server.limits
+        wire = self.server.limits
         window = batch_window(req.first_entry_id, req.last_entry_id, req.max_entries,
-                              req.max_bytes, limits.batch_entries_max, limits.batch_bytes_max)
+                              req.max_bytes, wire.batch_entries_max, wire.batch_bytes_max)
 
         def read_one(entry_id: int):
             data = ledger.entries.get(entry_id)

@@ -131,6 +131,40 @@ def test_the_check_catches_a_stray_limit_and_a_double_definition():
     assert len(problems) == 4
 
 
+def shadowed_limits(source: str) -> list[str]:
+    """Functions of a module that imports ``limits`` and binds the same name
+    locally (a parameter or an assignment): there ``limits.NAME`` would read
+    the local, not the module."""
+    tree = ast.parse(source)
+    names = {alias.asname or alias.name for node in ast.walk(tree)
+             if isinstance(node, ast.ImportFrom) and node.module == "appliance.protocol"
+             for alias in node.names if alias.name == "limits"}
+    found = []
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            continue
+        args = fn.args
+        bound = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
+        bound |= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)
+                  and isinstance(n.ctx, ast.Store)}
+        uses = any(isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+                   and n.value.id in names for n in ast.walk(fn))
+        found += [f"{getattr(fn, 'name', 'lambda')}:{fn.lineno} binds {name}"
+                  for name in sorted(names & bound) if uses]
+    return found
+
+
+def test_no_function_shadows_the_limits_module_it_reads():
+    bad = {module: found for module, (path, _) in product_modules().items()
+           if (found := shadowed_limits(path.read_text()))}
+    assert bad == {}
+    crafted = ("from appliance.protocol import limits\n"
+               "def read(server):\n"
+               "    limits = server.limits\n"
+               "    return limits.STORAGE_READ_RUN_ENTRIES_MAX\n")
+    assert shadowed_limits(crafted) == ["read:2 binds limits"]
+
+
 def test_limits_py_is_a_leaf_of_the_standard_library():
     tree = ast.parse(inspect.getsource(limits))
     imports = [n for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)]

@@ -375,9 +375,9 @@ class BookieHandler:
         the storage refuses (a missing or corrupt entry) is re-read entry by
         entry through the core, so every row gets exactly the per-entry
         status."""
-        limits = self.server.limits
+        wire = self.server.limits
         window = batch_window(req.first_entry_id, req.last_entry_id, req.max_entries,
-                              req.max_bytes, limits.batch_entries_max, limits.batch_bytes_max)
+                              req.max_bytes, wire.batch_entries_max, wire.batch_bytes_max)
         first, last, max_bytes = window.first_entry_id, window.last_entry_id, window.bytes_max
         r = self.core.read(req.ledger_id, first, req.fence, req.master_key)
         if r.code != OK:
