@@ -19,7 +19,9 @@ Guarantees:
   directory exists or can be created, allowed CPUs, and O_DIRECT support of
   each data directory's filesystem (unless ``storage.direct_io = false``).
 
-Every key, its default and what it trades off: ``docs/CONFIG.md``.
+Every key, its default and what it trades off: ``docs/CONFIG.md``.  The
+default of every limit (``*_max``, timeouts, retries) is read from
+``appliance.protocol.limits``, the one place it is defined.
 """
 
 from __future__ import annotations
@@ -37,9 +39,9 @@ from pathlib import Path
 from types import MappingProxyType
 
 from appliance.errors import ConfigError
+from appliance.protocol import limits
 
 MiB = 1024 * 1024
-IPC_PATH_BYTES_MAX = 107  # sun_path holds 108 bytes including the NUL
 BOOKIE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,252}$")  # a host or rack name
 
@@ -54,8 +56,8 @@ def _key(default=MISSING, low: float | None = None, high: float | None = None,
 @dataclass(frozen=True)
 class MetadataConfig:
     uri: str = _key()
-    session_timeout_ms: int = _key(10_000, 1_000, 600_000)
-    connect_timeout_ms: int = _key(5_000, 100, 600_000)
+    session_timeout_ms: int = _key(limits.METADATA_SESSION_TIMEOUT_MS, 1_000, 600_000)
+    connect_timeout_ms: int = _key(limits.METADATA_CONNECT_TIMEOUT_MS, 100, 600_000)
     # zk:// only: an owner-only file holding user:password (ZooKeeper digest
     # auth); every metadata node is then readable and writable by it alone.
     auth_file: Path = _key("")
@@ -85,12 +87,12 @@ class BookieConfig:
 
 @dataclass(frozen=True)
 class ServerConfig:
-    drain_messages_max: int = _key(256, 1, 65_536)
-    batch_entries_max: int = _key(8_192, 1, 65_536)
-    batch_bytes_max: int = _key(64 * MiB, 1, 2**31)
-    long_polls_max: int = _key(10_000, 0, 1_000_000)
-    wait_lac_timeout_ms_max: int = _key(60_000, 1, 3_600_000)
-    queue_messages_max: int = _key(10_000, 1, 1_000_000)
+    drain_messages_max: int = _key(limits.SERVER_DRAIN_MESSAGES_MAX, 1, 65_536)
+    batch_entries_max: int = _key(limits.SERVER_BATCH_ENTRIES_MAX, 1, 65_536)
+    batch_bytes_max: int = _key(limits.SERVER_BATCH_BYTES_MAX, 1, 2**31)
+    long_polls_max: int = _key(limits.SERVER_LONG_POLLS_MAX, 0, 1_000_000)
+    wait_lac_timeout_ms_max: int = _key(limits.SERVER_WAIT_LAC_TIMEOUT_MS_MAX, 1, 3_600_000)
+    queue_messages_max: int = _key(limits.SERVER_QUEUE_MESSAGES_MAX, 1, 1_000_000)
     disk_usage_max: float = _key(0.95, 0.01, 1.0)
     disk_usage_resume: float = _key(0.90, 0.01, 1.0)
     disk_check_interval_ms: int = _key(5_000, 10, 3_600_000)
@@ -112,22 +114,22 @@ class ClientConfig:
     write_quorum: int = _key(3, 1, 1024)
     ack_quorum: int = _key(2, 1, 1024)
     digest: str = _key("crc32c", choices=("crc32c", "hmac-sha256"))
-    add_timeout_ms: int = _key(5_000, 1, 3_600_000)
-    read_timeout_ms: int = _key(5_000, 1, 3_600_000)
-    add_retries_max: int = _key(1, 0, 100)
-    inflight_adds_max: int = _key(1_000, 1, 1_000_000)
-    inflight_bytes_max: int = _key(32 * MiB, 1, 2**40)
-    inflight_per_bookie_max: int = _key(1_024, 1, 1_000_000)
-    add_batch_entries_max: int = _key(512, 1, 65_536)
+    add_timeout_ms: int = _key(limits.CLIENT_ADD_TIMEOUT_MS, 1, 3_600_000)
+    read_timeout_ms: int = _key(limits.CLIENT_READ_TIMEOUT_MS, 1, 3_600_000)
+    add_retries_max: int = _key(limits.CLIENT_ADD_RETRIES_MAX, 0, 100)
+    inflight_adds_max: int = _key(limits.CLIENT_INFLIGHT_ADDS_MAX, 1, 1_000_000)
+    inflight_bytes_max: int = _key(limits.CLIENT_INFLIGHT_BYTES_MAX, 1, 2**40)
+    inflight_per_bookie_max: int = _key(limits.CLIENT_INFLIGHT_PER_BOOKIE_MAX, 1, 1_000_000)
+    add_batch_entries_max: int = _key(limits.CLIENT_ADD_BATCH_ENTRIES_MAX, 1, 65_536)
     add_linger_us: int = _key(2_000, 0, 60_000_000)
     add_batches_inflight: int = _key(1, 1, 1_000)
     add_messages_inflight: int = _key(1, 0, 1_000)  # per bookie; 0: no hold (see CONFIG.md)
-    add_batch_bytes_max: int = _key(8 * MiB, 1, 2**31)
-    read_batch_entries_max: int = _key(8_192, 1, 65_536)
-    read_batch_bytes_max: int = _key(16 * MiB, 1, 2**31)
+    add_batch_bytes_max: int = _key(limits.CLIENT_ADD_BATCH_BYTES_MAX, 1, 2**31)
+    read_batch_entries_max: int = _key(limits.CLIENT_READ_BATCH_ENTRIES_MAX, 1, 65_536)
+    read_batch_bytes_max: int = _key(limits.CLIENT_READ_BATCH_BYTES_MAX, 1, 2**31)
     explicit_lac_interval_ms: int = _key(1_000, 0, 3_600_000)
     reconnect_ivl_ms: int = _key(100, 1, 60_000)
-    reconnect_ivl_max_ms: int = _key(2_000, 1, 600_000)
+    reconnect_ivl_max_ms: int = _key(limits.CLIENT_RECONNECT_IVL_MAX_MS, 1, 600_000)
     placement: str = _key("host", choices=("host", "rack", "none"))
     # 0: leave the process's garbage collector as it is; N: connect() sets
     # Python's youngest-generation threshold to N (process-wide; see CONFIG.md)
@@ -140,13 +142,13 @@ class ClientConfig:
 @dataclass(frozen=True)
 class SupervisorConfig:
     restart_backoff_min_ms: int = _key(100, 1, 600_000)
-    restart_backoff_max_ms: int = _key(10_000, 1, 3_600_000)
-    restarts_max: int = _key(10, 0, 1_000_000)
+    restart_backoff_max_ms: int = _key(limits.SUPERVISOR_RESTART_BACKOFF_MAX_MS, 1, 3_600_000)
+    restarts_max: int = _key(limits.SUPERVISOR_RESTARTS_MAX, 0, 1_000_000)
     restart_window_ms: int = _key(60_000, 1, 86_400_000)
     ping_interval_ms: int = _key(1_000, 10, 600_000)
-    ping_timeout_ms: int = _key(3_000, 10, 600_000)
-    start_timeout_ms: int = _key(300_000, 100, 86_400_000)
-    stop_timeout_ms: int = _key(10_000, 100, 3_600_000)
+    ping_timeout_ms: int = _key(limits.SUPERVISOR_PING_TIMEOUT_MS, 10, 600_000)
+    start_timeout_ms: int = _key(limits.SUPERVISOR_START_TIMEOUT_MS, 100, 86_400_000)
+    stop_timeout_ms: int = _key(limits.SUPERVISOR_STOP_TIMEOUT_MS, 100, 3_600_000)
     # Where the supervisor keeps its state file and the bookies' logs
     # ("" = a folder ".<config name>.run" beside the config file).
     run_dir: Path = _key("")
@@ -168,8 +170,8 @@ class LogConfig:
     flush_bytes: int = _key(128 * 1024, 1, 64 * MiB)
     flush_interval_us: int = _key(1_000, 0, 60_000_000)
     control_interval_ms: int = _key(2, 0, 3_600_000)
-    segment_bytes_max: int = _key(256 * MiB, 0, 2**50)
-    segment_records_max: int = _key(0, 0, 2**50)
+    segment_bytes_max: int = _key(limits.LOG_SEGMENT_BYTES_MAX, 0, 2**50)
+    segment_records_max: int = _key(limits.LOG_SEGMENT_RECORDS_MAX, 0, 2**50)
     segment_age_ms: int = _key(3_600_000, 0, 30 * 86_400_000)
 
 
@@ -442,8 +444,8 @@ def _endpoint(key: str, endpoint: str, base: Path) -> str:
             raise _Refusal(key, f"{endpoint!r} names no socket file",
                            'use "ipc://data/bookie-1.sock"')
         path = os.path.abspath(base / Path(rest).expanduser())
-        if len(path.encode()) > IPC_PATH_BYTES_MAX:
-            raise _Refusal(key, f"the socket path {path} is over {IPC_PATH_BYTES_MAX} bytes",
+        if len(path.encode()) > limits.IPC_PATH_BYTES_MAX:
+            raise _Refusal(key, f"the socket path {path} is over {limits.IPC_PATH_BYTES_MAX} bytes",
                            "use a shorter path or a tcp:// endpoint")
         return "ipc://" + path
     if endpoint.startswith("tcp://"):

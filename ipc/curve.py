@@ -43,17 +43,15 @@ import zmq
 from zmq.auth import load_certificate
 from zmq.utils import z85
 
+from appliance.protocol import limits
 from appliance.protocol.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 KEY_Z85_CHARS = 40
-KEYS_MAX = 10_000  # public key files read from one directory
 RECHECK_INTERVAL_S = 1.0  # a key directory is looked at no more often than this
 REFUSAL_LOG_INTERVAL_S = 60.0  # one log line per (address, key) per interval
-REFUSALS_TRACKED_MAX = 4096  # (address, key) pairs remembered for the rate limit
-ZAP_REQUESTS_PER_WAKEUP_MAX = 256
 
 
 @dataclass(frozen=True)
@@ -103,7 +101,7 @@ def load_public_key(path: str | os.PathLike) -> bytes:
 class KeyDirectory:
     """The public keys of a directory's ``*.key`` files (see module doc)."""
 
-    def __init__(self, directory: str | os.PathLike, *, keys_max: int = KEYS_MAX,
+    def __init__(self, directory: str | os.PathLike, *, keys_max: int = limits.CURVE_KEYS_MAX,
                  recheck_interval_s: float = RECHECK_INTERVAL_S,
                  clock: Callable[[], float] = time.monotonic):
         self.directory = Path(directory)
@@ -163,7 +161,7 @@ class ZapHandler:
 
     def __init__(self, context: zmq.Context, authorized: KeyDirectory, own_key: bytes, *,
                  log_interval_s: float = REFUSAL_LOG_INTERVAL_S,
-                 refusals_tracked_max: int = REFUSALS_TRACKED_MAX,
+                 refusals_tracked_max: int = limits.CURVE_REFUSALS_TRACKED_MAX,
                  clock: Callable[[], float] = time.monotonic):
         self.authorized = authorized
         self.own_key = own_key
@@ -183,7 +181,7 @@ class ZapHandler:
 
     def handle_ready(self) -> None:
         """Answer the ZAP requests waiting (at most a bounded number)."""
-        for _ in range(ZAP_REQUESTS_PER_WAKEUP_MAX):
+        for _ in range(limits.CURVE_ZAP_REQUESTS_PER_WAKEUP_MAX):
             try:
                 frames = self.socket.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:

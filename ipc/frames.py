@@ -21,7 +21,8 @@ import struct
 from dataclasses import dataclass
 from enum import IntEnum
 
-from appliance.protocol.entry import ENTRY_OVERHEAD_MAX, PAYLOAD_BYTES_MAX
+from appliance.protocol import limits
+from appliance.protocol.entry import ENTRY_OVERHEAD_MAX
 from appliance.protocol.errors import BadRequestError, ProtocolVersionError
 
 VERSION = 1
@@ -78,8 +79,9 @@ ALLOWED_FLAGS = {
 }
 
 MASTER_KEY_BYTES = 32
-LEDGER_ID_MAX = 2**63 - 1  # u64 on the wire, but kept < 2**63 so signed peers agree
-ENTRY_ID_MAX = 2**63 - 1
+# u64 on the wire, but kept < 2**63 so signed peers agree (the value: limits)
+LEDGER_ID_MAX = limits.LEDGER_ID_MAX
+ENTRY_ID_MAX = limits.ENTRY_ID_MAX
 
 # version u8, op u8, flags u16, request id u64, ledger id u64, entry id i64
 REQUEST_HEAD = struct.Struct("!BBHQQq")  # 28 bytes
@@ -101,6 +103,7 @@ LAC_STATUS_ROW = struct.Struct("!Qqi")  # WRITE_LAC_MULTI reply table: ledger, L
 @dataclass(frozen=True)
 class WireLimits:
     """Bounds every decoder enforces; a violation is a ``BadRequestError``.
+    The defaults are ``appliance.protocol.limits`` (``SERVER_BATCH_*``).
 
     entry_bytes_max: largest entry (client-built bytes: payload, header and
         digest) in any op: the payload limit plus ``ENTRY_OVERHEAD_MAX``;
@@ -115,10 +118,10 @@ class WireLimits:
     text_bytes_max: most bytes of an error message or INFO JSON frame.
     """
 
-    entry_bytes_max: int = PAYLOAD_BYTES_MAX + ENTRY_OVERHEAD_MAX
-    batch_entries_max: int = 8192
-    batch_bytes_max: int = 64 * MiB
-    text_bytes_max: int = 64 * 1024
+    entry_bytes_max: int = limits.STORAGE_ENTRY_BYTES_MAX + ENTRY_OVERHEAD_MAX
+    batch_entries_max: int = limits.SERVER_BATCH_ENTRIES_MAX
+    batch_bytes_max: int = limits.SERVER_BATCH_BYTES_MAX
+    text_bytes_max: int = limits.WIRE_TEXT_BYTES_MAX
 
     def __post_init__(self) -> None:
         for name in ("entry_bytes_max", "batch_entries_max", "batch_bytes_max",
@@ -180,10 +183,10 @@ def check_frame_count(frames, expected: int, op: int) -> None:
                               f"expected {expected}")
 
 
-def check_entry_bytes(size: int, limits: WireLimits) -> None:
-    if size > limits.entry_bytes_max:
+def check_entry_bytes(size: int, wire: WireLimits) -> None:
+    if size > wire.entry_bytes_max:
         raise BadRequestError(f"entry of {size} bytes exceeds entry_bytes_max "
-                              f"({limits.entry_bytes_max})")
+                              f"({wire.entry_bytes_max})")
 
 
 def check_ids(ledger_id: int, entry_id: int, entry_min: int) -> None:

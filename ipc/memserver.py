@@ -29,6 +29,7 @@ import signal
 import sys
 import uuid
 
+from appliance.protocol import limits
 from appliance.protocol.durable_replies import DurableReplies
 from appliance.protocol.errors import (
     OK,
@@ -78,8 +79,9 @@ class MemoryBookie:
     """A ``RequestHandler`` keeping ledgers in memory (see module docstring)."""
 
     def __init__(self, bookie_id: str = "mem-bookie", *, defer_acks: bool = False,
-                 bytes_max: int = 256 * MiB, long_polls_max: int = 10000,
-                 wait_lac_timeout_ms_max: int = 60000, pending_acks_max: int = 200_000):
+                 bytes_max: int = 256 * MiB, long_polls_max: int = limits.SERVER_LONG_POLLS_MAX,
+                 wait_lac_timeout_ms_max: int = limits.SERVER_WAIT_LAC_TIMEOUT_MS_MAX,
+                 pending_acks_max: int = limits.BOOKIE_PENDING_REPLIES_MAX):
         self.bookie_id = bookie_id
         self.instance_id = uuid.uuid4().hex
         self.defer_acks = defer_acks
@@ -208,9 +210,9 @@ class MemoryBookie:
     def _read_batch(self, req: ReadBatchRequest) -> ReadBatchReply:
         """Rows by the bookies' rule (``appliance.protocol.read_batch``)."""
         ledger = self._ledger_for_read(req.ledger_id, req.fence, req.master_key)
-        limits = self.server.limits
+        wire = self.server.limits
         window = batch_window(req.first_entry_id, req.last_entry_id, req.max_entries,
-                              req.max_bytes, limits.batch_entries_max, limits.batch_bytes_max)
+                              req.max_bytes, wire.batch_entries_max, wire.batch_bytes_max)
 
         def read_one(entry_id: int):
             data = ledger.entries.get(entry_id)
@@ -263,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--endpoint", required=True)
     parser.add_argument("--bookie-id", default="mem-bookie")
     parser.add_argument("--defer-acks", action="store_true")
-    parser.add_argument("--wait-lac-timeout-ms-max", type=int, default=60000)
+    parser.add_argument("--wait-lac-timeout-ms-max", type=int,
+                        default=limits.SERVER_WAIT_LAC_TIMEOUT_MS_MAX)
     args = parser.parse_args(argv)
     handler = MemoryBookie(args.bookie_id, defer_acks=args.defer_acks,
                            wait_lac_timeout_ms_max=args.wait_lac_timeout_ms_max)

@@ -49,6 +49,7 @@ from typing import Protocol
 
 import zmq
 
+from appliance.protocol import limits as bounds  # `limits` names the WireLimits here
 from appliance.protocol.errors import BadRequestError, BKError, BookieIOError, TooManyRequestsError
 from appliance.protocol.invariant import invariant
 from ipc.curve import KeyDirectory, KeyPair, ZapHandler, configure_server, is_tcp
@@ -128,8 +129,10 @@ class FrameServer:
     ``tcp://host:0`` request reports the real port)."""
 
     def __init__(self, endpoint: str, handler: RequestHandler, *,
-                 limits: WireLimits = DEFAULT_LIMITS, drain_messages_max: int = 256,
-                 timers_max: int = 65536, fds_max: int = 64, queue_messages_max: int = 10000,
+                 limits: WireLimits = DEFAULT_LIMITS,
+                 drain_messages_max: int = bounds.SERVER_DRAIN_MESSAGES_MAX,
+                 timers_max: int = 65536, fds_max: int = 64,
+                 queue_messages_max: int = bounds.SERVER_QUEUE_MESSAGES_MAX,
                  poll_ms_max: int = 1000, clock: Callable[[], float] = time.monotonic,
                  context: zmq.Context | None = None, socket_group: str = "",
                  curve_keys: KeyPair | None = None, authorized_keys: KeyDirectory | None = None):

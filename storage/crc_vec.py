@@ -10,7 +10,7 @@ four 256-entry byte tables, derived once per length and cached.  For ``n``
 pieces of one length the joined CRC is a tree of ``log2(n)`` such levels.
 
 Guarantees: exact CRC32C values (the tests compare with ``crc32c.crc32c``);
-pure functions, no I/O; tables bounded by ``TABLES_MAX`` cached lengths.
+pure functions, no I/O; tables bounded by ``limits.STORAGE_CRC_TABLES_MAX`` cached lengths.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ from functools import lru_cache
 import crc32c
 import numpy as np
 
+from appliance.protocol import limits
+
 _crc = crc32c.crc32c
 _BYTE_BITS = ((np.arange(256)[:, None] >> np.arange(8)) & 1).astype(bool)
-TABLES_MAX = 256  # cached advance tables (one per length seen): 4 KiB each
 
 
 def _tables_from_basis(basis: np.ndarray) -> np.ndarray:
@@ -44,7 +45,7 @@ def apply(tables: np.ndarray, values: np.ndarray) -> np.ndarray:
 _ONE_BITS = np.uint32(1) << np.arange(32, dtype=np.uint32)
 
 
-@lru_cache(maxsize=TABLES_MAX)
+@lru_cache(maxsize=limits.STORAGE_CRC_TABLES_MAX)
 def advance_tables(nbytes: int) -> np.ndarray:
     """Tables of ``advance(., nbytes)``.  Small lengths are measured with the
     CRC library over zero bytes; big ones are squared from half the length."""
@@ -70,7 +71,7 @@ GROUP = 32  # pieces combined per gather: log32(n) levels of a few numpy calls e
 _TABLE_BASE = (np.arange(GROUP)[:, None] * 1024 + np.arange(4)[None, :] * 256).astype(np.intp)
 
 
-@lru_cache(maxsize=TABLES_MAX)
+@lru_cache(maxsize=limits.STORAGE_CRC_TABLES_MAX)
 def group_tables(span: int) -> np.ndarray:
     """Flat (GROUP x 4 x 256) tables: position i of a group is advanced over
     the (GROUP - 1 - i) pieces of ``span`` bytes after it."""

@@ -30,6 +30,7 @@ import os
 import random
 import re
 
+from appliance.protocol import limits
 from appliance.protocol.errors import BookieIOError, CorruptRecordError
 
 from . import aligned_io as aio
@@ -45,7 +46,6 @@ from .options import ALIGN_BYTES, StorageOptions
 
 LOG_MAGIC = b"BKELOG01"
 _LOG_RE = re.compile(r"^entrylog-(\d{10})\.log$")
-READ_FDS_MAX = 256  # open read descriptors kept (LRU)
 
 
 class SyncToken:
@@ -119,7 +119,7 @@ def read_through_buffer(readers: LogReaders, log_id: int, offset: int, nbytes: i
 
 class LogReaders:
     """Read descriptors of a directory's entry logs, the least recently used
-    closed past ``READ_FDS_MAX``.  Not thread-safe (the storage lock)."""
+    closed past ``limits.STORAGE_READ_FDS_MAX``.  Not thread-safe (the storage lock)."""
 
     def __init__(self, directory: str):
         self.directory = directory
@@ -144,7 +144,7 @@ class LogReaders:
         except FileNotFoundError as exc:
             raise CorruptRecordError(f"entry log {path} is missing") from exc
         self._fds[log_id] = fd
-        if len(self._fds) > READ_FDS_MAX:
+        if len(self._fds) > limits.STORAGE_READ_FDS_MAX:
             _old, old_fd = self._fds.popitem(last=False)
             os.close(old_fd)
         return fd

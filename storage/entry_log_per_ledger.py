@@ -28,7 +28,7 @@ the first invalid block):
   one page-aligned buffer of ``entry_log_ledger_buffer_bytes``; one more
   buffer (or one block bigger than a buffer, written from its own aligned
   copy) is in flight at the background writer, and at most
-  ``SPARE_BUFFERS_MAX`` spares are kept: (open_max + 1 + spares) x buffer +
+  ``limits.STORAGE_SPARE_BUFFERS_MAX`` spares are kept: (open_max + 1 + spares) x buffer +
   one block.
 * Rotation does not create a file: the buffer is handed to the writer, the
   descriptor waits in the unsynced set for the next sync (its fdatasync), and
@@ -48,13 +48,14 @@ import time
 
 import numpy as np
 
+from appliance.protocol import limits
+
 from . import aligned_io as aio
 from .codec import BLOCK_HEADER_BYTES
 from .entry_log import LogReaders, SyncToken, create_log, log_path, read_through_buffer
 from .log_writer import BackgroundWriter
 from .options import ALIGN_BYTES, StorageOptions
 
-SPARE_BUFFERS_MAX = 2
 ROTATE_REASONS = ("write_close", "idle", "cap", "checkpoint", "size", "compaction")
 _FIRST_LEDGER = struct.Struct("<Q")
 
@@ -280,7 +281,7 @@ class PerLedgerEntryLogger:
         if buf is None:
             return
         if buf.capacity_bytes == aio.align_up(self._opts.entry_log_ledger_buffer_bytes) \
-                and len(self._spares) < SPARE_BUFFERS_MAX:
+                and len(self._spares) < limits.STORAGE_SPARE_BUFFERS_MAX:
             self._spares.append(buf)
             return
         if buf.capacity_bytes == aio.align_up(self._opts.entry_log_ledger_buffer_bytes):

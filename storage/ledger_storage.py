@@ -40,6 +40,7 @@ import time
 
 import numpy as np
 
+from appliance.protocol import limits
 from appliance.protocol.errors import BookieIOError, ClientClosedError, TooManyRequestsError
 
 from . import journal_scan as js
@@ -63,8 +64,6 @@ from .state_ops import StateOps
 log = logging.getLogger(__name__)
 
 _SEQ = (list, tuple)
-_INT64_MAX = (1 << 63) - 1
-CALLBACKS_MAX = 1_000_000  # pending durability callbacks (a bound on memory)
 SMALL_BATCH_ENTRIES = 32  # up to this many entries, plain Python beats numpy's per-call cost
 
 
@@ -173,11 +172,11 @@ class LedgerStorage(StateOps):
                 and type(entry_ids) in _SEQ and len(ledger_ids) == n and len(entry_ids) == n):
             return None
         ledger_id = ledger_ids[0]
-        if type(ledger_id) is not int or not 0 <= ledger_id <= _INT64_MAX \
+        if type(ledger_id) is not int or not 0 <= ledger_id <= limits.LEDGER_ID_MAX \
                 or (n > 1 and ledger_ids.count(ledger_id) != n):
             return None
         if not all(type(e) is int for e in entry_ids) or min(entry_ids) < 0 \
-                or max(entry_ids) > _INT64_MAX:
+                or max(entry_ids) > limits.ENTRY_ID_MAX:
             return None
         lengths = list(map(len, datas))
         if max(lengths) > self.options.record_bytes_max or \
@@ -342,8 +341,9 @@ class LedgerStorage(StateOps):
             callback(ticket)
             return
         with self._lock:
-            if len(self._callbacks) >= CALLBACKS_MAX:
-                raise TooManyRequestsError(f"{CALLBACKS_MAX} durability callbacks pending")
+            if len(self._callbacks) >= limits.STORAGE_CALLBACKS_MAX:
+                raise TooManyRequestsError(f"{limits.STORAGE_CALLBACKS_MAX} durability "
+                                           "callbacks pending")
             heapq.heappush(self._callbacks, (ticket, id(callback), callback))
 
     def drain_durable(self) -> int:
@@ -373,10 +373,11 @@ class LedgerStorage(StateOps):
                                        f"entry log {log_id} offset {offset}"))
 
     def read_entries(self, ledger_id: int, first: int, last: int) -> list[bytes]:
-        """Entries first..last (at most 65536); raises on the first missing one."""
-        if first < 0 or last < first or last - first >= 65536:
+        """Entries first..last (at most ``limits.STORAGE_READ_RUN_ENTRIES_MAX``);
+        raises on the first missing one."""
+        if first < 0 or last < first or last - first >= limits.STORAGE_READ_RUN_ENTRIES_MAX:
             raise ValueError(f"read_entries range {first}..{last} is empty, negative or "
-                             f"longer than 65536")
+                             f"longer than {limits.STORAGE_READ_RUN_ENTRIES_MAX}")
         with self._lock:
             self._check_open()
             rows = self._index.locate_range(ledger_id, first, last)
@@ -388,9 +389,9 @@ class LedgerStorage(StateOps):
         """The leading entries of first..last whose data adds up to at most
         ``bytes_max`` (maybe none), each verified, not copied: buffers whose
         concatenation is their data in order, and each entry's length."""
-        if first < 0 or last < first or last - first >= 65536:
+        if first < 0 or last < first or last - first >= limits.STORAGE_READ_RUN_ENTRIES_MAX:
             raise ValueError(f"read_entries_packed range {first}..{last} is empty, negative "
-                             f"or longer than 65536")
+                             f"or longer than {limits.STORAGE_READ_RUN_ENTRIES_MAX}")
         with self._lock:
             self._check_open()
             rows = self._index.locate_range(ledger_id, first, last)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from appliance.protocol.entry import ENTRY_OVERHEAD_MAX, PAYLOAD_BYTES_MAX
+from appliance.protocol import limits
+from appliance.protocol.entry import ENTRY_OVERHEAD_MAX
 from appliance.protocol.errors import ConfigError
 
 KiB = 1024
@@ -131,7 +132,7 @@ class StorageOptions:
     """Seconds between major compactions (0 = never by itself)."""
 
     # -- limits ----------------------------------------------------------------
-    entry_bytes_max: int = PAYLOAD_BYTES_MAX
+    entry_bytes_max: int = limits.STORAGE_ENTRY_BYTES_MAX
     """Largest payload of one entry (the one limit, CONTRACT: 5 MiB).  A
     stored record adds the client's header and digest: storage accepts
     records up to ``record_bytes_max`` = this + ``ENTRY_OVERHEAD_MAX``."""

@@ -28,35 +28,30 @@ from __future__ import annotations
 import crc32c
 import numpy as np
 
+from appliance.protocol import limits
 from appliance.protocol.errors import CorruptRecordError
 from storage import crc_vec
 
 from .codec import RECORD_DTYPE, RECORD_HEADER_BYTES, verify_record
 
-# Largest single pread of a run, plus at most one record: bigger is fewer
-# syscalls, smaller bounds the memory one read holds.
-RUN_BYTES_MAX = 16 * 1024 * 1024
-# Records this close on disk are read in one pread with the bytes between
-# them (the next block's header): fewer syscalls and numpy passes per run,
-# at the cost of reading those bytes.
-GAP_BYTES_MAX = 4096
 _HEADER_SPAN = np.arange(RECORD_HEADER_BYTES)
 _crc = crc32c.crc32c
 
 
 def _runs(rows: np.ndarray) -> list[tuple[int, int]]:
     """Split rows (log, offset, length) into [lo, hi) runs of records that
-    follow each other in one entry log, at most GAP_BYTES_MAX apart; a run is
-    cut where its records start RUN_BYTES_MAX past its stretch's start (so a
-    pread is at most RUN_BYTES_MAX plus one record)."""
+    follow each other in one entry log, at most ``STORAGE_READ_GAP_BYTES_MAX``
+    apart; a run is cut where its records start ``STORAGE_READ_RUN_BYTES_MAX``
+    past its stretch's start (so a pread is at most that plus one record)."""
     n = len(rows)
     offsets = rows[:, 1].astype(np.int64)
     ends = offsets + rows[:, 2].astype(np.int64) + RECORD_HEADER_BYTES
     gaps = offsets[1:] - ends[:-1]
-    breaks = (rows[1:, 0] != rows[:-1, 0]) | (gaps < 0) | (gaps > GAP_BYTES_MAX)
+    gap_max = limits.STORAGE_READ_GAP_BYTES_MAX
+    breaks = (rows[1:, 0] != rows[:-1, 0]) | (gaps < 0) | (gaps > gap_max)
     stretch = np.concatenate(([0], np.cumsum(breaks)))
     stretch_start = offsets[np.concatenate(([0], np.flatnonzero(breaks) + 1))][stretch]
-    bucket = (offsets - stretch_start) // RUN_BYTES_MAX
+    bucket = (offsets - stretch_start) // limits.STORAGE_READ_RUN_BYTES_MAX
     cuts = np.flatnonzero(breaks | (bucket[1:] != bucket[:-1])) + 1
     bounds = [0, *cuts.tolist(), n]
     return list(zip(bounds[:-1], bounds[1:], strict=True))

@@ -14,13 +14,13 @@ from __future__ import annotations
 import struct
 import time
 
+from appliance.protocol import limits
 from appliance.protocol.errors import UnauthorizedError
 
 from . import journal_scan as js
 
 LEDGER = struct.Struct("<Q")
 LEDGER_LAC = struct.Struct("<Qq")
-MASTER_KEY_BYTES_MAX = 1024
 
 
 class StateOps:
@@ -38,8 +38,9 @@ class StateOps:
         """Set the ledger's master key (creating its state); keys never change:
         another key than the stored one raises ``UnauthorizedError``."""
         key = bytes(key)
-        if len(key) > MASTER_KEY_BYTES_MAX:
-            raise ValueError(f"master key of {len(key)} bytes exceeds {MASTER_KEY_BYTES_MAX}")
+        if len(key) > limits.STORAGE_MASTER_KEY_BYTES_MAX:
+            raise ValueError(f"master key of {len(key)} bytes exceeds "
+                             f"{limits.STORAGE_MASTER_KEY_BYTES_MAX}")
         with self._lock:
             led = self._index.ensure(ledger_id)
             if led.master_key is not None:

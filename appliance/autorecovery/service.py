@@ -46,11 +46,11 @@ import time
 
 from appliance.autorecovery.marks import Marks
 from appliance.errors import BKError, NoSuchLedgerError
+from appliance.protocol import limits
 
 log = logging.getLogger("appliance.autorecovery")
 
 TICK_S = 0.5  # how often the auditor looks at the registry and a worker at the marks
-PROBE_TIMEOUT_MS = 2000
 
 
 class AutoRecovery:
@@ -233,8 +233,8 @@ def _read_lac_code(registry, bookie_id: str, ledger_id: int,
         return None
     try:
         event = call_once(info["endpoint"], ReadLacRequest(ledger_id, master_key=master_key),
-                          PROBE_TIMEOUT_MS, curve_keys=curve.keys if server_key else None,
-                          server_key=server_key)
+                          limits.AUTORECOVERY_PROBE_TIMEOUT_MS,
+                          curve_keys=curve.keys if server_key else None, server_key=server_key)
     except (zmq.ZMQError, BKError):
         return None
     return event.status if event.reply is not None else None

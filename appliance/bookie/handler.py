@@ -48,6 +48,7 @@ from appliance.errors import (
     UnauthorizedError,
     error_for_code,
 )
+from appliance.protocol import limits
 from appliance.protocol.bookie import BookieCore
 from appliance.protocol.durable_replies import DurableReplies
 from appliance.protocol.read_batch import batch_rows, batch_window
@@ -92,17 +93,6 @@ from storage.read_path import split_parts
 
 log = logging.getLogger(__name__)
 
-PENDING_REPLIES_MAX = 200_000  # replies parked until their add is durable
-LONG_POLLS_MAX = 10_000  # pending WAIT_LAC requests
-WAIT_LAC_TIMEOUT_MS_MAX = 60_000  # the longest a long poll may park
-# ADD_PACKED requests of fewer entries, and every ADD_MULTI, are held until
-# the loop's drain ends and stored together (bigger ADD_PACKED have a
-# vectorised check of their own)
-COALESCE_ENTRIES_MAX = 64
-# Entries per batched storage read inside one READ_BATCH / READ_PACKED: the
-# storage's own limit, so a request is one read into one buffer (the reply's
-# data frame, no join); the byte budget still bounds it.
-READ_RUN_ENTRIES_MAX = 65536
 
 
 def _multi_vouched(req: AddMultiRequest) -> bool:
@@ -115,9 +105,9 @@ class BookieHandler:
     """See the module docstring.  Call ``attach(server)`` before serving."""
 
     def __init__(self, bookie_id: str, storage, core: BookieCore | None = None, *,
-                 pending_replies_max: int = PENDING_REPLIES_MAX,
-                 long_polls_max: int = LONG_POLLS_MAX,
-                 wait_lac_timeout_ms_max: int = WAIT_LAC_TIMEOUT_MS_MAX):
+                 pending_replies_max: int = limits.BOOKIE_PENDING_REPLIES_MAX,
+                 long_polls_max: int = limits.SERVER_LONG_POLLS_MAX,
+                 wait_lac_timeout_ms_max: int = limits.SERVER_WAIT_LAC_TIMEOUT_MS_MAX):
         self.bookie_id = bookie_id
         self.storage = storage
         self.core = core or BookieCore(storage)
@@ -142,7 +132,7 @@ class BookieHandler:
     # -- dispatch -------------------------------------------------------------
     def handle(self, peer: bytes, req):
         if isinstance(req, AddPackedRequest):
-            if len(req.lengths) < COALESCE_ENTRIES_MAX and not req.recovery:
+            if len(req.lengths) < limits.BOOKIE_COALESCE_ENTRIES_MAX and not req.recovery:
                 self._held_adds.append((peer, req))  # stored at the end of the drain
                 return None
             self._flush_adds()
@@ -385,9 +375,9 @@ class BookieHandler:
         the storage refuses (a missing or corrupt entry) is re-read entry by
         entry through the core, so every row gets exactly the per-entry
         status."""
-        limits = self.server.limits
+        wire = self.server.limits
         window = batch_window(req.first_entry_id, req.last_entry_id, req.max_entries,
-                              req.max_bytes, limits.batch_entries_max, limits.batch_bytes_max)
+                              req.max_bytes, wire.batch_entries_max, wire.batch_bytes_max)
         first, last, max_bytes = window.first_entry_id, window.last_entry_id, window.bytes_max
         r = self.core.read(req.ledger_id, first, req.fence, req.master_key)
         if r.code != OK:
@@ -399,14 +389,15 @@ class BookieHandler:
         if size <= max_bytes and last > first:  # re-read with the run: one buffer for all
             try:
                 got, got_lengths = self.storage.read_entries_packed(
-                    req.ledger_id, first, min(last, first + READ_RUN_ENTRIES_MAX - 1), max_bytes)
+                    req.ledger_id, first,
+                    min(last, first + limits.STORAGE_READ_RUN_ENTRIES_MAX - 1), max_bytes)
                 if len(got_lengths):
                     parts, lengths = got, [got_lengths]
                     size, entry_id = int(got_lengths.sum()), first + len(got_lengths)
             except BKError:
                 pass  # the loop below finds the bad entry
         while bad is None and entry_id <= last and size <= max_bytes:
-            run_last = min(last, entry_id + READ_RUN_ENTRIES_MAX - 1)
+            run_last = min(last, entry_id + limits.STORAGE_READ_RUN_ENTRIES_MAX - 1)
             try:
                 got, got_lengths = self.storage.read_entries_packed(
                     req.ledger_id, entry_id, run_last, max_bytes - size)

@@ -40,6 +40,7 @@ import numpy as np
 
 from appliance.config import parse_host_port
 from appliance.errors import BKError
+from appliance.protocol import limits
 from appliance.protocol.errors import all_errors, code_of
 from ipc.packed import (
     AddMultiReply,
@@ -66,7 +67,6 @@ from storage.histogram import Histogram
 
 log = logging.getLogger(__name__)
 
-PARKED_MAX = 100_000  # requests waiting for their reply that are timed (oldest dropped past it)
 _ADDS = (AddPackedRequest, AddMultiRequest, AddBatchRequest, AddRequest)
 _READS = (ReadPackedRequest, ReadBatchRequest, ReadRequest)
 _NAMES = {0: "OK", **{code: cls.__name__ for code, cls in all_errors().items()}}
@@ -121,7 +121,7 @@ class BookieMetrics:
         if not is_add and not isinstance(req, _READS):
             return
         self._parked[(peer, req.request_id)] = (started, is_add, _entries(req))
-        if len(self._parked) > PARKED_MAX:
+        if len(self._parked) > limits.BOOKIE_METRICS_PARKED_MAX:
             self._parked.popitem(last=False)
             self.parked_dropped += 1
 

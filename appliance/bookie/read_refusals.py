@@ -17,17 +17,18 @@ import logging
 import time
 from collections import OrderedDict
 
+from appliance.protocol import limits
+
 log = logging.getLogger("appliance.bookie")
 
 REFUSAL_LOG_INTERVAL_S = 60.0
-REFUSAL_LEDGERS_MAX = 10_000
 
 
 class ReadRefusals:
     """Counts refusals; ``refused`` logs one at most once per ledger per interval."""
 
     def __init__(self, bookie_id: str, *, interval_s: float = REFUSAL_LOG_INTERVAL_S,
-                 ledgers_max: int = REFUSAL_LEDGERS_MAX, clock=time.monotonic):
+                 ledgers_max: int = limits.BOOKIE_REFUSAL_LEDGERS_MAX, clock=time.monotonic):
         if interval_s < 0 or ledgers_max < 1:
             raise ValueError("interval_s must be >= 0 and ledgers_max >= 1")
         self.bookie_id = bookie_id

@@ -26,8 +26,9 @@ its reads then carry no key, which peers holding the ledger's key refuse
 unless their ``server.reads_need_key`` is off (it stays in limbo, retried).
 A ledger that cannot be repaired yet (peers down, metadata unreachable)
 stays in limbo and is retried with a backoff doubling from
-``RETRY_MS_MIN`` to ``RETRY_MS_MAX``.  Progress is logged every
-``PROGRESS_EVERY_S`` and shown by ``status()`` (INFO, ``bkctl bookie info``).
+``limits.BOOKIE_REPAIR_RETRY_MS_MIN`` to ``limits.BOOKIE_REPAIR_RETRY_MS_MAX``.
+Progress is logged every ``PROGRESS_EVERY_S`` and shown by ``status()``
+(INFO, ``bkctl bookie info``).
 A crash during repair loses nothing: limbo is durable, so the next boot
 resumes with the ledgers still in it.
 """
@@ -39,11 +40,10 @@ import threading
 import time
 
 from appliance.errors import BKError, NoSuchLedgerError
+from appliance.protocol import limits
 
 log = logging.getLogger("appliance.bookie.repair")
 
-RETRY_MS_MIN = 500
-RETRY_MS_MAX = 30_000
 COPY_BATCH_ENTRIES = 256  # entries read from a peer in one request
 PROGRESS_EVERY_S = 5.0
 
@@ -182,7 +182,8 @@ class Repairer:
                 self.stats["ledgers_repaired"] += 1
                 return
             _, backoff = self._retry.get(ledger_id, (0.0, 0))
-            backoff = min(max(backoff * 2, RETRY_MS_MIN), RETRY_MS_MAX)
+            backoff = min(max(backoff * 2, limits.BOOKIE_REPAIR_RETRY_MS_MIN),
+                          limits.BOOKIE_REPAIR_RETRY_MS_MAX)
             self._retry[ledger_id] = (self._clock() + backoff / 1000.0, backoff)
             self.stats["failures"][ledger_id] = reason
             self.stats["last_error"] = f"ledger {ledger_id}: {reason}"

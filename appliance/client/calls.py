@@ -1,7 +1,8 @@
-"""What the client's blocking calls share: the bound on every wait for the
-driver thread, argument checks made before anything is sent, and ``Entry``,
-the read result.  Kept apart so ``client`` and ``handles`` both import it
-and neither imports the other at module level."""
+"""What the client's blocking calls share: the wait for the driver thread
+(bounded by ``limits.CLIENT_CALL_TIMEOUT_S_MAX``), argument checks made
+before anything is sent, and ``Entry``, the read result.  Kept apart so
+``client`` and ``handles`` both import it and neither imports the other at
+module level."""
 
 from __future__ import annotations
 
@@ -10,8 +11,6 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import NamedTuple
 
 from appliance.errors import BKTimeoutError
-
-CALL_TIMEOUT_S_MAX = 600.0  # the longest a blocking call waits for the driver
 
 
 class Entry(NamedTuple):

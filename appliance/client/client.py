@@ -34,7 +34,7 @@ import random
 import time
 from concurrent.futures import Future
 
-from appliance.client.calls import CALL_TIMEOUT_S_MAX, check_entry_id, wait_result
+from appliance.client.calls import check_entry_id, wait_result
 from appliance.errors import (
     OK,
     ClientClosedError,
@@ -42,12 +42,12 @@ from appliance.errors import (
     UnauthorizedError,
 )
 from appliance.protocol import events as ev
+from appliance.protocol import limits
 from appliance.protocol.keys import SALT_BYTES, check_password, master_key, password_record
 from appliance.protocol.metadata import CLOSED, DIGEST_TYPES, LedgerMetadata, check_quorums
 from appliance.protocol.placement import choose_ensemble, host_count, location_of, meets_rule
 
 log = logging.getLogger(__name__)
-KNOWN_KEYS_MAX = 64  # distinct passwords a connection remembers for delete_ledger
 
 
 def check_password_type(password) -> bytes:
@@ -71,7 +71,7 @@ class Client:
         from appliance.curve import client_curve
 
         curve = client_curve(config, curve_key_file, trusted_keys_dir)
-        from appliance.protocol.entry import ENTRY_OVERHEAD_MAX, PAYLOAD_BYTES_MAX
+        from appliance.protocol.entry import ENTRY_OVERHEAD_MAX
         from ipc.frames import WireLimits
 
         self.config = config.client if config is not None else ClientConfig()
@@ -81,9 +81,10 @@ class Client:
         # the one payload limit (storage.entry_bytes_max); records carry a header
         # and a digest on top, so the wire takes the largest legal record
         self.payload_bytes_max = (config.storage.entry_bytes_max if config is not None
-                                  else PAYLOAD_BYTES_MAX)
-        limits = (config.wire_limits() if config is not None
-                  else WireLimits(entry_bytes_max=PAYLOAD_BYTES_MAX + ENTRY_OVERHEAD_MAX))
+                                  else limits.STORAGE_ENTRY_BYTES_MAX)
+        wire_limits = (config.wire_limits() if config is not None
+                  else WireLimits(entry_bytes_max=limits.STORAGE_ENTRY_BYTES_MAX
+                                             + ENTRY_OVERHEAD_MAX))
         md_cfg = config.metadata if config is not None else None
         kwargs = md_cfg.store_options() if md_cfg else {}
         self._store = open_store(uri, base_dir=base_dir, **kwargs)
@@ -101,7 +102,7 @@ class Client:
                                  add_linger_us=self.config.add_linger_us,
                                  read_batch_bytes_max=self.config.read_batch_bytes_max,
                                  curve=curve,
-                                 transport_options={"limits": limits,
+                                 transport_options={"limits": wire_limits,
                                      "heartbeat_timeout_ms": self.config.add_timeout_ms,
                                      "reconnect_ivl_ms": self.config.reconnect_ivl_ms,
                                      "reconnect_ivl_max_ms": self.config.reconnect_ivl_max_ms})
@@ -234,9 +235,11 @@ class Client:
             self.driver.run(core, core.start(self.driver.now_ms()))
             return core
 
-        core = wait_result(self.driver.call(start), CALL_TIMEOUT_S_MAX, "starting recovery")
+        core = wait_result(self.driver.call(start), limits.CLIENT_CALL_TIMEOUT_S_MAX,
+                           "starting recovery")
         try:
-            result = wait_result(done, CALL_TIMEOUT_S_MAX, f"recovery of ledger {md.ledger_id}")
+            result = wait_result(done, limits.CLIENT_CALL_TIMEOUT_S_MAX,
+                                 f"recovery of ledger {md.ledger_id}")
         finally:
             self.driver.post(self.driver.unregister, core)
         if result.code != OK:
@@ -283,7 +286,7 @@ class Client:
         ledger with it); bounded, the oldest forgotten first."""
         self._known_keys.pop(key, None)
         self._known_keys[key] = None
-        while len(self._known_keys) > KNOWN_KEYS_MAX:
+        while len(self._known_keys) > limits.CLIENT_KNOWN_KEYS_MAX:
             self._known_keys.pop(next(iter(self._known_keys)))
 
     def _delete_keys(self) -> list[bytes]:

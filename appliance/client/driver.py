@@ -44,7 +44,7 @@ refusing our key fails requests with ``UnauthorizedError``, which
 Limits: the driver queue is unbounded in type but bounded in practice by
 each write handle's in-flight count (its add paths wait on a condition
 while ``inflight_adds_max`` adds or ``inflight_bytes_max`` bytes are in
-flight) and by one outstanding call per user thread; ``DRAIN_ITEMS_MAX``
+flight) and by one outstanding call per user thread; ``limits.CLIENT_DRAIN_ITEMS_MAX``
 bounds work per wakeup; the metadata pool (``metadata_pool``) has
 ``METADATA_WORKERS`` threads; the outbound's messages are bounded by
 ``add_batch_entries_max`` / ``add_batch_bytes_max`` (``outbound``).
@@ -71,6 +71,7 @@ from appliance.errors import (
 )
 from appliance.meta.bookies import bookie_locations
 from appliance.protocol import events as ev
+from appliance.protocol import limits
 from ipc.client import Transport
 from ipc.packed import ReadPackedRequest
 from ipc.requests import ReadLacRequest, ReadRequest, WaitLacRequest, WriteCloseRequest
@@ -82,12 +83,8 @@ from .write_close import WriteCloseOutcome, new_counters, reply_code
 
 log = logging.getLogger(__name__)
 
-DRAIN_ITEMS_MAX = 4096  # queue items applied per wakeup before timers run
 METADATA_WORKERS = 2
 BOOKIE_REFRESH_MS = 1000  # how often live bookies are re-read from the registry
-ADD_BATCH_ENTRIES_MAX = 1024  # entries per ADD_BATCH message (the wire's default limit)
-ADD_BATCH_BYTES_MAX = 8 * 1024 * 1024  # entry bytes per ADD_BATCH message
-READ_BATCH_BYTES_MAX = 16 * 1024 * 1024  # entry bytes a READ_PACKED reply may carry
 _COALESCED = object()  # route marker: the request carried several parts
 _LAC_MULTI = object()  # route marker: a WRITE_LAC_MULTI (its actions, for the fallback)
 
@@ -111,11 +108,13 @@ class Driver:
     ``fail_next_turn``).  It owns ``outbound`` (adds and explicit LACs per
     bookie) and ``metadata`` (the metadata worker pool)."""
 
-    def __init__(self, ledgers, registry, *, request_timeout_ms: int = 5000,
-                 inflight_per_bookie_max: int = 100_000, transport_options: dict | None = None,
-                 add_batch_entries_max: int = ADD_BATCH_ENTRIES_MAX,
-                 add_batch_bytes_max: int = ADD_BATCH_BYTES_MAX,
-                 read_batch_bytes_max: int = READ_BATCH_BYTES_MAX, curve=None,
+    def __init__(self, ledgers, registry, *,
+                 request_timeout_ms: int = limits.CLIENT_ADD_TIMEOUT_MS,
+                 inflight_per_bookie_max: int = limits.CLIENT_TRANSPORT_INFLIGHT_PER_BOOKIE_MAX,
+                 transport_options: dict | None = None,
+                 add_batch_entries_max: int = limits.CLIENT_ADD_BATCH_ENTRIES_MAX,
+                 add_batch_bytes_max: int = limits.CLIENT_ADD_BATCH_BYTES_MAX,
+                 read_batch_bytes_max: int = limits.CLIENT_READ_BATCH_BYTES_MAX, curve=None,
                  add_messages_inflight: int = 1, add_linger_us: int = 2000):
         self.request_timeout_ms = request_timeout_ms
         self.read_batch_bytes_max = read_batch_bytes_max
@@ -430,7 +429,7 @@ class Driver:
             wait_ms = 0 if q else math.ceil(self._wait_s() * 1000.0)
             self.transport.step(wait_ms)
             self._wake_pending = False  # before draining: see _put
-            for _ in range(min(len(q), DRAIN_ITEMS_MAX)):
+            for _ in range(min(len(q), limits.CLIENT_DRAIN_ITEMS_MAX)):
                 it = q.popleft()
                 if it[0] == "stop":
                     self._stopped = True

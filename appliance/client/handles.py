@@ -20,7 +20,7 @@ from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED
 from itertools import repeat
 
 from appliance.checks.record_check import verify_run_fast
-from appliance.client.calls import CALL_TIMEOUT_S_MAX, Entry, check_entry_id, wait_result
+from appliance.client.calls import Entry, check_entry_id, wait_result
 from appliance.errors import (
     OK,
     BKError,
@@ -29,6 +29,7 @@ from appliance.errors import (
     NoSuchEntryError,
 )
 from appliance.protocol import events as ev
+from appliance.protocol import limits
 from appliance.protocol.metadata import CLOSED
 
 log = logging.getLogger(__name__)
@@ -227,7 +228,7 @@ class WriteHandle:
         """Append ``payload``; returns its entry id once acknowledged (its batch
         leaves at once: a caller that waits sends nothing more to wait for)."""
         fut = self._add(payload, linger=False)
-        return wait_result(fut, CALL_TIMEOUT_S_MAX, f"add to ledger {self.id}")
+        return wait_result(fut, limits.CLIENT_CALL_TIMEOUT_S_MAX, f"add to ledger {self.id}")
 
     def add_async(self, payload: bytes) -> Future:
         """Append ``payload``; the future's result is the entry id."""
@@ -443,7 +444,7 @@ class WriteHandle:
         pending = list(self._futures.values())
         for fut in pending:
             try:
-                fut.result(timeout=CALL_TIMEOUT_S_MAX)
+                fut.result(timeout=limits.CLIENT_CALL_TIMEOUT_S_MAX)
             except Exception:  # noqa: S110 - the add's own caller sees its error
                 pass
         self._close_done = Future()
@@ -453,7 +454,8 @@ class WriteHandle:
 
         self._driver.call(start).result()
         try:
-            done = wait_result(self._close_done, CALL_TIMEOUT_S_MAX, f"close of ledger {self.id}")
+            done = wait_result(self._close_done, limits.CLIENT_CALL_TIMEOUT_S_MAX,
+                               f"close of ledger {self.id}")
         finally:
             self._driver.post(self._driver.unregister, self._writer)
             if self._metrics is not None:
@@ -558,7 +560,7 @@ class ReadHandle:
             self._driver.run(self._reader, start())
 
         self._driver.call(run).result()
-        result = wait_result(fut, CALL_TIMEOUT_S_MAX, f"read of ledger {self.id}")
+        result = wait_result(fut, limits.CLIENT_CALL_TIMEOUT_S_MAX, f"read of ledger {self.id}")
         if result.code != OK:
             raise self._driver.error(result.code, f"ledger {self.id}")
         return result
@@ -622,8 +624,9 @@ class ReadHandle:
         """The ``ReadDone`` of a started read; ``retry``: a read started ahead
         that failed is read again now (the caller's own attempt)."""
         try:
-            started[0].result(timeout=CALL_TIMEOUT_S_MAX)
-            result = wait_result(started[1], CALL_TIMEOUT_S_MAX, f"read of ledger {self.id}")
+            started[0].result(timeout=limits.CLIENT_CALL_TIMEOUT_S_MAX)
+            result = wait_result(started[1], limits.CLIENT_CALL_TIMEOUT_S_MAX,
+                                 f"read of ledger {self.id}")
             if result.code == OK:
                 return result
             if not retry:
@@ -661,7 +664,8 @@ class ReadHandle:
                 above, timeout_ms, self._driver.now_ms(), read_id=read_id))
 
         self._driver.call(run).result()
-        result = wait_result(fut, CALL_TIMEOUT_S_MAX + timeout_s, f"LAC wait on ledger {self.id}")
+        result = wait_result(fut, limits.CLIENT_CALL_TIMEOUT_S_MAX + timeout_s,
+                             f"LAC wait on ledger {self.id}")
         if result.code not in (OK, BKTimeoutError.code):
             raise self._driver.error(result.code, f"ledger {self.id}")
         return result.lac

@@ -21,11 +21,11 @@ from itertools import repeat
 from typing import NamedTuple
 
 from appliance.errors import LogTruncatedError, NoSuchEntryError, NoSuchLedgerError
+from appliance.protocol import limits
 from appliance.protocol.log_entry import unpack_entry
 from appliance.protocol.logs import COMPLETED, DLSN, check_txid, dlsn_of
 
 POLL_S = 0.2  # longest LAC wait before the log's metadata is looked at again
-READ_ENTRIES_MAX = 64  # entries fetched per ledger read
 
 
 class LogRecord(NamedTuple):
@@ -126,7 +126,8 @@ class LogReader:
             end = seg.last_entry_id if seg.state == COMPLETED \
                 else self._rh.last_add_confirmed
             if self._next_entry <= end:
-                if self._read_entries(seg, min(end, self._next_entry + READ_ENTRIES_MAX - 1)):
+                last = min(end, self._next_entry + limits.LOG_READ_ENTRIES_MAX - 1)
+                if self._read_entries(seg, last):
                     return True
                 continue
             if seg.state == COMPLETED:

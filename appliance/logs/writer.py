@@ -31,7 +31,7 @@ import threading
 import time
 from concurrent.futures import Future
 
-from appliance.client.calls import CALL_TIMEOUT_S_MAX, wait_result
+from appliance.client.calls import wait_result
 from appliance.client.handles import AddFuture, complete_futures
 from appliance.errors import (
     BKError,
@@ -41,6 +41,7 @@ from appliance.errors import (
     LogFencedError,
     NoSuchLedgerError,
 )
+from appliance.protocol import limits
 from appliance.protocol.log_entry import (
     HEADER_BYTES,
     RECORD_OVERHEAD,
@@ -202,7 +203,7 @@ class LogWriter:
     def write(self, payload, txid: int | None = None) -> DLSN:
         """Append one record; blocks until it is durable; its DLSN."""
         fut = self.write_async(payload, txid, linger=False)
-        return wait_result(fut, CALL_TIMEOUT_S_MAX, f"write to log {self.name!r}")
+        return wait_result(fut, limits.CLIENT_CALL_TIMEOUT_S_MAX, f"write to log {self.name!r}")
 
     def write_async(self, payload, txid: int | None = None, *, linger: bool = True) -> Future:
         """Append one record; the future's result is its DLSN.  ``txid``
@@ -405,7 +406,7 @@ class LogWriter:
             last = self._last_add
         if last is not None:
             try:
-                wait_result(last, CALL_TIMEOUT_S_MAX, f"flush of log {self.name!r}")
+                wait_result(last, limits.CLIENT_CALL_TIMEOUT_S_MAX, f"flush of log {self.name!r}")
             except BKError as exc:
                 raise as_log_error(exc, self.name) from exc
         if self._error is not None:
@@ -422,7 +423,7 @@ class LogWriter:
                 self._flush_locked()
             self._closed = True
             self._wake.notify()
-        self._thread.join(timeout=CALL_TIMEOUT_S_MAX)
+        self._thread.join(timeout=limits.CLIENT_CALL_TIMEOUT_S_MAX)
         with self._lock:
             if self._error is None:
                 try:

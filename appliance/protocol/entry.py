@@ -31,10 +31,10 @@ HEADER = struct.Struct(">QqqQ")
 HEADER_BYTES = HEADER.size  # 32
 DIGEST_BYTES_MAX = 32  # hmac-sha256; crc32c is 4
 # A record (what a bookie stores and the wire carries) is the payload plus at
-# most this: limits on records are the payload limit plus this, so a payload
-# of exactly the limit always fits (CONTRACT: 5 MiB payloads succeed).
+# most this: limits on records are the payload limit
+# (limits.STORAGE_ENTRY_BYTES_MAX) plus this, so a payload of exactly the
+# limit always fits (CONTRACT: 5 MiB payloads succeed).
 ENTRY_OVERHEAD_MAX = HEADER_BYTES + DIGEST_BYTES_MAX
-PAYLOAD_BYTES_MAX = 5 * 1024 * 1024  # default largest payload (storage.entry_bytes_max)
 _U64_MAX = (1 << 64) - 1
 
 

@@ -31,10 +31,10 @@ import time
 from collections.abc import Iterator
 
 from appliance.errors import NoNodeError, NotEmptyError
+from appliance.protocol import limits
 
 ROOT = "/rereplication/copying"
 SEPARATOR = ".copy-"
-CREATE_TRIES_MAX = 5  # a parent removed by a concurrent release is made again
 
 
 def _ledger_dir(ledger_id: int) -> str:
@@ -65,7 +65,7 @@ class CopyMarkers:
         doc = {"pid": os.getpid(), "host": socket.gethostname(),
                "since_ms": int(time.time() * 1000), "replacement": replacement}
         prefix = f"{_ledger_dir(ledger_id)}/{replacement}{SEPARATOR}"
-        for _ in range(CREATE_TRIES_MAX - 1):
+        for _ in range(limits.REREPLICATION_MARK_CREATE_TRIES_MAX - 1):
             try:
                 return self.store.create(prefix, json.dumps(doc).encode(), sequential=True,
                                          make_parents=True)

@@ -22,7 +22,8 @@ Safety argument (durability is the product):
 * **Concurrent changes.**  The CAS transform (``replace_bookie``) only
   applies while the fragment still has exactly the planned ensemble; a
   version conflict is retried by re-reading; a changed fragment re-plans the
-  ledger (at most ``REPLAN_TRIES_MAX`` times); a deleted ledger ends quietly.
+  ledger (at most ``REREPLICATION_REPLAN_TRIES_MAX`` times); a deleted ledger
+  ends quietly.
 * **Crashes and re-runs.**  A crash before the CAS leaves B in the metadata,
   so the next run copies again (re-adding an entry R already holds is
   harmless); after the CAS the fragment is done.  Running twice is a no-op.
@@ -39,9 +40,11 @@ Safety argument (durability is the product):
   key found is carried by every read from a replica (bookies refuse reads
   without the ledger's key) as well as by the copies' adds.
 
-Limits: ``READ_BATCH_ENTRIES_MAX`` / ``READ_BATCH_BYTES_MAX`` per read,
-``WRITES_IN_FLIGHT_MAX`` unacknowledged write batches, ``REQUEST_TIMEOUT_MS``
-per request, ``REPLACEMENT_TRIES_MAX`` replacements tried per fragment.
+Limits (``appliance.protocol.limits``): ``REREPLICATION_READ_BATCH_ENTRIES_MAX``
+/ ``REREPLICATION_READ_BATCH_BYTES_MAX`` per read,
+``REREPLICATION_WRITES_IN_FLIGHT_MAX`` unacknowledged write batches,
+``REREPLICATION_REQUEST_TIMEOUT_MS`` per request,
+``REREPLICATION_REPLACEMENT_TRIES_MAX`` replacements tried per fragment.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ from appliance.errors import (
     error_class,
 )
 from appliance.meta.bookies import bookie_locations
+from appliance.protocol import limits
 from appliance.protocol.entry import verify_run
 from appliance.protocol.invariant import invariant
 from appliance.protocol.keys import master_key
@@ -87,12 +91,6 @@ from ipc.requests import WriteCloseRequest
 
 log = logging.getLogger(__name__)
 
-READ_BATCH_ENTRIES_MAX = 256  # entries asked of a replica in one READ_PACKED
-READ_BATCH_BYTES_MAX = 8 * 1024 * 1024  # and their bytes: bounds memory per batch
-WRITES_IN_FLIGHT_MAX = 4  # write batches sent to the replacement, not yet acknowledged
-REQUEST_TIMEOUT_MS = 10_000  # one read or write; a slower bookie counts as failed
-REPLAN_TRIES_MAX = 3  # a ledger whose fragments keep changing under us is reported
-REPLACEMENT_TRIES_MAX = 2  # replacements tried for one fragment before giving up
 PROGRESS_ENTRIES_EVERY = 10_000  # a progress line at least this often while copying
 FIRED_DRAIN_MS = 1000  # close() waits this long at most for advisory WRITE_CLOSE replies
 
@@ -145,7 +143,7 @@ class Rereplicator:
                  key_for: Callable[[LedgerMetadata], bytes | None] | None = None,
                  on_progress: Callable[[str], None] | None = None,
                  transport: Transport | None = None,
-                 request_timeout_ms: int = REQUEST_TIMEOUT_MS, curve=None):
+                 request_timeout_ms: int = limits.REREPLICATION_REQUEST_TIMEOUT_MS, curve=None):
         self.ledgers = ledgers
         self._curve = curve  # appliance.curve.ClientCurve: CURVE to tcp bookies
         self.registry = registry
@@ -237,7 +235,7 @@ class Rereplicator:
     def _recover_ledger(self, ledger_id: int, lost: str, recover_open: bool,
                         report: RecoveryReport, sealed_only: bool = False) -> None:
         closed_by_us = False
-        for _ in range(REPLAN_TRIES_MAX):
+        for _ in range(limits.REREPLICATION_REPLAN_TRIES_MAX):
             try:
                 md, _ = self.ledgers.read_ledger(ledger_id)
             except NoSuchLedgerError:
@@ -284,7 +282,8 @@ class Rereplicator:
                 report.failed.append({"ledger_id": ledger_id, "reason": str(exc)})
                 return
         report.failed.append({"ledger_id": ledger_id, "reason": f"its fragments changed "
-                              f"{REPLAN_TRIES_MAX} times while re-replicating; run again"})
+                              f"{limits.REREPLICATION_REPLAN_TRIES_MAX} times while "
+                              "re-replicating; run again"})
 
     def _admit(self, md: LedgerMetadata, lost: str, recover_open: bool,
                report: RecoveryReport) -> bytes | None:
@@ -362,7 +361,7 @@ class Rereplicator:
         lost bookie (re-pointed by us or by another run), False when the
         ledger was skipped, failed (both reported) or deleted."""
         refusals: dict[str, str] = {}
-        for _ in range(REPLACEMENT_TRIES_MAX):
+        for _ in range(limits.REREPLICATION_REPLACEMENT_TRIES_MAX):
             writable = {b: info["read_only"] for b, info in self._live.items()
                         if b not in refusals}
             replacement = self._choose(plan, writable, md.ledger_id)
@@ -456,12 +455,12 @@ class Rereplicator:
         for first, last in plan.runs():
             next_id = first
             while next_id <= last:
-                end = min(last, next_id + READ_BATCH_ENTRIES_MAX - 1)
+                end = min(last, next_id + limits.REREPLICATION_READ_BATCH_ENTRIES_MAX - 1)
                 records = self.read_verified(plan, next_id, end, digest, key)
                 ids = list(range(next_id, next_id + len(records)))
                 request = AddPackedRequest.of(md.ledger_id, key, ids, records, recovery=True)
                 pending.append((self._wire.send(replacement, request), ids))
-                while len(pending) >= WRITES_IN_FLIGHT_MAX:
+                while len(pending) >= limits.REREPLICATION_WRITES_IN_FLIGHT_MAX:
                     copied += self._await_write(replacement, *pending.popleft())
                 next_id += len(records)
         while pending:
@@ -498,7 +497,8 @@ class Rereplicator:
                 errors.append(f"{source}: not registered")
                 continue
             request = ReadPackedRequest(plan.ledger_id, first, end, end - first + 1,
-                                        READ_BATCH_BYTES_MAX, master_key=master_key)
+                                        limits.REREPLICATION_READ_BATCH_BYTES_MAX,
+                                        master_key=master_key)
             event = self._wire.call(source, request)
             if event.status != OK:
                 errors.append(f"{source}: {_code_name(event.status)}")

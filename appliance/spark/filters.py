@@ -25,7 +25,8 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
-ID_MAX = (1 << 63) - 1
+from appliance.protocol import limits
+
 COLUMNS = ("ledger_id", "entry_id")
 
 
@@ -34,10 +35,10 @@ class Bounds:
     """Inclusive bounds on both id columns; ``ledger_ids`` None means any."""
 
     ledger_min: int = 0
-    ledger_max: int = ID_MAX
+    ledger_max: int = limits.ID_MAX
     ledger_ids: frozenset[int] | None = None
     entry_min: int = 0
-    entry_max: int = ID_MAX
+    entry_max: int = limits.ID_MAX
 
     def admits_ledger(self, ledger_id: int) -> bool:
         return (self.ledger_min <= ledger_id <= self.ledger_max
@@ -66,9 +67,9 @@ def _range_of(f) -> tuple[int, int] | None:
     if kind in (EqualTo, EqualNullSafe):
         return v, v
     if kind is GreaterThan:
-        return v + 1, ID_MAX
+        return v + 1, limits.ID_MAX
     if kind is GreaterThanOrEqual:
-        return v, ID_MAX
+        return v, limits.ID_MAX
     if kind is LessThan:
         return -1 << 63, v - 1
     if kind is LessThanOrEqual:

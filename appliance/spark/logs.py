@@ -13,13 +13,12 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from appliance.protocol import limits
 from appliance.protocol.log_entry import unpack_entry
 
 LOG_ARROW_SCHEMA = pa.schema([pa.field("dlsn", pa.string(), nullable=False),
                               pa.field("txid", pa.int64(), nullable=False),
                               pa.field("payload", pa.binary(), nullable=False)])
-BATCH_ROWS_MAX = 65536
-BATCH_BYTES_MAX = 32 * 1024 * 1024
 
 
 def read_log_partition(partition, password: bytes):
@@ -43,7 +42,8 @@ def read_log_partition(partition, password: bytes):
                     rows[1].extend(txids)
                     rows[2].extend(payloads)
                     size += sum(map(len, payloads))
-                if len(rows[0]) >= BATCH_ROWS_MAX or size >= BATCH_BYTES_MAX:
+                if (len(rows[0]) >= limits.SPARK_BATCH_ROWS_MAX
+                        or size >= limits.SPARK_BATCH_BYTES_MAX):
                     yield _batch(rows)
                     rows, size = ([], [], []), 0
     if rows[0]:

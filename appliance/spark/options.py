@@ -25,9 +25,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-ID_MAX = (1 << 63) - 1
-MAX_ENTRIES_PER_PARTITION = 250_000  # ~1-2 s of reading per task at measured rates
-PARTITIONS_MAX = 100_000  # a bound on planning output (minPartitions cannot exceed it)
+from appliance.protocol import limits
 
 
 @dataclass(frozen=True)
@@ -37,8 +35,8 @@ class ScanOptions:
     ledgers: tuple[int, ...] | None  # None: every CLOSED ledger
     password: bytes = b""
     starting: Mapping[int, int] | int = 0  # per-ledger map, or one id for all
-    ending: Mapping[int, int] | int = ID_MAX
-    max_entries_per_partition: int = MAX_ENTRIES_PER_PARTITION
+    ending: Mapping[int, int] | int = limits.ID_MAX
+    max_entries_per_partition: int = limits.SPARK_ENTRIES_PER_PARTITION_MAX
     min_partitions: int | None = None  # None: the driver's CPUs, pieces >= 10000
     read_timeout_ms: int = 5000
     log: str | None = None  # a log's records instead of ledgers
@@ -51,7 +49,7 @@ class ScanOptions:
     def end_for(self, ledger_id: int) -> int:
         if isinstance(self.ending, int):
             return self.ending
-        return self.ending.get(ledger_id, ID_MAX)
+        return self.ending.get(ledger_id, limits.ID_MAX)
 
     @property
     def where(self) -> str:
@@ -71,20 +69,20 @@ def parse_options(raw: Mapping[str, str]) -> ScanOptions:
         ledgers=_ledgers(opts.pop("ledgers", None)),
         password=str(opts.pop("password", "")).encode("utf-8"),
         starting=_bound("startingEntry", opts.pop("startingentry", None), "earliest", 0),
-        ending=_bound("endingEntry", opts.pop("endingentry", None), "latest", ID_MAX),
+        ending=_bound("endingEntry", opts.pop("endingentry", None), "latest", limits.ID_MAX),
         max_entries_per_partition=_positive("maxEntriesPerPartition",
                                             opts.pop("maxentriesperpartition", None),
-                                            MAX_ENTRIES_PER_PARTITION),
+                                            limits.SPARK_ENTRIES_PER_PARTITION_MAX),
         min_partitions=_positive("minPartitions", opts.pop("minpartitions", None), None),
         read_timeout_ms=_positive("readTimeoutMs", opts.pop("readtimeoutms", None), 5000),
         log=_log_name(opts.pop("log", None)),
     )
     if out.log is not None and (out.ledgers is not None or out.starting != 0
-                                or out.ending != ID_MAX):
+                                or out.ending != limits.ID_MAX):
         raise ValueError("bookkeeper source: option log reads a whole log; do not combine it "
                          "with ledgers, startingEntry or endingEntry")
-    if (out.min_partitions or 0) > PARTITIONS_MAX:
-        raise ValueError(f"option minPartitions must be <= {PARTITIONS_MAX}, got "
+    if (out.min_partitions or 0) > limits.SPARK_PARTITIONS_MAX:
+        raise ValueError(f"option minPartitions must be <= {limits.SPARK_PARTITIONS_MAX}, got "
                          f"{out.min_partitions}")
     if opts:
         raise ValueError(f"bookkeeper source: unknown option(s) {sorted(opts)}; known: config, "
@@ -98,7 +96,7 @@ def _int(name: str, text) -> int:
         value = int(str(text).strip())
     except ValueError:
         raise ValueError(f"option {name} must be an integer, got {text!r}") from None
-    if not 0 <= value <= ID_MAX:
+    if not 0 <= value <= limits.ID_MAX:
         raise ValueError(f"option {name} must be in [0, 2^63-1], got {value}")
     return value
 

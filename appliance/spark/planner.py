@@ -26,11 +26,11 @@ from pyspark.sql.datasource import InputPartition
 
 from appliance.client.bulk_read import BulkReadConfig
 from appliance.errors import BKError, NoSuchLedgerError, UnauthorizedError
+from appliance.protocol import limits
 from appliance.protocol.metadata import CLOSED, LedgerMetadata
 from appliance.spark.filters import Bounds
 from appliance.spark.options import ScanOptions
 
-RANGES_PER_PARTITION_MAX = 1024  # small ledgers packed together, up to this many per task
 # Without an explicit minPartitions a scan is spread over the driver's CPUs,
 # but not into pieces below this many entries (a task costs tens of ms).
 DEFAULT_SPLIT_ENTRIES_MIN = 10_000
@@ -220,7 +220,7 @@ def split_ranges(ranges: list[LedgerRange], max_entries: int, min_partitions: in
     multiple of ``multiple_of`` (so tasks come in whole waves over the
     cores), each of at most ``max_entries`` and, if the scan allows, at
     least ``entries_min`` entries.  Consecutive small ranges are packed
-    together (at most ``RANGES_PER_PARTITION_MAX`` per partition).  Pure;
+    together (at most ``limits.SPARK_RANGES_PER_PARTITION_MAX`` per partition).  Pure;
     each entry lands in exactly one partition."""
     total = sum(r.count for r in ranges)
     if total == 0:
@@ -238,7 +238,7 @@ def split_ranges(ranges: list[LedgerRange], max_entries: int, min_partitions: in
             current.append(LedgerRange(r.metadata, start, start + take - 1))
             start += take
             room -= take
-            if room == 0 or len(current) >= RANGES_PER_PARTITION_MAX:
+            if room == 0 or len(current) >= limits.SPARK_RANGES_PER_PARTITION_MAX:
                 parts.append(current)
                 current, room = [], target
     if current:

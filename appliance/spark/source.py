@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader
 
+from appliance.protocol import limits
 from appliance.protocol.invariant import invariant
 from appliance.spark.filters import Bounds, push_filters
 from appliance.spark.options import parse_options
@@ -30,11 +31,6 @@ ARROW_SCHEMA = pa.schema([pa.field("ledger_id", pa.int64(), nullable=False),
                           pa.field("entry_id", pa.int64(), nullable=False),
                           pa.field("payload", pa.binary(), nullable=False)])
 LOG_SCHEMA_DDL = "dlsn string not null, txid long not null, payload binary not null"
-# Rows and payload bytes per Arrow record batch.  Bigger batches amortise the
-# per-batch cost in the Python worker and the JVM; smaller ones bound memory.
-# Bytes stay far below 2 GiB, the limit of binary's int32 offsets.
-BATCH_ROWS_MAX = 65536
-BATCH_BYTES_MAX = 32 * 1024 * 1024
 # A chunk with at least this many payload bytes is a record batch of its own,
 # over the chunk's buffer: no join copy (1 KiB rows, 1,024 to a reply).
 DIRECT_BYTES_MIN = 1 << 20
@@ -141,7 +137,8 @@ class ArrowBatcher:
     order; a chunk of ``direct_bytes_min`` payload bytes or more is a batch of
     its own (the batches before it flushed first)."""
 
-    def __init__(self, rows_max: int = BATCH_ROWS_MAX, bytes_max: int = BATCH_BYTES_MAX,
+    def __init__(self, rows_max: int = limits.SPARK_BATCH_ROWS_MAX,
+                 bytes_max: int = limits.SPARK_BATCH_BYTES_MAX,
                  direct_bytes_min: int = DIRECT_BYTES_MIN):
         self.rows_max, self.bytes_max = rows_max, bytes_max
         self.direct_bytes_min = direct_bytes_min

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from appliance.protocol import limits
 from appliance.protocol.errors import ConfigError
 from storage.metadata.api import ANY_VERSION, DATA_BYTES_MAX, MetadataStore, validate_path
 
-SESSION_TIMEOUT_MS_DEFAULT = 10_000
-CONNECT_TIMEOUT_MS_DEFAULT = 5_000
 SCHEMES = "sqlite:///relative.db, sqlite:////absolute.db or zk://host:port[,host:port]/chroot"
 
 __all__ = ["ANY_VERSION", "DATA_BYTES_MAX", "MetadataStore", "open_store", "parse_uri"]
@@ -70,8 +69,8 @@ def _zk_parts(uri: str) -> tuple[str, str]:
 
 
 def open_store(uri: str, *, base_dir: str | Path | None = None,
-               session_timeout_ms: int = SESSION_TIMEOUT_MS_DEFAULT,
-               connect_timeout_ms: int = CONNECT_TIMEOUT_MS_DEFAULT,
+               session_timeout_ms: int = limits.METADATA_SESSION_TIMEOUT_MS,
+               connect_timeout_ms: int = limits.METADATA_CONNECT_TIMEOUT_MS,
                **options) -> MetadataStore:
     """Open the store a URI names.  Relative SQLite paths resolve against
     ``base_dir`` (the config file's folder), else the working directory.

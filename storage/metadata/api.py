@@ -35,16 +35,14 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 
+from appliance.protocol import limits
 from appliance.protocol.errors import ClientClosedError
 
 log = logging.getLogger(__name__)
 
 ANY_VERSION = -1
-# ZooKeeper refuses packets over ~1 MiB (jute.maxbuffer); both backends refuse
-# node data above this bound so that a store can move from SQLite to ZooKeeper.
-DATA_BYTES_MAX = 1_000_000
+DATA_BYTES_MAX = limits.METADATA_DATA_BYTES_MAX  # public (storage.metadata); the value: limits
 SEQUENCE_DIGITS = 10
-PATH_CHARS_MAX = 1024
 
 SessionListener = Callable[[], None]
 
@@ -55,8 +53,9 @@ def validate_path(path: object) -> str:
         raise TypeError(f"path must be a str, got {type(path).__name__}")
     if not path.startswith("/"):
         raise ValueError(f"path must start with '/': {path!r}")
-    if len(path) > PATH_CHARS_MAX:
-        raise ValueError(f"path longer than {PATH_CHARS_MAX} characters: {path[:40]!r}...")
+    if len(path) > limits.METADATA_PATH_CHARS_MAX:
+        raise ValueError(f"path longer than {limits.METADATA_PATH_CHARS_MAX} characters: "
+                         f"{path[:40]!r}...")
     if path == "/":
         return path
     parts = path[1:].split("/")
@@ -81,8 +80,9 @@ def check_data(data: object) -> bytes:
     if not isinstance(data, bytes | bytearray | memoryview):
         raise TypeError(f"data must be bytes, got {type(data).__name__}")
     data = bytes(data)
-    if len(data) > DATA_BYTES_MAX:
-        raise ValueError(f"data is {len(data)} bytes; DATA_BYTES_MAX is {DATA_BYTES_MAX}")
+    if len(data) > limits.METADATA_DATA_BYTES_MAX:  # the message names the public constant
+        raise ValueError(f"data is {len(data)} bytes; DATA_BYTES_MAX is "
+                         f"{limits.METADATA_DATA_BYTES_MAX}")
     return data
 
 

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import crc32c
 
+from appliance.protocol import limits
 from appliance.protocol.errors import (
     ClientClosedError,
     CorruptMetadataError,
@@ -75,13 +76,6 @@ def _sqlite_utils():
 SCHEMA_VERSION = 1
 # How often a waiter re-reads a node: lower notices changes sooner, costs CPU.
 POLL_INTERVAL_MS_DEFAULT = 10
-# How long a writer waits for another process's write lock before giving up.
-# SQLite's busy handler is not fair: a process that commits in a tight loop
-# can re-take the lock while the others sleep between retries, so under CPU
-# contention one writer can wait seconds.  Longer: fewer spurious
-# MetadataUnavailableError under bursts; shorter: a wedged lock holder is
-# reported sooner.
-BUSY_TIMEOUT_MS_DEFAULT = 20_000
 
 _VISIBLE = "(n.owner IS NULL OR (s.boot_id = :boot AND s.expires_ms > :now))"
 
@@ -105,8 +99,8 @@ def row_crc(path: str, version: int, data: bytes) -> int:
 
 class SqliteStore(MetadataStore):
     def __init__(self, db_path: str | Path, *, uri: str | None = None,
-                 session_timeout_ms: int = 10_000,
-                 busy_timeout_ms: int = BUSY_TIMEOUT_MS_DEFAULT,
+                 session_timeout_ms: int = limits.METADATA_SESSION_TIMEOUT_MS,
+                 busy_timeout_ms: int = limits.METADATA_SQLITE_BUSY_TIMEOUT_MS,
                  poll_interval_ms: int = POLL_INTERVAL_MS_DEFAULT,
                  clock_ms: Callable[[], int] = boottime_ms,
                  boot_id: str | None = None, heartbeat: bool = True):

@@ -22,9 +22,8 @@ from pathlib import Path
 
 from kazoo.security import make_digest_acl
 
+from appliance.protocol import limits
 from appliance.protocol.errors import ConfigError
-
-AUTH_FILE_BYTES_MAX = 4096  # one line: anything longer is not a credentials file
 
 
 def read_credentials(path: str | os.PathLike) -> tuple[str, str]:
@@ -34,7 +33,7 @@ def read_credentials(path: str | os.PathLike) -> tuple[str, str]:
     try:
         mode = path.stat().st_mode
         with open(path, "rb") as fh:
-            raw = fh.read(AUTH_FILE_BYTES_MAX + 1)
+            raw = fh.read(limits.METADATA_ZK_AUTH_FILE_BYTES_MAX + 1)
     except OSError as exc:
         raise ConfigError(f"{where}: cannot read it ({exc.strerror or exc}); fix: write "
                           "user:password into it and chmod 600 it") from None
@@ -43,7 +42,7 @@ def read_credentials(path: str | os.PathLike) -> tuple[str, str]:
                           f"fix: chmod 600 {path}")
     lines = [ln.strip() for ln in raw.decode("utf-8", "replace").splitlines() if ln.strip()]
     user, colon, password = lines[0].partition(":") if len(lines) == 1 else ("", "", "")
-    if len(raw) > AUTH_FILE_BYTES_MAX or not colon or not user or not password \
+    if len(raw) > limits.METADATA_ZK_AUTH_FILE_BYTES_MAX or not colon or not user or not password \
             or any(ch.isspace() for ch in lines[0]):
         raise ConfigError(f"{where}: must hold one line user:password (no spaces); fix: "
                           "write e.g. appliance:<a long random password> into it")

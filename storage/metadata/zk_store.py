@@ -32,6 +32,7 @@ from kazoo import exceptions as kz
 from kazoo.client import KazooClient, KazooState
 from kazoo.retry import KazooRetry
 
+from appliance.protocol import limits
 from appliance.protocol.errors import (
     MetadataAuthError,
     MetadataError,
@@ -46,15 +47,13 @@ from storage.metadata.zk_auth import owner_acl, read_credentials
 
 log = logging.getLogger(__name__)
 
-# kazoo reconnect back-off: a longer cap is gentler on a struggling ensemble,
-# a shorter one reconnects sooner after a restart.
-RECONNECT_DELAY_MAX_S = 1.0
 # A waiter re-reads at least this often even without a watch event.
 WATCH_REREAD_S = 1.0
 
 class ZkStore(MetadataStore):
     def __init__(self, hosts: str, chroot: str = "", *, uri: str | None = None,
-                 session_timeout_ms: int = 10_000, connect_timeout_ms: int = 5_000,
+                 session_timeout_ms: int = limits.METADATA_SESSION_TIMEOUT_MS,
+                 connect_timeout_ms: int = limits.METADATA_CONNECT_TIMEOUT_MS,
                  op_timeout_ms: int | None = None, auth_file: str | None = None):
         super().__init__(uri or f"zk://{hosts}{chroot}", session_timeout_ms)
         self.hosts = hosts
@@ -64,7 +63,8 @@ class ZkStore(MetadataStore):
         # not complete on this session: give up and report it.
         self.op_timeout_ms = op_timeout_ms or session_timeout_ms
         self._lost = False
-        retry = KazooRetry(max_tries=-1, delay=0.05, max_delay=RECONNECT_DELAY_MAX_S)
+        retry = KazooRetry(max_tries=-1, delay=0.05,
+                           max_delay=limits.METADATA_ZK_RECONNECT_DELAY_MAX_S)
         auth = {}
         if auth_file:
             user, password = read_credentials(auth_file)

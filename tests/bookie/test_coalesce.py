@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from appliance.bookie.handler import COALESCE_ENTRIES_MAX, BookieHandler
+from appliance.bookie.handler import BookieHandler
 from appliance.checks.digest import make_digest
 from appliance.errors import (
     OK,
@@ -20,6 +20,7 @@ from appliance.errors import (
 )
 from appliance.protocol.entry import pack_entries
 from appliance.protocol.keys import master_key
+from appliance.protocol.limits import BOOKIE_COALESCE_ENTRIES_MAX as COALESCE_ENTRIES_MAX
 from ipc.frames import DEFAULT_LIMITS
 from ipc.packed import AddMultiReply, AddMultiRequest, AddPackedReply, AddPackedRequest
 from ipc.replies import ErrorReply, ReadReply

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from appliance.checks.digest import Crc32cDigest, HmacSha256Digest
-from appliance.protocol.entry import ENTRY_OVERHEAD_MAX, HEADER_BYTES, PAYLOAD_BYTES_MAX
+from appliance.protocol.entry import ENTRY_OVERHEAD_MAX, HEADER_BYTES
+from appliance.protocol.limits import STORAGE_ENTRY_BYTES_MAX as PAYLOAD_BYTES_MAX
 from ipc.frames import DEFAULT_LIMITS
 from storage.options import StorageOptions
 

@@ -18,10 +18,13 @@ from pyspark.sql.datasource import (
     Not,
 )
 
+from appliance.protocol.limits import ID_MAX
+from appliance.protocol.limits import SPARK_ENTRIES_PER_PARTITION_MAX as MAX_ENTRIES_PER_PARTITION
+from appliance.protocol.limits import SPARK_RANGES_PER_PARTITION_MAX as RANGES_PER_PARTITION_MAX
 from appliance.protocol.metadata import LedgerMetadata
-from appliance.spark.filters import ID_MAX, Bounds, push_filters
-from appliance.spark.options import MAX_ENTRIES_PER_PARTITION, parse_options
-from appliance.spark.planner import RANGES_PER_PARTITION_MAX, LedgerRange, split_ranges
+from appliance.spark.filters import Bounds, push_filters
+from appliance.spark.options import parse_options
+from appliance.spark.planner import LedgerRange, split_ranges
 
 
 # -- options ---------------------------------------------------------------------------

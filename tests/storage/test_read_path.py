@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from appliance.errors import CorruptRecordError, NoSuchEntryError
-from storage import read_path
+from appliance.protocol import limits
 from storage.codec import RECORD_HEADER_BYTES
 from storage.read_path import split_parts
 
@@ -60,8 +60,8 @@ def test_exact_bytes_across_blocks_logs_and_runs(opener, monkeypatch, varied):
     datas = _fill(st, 3000, varied)  # ~1 MB: many blocks and several 512 KiB entry logs
     assert len(_logs(st.ledger_dir)) > 1
     assert _packed(st, 0, 2999) == datas
-    monkeypatch.setattr(read_path, "RUN_BYTES_MAX", 4096)  # many runs per stretch
-    monkeypatch.setattr(read_path, "GAP_BYTES_MAX", 0)  # a run per block
+    monkeypatch.setattr(limits, "STORAGE_READ_RUN_BYTES_MAX", 4096)  # many runs per stretch
+    monkeypatch.setattr(limits, "STORAGE_READ_GAP_BYTES_MAX", 0)  # a run per block
     assert _packed(st, 5, 2999) == datas[5:]
     assert st.read_entries(1, 100, 1099) == datas[100:1100]
 

@@ -1,0 +1,172 @@
+"""The one home of the appliance's limits: every bound on memory, time,
+retries and message size, with its default value, defined here once.
+
+Code reads a limit as ``limits.NAME`` (``from appliance.protocol import
+limits``); no other product module assigns one (``tests/test_limits.py``
+fails when a module does, or when a name is defined twice).  The config
+(``appliance/config.py``) takes the default of every limit it exposes from
+here, so a key's default and the value code uses without a config cannot
+drift apart.
+
+Names carry their unit.  A constant that backs a config key is named after
+the key: ``[section] key`` -> ``SECTION_KEY`` (``client.add_batch_entries_max``
+is ``CLIENT_ADD_BATCH_ENTRIES_MAX``); the others start with the room that
+uses them.  Each says what it bounds and what a larger or smaller value
+trades.  ``docs/CONFIG.md`` documents the keys; the defaults are the values
+here.  Rules between limits (a client's batch fits in the wire's, ...) are
+checked by ``tests/test_limits.py`` and, for a loaded config, by
+``appliance.config``.
+
+Layer 0: the standard library only, so ``ipc`` and ``storage`` read it too.
+"""
+
+from __future__ import annotations
+
+KiB = 1024
+MiB = 1024 * KiB
+
+# -- identities (format bounds, not tunable) ------------------------------------
+ID_MAX = 2**63 - 1  # a ledger or entry id: u64/i64 on the wire, kept < 2**63 so signed peers agree
+LEDGER_ID_MAX = ID_MAX
+ENTRY_ID_MAX = ID_MAX
+
+# -- wire (ipc.frames.WireLimits: every bookie's and client's decoders) -----------
+# Most entries in one batch message (ADD_BATCH / READ_BATCH / ADD_PACKED /
+# READ_PACKED); the bookie's limit, which every client batch must fit in.
+# More amortises per-message Python cost; fewer bounds one message's latency.
+SERVER_BATCH_ENTRIES_MAX = 8_192
+# Most entry bytes in one batch message (a packed data frame holds up to
+# this): bounds the memory of one message on every hop.
+SERVER_BATCH_BYTES_MAX = 64 * MiB
+WIRE_TEXT_BYTES_MAX = 64 * KiB  # an error message or INFO JSON frame
+IPC_PATH_BYTES_MAX = 107  # an ipc:// socket path: sun_path holds 108 bytes with the NUL
+
+# -- client ([client]) ---------------------------------------------------------------
+CLIENT_ADD_TIMEOUT_MS = 5_000  # an add's wait for its ack quorum; also the heartbeat timeout
+CLIENT_READ_TIMEOUT_MS = 5_000  # one read request: a slow bookie vs trying the next replica
+CLIENT_ADD_RETRIES_MAX = 1  # resends of unanswered adds to a bookie before it is replaced
+# Adds and payload bytes in flight per handle: more keeps the pipe full,
+# fewer bounds memory and the work a failure must replay.
+CLIENT_INFLIGHT_ADDS_MAX = 1_000
+CLIENT_INFLIGHT_BYTES_MAX = 32 * MiB
+# Requests outstanding per bookie for the bulk reader (``[client]`` key).
+CLIENT_INFLIGHT_PER_BOOKIE_MAX = 1_024
+# Requests outstanding per bookie on the driver's transport.  Not a config
+# key: the driver's adds are bounded per handle (CLIENT_INFLIGHT_ADDS_MAX), so
+# this only catches a runaway; kept at the value production has always run.
+CLIENT_TRANSPORT_INFLIGHT_PER_BOOKIE_MAX = 100_000
+# Entries per ADD_BATCH / ADD_PACKED message.  The one default of the config
+# key and of a Driver built without a config (before, the driver's own 1024
+# was used only by tests).  Must fit SERVER_BATCH_ENTRIES_MAX.  More:
+# fewer messages at high rates; fewer: a smaller message that leaves sooner.
+CLIENT_ADD_BATCH_ENTRIES_MAX = 512
+CLIENT_ADD_BATCH_BYTES_MAX = 8 * MiB  # entry bytes per add message; fits SERVER_BATCH_BYTES_MAX
+# Entries and entry bytes a read asks of a bookie in one READ_BATCH /
+# READ_PACKED: the reply's cap.  More: fewer round trips; fewer: less memory
+# per reply and a first entry sooner.  Fit the wire's batch limits.
+CLIENT_READ_BATCH_ENTRIES_MAX = 8_192
+CLIENT_READ_BATCH_BYTES_MAX = 16 * MiB
+CLIENT_RECONNECT_IVL_MAX_MS = 2_000  # the longest reconnect back-off to a bookie
+CLIENT_DRAIN_ITEMS_MAX = 4_096  # queue items the driver applies per wakeup before timers run
+CLIENT_CALL_TIMEOUT_S_MAX = 600.0  # the longest a blocking call waits for the driver thread
+CLIENT_KNOWN_KEYS_MAX = 64  # distinct passwords a connection remembers for delete_ledger
+
+# -- bookie server ([server] and the handler) -------------------------------------------
+SERVER_DRAIN_MESSAGES_MAX = 256  # messages decoded per wakeup: more batches, fewer timer checks
+SERVER_QUEUE_MESSAGES_MAX = 10_000  # ZeroMQ high-water mark per peer: memory vs back pressure
+SERVER_LONG_POLLS_MAX = 10_000  # pending WAIT_LAC requests (each holds a timer)
+SERVER_WAIT_LAC_TIMEOUT_MS_MAX = 60_000  # the longest a long poll may park
+BOOKIE_PENDING_REPLIES_MAX = 200_000  # replies parked until their add is durable
+# ADD_PACKED requests of fewer entries, and every ADD_MULTI, are held until
+# the loop's drain ends and stored together (bigger ADD_PACKED have a
+# vectorised check of their own).
+BOOKIE_COALESCE_ENTRIES_MAX = 64
+BOOKIE_METRICS_PARKED_MAX = 100_000  # timed requests awaiting their reply (oldest dropped past it)
+BOOKIE_REFUSAL_LEDGERS_MAX = 10_000  # ledgers whose refused reads are counted for the log line
+# Repair of a limbo ledger from its peers: the back-off between tries grows
+# from MIN to MAX; longer is gentler on peers, shorter heals sooner.
+BOOKIE_REPAIR_RETRY_MS_MIN = 500
+BOOKIE_REPAIR_RETRY_MS_MAX = 30_000
+
+# -- storage (one bookie's disks; the other [storage] keys: storage.options) -----
+# The largest payload of one entry (CONTRACT: 5 MiB); a record adds the
+# header and digest (entry.ENTRY_OVERHEAD_MAX).  Bigger entries cost memory on
+# every hop and delay everything queued behind them.
+STORAGE_ENTRY_BYTES_MAX = 5 * MiB
+# Entries per batched storage read; a READ_BATCH / READ_PACKED of up to the
+# wire's batch is then one read into one buffer (the byte budget still bounds it).
+STORAGE_READ_RUN_ENTRIES_MAX = 65_536
+# Largest single pread of a run, plus at most one record: bigger is fewer
+# syscalls, smaller bounds the memory one read holds.
+STORAGE_READ_RUN_BYTES_MAX = 16 * MiB
+# Records this close on disk are read in one pread with the bytes between
+# them: fewer syscalls and numpy passes per run, at the cost of those bytes.
+STORAGE_READ_GAP_BYTES_MAX = 4_096
+STORAGE_CALLBACKS_MAX = 1_000_000  # pending durability callbacks (a bound on memory)
+STORAGE_CRC_TABLES_MAX = 256  # cached CRC advance tables (one per length seen): 4 KiB each
+STORAGE_READ_FDS_MAX = 256  # open entry-log read descriptors kept (LRU)
+STORAGE_SPARE_BUFFERS_MAX = 2  # per-ledger logs' spare write buffers kept for reuse
+STORAGE_MASTER_KEY_BYTES_MAX = 1_024  # a master key in the journal's state records
+
+# -- metadata store ([metadata]; storage.metadata) -------------------------------------
+# How long a silent process keeps its ephemeral registrations: shorter, a
+# dead bookie disappears sooner; longer, a stalled one is not declared dead.
+METADATA_SESSION_TIMEOUT_MS = 10_000
+METADATA_CONNECT_TIMEOUT_MS = 5_000  # the first connection to the store
+# SQLite: how long a writer waits for another process's write lock before
+# giving up.  SQLite's busy handler is not fair: a process that commits in a
+# tight loop can re-take the lock while the others sleep between retries, so
+# under CPU contention one writer can wait seconds.  Longer: fewer spurious
+# MetadataUnavailableError under bursts; shorter: a wedged lock holder is
+# reported sooner.
+METADATA_SQLITE_BUSY_TIMEOUT_MS = 20_000
+# Node data: ZooKeeper refuses packets over ~1 MiB (jute.maxbuffer); both
+# backends refuse more, so a store can move from SQLite to ZooKeeper.
+METADATA_DATA_BYTES_MAX = 1_000_000
+METADATA_PATH_CHARS_MAX = 1_024
+METADATA_ZK_AUTH_FILE_BYTES_MAX = 4_096  # one line: anything longer is not a credentials file
+# kazoo's reconnect back-off cap: longer is gentler on a struggling
+# ensemble, shorter reconnects sooner after a restart.
+METADATA_ZK_RECONNECT_DELAY_MAX_S = 1.0
+
+# -- CURVE (ipc.curve) -------------------------------------------------------------------
+CURVE_KEYS_MAX = 10_000  # public key files read from one directory
+CURVE_REFUSALS_TRACKED_MAX = 4_096  # (address, key) pairs remembered for the log rate limit
+CURVE_ZAP_REQUESTS_PER_WAKEUP_MAX = 256  # ZAP requests answered per wakeup
+
+# -- logs ([log]; appliance.logs) ----------------------------------------------------------
+LOG_SEGMENT_BYTES_MAX = 256 * MiB  # a segment rolls over past this (0: never by size)
+LOG_SEGMENT_RECORDS_MAX = 0  # ... or past this many records (0: never by count)
+LOG_READ_ENTRIES_MAX = 64  # entries a log reader fetches per ledger read
+
+# -- spark (appliance.spark) ------------------------------------------------------------
+# Rows and payload bytes per Arrow record batch: bigger batches amortise the
+# per-batch cost in the Python worker and the JVM; smaller ones bound memory.
+# Bytes stay far below 2 GiB, the limit of binary's int32 offsets.
+SPARK_BATCH_ROWS_MAX = 65_536
+SPARK_BATCH_BYTES_MAX = 32 * MiB
+SPARK_ENTRIES_PER_PARTITION_MAX = 250_000  # maxEntriesPerPartition: ~1-2 s of reading per task
+SPARK_PARTITIONS_MAX = 100_000  # a bound on planning output (minPartitions cannot exceed it)
+SPARK_RANGES_PER_PARTITION_MAX = 1_024  # small ledgers packed together, up to this many per task
+
+# -- re-replication (appliance.rereplication) -------------------------------------------
+# One copy batch read from a surviving replica: entries and bytes bound the
+# worker's memory per batch (not the client's reply cap, which is
+# CLIENT_READ_BATCH_BYTES_MAX: a worker holds several batches in flight).
+REREPLICATION_READ_BATCH_ENTRIES_MAX = 256
+REREPLICATION_READ_BATCH_BYTES_MAX = 8 * MiB
+REREPLICATION_WRITES_IN_FLIGHT_MAX = 4  # write batches sent to the replacement, not yet acked
+REREPLICATION_REQUEST_TIMEOUT_MS = 10_000  # one read or write; a slower bookie counts as failed
+REREPLICATION_REPLAN_TRIES_MAX = 3  # a ledger whose fragments keep changing under us is reported
+REREPLICATION_REPLACEMENT_TRIES_MAX = 2  # replacements tried for one fragment before giving up
+REREPLICATION_MARK_CREATE_TRIES_MAX = 5  # a copy mark's parent removed by a concurrent release
+# The auditor's READ_LAC probe of one ledger at a bookie (no answer by then:
+# unknown): longer spares a slow bookie, shorter finishes a check sooner.
+AUTORECOVERY_PROBE_TIMEOUT_MS = 2_000
+
+# -- supervisor ([supervisor]) ------------------------------------------------------------
+SUPERVISOR_RESTART_BACKOFF_MAX_MS = 10_000  # longest wait before restarting a crashed bookie
+SUPERVISOR_RESTARTS_MAX = 10  # restarts within restart_window_ms, then the bookie stays down
+SUPERVISOR_PING_TIMEOUT_MS = 3_000  # a ping unanswered this long is a failure
+SUPERVISOR_START_TIMEOUT_MS = 300_000  # a starting bookie's first INFO (journal replay included)
+SUPERVISOR_STOP_TIMEOUT_MS = 10_000  # SIGTERM, then SIGKILL after this long
