@@ -25,7 +25,8 @@ import time
 from collections.abc import Callable
 
 from appliance.errors import MetadataVersionError, NodeExistsError, NoNodeError
-from appliance.meta.update_loop import MARK_RETRIES_MAX, NO_CHANGE, MetadataUpdateLoop
+from appliance.meta.update_loop import NO_CHANGE, MetadataUpdateLoop
+from appliance.protocol import limits
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,8 @@ class Marks:
 
         try:
             return self._loop.update(path, add, decode=_decode, encode=_encode,
-                                     retries_max=MARK_RETRIES_MAX, create_missing=True).changed
+                                     retries_max=limits.METADATA_MARK_RETRIES_MAX,
+                                     create_missing=True).changed
         except MetadataVersionError as exc:
             log.warning("ledger %d not marked under-replicated: %s", ledger_id, exc)
             return False

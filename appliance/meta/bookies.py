@@ -35,28 +35,24 @@ from appliance.errors import (
     NoNodeError,
 )
 from appliance.meta.records import decode_record, encode_record
-from appliance.meta.update_loop import (
-    BOOKIE_UPDATE_RETRIES_MAX,
-    CREATE_RACE_RETRIES_MAX,
-    MetadataUpdateLoop,
-)
+from appliance.meta.update_loop import MetadataUpdateLoop
+from appliance.protocol import limits
 from storage.metadata.api import ANY_VERSION, MetadataStore
 
 log = logging.getLogger(__name__)
 
 AVAILABLE_ROOT = "/bookies/available"
 COOKIES_ROOT = "/bookies/cookies"
-BOOKIE_ID_CHARS_MAX = 255
 # Create attempts while a previous registration of the same id goes away.
-PUBLISH_TRIES_MAX = 100
 
 
 def check_bookie_id(bookie_id: object) -> str:
     if not isinstance(bookie_id, str):
         raise TypeError(f"bookie_id must be a str, got {type(bookie_id).__name__}")
-    if not bookie_id or len(bookie_id) > BOOKIE_ID_CHARS_MAX or "/" in bookie_id \
+    chars_max = limits.METADATA_BOOKIE_ID_CHARS_MAX
+    if not bookie_id or len(bookie_id) > chars_max or "/" in bookie_id \
             or bookie_id in (".", "..") or not bookie_id.isprintable():
-        raise ValueError(f"bookie_id must be 1..{BOOKIE_ID_CHARS_MAX} printable characters "
+        raise ValueError(f"bookie_id must be 1..{chars_max} printable characters "
                          f"without '/': {bookie_id!r}")
     return bookie_id
 
@@ -109,7 +105,7 @@ class BookieRegistry:
     def _publish(self, path: str, doc: dict) -> None:
         record = _encode(doc)
         deadline = time.monotonic() + self.stale_wait_ms / 1000
-        for _ in range(PUBLISH_TRIES_MAX):
+        for _ in range(limits.METADATA_PUBLISH_TRIES_MAX):
             try:
                 self.store.create(path, record, ephemeral=True, make_parents=True)
                 return
@@ -160,7 +156,8 @@ class BookieRegistry:
 
         self._loop.update(path, lambda doc: {**doc, "read_only": bool(read_only)},
                           decode=lambda data: _decode(data, path), encode=_encode,
-                          retries_max=BOOKIE_UPDATE_RETRIES_MAX, missing_error=not_registered)
+                          retries_max=limits.METADATA_BOOKIE_UPDATE_RETRIES_MAX,
+                          missing_error=not_registered)
         with self._lock:
             if bookie_id in self._mine:
                 self._mine[bookie_id]["read_only"] = bool(read_only)
@@ -219,7 +216,7 @@ class BookieRegistry:
         # The stored cookie is not decoded: only its presence and version count,
         # so a damaged one can still be replaced at its version.
         return self._loop.update(path, put, decode=lambda record: record, encode=encode_record,
-                                 retries_max=CREATE_RACE_RETRIES_MAX,
+                                 retries_max=limits.METADATA_CREATE_RACE_RETRIES_MAX,
                                  expected_version=expected_version,
                                  create_missing=expected_version is None).version
 

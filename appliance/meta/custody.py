@@ -46,7 +46,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from appliance.meta.update_loop import CREATE_RACE_RETRIES_MAX, NO_CHANGE, MetadataUpdateLoop
+from appliance.meta.update_loop import NO_CHANGE, MetadataUpdateLoop
+from appliance.protocol import limits
 from appliance.protocol.keys import MASTER_KEY_BYTES, check_password
 from storage.aligned_io import make_dirs
 
@@ -191,7 +192,7 @@ def open_custody(store, key_file: Path) -> KeyCustody | None:
         done = MetadataUpdateLoop(store).update(
             PUBLIC_KEY_PATH, lambda current: doc.encode() if current is None else NO_CHANGE,
             decode=lambda data: data, encode=lambda data: data,
-            retries_max=CREATE_RACE_RETRIES_MAX, create_missing=True)
+            retries_max=limits.METADATA_CREATE_RACE_RETRIES_MAX, create_missing=True)
         if done.changed:
             log.info("published the cluster public key (private key in %s)", key_file)
             return custody

@@ -43,12 +43,8 @@ from appliance.errors import (
     NotEmptyError,
 )
 from appliance.meta.records import decode_record, encode_record
-from appliance.meta.update_loop import (
-    LEDGER_ID_RETRIES_MAX,
-    LEDGER_UPDATE_RETRIES_MAX,
-    NO_CHANGE,
-    MetadataUpdateLoop,
-)
+from appliance.meta.update_loop import NO_CHANGE, MetadataUpdateLoop
+from appliance.protocol import limits
 from appliance.protocol.invariant import invariant
 from appliance.protocol.metadata import CLOSED, IN_RECOVERY, OPEN, LedgerMetadata
 from storage.metadata.api import ANY_VERSION, MetadataStore
@@ -57,10 +53,7 @@ LEDGERS_ROOT = "/ledgers"
 IDGEN_PATH = "/ledgers/idgen"
 IDS_ROOT = "/ledgers/ids"
 LEDGERS_PER_BUCKET = 10_000
-LEDGER_ID_MAX = 2**63 - 1
 NEW_LEDGER_VERSION = 0  # the version of a ledger record just created
-# A ledger create can race with the deletion of its (empty) bucket.
-BUCKET_RETRIES_MAX = 8
 
 _STATE_ORDER = {OPEN: 0, IN_RECOVERY: 1, CLOSED: 2}
 
@@ -70,7 +63,7 @@ Transform = Callable[[LedgerMetadata], LedgerMetadata | None]
 def check_ledger_id(ledger_id: object) -> int:
     if not isinstance(ledger_id, int) or isinstance(ledger_id, bool):
         raise TypeError(f"ledger_id must be an int, got {type(ledger_id).__name__}")
-    if not 0 <= ledger_id <= LEDGER_ID_MAX:
+    if not 0 <= ledger_id <= limits.LEDGER_ID_MAX:
         raise ValueError(f"ledger_id must be in 0..2**63-1, got {ledger_id}")
     return ledger_id
 
@@ -133,28 +126,28 @@ class LedgerManager:
         metadata = dataclasses.replace(template, ledger_id=self._allocate_id())
         record = encode_record(metadata.to_bytes())
         path = ledger_path(metadata.ledger_id)
-        for _ in range(BUCKET_RETRIES_MAX):
+        for _ in range(limits.METADATA_BUCKET_RETRIES_MAX):
             try:
                 self.store.create(path, record, make_parents=True)
                 return metadata
             except NoNodeError:  # the bucket was deleted under us: make it again
                 continue
         raise NoNodeError(f"{bucket_path(metadata.ledger_id)}: bucket vanished "
-                          f"{BUCKET_RETRIES_MAX} times while creating {path}")
+                          f"{limits.METADATA_BUCKET_RETRIES_MAX} times while creating {path}")
 
     def _allocate_id(self) -> int:
         """Advance the counter node by CAS (created on first use); the id taken."""
         taken = self._loop.update(
             IDGEN_PATH, lambda next_id: (next_id or 0) + 1, decode=self._decode_counter,
             encode=lambda next_id: encode_record(str(next_id).encode()),
-            retries_max=LEDGER_ID_RETRIES_MAX, create_missing=True,
+            retries_max=limits.METADATA_LEDGER_ID_RETRIES_MAX, create_missing=True,
             action="allocating a ledger id")
         return taken.value - 1
 
     @staticmethod
     def _decode_counter(data: bytes) -> int:
         body = decode_record(data, IDGEN_PATH)
-        if not body.isdigit() or int(body) > LEDGER_ID_MAX:
+        if not body.isdigit() or int(body) > limits.LEDGER_ID_MAX:
             raise CorruptMetadataError(f"{IDGEN_PATH}: bad ledger id counter {body[:40]!r}")
         return int(body)
 
@@ -224,7 +217,7 @@ class LedgerManager:
             raise NoSuchLedgerError(f"ledger {metadata.ledger_id} does not exist") from exc
 
     def update_ledger(self, ledger_id: int, transform: Transform, *,
-                      retries_max: int = LEDGER_UPDATE_RETRIES_MAX,
+                      retries_max: int = limits.METADATA_LEDGER_UPDATE_RETRIES_MAX,
                       expected_version: int | None = None) -> tuple[LedgerMetadata, int]:
         """Read, apply the pure ``transform``, CAS; on a conflict re-read and
         re-apply (at most ``retries_max`` conflicts).  The transform may raise

@@ -24,7 +24,8 @@ from appliance.errors import (
     NoSuchLogError,
 )
 from appliance.meta.records import decode_record, encode_record
-from appliance.meta.update_loop import LOG_UPDATE_RETRIES_MAX, NO_CHANGE, MetadataUpdateLoop
+from appliance.meta.update_loop import NO_CHANGE, MetadataUpdateLoop
+from appliance.protocol import limits
 from appliance.protocol.logs import LogMetadata, check_log_name, new_log
 from storage.metadata.api import ANY_VERSION, MetadataStore
 
@@ -79,7 +80,8 @@ class LogManager:
             return []
 
     def update_log(self, name: str, transform: LogTransform, *,
-                   retries_max: int = LOG_UPDATE_RETRIES_MAX) -> tuple[LogMetadata, int]:
+                   retries_max: int = limits.METADATA_LOG_UPDATE_RETRIES_MAX,
+                   ) -> tuple[LogMetadata, int]:
         """Read, apply the pure ``transform``, CAS; a conflict re-reads and
         re-applies.  The transform may raise (nothing written) or return
         ``None`` / the same record (no change)."""

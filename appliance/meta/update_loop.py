@@ -14,7 +14,7 @@ Guarantees (checked on SQLite and ZooKeeper by
 * A conflict (another writer's CAS won; with ``create_missing``, also a
   concurrent create or delete of the node) re-reads and re-applies the
   transform, at most ``retries_max`` times, sleeping a randomised back-off
-  between tries: uniform in ``[0, min(BACKOFF_MS_MAX, BACKOFF_MS_BASE *
+  between tries: uniform in ``[0, min(METADATA_BACKOFF_MS_MAX, METADATA_BACKOFF_MS_BASE *
   2**attempt)]`` ms ("full jitter", so racing writers spread apart).  Then
   one ``MetadataVersionError`` naming the path and the count.
 * A transform that returns ``NO_CHANGE`` writes nothing; one that raises
@@ -40,28 +40,8 @@ from collections.abc import Callable
 from typing import Any
 
 from appliance.errors import MetadataVersionError, NodeExistsError, NoNodeError
+from appliance.protocol import limits
 
-# -- limits ------------------------------------------------------------------------
-# Back-off after a conflict: the cap grows from BACKOFF_MS_BASE, doubling per
-# conflict, up to BACKOFF_MS_MAX; the sleep is uniform below the cap.  Longer
-# spreads racing writers further apart at the cost of latency per conflict.
-BACKOFF_MS_BASE = 1
-BACKOFF_MS_MAX = 20
-# Conflicts one ledger metadata update tolerates (each costs a round trip).
-LEDGER_UPDATE_RETRIES_MAX = 32
-# Conflicts tolerated while allocating a ledger id: every creator races on
-# the one counter node.
-LEDGER_ID_RETRIES_MAX = 200
-# Conflicts one log metadata update tolerates (writers, truncation and
-# deletion race on the log's node).
-LOG_UPDATE_RETRIES_MAX = 64
-# Conflicts set_read_only tolerates (only the bookie itself and admins write).
-BOOKIE_UPDATE_RETRIES_MAX = 16
-# Conflicts an under-replication mark tolerates (auditors and decommission).
-MARK_RETRIES_MAX = 9
-# Create-if-absent (cookies, the published cluster key): a concurrent create
-# is one conflict; the retry reads the winner's node and decides on it.
-CREATE_RACE_RETRIES_MAX = 1
 _EXPONENT_MAX = 30  # 2**30 ms caps any BACKOFF_MS_MAX anyone would set
 
 # Store errors a write can raise that mean "another writer got there first".
@@ -87,8 +67,8 @@ class Updated:
     changed: bool
 
 
-def backoff_cap_ms(attempt: int, base_ms: float = BACKOFF_MS_BASE,
-                   max_ms: float = BACKOFF_MS_MAX) -> float:
+def backoff_cap_ms(attempt: int, base_ms: float = limits.METADATA_BACKOFF_MS_BASE,
+                   max_ms: float = limits.METADATA_BACKOFF_MS_MAX) -> float:
     """The longest sleep after the ``attempt``-th conflict (0-based)."""
     return min(max_ms, base_ms * 2 ** min(attempt, _EXPONENT_MAX))
 
@@ -98,8 +78,8 @@ class MetadataUpdateLoop:
 
     def __init__(self, store, *, sleep: Callable[[float], None] = time.sleep,
                  rng: random.Random | None = None,
-                 backoff_ms_base: float = BACKOFF_MS_BASE,
-                 backoff_ms_max: float = BACKOFF_MS_MAX):
+                 backoff_ms_base: float = limits.METADATA_BACKOFF_MS_BASE,
+                 backoff_ms_max: float = limits.METADATA_BACKOFF_MS_MAX):
         self.store = store
         self._sleep = sleep
         self._rng = rng or random.Random()

@@ -129,6 +129,37 @@ METADATA_ZK_AUTH_FILE_BYTES_MAX = 4_096  # one line: anything longer is not a cr
 # ensemble, shorter reconnects sooner after a restart.
 METADATA_ZK_RECONNECT_DELAY_MAX_S = 1.0
 
+# -- metadata updates (appliance.meta: the one update loop) ---------------------
+# Back-off after a conflict: the cap grows from METADATA_BACKOFF_MS_BASE,
+# doubling per conflict, up to METADATA_BACKOFF_MS_MAX; the sleep is uniform
+# below the cap.  Longer spreads racing writers further apart at the cost of
+# latency per conflict.
+METADATA_BACKOFF_MS_BASE = 1
+METADATA_BACKOFF_MS_MAX = 20
+# Conflicts one ledger metadata update tolerates (each costs a round trip).
+METADATA_LEDGER_UPDATE_RETRIES_MAX = 32
+# Conflicts tolerated while allocating a ledger id: every creator races on
+# the one counter node.
+METADATA_LEDGER_ID_RETRIES_MAX = 200
+# A ledger's id bucket node removed by a concurrent delete while a ledger is
+# created in it: made again up to this many times.
+METADATA_BUCKET_RETRIES_MAX = 8
+# Conflicts one log metadata update tolerates (writers, truncation and
+# deletion race on the log's node).
+METADATA_LOG_UPDATE_RETRIES_MAX = 64
+# Conflicts set_read_only tolerates (only the bookie itself and admins write).
+METADATA_BOOKIE_UPDATE_RETRIES_MAX = 16
+# Conflicts an under-replication mark tolerates (auditors and decommission).
+METADATA_MARK_RETRIES_MAX = 9
+# Create-if-absent (cookies, the published cluster key): a concurrent create
+# is one conflict; the retry reads the winner's node and decides on it.
+METADATA_CREATE_RACE_RETRIES_MAX = 1
+# A bookie id's length in the registry (a node name).
+METADATA_BOOKIE_ID_CHARS_MAX = 255
+# Registering a bookie whose previous session's ephemeral node has not
+# expired yet: tries (bounded by a deadline as well).
+METADATA_PUBLISH_TRIES_MAX = 100
+
 # -- CURVE (ipc.curve) -------------------------------------------------------------------
 CURVE_KEYS_MAX = 10_000  # public key files read from one directory
 CURVE_REFUSALS_TRACKED_MAX = 4_096  # (address, key) pairs remembered for the log rate limit

@@ -15,12 +15,8 @@ import pytest
 
 from appliance.autorecovery.marks import MARKS, Marks
 from appliance.errors import MetadataVersionError, NodeExistsError, NoNodeError
-from appliance.meta.update_loop import (
-    BACKOFF_MS_MAX,
-    NO_CHANGE,
-    MetadataUpdateLoop,
-    backoff_cap_ms,
-)
+from appliance.meta.update_loop import NO_CHANGE, MetadataUpdateLoop, backoff_cap_ms
+from appliance.protocol import limits
 
 PATH = "/loop/record"
 THREADS = 16
@@ -119,7 +115,7 @@ def test_a_conflict_storm_applies_every_transform_exactly_once(backend):
                                     for n in range(UPDATES_PER_THREAD))
     assert version == total
     assert sorted(versions) == list(range(1, total + 1))  # one winning CAS per update
-    assert backoffs and max(backoffs) <= BACKOFF_MS_MAX / 1000  # it was a storm
+    assert backoffs and max(backoffs) <= limits.METADATA_BACKOFF_MS_MAX / 1000  # it was a storm
     for i in range(THREADS):  # each thread's own updates in its order
         mine = [t for t in tokens if t.startswith(f"{i}:")]
         assert mine == [f"{i}:{n}" for n in range(UPDATES_PER_THREAD)]
@@ -186,7 +182,7 @@ def test_back_off_grows_exponentially_with_bounded_jitter(store):
         return sleeps.calls
 
     caps_ms = [backoff_cap_ms(attempt) for attempt in range(conflicts)]
-    assert caps_ms[:6] == [1, 2, 4, 8, 16, 20] and max(caps_ms) == BACKOFF_MS_MAX
+    assert caps_ms[:6] == [1, 2, 4, 8, 16, 20] and max(caps_ms) == limits.METADATA_BACKOFF_MS_MAX
 
     class _Top(random.Random):
         def random(self) -> float:
@@ -197,7 +193,7 @@ def test_back_off_grows_exponentially_with_bounded_jitter(store):
     assert all(0 <= s <= cap / 1000 for s, cap in zip(jittered, caps_ms, strict=True))
     assert len(set(jittered)) == conflicts  # jittered, not a fixed schedule
     assert sleeps_of(random.Random(42)) == jittered  # one seed, one schedule
-    assert backoff_cap_ms(10_000) == BACKOFF_MS_MAX  # no overflow for absurd counts
+    assert backoff_cap_ms(10_000) == limits.METADATA_BACKOFF_MS_MAX  # no overflow for absurd counts
 
 
 def test_no_change_writes_nothing(store):
