@@ -40,6 +40,12 @@ def _adds_ok(m: dict) -> float:
         "bookkeeper_bookie_add_entries_total,code=OK", 0.0)
 
 
+def _scrape_once_grown(url: str, adds_ok: float) -> dict | None:
+    """The bookie's metrics once its OK adds reached ``adds_ok``, else None."""
+    m = _scrape(url)
+    return m if _adds_ok(m) >= adds_ok else None
+
+
 def _add_latency_count(m: dict) -> float:
     return m["bookkeeper_bookie_add_latency_seconds"]["bookkeeper_bookie_add_latency_seconds_count"]
 
@@ -59,12 +65,15 @@ def test_a_bookie_s_metrics_count_exactly_the_adds_made(make_cluster):
         for f in [lh.add_async(b"m%d" % i) for i in range(ADDS)]:
             f.result(timeout=60)
         lh.close()
-        # every bookie of E3/W3 stores every entry; the third copy may lag the
-        # two acks: read it back through the ledger to be sure all arrived
         rh = bk.open_ledger(lh.id, password=PW)
         assert len(rh.read(0, ADDS - 1)) == ADDS
     for b, url in urls.items():
-        m = _scrape(url)
+        # every bookie of E3/W3 stores every entry, but the third copy may
+        # lag the two acks (and the read above, which two bookies can serve)
+        # by as long as that bookie is descheduled on a busy machine: wait
+        # for its count to stop short of ADDS, then require it exactly
+        m = wait_for(lambda url=url, b=b: _scrape_once_grown(url, _adds_ok(before[b]) + ADDS),
+                     60, what=f"{b} to count its {ADDS} adds")
         grown = _adds_ok(m) - _adds_ok(before[b])
         assert grown == ADDS, (b, grown)
         assert _add_latency_count(m) - _add_latency_count(before[b]) == ADDS
