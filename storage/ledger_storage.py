@@ -43,6 +43,7 @@ import numpy as np
 from appliance.protocol import limits
 from appliance.protocol.errors import BookieIOError, ClientClosedError, TooManyRequestsError
 
+from . import gc as entry_log_gc
 from . import journal_scan as js
 from . import storage_files as sf
 from .codec import (
@@ -404,10 +405,8 @@ class LedgerStorage(StateOps):
         """Remove entry logs that hold only deleted ledgers (``storage.gc``),
         and compacted logs the snapshot on disk calls garbage
         (``storage.compaction``); returns (removed log ids, bytes they held)."""
-        from .gc import reclaim_entry_logs
-
         compacted, freed = self._compactor.remove_garbage()
-        removed, nbytes = reclaim_entry_logs(self)
+        removed, nbytes = entry_log_gc.reclaim_entry_logs(self)
         if removed or compacted:
             self._disk_cache = None
         return sorted(removed + compacted), nbytes + freed

@@ -45,8 +45,13 @@ import threading
 import time
 
 from appliance.autorecovery.marks import Marks
+from appliance.curve import bookie_server_key
 from appliance.errors import BKError, NoSuchLedgerError
 from appliance.protocol import limits
+from appliance.protocol.repair import share_runs
+from appliance.rereplication.rereplicator import Rereplicator
+from ipc.calls import call_once
+from ipc.requests import ReadLacRequest
 
 log = logging.getLogger("appliance.autorecovery")
 
@@ -90,8 +95,6 @@ class AutoRecovery:
             self._client.close()
 
     def _run(self) -> None:
-        from appliance.rereplication.rereplicator import Rereplicator
-
         with Rereplicator(self.ledgers, self.registry, key_for=self._key_for,
                           open_ledger=self._open_ledger, curve=self.curve) as rr:
             while not self._stop.wait(TICK_S):
@@ -149,8 +152,6 @@ class AutoRecovery:
                 self._check_shares(md, live)
 
     def _check_shares(self, md, live: set[str]) -> None:
-        from appliance.protocol.repair import share_runs
-
         key = self._probe_key_for(md)
         for bookie in sorted(md.bookies() & live):
             if not share_runs(md, bookie):
@@ -218,10 +219,6 @@ def _read_lac_code(registry, bookie_id: str, ledger_id: int,
     carrying ``master_key`` (None: no answer, or a bookie this process may
     not reach over CURVE)."""
     import zmq
-
-    from appliance.curve import bookie_server_key
-    from ipc.calls import call_once
-    from ipc.requests import ReadLacRequest
 
     info = registry.available().get(bookie_id)
     if info is None:

@@ -34,6 +34,8 @@ import shutil
 from pathlib import Path
 
 from appliance.errors import CookieMismatchError
+from storage import LedgerStorage
+from storage import cookie as ck
 from storage.aligned_io import make_dirs
 
 log = logging.getLogger("appliance.bookie")
@@ -88,9 +90,6 @@ def fix_cookie(config, bookie_id: str, registry, *, reformat: bool = False) -> l
     """Accept bookie ``bookie_id``'s configured disks as they are now (see the
     module docstring); returns what was done, one line each.  The bookie
     must not be running."""
-    from storage import LedgerStorage
-    from storage import cookie as ck
-
     spec = config.bookie(bookie_id)
     if bookie_id in registry.available():
         raise CookieMismatchError(f"bookie {bookie_id} is running (registered): stop it "

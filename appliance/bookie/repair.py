@@ -39,8 +39,11 @@ import logging
 import threading
 import time
 
+from appliance.checks.digest import make_digest
 from appliance.errors import BKError, NoSuchLedgerError
-from appliance.protocol import limits
+from appliance.protocol import limits, repair
+from appliance.protocol.rereplication_plan import FragmentPlan
+from appliance.rereplication.rereplicator import Rereplicator
 
 log = logging.getLogger("appliance.bookie.repair")
 
@@ -113,8 +116,6 @@ class Repairer:
 
     # -- the loop ----------------------------------------------------------------
     def _run(self) -> None:
-        from appliance.rereplication.rereplicator import Rereplicator
-
         copier = None
         last_line = 0.0
         try:
@@ -193,8 +194,6 @@ class Repairer:
     # -- one ledger ----------------------------------------------------------------
     def repair_ledger(self, ledger_id: int, copier) -> bool:
         """One pass over one limbo ledger; True once its limbo is cleared."""
-        from appliance.protocol import repair
-
         held: set[int] | None = None  # share entries verified present in this pass
         for _ in range(3):  # recover, then copy, then clear
             md = self._metadata(ledger_id)
@@ -229,8 +228,6 @@ class Repairer:
         """The entries of this bookie's share it holds intact: each one read
         back and its checksum verified (an entry log cut short or damaged
         under an index that still names the entry counts as missing)."""
-        from appliance.protocol import repair
-
         storage, ledger_id = self.storage, md.ledger_id
         held = set()
         if not storage.ledger_exists(ledger_id):
@@ -262,10 +259,6 @@ class Repairer:
                 f"and {why}")
 
     def _copy(self, md, key: bytes | None, copier, held: set[int]) -> None:
-        from appliance.checks.digest import make_digest
-        from appliance.protocol import repair
-        from appliance.protocol.rereplication_plan import FragmentPlan
-
         if key is None and md.digest_type != "crc32c":
             raise ValueError(self._no_key(md, "verify its entries"))
         digest = make_digest(md.digest_type, key or b"\0" * 32)

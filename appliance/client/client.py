@@ -34,18 +34,30 @@ import random
 import time
 from concurrent.futures import Future
 
+from appliance.checks.digest import make_digest
 from appliance.client.calls import check_entry_id, wait_result
+from appliance.client.driver import Driver
+from appliance.client.handles import ReadHandle, WriteHandle
+from appliance.config import ClientConfig, LogConfig, resolve_target
+from appliance.curve import client_curve
 from appliance.errors import (
     OK,
     ClientClosedError,
     NotEnoughBookiesError,
     UnauthorizedError,
 )
+from appliance.meta.bookies import BookieRegistry
+from appliance.meta.custody import read_public_key, seal
+from appliance.meta.ledgers import LedgerManager
 from appliance.protocol import events as ev
 from appliance.protocol import limits
+from appliance.protocol.entry import ENTRY_OVERHEAD_MAX
 from appliance.protocol.keys import SALT_BYTES, check_password, master_key, password_record
 from appliance.protocol.metadata import CLOSED, DIGEST_TYPES, LedgerMetadata, check_quorums
 from appliance.protocol.placement import choose_ensemble, host_count, location_of, meets_rule
+from appliance.protocol.recovery import LedgerRecovery, RecoveryConfig
+from ipc.frames import WireLimits
+from storage.metadata import open_store
 
 log = logging.getLogger(__name__)
 
@@ -61,22 +73,9 @@ class Client:
     """A connection to one appliance: its metadata store and its bookies."""
 
     def __init__(self, target, metrics=False, *, curve_key_file=None, trusted_keys_dir=None):
-        from appliance.client.driver import Driver
-        from appliance.config import ClientConfig, resolve_target
-        from appliance.meta.bookies import BookieRegistry
-        from appliance.meta.ledgers import LedgerManager
-        from storage.metadata import open_store
-
         uri, base_dir, config = resolve_target(target)
-        from appliance.curve import client_curve
-
         curve = client_curve(config, curve_key_file, trusted_keys_dir)
-        from appliance.protocol.entry import ENTRY_OVERHEAD_MAX
-        from ipc.frames import WireLimits
-
         self.config = config.client if config is not None else ClientConfig()
-        from appliance.config import LogConfig
-
         self.log_config = config.log if config is not None else LogConfig()
         # the one payload limit (storage.entry_bytes_max); records carry a header
         # and a digest on top, so the wire takes the largest legal record
@@ -129,8 +128,6 @@ class Client:
                       digest: str | None = None, custom: dict | None = None):
         """Create an OPEN ledger on ``ensemble`` live bookies; returns its
         write handle."""
-        from appliance.client.handles import WriteHandle
-
         self._check_open()
         e = self.config.ensemble if ensemble is None else ensemble
         w = self.config.write_quorum if write_quorum is None else write_quorum
@@ -184,8 +181,6 @@ class Client:
         """``key`` sealed to the appliance's cluster key, for repair without an
         operator (``appliance.meta.custody``); None while no bookie has
         published one yet."""
-        from appliance.meta.custody import read_public_key, seal
-
         if self._cluster_key is None:
             self._cluster_key = read_public_key(self._store)
         return seal(self._cluster_key, key) if self._cluster_key is not None else None
@@ -201,8 +196,6 @@ class Client:
         """``open_ledger`` with the 32-byte master key instead of the password
         (for the appliance's own repair and re-replication, which get keys
         from ``appliance.meta.custody``)."""
-        from appliance.client.handles import ReadHandle
-
         self._check_open()
         check_entry_id("ledger_id", ledger_id)
         md, version = self.ledgers.read_ledger(ledger_id)
@@ -214,9 +207,6 @@ class Client:
         return ReadHandle(self, md, key)
 
     def _recover(self, md: LedgerMetadata, version: int, key: bytes) -> LedgerMetadata:
-        from appliance.checks.digest import make_digest
-        from appliance.protocol.recovery import LedgerRecovery, RecoveryConfig
-
         done: Future = Future()
         if self.metrics is not None:
             self.metrics.recoveries += 1

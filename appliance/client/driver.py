@@ -61,6 +61,7 @@ import time
 from collections import deque
 from concurrent.futures import Future
 
+from appliance.curve import bookie_server_key
 from appliance.errors import (
     BKError,
     BookieUnavailableError,
@@ -339,8 +340,6 @@ class Driver:
         """Driver thread: reach ``bookie_id`` as its registration says (its
         endpoint, its CURVE key checked; with ``open_now`` false only if it
         was reached before); raise why not."""
-        from appliance.curve import bookie_server_key
-
         try:
             route = (info["endpoint"], bookie_server_key(self.curve, bookie_id, info))
         except BKError as exc:

@@ -19,8 +19,11 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING
 from itertools import repeat
 
+from appliance.checks.digest import make_digest
 from appliance.checks.record_check import verify_run_fast
+from appliance.client.bulk_read import BulkReadConfig, BulkReader
 from appliance.client.calls import Entry, check_entry_id, wait_result
+from appliance.curve import bookie_routes
 from appliance.errors import (
     OK,
     BKError,
@@ -31,6 +34,8 @@ from appliance.errors import (
 from appliance.protocol import events as ev
 from appliance.protocol import limits
 from appliance.protocol.metadata import CLOSED
+from appliance.protocol.reader import LedgerReader, ReaderConfig
+from appliance.protocol.writer import LedgerWriter, WriterConfig
 
 log = logging.getLogger(__name__)
 
@@ -160,8 +165,6 @@ complete_futures = _complete  # for other rooms' AddFutures (the log writer's re
 
 
 def _digest(md, key):
-    from appliance.checks.digest import make_digest
-
     return make_digest(md.digest_type, key)
 
 
@@ -169,8 +172,6 @@ class WriteHandle:
     """The single writer of an OPEN ledger."""
 
     def __init__(self, client, metadata, version: int, key: bytes):
-        from appliance.protocol.writer import LedgerWriter, WriterConfig
-
         cfg = client.config
         self._client = client
         self._driver = client.driver
@@ -474,8 +475,6 @@ class ReadHandle:
     """A reader of a ledger (recovered and closed, or open up to its LAC)."""
 
     def __init__(self, client, metadata, key: bytes):
-        from appliance.protocol.reader import LedgerReader, ReaderConfig
-
         self._client = client
         self._driver = client.driver
         self.id = metadata.ledger_id
@@ -512,14 +511,11 @@ class ReadHandle:
         fetched straight from the bookies with READ_PACKED, several requests
         in flight: the fast way to replay a long ledger.  Raises like ``read``
         (``NoSuchEntryError`` past the LAC, before anything is sent)."""
-        from appliance.client.bulk_read import BulkReadConfig, BulkReader
-
         self._check_range(first_entry_id, last_entry_id)
         cfg = self._client.config
         config = BulkReadConfig(read_timeout_ms=cfg.read_timeout_ms,
                                 batch_entries_max=cfg.read_batch_entries_max,
                                 batch_bytes_max=cfg.read_batch_bytes_max)
-        from appliance.curve import bookie_routes
 
         endpoints, server_keys = bookie_routes(self._driver.curve,
                                                self._client.registry.available())

@@ -37,6 +37,7 @@ from appliance.errors import (
 from appliance.meta.records import decode_record, encode_record
 from appliance.meta.update_loop import MetadataUpdateLoop
 from appliance.protocol import limits
+from appliance.protocol.placement import DEFAULT_RACK, Location
 from storage.metadata.api import ANY_VERSION, MetadataStore
 
 log = logging.getLogger(__name__)
@@ -247,8 +248,6 @@ def bookie_locations(live: dict[str, dict]) -> dict:
     """Bookie id -> ``placement.Location`` from ``BookieRegistry.available()``
     (the ``host`` / ``rack`` a bookie publishes in its info; one that
     publishes no host is left out: placement counts it as its own host)."""
-    from appliance.protocol.placement import DEFAULT_RACK, Location
-
     out = {}
     for bookie_id, doc in live.items():
         info = doc.get("info") or {}

@@ -46,6 +46,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from appliance.errors import NoNodeError
 from appliance.meta.update_loop import NO_CHANGE, MetadataUpdateLoop
 from appliance.protocol import limits
 from appliance.protocol.keys import MASTER_KEY_BYTES, check_password
@@ -69,8 +70,6 @@ def _nacl():
 
 def read_public_key(store) -> bytes | None:
     """The published cluster public key (32 bytes), or None."""
-    from appliance.errors import NoNodeError
-
     try:
         data, _ = store.get(PUBLIC_KEY_PATH)
     except NoNodeError:

@@ -56,6 +56,7 @@ from dataclasses import asdict, dataclass, field
 
 from appliance.checks.digest import make_digest
 from appliance.client.write_close import WriteCloseOutcome, new_counters, reply_code
+from appliance.curve import bookie_server_key
 from appliance.errors import (
     OK,
     BKError,
@@ -432,8 +433,6 @@ class Rereplicator:
         return pick
 
     def refresh_live(self) -> None:
-        from appliance.curve import bookie_server_key
-
         self._live = self.registry.available()
         for bookie_id, info in self._live.items():
             try:

@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from appliance.protocol import limits
+from appliance.protocol.keys import master_key
 from appliance.protocol.log_entry import unpack_entry
 
 LOG_ARROW_SCHEMA = pa.schema([pa.field("dlsn", pa.string(), nullable=False),
@@ -22,8 +23,6 @@ LOG_ARROW_SCHEMA = pa.schema([pa.field("dlsn", pa.string(), nullable=False),
 
 
 def read_log_partition(partition, password: bytes):
-    from appliance.protocol.keys import master_key
-
     key = master_key(password)
     rows: tuple[list, list, list] = ([], [], [])
     size = 0

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from appliance.protocol import limits
+from appliance.protocol.logs import check_log_name
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,6 @@ def _bound(name: str, text, keyword: str, default: int):
 def _log_name(text) -> str | None:
     if text is None:
         return None
-    from appliance.protocol.logs import check_log_name
 
     try:
         return check_log_name(str(text))

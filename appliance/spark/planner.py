@@ -24,12 +24,18 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
 
-from appliance.client.bulk_read import BulkReadConfig
-from appliance.errors import BKError, NoSuchLedgerError, UnauthorizedError
+import appliance
+from appliance.client.bulk_read import BulkReadConfig, BulkReader
+from appliance.config import load_config
+from appliance.curve import bookie_routes
+from appliance.errors import BKError, NoSuchLedgerError, NoSuchLogError, UnauthorizedError
 from appliance.protocol import limits
+from appliance.protocol.keys import check_password, master_key
+from appliance.protocol.logs import COMPLETED
 from appliance.protocol.metadata import CLOSED, LedgerMetadata
 from appliance.spark.filters import Bounds
 from appliance.spark.options import ScanOptions
+from ipc.curve import load_key_pair
 
 # Without an explicit minPartitions a scan is spread over the driver's CPUs,
 # but not into pieces below this many entries (a task costs tens of ms).
@@ -68,9 +74,6 @@ class BookKeeperPartition(InputPartition):
     def open_reader(self):
         """Executor side: a ``BulkReader`` of this partition's bookies (over
         CURVE when the scan's config has ``[security] curve``)."""
-        from appliance.client.bulk_read import BulkReader
-        from ipc.curve import load_key_pair
-
         keys = load_key_pair(self.curve_key_file) if self.curve_key_file else None
         return BulkReader(self.endpoints, self.read_config, curve_keys=keys,
                           server_keys=self.server_keys)
@@ -84,9 +87,6 @@ class BookKeeperPartition(InputPartition):
 
 def plan_partitions(options: ScanOptions, bounds: Bounds) -> list[BookKeeperPartition]:
     """Connect, read metadata, fix bounds, split; see the module docstring."""
-    import appliance
-    from appliance.config import load_config
-
     try:
         config = load_config(options.target) if options.is_config else None
         client = appliance.connect(options.target)
@@ -135,9 +135,6 @@ def log_ranges(client, options: ScanOptions) -> tuple[list[LedgerRange], dict[in
     """A log scan: every live segment's entries (COMPLETED: to its last
     entry; the IN_PROGRESS one: to the LAC read now, without disturbing the
     writer), and each ledger's segment number."""
-    from appliance.errors import NoSuchLogError
-    from appliance.protocol.logs import COMPLETED
-
     try:
         md, _ = client.logs.read_log(options.log)
     except NoSuchLogError:
@@ -163,8 +160,6 @@ def log_ranges(client, options: ScanOptions) -> tuple[list[LedgerRange], dict[in
 
 def ledger_ranges(client, options: ScanOptions, bounds: Bounds) -> list[LedgerRange]:
     """The non-empty range to read of every selected ledger, by ledger id."""
-    from appliance.protocol.keys import check_password, master_key
-
     key = master_key(options.password)
     named = options.ledgers is not None
     ids = options.ledgers if named else client.list_ledgers()
@@ -206,7 +201,6 @@ def _endpoints(client, config) -> tuple[dict[str, str], dict[str, bytes]]:
     registrations this client may reach, endpoints completed by the config
     (a bookie down now may be back by the time a task runs)."""
     endpoints = {spec.id: spec.endpoint for spec in (config.bookies if config else ())}
-    from appliance.curve import bookie_routes
 
     live, server_keys = bookie_routes(client.driver.curve, client.registry.available())
     endpoints.update(live)

@@ -21,10 +21,13 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader
 
+from appliance.heap import freeze_long_lived_objects, retain_freed_memory
 from appliance.protocol import limits
 from appliance.protocol.invariant import invariant
+from appliance.protocol.keys import master_key
 from appliance.spark.filters import Bounds, push_filters
 from appliance.spark.options import parse_options
+from appliance.spark.planner import BookKeeperPartition, plan_partitions
 
 SCHEMA_DDL = "ledger_id long not null, entry_id long not null, payload binary not null"
 ARROW_SCHEMA = pa.schema([pa.field("ledger_id", pa.int64(), nullable=False),
@@ -72,13 +75,9 @@ class BookKeeperReader(DataSourceReader):
         self.bounds = Bounds()
 
     def partitions(self):
-        from appliance.spark.planner import plan_partitions
-
         return plan_partitions(self.options, self.bounds)
 
     def read(self, partition):
-        from appliance.spark.planner import BookKeeperPartition
-
         if not isinstance(partition, BookKeeperPartition):
             return iter(())  # nothing to read: Spark plans one empty partition
         if partition.segments is not None:
@@ -115,9 +114,6 @@ def _check_schema(schema, log: bool = False) -> None:
 
 def read_partition(partition, password: bytes):
     """Executor side: the partition's rows as Arrow record batches."""
-    from appliance.heap import freeze_long_lived_objects, retain_freed_memory
-    from appliance.protocol.keys import master_key
-
     retain_freed_memory()  # received replies and batches reuse freed memory
     freeze_long_lived_objects()  # pyspark's gc.collect() after each task walks less
 

@@ -44,8 +44,10 @@ from pathlib import Path
 
 import psutil
 
+from appliance.config import check_host, load_config
 from appliance.errors import BKError, ConfigError
 from appliance.supervisor.probe import bookie_info, probe_curve
+from storage import LedgerStorage
 from storage.aligned_io import make_dirs
 
 log = logging.getLogger("appliance.supervisor")
@@ -100,8 +102,6 @@ def supervisor_alive(state: dict | None) -> bool:
 
 def format_new_bookies(config) -> list[str]:
     """Format every bookie whose directories hold no cookie yet."""
-    from storage import LedgerStorage
-
     formatted = []
     for b in config.bookies:
         journal, ledgers = Path(b.journal_dir), Path(b.ledger_dir)
@@ -150,8 +150,6 @@ class Supervisor:
 
     # -- start ------------------------------------------------------------------
     def prepare(self) -> None:
-        from appliance.config import check_host
-
         check_host(self.config)
         state = read_state(self.config)
         if supervisor_alive(state) and state.get("pid") != os.getpid():
@@ -306,7 +304,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from appliance.config import load_config
 
     try:
         supervisor = Supervisor(load_config(args.config))

@@ -29,6 +29,7 @@ from collections.abc import Iterator, Mapping
 
 import zmq
 
+from appliance.checks.digest import make_digest
 from appliance.client.bulk_read.config import BulkReadConfig
 from appliance.client.bulk_read.failover import (
     no_replica_error,
@@ -108,8 +109,6 @@ class BulkReader:
     def read(self, metadata, first_entry_id: int, last_entry_id: int,
              master_key: bytes) -> Iterator[VerifiedChunk]:
         """Verified entries ``first..last`` of the ledger, in order (see module doc)."""
-        from appliance.checks.digest import make_digest
-
         if self._closed:
             raise BookieUnavailableError("this bulk reader is closed")
         if not 0 <= first_entry_id <= last_entry_id:

@@ -1,0 +1,51 @@
+"""The appliance config: one TOML file per deployment, loaded into frozen
+dataclasses and refused early with one clear line when it is wrong.
+
+Guarantees:
+
+* ``load_config(path)`` either returns a fully validated ``ApplianceConfig``
+  or raises ``ConfigError`` with ONE line of the form
+  ``<file>: <key>: <problem>; fix: <what to do>`` (e.g.
+  ``bookies[2].journal_dir``; ``bookies`` are counted from 0).  It checks
+  unknown keys (suggesting the closest), missing required keys, types and
+  ranges, duplicate bookie ids / endpoints / directories (also nested or
+  symlinked ones), endpoint schemes, the metadata URI scheme, quorums
+  against the number of bookies, and the [storage] cross-field rules.
+* Relative paths (``*_dir``, ``ipc://rel``, ``sqlite:///rel``) resolve against
+  the folder of the config file; ``sqlite:////abs`` and ``ipc:///abs`` are
+  absolute.  Resolved values are stored, so every process agrees.
+* ``load_config`` touches no file but the config itself.  ``check_host``
+  does the host checks the supervisor runs before starting anything: every
+  directory exists or can be created, allowed CPUs, and O_DIRECT support of
+  each data directory's filesystem (unless ``storage.direct_io = false``).
+
+Every key, its default and what it trades off: ``docs/CONFIG.md``.  The
+default of every limit (``*_max``, timeouts, retries) is read from
+``appliance.protocol.limits``, the one place it is defined.
+Rooms: ``schema`` (the sections and their keys), ``loading``
+(``load_config``, ``resolve_target``), ``rules`` (the rules between keys),
+``host_checks`` (``check_host``), ``refusal`` (the one-line error).
+"""
+
+from appliance.config.host_checks import check_host, nearest_existing, probe_direct_io
+from appliance.config.loading import load_config, parse_host_port, resolve_target
+from appliance.config.schema import (
+    SECTIONS,
+    ApplianceConfig,
+    AutoRecoveryConfig,
+    BookieConfig,
+    ClientConfig,
+    LogConfig,
+    MetadataConfig,
+    SecurityConfig,
+    ServerConfig,
+    StorageConfig,
+    SupervisorConfig,
+)
+
+__all__ = [
+    "SECTIONS", "ApplianceConfig", "AutoRecoveryConfig", "BookieConfig", "ClientConfig",
+    "LogConfig", "MetadataConfig", "SecurityConfig", "ServerConfig", "StorageConfig",
+    "SupervisorConfig", "check_host", "load_config", "nearest_existing", "parse_host_port",
+    "probe_direct_io", "resolve_target",
+]

@@ -1,0 +1,224 @@
+"""The config's schema: one frozen dataclass per TOML section, each key
+with its default (``appliance.protocol.limits`` for every limit) and its
+allowed range.  Pure data: nothing here reads a file.  Every key, its
+default and what it trades off: ``docs/CONFIG.md``."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, field
+from pathlib import Path
+
+from appliance.protocol import limits
+from appliance.protocol.entry import ENTRY_OVERHEAD_MAX
+from ipc.frames import WireLimits
+from storage.options import StorageOptions
+
+MiB = 1024 * 1024
+BOOKIE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,252}$")  # a host or rack name
+
+
+def _key(default=MISSING, low: float | None = None, high: float | None = None,
+         choices: tuple | None = None):
+    """A config key: its default (MISSING = required) and its allowed range."""
+    return field(default=default, metadata={"low": low, "high": high, "choices": choices})
+
+
+# -- sections ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class MetadataConfig:
+    uri: str = _key()
+    session_timeout_ms: int = _key(limits.METADATA_SESSION_TIMEOUT_MS, 1_000, 600_000)
+    connect_timeout_ms: int = _key(limits.METADATA_CONNECT_TIMEOUT_MS, 100, 600_000)
+    # zk:// only: an owner-only file holding user:password (ZooKeeper digest
+    # auth); every metadata node is then readable and writable by it alone.
+    auth_file: Path = _key("")
+
+    def store_options(self) -> dict:
+        """The ``open_store`` keywords of this section (the URI aside)."""
+        options = {"session_timeout_ms": self.session_timeout_ms,
+                   "connect_timeout_ms": self.connect_timeout_ms}
+        if self.auth_file:
+            options["auth_file"] = str(self.auth_file)
+        return options
+
+
+@dataclass(frozen=True)
+class BookieConfig:
+    id: str = _key()
+    journal_dir: Path = _key()
+    ledger_dir: Path = _key()
+    endpoint: str = _key()
+    cpus: tuple[int, ...] = _key(())
+    metrics_address: str = _key("")
+    # Placement labels (appliance.protocol.placement): write sets spread over
+    # distinct hosts (and racks).  host "" = this machine's hostname.
+    host: str = _key("")
+    rack: str = _key("default-rack")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    drain_messages_max: int = _key(limits.SERVER_DRAIN_MESSAGES_MAX, 1, 65_536)
+    batch_entries_max: int = _key(limits.SERVER_BATCH_ENTRIES_MAX, 1, 65_536)
+    batch_bytes_max: int = _key(limits.SERVER_BATCH_BYTES_MAX, 1, 2**31)
+    long_polls_max: int = _key(limits.SERVER_LONG_POLLS_MAX, 0, 1_000_000)
+    wait_lac_timeout_ms_max: int = _key(limits.SERVER_WAIT_LAC_TIMEOUT_MS_MAX, 1, 3_600_000)
+    queue_messages_max: int = _key(limits.SERVER_QUEUE_MESSAGES_MAX, 1, 1_000_000)
+    disk_usage_max: float = _key(0.95, 0.01, 1.0)
+    disk_usage_resume: float = _key(0.90, 0.01, 1.0)
+    disk_check_interval_ms: int = _key(5_000, 10, 3_600_000)
+    gc_interval_ms: int = _key(60_000, 100, 86_400_000)
+    # A ledger whose metadata no longer names this bookie (in a fragment that
+    # holds entries) is deleted here after being seen so this long (0 = never).
+    overreplicated_grace_ms: int = _key(600_000, 0, 30 * 86_400_000)
+    cookie_auto_fix: bool = _key(False)
+    cluster_key_file: Path = _key("")
+    socket_group: str = _key("")
+    # A read of a ledger whose key the bookie holds must carry that key
+    # (false: reads without a key are served, as BookKeeper does).
+    reads_need_key: bool = _key(True)
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    ensemble: int = _key(3, 1, 1024)
+    write_quorum: int = _key(3, 1, 1024)
+    ack_quorum: int = _key(2, 1, 1024)
+    digest: str = _key("crc32c", choices=("crc32c", "hmac-sha256"))
+    add_timeout_ms: int = _key(limits.CLIENT_ADD_TIMEOUT_MS, 1, 3_600_000)
+    read_timeout_ms: int = _key(limits.CLIENT_READ_TIMEOUT_MS, 1, 3_600_000)
+    add_retries_max: int = _key(limits.CLIENT_ADD_RETRIES_MAX, 0, 100)
+    inflight_adds_max: int = _key(limits.CLIENT_INFLIGHT_ADDS_MAX, 1, 1_000_000)
+    inflight_bytes_max: int = _key(limits.CLIENT_INFLIGHT_BYTES_MAX, 1, 2**40)
+    inflight_per_bookie_max: int = _key(limits.CLIENT_INFLIGHT_PER_BOOKIE_MAX, 1, 1_000_000)
+    add_batch_entries_max: int = _key(limits.CLIENT_ADD_BATCH_ENTRIES_MAX, 1, 65_536)
+    add_linger_us: int = _key(2_000, 0, 60_000_000)
+    add_batches_inflight: int = _key(1, 1, 1_000)
+    add_messages_inflight: int = _key(1, 0, 1_000)  # per bookie; 0: no hold (see CONFIG.md)
+    add_batch_bytes_max: int = _key(limits.CLIENT_ADD_BATCH_BYTES_MAX, 1, 2**31)
+    read_batch_entries_max: int = _key(limits.CLIENT_READ_BATCH_ENTRIES_MAX, 1, 65_536)
+    read_batch_bytes_max: int = _key(limits.CLIENT_READ_BATCH_BYTES_MAX, 1, 2**31)
+    explicit_lac_interval_ms: int = _key(1_000, 0, 3_600_000)
+    reconnect_ivl_ms: int = _key(100, 1, 60_000)
+    reconnect_ivl_max_ms: int = _key(limits.CLIENT_RECONNECT_IVL_MAX_MS, 1, 600_000)
+    placement: str = _key("host", choices=("host", "rack", "none"))
+    # 0: leave the process's garbage collector as it is; N: connect() sets
+    # Python's youngest-generation threshold to N (process-wide; see CONFIG.md)
+    gc_threshold: int = _key(0, 0, 10_000_000)
+    # 0: leave the process's thread switch interval as it is; N: connect()
+    # raises Python's sys.setswitchinterval to N microseconds (process-wide)
+    switch_interval_us: int = _key(0, 0, 1_000_000)
+
+
+@dataclass(frozen=True)
+class SupervisorConfig:
+    restart_backoff_min_ms: int = _key(100, 1, 600_000)
+    restart_backoff_max_ms: int = _key(limits.SUPERVISOR_RESTART_BACKOFF_MAX_MS, 1, 3_600_000)
+    restarts_max: int = _key(limits.SUPERVISOR_RESTARTS_MAX, 0, 1_000_000)
+    restart_window_ms: int = _key(60_000, 1, 86_400_000)
+    ping_interval_ms: int = _key(1_000, 10, 600_000)
+    ping_timeout_ms: int = _key(limits.SUPERVISOR_PING_TIMEOUT_MS, 10, 600_000)
+    start_timeout_ms: int = _key(limits.SUPERVISOR_START_TIMEOUT_MS, 100, 86_400_000)
+    stop_timeout_ms: int = _key(limits.SUPERVISOR_STOP_TIMEOUT_MS, 100, 3_600_000)
+    # Where the supervisor keeps its state file and the bookies' logs
+    # ("" = a folder ".<config name>.run" beside the config file).
+    run_dir: Path = _key("")
+
+
+@dataclass(frozen=True)
+class AutoRecoveryConfig:
+    enabled: bool = _key(True)
+    lost_bookie_delay_ms: int = _key(30_000, 0, 86_400_000)
+    check_interval_ms: int = _key(60_000, 100, 86_400_000)
+    open_ledger_grace_ms: int = _key(30_000, 0, 86_400_000)
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """``[log]``: the log layer's writer (seed 003).  Segments use the
+    ``[client]`` quorums."""
+
+    flush_bytes: int = _key(128 * 1024, 1, 64 * MiB)
+    flush_interval_us: int = _key(1_000, 0, 60_000_000)
+    control_interval_ms: int = _key(2, 0, 3_600_000)
+    segment_bytes_max: int = _key(limits.LOG_SEGMENT_BYTES_MAX, 0, 2**50)
+    segment_records_max: int = _key(limits.LOG_SEGMENT_RECORDS_MAX, 0, 2**50)
+    segment_age_ms: int = _key(3_600_000, 0, 30 * 86_400_000)
+
+
+@dataclass(frozen=True)
+class SecurityConfig:
+    """``[security]``: ZeroMQ CURVE on tcp endpoints (``appliance.curve``)."""
+
+    curve: bool = _key(False)
+    key_file: Path = _key("")
+    authorized_keys_dir: Path = _key("")
+    trusted_keys_dir: Path = _key("")
+
+
+@dataclass(frozen=True)
+class StorageConfig:
+    """``[storage]``: the fields of ``storage.options.StorageOptions`` (read
+    as ``config.storage.direct_io``)."""
+
+    values: Mapping[str, object] = field(default_factory=dict)
+
+    def __getattr__(self, name: str):
+        if name == "values":
+            raise AttributeError(name)
+        try:
+            return self.values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def to_options(self):
+        return StorageOptions(**self.values).validate()
+
+
+@dataclass(frozen=True)
+class ApplianceConfig:
+    path: Path
+    base_dir: Path
+    metadata: MetadataConfig
+    bookies: tuple[BookieConfig, ...]
+    storage: StorageConfig
+    server: ServerConfig
+    client: ClientConfig
+    supervisor: SupervisorConfig
+    autorecovery: AutoRecoveryConfig = AutoRecoveryConfig()
+    log: LogConfig = LogConfig()
+    security: SecurityConfig = SecurityConfig()
+
+    @property
+    def run_path(self) -> Path:
+        """The supervisor's run folder (state file, bookie logs)."""
+        if self.supervisor.run_dir:
+            return Path(self.supervisor.run_dir)
+        return self.base_dir / f".{self.path.stem}.run"
+
+    @property
+    def cluster_key_path(self) -> Path:
+        """The cluster private key (``appliance.meta.custody``)."""
+        if self.server.cluster_key_file:
+            return Path(self.server.cluster_key_file)
+        return self.run_path / "cluster.key"
+
+    def bookie(self, bookie_id: str) -> BookieConfig:
+        for b in self.bookies:
+            if b.id == bookie_id:
+                return b
+        raise KeyError(bookie_id)
+
+    def wire_limits(self):
+        """The wire limits every bookie and client of this config enforce."""
+        return WireLimits(entry_bytes_max=self.storage.entry_bytes_max + ENTRY_OVERHEAD_MAX,
+                          batch_entries_max=self.server.batch_entries_max,
+                          batch_bytes_max=self.server.batch_bytes_max)
+
+
+SECTIONS = {"metadata": MetadataConfig, "bookies": BookieConfig, "storage": StorageConfig,
+            "server": ServerConfig, "client": ClientConfig, "supervisor": SupervisorConfig,
+            "autorecovery": AutoRecoveryConfig, "log": LogConfig, "security": SecurityConfig}
