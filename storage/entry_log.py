@@ -192,9 +192,9 @@ class EntryLogManager:
     def flush(self) -> None:
         raise NotImplementedError
 
-    def _open_tail(self, log_id: int):
-        """(file offset, buffer) of an open log: its file holds the bytes
-        before the offset, the buffer those after; None if it is not open."""
+    def _read_buffered(self, log_id: int, offset: int, nbytes: int) -> bytes | None:
+        """The record's bytes when they reach into an open log's unwritten
+        buffer (``read_through_buffer``), else None: the file holds them."""
         raise NotImplementedError
 
     def _still_written(self, log_id: int, fd: int) -> bool:
@@ -255,10 +255,8 @@ class EntryLogManager:
             in_log, in_off, in_len = self._inflight
             if log_id == in_log and offset < in_off + in_len and offset + nbytes > in_off:
                 self._wait_writer_idle()  # the range is being written: let it land
-        tail = self._open_tail(log_id)
-        if tail is not None and offset + nbytes > tail[0]:
-            return read_through_buffer(self._readers, log_id, offset, nbytes, *tail)
-        return self._readers.pread(log_id, offset, nbytes)
+        raw = self._read_buffered(log_id, offset, nbytes)
+        return self._readers.pread(log_id, offset, nbytes) if raw is None else raw
 
     def close(self) -> None:
         """Sync and close every file (the caller checkpoints first)."""
@@ -385,8 +383,11 @@ class EntryLogger(EntryLogManager):
         self.stats["entry_logs_created"] += 1
 
     # -- reads -----------------------------------------------------------------
-    def _open_tail(self, log_id: int):
-        return (self._file_off, self._buf) if log_id == self.log_id else None
+    def _read_buffered(self, log_id: int, offset: int, nbytes: int) -> bytes | None:
+        if log_id == self.log_id and offset + nbytes > self._file_off:
+            return read_through_buffer(self._readers, log_id, offset, nbytes, self._file_off,
+                                       self._buf)
+        return None
 
     # -- lifecycle ---------------------------------------------------------------
     def _release_all(self) -> None:

@@ -51,7 +51,7 @@ import numpy as np
 
 from . import aligned_io as aio
 from .codec import BLOCK_HEADER_BYTES
-from .entry_log import EntryLogManager, SyncToken, create_log, log_path
+from .entry_log import EntryLogManager, SyncToken, create_log, log_path, read_through_buffer
 from .log_writer import BackgroundWriter
 from .options import ALIGN_BYTES, StorageOptions
 
@@ -249,9 +249,12 @@ class PerLedgerEntryLogger(EntryLogManager):
         self.stats["entry_logs_open"] = len(self._open)
 
     # -- reads -----------------------------------------------------------------
-    def _open_tail(self, log_id: int):
+    def _read_buffered(self, log_id: int, offset: int, nbytes: int) -> bytes | None:
         lg = self._by_log.get(log_id)
-        return None if lg is None else (lg.file_off, lg.buf)
+        if lg is not None and offset + nbytes > lg.file_off:
+            return read_through_buffer(self._readers, log_id, offset, nbytes, lg.file_off,
+                                       lg.buf)
+        return None
 
     # -- lifecycle ---------------------------------------------------------------
     def _release_all(self) -> None:
