@@ -139,33 +139,28 @@ def info_(bookie_id, as_json, config_path):
     Example:
       bkctl bookie info bookie-2 --json
     """
-    import json as _json
-
     from appliance.config import load_config
-    from appliance.meta.bookies import BookieRegistry
-    from appliance.supervisor.probe import bookie_info, probe_curve
-    from storage import cookie as ck
-    from storage.metadata import open_store
 
     config = load_config(config_path)
+    info = _gather_info(config, bookie_id)
+    if as_json:
+        echo_json(info)
+        return
+    _echo_identity(info)
+    if info["state"] == "up":
+        _echo_boot_and_repair(info)
+        _echo_gc_and_counters(info)
+
+
+def _gather_info(config, bookie_id: str) -> dict:
+    """What ``bkctl bookie info`` shows: the cookies on the disks and in the
+    metadata store, and what the bookie says about itself if it is up."""
+    from appliance.supervisor.probe import bookie_info, probe_curve
+    from storage import cookie as ck
+
     spec = config.bookie(bookie_id)
-    disks = {}
-    for name, directory in (("journal_dir", spec.journal_dir), ("ledger_dir", spec.ledger_dir)):
-        try:
-            doc = ck.read_cookie(str(directory))
-            disks[name] = {"path": str(directory),
-                           "instance_id": doc.get("instance_id") if doc else None}
-        except BKError as exc:
-            disks[name] = {"path": str(directory), "error": str(exc)}
-    with open_store(config.metadata.uri, base_dir=config.base_dir,
-                    **config.metadata.store_options()) as store:
-        found = BookieRegistry(store).read_cookie(bookie_id)
-    meta_instance = None
-    if found is not None:
-        try:
-            meta_instance = _json.loads(found[0]).get("instance_id")
-        except ValueError:
-            meta_instance = "(unreadable)"
+    disks = _disk_cookies(spec)
+    meta_instance = _metadata_instance_id(config, bookie_id)
     live = bookie_info(spec.endpoint, 1000, curve=probe_curve(config))
     pending = ck.read_marker(str(spec.ledger_dir), ck.POSSIBLE_LOSS_NAME)
     out = {"id": bookie_id, "state": "up" if live else "down", "endpoint": spec.endpoint,
@@ -179,36 +174,75 @@ def info_(bookie_id, as_json, config_path):
         out["boot"], out["repair"] = live.get("boot"), live.get("repair")
         out["gc"] = live.get("gc")
         out["counters"] = live.get("counters")
-    if as_json:
-        echo_json(out)
-        return
-    click.echo(f"{bookie_id}: {out['state']} ({spec.endpoint})")
-    for name, d in disks.items():
+    return out
+
+
+def _disk_cookies(spec) -> dict:
+    """The instance id in the cookie of each of the bookie's directories."""
+    from storage import cookie as ck
+
+    disks = {}
+    for name, directory in (("journal_dir", spec.journal_dir), ("ledger_dir", spec.ledger_dir)):
+        try:
+            doc = ck.read_cookie(str(directory))
+            disks[name] = {"path": str(directory),
+                           "instance_id": doc.get("instance_id") if doc else None}
+        except BKError as exc:
+            disks[name] = {"path": str(directory), "error": str(exc)}
+    return disks
+
+
+def _metadata_instance_id(config, bookie_id: str):
+    """The instance id in the metadata store's copy of the cookie (None: no copy)."""
+    import json as _json
+
+    from appliance.meta.bookies import BookieRegistry
+    from storage.metadata import open_store
+
+    with open_store(config.metadata.uri, base_dir=config.base_dir,
+                    **config.metadata.store_options()) as store:
+        found = BookieRegistry(store).read_cookie(bookie_id)
+    if found is None:
+        return None
+    try:
+        return _json.loads(found[0]).get("instance_id")
+    except ValueError:
+        return "(unreadable)"
+
+
+def _echo_identity(info: dict) -> None:
+    cookie = info["cookie"]
+    click.echo(f"{info['id']}: {info['state']} ({info['endpoint']})")
+    for name, d in cookie["disks"].items():
         click.echo(f"  {name:<12} {d['path']}  instance={d.get('instance_id') or d.get('error')}")
-    click.echo(f"  metadata cookie instance={meta_instance}"
-               f"{'' if out['cookie']['matches'] else '  MISMATCH: see bkctl bookie fix-cookie'}")
-    if out["pending_possible_loss"]:
-        click.echo(f"  next start fences and repairs: {'; '.join(out['pending_possible_loss'])}")
-    if not live:
-        return
-    boot = out["boot"] or {}
+    click.echo(f"  metadata cookie instance={cookie['metadata_instance_id']}"
+               f"{'' if cookie['matches'] else '  MISMATCH: see bkctl bookie fix-cookie'}")
+    if info["pending_possible_loss"]:
+        click.echo(f"  next start fences and repairs: {'; '.join(info['pending_possible_loss'])}")
+
+
+def _echo_boot_and_repair(info: dict) -> None:
+    boot = info["boot"] or {}
     reasons = boot.get("reasons") or []
     click.echo(f"  last boot: {'; '.join(reasons) if reasons else 'no possible data loss'}"
                + (f" ({boot.get('ledgers_fenced')} ledger(s) fenced and put in limbo)"
                   if reasons else ""))
-    repair = out["repair"] or {}
-    click.echo(f"  limbo ledgers: {out['limbo_ledgers']}  repair: {repair.get('state')}, "
+    repair = info["repair"] or {}
+    click.echo(f"  limbo ledgers: {info['limbo_ledgers']}  repair: {repair.get('state')}, "
                f"{repair.get('ledgers_repaired', 0)} repaired, "
                f"{repair.get('entries_copied', 0)} entries / "
                f"{repair.get('bytes_copied', 0) / 1e6:.1f} MB copied")
     for ledger_id, reason in (repair.get("failures") or {}).items():
         click.echo(f"  ledger {ledger_id} waiting to retry: {reason}")
-    gc = out["gc"] or {}
+
+
+def _echo_gc_and_counters(info: dict) -> None:
+    gc = info["gc"] or {}
     click.echo(f"  gc: {gc.get('passes', 0)} passes, {gc.get('ledgers_deleted', 0)} deleted "
                f"ledgers forgotten, {gc.get('overreplicated_deleted', 0)} over-replicated "
                f"deleted ({gc.get('overreplicated_waiting', 0)} waiting out the grace), "
                f"{gc.get('logs_removed', 0)} entry logs removed")
-    counters = out["counters"] or {}
+    counters = info["counters"] or {}
     count = counters.get
     click.echo(f"  since start: {count('adds', 0):,} adds, {count('reads', 0):,} reads, "
                f"{count('fences', 0):,} fences, {count('write_lacs', 0):,} explicit LACs "

@@ -76,6 +76,35 @@ def echo_json(doc) -> None:
     click.echo(json.dumps(doc, sort_keys=True))
 
 
+def echo_list(items, as_json: bool) -> None:
+    """``items`` as one JSON list with ``--json``, else one a line."""
+    if as_json:
+        echo_json(items)
+    else:
+        for item in items:
+            click.echo(item)
+
+
+def list_command(group: click.Group, what: str, listing) -> click.Command:
+    """Add ``bkctl GROUP list [--json]`` to ``group``: ``listing(config_path)``
+    gives the items (``what`` names them in the help), printed by
+    ``echo_list``."""
+
+    @json_option
+    @config_option
+    @library_errors
+    def list_(as_json, config_path):
+        echo_list(listing(config_path), as_json)
+
+    list_.__doc__ = f"""List {what}.
+
+    \b
+    Example:
+      bkctl {group.name} list --json
+    """
+    return group.command(name="list")(list_)
+
+
 def is_terminal() -> bool:
     return sys.stdout.isatty()
 

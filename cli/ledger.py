@@ -14,7 +14,14 @@ import sys
 
 import click
 
-from cli.common import config_option, echo_json, json_option, library_errors, password_options
+from cli.common import (
+    config_option,
+    echo_json,
+    json_option,
+    library_errors,
+    list_command,
+    password_options,
+)
 
 READ_CHUNK_ENTRIES = 1024  # entries fetched per read call while streaming a ledger
 
@@ -156,24 +163,12 @@ def _format_entry(e, as_json: bool, index: int) -> bytes:
     return (b"\n" if index == 0 else b",\n") + json.dumps(doc, sort_keys=True).encode()
 
 
-@ledger.command(name="list")
-@json_option
-@config_option
-@library_errors
-def list_(as_json, config_path):
-    """List ledger ids.
-
-    \b
-    Example:
-      bkctl ledger list --json
-    """
+def _ledger_ids(config_path: str) -> list[int]:
     with _connect(config_path) as bk:
-        ids = bk.list_ledgers()
-    if as_json:
-        echo_json(ids)
-    else:
-        for ledger_id in ids:
-            click.echo(ledger_id)
+        return bk.list_ledgers()
+
+
+list_ = list_command(ledger, "ledger ids", _ledger_ids)
 
 
 @ledger.command()

@@ -11,7 +11,14 @@ import sys
 
 import click
 
-from cli.common import config_option, echo_json, json_option, library_errors, password_options
+from cli.common import (
+    config_option,
+    echo_json,
+    json_option,
+    library_errors,
+    list_command,
+    password_options,
+)
 
 APPEND_WINDOW = 10_000  # records written before their positions are awaited
 
@@ -44,24 +51,12 @@ def log():
     (docs/LOGS.md)."""
 
 
-@log.command(name="list")
-@json_option
-@config_option
-@library_errors
-def list_(as_json, config_path):
-    """List log names.
-
-    \b
-    Example:
-      bkctl log list --json
-    """
+def _log_names(config_path: str) -> list[str]:
     with _connect(config_path) as bk:
-        names = bk.list_logs()
-    if as_json:
-        echo_json(names)
-    else:
-        for name in names:
-            click.echo(name)
+        return bk.list_logs()
+
+
+list_ = list_command(log, "log names", _log_names)
 
 
 @log.command()

@@ -1,11 +1,31 @@
 """bkctl: start, stop and inspect the appliance; read and write ledgers;
-run benchmarks.  Every command takes ``--config PATH``."""
+run benchmarks.  Every command takes ``--config PATH``.
+
+Every command is listed here, in the two tables below, so `bkctl --help`
+and this file's header name everything the tool offers."""
 
 from __future__ import annotations
 
 import click
 
 from appliance import __version__
+from cli import (
+    admin,
+    autorecovery,
+    bench_appliance,
+    bench_hosts,
+    bench_log,
+    bench_metadata,
+    bench_repair,
+    bench_scale,
+    bench_spark,
+    bench_storage,
+    bookie,
+    keys,
+    ledger,
+    log,
+    top,
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -25,51 +45,42 @@ def bench():
     """Benchmarks; each prints its results (or one JSON document with --json)."""
 
 
+# `bkctl bench ...`: one benchmark per feature module.
+BENCH_COMMANDS = (
+    bench_metadata.bench_metadata,
+    bench_storage.storage,
+    bench_appliance.write,
+    bench_appliance.read,
+    bench_spark.spark,
+    bench_repair.autorecovery,
+    bench_hosts.hosts,
+    bench_log.log,
+    bench_repair.repair,
+    bench_repair.reclaim,
+    bench_repair.boot,
+    bench_scale.scale,
+)
+
+# `bkctl ...`: the top-level commands and groups.
+TOP_COMMANDS = (
+    admin.up,
+    admin.down,
+    admin.status,
+    top.top,
+    ledger.ledger,
+    log.log,
+    bookie.bookie,
+    autorecovery.autorecovery,
+    keys.keys,
+)
+
+
 def _register_commands() -> None:
-    """Each feature module adds its commands here (kept in one place so
-    `bkctl --help` lists everything)."""
-    from cli.bench_metadata import bench_metadata
-
-    bench.add_command(bench_metadata)
-    from cli.bench_storage import storage as bench_storage
-
-    bench.add_command(bench_storage)
-    from cli.bench_appliance import read as bench_read
-    from cli.bench_appliance import write as bench_write
-
-    bench.add_command(bench_write)
-    bench.add_command(bench_read)
-    from cli.bench_spark import spark as bench_spark
-
-    bench.add_command(bench_spark)
-    from cli.bench_repair import autorecovery as bench_autorecovery
-    from cli.bench_repair import boot as bench_boot
-    from cli.bench_repair import reclaim as bench_reclaim
-    from cli.bench_repair import repair as bench_repair
-
-    bench.add_command(bench_autorecovery)
-    from cli.bench_hosts import hosts as bench_hosts
-
-    bench.add_command(bench_hosts)
-    from cli.bench_log import log as bench_log
-
-    bench.add_command(bench_log)
-    bench.add_command(bench_repair)
-    bench.add_command(bench_reclaim)
-    bench.add_command(bench_boot)
-    from cli.bench_scale import scale as bench_scale
-
-    bench.add_command(bench_scale)
-    from cli.admin import down, status, up
-    from cli.autorecovery import autorecovery, decommission
-    from cli.bookie import bookie
-    from cli.keys import keys
-    from cli.ledger import ledger
-    from cli.log import log
-    from cli.top import top
-
-    bookie.add_command(decommission)
-    for command in (up, down, status, top, ledger, log, bookie, autorecovery, keys):
+    """Attach the tables' commands to their groups."""
+    for command in BENCH_COMMANDS:
+        bench.add_command(command)
+    bookie.bookie.add_command(autorecovery.decommission)
+    for command in TOP_COMMANDS:
         cli.add_command(command)
 
 

@@ -19,7 +19,10 @@ Guarantees:
 The manager is the seam for BP-32 (one log per ledger): the facade only calls
 ``append_block``, ``read_record``, ``flush``, ``sync`` (or ``begin_sync`` under
 its lock then ``finish_sync`` outside it), ``position`` and ``scan_from``; a
-per-ledger manager can implement the same methods.
+per-ledger manager can implement the same methods.  What both managers
+share (the background writer, read descriptors, the descriptors to sync,
+``sync``, ``read_record``) is ``EntryLogManager``; each says where a block
+goes and which of its logs are still written to.
 Per-log, per-ledger byte counts (``ledger_bytes``) feed later GC/compaction.
 """
 
@@ -160,17 +163,125 @@ class LogReaders:
         self._fds.clear()
 
 
-class EntryLogger:
-    """The interleaved entry-log manager (one active log for all ledgers)."""
+class EntryLogManager:
+    """What both entry-log managers share: the background writer (one write
+    in flight), the logs' read descriptors, the write descriptors of logs
+    written since the last sync, per-log ledger byte counts and the write
+    counters; ``sync``, ``finish_sync`` and ``read_record`` over them.
+
+    A subclass says where a block goes (``append_block``, ``flush``), which
+    logs are open and what their unwritten tail is (``_open_tail``), which
+    descriptors it still writes to (``_still_written``), what it releases
+    (``_release_all``) and may do more once the writer is idle
+    (``_wait_writer_idle``)."""
 
     def __init__(self, directory: str, options: StorageOptions, instance: bytes,
-                 direct: bool, log_id: int):
+                 direct: bool, writer: BackgroundWriter):
         self.directory = directory
         self._opts = options
         self._instance = instance
         self._direct = direct
+        self._inflight: tuple[int, int, int] | None = None  # log id, offset, bytes
+        self._writer = writer
+        self._readers = LogReaders(directory)
+        self._unsynced: dict[int, int] = {}  # log id -> write fd, written since last sync
+        self.ledger_bytes: dict[int, dict[int, int]] = {}
+        self.stats = {"entry_log_writes": 0, "entry_log_bytes": 0, "entry_log_syncs": 0,
+                      "entry_logs_created": 0}
+
+    def flush(self) -> None:
+        raise NotImplementedError
+
+    def _read_buffered(self, log_id: int, offset: int, nbytes: int) -> bytes | None:
+        """The record's bytes when they reach into an open log's unwritten
+        buffer (``read_through_buffer``), else None: the file holds them."""
+        raise NotImplementedError
+
+    def _still_written(self, log_id: int, fd: int) -> bool:
+        """Whether ``fd`` stays open after a sync (its log is still appended to)."""
+        raise NotImplementedError
+
+    def _release_all(self) -> None:
+        """Close every descriptor and buffer (the writer is closed)."""
+        raise NotImplementedError
+
+    def _wait_writer_idle(self) -> None:
+        self._writer.wait_idle()
+        self._inflight = None
+
+    def _submit(self, view, log_id: int, fd: int, file_off: int, path: str,
+                used_bytes: int) -> int:
+        """Hand ``view`` (``used_bytes`` of blocks, padded) to the writer at
+        ``file_off``; returns the log's file offset after it."""
+        padded_bytes = len(view)
+        self._writer.submit(view, fd, file_off, path)
+        self._inflight = (log_id, file_off, padded_bytes)
+        self.stats["entry_log_writes"] += 1
+        self.stats["entry_log_bytes"] += used_bytes
+        self._unsynced[log_id] = fd
+        return file_off + padded_bytes
+
+    def note_ledger_bytes(self, log_id: int, ledger_id: int, nbytes: int) -> None:
+        per_log = self.ledger_bytes.setdefault(log_id, {})
+        per_log[ledger_id] = per_log.get(ledger_id, 0) + nbytes
+
+    def forget_log(self, log_id: int) -> None:
+        """Drop a removed log's read descriptor and byte counts (caller holds the
+        storage lock; the log is sealed: never the active or an unsynced one)."""
+        self._readers.forget(log_id)
+        self.ledger_bytes.pop(log_id, None)
+
+    def failure(self) -> BaseException | None:
+        return self._writer.failure()
+
+    def sync(self) -> None:
+        """Make every block appended so far durable (open logs stay open)."""
+        self.flush()
+        self._wait_writer_idle()
+        for log_id, fd in list(self._unsynced.items()):
+            aio.fdatasync(fd, log_path(self.directory, log_id))
+            if not self._still_written(log_id, fd):  # rotated: nobody writes it any more
+                os.close(fd)
+            del self._unsynced[log_id]
+        self.stats["entry_log_syncs"] += 1
+
+    def finish_sync(self, token: SyncToken) -> None:
+        """Wait for the token's writes and fdatasync its logs; closes its fds."""
+        token.finish(self._writer)
+
+    def read_record(self, log_id: int, offset: int, nbytes: int) -> bytes:
+        """Raw bytes of one record (header + data); verification is the caller's."""
+        if self._inflight is not None:
+            in_log, in_off, in_len = self._inflight
+            if log_id == in_log and offset < in_off + in_len and offset + nbytes > in_off:
+                self._wait_writer_idle()  # the range is being written: let it land
+        raw = self._read_buffered(log_id, offset, nbytes)
+        return self._readers.pread(log_id, offset, nbytes) if raw is None else raw
+
+    def close(self) -> None:
+        """Sync and close every file (the caller checkpoints first)."""
+        try:
+            self.sync()
+        finally:
+            self._writer.close()
+            self._release_all()
+
+    def abandon(self) -> None:
+        """Close descriptors without writing the buffers (tests: simulate a crash)."""
+        self._writer.close()
+        self._release_all()
+
+
+class EntryLogger(EntryLogManager):
+    """The interleaved entry-log manager (one active log for all ledgers)."""
+
+    def __init__(self, directory: str, options: StorageOptions, instance: bytes,
+                 direct: bool, log_id: int):
         self._buf = aio.AlignedBuffer(options.entry_log_buffer_bytes)
         self._spare = aio.AlignedBuffer(options.entry_log_buffer_bytes)
+        super().__init__(directory, options, instance, direct,
+                         BackgroundWriter("entry-log-writer",
+                                          options.entry_log_write_slice_bytes))
         # The buffer is handed over at a random fill between half and all of
         # it: the bookies of an ensemble get the same bytes, and writing their
         # entry logs at the same moment made all their journal syncs wait
@@ -178,13 +289,6 @@ class EntryLogger:
         # ack quorum could not hide).  One bookie's pause alone it hides.
         self._rng = random.Random()
         self._flush_at = self._next_flush_at()
-        self._inflight: tuple[int, int, int] | None = None  # log id, offset, bytes
-        self._writer = BackgroundWriter("entry-log-writer", options.entry_log_write_slice_bytes)
-        self._readers = LogReaders(directory)
-        self._unsynced: dict[int, int] = {}  # log id -> write fd, written since last sync
-        self.ledger_bytes: dict[int, dict[int, int]] = {}
-        self.stats = {"entry_log_writes": 0, "entry_log_bytes": 0, "entry_log_syncs": 0,
-                      "entry_logs_created": 0}
         self._fd = -1
         self._start_log(log_id)
 
@@ -201,16 +305,6 @@ class EntryLogger:
         offset = self._file_off + self._buf.append(block)
         return self.log_id, offset
 
-    def note_ledger_bytes(self, log_id: int, ledger_id: int, nbytes: int) -> None:
-        per_log = self.ledger_bytes.setdefault(log_id, {})
-        per_log[ledger_id] = per_log.get(ledger_id, 0) + nbytes
-
-    def forget_log(self, log_id: int) -> None:
-        """Drop a removed log's read descriptor and byte counts (caller holds the
-        storage lock; the log is sealed: never the active or an unsynced one)."""
-        self._readers.forget(log_id)
-        self.ledger_bytes.pop(log_id, None)
-
     def flush(self) -> None:
         """Hand the buffer (zero-padded to a page) to the background writer and
         continue in the spare buffer; no sync.  Reads of the handed-over range
@@ -218,36 +312,19 @@ class EntryLogger:
         if not self._buf.used_bytes:
             return
         view = self._buf.padded()
-        padded_bytes = len(view)
-        self._writer.submit(view, self._fd, self._file_off, self._path)
+        self._file_off = self._submit(view, self.log_id, self._fd, self._file_off, self._path,
+                                      self._buf.used_bytes)
         del view
-        self._inflight = (self.log_id, self._file_off, padded_bytes)
-        self.stats["entry_log_writes"] += 1
-        self.stats["entry_log_bytes"] += self._buf.used_bytes
-        self._file_off += padded_bytes
         self._buf, self._spare = self._spare, self._buf
         self._buf.reset()
         self._flush_at = self._next_flush_at()
-        self._unsynced[self.log_id] = self._fd
 
     def _next_flush_at(self) -> int:
         capacity = self._buf.capacity_bytes
         return capacity - self._rng.randrange(capacity // 2 + 1)
 
-    def failure(self) -> BaseException | None:
-        return self._writer.failure()
-
-    def sync(self) -> None:
-        """Make every block appended so far durable."""
-        self.flush()
-        self._writer.wait_idle()
-        self._inflight = None
-        for log_id, fd in list(self._unsynced.items()):
-            aio.fdatasync(fd, log_path(self.directory, log_id))
-            if fd != self._fd:
-                os.close(fd)
-            del self._unsynced[log_id]
-        self.stats["entry_log_syncs"] += 1
+    def _still_written(self, log_id: int, fd: int) -> bool:
+        return fd == self._fd
 
     def begin_sync(self) -> SyncToken:
         """The first half of ``sync()`` for a checkpoint, under the caller's
@@ -265,10 +342,6 @@ class EntryLogger:
                 fds.append((fd, path))
         self.stats["entry_log_syncs"] += 1
         return SyncToken(self._writer.submitted_jobs, fds)
-
-    def finish_sync(self, token: SyncToken) -> None:
-        """Wait for the token's writes and fdatasync its logs; closes its fds."""
-        token.finish(self._writer)
 
     @property
     def position(self) -> tuple[int, int]:
@@ -310,34 +383,14 @@ class EntryLogger:
         self.stats["entry_logs_created"] += 1
 
     # -- reads -----------------------------------------------------------------
-    def read_record(self, log_id: int, offset: int, nbytes: int) -> bytes:
-        """Raw bytes of one record (header + data); verification is the caller's."""
-        if self._inflight is not None:
-            in_log, in_off, in_len = self._inflight
-            if log_id == in_log and offset < in_off + in_len and offset + nbytes > in_off:
-                self._writer.wait_idle()  # the range is being written: let it land
-                self._inflight = None
+    def _read_buffered(self, log_id: int, offset: int, nbytes: int) -> bytes | None:
         if log_id == self.log_id and offset + nbytes > self._file_off:
             return read_through_buffer(self._readers, log_id, offset, nbytes, self._file_off,
                                        self._buf)
-        return self._readers.pread(log_id, offset, nbytes)
+        return None
 
-    def close(self) -> None:
-        """Sync and close every file (the caller checkpoints first)."""
-        try:
-            self.sync()
-        finally:
-            self._writer.close()
-            self._spare.close()
-        self._readers.close_all()
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-        self._buf.close()
-
-    def abandon(self) -> None:
-        """Close descriptors without writing the buffer (tests: simulate a crash)."""
-        self._writer.close()
+    # -- lifecycle ---------------------------------------------------------------
+    def _release_all(self) -> None:
         self._spare.close()
         self._readers.close_all()
         for fd in self._unsynced.values():

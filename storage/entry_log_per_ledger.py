@@ -1,7 +1,8 @@
 """BP-32: one entry log per ledger.  The same interface as ``entry_log.EntryLogger``
-(the facade cannot tell them apart), but each ledger appends to a log of its
-own, so a deleted ledger's space comes back by removing whole files (GC)
-instead of compaction.
+(the facade cannot tell them apart; both are an ``entry_log.EntryLogManager``,
+which holds their shared writer, sync and read code), but each ledger appends
+to a log of its own, so a deleted ledger's space comes back by removing whole
+files (GC) instead of compaction.
 
 Guarantees (in addition to ``entry_log``'s: whole aligned pages, durable
 bytes never rewritten, reads of buffered blocks from memory, a scan stops at
@@ -52,7 +53,7 @@ from appliance.protocol import limits
 
 from . import aligned_io as aio
 from .codec import BLOCK_HEADER_BYTES
-from .entry_log import LogReaders, SyncToken, create_log, log_path, read_through_buffer
+from .entry_log import EntryLogManager, SyncToken, create_log, log_path, read_through_buffer
 from .log_writer import BackgroundWriter
 from .options import ALIGN_BYTES, StorageOptions
 
@@ -68,30 +69,21 @@ class _OpenLog:
         self.file_off, self.buf, self.last_used_s = ALIGN_BYTES, buf, now_s
 
 
-class PerLedgerEntryLogger:
+class PerLedgerEntryLogger(EntryLogManager):
     """Entry-log manager with one open log per ledger (see the module docstring)."""
 
     def __init__(self, directory: str, options: StorageOptions, instance: bytes,
                  direct: bool, log_id: int, clock=time.monotonic):
-        self.directory = directory
-        self._opts = options
-        self._instance = instance
-        self._direct = direct
+        super().__init__(directory, options, instance, direct,
+                         BackgroundWriter("entry-log-writer"))
         self._clock = clock
         self._next_id = log_id
         self._open: collections.OrderedDict[int, _OpenLog] = collections.OrderedDict()  # LRU
         self._by_log: dict[int, _OpenLog] = {}
         self._spares: list[aio.AlignedBuffer] = []
-        self._inflight: tuple[int, int, int] | None = None  # log id, offset, bytes
         self._inflight_buf: aio.AlignedBuffer | None = None
-        self._writer = BackgroundWriter("entry-log-writer")
-        self._readers = LogReaders(directory)
-        self._unsynced: dict[int, int] = {}  # log id -> write fd, written since last sync
-        self.ledger_bytes: dict[int, dict[int, int]] = {}
-        self.stats = {"entry_log_writes": 0, "entry_log_bytes": 0, "entry_log_syncs": 0,
-                      "entry_logs_created": 0, "entry_logs_open": 0,
-                      "entry_log_buffers_bytes": 0,
-                      **{f"entry_logs_rotated_{r}": 0 for r in ROTATE_REASONS}}
+        self.stats.update({"entry_logs_open": 0, "entry_log_buffers_bytes": 0,
+                           **{f"entry_logs_rotated_{r}": 0 for r in ROTATE_REASONS}})
 
     # -- writes ----------------------------------------------------------------
     def append_block(self, block) -> tuple[int, int]:
@@ -115,15 +107,6 @@ class PerLedgerEntryLogger:
         if size > lg.buf.capacity_bytes:
             return self._write_oversized(lg, block)
         return lg.log_id, lg.file_off + lg.buf.append(block)
-
-    def note_ledger_bytes(self, log_id: int, ledger_id: int, nbytes: int) -> None:
-        per_log = self.ledger_bytes.setdefault(log_id, {})
-        per_log[ledger_id] = per_log.get(ledger_id, 0) + nbytes
-
-    def forget_log(self, log_id: int) -> None:
-        """Drop a removed log's read descriptor and byte counts (a sealed log)."""
-        self._readers.forget(log_id)
-        self.ledger_bytes.pop(log_id, None)
 
     def write_close(self, ledger_id: int) -> bool:
         """BP-32: the ledger's writer is done: rotate its log now (no file is
@@ -166,19 +149,8 @@ class PerLedgerEntryLogger:
         for lg in list(self._open.values()):
             self._flush_log(lg)
 
-    def failure(self) -> BaseException | None:
-        return self._writer.failure()
-
-    def sync(self) -> None:
-        """Make every block appended so far durable (open logs stay open)."""
-        self.flush()
-        self._wait_writer_idle()
-        for log_id, fd in list(self._unsynced.items()):
-            aio.fdatasync(fd, log_path(self.directory, log_id))
-            if log_id not in self._by_log:  # rotated: nobody writes it any more
-                os.close(fd)
-            del self._unsynced[log_id]
-        self.stats["entry_log_syncs"] += 1
+    def _still_written(self, log_id: int, fd: int) -> bool:
+        return log_id in self._by_log
 
     def begin_sync(self) -> SyncToken:
         """Under the storage lock: rotate every open log (the mark rule), and
@@ -190,10 +162,6 @@ class PerLedgerEntryLogger:
         self._unsynced.clear()
         self.stats["entry_log_syncs"] += 1
         return SyncToken(self._writer.submitted_jobs, fds)
-
-    def finish_sync(self, token: SyncToken) -> None:
-        """Wait for the token's writes and fdatasync its logs; closes its fds."""
-        token.finish(self._writer)
 
     @property
     def position(self) -> tuple[int, int]:
@@ -234,8 +202,7 @@ class PerLedgerEntryLogger:
         if not buf.used_bytes:
             return
         view = buf.padded()
-        padded_bytes = len(view)
-        self._submit(view, lg, padded_bytes, buf.used_bytes)
+        lg.file_off = self._submit(view, lg.log_id, lg.fd, lg.file_off, lg.path, buf.used_bytes)
         del view
         self._give_buffer(self._inflight_buf)  # submit waited: its write is done
         self._inflight_buf = buf
@@ -248,23 +215,14 @@ class PerLedgerEntryLogger:
         big.append(block)
         offset = lg.file_off
         view = big.padded()
-        self._submit(view, lg, len(view), len(block))
+        lg.file_off = self._submit(view, lg.log_id, lg.fd, lg.file_off, lg.path, len(block))
         del view
         self._give_buffer(self._inflight_buf)
         self._inflight_buf = big
         return lg.log_id, offset
 
-    def _submit(self, view, lg: _OpenLog, padded_bytes: int, used_bytes: int) -> None:
-        self._writer.submit(view, lg.fd, lg.file_off, lg.path)
-        self._inflight = (lg.log_id, lg.file_off, padded_bytes)
-        self.stats["entry_log_writes"] += 1
-        self.stats["entry_log_bytes"] += used_bytes
-        lg.file_off += padded_bytes
-        self._unsynced[lg.log_id] = lg.fd
-
     def _wait_writer_idle(self) -> None:
-        self._writer.wait_idle()
-        self._inflight = None
+        super()._wait_writer_idle()
         self._give_buffer(self._inflight_buf)
         self._inflight_buf = None
 
@@ -292,32 +250,14 @@ class PerLedgerEntryLogger:
         self.stats["entry_logs_open"] = len(self._open)
 
     # -- reads -----------------------------------------------------------------
-    def read_record(self, log_id: int, offset: int, nbytes: int) -> bytes:
-        """Raw bytes of one record (header + data); verification is the caller's."""
-        if self._inflight is not None:
-            in_log, in_off, in_len = self._inflight
-            if log_id == in_log and offset < in_off + in_len and offset + nbytes > in_off:
-                self._wait_writer_idle()  # the range is being written: let it land
+    def _read_buffered(self, log_id: int, offset: int, nbytes: int) -> bytes | None:
         lg = self._by_log.get(log_id)
         if lg is not None and offset + nbytes > lg.file_off:
             return read_through_buffer(self._readers, log_id, offset, nbytes, lg.file_off,
                                        lg.buf)
-        return self._readers.pread(log_id, offset, nbytes)
+        return None
 
     # -- lifecycle ---------------------------------------------------------------
-    def close(self) -> None:
-        """Sync and close every file (the caller checkpoints first)."""
-        try:
-            self.sync()
-        finally:
-            self._writer.close()
-            self._release_all()
-
-    def abandon(self) -> None:
-        """Close descriptors without writing the buffers (tests: simulate a crash)."""
-        self._writer.close()
-        self._release_all()
-
     def _release_all(self) -> None:
         self._readers.close_all()
         fds = set(self._unsynced.values())

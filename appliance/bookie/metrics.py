@@ -37,6 +37,11 @@ import time
 from collections import OrderedDict
 
 import numpy as np
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+)
 
 from appliance.config import parse_host_port
 from appliance.errors import BKError
@@ -194,8 +199,18 @@ class BookieCollector:
         self.handler, self.server, self.monitor, self.gc_stats = handler, server, monitor, gc_stats
 
     def collect(self):
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+        """Every family, in the order /metrics lists them."""
+        yield from self._entry_families()
+        yield from self._latency_histograms()
+        st = self.storage.stats()
+        yield from self._journal_histograms()
+        counters = self._storage_counters(st, self.gc_stats()) + self._server_counters()
+        yield from _single_values(CounterMetricFamily, counters)
+        yield from _single_values(GaugeMetricFamily, self._gauges(st))
+        yield self._disk_used()
 
+    def _entry_families(self):
+        """Entries added and read, by result code."""
         m = self.metrics
         for name, counts, what in (("add", m.add_entries, "Entries added"),
                                    ("read", m.read_entries, "Entries read")):
@@ -204,12 +219,16 @@ class BookieCollector:
             for code, count in sorted(counts.items()):
                 fam.add_metric([_NAMES.get(code, str(code))], count)
             yield fam
+
+    def _latency_histograms(self):
+        m = self.metrics
         yield _histogram("bookkeeper_bookie_add_latency_seconds", "Time from an add request's "
                          "arrival to its reply (after the fsync), one sample per entry",
                          m.add_latency)
         yield _histogram("bookkeeper_bookie_read_latency_seconds", "Time from a read request's "
                          "arrival to its reply, one sample per entry", m.read_latency)
-        st = self.storage.stats()
+
+    def _journal_histograms(self):
         journal = self.storage._journal
         yield _histogram("bookkeeper_journal_sync_latency_seconds", "Journal group commit: "
                          "write and fdatasync time", journal.sync_latency)
@@ -217,8 +236,12 @@ class BookieCollector:
                          "commit", journal.group_records)
         yield _histogram("bookkeeper_journal_group_bytes", "Journal bytes per group commit",
                          journal.group_bytes)
-        gc = self.gc_stats()
-        counters = [
+
+    @staticmethod
+    def _storage_counters(st: dict, gc: dict) -> list[tuple]:
+        """(name, doc, value) of the journal, entry logs, checkpoints,
+        compaction and garbage collection counters."""
+        return [
             ("bookkeeper_journal_syncs", "Journal group commits", st.get("journal_syncs")),
             ("bookkeeper_journal_written_bytes", "Bytes written to the journal",
              st.get("journal_bytes")),
@@ -239,15 +262,22 @@ class BookieCollector:
             ("bookkeeper_gc_ledgers_deleted", "Ledgers deleted locally by garbage collection",
              gc.get("ledgers_deleted")),
         ]
+
+    def _server_counters(self) -> list[tuple]:
+        """(name, doc, value) of the server loop's counters and refused reads."""
         server = self.server.counters if self.server is not None else {}
-        counters += [(f"bookkeeper_bookie_{key}", f"Server loop: {key.replace('_', ' ')}",
+        counters = [(f"bookkeeper_bookie_{key}", f"Server loop: {key.replace('_', ' ')}",
                      server.get(key)) for key in ("requests", "replies", "replies_dropped",
                                                   "bad_messages", "handler_failures")]
         counters.append(("bookkeeper_bookie_reads_refused", "Reads refused for their key "
                          "(wrong, or none while server.reads_need_key), every read op",
                          self.handler.counters.get("reads_refused")))
+        return counters
+
+    def _gauges(self, st: dict) -> list[tuple]:
+        """(name, doc, value) of the queues, read-only flag, ledgers and entry logs."""
         disk = st.get("disk") or {}
-        gauges = [
+        return [
             ("bookkeeper_bookie_pending_replies", "Replies waiting for their fsync",
              len(self.handler._pending)),
             ("bookkeeper_bookie_long_polls", "WAIT_LAC long polls waiting",
@@ -264,22 +294,25 @@ class BookieCollector:
             ("bookkeeper_entrylog_garbage_bytes", "Entry-log bytes compaction or GC can give "
              "back", disk.get("garbage_bytes")),
         ]
-        for family, rows in ((CounterMetricFamily, counters), (GaugeMetricFamily, gauges)):
-            for name, doc, value in rows:
-                if value is not None:
-                    fam = family(name, doc)
-                    fam.add_metric([], value)
-                    yield fam
+
+    def _disk_used(self):
         used = GaugeMetricFamily("bookkeeper_disk_used_ratio", "Used share of the file "
                                  "system holding each directory", labels=["dir"])
         for directory, share in sorted(self.monitor.last_usage.items()):
             used.add_metric([directory], share)
-        yield used
+        return used
+
+
+def _single_values(family, rows):
+    """One unlabelled family a (name, doc, value) row; rows without a value are left out."""
+    for name, doc, value in rows:
+        if value is not None:
+            fam = family(name, doc)
+            fam.add_metric([], value)
+            yield fam
 
 
 def _histogram(name: str, doc: str, hist: Histogram):
-    from prometheus_client.core import HistogramMetricFamily
-
     buckets, total, _count = hist.snapshot()
     fam = HistogramMetricFamily(name, doc)
     fam.add_metric([], [("+Inf" if b == float("inf") else repr(float(b)), n)

@@ -41,9 +41,25 @@ import os
 import signal
 import sys
 
+from appliance.autorecovery.service import AutoRecovery
 from appliance.bookie.cookies import check_metadata_cookie
-from appliance.errors import BKError
+from appliance.bookie.disk_monitor import DiskMonitor, ReadOnlyGate, start_disk_checks
+from appliance.bookie.handler import BookieHandler
+from appliance.bookie.ledger_gc import LedgerGC
+from appliance.bookie.permissions import open_paths
+from appliance.bookie.repair import Repairer, ledger_key
+from appliance.curve import client_curve, server_curve
+from appliance.errors import BKError, NoSuchLedgerError
 from appliance.heap import retain_freed_memory
+from appliance.meta.bookies import BookieRegistry
+from appliance.meta.custody import open_custody
+from appliance.meta.ledgers import LedgerManager
+from appliance.protocol.bookie import BookieCore
+from appliance.rereplication.markers import CopyMarkers
+from ipc.server import FrameServer
+from storage import LedgerStorage
+from storage.cookie import adopt_replaced_dir
+from storage.metadata import open_store
 
 __all__ = ["check_metadata_cookie", "ledgers_on_bookie", "main", "possible_loss", "run_bookie"]
 
@@ -52,8 +68,6 @@ log = logging.getLogger("appliance.bookie")
 
 def ledgers_on_bookie(ledger_manager, bookie_id: str):
     """(ledger id, closed) for every ledger whose ensembles name this bookie."""
-    from appliance.errors import NoSuchLedgerError
-
     for ledger_id in ledger_manager.list_ledgers():
         try:
             md, _ = ledger_manager.read_ledger(ledger_id)
@@ -80,133 +94,218 @@ def possible_loss(storage, named: list) -> list[str]:
 
 def run_bookie(config, bookie_id: str, *, ready_file: str | None = None) -> int:
     """Boot and serve until SIGTERM/SIGINT (see the module docstring)."""
-    from appliance.bookie.disk_monitor import DiskMonitor, ReadOnlyGate, start_disk_checks
-    from appliance.bookie.handler import BookieHandler
-    from appliance.bookie.ledger_gc import LedgerGC
-    from appliance.bookie.repair import Repairer
-    from appliance.curve import client_curve, server_curve
-    from appliance.meta.bookies import BookieRegistry
-    from appliance.meta.custody import open_custody
-    from appliance.meta.ledgers import LedgerManager
-    from appliance.protocol.bookie import BookieCore
-    from appliance.rereplication.markers import CopyMarkers
-    from ipc.server import FrameServer
-    from storage import LedgerStorage
-    from storage.metadata import open_store
-
-    spec = config.bookie(bookie_id)
+    bookie = BookieProcess(config, bookie_id)
     curve = server_curve(config, bookie_id)  # tcp + [security] curve: keys, clients; or refuse
-    options = config.storage.to_options()
-    if config.server.cookie_auto_fix:
-        from storage.cookie import adopt_replaced_dir
-
-        adopted = adopt_replaced_dir(bookie_id, str(spec.journal_dir), str(spec.ledger_dir))
-        if adopted:
-            log.warning("server.cookie_auto_fix: %s; cookie written, booting through BP-46 "
-                        "fence/limbo and repair", adopted)
-    storage = LedgerStorage.open(bookie_id, spec.journal_dir, spec.ledger_dir, options)
-    store = server = registry = gc = repairer = autorecovery = httpd = metrics_url = None
+    bookie.open_storage()
     try:
-        store = open_store(config.metadata.uri, base_dir=config.base_dir,
-                           **config.metadata.store_options())
-        registry = BookieRegistry(store)
-        check_metadata_cookie(registry, bookie_id, storage,
-                              auto_fix=config.server.cookie_auto_fix)
-        core = BookieCore(storage, reads_need_key=config.server.reads_need_key)
-        ledger_manager = LedgerManager(store)
-        named = list(ledgers_on_bookie(ledger_manager, bookie_id))
-        reasons = possible_loss(storage, named)
-        if reasons:
-            log.warning("BP-46 phase one: possible data loss (%s): fencing and marking limbo "
-                        "%d ledger(s) naming %s before serving", "; ".join(reasons),
-                        len(named), bookie_id)
-            storage.wait_durable(core.boot(named, True))
-            storage.possible_loss_handled()
-        from appliance.bookie.permissions import open_paths
-        too_open = open_paths({
-            "journal_dir": spec.journal_dir, "ledger_dir": spec.ledger_dir,
-            "run dir": config.run_path, "cluster key": config.cluster_key_path,
-            "metadata database": getattr(store, "db_path", None)})
-        for line in too_open:
-            log.warning("%s: %s", bookie_id, line)
-        boot = {"reasons": reasons, "clean_shutdown_before": storage.clean_shutdown_before,
-                "open_to_others": too_open,
-                "ledgers_fenced": len(named) if reasons else 0,
-                "recovery": dict(storage.recovery_stats)}
-        custody = open_custody(store, config.cluster_key_path)
-        repairer = Repairer(bookie_id, storage, core, ledger_manager, registry,
-                            custody=custody, open_client=lambda: _client(config))
-        handler = BookieHandler(bookie_id, storage, core,
-                                long_polls_max=config.server.long_polls_max,
-                                wait_lac_timeout_ms_max=config.server.wait_lac_timeout_ms_max)
-        monitor = DiskMonitor((spec.journal_dir, spec.ledger_dir), config.server.disk_usage_max,
-                              config.server.disk_usage_resume)
-        monitor.check()
-        gate = ReadOnlyGate(handler, monitor)
-        metrics = None
-        if spec.metrics_address:
-            from appliance.bookie.metrics import BookieMetrics, MetricsGate
-            metrics = BookieMetrics()
-            gate = MetricsGate(gate, metrics)
-        server = FrameServer(spec.endpoint, gate, limits=config.wire_limits(),
-                             drain_messages_max=config.server.drain_messages_max,
-                             queue_messages_max=config.server.queue_messages_max,
-                             socket_group=config.server.socket_group,
-                             curve_keys=curve[0] if curve else None,
-                             authorized_keys=curve[1] if curve else None)
-        if metrics is not None:
-            from appliance.bookie.metrics import (
-                BookieCollector,
-                ReplyObserver,
-                start_metrics_server,
-            )
-            handler.attach(ReplyObserver(server, metrics))
-            collector = BookieCollector(
-                bookie_id, metrics, storage, handler, server, monitor,
-                lambda: dict(gc.stats) if gc is not None else {})
-            httpd, metrics_url = start_metrics_server(spec.metrics_address, collector)
-        else:
-            handler.attach(server)
-        handler.extra_info = lambda: {"boot": boot, "repair": repairer.status(),
-                                      "gc": dict(gc.stats) if gc is not None else None,
-                                      "metrics_url": metrics_url}
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: server.stop())
-        registry.register(bookie_id, server.endpoint,
-                          {"pid": os.getpid(), "instance_id": storage.instance_id,
-                           "journal_dir": str(spec.journal_dir),
-                           "ledger_dir": str(spec.ledger_dir), "metrics_url": metrics_url,
-                           "host": spec.host, "rack": spec.rack,
-                           "curve_public_key": server.curve_public_key},
-                          read_only=monitor.read_only)
-        start_disk_checks(server, monitor, config.server.disk_check_interval_ms,
-                          lambda ro: registry.set_read_only(bookie_id, ro), monitor.read_only)
-        gc = LedgerGC(storage, ledger_manager, config.server.gc_interval_ms,
-                      bookie_id=bookie_id, markers=CopyMarkers(store),
-                      overreplicated_grace_ms=config.server.overreplicated_grace_ms)
-        gc.start()
-        repairer.start()  # phase two: in the background, while serving
-        if config.autorecovery.enabled:
-            from appliance.autorecovery.service import AutoRecovery
-            from appliance.bookie.repair import ledger_key
-
-            autorecovery = AutoRecovery(
-                bookie_id, store, ledger_manager, registry, config.autorecovery,
-                key_for=lambda md: ledger_key(storage, custody, md),
-                probe_key_for=lambda md: ledger_key(storage, custody, md, checked=False),
-                open_client=lambda: _client(config), curve=client_curve(config))
-            autorecovery.start()
-        log.info("bookie %s serving on %s (pid %d)", bookie_id, server.endpoint, os.getpid())
+        bookie.check_cookie()
+        reasons, named = bookie.fence_possible_loss()
+        too_open = bookie.warn_open_paths()
+        bookie.boot = {"reasons": reasons,
+                       "clean_shutdown_before": bookie.storage.clean_shutdown_before,
+                       "open_to_others": too_open,
+                       "ledgers_fenced": len(named) if reasons else 0,
+                       "recovery": dict(bookie.storage.recovery_stats)}
+        bookie.open_handler()
+        bookie.bind(curve)
+        bookie.register()
+        bookie.start_workers()
+        log.info("bookie %s serving on %s (pid %d)", bookie_id, bookie.server.endpoint,
+                 os.getpid())
         if ready_file:
-            _write_ready(ready_file, server.endpoint)
-        server.serve()
+            _write_ready(ready_file, bookie.server.endpoint)
+        bookie.server.serve()
         log.info("bookie %s stopping", bookie_id)
         return 0
     finally:
-        if httpd is not None:
-            httpd.shutdown()
-            httpd.server_close()
-        _shutdown(bookie_id, storage, store, server, registry, gc, repairer, autorecovery)
+        bookie.close()
+
+
+class BookieProcess:
+    """What one bookie process holds, opened by the boot steps of the module
+    docstring, one method a step, in the order ``run_bookie`` calls them;
+    ``close`` releases whatever was opened.  A resource not opened yet is
+    None."""
+
+    def __init__(self, config, bookie_id: str):
+        self.config = config
+        self.bookie_id = bookie_id
+        self.spec = config.bookie(bookie_id)
+        self.storage = self.core = self.boot = None
+        self.store = self.registry = self.ledger_manager = self.custody = None
+        self.handler = self.monitor = self.gate = self.metrics = self.server = None
+        self.gc = self.repairer = self.autorecovery = None
+        self.httpd = self.metrics_url = None
+
+    def open_storage(self) -> None:
+        """Step 1: cookies on both directories verified, journal replayed.
+        With ``server.cookie_auto_fix`` a replaced directory is adopted
+        first, and the bookie boots through BP-46."""
+        spec = self.spec
+        options = self.config.storage.to_options()
+        if self.config.server.cookie_auto_fix:
+            adopted = adopt_replaced_dir(self.bookie_id, str(spec.journal_dir),
+                                         str(spec.ledger_dir))
+            if adopted:
+                log.warning("server.cookie_auto_fix: %s; cookie written, booting through "
+                            "BP-46 fence/limbo and repair", adopted)
+        self.storage = LedgerStorage.open(self.bookie_id, spec.journal_dir, spec.ledger_dir,
+                                          options)
+
+    def check_cookie(self) -> None:
+        """Step 2: the local cookie against the metadata store's copy."""
+        config = self.config
+        self.store = open_store(config.metadata.uri, base_dir=config.base_dir,
+                                **config.metadata.store_options())
+        self.registry = BookieRegistry(self.store)
+        check_metadata_cookie(self.registry, self.bookie_id, self.storage,
+                              auto_fix=config.server.cookie_auto_fix)
+
+    def fence_possible_loss(self) -> tuple[list[str], list]:
+        """Step 3, BP-46 phase one: when acknowledged data may be gone,
+        fence and limbo every ledger naming this bookie, durably.  Returns
+        (the reasons, the ledgers naming this bookie)."""
+        self.core = BookieCore(self.storage, reads_need_key=self.config.server.reads_need_key)
+        self.ledger_manager = LedgerManager(self.store)
+        named = list(ledgers_on_bookie(self.ledger_manager, self.bookie_id))
+        reasons = possible_loss(self.storage, named)
+        if reasons:
+            log.warning("BP-46 phase one: possible data loss (%s): fencing and marking limbo "
+                        "%d ledger(s) naming %s before serving", "; ".join(reasons),
+                        len(named), self.bookie_id)
+            self.storage.wait_durable(self.core.boot(named, True))
+            self.storage.possible_loss_handled()
+        return reasons, named
+
+    def warn_open_paths(self) -> list[str]:
+        """Log (and return) every path that others than its owner can read."""
+        spec, config = self.spec, self.config
+        too_open = open_paths({
+            "journal_dir": spec.journal_dir, "ledger_dir": spec.ledger_dir,
+            "run dir": config.run_path, "cluster key": config.cluster_key_path,
+            "metadata database": getattr(self.store, "db_path", None)})
+        for line in too_open:
+            log.warning("%s: %s", self.bookie_id, line)
+        return too_open
+
+    def open_handler(self) -> None:
+        """Step 4: the cluster key, the repairer, the request handler, and
+        the disks measured (read-only beyond ``server.disk_usage_max``)."""
+        config, server_config = self.config, self.config.server
+        self.custody = open_custody(self.store, config.cluster_key_path)
+        self.repairer = Repairer(self.bookie_id, self.storage, self.core, self.ledger_manager,
+                                 self.registry, custody=self.custody,
+                                 open_client=lambda: _client(config))
+        self.handler = BookieHandler(self.bookie_id, self.storage, self.core,
+                                     long_polls_max=server_config.long_polls_max,
+                                     wait_lac_timeout_ms_max=server_config.wait_lac_timeout_ms_max)
+        self.monitor = DiskMonitor((self.spec.journal_dir, self.spec.ledger_dir),
+                                   server_config.disk_usage_max, server_config.disk_usage_resume)
+        self.monitor.check()
+        self.gate = ReadOnlyGate(self.handler, self.monitor)
+        if self.spec.metrics_address:
+            # Only with metrics on (off by default): ~14 ms of start-up otherwise.
+            from appliance.bookie.metrics import BookieMetrics, MetricsGate
+
+            self.metrics = BookieMetrics()
+            self.gate = MetricsGate(self.gate, self.metrics)
+
+    def bind(self, curve) -> None:
+        """Step 5: bind the endpoint (a CURVE server with ``curve``), and the
+        metrics endpoint when there is one."""
+        server_config = self.config.server
+        self.server = FrameServer(self.spec.endpoint, self.gate,
+                                  limits=self.config.wire_limits(),
+                                  drain_messages_max=server_config.drain_messages_max,
+                                  queue_messages_max=server_config.queue_messages_max,
+                                  socket_group=server_config.socket_group,
+                                  curve_keys=curve[0] if curve else None,
+                                  authorized_keys=curve[1] if curve else None)
+        if self.metrics is not None:
+            self._serve_metrics()
+        else:
+            self.handler.attach(self.server)
+        self.handler.extra_info = self._extra_info
+
+    def _serve_metrics(self) -> None:
+        from appliance.bookie.metrics import (  # see open_handler
+            BookieCollector,
+            ReplyObserver,
+            start_metrics_server,
+        )
+
+        self.handler.attach(ReplyObserver(self.server, self.metrics))
+        collector = BookieCollector(self.bookie_id, self.metrics, self.storage, self.handler,
+                                    self.server, self.monitor, self._gc_stats)
+        self.httpd, self.metrics_url = start_metrics_server(self.spec.metrics_address,
+                                                            collector)
+
+    def _gc_stats(self) -> dict:
+        return dict(self.gc.stats) if self.gc is not None else {}
+
+    def _extra_info(self) -> dict:
+        """What INFO adds: boot reasons, repair progress, gc, metrics url."""
+        return {"boot": self.boot, "repair": self.repairer.status(),
+                "gc": dict(self.gc.stats) if self.gc is not None else None,
+                "metrics_url": self.metrics_url}
+
+    def register(self) -> None:
+        """Stop on SIGTERM/SIGINT, register in the metadata store (an
+        ephemeral node), and keep the read-only flag in step with the disks."""
+        server, spec, bookie_id = self.server, self.spec, self.bookie_id
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: server.stop())
+        self.registry.register(bookie_id, server.endpoint,
+                               {"pid": os.getpid(), "instance_id": self.storage.instance_id,
+                                "journal_dir": str(spec.journal_dir),
+                                "ledger_dir": str(spec.ledger_dir),
+                                "metrics_url": self.metrics_url,
+                                "host": spec.host, "rack": spec.rack,
+                                "curve_public_key": server.curve_public_key},
+                               read_only=self.monitor.read_only)
+        start_disk_checks(server, self.monitor, self.config.server.disk_check_interval_ms,
+                          lambda ro: self.registry.set_read_only(bookie_id, ro),
+                          self.monitor.read_only)
+
+    def start_workers(self) -> None:
+        """The garbage collector, BP-46 phase two (in the background, while
+        serving) and, when enabled, automatic re-replication."""
+        config, storage, custody = self.config, self.storage, self.custody
+        self.gc = LedgerGC(storage, self.ledger_manager, config.server.gc_interval_ms,
+                           bookie_id=self.bookie_id, markers=CopyMarkers(self.store),
+                           overreplicated_grace_ms=config.server.overreplicated_grace_ms)
+        self.gc.start()
+        self.repairer.start()
+        if config.autorecovery.enabled:
+            self.autorecovery = AutoRecovery(
+                self.bookie_id, self.store, self.ledger_manager, self.registry,
+                config.autorecovery,
+                key_for=lambda md: ledger_key(storage, custody, md),
+                probe_key_for=lambda md: ledger_key(storage, custody, md, checked=False),
+                open_client=lambda: _client(config), curve=client_curve(config))
+            self.autorecovery.start()
+
+    def close(self) -> None:
+        """Stop the workers, unregister, close the endpoint, then the
+        storage (which leaves the clean-shutdown marker) and the store."""
+        if self.httpd is not None:
+            self.httpd.shutdown()
+            self.httpd.server_close()
+        for worker in (self.autorecovery, self.repairer):
+            if worker is not None:
+                worker.stop()
+        if self.gc is not None:
+            self.gc.stop()
+        if self.registry is not None:
+            try:
+                self.registry.unregister(self.bookie_id)
+            except BKError as exc:
+                log.warning("could not unregister %s: %s", self.bookie_id, exc)
+        if self.server is not None:
+            self.server.close()
+        self.storage.close()
+        if self.store is not None:
+            self.store.close()
 
 
 def _client(config):
@@ -214,25 +313,6 @@ def _client(config):
     from appliance.client.client import Client
 
     return Client(config.path)
-
-
-def _shutdown(bookie_id, storage, store, server, registry, gc, repairer,
-              autorecovery) -> None:
-    for worker in (autorecovery, repairer):
-        if worker is not None:
-            worker.stop()
-    if gc is not None:
-        gc.stop()
-    if registry is not None:
-        try:
-            registry.unregister(bookie_id)
-        except BKError as exc:
-            log.warning("could not unregister %s: %s", bookie_id, exc)
-    if server is not None:
-        server.close()
-    storage.close()
-    if store is not None:
-        store.close()
 
 
 def _write_ready(path: str, endpoint: str) -> None:
