@@ -17,6 +17,7 @@ PROBE_TIMEOUT_MS = 500
 
 
 def _load(config_path: str):
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.config import load_config
 
     return load_config(config_path)
@@ -35,14 +36,17 @@ def up(detach, config_path):
       bkctl up --config configs/local.toml
       bkctl up --detach && bkctl status
     """
-    from appliance.config import check_host
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
+    from appliance.config.host_checks import check_host
 
     config = _load(config_path)
     check_host(config)  # refuse a bad host before any process starts
     if not detach:
+        # on use: keeps bkctl's start-up short (cli/__init__.py)
         from appliance.supervisor.supervisor import main as supervisor_main
 
         raise SystemExit(supervisor_main(["--config", str(config.path)]))
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from storage.aligned_io import make_dirs
 
     make_dirs(config.run_path)
@@ -57,6 +61,7 @@ def up(detach, config_path):
 
 
 def _wait_until_up(config, proc, log_path: Path) -> None:
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.supervisor.probe import bookie_info, probe_curve
     from appliance.supervisor.supervisor import read_state
 
@@ -95,6 +100,7 @@ def down(config_path):
     Example:
       bkctl down --config configs/local.toml
     """
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.supervisor.supervisor import pid_alive, read_state, supervisor_alive
 
     config = _load(config_path)
@@ -161,6 +167,7 @@ def _other_hosts_bookies(config) -> list[dict]:
     this host's key is not theirs, so their state is the registry's."""
     if not config.metadata.uri.startswith("zk://"):
         return []  # SQLite metadata: every bookie is in this config
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.errors import MetadataError
     from appliance.meta.bookies import BookieRegistry
     from storage.metadata import open_store
@@ -190,6 +197,7 @@ def _other_hosts_bookies(config) -> list[dict]:
 def _probe_row(bookie_id: str, endpoint: str, curve) -> dict:
     """A status row from the bookie's INFO answer (None fields when down);
     ``curve``: a key pair, None (plain), or False (do not probe)."""
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.supervisor.probe import bookie_info
 
     info = None if curve is False else bookie_info(endpoint, PROBE_TIMEOUT_MS, curve=curve)
@@ -211,6 +219,7 @@ def _probe_row(bookie_id: str, endpoint: str, curve) -> dict:
 
 
 def _bookie_status(config, b) -> dict:
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.supervisor.probe import probe_curve
 
     return {**_probe_row(b.id, b.endpoint, probe_curve(config)), "host": b.host,

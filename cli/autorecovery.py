@@ -13,6 +13,7 @@ from cli.common import config_option, echo_json, json_option, library_errors
 
 
 def _store(config_path):
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.config import load_config
     from storage.metadata import open_store
 
@@ -39,6 +40,7 @@ def status(as_json, config_path):
     Example:
       bkctl autorecovery status --json
     """
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.autorecovery.marks import Marks
 
     config, store = _store(config_path)
@@ -69,6 +71,7 @@ def status(as_json, config_path):
 
 
 def _switch(config_path, enabled: bool) -> None:
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.autorecovery.marks import Marks
 
     _, store = _store(config_path)
@@ -123,6 +126,7 @@ def decommission(bookie_id, timeout_s, config_path):
     Example:
       bkctl bookie decommission bookie-4
     """
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.autorecovery.marks import Marks
     from appliance.errors import NoSuchLedgerError
     from appliance.meta.bookies import AVAILABLE_ROOT, BookieRegistry

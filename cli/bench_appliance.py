@@ -47,6 +47,7 @@ def _bench_options(f):
 
 
 def _options(config_path, journal, **kwargs):
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.bench.ledgers import BenchOptions
 
     if config_path is not None and journal is not None:
@@ -117,6 +118,7 @@ def write(config_path, journal, plot_path, workdir, as_json, **kwargs):
       bkctl bench write --ledgers 1000 --switch-interval-us 50000   # fewer GIL swaps
       bkctl bench write --ledgers 1000 --rate 10000 --add-messages-inflight 0   # no hold
     """
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.bench.ledgers import run_bench
 
     options = _options(config_path, journal, **kwargs)
@@ -144,6 +146,7 @@ def read(config_path, journal, plot_path, workdir, as_json, **kwargs):
       bkctl bench read --entries 200000 --read-batch 5000 --json
       bkctl bench read --chunks                 # the bulk API, same ledger shape
     """
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.bench.ledgers import run_bench
 
     options = _options(config_path, journal, **kwargs)

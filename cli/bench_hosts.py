@@ -43,6 +43,7 @@ def hosts(entries, size, inflight, delay_ms, delay_mode, curve, workdir, as_json
       sudo bkctl bench hosts --curve              # the same with CURVE on
       sudo bkctl bench hosts --inflight 1 --delay-ms 1 --delay-mode relay
     """
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.bench.hosts_bench import run_hosts_bench
 
     try:

@@ -35,6 +35,7 @@ def log(sizes, records, rate, tail_seconds, peer, no_peer, workdir, as_json):
       bkctl bench log --size 100 --json
       bkctl bench log --size 100 --size 1024 --records 200000
     """
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.bench.logs import default_peer, run_log_bench
 
     script = None if no_peer else (peer or str(default_peer()))

@@ -42,6 +42,7 @@ def bench_metadata(uris, backend, ops_per_process, process_counts, warmup_ops, a
       bkctl bench metadata --ops 1000 --processes 1,4
       bkctl bench metadata --uri zk://127.0.0.1:2181/bench --json
     """
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.bench.metadata import run_matrix, temporary_store_uri
 
     rows = []

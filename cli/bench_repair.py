@@ -35,6 +35,7 @@ def repair(mb, entry_bytes, workdir, as_json):
     Example:
       bkctl bench repair --mb 1024 --json
     """
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.bench.repair import run_repair_bench
 
     doc = run_repair_bench(mb * 1024 * 1024, entry_bytes, workdir)
@@ -60,6 +61,7 @@ def boot(journal_mb, entry_bytes, workdir, as_json):
     Example:
       bkctl bench boot --journal-mb 128,512,2048
     """
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.bench.repair import run_boot_bench
 
     try:
@@ -92,6 +94,7 @@ def autorecovery(mb, delay_ms, entry_bytes, workdir, as_json):
     Example:
       bkctl bench autorecovery --mb 1024 --json
     """
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.bench.repair import run_autorecovery_bench
 
     doc = run_autorecovery_bench(mb * 1024 * 1024, entry_bytes, delay_ms, workdir)
@@ -123,6 +126,7 @@ def reclaim(mb, keep_share, gc_interval_ms, entry_bytes, workdir, as_json):
     Example:
       bkctl bench reclaim --mb 256 --keep 0.1 --json
     """
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.bench.reclaim import run_reclaim_bench
 
     doc = run_reclaim_bench(mb * 1024 * 1024, entry_bytes, keep_share, gc_interval_ms,

@@ -33,6 +33,7 @@ def _common(default_points: str):
 
 
 def _report(rows, x, ys, plot_path, title, as_json, by=None):
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.bench.scale import growth_exponent, plot_curve
 
     groups = sorted({r[by] for r in rows}) if by else [None]
@@ -82,6 +83,7 @@ def ledgers(points, plot_path, workdir, as_json, entries, rate, duration_s, gc_t
     Example:
       bkctl bench scale ledgers --points 1,100,1000,10000 --plot ledgers.png
     """
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.bench.scale import ledgers_curve
 
     rows = ledgers_curve(_points(points), entries, rate=rate, duration_s=duration_s,
@@ -101,6 +103,7 @@ def stored(points, plot_path, workdir, as_json):
     Example:
       bkctl bench scale stored --points 1000,100000,1000000 --plot stored.png
     """
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.bench.scale import stored_curve
 
     rows = stored_curve(_points(points), workdir, progress=_progress(as_json))
@@ -119,6 +122,7 @@ def journal(points, plot_path, workdir, as_json, entry_bytes):
     Example:
       bkctl bench scale journal --points 512,2048,8192 --plot journal.png
     """
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.bench.scale import journal_curve
 
     rows = journal_curve(_points(points), entry_bytes, workdir, progress=_progress(as_json))
@@ -137,6 +141,7 @@ def metadata(points, plot_path, workdir, as_json, backend):
     Example:
       bkctl bench scale metadata --points 1000,10000,100000 --plot metadata.png
     """
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.bench.scale import metadata_curve
 
     backends = ("sqlite", "zk") if backend == "all" else (backend,)
@@ -154,6 +159,7 @@ def handles(points, plot_path, workdir, as_json):
     Example:
       bkctl bench scale handles --points 100,1000,10000 --plot handles.png
     """
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.bench.scale import handles_curve
 
     rows = handles_curve(_points(points), workdir, progress=_progress(as_json))

@@ -54,6 +54,7 @@ def spark(config_path, sizes, entries, ledgers, repeat, master, directory, read_
         raise click.UsageError("--read-batch-entries sets up the temporary appliance; with "
                                "--config set server.batch_entries_max and "
                                "client.read_batch_entries_max in that config")
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.bench.spark import run_spark_bench
 
     result = run_spark_bench(config_path, sizes, entries, ledgers, repeat, master, directory,

@@ -37,6 +37,7 @@ def storage(size, entries, duration_s, directory, batch_bytes, window, no_journa
       bkctl bench storage --size 1024 --json
       bkctl bench storage --size 65536 --duration-s 10 --dir /mnt/nvme
     """
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from storage.bench import run_storage_bench
 
     result = run_storage_bench(size, entries, duration_s, directory, batch_bytes, window,

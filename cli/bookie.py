@@ -42,6 +42,7 @@ def recover(bookie_id, passwords, recover_open, dry_run, as_json, config_path):
       bkctl bookie recover bookie-3 --password secret --dry-run
       bkctl bookie recover bookie-3 --password secret --json
     """
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     import appliance
     from appliance.rereplication.rereplicator import Rereplicator
 
@@ -100,6 +101,7 @@ def underreplicated_(as_json, config_path):
     Example:
       bkctl bookie underreplicated --json
     """
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     import appliance
     from appliance.autorecovery.marks import Marks
     from appliance.rereplication.rereplicator import underreplicated
@@ -139,6 +141,7 @@ def info_(bookie_id, as_json, config_path):
     Example:
       bkctl bookie info bookie-2 --json
     """
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.config import load_config
 
     config = load_config(config_path)
@@ -155,6 +158,7 @@ def info_(bookie_id, as_json, config_path):
 def _gather_info(config, bookie_id: str) -> dict:
     """What ``bkctl bookie info`` shows: the cookies on the disks and in the
     metadata store, and what the bookie says about itself if it is up."""
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.supervisor.probe import bookie_info, probe_curve
     from storage import cookie as ck
 
@@ -179,6 +183,7 @@ def _gather_info(config, bookie_id: str) -> dict:
 
 def _disk_cookies(spec) -> dict:
     """The instance id in the cookie of each of the bookie's directories."""
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from storage import cookie as ck
 
     disks = {}
@@ -196,6 +201,7 @@ def _metadata_instance_id(config, bookie_id: str):
     """The instance id in the metadata store's copy of the cookie (None: no copy)."""
     import json as _json
 
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.meta.bookies import BookieRegistry
     from storage.metadata import open_store
 
@@ -276,6 +282,7 @@ def compact_(bookie_id, major, timeout_s, as_json, config_path):
     """
     import time
 
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.config import load_config
     from appliance.supervisor.probe import bookie_compact, bookie_info, probe_curve
 
@@ -343,6 +350,7 @@ def fix_cookie_(bookie_id, reformat, config_path):
     Example:
       bkctl bookie fix-cookie bookie-2 && bkctl up
     """
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.bookie.cookies import fix_cookie
     from appliance.config import load_config
     from appliance.meta.bookies import BookieRegistry

@@ -32,6 +32,7 @@ def generate(name, directory):
       bkctl keys generate host-a --dir /etc/appliance/keys
       cp /etc/appliance/keys/host-a.key /etc/appliance/authorized/
     """
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.curve import directory_open_to_others, generate_keys
 
     try:

@@ -27,6 +27,7 @@ READ_CHUNK_ENTRIES = 1024  # entries fetched per read call while streaming a led
 
 
 def _connect(config_path: str):
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     import appliance
 
     return appliance.connect(config_path)
@@ -185,6 +186,7 @@ def meta(ledger_id, as_json, config_path):
     Example:
       bkctl ledger meta 7 --json
     """
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.protocol.placement import location_of, meets_rule
 
     with _connect(config_path) as bk:

@@ -24,6 +24,7 @@ APPEND_WINDOW = 10_000  # records written before their positions are awaited
 
 
 def _connect(config_path: str):
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     import appliance
 
     return appliance.connect(config_path)
@@ -37,6 +38,7 @@ def _password(f):
 def _dlsn(ctx, param, value):
     if value is None:
         return None
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance import DLSN
 
     try:
@@ -72,6 +74,7 @@ def describe(name, as_json, config_path):
     Example:
       bkctl log describe orders --json
     """
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.logs.log import describe as describe_log
 
     with _connect(config_path) as bk:

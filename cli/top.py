@@ -118,6 +118,7 @@ def top(interval_s, iterations, as_json, config_path):
       bkctl top
       bkctl top --iterations 5 --json
     """
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.config import load_config
     from appliance.supervisor.probe import bookie_info, probe_curve
 

@@ -15,11 +15,10 @@ from appliance.config import (
     SECTIONS,
     ApplianceConfig,
     StorageConfig,
-    check_host,
     load_config,
-    probe_direct_io,
     resolve_target,
 )
+from appliance.config.host_checks import check_host, probe_direct_io
 from appliance.errors import ConfigError
 from appliance.protocol.entry import ENTRY_OVERHEAD_MAX
 

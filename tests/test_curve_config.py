@@ -12,7 +12,8 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from appliance.config import check_host, load_config
+from appliance.config import load_config
+from appliance.config.host_checks import check_host
 from appliance.curve import client_curve, generate_keys, server_curve
 from appliance.errors import ConfigError
 from cli.main import cli

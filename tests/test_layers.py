@@ -6,6 +6,21 @@ rooms follow their own order (``ROOMS``) and never import each other."""
 
 from tests.support import import_graph as ig
 
+BAD_LAZY = """
+import os
+
+
+def f():
+    from appliance.client import client  # a reason, on its line
+    # a reason for the group below
+    from appliance.config import load_config
+    from storage import cookie
+
+    import os as os2  # not the project's: not counted
+    from appliance.meta import bookies
+    return client, load_config, cookie, os2, bookies
+"""
+
 
 def test_no_module_imports_a_layer_above_its_own():
     graph = ig.import_graph()
@@ -67,3 +82,15 @@ def test_the_graph_script_prints_edges_and_exits_zero(capsys):
     out = capsys.readouterr().out
     assert "layer violations: 0; module cycles: 0; room cycles: 0" in out
     assert "storage" in out and "appliance.protocol" in out
+
+
+def test_an_import_of_the_project_inside_a_function_says_why():
+    # every import counts for the layers; one inside a function must also say
+    # beside it why it is not at the top (start-up cost, an optional
+    # dependency), or the file's header no longer says what it depends on
+    assert ig.unexplained_inner_imports() == []
+
+
+def test_the_inner_import_check_finds_an_import_without_a_reason():
+    found = ig.unexplained_in_source("appliance.x", BAD_LAZY)
+    assert found == ["appliance.x:12 f: from appliance.meta import bookies"]

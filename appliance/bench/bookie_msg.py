@@ -38,11 +38,13 @@ import psutil
 import zmq
 
 from appliance.bench import launcher
+from appliance.config import load_config
 from appliance.protocol.entry import HEADER
 from appliance.protocol.errors import OK
 from ipc.packed import AddPackedRequest
 from ipc.replies import InfoReply, decode_reply
 from ipc.requests import InfoRequest, encode_request
+from storage import LedgerStorage
 
 KEY = bytes(range(32))
 WARMUP_S = 1.0
@@ -185,9 +187,6 @@ def run_one(targets: list[_Target], ledger_id: int, n: int, rate: float, duratio
 
 def _start_bookies(root: Path, codes: list[str], sections: dict) -> list:
     """Format and start one bookie per checkout; returns their Popen objects."""
-    from appliance.config import load_config
-    from storage import LedgerStorage
-
     config_path = launcher.write_config(root / "bench.toml", len(codes), **sections)
     config = load_config(config_path)
     procs = []

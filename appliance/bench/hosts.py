@@ -40,8 +40,13 @@ from pathlib import Path
 
 from appliance.bench.launcher import _table as toml_table
 from appliance.bench.launcher import log_tail, spawn, stop_process, wait_for
-from appliance.bench.netns import NetnsError, Network
+from appliance.bench.netns import NetnsError, Network, unavailable_reason
 from appliance.bench.zk_server import CLIENT_PORT, EnsembleMember
+from appliance.config import load_config
+from appliance.curve import generate_keys
+from appliance.errors import MetadataError
+from appliance.meta.bookies import BookieRegistry
+from storage.metadata import open_store
 
 START_TIMEOUT_S = 120.0  # the ensemble serving and every bookie registered
 STOP_TIMEOUT_S = 20.0
@@ -216,9 +221,6 @@ class HostCluster:
     def open_store(self, avoid: tuple[str, ...] = ()):
         """A metadata store with the appliance's credentials, on the ensemble
         members of every host but ``avoid`` (e.g. a partitioned one)."""
-        from appliance.config import load_config
-        from storage.metadata import open_store
-
         config = load_config(self.config_path(self.names[0]))
         members = ",".join(f"{self.address(n)}:{CLIENT_PORT}" for n in self.names
                            if n not in avoid)
@@ -226,9 +228,6 @@ class HostCluster:
 
     def registered(self) -> dict[str, dict]:
         """Live bookies in the registry ({} while the metadata cannot answer)."""
-        from appliance.errors import MetadataError
-        from appliance.meta.bookies import BookieRegistry
-
         try:
             with self.open_store() as store:
                 return BookieRegistry(store).available()
@@ -390,8 +389,6 @@ def curve_security(root: Path, hosts: int = 3, clients: tuple[str, ...] = ("clie
     ``authorized-<host>`` directory holds the other hosts' and the clients'
     public keys (not the ``strangers'``).  Returns the ``HostsOptions.security``
     callable; a client's key file is ``root/keys/<client>.key_secret``."""
-    from appliance.curve import generate_keys
-
     keys, names = Path(root) / "keys", host_names(hosts)
     for name in [*names, *clients, *strangers]:
         generate_keys(name, keys)
@@ -410,8 +407,6 @@ def curve_security(root: Path, hosts: int = 3, clients: tuple[str, ...] = ("clie
 
 def netns_unavailable_reason() -> str | None:
     """Why the multi-host cluster cannot run here (one line), or None."""
-    from appliance.bench.netns import unavailable_reason
-
     reason = unavailable_reason()
     if reason is None and shutil.which("java") is None:
         reason = "no java (the ZooKeeper ensemble runs from pyspark's jars)"

@@ -37,6 +37,8 @@ from collections.abc import Callable, Iterable, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+import appliance
+
 START_TIMEOUT_S = 60.0  # a temporary appliance: every bookie registered by then
 STOP_TIMEOUT_S = 60.0  # SIGTERM, then SIGKILL after this long
 REAP_TIMEOUT_S = 30.0  # a multiprocessing worker: joined, then killed after this long
@@ -175,8 +177,6 @@ def supervisor_running(config: Path, bookies: int, timeout_s: float = START_TIME
     """A supervisor started on ``config``, yielded once ``bookies`` bookies
     registered; stopped with SIGTERM (its group killed after
     ``STOP_TIMEOUT_S``) at exit.  Its log: ``supervisor.log`` beside the config."""
-    import appliance
-
     log = Path(config).parent / "supervisor.log"
     proc = spawn([sys.executable, "-m", "appliance.supervisor", "--config", str(config)], log)
     try:
@@ -217,8 +217,6 @@ def check_free_space(need_bytes: int, directory: str) -> None:
 
 def bookie_pids(config: str) -> dict[str, int]:
     """Live bookies of the appliance and their pids (from the registry)."""
-    import appliance
-
     with appliance.connect(config) as client:
         live = client.registry.available()
     pids = {b: (doc.get("info") or {}).get("pid") for b, doc in live.items()}

@@ -31,6 +31,10 @@ from pathlib import Path
 
 import numpy as np
 
+import appliance
+from appliance import DLSN
+from appliance.bench.launcher import check_free_space, temporary_appliance
+
 SEND_TIME = struct.Struct("!q")
 BATCH = 1000  # records per write_many_async call in the batched run
 PEER_TIMEOUT_S = 600
@@ -45,9 +49,6 @@ def default_peer() -> Path:
 def run_log_bench(sizes: list[int], records: int, rate: int, tail_s: float,
                   peer: str | None, workdir: str | None = None,
                   on_progress=lambda line: None) -> dict:
-    import appliance
-    from appliance.bench.launcher import check_free_space, temporary_appliance
-
     check_free_space(sum(records * (s + 64) * 6 for s in sizes) + (1 << 30),
                      workdir or "/tmp")
     runs = []
@@ -76,8 +77,6 @@ def run_log_bench(sizes: list[int], records: int, rate: int, tail_s: float,
 
 
 def _write_and_read(bk, name: str, records: int, size: int) -> dict:
-    from appliance import DLSN
-
     payload = os.urandom(size)
     with bk.log(name).writer() as w:
         start = time.perf_counter()
@@ -154,8 +153,6 @@ def _tail_latency(bk, config: str, name: str, size: int, rate: int, seconds: flo
 
 
 def _tail_main(config: str, name: str, total: int, ready, results) -> None:
-    import appliance
-
     try:
         with appliance.connect(config) as bk:
             latencies = []

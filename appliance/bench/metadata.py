@@ -99,6 +99,7 @@ def temporary_store_uri(backend: str) -> Iterator[str]:
         if backend == "sqlite":
             yield f"sqlite:///{Path(tmp) / 'metadata.db'}"
             return
+        # only the ZooKeeper runs need kazoo and the server launcher
         from appliance.bench.zk_server import ZooKeeperServer
 
         with ZooKeeperServer(Path(tmp) / "zk", die_with_parent=True) as server:

@@ -30,8 +30,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import appliance
 from appliance.bench.launcher import check_free_space, wait_for
 from appliance.bench.repair import SESSION_TIMEOUT_MS, _Bookies
+from appliance.supervisor.probe import bookie_compact
 
 TIMEOUT_S = 3600.0
 ENTRY_LOG_BUFFER_BYTES = 64 * 1024  # see run_reclaim_bench
@@ -51,8 +53,6 @@ def _dir_bytes(path) -> int:
 def _write_interleaved(config_path: Path, total_bytes: int, entry_bytes: int,
                        keep_share: float) -> tuple[int, int, int]:
     """(doomed ledger id, kept ledger id, kept payload bytes)."""
-    import appliance
-
     payload = os.urandom(entry_bytes)
     n = max(2, total_bytes // entry_bytes)
     every = max(1, round(1 / keep_share))  # one kept entry in every `every`
@@ -75,9 +75,6 @@ def _write_interleaved(config_path: Path, total_bytes: int, entry_bytes: int,
 
 def run_reclaim_bench(total_bytes: int, entry_bytes: int, keep_share: float = 0.1,
                       gc_interval_ms: int | None = None, workdir: str | None = None) -> dict:
-    import appliance
-    from appliance.supervisor.probe import bookie_compact
-
     root = Path(tempfile.mkdtemp(prefix="bkreclaim", dir=workdir))
     check_free_space(4 * total_bytes, str(root))
     server = {} if gc_interval_ms is None else {"gc_interval_ms": gc_interval_ms}

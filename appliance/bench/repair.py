@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import appliance
 from appliance.bench.launcher import (
     check_free_space,
     spawn,
@@ -30,6 +31,9 @@ from appliance.bench.launcher import (
     wait_started,
     write_config,
 )
+from appliance.config import load_config
+from appliance.supervisor.probe import bookie_info
+from storage import LedgerStorage
 
 READY_TIMEOUT_S = 600.0
 # A restarted bookie registers only once its killed incarnation's registry
@@ -43,16 +47,12 @@ class _Bookies:
     """Bookie processes of one config, each with a ready file."""
 
     def __init__(self, root: Path, n: int, **sections):
-        from appliance.config import load_config
-
         self.root = root
         self.path = write_config(root / "bench.toml", n, **sections)
         self.config = load_config(self.path)
         self.procs: dict[str, object] = {}
 
     def format(self, bookie_id: str) -> None:
-        from storage import LedgerStorage
-
         spec = self.config.bookie(bookie_id)
         for d in (spec.journal_dir, spec.ledger_dir):
             Path(d).mkdir(parents=True, exist_ok=True)
@@ -75,8 +75,6 @@ class _Bookies:
         stop_process(self.procs.pop(bookie_id), sig=signal.SIGKILL)
 
     def info(self, bookie_id: str) -> dict:
-        from appliance.supervisor.probe import bookie_info
-
         return bookie_info(self.config.bookie(bookie_id).endpoint, 5000) or {}
 
     def stop(self) -> None:
@@ -86,8 +84,6 @@ class _Bookies:
 
 def _write(config_path: Path, total_bytes: int, entry_bytes: int, quorums) -> tuple[int, float]:
     """One ledger of ``total_bytes``; returns (entries, seconds)."""
-    import appliance
-
     payload = os.urandom(entry_bytes)
     n = max(1, total_bytes // entry_bytes)
     started = time.monotonic()
@@ -174,8 +170,6 @@ def run_autorecovery_bench(total_bytes: int, entry_bytes: int, delay_ms: int = 0
     is killed and wiped: the time from the kill until no fragment names it
     (autorecovery alone, ``lost_bookie_delay_ms = delay_ms``), and the copy
     rate of that time minus the delay."""
-    import appliance
-
     root = Path(tempfile.mkdtemp(prefix="bkauto", dir=workdir))
     check_free_space(8 * total_bytes, str(root))
     bookies = _Bookies(root, 4, client={"ensemble": 3, "write_quorum": 3, "ack_quorum": 2},

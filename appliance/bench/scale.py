@@ -21,6 +21,11 @@ as log; docs/PERFORMANCE.md "Scale" says what the design predicts for each):
 
 Every process and temporary folder a sweep starts is stopped and removed at
 its end, also on failure.
+
+Each sweep imports what it runs inside its own function: the ``handles``
+sweep measures the memory of client processes that import this module, so
+every import at the top would be counted in the memory per handle, and the
+other sweeps' launchers, the storage engine and kazoo have no place there.
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ def ledgers_curve(points: list[int], entries: int = 50_000, size: int = 1024,
                   workdir: str | None = None, progress=print,
                   gc_threshold: int = 0, switch_interval_us: int = 0,
                   add_messages_inflight: int | None = None) -> list[dict]:
+    # on use: measured processes import this module (module docstring)
     from appliance.bench.launcher import temporary_appliance
     from appliance.bench.ledgers import BenchOptions, run_bench
 
@@ -97,6 +103,7 @@ def ledgers_curve(points: list[int], entries: int = 50_000, size: int = 1024,
 def _fill_storage(config, bookie_id: str, ledgers: int) -> float:
     """``ledgers`` ledgers of one 100-byte entry each, durable and
     checkpointed; returns the seconds it took."""
+    # on use: measured processes import this module (module docstring)
     from storage import LedgerStorage
 
     spec = config.bookie(bookie_id)
@@ -124,6 +131,7 @@ def _rss_mb(pid: int) -> float:
 
 
 def stored_curve(points: list[int], workdir: str | None = None, progress=print) -> list[dict]:
+    # on use: measured processes import this module (module docstring)
     from appliance.bench.repair import SESSION_TIMEOUT_MS, _Bookies
 
     rows = []
@@ -158,6 +166,7 @@ def stored_curve(points: list[int], workdir: str | None = None, progress=print) 
 # -- the unflushed journal at a crash -----------------------------------------------------
 def journal_curve(points_mb: list[int], entry_bytes: int = 65536, workdir: str | None = None,
                   progress=print) -> list[dict]:
+    # on use: measured processes import this module (module docstring)
     from appliance.bench.repair import run_boot_bench
 
     rows = []
@@ -172,6 +181,7 @@ def journal_curve(points_mb: list[int], entry_bytes: int = 65536, workdir: str |
 
 # -- metadata ---------------------------------------------------------------------------------
 def _metadata_rows(store, points: list[int], backend: str, progress) -> list[dict]:
+    # on use: measured processes import this module (module docstring)
     from appliance.meta.ledgers import LedgerManager
 
     ledgers = LedgerManager(store)
@@ -206,6 +216,7 @@ def _metadata_rows(store, points: list[int], backend: str, progress) -> list[dic
 
 def metadata_curve(points: list[int], backends: tuple[str, ...] = ("sqlite", "zk"),
                    workdir: str | None = None, progress=print) -> list[dict]:
+    # on use: measured processes import this module (module docstring)
     from storage.metadata import open_store
 
     points = _check_points(points)
@@ -217,6 +228,7 @@ def metadata_curve(points: list[int], backends: tuple[str, ...] = ("sqlite", "zk
                 with open_store(f"sqlite:///{root}/meta.db") as store:
                     rows += _metadata_rows(store, points, backend, progress)
             elif backend == "zk":
+                # on use: measured processes import this module (module docstring)
                 from appliance.bench.zk_server import ZooKeeperServer
 
                 with ZooKeeperServer(root / "zk") as zk, \
@@ -235,6 +247,7 @@ def handles_curve(points: list[int], workdir: str | None = None, progress=print)
     ledger each, kept open), measured in that process."""
     import multiprocessing
 
+    # on use: measured processes import this module (module docstring)
     from appliance.bench.launcher import temporary_appliance
 
     points = _check_points(points)
@@ -265,6 +278,7 @@ def _handles_main(config: str, points: list[int], q) -> None:
     try:
         import gc
 
+        # on use: measured processes import this module (module docstring)
         import appliance
 
         with appliance.connect(config) as bk:

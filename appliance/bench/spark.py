@@ -38,7 +38,10 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+import appliance
 from appliance.bench.launcher import bookie_pids, temporary_appliance
+from appliance.config import load_config
+from appliance.spark import register
 from appliance.spark.source import ARROW_SCHEMA, SCHEMA_DDL, int64_array
 
 BENCH_TAG = "bkctl-bench-spark"
@@ -58,14 +61,10 @@ def run_spark_bench(config_path: str | None, sizes: list[int], entries: int, led
                          "set server.batch_entries_max and client.read_batch_entries_max there")
     work = tempfile.mkdtemp(prefix="bkspark", dir=workdir)
     try:
-        from appliance.config import load_config
-
         with _appliance(config_path, work, read_batch_entries) as config:
             batch = load_config(config).client.read_batch_entries_max
             spark, owned = _session(master)
             try:
-                from appliance.spark import register
-
                 register(spark)
                 spark.dataSource.register(MemoryArrowSource)
                 runs = [_measure_size(spark, config, size, entries, ledgers, repeat, work)
@@ -83,8 +82,6 @@ def run_spark_bench(config_path: str | None, sizes: list[int], entries: int, led
 
 def _measure_size(spark, config: str, size: int, entries: int, n_ledgers: int, repeat: int,
                   work: str) -> dict:
-    import appliance
-
     with appliance.connect(config) as client:
         ids = _bench_ledgers(client, size, entries, n_ledgers)
     rows = entries * n_ledgers

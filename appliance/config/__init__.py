@@ -24,10 +24,11 @@ default of every limit (``*_max``, timeouts, retries) is read from
 ``appliance.protocol.limits``, the one place it is defined.
 Rooms: ``schema`` (the sections and their keys), ``loading``
 (``load_config``, ``resolve_target``), ``rules`` (the rules between keys),
-``host_checks`` (``check_host``), ``refusal`` (the one-line error).
+``host_checks`` (``check_host``: imported from there by what starts
+processes, so a client never loads what it needs, such as kazoo for the
+ZooKeeper credentials file), ``refusal`` (the one-line error).
 """
 
-from appliance.config.host_checks import check_host, nearest_existing, probe_direct_io
 from appliance.config.loading import load_config, parse_host_port, resolve_target
 from appliance.config.schema import (
     SECTIONS,
@@ -46,6 +47,5 @@ from appliance.config.schema import (
 __all__ = [
     "SECTIONS", "ApplianceConfig", "AutoRecoveryConfig", "BookieConfig", "ClientConfig",
     "LogConfig", "MetadataConfig", "SecurityConfig", "ServerConfig", "StorageConfig",
-    "SupervisorConfig", "check_host", "load_config", "nearest_existing", "parse_host_port",
-    "probe_direct_io", "resolve_target",
+    "SupervisorConfig", "load_config", "parse_host_port", "resolve_target",
 ]

@@ -20,7 +20,12 @@ import time
 from itertools import repeat
 from typing import NamedTuple
 
-from appliance.errors import LogTruncatedError, NoSuchEntryError, NoSuchLedgerError
+from appliance.errors import (
+    ClientClosedError,
+    LogTruncatedError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+)
 from appliance.protocol import limits
 from appliance.protocol.log_entry import unpack_entry
 from appliance.protocol.logs import COMPLETED, DLSN, check_txid, dlsn_of
@@ -82,8 +87,6 @@ class LogReader:
         if not isinstance(max_records, int) or max_records < 1:
             raise ValueError(f"max_records must be an int >= 1, got {max_records!r}")
         if self._closed:
-            from appliance.errors import ClientClosedError
-
             raise ClientClosedError(f"reader of log {self.name!r} is closed")
         deadline = time.monotonic() + max(0.0, timeout_s)
         out: list[LogRecord] = []

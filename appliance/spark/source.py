@@ -26,6 +26,7 @@ from appliance.protocol import limits
 from appliance.protocol.invariant import invariant
 from appliance.protocol.keys import master_key
 from appliance.spark.filters import Bounds, push_filters
+from appliance.spark.logs import read_log_partition
 from appliance.spark.options import parse_options
 from appliance.spark.planner import BookKeeperPartition, plan_partitions
 
@@ -81,8 +82,6 @@ class BookKeeperReader(DataSourceReader):
         if not isinstance(partition, BookKeeperPartition):
             return iter(())  # nothing to read: Spark plans one empty partition
         if partition.segments is not None:
-            from appliance.spark.logs import read_log_partition
-
             return read_log_partition(partition, self.options.password)
         return read_partition(partition, self.options.password)
 

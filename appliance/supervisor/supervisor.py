@@ -44,7 +44,8 @@ from pathlib import Path
 
 import psutil
 
-from appliance.config import check_host, load_config
+from appliance.config import load_config
+from appliance.config.host_checks import check_host
 from appliance.errors import BKError, ConfigError
 from appliance.supervisor.probe import bookie_info, probe_curve
 from storage import LedgerStorage

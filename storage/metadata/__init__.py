@@ -83,11 +83,13 @@ def open_store(uri: str, *, base_dir: str | Path | None = None,
     """
     kind, parts = parse_uri(uri, base_dir)
     if kind == "sqlite":
+        # each backend loads with its first store: a SQLite process never
+        # imports kazoo, nor a ZooKeeper one sqlite-utils
         from storage.metadata.sqlite_store import SqliteStore
 
         return SqliteStore(parts["db_path"], session_timeout_ms=session_timeout_ms,
                            **options)
-    from storage.metadata.zk_store import ZkStore
+    from storage.metadata.zk_store import ZkStore  # see above
 
     return ZkStore(parts["hosts"], parts["chroot"], uri=uri,
                    session_timeout_ms=session_timeout_ms,

@@ -11,7 +11,8 @@ from kazoo.client import KazooClient
 
 import appliance
 from appliance.bench import launcher
-from appliance.config import check_host, load_config
+from appliance.config import load_config
+from appliance.config.host_checks import check_host
 from appliance.errors import ConfigError, MetadataAuthError
 from storage.metadata import open_store
 from storage.metadata.zk_auth import read_credentials

@@ -238,6 +238,51 @@ def room_cycles(graph: dict) -> list[list[str]]:
     return module_cycles(room_graph(graph))
 
 
+def _explained(lines: list[str], lineno: int) -> bool:
+    """A comment on the import's line, or on a line above it within its
+    group of imports (no blank line between): one reason serves a group."""
+    if "#" in lines[lineno - 1]:
+        return True
+    i = lineno - 2
+    while i >= 0:
+        text = lines[i].strip()
+        if text.startswith("#"):
+            return True
+        if not (text.startswith(("import ", "from ")) or text.endswith((",", "("))
+                or text == ")"):
+            return False
+        i -= 1
+    return False
+
+
+def unexplained_in_source(module: str, source: str) -> list[str]:
+    """``module:line function: import`` for each import of the project's
+    own modules inside a function with no reason written beside it."""
+    lines = source.splitlines()
+    found = []
+    for fn in ast.walk(ast.parse(source)):
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for node in ast.walk(fn):
+            if not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                     else [a.name for a in node.names])
+            own = (isinstance(node, ast.ImportFrom) and node.level) or any(
+                n.split(".")[0] in PACKAGES for n in names)
+            if own and not _explained(lines, node.lineno):
+                found.append(f"{module}:{node.lineno} {fn.name}: {ast.unparse(node)}")
+    return sorted(set(found))
+
+
+def unexplained_inner_imports(root: Path = ROOT) -> list[str]:
+    """``unexplained_in_source`` over every product module."""
+    found = []
+    for module, (path, _) in sorted(product_modules(root).items()):
+        found += unexplained_in_source(module, path.read_text())
+    return found
+
+
 def package_edges(graph: dict) -> dict[tuple[str, str], int]:
     """(from layer package, to layer package) -> number of module imports,
     with ``appliance`` split into its rooms (``appliance.client`` ...)."""
