@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import errno
 import os
+import subprocess
+import sys
 from dataclasses import MISSING, fields
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from appliance.config import (
     load_config,
     resolve_target,
 )
+from appliance.config import check_host as documented_check_host
 from appliance.config.host_checks import check_host, probe_direct_io
 from appliance.errors import ConfigError
 from appliance.protocol.entry import ENTRY_OVERHEAD_MAX
@@ -239,6 +242,18 @@ def test_host_check_passes_and_creates_nothing(tmp_path):
     before = sorted(tmp_path.rglob("*"))
     check_host(config)
     assert sorted(tmp_path.rglob("*")) == before  # probe files removed, no dirs made
+
+
+def test_check_host_is_importable_from_appliance_config_as_documented_without_kazoo():
+    assert documented_check_host is check_host  # docs/CONFIG.md's import works
+    code = ("import sys, appliance.config\n"
+            "print('kazoo' in sys.modules)\n"
+            "from appliance.config import check_host\n"
+            "print('kazoo' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True, cwd=Path(__file__).resolve().parents[1])
+    # a client imports appliance.config; only what checks hosts loads kazoo
+    assert out.stdout.split() == ["False", "True"], out.stdout + out.stderr
 
 
 def test_a_device_without_direct_io_is_refused_before_start(tmp_path):

@@ -44,8 +44,23 @@ from appliance.config.schema import (
     SupervisorConfig,
 )
 
+HOST_CHECKS = ("check_host", "nearest_existing", "probe_direct_io")
+
+
+def __getattr__(name: str):
+    """``check_host`` and the direct-I/O probe, importable from here as
+    documented (docs/CONFIG.md), loaded on first use."""
+    if name in HOST_CHECKS:
+        # on use: host_checks reads ZooKeeper credentials files (kazoo), which
+        # no client needs; a client imports appliance.config
+        from appliance.config import host_checks
+
+        return getattr(host_checks, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "SECTIONS", "ApplianceConfig", "AutoRecoveryConfig", "BookieConfig", "ClientConfig",
     "LogConfig", "MetadataConfig", "SecurityConfig", "ServerConfig", "StorageConfig",
-    "SupervisorConfig", "load_config", "parse_host_port", "resolve_target",
+    "SupervisorConfig", "load_config", "parse_host_port", "resolve_target", *HOST_CHECKS,
 ]
