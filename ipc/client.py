@@ -16,130 +16,54 @@ With ``io_thread=False`` there is no I/O thread: the thread that called
 no thread hand-off); its own calls act at once, other threads' calls go
 through the outbox and wake its ``step``, and ``wake()`` ends a wait.
 
-Guarantees and limits:
+This module is the transport's public face and its loop; the loop's state
+lives in two rooms, each with its own guarantees:
 
-* every request gets exactly one event: its reply, or ``BKTimeoutError`` at
-  its deadline, or ``BookieUnavailableError`` when its bookie disconnects,
-  is removed, or the transport closes; a reply arriving after that is
-  dropped and counted (``late_replies``);
+* ``ipc.request_table``: the requests outstanding and their deadlines;
+  every request gets exactly one ``Event`` (reply, timeout, or failure),
+  late and bad replies are counted, ``raw_replies``;
+* ``ipc.bookie_connections``: one DEALER per bookie: reconnects, heartbeats
+  and silent peers, socket identities, CURVE and refused handshakes.
+
+Guarantees and limits held here:
+
 * at most ``inflight_per_bookie_max`` requests per bookie are outstanding;
   a slot is freed when the request's event is *delivered* (callback
   returned / ``next_events`` returned it), so the event queue is bounded by
   the same limit; ``send`` beyond it raises ``TooManyRequestsError``;
-* reconnect: ZeroMQ reconnects by itself (``reconnect_ivl_ms`` ..
-  ``reconnect_ivl_max_ms``).  A socket monitor tracks the connection: on a
-  disconnect the bookie's outstanding requests fail at once and its socket
-  is replaced, which discards anything still queued in it, so nothing sent
-  before the disconnect reaches a restarted bookie later.  Until the
-  reconnect completes, requests to that bookie fail fast.  Before the very
-  first connection, requests wait in the socket (bounded by their timeout);
-  once one of them times out still unconnected, the bookie is treated as
-  disconnected (``never_connected``): a host cut off before this client
-  ever reached it fails fast too.  With ``heartbeat_timeout_ms``, ZeroMQ
-  pings each bookie every quarter of it and a connection that stays silent
-  that long counts as a disconnect: a host cut off the network (no RST ever
-  arrives) is noticed even by a writer whose other bookies keep its ack
-  quorum; and a tcp bookie that sent nothing for that long when a request
-  to it times out is disconnected the same way (``silent``: ZeroMQ's
-  heartbeat can miss a dead peer while a stream of sends keeps its output
-  blocked).
-* identities: each DEALER gets ``<identity>-<n>`` (n counts sockets), so a
-  replacement socket never collides with a route the bookie still holds;
-* CURVE (``ipc.curve``): given ``curve_keys``, a bookie added with a
-  ``server_key`` on a tcp endpoint is reached over CURVE (encrypted; its
-  key verified; ours presented).  Such a connection counts as up only once
-  its handshake succeeded.  A handshake the bookie refuses (our key is not
-  authorized, or it wants CURVE and we have no key) fails the bookie's
-  outstanding requests with ``UnauthorizedError`` and so does every request
-  until a retry: ZeroMQ does not reconnect after a refused handshake, so a
-  send at least ``reconnect_ivl_max_ms`` after the refusal opens a fresh
-  socket and tries once more (at most one handshake per bookie per
-  interval).  ``refused_bookies()`` names the bookies refusing us;
-* a reply that does not decode completes its request (when its request id
-  is readable) with the decoder's error code and is counted (``bad_replies``);
-* ``raw_replies``: replies are not decoded here; a reply is matched to its
-  request by the request id in its header and handed back as it came
-  (``Event.frames``: ZeroMQ's own frames, never copied into Python bytes,
-  ``status`` OK: the reply's own status is inside), for callers that decode
-  in batch themselves (the bulk reader's READ_PACKED replies).
+* ``close`` ends every outstanding request with ``BookieUnavailableError``
+  (delivered to the callback, or left for ``next_events``); a callback that
+  raises stops the transport from accepting work (counted,
+  ``callback_failures``) rather than losing events silently.
 """
 
 from __future__ import annotations
 
-import heapq
 import logging
 import os
-import struct
 import threading
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import zmq
 
 from appliance.protocol.errors import (
-    OK,
-    BadRequestError,
-    BKTimeoutError,
     BookieUnavailableError,
     ClientClosedError,
     TooManyRequestsError,
-    UnauthorizedError,
 )
-from ipc.curve import KeyPair, configure_client, is_tcp
-from ipc.frames import DEFAULT_LIMITS, WireLimits, salvage_ids
-from ipc.replies import ErrorReply, LacReply, Reply, decode_reply
+from ipc.bookie_connections import BookieConnection, BookieConnections
+from ipc.curve import KeyPair
+from ipc.frames import DEFAULT_LIMITS, WireLimits
+from ipc.request_table import Event, RequestTable
 from ipc.requests import Request, encode_request
-from ipc.zmq_frames import recv_frames, send_frames
+from ipc.zmq_frames import recv_frames
+
+__all__ = ["Event", "Transport"]
 
 log = logging.getLogger(__name__)
-
-_MONITOR_EVENTS = (zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED
-                   | zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
-_REFUSED_EVENTS = zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-_ZERO_COPY_BYTES_MIN = 64 * 1024
-
-
-_MONITOR_HEAD = struct.Struct("=Hi")  # zmq_socket_monitor: event (16 bits), value (32 bits)
-
-
-def _monitor_event(frames: list[bytes]) -> int:
-    """The event number of a socket monitor message (its first frame; the
-    second names the endpoint).  ``zmq.utils.monitor`` would do the same,
-    but importing it imports asyncio: thousands of objects more in every
-    client's heap for every full garbage collection to scan."""
-    return _MONITOR_HEAD.unpack_from(frames[0])[0]
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    """The outcome of one request.  ``status`` is OK or an error code;
-    ``reply`` is the decoded reply (None for timeouts and local failures);
-    ``frames``: a raw reply's ``zmq.Frame`` s (``raw_replies`` only)."""
-
-    bookie_id: str
-    request_id: int
-    op: int
-    status: int
-    reply: Reply | None = None
-    frames: list | None = None
-
-
-class _Conn:
-    __slots__ = ("bookie_id", "endpoint", "server_key", "sock", "monitor", "state", "retry_at_s",
-                 "heard_s")
-
-    def __init__(self, bookie_id: str, endpoint: str, server_key: bytes | None = None):
-        self.bookie_id = bookie_id
-        self.endpoint = endpoint
-        self.server_key = server_key  # CURVE: the bookie's public key (tcp only)
-        self.sock = None
-        self.monitor = None
-        self.state = "connecting"  # -> up <-> down; -> refused (CURVE) -> connecting
-        self.retry_at_s = 0.0
-        self.heard_s = 0.0  # when a frame last arrived from it (or it connected)
 
 
 class Transport:
@@ -206,7 +130,7 @@ class Transport:
             if not self._on_owner():
                 self._post(("add", bookie_id, endpoint, server_key))
                 return
-        self._io._add(bookie_id, endpoint, server_key)
+        self._io.add(bookie_id, endpoint, server_key)
 
     def remove_bookie(self, bookie_id: str) -> None:
         """Disconnect; its outstanding requests fail with BookieUnavailableError."""
@@ -217,7 +141,7 @@ class Transport:
             if not self._on_owner():
                 self._post(("remove", bookie_id))
                 return
-        self._io._remove(bookie_id)
+        self._io.remove(bookie_id)
 
     def send(self, bookie_id: str, request: Request, timeout_ms: int) -> int:
         """Queue ``request`` for ``bookie_id``; returns its request id (also set
@@ -242,7 +166,7 @@ class Transport:
             if not self._on_owner():
                 self._post(("send", bookie_id, rid, int(request.OP), deadline_s, frames))
                 return rid
-        self._io._send(bookie_id, rid, int(request.OP), deadline_s, frames)
+        self._io.send(bookie_id, rid, int(request.OP), deadline_s, frames)
         return rid
 
     # -- without an I/O thread (io_thread=False): the owner thread runs it -----
@@ -366,17 +290,25 @@ class Transport:
 
 
 class _IoLoop:
-    """Runs on the I/O thread; owns sockets, pending requests and deadlines."""
+    """Runs on the I/O thread: waits on the sockets and the wake-up pipe,
+    runs the outbox, drains replies into the request table, expires
+    deadlines and delivers the events.  The state is in its two parts:
+    ``requests`` (``RequestTable``) and ``connections``
+    (``BookieConnections``); hot paths call their bound methods directly."""
 
     def __init__(self, t: Transport):
         self.t = t
         self.poller = zmq.Poller()
         self.poller.register(t._wake_r, zmq.POLLIN)
-        self.conns: dict[str, _Conn] = {}
-        self.pending: dict[int, tuple[str, int]] = {}  # rid -> (bookie id, op)
-        self.deadlines: list[tuple[float, int]] = []
-        self.events: list[Event] = []
-        self.sockets_opened = 0
+        self.requests = RequestTable(t)
+        self.connections = BookieConnections(t, self.poller, self.requests.fail_pending)
+        self.requests.use_connections(self.connections)
+        self.conns = self.connections.conns  # bookie id -> BookieConnection
+        # bound once: the owner thread's calls and every reply go straight in
+        self.send = self.requests.send
+        self.add = self.connections.add
+        self.remove = self.connections.remove
+        self._on_reply = self.requests.on_reply
 
     def run(self) -> None:
         try:
@@ -388,10 +320,11 @@ class _IoLoop:
     def finish(self) -> None:
         """Close every socket; what was outstanding fails (delivered)."""
         for conn in list(self.conns.values()):
-            self._close_conn(conn)
-        self._fail_pending(None, BookieUnavailableError.code)
-        if self.events:
-            events, self.events = self.events, []
+            self.connections.close_conn(conn)
+        requests = self.requests
+        requests.fail_pending(None, BookieUnavailableError.code)
+        if requests.events:
+            events, requests.events = requests.events, []
             self.t._deliver(events)
 
     def step(self, timeout_ms: int) -> None:
@@ -399,39 +332,33 @@ class _IoLoop:
         emitted while delivering (a send that failed at once) are delivered
         too, so the owner never waits on work already done."""
         self._step(timeout_ms)
+        requests = self.requests
         for _ in range(64):  # bounded: each round is a reaction to the last
-            if not self.events:
+            if not requests.events:
                 break
-            events, self.events = self.events, []
+            events, requests.events = requests.events, []
             self.t._deliver(events)
 
     def _step(self, timeout_ms: int | None = None) -> bool:
-        wait_ms = self._poll_timeout_ms()
+        requests = self.requests
+        wait_ms = requests.poll_timeout_ms()
         if timeout_ms is not None:
             wait_ms = min(wait_ms, timeout_ms)
-        if self.events:  # the owner's own calls failed at once: no wait for those
+        if requests.events:  # the owner's own calls failed at once: no wait for those
             wait_ms = 0
         ready = dict(self.poller.poll(wait_ms))
         if self.t._wake_r in ready and self._take_outbox():
             return True
         for conn in list(self.conns.values()):
             if conn.monitor is not None and conn.monitor in ready:
-                self._on_monitor(conn)
+                self.connections.on_monitor(conn)
             if conn.sock is not None and conn.sock in ready:
                 self._drain(conn)
-        self._expire()
-        if self.events:
-            events, self.events = self.events, []
+        requests.expire()
+        if requests.events:
+            events, requests.events = requests.events, []
             self.t._deliver(events)
         return False
-
-    def _poll_timeout_ms(self) -> int:
-        while self.deadlines and self.deadlines[0][1] not in self.pending:
-            heapq.heappop(self.deadlines)
-        if not self.deadlines:
-            return self.t._poll_ms_max
-        wait_ms = (self.deadlines[0][0] - self.t.clock()) * 1000.0
-        return max(0, min(self.t._poll_ms_max, int(wait_ms) + 1))
 
     def _take_outbox(self) -> bool:
         """Run queued work; True when asked to close."""
@@ -445,160 +372,16 @@ class _IoLoop:
         for item in items:
             kind = item[0]
             if kind == "send":
-                self._send(*item[1:])
+                self.send(*item[1:])
             elif kind == "add":
-                self._add(*item[1:])
+                self.add(*item[1:])
             elif kind == "remove":
-                self._remove(item[1])
+                self.remove(item[1])
             elif kind == "close":
                 return True
         return False
 
-    # -- connections --------------------------------------------------------------
-    def _add(self, bookie_id: str, endpoint: str, server_key: bytes | None = None) -> None:
-        old = self.conns.get(bookie_id)
-        if self.t.curve_keys is None or not is_tcp(endpoint):
-            server_key = None  # ipc keeps filesystem permissions; no keys: plain
-        if old is not None:
-            if (old.endpoint, old.server_key) == (endpoint, server_key):
-                return
-            self._remove(bookie_id)
-        conn = _Conn(bookie_id, endpoint, server_key)
-        self._open_socket(conn)
-        self.conns[bookie_id] = conn
-
-    def _open_socket(self, conn: _Conn) -> None:
-        t = self.t
-        sock = t._ctx.socket(zmq.DEALER)
-        self.sockets_opened += 1  # unique per socket: a replacement never collides
-        sock.setsockopt(zmq.IDENTITY, b"%s-%d" % (t.identity, self.sockets_opened))
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.SNDHWM, t.inflight_per_bookie_max + 16)
-        sock.setsockopt(zmq.RCVHWM, 0)  # replies are bounded by in-flight requests
-        sock.setsockopt(zmq.RECONNECT_IVL, t._reconnect[0])
-        sock.setsockopt(zmq.RECONNECT_IVL_MAX, t._reconnect[1])
-        sock.setsockopt(zmq.MAXMSGSIZE, t.limits.frame_bytes_max + 4096)
-        if t._heartbeat_timeout_ms > 0:  # a peer silent this long is disconnected
-            sock.setsockopt(zmq.HEARTBEAT_IVL, max(1, t._heartbeat_timeout_ms // 4))
-            sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, t._heartbeat_timeout_ms)
-            sock.setsockopt(zmq.HEARTBEAT_TTL, t._heartbeat_timeout_ms)
-        if conn.server_key is not None:
-            configure_client(sock, t.curve_keys, conn.server_key)
-        monitor = sock.get_monitor_socket(_MONITOR_EVENTS)
-        try:
-            sock.connect(conn.endpoint)
-        except zmq.ZMQError:  # an endpoint ZeroMQ cannot use: leak no socket
-            sock.disable_monitor()
-            monitor.close(linger=0)
-            sock.close(linger=0)
-            raise
-        conn.sock, conn.monitor = sock, monitor
-        self.poller.register(sock, zmq.POLLIN)
-        self.poller.register(conn.monitor, zmq.POLLIN)
-
-    def _close_conn(self, conn: _Conn) -> None:
-        if conn.sock is None:
-            return
-        self.poller.unregister(conn.sock)
-        self.poller.unregister(conn.monitor)
-        conn.sock.disable_monitor()
-        conn.monitor.close(linger=0)
-        conn.sock.close(linger=0)
-        conn.sock = conn.monitor = None
-
-    def _remove(self, bookie_id: str) -> None:
-        conn = self.conns.pop(bookie_id, None)
-        if conn is not None:
-            self._close_conn(conn)
-        self._set_connected(bookie_id, False)
-        self._set_refused(bookie_id, None)
-        self._fail_pending(bookie_id, BookieUnavailableError.code)
-
-    def _on_monitor(self, conn: _Conn) -> None:
-        # CURVE: connected means handshake done; plain: the TCP/ipc connect
-        up_event = zmq.EVENT_HANDSHAKE_SUCCEEDED if conn.server_key else zmq.EVENT_CONNECTED
-        while conn.monitor is not None and conn.monitor.poll(0):
-            event = _monitor_event(conn.monitor.recv_multipart())
-            if event == up_event:
-                conn.state = "up"
-                conn.heard_s = self.t.clock()
-                self._set_connected(conn.bookie_id, True)
-                self._set_refused(conn.bookie_id, None)
-            elif event & _REFUSED_EVENTS:
-                self._on_refused(conn, event == zmq.EVENT_HANDSHAKE_FAILED_AUTH)
-            elif event == zmq.EVENT_DISCONNECTED and conn.state == "up":
-                self._on_disconnect(conn)
-
-    def _on_refused(self, conn: _Conn, by_zap: bool) -> None:
-        """The bookie refused our handshake: ZeroMQ will not reconnect, so the
-        socket is closed (dropping its queue) and reopened on a later send."""
-        self.t.counters["handshakes_refused"] += 1
-        if by_zap:
-            why = (f"bookie {conn.bookie_id} ({conn.endpoint}) refused this client's CURVE "
-                   f"key {self.t.curve_keys.public.decode()}: it is not in the bookie's "
-                   f"[security] authorized_keys_dir")
-        elif conn.server_key is None:
-            why = (f"bookie {conn.bookie_id} ({conn.endpoint}) refused the handshake: it "
-                   f"requires CURVE and this client has no key (set [security] curve = true "
-                   f"and key_file, or connect(..., curve_key_file=...))")
-        else:
-            why = (f"bookie {conn.bookie_id} ({conn.endpoint}) failed the CURVE handshake "
-                   f"(protocol error): its published server key may be stale")
-        was_up = conn.state == "up"
-        conn.state = "refused"
-        conn.retry_at_s = self.t.clock() + self.t._reconnect[1] / 1000.0
-        self._set_refused(conn.bookie_id, why)
-        if was_up:
-            self._set_connected(conn.bookie_id, False)
-        self._fail_pending(conn.bookie_id, UnauthorizedError.code)
-        self._close_conn(conn)
-
-    def _set_refused(self, bookie_id: str, why: str | None) -> None:
-        with self.t._cond:
-            if why is None:
-                self.t._refused.pop(bookie_id, None)
-            else:
-                if bookie_id not in self.t._refused:
-                    log.warning("%s", why)
-                self.t._refused[bookie_id] = why
-
-    def _on_disconnect(self, conn: _Conn, counter: str = "disconnects") -> None:
-        """Fail what was outstanding and replace the socket, dropping its queue."""
-        self.t.counters[counter] += 1
-        conn.state = "down"
-        self._set_connected(conn.bookie_id, False)
-        self._fail_pending(conn.bookie_id, BookieUnavailableError.code)
-        self._close_conn(conn)
-        self._open_socket(conn)
-
-    def _set_connected(self, bookie_id: str, up: bool) -> None:
-        with self.t._cond:
-            self.t._connected[bookie_id] = up
-
-    # -- requests -----------------------------------------------------------------
-    def _send(self, bookie_id: str, rid: int, op: int, deadline_s: float, frames) -> None:
-        conn = self.conns.get(bookie_id)
-        if conn is not None and conn.state == "refused":
-            if self.t.clock() < conn.retry_at_s:
-                self._emit(bookie_id, rid, op, UnauthorizedError.code)
-                return
-            conn.state = "connecting"  # try the handshake again, once per interval
-            self._open_socket(conn)
-        if conn is None or conn.state == "down":
-            self._emit(bookie_id, rid, op, BookieUnavailableError.code)
-            return
-        try:
-            # Zero-copy only pays for big frames; small ones are cheaper to copy.
-            copy = all(len(f) < _ZERO_COPY_BYTES_MIN for f in frames)
-            send_frames(conn.sock, frames, copy)
-        except zmq.Again:
-            self._emit(bookie_id, rid, op, TooManyRequestsError.code)
-            return
-        self.t.counters["sent"] += 1
-        self.pending[rid] = (bookie_id, op)
-        heapq.heappush(self.deadlines, (deadline_s, rid))
-
-    def _drain(self, conn: _Conn) -> None:
+    def _drain(self, conn: BookieConnection) -> None:
         for _ in range(self.t._drain_max):
             try:
                 frames = recv_frames(conn.sock)
@@ -606,81 +389,3 @@ class _IoLoop:
                 return
             conn.heard_s = self.t.clock()
             self._on_reply(conn.bookie_id, frames)
-
-    def _on_reply(self, bookie_id: str, frames: list) -> None:
-        if self.t.raw_replies:
-            self._on_raw_reply(bookie_id, frames)
-            return
-        try:
-            reply = decode_reply(frames, self.t.limits)
-        except BadRequestError as exc:
-            self.t.counters["bad_replies"] += 1
-            _, rid = salvage_ids(frames[0])
-            if self.pending.get(rid, ("",))[0] == bookie_id:
-                op = self.pending.pop(rid)[1]
-                self._emit(bookie_id, rid, op, exc.code)
-            return
-        rid = reply.request_id
-        pending = self.pending.get(rid)
-        if pending is None or pending[0] != bookie_id:
-            self.t.counters["late_replies"] += 1
-            return
-        del self.pending[rid]
-        bookie_id, op = pending
-        if reply.status == OK and _reply_op(reply) != op:
-            self.t.counters["bad_replies"] += 1
-            self._emit(bookie_id, rid, op, BadRequestError.code)
-            return
-        self.t.counters["replies"] += 1
-        self._emit(bookie_id, rid, op, reply.status, reply)
-
-    def _on_raw_reply(self, bookie_id: str, frames: list) -> None:
-        """``raw_replies``: match by the header's request id; the caller decodes."""
-        _, rid = salvage_ids(frames[0])
-        pending = self.pending.get(rid)
-        if pending is None or pending[0] != bookie_id:
-            self.t.counters["late_replies" if rid else "bad_replies"] += 1
-            return
-        del self.pending[rid]
-        self.t.counters["replies"] += 1
-        self._emit(bookie_id, rid, pending[1], OK, frames=frames)
-
-    def _expire(self) -> None:
-        now = self.t.clock()
-        while self.deadlines and self.deadlines[0][0] <= now:
-            _, rid = heapq.heappop(self.deadlines)
-            pending = self.pending.pop(rid, None)
-            if pending is not None:
-                self.t.counters["timeouts"] += 1
-                self._emit(pending[0], rid, pending[1], BKTimeoutError.code)
-                conn = self.conns.get(pending[0])
-                if conn is not None and conn.state == "connecting":
-                    self._on_disconnect(conn, "never_connected")
-                elif conn is not None and self._silent(conn, now):
-                    self._on_disconnect(conn, "silent")
-
-    def _silent(self, conn: _Conn, now: float) -> bool:
-        """A tcp bookie that sent nothing for the heartbeat timeout while a
-        request to it timed out: a host cut off the network.  (ZeroMQ's own
-        heartbeat can miss it while a stream of sends keeps its output
-        blocked.)  Local ipc bookies are left to the add-timeout resends."""
-        limit_ms = self.t._heartbeat_timeout_ms
-        return (limit_ms > 0 and conn.state == "up" and conn.endpoint.startswith("tcp://")
-                and (now - conn.heard_s) * 1000 >= limit_ms)
-
-    def _fail_pending(self, bookie_id: str | None, status: int) -> None:
-        for rid, (owner, op) in list(self.pending.items()):
-            if bookie_id is None or owner == bookie_id:
-                del self.pending[rid]
-                self._emit(owner, rid, op, status)
-
-    def _emit(self, bookie_id: str, rid: int, op: int, status: int, reply=None,
-              frames=None) -> None:
-        self.events.append(Event(bookie_id, rid, op, status, reply, frames))
-
-
-def _reply_op(reply: Reply) -> int:
-    if isinstance(reply, ErrorReply | LacReply):
-        return reply.op
-    return int(reply.OP)
-

@@ -2,7 +2,10 @@
 
 * ``client``: ``Client`` (``appliance.connect``): metadata, create / open /
   delete ledgers, recovery on open;
-* ``handles``: ``WriteHandle`` / ``ReadHandle``, each around one pure core;
+* ``write_handle`` / ``read_handle``: ``WriteHandle`` / ``ReadHandle``,
+  each around one pure core;
+* ``add_future``: ``AddFuture``, the future of one add (also the log
+  writer's records);
 * ``driver``: the one thread that runs the pure cores and the transport;
 * ``calls``: the waits and argument checks the blocking calls share;
 * ``bulk_read``: verified catch-up reads without an object per entry

@@ -1,8 +1,8 @@
 """What the client's blocking calls share: the wait for the driver thread
 (bounded by ``limits.CLIENT_CALL_TIMEOUT_S_MAX``), argument checks made
 before anything is sent, and ``Entry``, the read result.  Kept apart so
-``client`` and ``handles`` both import it and neither imports the other at
-module level."""
+``client`` and the handles (``write_handle``, ``read_handle``) import it
+and neither imports the other at module level."""
 
 from __future__ import annotations
 

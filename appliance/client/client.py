@@ -37,8 +37,9 @@ from concurrent.futures import Future
 from appliance.checks.digest import make_digest
 from appliance.client.calls import check_entry_id, wait_result
 from appliance.client.driver import Driver
-from appliance.client.handles import ReadHandle, WriteHandle
 from appliance.client.metrics import ClientMetrics
+from appliance.client.read_handle import ReadHandle
+from appliance.client.write_handle import WriteHandle
 from appliance.config import ClientConfig, LogConfig, resolve_target
 from appliance.curve import client_curve
 from appliance.errors import (

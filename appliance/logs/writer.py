@@ -31,8 +31,8 @@ import threading
 import time
 from concurrent.futures import Future
 
+from appliance.client.add_future import AddFuture, complete_futures
 from appliance.client.calls import wait_result
-from appliance.client.handles import AddFuture, complete_futures
 from appliance.errors import (
     BKError,
     ClientClosedError,

@@ -23,7 +23,7 @@ import pytest
 
 from appliance.checks.digest import master_key, password_hash
 from appliance.client.driver import Driver
-from appliance.client.handles import WriteHandle
+from appliance.client.write_handle import WriteHandle
 from appliance.config import ClientConfig
 from appliance.errors import OK
 from appliance.protocol.metadata import LedgerMetadata
@@ -141,7 +141,8 @@ def test_the_client_library_does_not_import_asyncio_or_the_bookie_storage_engine
     # what a client process imports stays in its heap, and every full
     # collection of the host application scans it
     code = ("import sys\n"
-            "import appliance.client.client, appliance.client.driver, appliance.client.handles\n"
+            "import appliance.client.client, appliance.client.driver\n"
+            "import appliance.client.write_handle, appliance.client.read_handle\n"
             "import appliance.meta.ledgers, appliance.meta.bookies, ipc.client, storage.metadata\n"
             "print(sorted(m for m in ('asyncio', 'storage.ledger_storage', 'storage.journal')\n"
             "             if m in sys.modules))\n")
