@@ -28,47 +28,49 @@ Threads: callers may use any thread (a lock serialises them; the intended
 user is one event loop); the journal writes from its own thread and a
 checkpointer thread runs ``checkpoint()`` every ``checkpoint_interval_s``
 or after ``checkpoint_bytes`` of adds.
+
+Where it lives: this module is the facade (open and format, the add path,
+durability tickets, close, stats); its other responsibilities are mixins,
+one module each: ``state_ops`` (fence, master key, limbo, explicit LAC,
+delete), ``read_ops`` (reads), ``checkpoint_ops`` (checkpoints, ``flush``,
+the checkpointer thread), ``space_ops`` (entry-log GC, compaction, disk
+usage).  The add path stays here, in one class, with no extra call per add.
 """
 
 from __future__ import annotations
 
 import heapq
-import logging
 import os
 import threading
-import time
 
 import numpy as np
 
 from appliance.protocol import limits
 from appliance.protocol.errors import BookieIOError, ClientClosedError, TooManyRequestsError
 
-from . import gc as entry_log_gc
 from . import journal_scan as js
 from . import storage_files as sf
+from .checkpoint_ops import CheckpointOps
 from .codec import (
     BLOCK_HEADER_BYTES,
     RECORD_HEADER_BYTES,
     build_block,
     build_ledger_block,
-    verify_record,
 )
 from .compaction import Compactor
-from .entry_log import list_logs, log_path
 from .entry_log_per_ledger import split_by_ledger
 from .index import Index
 from .options import StorageOptions
-from .read_path import fit_bytes, read_parts, read_rows
+from .read_ops import ReadOps
 from .recovery import unique_ledger_bytes
+from .space_ops import SpaceOps
 from .state_ops import StateOps
-
-log = logging.getLogger(__name__)
 
 _SEQ = (list, tuple)
 SMALL_BATCH_ENTRIES = 32  # up to this many entries, plain Python beats numpy's per-call cost
 
 
-class LedgerStorage(StateOps):
+class LedgerStorage(StateOps, ReadOps, SpaceOps, CheckpointOps):
     """See the module docstring.  Build with ``format`` once, then ``open``."""
 
     @classmethod
@@ -361,181 +363,6 @@ class LedgerStorage(StateOps):
             raise BookieIOError(f"journal failed: {self._journal.failure()}")
         return durable
 
-    # -- reads -----------------------------------------------------------------
-    def read_entry(self, ledger_id: int, entry_id: int) -> bytes:
-        """The exact bytes added.  An entry is readable as soon as it was added,
-        before its ticket is durable (readers only ask up to the LAC)."""
-        with self._lock:
-            self._check_open()
-            log_id, offset, length = self._index.locate(ledger_id, entry_id)
-            raw = self._logs.read_record(log_id, offset, RECORD_HEADER_BYTES + length)
-            self.counters["reads"] += 1
-            return bytes(verify_record(raw, ledger_id, entry_id, length,
-                                       f"entry log {log_id} offset {offset}"))
-
-    def read_entries(self, ledger_id: int, first: int, last: int) -> list[bytes]:
-        """Entries first..last (at most ``limits.STORAGE_READ_RUN_ENTRIES_MAX``);
-        raises on the first missing one."""
-        if first < 0 or last < first or last - first >= limits.STORAGE_READ_RUN_ENTRIES_MAX:
-            raise ValueError(f"read_entries range {first}..{last} is empty, negative or "
-                             f"longer than {limits.STORAGE_READ_RUN_ENTRIES_MAX}")
-        with self._lock:
-            self._check_open()
-            rows = self._index.locate_range(ledger_id, first, last)
-            self.counters["reads"] += len(rows)
-            return read_rows(self._logs, ledger_id, first, rows)
-
-    def read_entries_packed(self, ledger_id: int, first: int, last: int,
-                            bytes_max: int) -> tuple[list, np.ndarray]:
-        """The leading entries of first..last whose data adds up to at most
-        ``bytes_max`` (maybe none), each verified, not copied: buffers whose
-        concatenation is their data in order, and each entry's length."""
-        if first < 0 or last < first or last - first >= limits.STORAGE_READ_RUN_ENTRIES_MAX:
-            raise ValueError(f"read_entries_packed range {first}..{last} is empty, negative "
-                             f"or longer than {limits.STORAGE_READ_RUN_ENTRIES_MAX}")
-        with self._lock:
-            self._check_open()
-            rows = self._index.locate_range(ledger_id, first, last)
-            rows = rows[:fit_bytes(rows, bytes_max)]
-            self.counters["reads"] += len(rows)
-            parts = read_parts(self._logs, ledger_id, first, rows) if len(rows) else []
-            return parts, rows[:, 2].astype(np.int64)
-
-    def reclaim_entry_logs(self) -> tuple[list[int], int]:
-        """Remove entry logs that hold only deleted ledgers (``storage.gc``),
-        and compacted logs the snapshot on disk calls garbage
-        (``storage.compaction``); returns (removed log ids, bytes they held)."""
-        compacted, freed = self._compactor.remove_garbage()
-        removed, nbytes = entry_log_gc.reclaim_entry_logs(self)
-        if removed or compacted:
-            self._disk_cache = None
-        return sorted(removed + compacted), nbytes + freed
-
-    def compact(self, major: bool = False, rotate_active: bool = True) -> dict:
-        """Compact now, in this thread (``storage.compaction``): rewrite sealed
-        entry logs whose live share is under the minor (or major) threshold,
-        then remove them once the switch is durable.  ``rotate_active`` seals
-        the active log first so it is a candidate too.  Returns counts
-        (logs_compacted, entries_copied, bytes_copied, logs_removed,
-        bytes_reclaimed, seconds, ...)."""
-        return self._compactor.run(major, rotate_active)
-
-    def request_compaction(self, major: bool = False) -> int:
-        """Ask the compactor thread for a run now (active log rotated first);
-        done once ``compaction_status()["requests_done"]`` reaches the ticket."""
-        return self._compactor.request(major)
-
-    def compaction_status(self) -> dict:
-        """running, runs, progress of the current run, the last run's counts,
-        failures and the last error, totals given back."""
-        status = dict(self._compactor.status)
-        if status["progress"] is not None:
-            status["progress"] = dict(status["progress"])
-        return status
-
-    def disk_usage(self, max_age_s: float = 1.0) -> dict:
-        """Entry-log accounting: files and their bytes, live bytes (records
-        the index points at), garbage (the rest: deleted or overwritten
-        entries, file headers and padding), open (written) logs.  Live bytes
-        come from the index's per-ledger counts (O(ledgers): INFO is asked
-        every second by the supervisor); the files are listed and sized at
-        most once per ``max_age_s``."""
-        now = time.monotonic()
-        if self._disk_cache is not None and now - self._disk_cache[0] < max_age_s:
-            return dict(self._disk_cache[1])
-        with self._lock:
-            self._check_open()
-            live_bytes = self._index.data_bytes() + RECORD_HEADER_BYTES * self._index.entry_count()
-        files = total = 0
-        for log_id in list_logs(self.ledger_dir):
-            try:
-                total += os.stat(log_path(self.ledger_dir, log_id)).st_size
-                files += 1
-            except FileNotFoundError:
-                continue
-        out = {"entry_logs": files, "open_logs": getattr(self._logs, "open_log_count", 1),
-               "entry_log_bytes": total, "live_bytes": live_bytes,
-               "garbage_bytes": max(0, total - live_bytes)}
-        self._disk_cache = (now, out)
-        return dict(out)
-
-    # -- checkpoints -----------------------------------------------------------
-    def checkpoint(self) -> None:
-        """Sync entry logs, persist the index, free journal segments before it.
-
-        Adds and reads go on meanwhile: the storage lock is held only to take
-        the marks, hand the entry-log buffer over and freeze the index (no
-        I/O waits); the syncs, the snapshot write and the segment deletion run
-        outside it.  Crash safety: the snapshot (seq S, journal mark M,
-        entry-log mark P) is written only after every block before P is
-        durable, and M is where the journal was durable when S was taken, so
-        every record after M either has a seq above S (replayed) or is covered
-        by the snapshot (skipped: replay ignores seq <= S)."""
-        with self._checkpoint_lock:
-            with self._lock:
-                self._check_open()
-            self._checkpoint_locked()
-
-    def _checkpoint_locked(self) -> None:
-        """The checkpoint; the caller holds ``_checkpoint_lock`` (one at a time)."""
-        t0 = time.monotonic()
-        self._journal.request_flush()  # without the lock: adds go on while the group syncs
-        self._journal.wait_durable(self._journal_seq)
-        with self._lock:
-            self._check_usable(closing_ok=True)
-            try:
-                mark = self._journal.position  # durable: adds after it have seq > S or are in it
-                sync = self._logs.begin_sync()
-                meta = sf.snapshot_meta(self, mark)
-                frozen = self._index.freeze()
-            except BaseException as exc:
-                self._failure = exc
-                raise
-            self._bytes_since_checkpoint = 0
-        try:
-            self._logs.finish_sync(sync)
-            sf.save_snapshot(self, meta, frozen)
-            with self._lock:
-                self._persisted = (frozenset(frozen.ledgers), meta["entry_log_mark"][0])
-                self._persisted_garbage = set(meta["garbage_logs"])
-            self._journal.delete_segments_before(mark[0])
-        except BaseException as exc:
-            self._failure = exc
-            raise
-        finally:
-            with self._lock:
-                self._index.thaw()
-        self.counters["checkpoints"] += 1
-        self.counters["checkpoint_s_total"] += time.monotonic() - t0
-
-    def flush(self) -> None:
-        """Make everything added so far durable (also in no-journal mode)."""
-        with self._lock:
-            self._check_usable()
-            self._logs.sync()
-            self._journal.request_flush()
-            self._journal.wait_durable(self._journal_seq)
-
-    def _start_checkpointer(self) -> None:
-        self._checkpointer = threading.Thread(target=self._checkpoint_loop,
-                                              name="checkpointer", daemon=True)
-        self._checkpointer.start()
-        self._compactor.start()
-
-    def _checkpoint_loop(self) -> None:
-        while not self._closed:
-            self._wait_checkpoint_due()
-            if self._closed or self._failure is not None:
-                return
-            try:
-                self.checkpoint()
-            except ClientClosedError:
-                return
-            except Exception:  # noqa: BLE001 - recorded in _failure, reported to callers
-                log.exception("checkpoint of %s failed; storage stops accepting writes",
-                              self.ledger_dir)
-                return
-
     # -- lifecycle -------------------------------------------------------------
     def close(self) -> None:
         """Checkpoint, stop threads, close files, write the clean marker.  After a
@@ -579,12 +406,6 @@ class LedgerStorage(StateOps):
             self._closed = True
         self._shutdown(keep_unsynced=False)
         sf.release_locks(self)
-
-    def _stop_checkpointer(self) -> None:
-        self._compactor.stop()
-        self._checkpoint_wake.set()
-        if self._checkpointer is not None and self._checkpointer is not threading.current_thread():
-            self._checkpointer.join()
 
     def _release_after_failed_open(self) -> None:
         self._closed = True

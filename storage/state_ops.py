@@ -12,7 +12,6 @@ Recovery re-applies the same records through ``_apply_state_record``.
 from __future__ import annotations
 
 import struct
-import time
 
 from appliance.protocol import limits
 from appliance.protocol.errors import UnauthorizedError
@@ -224,28 +223,6 @@ class StateOps:
             except BaseException as exc:
                 self._failure = exc
                 raise
-
-    def _wait_checkpoint_due(self) -> None:
-        """The checkpointer's wait: the interval or a wake-up; in per-ledger
-        mode it also wakes every ``entry_log_idle_ms / 2`` to rotate idle logs."""
-        interval_s = self.options.checkpoint_interval_s
-        if not self.options.entry_log_per_ledger:
-            self._checkpoint_wake.wait(interval_s)
-            self._checkpoint_wake.clear()
-            return
-        deadline = time.monotonic() + interval_s
-        tick_s = max(self.options.entry_log_idle_ms / 2000.0, 0.005)
-        while not self._closed:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return
-            if self._checkpoint_wake.wait(min(remaining, tick_s)):
-                self._checkpoint_wake.clear()
-                return
-            try:
-                self.expire_idle_logs()
-            except Exception:  # noqa: BLE001 - recorded in _failure; the loop reports it
-                return
 
     # -- replay -------------------------------------------------------------------
     def _apply_state_record(self, rtype: int, seq: int, body: bytes) -> None:

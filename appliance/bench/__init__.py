@@ -5,6 +5,8 @@ appliance itself).
   writer (start, poll until ready, stop), for the benches and the tests;
 * ``ledgers``: ``bkctl bench write|read``: durable adds and catch-up reads
   through the client binding, against a temporary appliance or a running one;
+  its client processes' body is ``ledgers_client``, its results and plot
+  ``ledgers_results``;
 * ``metadata``: ``bkctl bench metadata``: the CAS stores, SQLite against a
   real ZooKeeper;
 * ``spark``: ``bkctl bench spark``: the Spark data source against Parquet;

@@ -1,0 +1,82 @@
+"""Disk space of LedgerStorage: entry-log GC, compaction and disk usage.
+
+The work is done elsewhere: ``storage.gc`` removes entry logs that hold only
+deleted ledgers, ``storage.compaction`` rewrites sparse sealed logs and
+removes them once the switch is durable (only logs the snapshot on disk
+calls garbage).  This mixin is the facade's door to them and the
+accounting the supervisor asks for every second (``disk_usage``, cached).
+Nothing here changes what a read returns.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from . import gc as entry_log_gc
+from .codec import RECORD_HEADER_BYTES
+from .entry_log import list_logs, log_path
+
+
+class SpaceOps:
+    """Mixin of LedgerStorage over ``self._compactor``, ``self._index``,
+    ``self._lock`` and ``self._disk_cache``."""
+
+    def reclaim_entry_logs(self) -> tuple[list[int], int]:
+        """Remove entry logs that hold only deleted ledgers (``storage.gc``),
+        and compacted logs the snapshot on disk calls garbage
+        (``storage.compaction``); returns (removed log ids, bytes they held)."""
+        compacted, freed = self._compactor.remove_garbage()
+        removed, nbytes = entry_log_gc.reclaim_entry_logs(self)
+        if removed or compacted:
+            self._disk_cache = None
+        return sorted(removed + compacted), nbytes + freed
+
+    def compact(self, major: bool = False, rotate_active: bool = True) -> dict:
+        """Compact now, in this thread (``storage.compaction``): rewrite sealed
+        entry logs whose live share is under the minor (or major) threshold,
+        then remove them once the switch is durable.  ``rotate_active`` seals
+        the active log first so it is a candidate too.  Returns counts
+        (logs_compacted, entries_copied, bytes_copied, logs_removed,
+        bytes_reclaimed, seconds, ...)."""
+        return self._compactor.run(major, rotate_active)
+
+    def request_compaction(self, major: bool = False) -> int:
+        """Ask the compactor thread for a run now (active log rotated first);
+        done once ``compaction_status()["requests_done"]`` reaches the ticket."""
+        return self._compactor.request(major)
+
+    def compaction_status(self) -> dict:
+        """running, runs, progress of the current run, the last run's counts,
+        failures and the last error, totals given back."""
+        status = dict(self._compactor.status)
+        if status["progress"] is not None:
+            status["progress"] = dict(status["progress"])
+        return status
+
+    def disk_usage(self, max_age_s: float = 1.0) -> dict:
+        """Entry-log accounting: files and their bytes, live bytes (records
+        the index points at), garbage (the rest: deleted or overwritten
+        entries, file headers and padding), open (written) logs.  Live bytes
+        come from the index's per-ledger counts (O(ledgers): INFO is asked
+        every second by the supervisor); the files are listed and sized at
+        most once per ``max_age_s``."""
+        now = time.monotonic()
+        if self._disk_cache is not None and now - self._disk_cache[0] < max_age_s:
+            return dict(self._disk_cache[1])
+        with self._lock:
+            self._check_open()
+            live_bytes = self._index.data_bytes() + RECORD_HEADER_BYTES * self._index.entry_count()
+        files = total = 0
+        for log_id in list_logs(self.ledger_dir):
+            try:
+                total += os.stat(log_path(self.ledger_dir, log_id)).st_size
+                files += 1
+            except FileNotFoundError:
+                continue
+        out = {"entry_logs": files, "open_logs": getattr(self._logs, "open_log_count", 1),
+               "entry_log_bytes": total, "live_bytes": live_bytes,
+               "garbage_bytes": max(0, total - live_bytes)}
+        self._disk_cache = (now, out)
+        return dict(out)
+
