@@ -14,6 +14,7 @@ import sys
 
 import click
 
+from appliance.errors import UnauthorizedError
 from cli.common import (
     config_option,
     echo_json,
@@ -120,25 +121,36 @@ def _wait_all(futures: list, bar) -> None:
 @click.argument("ledger_id", type=int)
 @click.option("--first", type=int, default=0, show_default=True, help="First entry id.")
 @click.option("--last", type=int, default=None,
-              help="Last entry id (default: the last entry, or the LAC if open).")
+              help="Last entry id (default: the last entry; of an open ledger, the last "
+                   "add confirmed).")
 @password_option
-@click.option("--no-recovery", is_flag=True,
-              help="Do not fence or recover: read up to the last add confirmed.")
+@click.option("--recover", is_flag=True,
+              help="Fence and recover an open ledger first, then read it to its end: its "
+                   "writer can add no more (for a writer that died).")
+@click.option("--no-recovery", is_flag=True, hidden=True,
+              help="Accepted for old scripts; reading without recovery is the default.")
 @json_option
 @config_option
 @library_errors
-def read(ledger_id, first, last, password, no_recovery, as_json, config_path):
+def read(ledger_id, first, last, password, recover, no_recovery, as_json, config_path):
     """Print the entries of a ledger, one per line (--json: a JSON array with
     one object per entry, payload base64).
+
+    An open ledger is read up to its last add confirmed, and its writer
+    keeps writing undisturbed. With --recover an open ledger is fenced and
+    closed first, so its writer can add no more; use it for a ledger whose
+    writer died.
 
     \b
     Example:
       bkctl ledger read 7 --first 0 --last 99
-      bkctl ledger read 7 --no-recovery --json
+      bkctl ledger read 7 --json
+      bkctl ledger read 7 --recover
     """
+    del no_recovery  # the default now: kept so that old scripts still run
     with _connect(config_path) as bk:
-        rh = bk.open_ledger(ledger_id, password=password.encode(), recovery=not no_recovery)
-        last = rh.last_add_confirmed if last is None else last
+        rh = bk.open_ledger(ledger_id, password=password.encode(), recovery=recover)
+        last = _last_to_read(rh, ledger_id, last)
         out = sys.stdout.buffer
         if as_json:
             out.write(b"[")
@@ -154,6 +166,20 @@ def read(ledger_id, first, last, password, no_recovery, as_json, config_path):
         if as_json:
             out.write(b"\n]\n")
         out.flush()
+
+
+def _last_to_read(rh, ledger_id: int, last: int | None) -> int:
+    """``--last``, or the ledger's last readable entry; one clear line for
+    a ``--last`` past it."""
+    readable = rh.last_add_confirmed
+    if last is None:
+        return readable
+    if last > readable:
+        what = (f"ends at entry {readable}" if rh.metadata.state == "CLOSED" else
+                f"is open: its last add confirmed is {readable} (--recover reads it to its "
+                f"end, and stops its writer)")
+        raise click.ClickException(f"--last {last}: ledger {ledger_id} {what}")
+    return last
 
 
 def _format_entry(e, as_json: bool, index: int) -> bytes:
@@ -174,17 +200,24 @@ list_ = list_command(ledger, "ledger ids", _ledger_ids)
 
 @ledger.command()
 @click.argument("ledger_id", type=int)
+@password_options("The ledger's password: an open ledger's last add confirmed is read from "
+                  "its bookies with it (default: none).")
 @json_option
 @config_option
 @library_errors
-def meta(ledger_id, as_json, config_path):
+def meta(ledger_id, password, as_json, config_path):
     """Show a ledger's state, last entry, quorums and ensembles, with each
     fragment's hosts (as live bookies publish them; a bookie not up counts
     as its own host) and whether every write set is on distinct hosts.
 
+    An open ledger has no last entry yet (-1): its last add confirmed (the
+    last entry a reader can see now) is read from its bookies, without
+    disturbing its writer; a ledger with a password needs it for that.
+
     \b
     Example:
       bkctl ledger meta 7 --json
+      bkctl ledger meta 7 --password-file pw.txt
     """
     # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.protocol.placement import location_of, meets_rule
@@ -192,6 +225,17 @@ def meta(ledger_id, as_json, config_path):
     with _connect(config_path) as bk:
         md = bk.ledger_metadata(ledger_id)
         where = bk.driver.locations
+        lac, lac_note = md.last_entry_id, ""
+        if md.state != "CLOSED":
+            try:
+                with bk.open_ledger(ledger_id, password=password.encode(),
+                                    recovery=False) as rh:
+                    lac = rh.last_add_confirmed
+            except UnauthorizedError:
+                lac = None
+                lac_note = ("unknown (wrong password)" if password else
+                            "unknown: give the ledger's password (--password-file, "
+                            "$BKCTL_PASSWORD or --ask-password)")
     placement = [{"first_entry_id": first,
                   "hosts": [location_of(b, where).host for b in bookies],
                   "write_sets_on_distinct_hosts": meets_rule(bookies, md.write_quorum, where)}
@@ -200,6 +244,7 @@ def meta(ledger_id, as_json, config_path):
         "ledger_id": ledger_id,
         "state": md.state,
         "last_entry_id": md.last_entry_id,
+        "last_add_confirmed": lac,
         "ensemble_size": md.ensemble_size,
         "write_quorum": md.write_quorum,
         "ack_quorum": md.ack_quorum,
@@ -210,6 +255,7 @@ def meta(ledger_id, as_json, config_path):
         echo_json(doc)
         return
     click.echo(f"ledger {ledger_id}: {md.state}, last entry {md.last_entry_id}, "
+               f"last add confirmed {lac_note or lac}, "
                f"E{md.ensemble_size}/W{md.write_quorum}/A{md.ack_quorum}")
     for (first, bookies), place in zip(md.ensembles, placement, strict=True):
         spread = "distinct" if place["write_sets_on_distinct_hosts"] else "SHARED"
