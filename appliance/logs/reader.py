@@ -10,8 +10,10 @@ segments, tailing the in-progress one.
 * ``read()`` returns what is there at once; only when nothing is, it waits up
   to ``timeout_s`` for the first new record.  A reader resumed at
   ``last.dlsn.next()`` sees every later record once, with no gap.
-* A position before the log's truncation point is ``LogTruncatedError``
-  (also when a truncation overtakes a slow reader).
+* ``DLSN.FIRST`` (the default) is before every record: a reader from it
+  starts at the first record still there, after any truncation.  A
+  position inside the truncated range is ``LogTruncatedError`` (also when a
+  truncation overtakes a slow reader).
 """
 
 from __future__ import annotations
@@ -55,10 +57,8 @@ class LogReader:
             self._pos = self._txid_start(start_txid)
         else:
             self._pos = DLSN.parse(start) if start is not None else DLSN.FIRST
-            if start is not None:
-                self._md.check_readable(self._pos)
-            else:
-                self._pos = max(self._pos, self._md.truncated_before)
+            self._md.check_readable(self._pos)  # DLSN.FIRST: the first record still there
+            self._pos = max(self._pos, self._md.truncated_before)
         self._seg = None
         self._rh = None
         self._next_entry = 0

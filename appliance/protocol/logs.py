@@ -226,8 +226,12 @@ class LogMetadata:
         return done[-1] if done else None
 
     def check_readable(self, position: DLSN) -> None:
-        """``LogTruncatedError`` if ``position`` is before the truncation point."""
-        if position < self.truncated_before:
+        """``LogTruncatedError`` if ``position`` is inside the truncated range:
+        in a dropped segment, before the truncation point.  Segments are
+        numbered from 1, so a position in segment 0 (``DLSN.FIRST``) is before
+        every record, never inside the range: a reader from it starts at the
+        first record still there."""
+        if position.seq > 0 and position < self.truncated_before:
             raise LogTruncatedError(f"log {self.name}: position {position} was truncated "
                                     f"(records before {self.truncated_before} are gone)")
 

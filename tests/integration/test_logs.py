@@ -163,6 +163,8 @@ def test_truncate_drops_whole_segments_and_their_ledgers_and_delete_removes_the_
     with log.reader() as r:  # from the start: the first record kept
         records = _read_all(r, 200 - holding.first_txid + 1)
     assert records[0].txid == holding.first_txid and records[-1].payload == b"199"
+    with log.reader(start=DLSN.FIRST) as r:  # before every record: the first kept, too
+        assert r.read(max_records=1, timeout_s=30.0)[0].txid == holding.first_txid
 
     ledgers = [s.ledger_id for s in log.metadata().segments]
     bk.delete_log("trim")

@@ -107,6 +107,7 @@ def test_truncate_drops_whole_completed_segments_before_the_point_only():
     with pytest.raises(LogTruncatedError):
         cut.check_readable(DLSN(2, 0, 9))
     cut.check_readable(DLSN(3, 0, 0))
+    cut.check_readable(DLSN.FIRST)  # before every record: never inside the dropped range
     assert truncate(cut, DLSN(1, 0, 0)) == cut  # never backwards
     # past the in-progress segment: it stays
     everything = truncate(md, DLSN(9, 0, 0))
