@@ -51,13 +51,29 @@ def up(detach, config_path):
 
     make_dirs(config.run_path)
     log_path = config.run_path / "supervisor.log"
-    with open(log_path, "ab") as out:
+    with _open_owner_only(log_path) as out:
         proc = subprocess.Popen([sys.executable, "-m", "appliance.supervisor", "--config",
                                  str(config.path)], stdin=subprocess.DEVNULL, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     _wait_until_up(config, proc, log_path)
     click.echo(f"appliance up: {len(config.bookies)} bookies (supervisor pid {proc.pid}, "
                f"logs in {config.run_path})")
+
+
+def _open_owner_only(path: Path):
+    """``path`` opened for appending, 0600 whatever the umask (also when an
+    earlier run left it with a wider mode): every file the appliance writes
+    is its owner's only (docs/SECURITY.md)."""
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
+    from storage.aligned_io import FILE_MODE
+
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, FILE_MODE)
+    try:
+        os.fchmod(fd, FILE_MODE)
+    except OSError:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "ab")
 
 
 def _wait_until_up(config, proc, log_path: Path) -> None:
