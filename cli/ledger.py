@@ -14,7 +14,7 @@ import sys
 
 import click
 
-from appliance.errors import UnauthorizedError
+from appliance.errors import BKError, UnauthorizedError
 from cli.common import (
     config_option,
     echo_json,
@@ -236,6 +236,8 @@ def meta(ledger_id, password, as_json, config_path):
                 lac_note = ("unknown (wrong password)" if password else
                             "unknown: give the ledger's password (--password-file, "
                             "$BKCTL_PASSWORD or --ask-password)")
+            except BKError as exc:  # the metadata is still worth showing
+                lac, lac_note = None, f"unknown (its bookies: {type(exc).__name__})"
     placement = [{"first_entry_id": first,
                   "hosts": [location_of(b, where).host for b in bookies],
                   "write_sets_on_distinct_hosts": meets_rule(bookies, md.write_quorum, where)}
