@@ -11,7 +11,8 @@ segments, tailing the in-progress one.
   to ``timeout_s`` for the first new record.  A reader resumed at
   ``last.dlsn.next()`` sees every later record once, with no gap.
 * ``DLSN.FIRST`` (the default) is before every record: a reader from it
-  starts at the first record still there, after any truncation.  A
+  starts at the first record still there, also after a truncation made
+  before its first record was delivered.  A
   position inside the truncated range is ``LogTruncatedError`` (also when a
   truncation overtakes a slow reader).
 """
@@ -52,11 +53,14 @@ class LogReader:
         self._password = password
         self._md, self._version = logs.read_log(name)  # NoSuchLogError
         self._min_txid = None
+        self._at_start = False
         if start_txid is not None:
             self._min_txid = check_txid(start_txid)
             self._pos = self._txid_start(start_txid)
         else:
             self._pos = DLSN.parse(start) if start is not None else DLSN.FIRST
+            # from DLSN.FIRST, until a record is delivered: follow truncations
+            self._at_start = self._pos.seq == 0
             self._md.check_readable(self._pos)  # DLSN.FIRST: the first record still there
             self._pos = max(self._pos, self._md.truncated_before)
         self._seg = None
@@ -95,6 +99,7 @@ class LogReader:
             if taken < len(pending):
                 take = pending[taken:taken + max_records - len(out)]
                 out += take
+                self._at_start = False
                 self._taken = taken = taken + len(take)
                 if taken >= len(pending):
                     self._pending, self._taken = [], 0
@@ -149,7 +154,13 @@ class LogReader:
                     self._reopen(closed=True)
 
     def _check_position(self) -> None:
+        """``LogTruncatedError`` if the position was truncated; a reader from
+        ``DLSN.FIRST`` that has delivered nothing yet moves on to the first
+        record still there instead."""
         if self._pos < self._md.truncated_before:
+            if self._at_start:
+                self._pos = self._md.truncated_before
+                return
             raise LogTruncatedError(f"log {self.name!r}: position {self._pos} was truncated "
                                     f"while reading (records before "
                                     f"{self._md.truncated_before} are gone)")
@@ -171,8 +182,11 @@ class LogReader:
         except NoSuchLedgerError:  # deleted under us: truncated, or the log deleted
             self._seg = None
             self._refresh()
+            before = self._pos
             self._check_position()
-            raise
+            if self._pos == before:
+                raise
+            return self._segment()  # from the start: on to the first record kept
         self._next_entry = self._pos.entry_id
         return self._seg
 

@@ -152,8 +152,11 @@ def test_truncate_drops_whole_segments_and_their_ledgers_and_delete_removes_the_
     holding = md.segment(cut.seq)
     doomed = [s for s in md.segments if s.seq < cut.seq]
     assert doomed
+    early = log.reader()  # from the start, nothing read yet when the truncation comes
     dropped = log.truncate(before=cut)
     assert dropped == [s.seq for s in doomed]
+    with early:  # follows the truncation to the first record kept
+        assert early.read(max_records=1, timeout_s=30.0)[0].txid == holding.first_txid
     for seg in doomed:
         with pytest.raises(NoSuchLedgerError):
             bk.ledger_metadata(seg.ledger_id)
