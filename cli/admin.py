@@ -146,25 +146,47 @@ def down(config_path):
 @config_option
 @library_errors
 def status(as_json, config_path):
-    """Show each bookie: id, state (up/down/read-only), pid, endpoint, its
+    """Show each bookie: id, state (up/down/read-only), pid, endpoint, how
+    often the supervisor restarted it since `bkctl up`, how long its process
+    has run, how its last process ended (exit code or signal, and when), its
     placement labels (host, rack), disk use
     (bytes under its directories, and the fullest file system's used share:
     a bookie turns read-only at server.disk_usage_max), its entry logs (live
     bytes the index points at, garbage that compaction or GC can give back,
     files, open logs), and its ledgers in BP-46 limbo (repairing from peers;
     `bkctl bookie info ID` for details).  With zk:// metadata, the bookies
-    other hosts registered follow (local = false; disk use not shown).
+    other hosts registered follow (local = false; disk use, restarts,
+    uptime and last exit not shown: no supervisor of this host watches them).
+
+    Exit code 0 when every bookie of the config is serving (up or
+    read-only), 1 otherwise (the listing is printed either way), so a
+    script can use it as a health check.
 
     \b
     Example:
       bkctl status --json
+      bkctl status > /dev/null || echo "a bookie is down"
     """
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
+    from appliance.supervisor.supervisor import read_state
+
     config = _load(config_path)
-    rows = [_bookie_status(config, b) for b in config.bookies]
+    state, now_s = read_state(config), time.time()
+    rows = [_bookie_status(config, b, state, now_s) for b in config.bookies]
+    serving = all(r["state"] in ("up", "read-only") for r in rows)
     rows += _other_hosts_bookies(config)
     if as_json:
         echo_json({"config": str(config.path), "bookies": rows})
-        return
+    else:
+        _echo_status(rows)
+    if not serving:
+        click.get_current_context().exit(1)
+
+
+def _echo_status(rows: list[dict]) -> None:
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
+    from appliance.supervisor.runs import describe_exit
+
     for r in rows:
         used = r["fs_used"]
         limbo = f"  limbo={r['limbo_ledgers']}" if r["limbo_ledgers"] else ""
@@ -175,6 +197,14 @@ def status(as_json, config_path):
         click.echo(f"{r['id']:<12} {r['state']:<10} pid={r['pid'] or '-':<8} "
                    f"{r['endpoint']}  host={r['host']} rack={r['rack']}  {disk}"
                    f"  fs_used={'-' if used is None else f'{used:.0%}'}{logs}{limbo}")
+        if r["restarts"] is not None or r["uptime_s"] is not None:
+            uptime = "-" if r["uptime_s"] is None else f"{r['uptime_s']:.0f}s"
+            click.echo(f"{'':<12} restarts={_dash(r['restarts'])} uptime={uptime}"
+                       f"  last exit: {describe_exit(r['last_exit'])}")
+
+
+def _dash(value) -> str:
+    return "-" if value is None else str(value)
 
 
 def _other_hosts_bookies(config) -> list[dict]:
@@ -231,14 +261,18 @@ def _probe_row(bookie_id: str, endpoint: str, curve) -> dict:
             "entry_log_bytes": disk.get("entry_log_bytes"),
             "gc": (info or {}).get("gc"), "metrics_url": (info or {}).get("metrics_url"),
             "endpoint": endpoint, "journal_dir": None, "ledger_dir": None, "disk_bytes": None,
-            "local": True}
+            "restarts": None, "uptime_s": None, "last_exit": None, "local": True}
 
 
-def _bookie_status(config, b) -> dict:
+def _bookie_status(config, b, state: dict | None, now_s: float) -> dict:
+    """A bookie of this config: its INFO answer, disk use, and what the
+    supervisor's ``state`` file records of its runs."""
     # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.supervisor.probe import probe_curve
+    from appliance.supervisor.runs import supervision
 
-    return {**_probe_row(b.id, b.endpoint, probe_curve(config)), "host": b.host,
+    row = _probe_row(b.id, b.endpoint, probe_curve(config))
+    return {**row, **supervision(state, b.id, row["pid"], now_s), "host": b.host,
             "rack": b.rack, "journal_dir": str(b.journal_dir),
             "ledger_dir": str(b.ledger_dir),
             "disk_bytes": _du(b.journal_dir) + _du(b.ledger_dir)}

@@ -8,6 +8,8 @@ is non-zero when any ledger was skipped or failed.
 
 from __future__ import annotations
 
+import time
+
 import click
 
 from appliance.errors import BKError
@@ -131,7 +133,10 @@ def underreplicated_(as_json, config_path):
 @library_errors
 def info_(bookie_id, as_json, config_path):
     """Show BOOKIE_ID's identity and BP-46 state: the cookie on its disks and
-    in the metadata store, whether it is up, why its last boot fenced its
+    in the metadata store, whether it is up (with its pid, how often the
+    supervisor restarted it since `bkctl up`, how long its process has run,
+    and how its last process ended: exit code or signal, and when), why its
+    last boot fenced its
     ledgers (if it did), how many ledgers are in limbo and the repair's
     progress (entries and bytes copied, ledgers waiting to retry and why),
     and what it has served since it started (adds, reads, fences,
@@ -160,6 +165,8 @@ def _gather_info(config, bookie_id: str) -> dict:
     metadata store, and what the bookie says about itself if it is up."""
     # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.supervisor.probe import bookie_info, probe_curve
+    from appliance.supervisor.runs import supervision
+    from appliance.supervisor.supervisor import read_state
     from storage import cookie as ck
 
     spec = config.bookie(bookie_id)
@@ -172,6 +179,8 @@ def _gather_info(config, bookie_id: str) -> dict:
                       "matches": all(d.get("instance_id") == meta_instance
                                      for d in disks.values())},
            "pending_possible_loss": (pending or {}).get("reasons"),
+           "pid": (live or {}).get("pid"),
+           **supervision(read_state(config), bookie_id, (live or {}).get("pid"), time.time()),
            "limbo_ledgers": None, "boot": None, "repair": None, "gc": None, "counters": None}
     if live:
         out["limbo_ledgers"] = (live.get("storage") or {}).get("limbo_ledgers")
@@ -217,8 +226,15 @@ def _metadata_instance_id(config, bookie_id: str):
 
 
 def _echo_identity(info: dict) -> None:
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
+    from appliance.supervisor.runs import describe_exit
+
     cookie = info["cookie"]
     click.echo(f"{info['id']}: {info['state']} ({info['endpoint']})")
+    uptime = "-" if info["uptime_s"] is None else f"{info['uptime_s']:.0f}s"
+    click.echo(f"  pid={info['pid'] or '-'} uptime={uptime} restarts="
+               f"{'-' if info['restarts'] is None else info['restarts']}"
+               f"  last exit: {describe_exit(info['last_exit'])}")
     for name, d in cookie["disks"].items():
         click.echo(f"  {name:<12} {d['path']}  instance={d.get('instance_id') or d.get('error')}")
     click.echo(f"  metadata cookie instance={cookie['metadata_instance_id']}"

@@ -23,8 +23,10 @@ Guarantees:
   down (logged), so a broken disk does not spin.
 * SIGTERM / SIGINT: every bookie gets SIGTERM (clean shutdown: checkpoint
   and marker), then SIGKILL after ``stop_timeout_ms``.
-* ``<run_dir>/supervisor.json`` names the supervisor and bookie pids, for
-  ``bkctl down`` / ``status``; a second supervisor on the same config is
+* ``<run_dir>/supervisor.json`` (owner-only, replaced atomically) names the
+  supervisor and bookie pids, for ``bkctl down`` / ``status``, and each
+  bookie's runs (``runs.py``: restarts since ``bkctl up``, when its process
+  started, how the last one ended); a second supervisor on the same config is
   refused while the first lives, and bookies left running by a supervisor
   that died are adopted, not started twice.
 """
@@ -48,8 +50,9 @@ from appliance.config import load_config
 from appliance.config.host_checks import check_host
 from appliance.errors import BKError, ConfigError
 from appliance.supervisor.probe import bookie_info, probe_curve
+from appliance.supervisor.runs import exit_record
 from storage import LedgerStorage
-from storage.aligned_io import make_dirs
+from storage.aligned_io import make_dirs, write_file_atomic
 
 log = logging.getLogger("appliance.supervisor")
 
@@ -124,7 +127,10 @@ class _Bookie:
         self.cpus = list(spec.cpus)  # empty: not pinned (may use any allowed CPU)
         self.popen: subprocess.Popen | None = None
         self.pid: int | None = None
-        self.restarts: list[float] = []
+        self.restarts: list[float] = []  # restart times within restart_window_ms
+        self.restart_count = 0  # every restart since this supervisor started
+        self.started_at: float | None = None  # wall clock (epoch s) of the current process
+        self.last_exit: dict | None = None  # runs.exit_record of the last process
         self.next_start_s = 0.0
         self.backoff_ms = 0
         self.last_answer_s = 0.0
@@ -141,9 +147,10 @@ class _Bookie:
 class Supervisor:
     """See the module docstring.  ``run()`` blocks until ``stop()``."""
 
-    def __init__(self, config, *, clock=time.monotonic):
+    def __init__(self, config, *, clock=time.monotonic, wall_clock=time.time):
         self.config = config
         self.clock = clock
+        self.wall_clock = wall_clock  # epoch seconds: start and exit times users see
         self.sup = config.supervisor
         self.bookies = [_Bookie(b, i) for i, b in enumerate(config.bookies)]
         self._stop = threading.Event()
@@ -165,6 +172,7 @@ class Supervisor:
             if pid_alive(pid, b.spec.id):
                 b.pid = pid  # left running by a supervisor that died: adopt it
                 b.started_s = b.last_answer_s = self.clock()
+                b.started_at = _create_time(pid) or self.wall_clock()
                 log.info("adopted running bookie %s (pid %d)", b.spec.id, pid)
 
     def start_all(self) -> None:
@@ -181,6 +189,7 @@ class Supervisor:
                                        stderr=subprocess.STDOUT, start_new_session=True)
         b.pid = b.popen.pid
         b.started_s = b.last_answer_s = self.clock()
+        b.started_at = self.wall_clock()
         b.serving = False  # judged by start_timeout_ms until it answers
         if b.cpus:
             try:
@@ -192,10 +201,12 @@ class Supervisor:
     def _write_state(self) -> None:
         doc = {"pid": os.getpid(), "started": psutil.Process().create_time(),
                "config": str(self.config.path),
-               "bookies": {b.spec.id: b.pid for b in self.bookies if b.pid}}
-        tmp = state_path(self.config).with_suffix(".tmp")
-        tmp.write_text(json.dumps(doc, sort_keys=True))
-        os.replace(tmp, state_path(self.config))
+               "bookies": {b.spec.id: b.pid for b in self.bookies if b.pid},
+               "runs": {b.spec.id: {"pid": b.pid, "started_at": b.started_at,
+                                    "restarts": b.restart_count, "last_exit": b.last_exit,
+                                    "given_up": b.given_up} for b in self.bookies}}
+        write_file_atomic(str(state_path(self.config)),
+                          [json.dumps(doc, sort_keys=True).encode()], fsync_parent=False)
 
     # -- watch ------------------------------------------------------------------
     def run(self) -> None:
@@ -242,24 +253,30 @@ class Supervisor:
             self._kill(b)
 
     def _maybe_restart(self, b: _Bookie, now: float) -> bool:
+        """Restart a bookie that exited, after its backoff; True when the
+        state file needs writing (an exit seen, or a new process)."""
+        changed = False
         if b.next_start_s == 0.0:
             code = b.popen.returncode if b.popen is not None else None
+            b.last_exit, b.pid, b.started_at = exit_record(code, self.wall_clock()), None, None
+            changed = True
             b.restarts = [t for t in b.restarts if now - t < self.sup.restart_window_ms / 1000]
             if len(b.restarts) >= self.sup.restarts_max:
                 b.given_up = True
                 log.error("bookie %s exited (code %s) %d times within %d ms: leaving it down; "
                           "see %s", b.spec.id, code, len(b.restarts), self.sup.restart_window_ms,
                           self.config.run_path / f"{b.spec.id}.log")
-                return False
+                return True
             b.backoff_ms = min(max(b.backoff_ms * 2, self.sup.restart_backoff_min_ms),
                                self.sup.restart_backoff_max_ms)
             b.next_start_s = now + b.backoff_ms / 1000.0
             log.warning("bookie %s exited (code %s); restarting in %d ms", b.spec.id, code,
                         b.backoff_ms)
         if now < b.next_start_s:
-            return False
+            return changed
         b.next_start_s = 0.0
         b.restarts.append(now)
+        b.restart_count += 1
         self._spawn(b)
         return True
 
@@ -287,6 +304,13 @@ class Supervisor:
         _signal(b.pid, signal.SIGKILL)
         if b.popen is not None:
             b.popen.wait()
+
+
+def _create_time(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
 
 
 def _signal(pid: int | None, sig: int) -> None:

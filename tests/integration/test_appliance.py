@@ -26,7 +26,9 @@ def _up(config: Path, seen: set[int]) -> None:
 def test_bkctl_end_to_end(appliance_config, short_tmp):
     config, seen = appliance_config
     _up(config, seen)
-    status = json.loads(bkctl("status", "--json", config=config).stdout)
+    shown = bkctl("status", "--json", config=config)
+    assert shown.returncode == 0, shown.stderr.decode()  # every bookie serves
+    status = json.loads(shown.stdout)
     assert [b["state"] for b in status["bookies"]] == ["up"] * 4
     assert all(b["pid"] and b["disk_bytes"] > 0 for b in status["bookies"])
     assert all(0.0 < b["fs_used"] < 1.0 for b in status["bookies"])
@@ -53,7 +55,9 @@ def test_bkctl_end_to_end(appliance_config, short_tmp):
     assert down.returncode == 0, down.stderr.decode()
     wait_for(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"
                              for p in seen), 30, what="every process stopped")
-    status = json.loads(bkctl("status", "--json", config=config).stdout)
+    shown = bkctl("status", "--json", config=config)
+    assert shown.returncode == 1  # a health check: nothing serves
+    status = json.loads(shown.stdout)
     assert [b["state"] for b in status["bookies"]] == ["down"] * 4
 
 

@@ -1,0 +1,134 @@
+"""What the supervisor records of each bookie's runs (restarts since `bkctl
+up`, start time, last exit) in its owner-only state file, and what `bkctl
+status` / `bkctl bookie info` make of it.  Injected clocks and a fake child
+process: no bookie runs here."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+
+import pytest
+
+from appliance.config import load_config
+from appliance.supervisor import runs
+from appliance.supervisor import supervisor as sup_mod
+from tests.support.launch import write_config
+
+WALL_T0 = 1_796_371_200.0  # 2026-12-04T08:00:00Z
+
+
+class Clock:
+    def __init__(self, now: float):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeChild:
+    """Popen's ``poll`` / ``returncode`` / ``wait``, ended by ``end(rc)``."""
+
+    def __init__(self, pid: int):
+        self.pid, self.returncode = pid, None
+
+    def poll(self):
+        return self.returncode
+
+    def end(self, returncode: int) -> None:
+        self.returncode = returncode
+
+    def wait(self):
+        return self.returncode
+
+
+@pytest.fixture
+def supervised(tmp_path, monkeypatch):
+    """A supervisor of one bookie whose spawns are fake children (pids 1000,
+    1001, ...), with a monotonic and a wall clock moved together."""
+    path = write_config(tmp_path, 1, quorums=(1, 1, 1),
+                        supervisor={"restart_backoff_min_ms": 100})
+    clock, wall = Clock(100.0), Clock(WALL_T0)
+    config = load_config(path)
+    sup = sup_mod.Supervisor(config, clock=clock, wall_clock=wall)
+    config.run_path.mkdir(parents=True, exist_ok=True)
+    monkeypatch.setattr(sup_mod, "bookie_info", lambda *a, **k: {"pid": 1})
+    children = []
+
+    def spawn(b):
+        b.popen = FakeChild(1000 + len(children))
+        children.append(b.popen)
+        b.pid, b.started_s, b.last_answer_s = b.popen.pid, clock.now, clock.now
+        b.started_at = wall.now
+
+    monkeypatch.setattr(sup, "_spawn", spawn)
+
+    def advance(seconds: float) -> None:
+        clock.now += seconds
+        wall.now += seconds
+
+    sup.start_all()
+    return sup, config, children, advance
+
+
+def _state(config) -> dict:
+    return sup_mod.read_state(config)
+
+
+def test_a_killed_bookie_is_counted_with_its_signal_and_time(supervised):
+    sup, config, children, advance = supervised
+    run = _state(config)["runs"]["bookie-1"]
+    assert (run["pid"], run["restarts"], run["last_exit"]) == (1000, 0, None)
+    assert run["started_at"] == WALL_T0
+
+    advance(5.0)
+    children[0].end(-signal.SIGKILL)
+    sup.watch_once()  # seen: recorded at once, restarted after the backoff
+    run = _state(config)["runs"]["bookie-1"]
+    assert run["last_exit"] == {"code": None, "signal": "SIGKILL",
+                                "at": "2026-12-04T08:00:05+00:00"}
+    assert (run["pid"], run["restarts"]) == (None, 0)
+
+    advance(0.2)
+    sup.watch_once()
+    run = _state(config)["runs"]["bookie-1"]
+    assert (run["pid"], run["restarts"], run["started_at"]) == (1001, 1, WALL_T0 + 5.2)
+    assert run["last_exit"]["signal"] == "SIGKILL"
+
+    advance(30.0)
+    children[1].end(3)
+    sup.watch_once()
+    assert _state(config)["runs"]["bookie-1"]["last_exit"] == {
+        "code": 3, "signal": None, "at": "2026-12-04T08:00:35+00:00"}
+
+
+def test_the_state_file_is_owner_only_and_keeps_the_pid_map(supervised):
+    _sup, config, _children, _advance = supervised
+    path = sup_mod.state_path(config)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    doc = json.loads(path.read_text())
+    assert doc["bookies"] == {"bookie-1": 1000}  # what `bkctl down` and adoption read
+    assert not path.with_suffix(".json.tmp").exists()
+
+
+def test_supervision_reads_the_record_of_the_live_process():
+    state = {"runs": {"b1": {"pid": 7, "started_at": WALL_T0, "restarts": 2,
+                             "last_exit": runs.exit_record(-9, WALL_T0 - 1)}}}
+    seen = runs.supervision(state, "b1", 7, WALL_T0 + 12.34)
+    assert seen == {"restarts": 2, "uptime_s": 12.3, "last_exit": {
+        "code": None, "signal": "SIGKILL", "at": "2026-12-04T07:59:59+00:00"}}
+    down = runs.supervision(state, "b1", None, WALL_T0 + 60)
+    assert (down["restarts"], down["uptime_s"]) == (2, None)
+    # no supervisor records it (started by hand), and it is not a process of this host
+    assert runs.supervision(None, "b1", None, WALL_T0) == {
+        "restarts": None, "uptime_s": None, "last_exit": None}
+
+
+def test_exits_read_as_people_say_them():
+    assert runs.describe_exit(None) == "-"
+    assert runs.describe_exit(runs.exit_record(-15, WALL_T0)) == \
+        "SIGTERM at 2026-12-04T08:00:00+00:00"
+    assert runs.describe_exit(runs.exit_record(2, WALL_T0)).startswith("code 2 at ")
+    assert "code unknown" in runs.describe_exit(runs.exit_record(None, WALL_T0))
