@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from appliance.errors import BKError
+from appliance.errors import BKError, UnauthorizedError
 
 DEFAULT_CONFIG = "configs/local.toml"
 
@@ -57,6 +57,27 @@ def client_knob_options(f):
              "collector costs with many ledgers.")(f)
 
 
+def _unauthorized_line(exc: UnauthorizedError, kwargs: dict) -> str:
+    """A refused password in the CLI's words: when the command was given no
+    password (``password`` "" or ``passwords`` empty, from
+    ``password_options``), the ledger or log needs one, and how to give it;
+    ``--force`` where the library says ``force=True``."""
+    given = kwargs.get("password", kwargs.get("passwords"))
+    if given is None or given:
+        return f"UnauthorizedError: {str(exc).replace('force=True', '--force')}"
+    if "ledger_id" in kwargs:
+        what = f"ledger {kwargs['ledger_id']}"
+    elif "name" in kwargs:
+        what = f"log {kwargs['name']}"
+    else:
+        what = "it"
+    line = (f"UnauthorizedError: {what} has a password and none was given: give it with "
+            f"--password-file, ${PASSWORD_ENV} or --ask-password")
+    if "force" in kwargs:
+        line += " (or --force to delete without it; logged)"
+    return line
+
+
 def library_errors(f):
     """Turn appliance errors into one line on stderr and a non-zero exit."""
 
@@ -64,6 +85,8 @@ def library_errors(f):
     def wrapper(*args, **kwargs):
         try:
             return f(*args, **kwargs)
+        except UnauthorizedError as exc:
+            raise click.ClickException(_unauthorized_line(exc, kwargs)) from exc
         except BKError as exc:
             raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
         except (OSError, ValueError, TypeError) as exc:

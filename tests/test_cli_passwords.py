@@ -8,7 +8,11 @@ import click
 import pytest
 from click.testing import CliRunner
 
+import cli.ledger as ledger_cli
+import cli.log as log_cli
+from appliance.errors import UnauthorizedError
 from cli.common import PASSWORD_ENV, password_options
+from cli.main import cli as bkctl
 
 
 @click.command()
@@ -80,3 +84,56 @@ def test_help_says_the_flag_is_visible_and_names_the_alternatives(args):
     out = CliRunner().invoke(cli, [*args, "--help"]).output
     assert "--password-file" in out and "--ask-password" in out and PASSWORD_ENV in out
     assert "visible to other local users" in " ".join(out.split())
+
+
+class _Refusing:
+    """A connection whose every call is refused with the library's own
+    words (the real messages of ``Client.delete_ledger`` / ``open_ledger``)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def delete_ledger(self, ledger_id, password, force=False):
+        if password is not None:
+            raise UnauthorizedError(f"wrong password for ledger {ledger_id}: not deleted")
+        raise UnauthorizedError(f"ledger {ledger_id} has a password: give it to delete "
+                                "(or force=True, the metadata owner's override); not deleted")
+
+    def open_ledger(self, ledger_id, password, recovery=False):
+        raise UnauthorizedError(f"wrong password for ledger {ledger_id}")
+
+    def log(self, name, password):
+        raise UnauthorizedError(f"wrong password for log {name}")
+
+
+@pytest.fixture
+def refusing(monkeypatch):
+    monkeypatch.setattr(ledger_cli, "_connect", lambda config_path: _Refusing())
+    monkeypatch.setattr(log_cli, "_connect", lambda config_path: _Refusing())
+    return lambda *args, env=None: CliRunner().invoke(
+        bkctl, list(args), env={PASSWORD_ENV: None, **(env or {})})
+
+
+def test_no_password_says_the_ledger_needs_one_and_how_to_give_it(refusing):
+    for args in (["ledger", "read", "7"], ["log", "read", "events"]):
+        result = refusing(*args)
+        assert result.exit_code == 1
+        line = result.output.strip()
+        assert "wrong password" not in line and "none was given" in line, line
+        assert "--password-file" in line and PASSWORD_ENV in line and "--ask-password" in line
+    assert "ledger 7 has a password" in refusing("ledger", "read", "7").output
+    # a password that was given and refused is still a wrong password
+    wrong = refusing("ledger", "read", "7", env={PASSWORD_ENV: "nope"})
+    assert wrong.exit_code == 1 and "wrong password for ledger 7" in wrong.output
+
+
+def test_a_delete_refusal_names_the_cli_flag_not_the_python_keyword(refusing):
+    result = refusing("ledger", "delete", "7")
+    assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1
+    assert "--force" in result.output and "force=True" not in result.output
+    assert "--password-file" in result.output
+    wrong = refusing("ledger", "delete", "7", env={PASSWORD_ENV: "nope"})
+    assert "wrong password for ledger 7: not deleted" in wrong.output

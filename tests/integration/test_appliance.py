@@ -248,6 +248,8 @@ def test_delete_needs_the_password_or_force(make_cluster):
             refused = bkctl("ledger", "delete", str(b.id), config=cluster.config_path,
                             text=True, env=env)
             assert refused.returncode != 0 and "Unauthorized" in refused.stderr
+            assert "force=True" not in refused.stderr  # the CLI's words: --force
+        assert "--force" in refused.stderr and "none was given" in refused.stderr
         assert bk.ledger_metadata(b.id).ledger_id == b.id
         forced = bkctl("ledger", "delete", str(b.id), "--force", config=cluster.config_path,
                        text=True, env={"BKCTL_PASSWORD": None})
