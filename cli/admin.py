@@ -23,7 +23,7 @@ def _load(config_path: str):
     return load_config(config_path)
 
 
-@click.command()
+@click.command(short_help="Start the appliance (foreground or --detach).")
 @click.option("--detach", is_flag=True,
               help="Start in the background; return once every bookie answers.")
 @config_option
@@ -106,7 +106,7 @@ def _last_line(path: Path) -> str:
     return lines[-1] if lines else "(empty log)"
 
 
-@click.command()
+@click.command(short_help="Stop the appliance started from the config.")
 @config_option
 @library_errors
 def down(config_path):
@@ -141,7 +141,7 @@ def down(config_path):
     click.echo("appliance stopped")
 
 
-@click.command()
+@click.command(short_help="Show each bookie and whether it serves.")
 @json_option
 @config_option
 @library_errors

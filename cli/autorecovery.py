@@ -22,13 +22,13 @@ def _store(config_path):
                               **config.metadata.store_options())
 
 
-@click.group()
+@click.group(short_help="Automatic re-replication of lost copies.")
 def autorecovery():
     """Automatic re-replication: the auditor marks ledgers that lost a
     replica, workers in the bookies copy them back (docs/OPERATIONS.md)."""
 
 
-@autorecovery.command()
+@autorecovery.command(short_help="Show auditor, maintenance switch and marks.")
 @json_option
 @config_option
 @library_errors
@@ -81,7 +81,7 @@ def _switch(config_path, enabled: bool) -> None:
                                   "disabled: no new copies start (marks are kept)"))
 
 
-@autorecovery.command()
+@autorecovery.command(short_help="Resume automatic re-replication.")
 @config_option
 @library_errors
 def enable(config_path):
@@ -95,7 +95,7 @@ def enable(config_path):
     _switch(config_path, True)
 
 
-@autorecovery.command()
+@autorecovery.command(short_help="Pause automatic re-replication.")
 @config_option
 @library_errors
 def disable(config_path):
@@ -110,7 +110,7 @@ def disable(config_path):
     _switch(config_path, False)
 
 
-@click.command()
+@click.command(short_help="Move every ledger off a live bookie.")
 @click.argument("bookie_id")
 @click.option("--timeout-s", type=click.FloatRange(min=1), default=3600.0, show_default=True,
               help="Give up waiting after this long (the copies go on).")

@@ -81,7 +81,7 @@ def _echo(doc: dict, rate_key: str, what: str) -> None:
         click.echo(f"plot  {doc['plot']}")
 
 
-@click.command("write")
+@click.command("write", short_help="Durable adds/s, MB/s, latency and CPU.")
 @click.option("--rate", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="Open loop: adds/s over all clients, latency from the scheduled send "
                    "time (0 = closed loop: keep --inflight adds in flight).")
@@ -126,7 +126,7 @@ def write(config_path, journal, plot_path, workdir, as_json, **kwargs):
     echo_json(doc) if as_json else _echo(doc, "adds_per_s", "write")
 
 
-@click.command("read")
+@click.command("read", short_help="Catch-up reads of a closed ledger.")
 @click.option("--read-batch", type=click.IntRange(1, 10_000), default=1000, show_default=True,
               help="Entries per ReadHandle.read call (latency is per call).")
 @click.option("--chunks", "read_chunks", is_flag=True, default=False,

@@ -10,7 +10,7 @@ from cli.common import echo_json, json_option, library_errors
 from cli.ledger import quorum_options
 
 
-@click.command("hosts")
+@click.command("hosts", short_help="Adds/s and latency across host namespaces.")
 @click.option("--entries", type=click.IntRange(min=1), default=20_000, show_default=True,
               help="Entries written (closed loop, one ledger).")
 @click.option("--size", type=click.IntRange(min=0), default=1024, show_default=True,

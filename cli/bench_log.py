@@ -9,7 +9,7 @@ import click
 from cli.common import echo_json, json_option, library_errors
 
 
-@click.command("log")
+@click.command("log", short_help="Write, catch-up read and tail a log.")
 @click.option("--size", "sizes", type=click.IntRange(min=8, max=1 << 20), multiple=True,
               default=(100,), show_default=True,
               help="Record size in bytes (repeat for several: --size 100 --size 1024).")

@@ -17,7 +17,7 @@ def _counts(_ctx, _param, text: str) -> list[int]:
     return counts
 
 
-@click.command("metadata")
+@click.command("metadata", short_help="CAS operations per second on metadata.")
 @click.option("--uri", "uris", multiple=True,
               help="Bench this store (repeatable). Default: a temporary SQLite file and a "
                    "temporary ZooKeeper server (from pyspark's jars).")

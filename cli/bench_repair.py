@@ -22,7 +22,7 @@ def _common(f):
     return f
 
 
-@click.command("repair")
+@click.command("repair", short_help="Time for a wiped bookie to repair itself.")
 @click.option("--mb", type=click.IntRange(min=1), default=1024, show_default=True,
               help="Data the repaired bookie lost (one E3/W3/A2 ledger of this size).")
 @_common
@@ -48,7 +48,7 @@ def repair(mb, entry_bytes, workdir, as_json):
                f"written in {doc['write_s']:.1f} s)")
 
 
-@click.command("boot")
+@click.command("boot", short_help="Boot time after a kill with unflushed data.")
 @click.option("--journal-mb", default="256,1024", show_default=True,
               help="Comma-separated unflushed journal sizes to crash with.")
 @_common
@@ -79,7 +79,7 @@ def boot(journal_mb, entry_bytes, workdir, as_json):
                    f"{r['boot_to_serving_s']:>6.2f} s")
 
 
-@click.command("autorecovery")
+@click.command("autorecovery", short_help="Time to re-replicate a lost bookie.")
 @click.option("--mb", type=click.IntRange(min=1), default=1024, show_default=True,
               help="Data on the lost bookie (one E3/W3/A2 ledger of this size).")
 @click.option("--delay-ms", type=click.IntRange(min=0), default=0, show_default=True,
@@ -107,7 +107,7 @@ def autorecovery(mb, delay_ms, entry_bytes, workdir, as_json):
                f"{doc['mb_per_s']:,.1f} MB/s")
 
 
-@click.command("reclaim")
+@click.command("reclaim", short_help="Time for a deleted ledger's space to return.")
 @click.option("--mb", type=click.IntRange(min=1), default=256, show_default=True,
               help="Bytes written (two interleaved E3/W3/A2 ledgers together).")
 @click.option("--keep", "keep_share", type=click.FloatRange(0.01, 0.9), default=0.1,

@@ -59,13 +59,13 @@ def _progress(as_json):
     return (lambda _line: None) if as_json else click.echo
 
 
-@click.group("scale")
+@click.group("scale", short_help="How the costs grow with size.")
 def scale():
     """Cost against size: ledgers written at once, ledgers stored, unflushed
     journal, metadata size, open handles (docs/PERFORMANCE.md "Scale")."""
 
 
-@scale.command("ledgers")
+@scale.command("ledgers", short_help="Adds/s and p99 against concurrent ledgers.")
 @_common("1,100,1000,10000")
 @click.option("--entries", type=click.IntRange(min=1), default=50_000, show_default=True,
               help="Adds per closed-loop point (at least one per ledger).")
@@ -94,7 +94,7 @@ def ledgers(points, plot_path, workdir, as_json, entries, rate, duration_s, gc_t
             "adds/s and p99 against ledgers written at once", as_json)
 
 
-@scale.command("stored")
+@scale.command("stored", short_help="Bookie boot time and RSS against ledgers.")
 @_common("1000,10000,100000,1000000")
 def stored(points, plot_path, workdir, as_json):
     """A bookie's boot-to-serving time and RSS against the ledgers it stores.
@@ -111,7 +111,7 @@ def stored(points, plot_path, workdir, as_json):
             "bookie boot and memory against ledgers stored", as_json)
 
 
-@scale.command("journal")
+@scale.command("journal", short_help="Boot time against the unflushed journal.")
 @_common("512,1024,2048,4096,8192")
 @click.option("--entry-bytes", type=click.IntRange(min=1), default=65536, show_default=True,
               help="Payload bytes per entry.")
@@ -130,7 +130,7 @@ def journal(points, plot_path, workdir, as_json, entry_bytes):
             "boot against unflushed journal at a crash", as_json)
 
 
-@scale.command("metadata")
+@scale.command("metadata", short_help="Metadata times against ledgers stored.")
 @_common("1000,10000,100000")
 @click.option("--backend", type=click.Choice(["all", "sqlite", "zk"]), default="all",
               show_default=True, help="Stores to measure (zk: a temporary ZooKeeper).")
@@ -150,7 +150,7 @@ def metadata(points, plot_path, workdir, as_json, backend):
             "metadata cost against ledgers stored", as_json, by="backend")
 
 
-@scale.command("handles")
+@scale.command("handles", short_help="Client RSS against open write handles.")
 @_common("100,1000,10000")
 def handles(points, plot_path, workdir, as_json):
     """The client's RSS against its open write handles (KB per handle).

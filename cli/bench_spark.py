@@ -18,7 +18,7 @@ def _sizes(ctx, param, value: str) -> list[int]:
     return sizes
 
 
-@click.command("spark")
+@click.command("spark", short_help="Spark batch ingest rows/s and MB/s.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, exists=True),
               default=None, help="A running appliance (default: a temporary one of its own).")
 @click.option("--sizes", default="100,1024", show_default=True, callback=_sizes,

@@ -8,7 +8,7 @@ import click
 from cli.common import echo_json, json_option, library_errors
 
 
-@click.command("storage")
+@click.command("storage", short_help="Durable adds/s of the storage engine alone.")
 @click.option("--size", type=click.IntRange(min=0), default=1024, show_default=True,
               help="Entry size in bytes.")
 @click.option("--entries", type=click.IntRange(min=1), default=None,

@@ -16,13 +16,13 @@ from appliance.errors import BKError
 from cli.common import config_option, echo_json, json_option, library_errors, password_options
 
 
-@click.group()
+@click.group(short_help="Bookie maintenance and inspection.")
 def bookie():
     """Bookie maintenance: re-replicate a lost bookie's ledgers, show a
     bookie's identity and repair progress, accept replaced disks."""
 
 
-@bookie.command()
+@bookie.command(short_help="Copy a lost bookie's entries elsewhere.")
 @click.argument("bookie_id")
 @password_options("Ledger password (repeat for several; default: none). Ledgers whose "
                   "password matches none are skipped and reported.", multiple=True)
@@ -90,7 +90,7 @@ def _print_summary(report) -> None:
                f"{len(report.failed)} failed")
 
 
-@bookie.command(name="underreplicated")
+@bookie.command(short_help="List ledgers that name a missing bookie.", name="underreplicated")
 @json_option
 @config_option
 @library_errors
@@ -126,7 +126,7 @@ def underreplicated_(as_json, config_path):
                    f"{', '.join(item['missing'])}" + (" [marked]" if item["marked"] else ""))
 
 
-@bookie.command(name="info")
+@bookie.command(short_help="Show a bookie's identity and cookie state.", name="info")
 @click.argument("bookie_id")
 @json_option
 @config_option
@@ -275,7 +275,7 @@ def _echo_gc_and_counters(info: dict) -> None:
                f"{count('replies_dropped', 0):,} replies dropped")
 
 
-@bookie.command(name="compact")
+@bookie.command(short_help="Compact a bookie's entry logs now.", name="compact")
 @click.argument("bookie_id")
 @click.option("--major", is_flag=True,
               help="Use storage.compaction_major_threshold (default 0.8) instead of the "
@@ -349,7 +349,7 @@ def compact_(bookie_id, major, timeout_s, as_json, config_path):
         click.get_current_context().exit(1)
 
 
-@bookie.command(name="fix-cookie")
+@bookie.command(short_help="Accept a bookie's replaced or wiped disks.", name="fix-cookie")
 @click.argument("bookie_id")
 @click.option("--reformat", is_flag=True,
               help="Also when only one of its two directories is new: wipe and format both.")

@@ -9,12 +9,12 @@ import click
 from cli.common import library_errors
 
 
-@click.group()
+@click.group(short_help="CURVE key pairs for hosts.")
 def keys():
     """CURVE keys: a host's key pair, exchanged as public .key files."""
 
 
-@keys.command()
+@keys.command(short_help="Write a new CURVE key pair.")
 @click.argument("name")
 @click.option("--dir", "directory", type=click.Path(file_okay=False), default="keys",
               show_default=True, help="Where to write NAME.key and NAME.key_secret "

@@ -55,7 +55,7 @@ def _progress(length: int | None, label: str):
     return click.progressbar(length=length, label=label, file=sys.stderr)
 
 
-@click.group()
+@click.group(short_help="Create, read, inspect and delete ledgers.")
 def ledger():
     """Create, append to, read, list, inspect and delete ledgers."""
 
@@ -80,7 +80,7 @@ def create(ensemble, write_quorum, ack_quorum, password, digest, config_path):
         click.echo(lh.id)
 
 
-@ledger.command()
+@ledger.command(short_help="Write the lines of a file as a new ledger.")
 @quorum_options
 @password_option
 @click.argument("file", type=click.File("rb"))
@@ -117,7 +117,7 @@ def _wait_all(futures: list, bar) -> None:
     futures.clear()
 
 
-@ledger.command()
+@ledger.command(short_help="Print a ledger's entries.")
 @click.argument("ledger_id", type=int)
 @click.option("--first", type=int, default=0, show_default=True, help="First entry id.")
 @click.option("--last", type=int, default=None,
@@ -198,7 +198,7 @@ def _ledger_ids(config_path: str) -> list[int]:
 list_ = list_command(ledger, "ledger ids", _ledger_ids)
 
 
-@ledger.command()
+@ledger.command(short_help="Show a ledger's metadata and ensembles.")
 @click.argument("ledger_id", type=int)
 @password_options("The ledger's password: an open ledger's last add confirmed is read from "
                   "its bookies with it (default: none).")
@@ -265,7 +265,7 @@ def meta(ledger_id, password, as_json, config_path):
                    f"{', '.join(place['hosts'])}; write sets on {spread} hosts)")
 
 
-@ledger.command()
+@ledger.command(short_help="Delete a ledger.")
 @click.argument("ledger_id", type=int)
 @password_options("The ledger's password: checked before deleting (wrong: refused).")
 @click.option("--force", is_flag=True,

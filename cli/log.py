@@ -47,7 +47,7 @@ def _dlsn(ctx, param, value):
         raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
 
 
-@click.group()
+@click.group(short_help="Named logs: one writer, tailing readers.")
 def log():
     """Named logs: streams of records on ledgers, one writer, tailing readers
     (docs/LOGS.md)."""
@@ -61,7 +61,7 @@ def _log_names(config_path: str) -> list[str]:
 list_ = list_command(log, "log names", _log_names)
 
 
-@log.command()
+@log.command(short_help="Show a log's segments.")
 @click.argument("name")
 @json_option
 @config_option
@@ -92,7 +92,7 @@ def describe(name, as_json, config_path):
                    f"last {s['last_dlsn']}")
 
 
-@log.command()
+@log.command(short_help="Write the lines of a file to a log.")
 @click.argument("name")
 @click.argument("file", type=click.File("rb"))
 @click.option("--txid-from", type=int, default=None,
@@ -130,7 +130,7 @@ def append(name, file, txid_from, password, config_path):
     click.echo(f"{count} record(s) written to log {name}", err=True)
 
 
-@log.command()
+@log.command(short_help="Print a log's records.")
 @click.argument("name")
 @click.option("--from", "start", callback=_dlsn, default=None, metavar="DLSN",
               help="Start at this position (seq/entry/slot, as printed by append).")
@@ -178,7 +178,7 @@ def _format(rec, as_json: bool) -> bytes:
     return json.dumps(doc, sort_keys=True).encode() + b"\n"
 
 
-@log.command()
+@log.command(short_help="Drop a log's segments before a position.")
 @click.argument("name")
 @click.option("--before", callback=_dlsn, required=True, metavar="DLSN",
               help="Drop the records before this position (whole segments: the segment "
@@ -200,7 +200,7 @@ def truncate(name, before, password, config_path):
                (f": {', '.join(map(str, dropped))}" if dropped else ""))
 
 
-@log.command()
+@log.command(short_help="Delete a log and its segments.")
 @click.argument("name")
 @_password
 @config_option

@@ -40,7 +40,7 @@ def cli():
     """
 
 
-@cli.group()
+@cli.group(short_help="Benchmarks of the appliance.")
 def bench():
     """Benchmarks; each prints its results (or one JSON document with --json)."""
 

@@ -98,7 +98,7 @@ def _table(figures: dict[str, dict | str]) -> str:
     return "\n".join(lines)
 
 
-@click.command()
+@click.command(short_help="A live view of every bookie's load.")
 @click.option("--interval", "interval_s", type=click.FloatRange(min=0.2), default=1.0,
               show_default=True, help="Seconds between refreshes.")
 @click.option("--iterations", type=click.IntRange(min=1), default=None,

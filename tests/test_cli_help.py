@@ -25,3 +25,19 @@ def test_every_command_has_help_with_example():
         assert result.exit_code == 0, (path, result.output)
         if not hasattr(cmd, "commands"):
             assert "Example" in result.output, f"bkctl {' '.join(path)} --help lacks an example"
+
+
+def test_no_listed_summary_is_cut_off():
+    """Every group's command list shows whole sentences: no summary ends in
+    "...", also on a terminal narrower than 80 columns (click's 45)."""
+    runner = CliRunner()
+    for path, cmd in [((), cli), *_walk(cli)]:
+        if not hasattr(cmd, "commands"):
+            continue
+        out = runner.invoke(cli, [*path, "--help"]).output
+        listed = out.split("Commands:", 1)[1].splitlines()
+        assert listed and not [row for row in listed if row.rstrip().endswith("...")], \
+            (path, out)
+        for name, sub in cmd.commands.items():
+            summary = sub.get_short_help_str(limit=45)
+            assert summary and not summary.endswith("..."), (path, name, summary)
