@@ -208,7 +208,8 @@ list_ = list_command(ledger, "ledger ids", _ledger_ids)
 def meta(ledger_id, password, as_json, config_path):
     """Show a ledger's state, last entry, quorums and ensembles, with each
     fragment's hosts (as live bookies publish them; a bookie not up counts
-    as its own host) and whether every write set is on distinct hosts.
+    as its own host) and whether every write set is on distinct hosts (on
+    an appliance of one host, said once).
 
     An open ledger has no last entry yet (-1): its last add confirmed (the
     last entry a reader can see now) is read from its bookies, without
@@ -259,7 +260,15 @@ def meta(ledger_id, password, as_json, config_path):
     click.echo(f"ledger {ledger_id}: {md.state}, last entry {md.last_entry_id}, "
                f"last add confirmed {lac_note or lac}, "
                f"E{md.ensemble_size}/W{md.write_quorum}/A{md.ack_quorum}")
+    live_hosts = {loc.host for loc in where.values()} if where else set()
+    one_host = len(live_hosts) == 1 and all(set(p["hosts"]) <= live_hosts for p in placement)
+    if one_host:
+        click.echo(f"  one host ({next(iter(live_hosts))}): write sets cannot be spread "
+                   "over hosts")
     for (first, bookies), place in zip(md.ensembles, placement, strict=True):
+        if one_host:
+            click.echo(f"  from entry {first}: {', '.join(bookies)}")
+            continue
         spread = "distinct" if place["write_sets_on_distinct_hosts"] else "SHARED"
         click.echo(f"  from entry {first}: {', '.join(bookies)}  (hosts: "
                    f"{', '.join(place['hosts'])}; write sets on {spread} hosts)")
