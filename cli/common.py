@@ -63,7 +63,10 @@ def _unauthorized_line(exc: UnauthorizedError, kwargs: dict) -> str:
     ``password_options``), the ledger or log needs one, and how to give it;
     ``--force`` where the library says ``force=True``."""
     given = kwargs.get("password", kwargs.get("passwords"))
-    if given is None or given:
+    password_check = str(exc).startswith("wrong password") or " has a password" in str(exc)
+    if given is None or given or not password_check:
+        # a password was given, or the refusal is not the password check's
+        # (a bookie refusing this client's CURVE key, say): the library's words
         return f"UnauthorizedError: {str(exc).replace('force=True', '--force')}"
     if "ledger_id" in kwargs:
         what = f"ledger {kwargs['ledger_id']}"

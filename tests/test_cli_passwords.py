@@ -109,6 +109,11 @@ class _Refusing:
         raise UnauthorizedError(f"wrong password for log {name}")
 
 
+class _CurveRefused(_Refusing):
+    def open_ledger(self, ledger_id, password, recovery=False):
+        raise UnauthorizedError("bookie bookie-1 refused this client's CURVE key")
+
+
 @pytest.fixture
 def refusing(monkeypatch):
     monkeypatch.setattr(ledger_cli, "_connect", lambda config_path: _Refusing())
@@ -137,3 +142,13 @@ def test_a_delete_refusal_names_the_cli_flag_not_the_python_keyword(refusing):
     assert "--password-file" in result.output
     wrong = refusing("ledger", "delete", "7", env={PASSWORD_ENV: "nope"})
     assert "wrong password for ledger 7: not deleted" in wrong.output
+
+
+def test_a_refusal_that_is_not_the_password_check_keeps_the_library_s_words(monkeypatch):
+    # no password given, but the bookie refused the client's key: saying the
+    # ledger needs a password would send the user the wrong way
+    monkeypatch.setattr(ledger_cli, "_connect", lambda config_path: _CurveRefused())
+    result = CliRunner().invoke(bkctl, ["ledger", "read", "7"], env={PASSWORD_ENV: None})
+    assert result.exit_code == 1
+    assert "refused this client's CURVE key" in result.output
+    assert "none was given" not in result.output
