@@ -10,10 +10,16 @@ import subprocess
 import pytest
 
 from appliance.bench.netns import PREFIX, Network, sweep_leftovers
+from tests.support.launch import wait_for
 
 
 def _namespaces() -> str:
     return subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+
+
+def _pids(netns: str) -> list[str]:
+    return subprocess.run(["ip", "netns", "pids", netns], capture_output=True,
+                          text=True).stdout.split()
 
 
 def _links() -> str:
@@ -32,6 +38,10 @@ def test_close_kills_processes_and_removes_everything_also_on_failure():
     with pytest.raises(RuntimeError, match="boom"):
         with net:
             sleeper = subprocess.Popen([*net.exec_prefix("a"), "sleep", "600"])
+            # `ip netns exec` joins the namespace, then execs: close() kills
+            # what is in the namespace when it looks, so wait for it to join
+            wait_for(lambda: str(sleeper.pid) in _pids(f"{net.tag}-a"), 30,
+                     what="the sleeper to join namespace a")
             assert net.tag in _namespaces() and net.bridge in _links()
             raise RuntimeError("boom")
     assert sleeper.wait(30) == -9
