@@ -3,7 +3,7 @@
 Rooms by runtime role: ``appliance.protocol`` (the pure core and the
 kernel every layer shares), ``client``, ``bookie``, ``supervisor``,
 ``meta``, ``checks``, ``rereplication``, ``spark``, ``bench``; the
-config (``appliance.config``) is shared by all.  README.md "Layout" gives
+config (``appliance.config``) is shared by all.  docs/DEVELOPING.md "Layout" gives
 the layer rule.
 
 Importing ``appliance`` is cheap and pulls in no sockets: the heavier
