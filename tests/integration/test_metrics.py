@@ -248,3 +248,37 @@ def test_under_replicated_ledgers_are_served_by_every_bookie(make_cluster):
         ms = wait_for(lambda: _every_bookie_sees(urls, 0), 30, what="no mark on any bookie")
         assert all(_gauge(m, "bookkeeper_autorecovery_underreplicated_oldest_seconds") == 0
                    for m in ms)
+
+
+def _served_names(text: str) -> set[str]:
+    """Family and sample names of an exposition (a histogram's own name too)."""
+    fams = list(text_string_to_metric_families(text))
+    return {f.name for f in fams} | {s.name for f in fams for s in f.samples}
+
+
+def test_the_alert_rules_use_only_metrics_the_appliance_serves(make_cluster):
+    """Every bookkeeper_* name in configs/prometheus/alerts.yml (expressions
+    and advice) is one a real bookie or the client binding serves."""
+    import re
+    from pathlib import Path
+
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    rules = (Path(__file__).resolve().parents[2] / "configs" / "prometheus" /
+             "alerts.yml").read_text()
+    used = set(re.findall(r"bookkeeper_[a-z_]+", rules))
+    cluster = make_cluster(3, quorums=(3, 3, 2), every_bookie={"metrics_address": "127.0.0.1:0"})
+    registry = CollectorRegistry()
+    with appliance.connect(str(cluster.config_path), metrics=registry) as bk:
+        wait_registered(bk, 3)
+        bk.create_ledger(3, 3, 2, password=PW).add(b"x")
+        client = _served_names(generate_latest(registry).decode())
+        url = bk.registry.get("bookie-1")["info"]["metrics_url"]
+
+    def bookie_names() -> set[str] | None:  # autorecovery starts after the endpoint
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            names = _served_names(resp.read().decode())
+        return names if "bookkeeper_autorecovery_underreplicated_ledgers" in names else None
+
+    served = wait_for(bookie_names, 30, what="autorecovery's metrics") | client
+    assert len(used) >= 8 and used <= served, used - served
