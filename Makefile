@@ -1,6 +1,8 @@
 # The two commands: `make run` and `make test`.  Both create .venv and
 # install the project into it first; nothing else is needed beyond
-# Python 3.11+ and Java 17 (for the ZooKeeper and Spark tests).
+# Python 3.11+, Java 17 (for the ZooKeeper and Spark tests) and apt (the
+# alert-rule tests fetch promtool from Debian's prometheus package into
+# .venv on first use: tests/support/promtool.py).
 
 PYTHON ?= python3
 VENV   := .venv

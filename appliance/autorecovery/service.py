@@ -36,6 +36,9 @@ once several hosts run bookies.  All their state is in the metadata store
   most once a minute) on each bookie holding it.
 * ``bkctl autorecovery disable`` (a node in the store) stops the auditor's
   marking and the workers' next copy at once; ``enable`` resumes.
+* Each tick a process also notes what the bookie's ``/metrics`` shows
+  (``observed``): the marks in the store (how many, since when; also while
+  disabled) and whether it is the auditor.
 """
 
 from __future__ import annotations
@@ -81,6 +84,9 @@ class AutoRecovery:
         self._last_check = -1e18
         self.stats = {"healed": 0, "entries_copied": 0, "last_error": None, "copying": None,
                       "auditor": False, "ticks": 0}
+        # what the bookie's /metrics shows, replaced whole each tick (read by
+        # the HTTP server's thread): appliance.bookie.metrics
+        self.observed: dict = _observed({}, False)
 
     # -- lifecycle ---------------------------------------------------------------
     def start(self) -> None:
@@ -110,8 +116,10 @@ class AutoRecovery:
         self.stats["auditor"] = self.marks.try_become_auditor(self.bookie_id)
         if enabled and self.stats["auditor"]:
             self.audit(now)
+        marks = self.marks.marks()
+        self.observed = _observed(marks, self.stats["auditor"])
         if enabled:
-            self.work(rr, now)
+            self.work(rr, now, marks)
         self.stats["ticks"] += 1
         self.marks.publish_worker(self.bookie_id, {**self.stats, "enabled": enabled})
 
@@ -163,8 +171,10 @@ class AutoRecovery:
                             md.ledger_id)
 
     # -- a worker ----------------------------------------------------------------
-    def work(self, rr, now: float) -> None:
-        for ledger_id, mark in sorted(self.marks.marks().items()):
+    def work(self, rr, now: float, marks: dict[int, dict] | None = None) -> None:
+        """Heal the marked ledgers (``marks``: read now when not given)."""
+        marks = self.marks.marks() if marks is None else marks
+        for ledger_id, mark in sorted(marks.items()):
             if self._stop.is_set() or not self.marks.enabled():
                 return
             if not self.marks.try_lock(ledger_id, self.bookie_id):
@@ -211,6 +221,14 @@ class AutoRecovery:
 
 def _ms() -> int:
     return int(time.time() * 1000)
+
+
+def _observed(marks: dict[int, dict], auditor: bool) -> dict:
+    """The marks as metrics see them: how many, the oldest one's wall-clock
+    start (ms, None without marks) and whether this process is the auditor."""
+    since = [int(m.get("since_ms", 0)) for m in marks.values() if m.get("since_ms")]
+    return {"underreplicated": len(marks), "oldest_since_ms": min(since) if since else None,
+            "auditor": bool(auditor)}
 
 
 def _read_lac_code(registry, bookie_id: str, ledger_id: int,

@@ -26,6 +26,9 @@ scrapes (on the HTTP server's thread).
   under ``code="UnauthorizedError"``);
 * disk (used share per directory, read-only), limbo ledgers, entry-log
   live and garbage bytes, GC and compaction (bytes given back);
+* automatic re-replication, where it runs (every bookie reads the same
+  marks from the metadata store): ledgers marked under-replicated, the age
+  of the oldest mark, and which bookie is the auditor;
 * process CPU and resident memory (``prometheus_client``'s process
   collector, ``bookkeeper_process_*``).
 """
@@ -194,9 +197,10 @@ class BookieCollector:
     """Everything else, read when Prometheus scrapes."""
 
     def __init__(self, bookie_id: str, metrics: BookieMetrics, storage, handler, server,
-                 monitor, gc_stats):
+                 monitor, gc_stats, autorecovery=lambda: None):
         self.bookie_id, self.metrics, self.storage = bookie_id, metrics, storage
         self.handler, self.server, self.monitor, self.gc_stats = handler, server, monitor, gc_stats
+        self.autorecovery = autorecovery  # () -> AutoRecovery.observed, None when it is off
 
     def collect(self):
         """Every family, in the order /metrics lists them."""
@@ -208,6 +212,7 @@ class BookieCollector:
         yield from _single_values(CounterMetricFamily, counters)
         yield from _single_values(GaugeMetricFamily, self._gauges(st))
         yield self._disk_used()
+        yield from _single_values(GaugeMetricFamily, _autorecovery_gauges(self.autorecovery()))
 
     def _entry_families(self):
         """Entries added and read, by result code."""
@@ -301,6 +306,22 @@ class BookieCollector:
         for directory, share in sorted(self.monitor.last_usage.items()):
             used.add_metric([directory], share)
         return used
+
+
+def _autorecovery_gauges(seen: dict | None) -> list[tuple]:
+    """(name, doc, value) of automatic re-replication; none when it is off."""
+    if seen is None:
+        return []
+    since_ms = seen["oldest_since_ms"]
+    oldest = 0.0 if since_ms is None else max(0.0, time.time() - since_ms / 1000.0)
+    return [
+        ("bookkeeper_autorecovery_underreplicated_ledgers", "Ledgers marked under-replicated "
+         "in the metadata store", seen["underreplicated"]),
+        ("bookkeeper_autorecovery_underreplicated_oldest_seconds", "Age of the oldest "
+         "under-replication mark (0: none)", oldest),
+        ("bookkeeper_autorecovery_auditor", "1 on the bookie that is the auditor now",
+         int(seen["auditor"])),
+    ]
 
 
 def _single_values(family, rows):

@@ -237,12 +237,16 @@ class BookieProcess:
 
         self.handler.attach(ReplyObserver(self.server, self.metrics))
         collector = BookieCollector(self.bookie_id, self.metrics, self.storage, self.handler,
-                                    self.server, self.monitor, self._gc_stats)
+                                    self.server, self.monitor, self._gc_stats,
+                                    self._autorecovery_seen)
         self.httpd, self.metrics_url = start_metrics_server(self.spec.metrics_address,
                                                             collector)
 
     def _gc_stats(self) -> dict:
         return dict(self.gc.stats) if self.gc is not None else {}
+
+    def _autorecovery_seen(self) -> dict | None:
+        return self.autorecovery.observed if self.autorecovery is not None else None
 
     def _extra_info(self) -> dict:
         """What INFO adds: boot reasons, repair progress, gc, metrics url."""

@@ -6,6 +6,7 @@ status says; a bookie without metrics_address serves none."""
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -210,3 +211,74 @@ def test_the_client_s_metrics_when_asked_for(make_cluster):
     with appliance.connect(str(cluster.config_path)) as bk:
         assert bk.metrics is None
     assert not any(fam.name.startswith("bookkeeper_client") for fam in REGISTRY.collect())
+
+
+def _gauge(m: dict, name: str) -> float:
+    return m[name][name]
+
+
+def _every_bookie_sees(urls, count: int) -> list[dict] | None:
+    """Every bookie's metrics, once each shows ``count`` under-replicated ledgers."""
+    ms = [_scrape(u) for u in urls]
+    ok = all(_gauge(m, "bookkeeper_autorecovery_underreplicated_ledgers") == count for m in ms)
+    return ms if ok else None
+
+
+def test_under_replicated_ledgers_are_served_by_every_bookie(make_cluster):
+    """A mark made 700 s ago shows on every bookie's /metrics (the marks live in
+    the metadata store, autorecovery disabled or not): one ledger, the oldest
+    mark at least 700 s old; one bookie is the auditor; unmarked, both go to 0."""
+    from appliance.autorecovery.marks import Marks
+
+    cluster = make_cluster(3, quorums=(3, 3, 2), every_bookie={"metrics_address": "127.0.0.1:0"})
+    # disabled: no worker heals (and so removes) the mark below
+    assert bkctl("autorecovery", "disable", config=cluster.config_path).returncode == 0
+    with appliance.connect(str(cluster.config_path)) as bk:
+        wait_registered(bk, 3)
+        urls = [bk.registry.get(b)["info"]["metrics_url"] for b in ("bookie-1", "bookie-2",
+                                                                   "bookie-3")]
+        marks = Marks(bk.ledgers.store)
+        assert marks.mark(12345, ["bookie-9"], "test", int(time.time() * 1000) - 700_000)
+        ms = wait_for(lambda: _every_bookie_sees(urls, 1), 30, what="the mark on every bookie")
+        for m in ms:
+            assert 700 <= _gauge(m, "bookkeeper_autorecovery_underreplicated_oldest_seconds") < 800
+        wait_for(lambda: sum(_gauge(_scrape(u), "bookkeeper_autorecovery_auditor")
+                             for u in urls) == 1, 30, what="one auditor")
+        marks.unmark(12345)
+        ms = wait_for(lambda: _every_bookie_sees(urls, 0), 30, what="no mark on any bookie")
+        assert all(_gauge(m, "bookkeeper_autorecovery_underreplicated_oldest_seconds") == 0
+                   for m in ms)
+
+
+def _served_names(text: str) -> set[str]:
+    """Family and sample names of an exposition (a histogram's own name too)."""
+    fams = list(text_string_to_metric_families(text))
+    return {f.name for f in fams} | {s.name for f in fams for s in f.samples}
+
+
+def test_the_alert_rules_use_only_metrics_the_appliance_serves(make_cluster):
+    """Every bookkeeper_* name in configs/prometheus/alerts.yml (expressions
+    and advice) is one a real bookie or the client binding serves."""
+    import re
+    from pathlib import Path
+
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    rules = (Path(__file__).resolve().parents[2] / "configs" / "prometheus" /
+             "alerts.yml").read_text()
+    used = set(re.findall(r"bookkeeper_[a-z_]+", rules))
+    cluster = make_cluster(3, quorums=(3, 3, 2), every_bookie={"metrics_address": "127.0.0.1:0"})
+    registry = CollectorRegistry()
+    with appliance.connect(str(cluster.config_path), metrics=registry) as bk:
+        wait_registered(bk, 3)
+        bk.create_ledger(3, 3, 2, password=PW).add(b"x")
+        client = _served_names(generate_latest(registry).decode())
+        url = bk.registry.get("bookie-1")["info"]["metrics_url"]
+
+    def bookie_names() -> set[str] | None:  # autorecovery starts after the endpoint
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            names = _served_names(resp.read().decode())
+        return names if "bookkeeper_autorecovery_underreplicated_ledgers" in names else None
+
+    served = wait_for(bookie_names, 30, what="autorecovery's metrics") | client
+    assert len(used) >= 8 and used <= served, used - served
