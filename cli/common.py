@@ -1,5 +1,6 @@
-"""Shared pieces of the bkctl commands: the --config option, JSON output and
-turning library errors into one-line ``click.ClickException`` at the edge."""
+"""Shared pieces of the bkctl commands: the --config option, JSON output,
+payloads printed safely on a terminal, and turning library errors into
+one-line ``click.ClickException`` at the edge."""
 
 from __future__ import annotations
 
@@ -133,6 +134,39 @@ def list_command(group: click.Group, what: str, listing) -> click.Command:
 
 def is_terminal() -> bool:
     return sys.stdout.isatty()
+
+
+ESCAPED_NOTE = ("bkctl: payloads that are not printable text are shown escaped (\\xNN); "
+                "--json gives their exact bytes (base64), and so does a pipe or a file")
+
+
+class PayloadLines:
+    """Payloads as output lines.  To a pipe or a file, the raw bytes (scripts
+    depend on them).  On a terminal (``is_tty``), a payload that is not
+    printable UTF-8 text is written with Python-bytes escapes (``\\x1b``,
+    ``\\n``; no control byte reaches the terminal, one payload stays one
+    line), and stderr says once, at the first, how to get the exact bytes."""
+
+    def __init__(self, is_tty: bool):
+        self.is_tty = is_tty
+        self.escaped = False  # the note was given
+
+    def line(self, payload) -> bytes:
+        payload = bytes(payload)
+        if not self.is_tty or _printable(payload):
+            return payload + b"\n"
+        if not self.escaped:
+            self.escaped = True
+            click.echo(ESCAPED_NOTE, err=True)
+        return repr(payload)[2:-1].encode("ascii") + b"\n"
+
+
+def _printable(payload: bytes) -> bool:
+    try:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return text.replace("\t", " ").isprintable()
 
 
 PASSWORD_ENV = "BKCTL_PASSWORD"

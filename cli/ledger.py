@@ -16,11 +16,13 @@ import click
 
 from appliance.errors import BKError, UnauthorizedError
 from cli.common import (
+    PayloadLines,
     config_option,
     echo_json,
+    echo_list,
+    is_terminal,
     json_option,
     library_errors,
-    list_command,
     password_options,
 )
 
@@ -134,7 +136,9 @@ def _wait_all(futures: list, bar) -> None:
 @library_errors
 def read(ledger_id, first, last, password, recover, no_recovery, as_json, config_path):
     """Print the entries of a ledger, one per line (--json: a JSON array with
-    one object per entry, payload base64).
+    one object per entry, payload base64). To a pipe or a file the payloads
+    are written as they are; on a terminal, a payload that is not printable
+    text is shown escaped (\\x00) and --json gives its exact bytes.
 
     An open ledger is read up to its last add confirmed, and its writer
     keeps writing undisturbed. With --recover an open ledger is fenced and
@@ -151,7 +155,7 @@ def read(ledger_id, first, last, password, recover, no_recovery, as_json, config
     with _connect(config_path) as bk:
         rh = bk.open_ledger(ledger_id, password=password.encode(), recovery=recover)
         last = _last_to_read(rh, ledger_id, last)
-        out = sys.stdout.buffer
+        out, lines = sys.stdout.buffer, PayloadLines(is_terminal())
         if as_json:
             out.write(b"[")
         count = 0
@@ -159,7 +163,7 @@ def read(ledger_id, first, last, password, recover, no_recovery, as_json, config
             for start in range(first, last + 1, READ_CHUNK_ENTRIES):
                 end = min(start + READ_CHUNK_ENTRIES - 1, last)
                 for e in rh.read(start, end):
-                    out.write(_format_entry(e, as_json, count))
+                    out.write(_json_entry(e, count) if as_json else lines.line(e.payload))
                     count += 1
                 if bar is not None:
                     bar.update(end - start + 1)
@@ -182,20 +186,47 @@ def _last_to_read(rh, ledger_id: int, last: int | None) -> int:
     return last
 
 
-def _format_entry(e, as_json: bool, index: int) -> bytes:
-    if not as_json:
-        return bytes(e.payload) + b"\n"
+def _json_entry(e, index: int) -> bytes:
     doc = {"ledger_id": e.ledger_id, "entry_id": e.entry_id,
            "payload": base64.b64encode(bytes(e.payload)).decode()}
     return (b"\n" if index == 0 else b",\n") + json.dumps(doc, sort_keys=True).encode()
 
 
-def _ledger_ids(config_path: str) -> list[int]:
+@ledger.command(name="list", short_help="List ledger ids (--all: log segments too).")
+@click.option("--all", "show_all", is_flag=True,
+              help="Also list the ledgers that hold log segments, each marked with its log.")
+@json_option
+@config_option
+@library_errors
+def list_(show_all, as_json, config_path):
+    """List ledger ids, one per line (--json: a JSON list of ids). The
+    ledgers that hold the segments of logs (bkctl log) are left out.
+
+    With --all they are listed too, each followed by its log and segment
+    number (--json: a list of objects: ledger_id, log, segment; log and
+    segment are null for a ledger that is not a log's).
+
+    \b
+    Example:
+      bkctl ledger list --json
+      bkctl ledger list --all
+    """
     with _connect(config_path) as bk:
-        return bk.list_ledgers()
+        ids = bk.list_ledgers()
+        segments = bk.logs.segment_ledgers()
+    if not show_all:
+        echo_list([i for i in ids if i not in segments], as_json)
+    elif as_json:
+        echo_json([_listed(i, segments.get(i)) for i in ids])
+    else:
+        for i in ids:
+            log_name, seq = segments.get(i, (None, None))
+            click.echo(i if log_name is None else f"{i}  (log {log_name}, segment {seq})")
 
 
-list_ = list_command(ledger, "ledger ids", _ledger_ids)
+def _listed(ledger_id: int, segment: tuple[str, int] | None) -> dict:
+    log_name, seq = segment if segment is not None else (None, None)
+    return {"ledger_id": ledger_id, "log": log_name, "segment": seq}
 
 
 @ledger.command(short_help="Show a ledger's metadata and ensembles.")

@@ -12,8 +12,10 @@ import sys
 import click
 
 from cli.common import (
+    PayloadLines,
     config_option,
     echo_json,
+    is_terminal,
     json_option,
     library_errors,
     list_command,
@@ -139,12 +141,18 @@ def append(name, file, txid_from, password, config_path):
 @click.option("--follow", "-f", is_flag=True,
               help="Keep waiting for new records (like tail -f) until Ctrl-C.")
 @_password
-@json_option
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object per record, one a line: dlsn, txid, payload "
+                   "(base64).")
 @config_option
 @library_errors
 def read(name, start, from_txid, follow, password, as_json, config_path):
-    """Print the records of log NAME, one per line (--json: one object per
-    record per line: dlsn, txid, payload base64).
+    """Print the records of log NAME, one per line. With --json, each line is
+    one JSON object per record: {"dlsn": "3/17/0", "txid": 5000,
+    "payload": base64}; lines, not one document, so that --follow prints
+    each record as it comes. To a pipe or a file the payloads are written
+    as they are; on a terminal, a payload that is not printable text is
+    shown escaped (\\x00) and --json gives its exact bytes.
 
     \b
     Example:
@@ -154,7 +162,7 @@ def read(name, start, from_txid, follow, password, as_json, config_path):
     """
     if start is not None and from_txid is not None:
         raise click.UsageError("give --from or --from-txid, not both")
-    out = sys.stdout.buffer
+    out, lines = sys.stdout.buffer, PayloadLines(is_terminal())
     stop = []
     if follow:  # Ctrl-C / SIGTERM end the tail cleanly, after the records printed
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -164,15 +172,15 @@ def read(name, start, from_txid, follow, password, as_json, config_path):
             while not stop:
                 records = r.read(max_records=1000, timeout_s=0.2 if follow else 0)
                 for rec in records:
-                    out.write(_format(rec, as_json))
+                    out.write(_json_record(rec) if as_json else lines.line(rec.payload))
                 out.flush()
                 if not records and not follow:
                     break
 
 
-def _format(rec, as_json: bool) -> bytes:
-    if not as_json:
-        return rec.payload + b"\n"
+def _json_record(rec) -> bytes:
+    """One line of ``log read --json`` (CONTRACT: one object per record:
+    dlsn, txid, payload base64)."""
     doc = {"dlsn": str(rec.dlsn), "txid": rec.txid,
            "payload": base64.b64encode(rec.payload).decode()}
     return json.dumps(doc, sort_keys=True).encode() + b"\n"

@@ -79,6 +79,20 @@ class LogManager:
         except NoNodeError:
             return []
 
+    def segment_ledgers(self) -> dict[int, tuple[str, int]]:
+        """Ledger id -> (log name, segment number) of every segment of every
+        log (truncated ones too, while their ledgers may remain): the
+        ledgers that belong to logs.  One read per log; a log deleted while
+        they are read is passed by."""
+        out: dict[int, tuple[str, int]] = {}
+        for name in self.list_logs():
+            try:
+                md, _ = self.read_log(name)
+            except NoSuchLogError:
+                continue
+            out.update({s.ledger_id: (name, s.seq) for s in md.segments})
+        return out
+
     def update_log(self, name: str, transform: LogTransform, *,
                    retries_max: int = limits.METADATA_LOG_UPDATE_RETRIES_MAX,
                    ) -> tuple[LogMetadata, int]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import warnings
 
+from appliance.spark.no_streaming import refuse_stream_loads
 from appliance.spark.source import (
     ARROW_SCHEMA,
     SCHEMA_DDL,
@@ -69,7 +70,11 @@ def register(spark, *, filter_pushdown: bool | None = None) -> None:
     (``pushdown_read_shared``: Spark 4.3), a later query of that DataFrame
     pushing no filter would read only the earlier query's entries; there the
     source is registered without pushdown (same rows, more read) and a
-    ``RuntimeWarning`` says so, whatever ``filter_pushdown`` asks."""
+    ``RuntimeWarning`` says so, whatever ``filter_pushdown`` asks.
+
+    Streaming reads are not supported yet: ``spark.readStream`` of this
+    format fails at ``load()`` with one line saying so (``no_streaming``)."""
+    refuse_stream_loads(spark)
     if filter_pushdown is None:
         filter_pushdown = str(spark.conf.get(PUSHDOWN_CONF, "false")).lower() == "true"
     if filter_pushdown and pushdown_read_shared(spark):

@@ -12,13 +12,16 @@ Guarantees:
 * Failures name what failed: an unknown ledger, a wrong password (checked
   against the metadata's password hash before any bookie is asked) or an
   unreachable metadata store fails the query with the ledger id or the
-  endpoint in the message.
+  endpoint in the message.  The default selection (every CLOSED ledger)
+  skips the ledgers the password does not open instead, and names them in
+  one warning (``skipped_warning``).
 * A partition carries all its executor needs (ledger metadata, bookie
   endpoints, read knobs), so executors never query the metadata store.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 
@@ -37,6 +40,10 @@ from appliance.spark.filters import Bounds
 from appliance.spark.options import ScanOptions
 from ipc.curve import load_key_pair
 
+log = logging.getLogger("appliance.spark")
+
+# A default read names at most this many skipped ledgers in its warning.
+SKIPPED_SHOWN = 20
 # Without an explicit minPartitions a scan is spread over the driver's CPUs,
 # but not into pieces below this many entries (a task costs tens of ms).
 DEFAULT_SPLIT_ENTRIES_MIN = 10_000
@@ -159,29 +166,62 @@ def log_ranges(client, options: ScanOptions) -> tuple[list[LedgerRange], dict[in
 
 
 def ledger_ranges(client, options: ScanOptions, bounds: Bounds) -> list[LedgerRange]:
-    """The non-empty range to read of every selected ledger, by ledger id."""
+    """The non-empty range to read of every selected ledger, by ledger id.
+    By default (no ``ledgers`` option) the CLOSED ledgers the password does
+    not open are skipped, and named once in a warning; a ledger named in
+    ``ledgers`` that it does not open fails the query."""
     key = master_key(options.password)
     named = options.ledgers is not None
     ids = options.ledgers if named else client.list_ledgers()
-    out = []
+    out, skipped = [], []
     for ledger_id in (i for i in ids if bounds.admits_ledger(i)):
-        try:
-            md = client.ledger_metadata(ledger_id)
-        except NoSuchLedgerError:
-            if named:
-                raise NoSuchLedgerError(f"bookkeeper source: ledger {ledger_id} does not exist "
-                                        f"({options.where})") from None
-            continue  # deleted since it was listed
-        if not named and md.state != CLOSED:
+        md = _selected_metadata(client, ledger_id, options)
+        if md is None:
             continue
         if not check_password(md.password_hash, key):
-            raise UnauthorizedError(f"bookkeeper source: wrong password for ledger {ledger_id}")
+            if not named:
+                skipped.append(ledger_id)
+                continue
+            raise UnauthorizedError(_password_refusal(ledger_id, options))
         md, last = _readable_end(client, md, options)
         first = max(options.start_for(ledger_id), bounds.entry_min)
         last = min(last, options.end_for(ledger_id), bounds.entry_max)
         if first <= last:
             out.append(LedgerRange(md, first, last))
+    if skipped:
+        log.warning(skipped_warning(skipped))
     return out
+
+
+def _selected_metadata(client, ledger_id: int, options: ScanOptions) -> LedgerMetadata | None:
+    """The ledger's metadata, or None when the default selection passes it
+    by (not CLOSED, or deleted since it was listed)."""
+    named = options.ledgers is not None
+    try:
+        md = client.ledger_metadata(ledger_id)
+    except NoSuchLedgerError:
+        if named:
+            raise NoSuchLedgerError(f"bookkeeper source: ledger {ledger_id} does not exist "
+                                    f"({options.where})") from None
+        return None
+    return md if named or md.state == CLOSED else None
+
+
+def _password_refusal(ledger_id: int, options: ScanOptions) -> str:
+    if not options.password:
+        return (f"bookkeeper source: ledger {ledger_id} has a password and none was given: "
+                "set option password")
+    return f"bookkeeper source: wrong password for ledger {ledger_id}"
+
+
+def skipped_warning(ledger_ids: list[int]) -> str:
+    """The one line naming the ledgers a default read passed by."""
+    shown = ", ".join(map(str, ledger_ids[:SKIPPED_SHOWN]))
+    more = (f" and {len(ledger_ids) - SKIPPED_SHOWN} more"
+            if len(ledger_ids) > SKIPPED_SHOWN else "")
+    return (f"bookkeeper source: skipped {len(ledger_ids)} CLOSED ledger(s) the given "
+            f"password does not open: {shown}{more} (name them in option ledgers, with "
+            "their password, to read them)")
 
 
 def _readable_end(client, md: LedgerMetadata, options: ScanOptions):

@@ -27,6 +27,8 @@ from appliance.protocol.invariant import invariant
 from appliance.protocol.keys import master_key
 from appliance.spark.filters import Bounds, push_filters
 from appliance.spark.logs import read_log_partition
+from appliance.spark.no_streaming import UnsupportedStreamReader
+from appliance.spark.one_line import planning_errors
 from appliance.spark.options import parse_options
 from appliance.spark.planner import BookKeeperPartition, plan_partitions
 
@@ -54,15 +56,20 @@ class BookKeeperDataSource(DataSource):
     def schema(self) -> str:
         return LOG_SCHEMA_DDL if _is_log_scan(self.options) else SCHEMA_DDL
 
+    @planning_errors
     def reader(self, schema) -> DataSourceReader:
         _check_schema(schema, _is_log_scan(self.options))
         return BookKeeperReader(dict(self.options))
+
+    def streamReader(self, schema):  # noqa: N802 - Spark's name
+        return UnsupportedStreamReader()  # no streaming yet: appliance.spark.no_streaming
 
 
 class BookKeeperPushdownDataSource(BookKeeperDataSource):
     """The same source, with filter pushdown on ``ledger_id`` / ``entry_id``
     (registered when ``spark.sql.python.filterPushdown.enabled`` is on)."""
 
+    @planning_errors
     def reader(self, schema) -> DataSourceReader:
         _check_schema(schema, _is_log_scan(self.options))
         return BookKeeperPushdownReader(dict(self.options))
@@ -75,6 +82,7 @@ class BookKeeperReader(DataSourceReader):
         self.options = parse_options(options)
         self.bounds = Bounds()
 
+    @planning_errors
     def partitions(self):
         return plan_partitions(self.options, self.bounds)
 

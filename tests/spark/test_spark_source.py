@@ -34,6 +34,10 @@ def data(appliance_factory):
     app.payloads[writer.id] = payloads
     app.open_writers[writer.id] = writer
     ids["open"] = writer.id
+    other = app.client.create_ledger(password=b"another password")  # not this scan's
+    other.add(b"not for this scan")
+    other.close()
+    ids["other_password"] = other.id
     app.ids = ids
     return app
 
@@ -89,6 +93,26 @@ def test_default_reads_every_closed_ledger_and_nothing_else(source, data):
     expected = {i: len(data.payloads[i]) for i in data.closed if data.payloads[i]}
     assert counts == expected
     assert data.ids["open"] not in counts
+    assert data.ids["other_password"] not in counts  # skipped, not a failed query
+
+
+def test_the_default_read_names_the_ledgers_it_skips_in_one_warning(data, caplog):
+    from appliance.spark.filters import Bounds
+    from appliance.spark.options import parse_options
+    from appliance.spark.planner import ledger_ranges, skipped_warning
+
+    options = parse_options({"config": data.config, "password": PASSWORD.decode()})
+    with caplog.at_level("WARNING", logger="appliance.spark"):
+        ranges = ledger_ranges(data.client, options, Bounds())
+    assert {r.metadata.ledger_id for r in ranges} == {i for i in data.closed
+                                                      if data.payloads[i]}
+    other = data.ids["other_password"]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"bookkeeper source: skipped 1 CLOSED ledger(s) the given password does not open: "
+        f"{other} (name them in option ledgers, with their password, to read them)"]
+    many = skipped_warning(list(range(25)))
+    assert "skipped 25 CLOSED" in many and ": 0, 1, 2," in many
+    assert "18, 19 and 5 more (name them" in many and "20" not in many
 
 
 def test_an_open_ledger_named_explicitly_is_read_up_to_its_lac(source, data):
@@ -164,6 +188,12 @@ def test_errors_name_the_ledger_or_the_endpoint(source, data, short_tmp):
                       .option("ledgers", str(data.ids["big"])).option("password", "nope")
                       .load().collect())
     assert f"wrong password for ledger {data.ids['big']}" in wrong
+    assert "Traceback" not in wrong  # one line of ours, not the planner's stack
+    other = data.ids["other_password"]
+    none_given = _error_of(lambda: source.read.format("bookkeeper").option("config", data.config)
+                           .option("ledgers", str(other)).load().collect())
+    assert f"ledger {other} has a password and none was given: set option password" \
+        in none_given and "Traceback" not in none_given
     nowhere = f"sqlite:///{short_tmp}/no/such/dir/meta.db"
     unreachable = _error_of(lambda: source.read.format("bookkeeper").option("metadata", nowhere)
                             .load().collect())
@@ -223,3 +253,39 @@ def test_a_log_is_read_record_by_record_across_segments_in_progress_one_included
     with pytest.raises(Exception, match="do not combine"):
         load(source, app, log="spark-events", ledgers="1").collect()
     writer.close()
+
+
+def test_a_streaming_read_fails_at_load_with_one_line(source, data):
+    from appliance.spark.no_streaming import STREAMING_UNSUPPORTED
+
+    with pytest.raises(ValueError) as info:
+        source.readStream.format("bookkeeper").option("config", data.config).load()
+    assert str(info.value) == STREAMING_UNSUPPORTED and "\n" not in STREAMING_UNSUPPORTED
+    with pytest.raises(ValueError, match="streaming reads"):
+        source.readStream.option("config", data.config).load(format="BookKeeper")
+    batch = load(source, data, ledgers=str(data.ids["one"]))  # batch reads are unchanged
+    assert batch.count() == 1
+
+
+def test_a_stream_past_load_fails_at_start_with_our_line(spark, data):
+    """The source registered without ``register`` (no load-time check): the
+    query fails at start with our line, not PySpark's chained tracebacks."""
+    from appliance.spark import BookKeeperDataSource
+    from appliance.spark.no_streaming import STREAMING_UNSUPPORTED
+
+    class Unguarded(BookKeeperDataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "bookkeeper_unguarded"
+
+    spark.dataSource.register(Unguarded)
+    stream = spark.readStream.format("bookkeeper_unguarded").option("config", data.config).load()
+    query = stream.writeStream.format("memory").queryName("unguarded").start()
+    try:
+        with pytest.raises(Exception) as info:  # noqa: B017 - Spark wraps the Python error
+            query.awaitTermination(120)
+    finally:
+        query.stop()
+    message = str(info.value)
+    assert STREAMING_UNSUPPORTED in message
+    assert "Traceback" not in message and "UnboundLocalError" not in message
