@@ -80,6 +80,11 @@ class BookieHealth:
         """The bookies in quarantine now, sorted."""
         return tuple(sorted(b for b in list(self._until) if self.is_quarantined(b, now_ms)))
 
+    def quarantined_count(self, now_ms: int) -> int:
+        """How many are in quarantine now, without releasing any (safe to
+        call from another thread than the one that strikes: it only reads)."""
+        return sum(until > now_ms for until in list(self._until.values()))
+
     def order(self, bookies: tuple[str, ...], now_ms: int) -> tuple[str, ...]:
         """``bookies`` in the same order, the quarantined ones moved last."""
         if not self._until:
