@@ -84,7 +84,8 @@ class ReadHandle:
         cfg = self._client.config
         config = BulkReadConfig(read_timeout_ms=cfg.read_timeout_ms,
                                 batch_entries_max=cfg.read_batch_entries_max,
-                                batch_bytes_max=cfg.read_batch_bytes_max)
+                                batch_bytes_max=cfg.read_batch_bytes_max,
+                                speculative_read_timeout_ms=cfg.speculative_read_timeout_ms)
 
         endpoints, server_keys = bookie_routes(self._driver.curve,
                                                self._client.registry.available())
