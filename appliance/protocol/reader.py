@@ -29,7 +29,7 @@ Guarantees:
   not a good record is read again one by one under exactly the rules above
   (so a negative still needs every replica), and the rest of the run goes to
   the next bookie.  Batch mode changes the cost, never the answer.  A
-  reply's records may come packed (``PackedRecords``: one buffer and the
+  reply's records may come packed (``read_batch.PackedRecords``: one buffer and the
   lengths); they are checked by the injected ``verify_batch``:
   ``verify_run`` by default (the simulation), a vectorised check with the
   same answers in the client (``appliance.checks.record_check.verify_run_fast``).
@@ -110,40 +110,6 @@ class ReaderConfig:
     # answer wins.  0: off.  Shorter: a stalled bookie costs less, at the
     # price of duplicate reads when every bookie is slow.
     speculative_read_timeout_ms: int = limits.CLIENT_SPECULATIVE_READ_TIMEOUT_MS
-
-
-class PackedRecords:
-    """Stored records back to back in one buffer (a READ_PACKED reply's data
-    frame), ``lengths[i]`` bytes each: a sequence of records (``len``,
-    iteration and indexing give memoryviews, a slice gives PackedRecords)
-    that a batch verifier may also check as a whole."""
-
-    __slots__ = ("data", "lengths")
-
-    def __init__(self, data, lengths):
-        self.data, self.lengths = data, lengths
-
-    def __len__(self) -> int:
-        return len(self.lengths)
-
-    def _bounds(self):
-        pos = 0
-        for length in self.lengths:
-            yield pos, pos + length
-            pos += length
-
-    def __iter__(self):
-        view = memoryview(self.data)
-        return (view[lo:hi] for lo, hi in self._bounds())
-
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            lo, hi, step = index.indices(len(self.lengths))
-            if step != 1 or lo != 0:
-                return list(self)[index]
-            lengths = self.lengths[:hi]
-            return PackedRecords(memoryview(self.data)[:sum(lengths)], lengths)
-        return list(self)[index]
 
 
 class _EntryRead:
