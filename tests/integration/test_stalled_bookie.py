@@ -101,6 +101,8 @@ def test_point_reads_go_around_a_bookie_stopped_most_of_the_time(make_cluster):
         assert len(stops) >= 6
         assert inside >= 100  # answered by the other replicas while it was stopped
         assert speculative >= 1 and quarantines >= 1
+        # quarantined for bookie_quarantine_ms (a minute), longer than the test
+        assert registry.get_sample_value("bookkeeper_client_quarantined_bookies") == 1
         assert durations[-1] < READ_BOUND_S, f"a read waited {durations[-1]:.2f} s"
 
 
@@ -139,5 +141,27 @@ def test_recovery_of_an_open_ledger_with_one_bookie_stopped(make_cluster, via):
             assert got == payloads
             with pytest.raises(LedgerFencedError):
                 lh.add(b"after the recovery")
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+
+def test_a_tailing_reader_long_polls_past_a_stopped_bookie(make_cluster):
+    """Opened without recovery while one bookie is stopped, a reader learns
+    the LAC from the others (a LAC read is decided at E - Qa + 1 answers) and
+    its long poll returns once one running bookie learns a newer LAC."""
+    cluster = make_cluster(3)
+    with appliance.connect(str(cluster.config_path)) as writer_bk, \
+            appliance.connect(str(cluster.config_path)) as bk:
+        wait_registered(bk, 3)
+        lh = writer_bk.create_ledger(3, 3, 2, password=PW)
+        assert [lh.add(b"entry-%d" % i) for i in range(3)] == [0, 1, 2]
+        pid = cluster.procs[lh.metadata.ensembles[0][1][0]].pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            rh = bk.open_ledger(lh.id, password=PW, recovery=False)
+            assert rh.last_add_confirmed >= 1
+            assert lh.add(b"entry-3") == 3
+            assert rh.wait_for_lac(2, timeout_s=60) >= 3  # the explicit LAC reaches it
+            assert [e.payload for e in rh.read(0, 3)] == [b"entry-%d" % i for i in range(4)]
         finally:
             os.kill(pid, signal.SIGCONT)
