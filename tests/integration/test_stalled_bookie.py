@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 import appliance
 from appliance.errors import LedgerFencedError
 from tests.support.bkctl import bkctl
-from tests.support.launch import wait_registered
+from tests.support.launch import wait_for, wait_registered
 
 PW = b"secret"
 STOP_S, CYCLE_S = 2.5, 3.0  # the bookie is stopped 2.5 s of every 3 s
@@ -165,3 +165,36 @@ def test_a_tailing_reader_long_polls_past_a_stopped_bookie(make_cluster):
             assert [e.payload for e in rh.read(0, 3)] == [b"entry-%d" % i for i in range(4)]
         finally:
             os.kill(pid, signal.SIGCONT)
+
+
+def test_a_quarantined_bookie_is_left_out_of_new_ensembles(make_cluster):
+    """Four bookies: reads that keep stalling on one get it quarantined by
+    the client; once it runs again, the client's new E3 ledgers are made of
+    the other three (picked at random, five ledgers would include it by
+    chance with a probability of 1 - (1/4)^5)."""
+    cluster = make_cluster(4)
+    registry = CollectorRegistry()
+    with appliance.connect(str(cluster.config_path), metrics=registry) as bk:
+        wait_registered(bk, 4)
+        lh, payloads = _closed_ledger(bk, 200)
+        victim = bk.ledger_metadata(lh.id).ensembles[0][1][0]
+        pid = cluster.procs[victim].pid
+        rh = bk.open_ledger(lh.id, password=PW)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            entry = iter(range(10**9))
+
+            def quarantined() -> bool:
+                e = next(entry) % len(payloads)
+                assert rh.read(e, e)[0].payload == payloads[e]
+                return registry.get_sample_value("bookkeeper_client_quarantined_bookies") == 1
+            wait_for(quarantined, 60, what=f"{victim} quarantined by the client")
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        # back in the registry and in the client's view of it (refreshed each second)
+        wait_for(lambda: victim in bk.driver.available_bookies, 30,
+                 what=f"{victim} available to the client again")
+        assert registry.get_sample_value("bookkeeper_client_quarantined_bookies") == 1
+        ensembles = [bk.create_ledger(3, 3, 2, password=PW).metadata.ensembles[0][1]
+                     for _ in range(5)]
+        assert all(victim not in ensemble for ensemble in ensembles), ensembles
