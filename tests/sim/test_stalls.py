@@ -83,3 +83,28 @@ def test_recovery_finishes_with_a_stalled_bookie(stall_before_last_adds):
     reader = s.read_all()
     assert s.run_until(lambda: reader.done, ms=5_000)
     assert reader.failed_code == OK and reader.next_entry == 20 and s.violation is None
+
+
+def test_recovery_waits_for_a_slow_bookie_when_the_stopped_one_has_no_spare():
+    """bookie-1 is stopped for good and bookie-3's write-backs are held past
+    the request timeout: with no spare bookie, recovery asks bookie-3 again
+    instead of giving up (NotEnoughBookies), and closes once it answers."""
+    s = Script(3, 3, 2, timeout_ms=TIMEOUT_MS, positive_min=1)
+    s.add(10)
+    s.run(50)
+    s.cluster.stall_bookie("bookie-1", 100_000)
+    s.add(5)  # entries 10..14: on bookie-2 and bookie-3 only
+    s.run(50)
+    assert s.writer_lac == 14
+    s.kill_writer()
+    s.hold(message(ev.SendAdd, src="recovery", dst="bookie-3"))
+    s.recover()
+    s.run(3 * TIMEOUT_MS)  # two timeouts of the write-back to bookie-3
+    assert s.recovered() is None
+    s.clear_rules()
+    s.release(message(ev.SendAdd, src="recovery", dst="bookie-3"))
+    assert s.run_until(lambda: s.recovered() is not None, ms=10_000)
+    assert s.recovered_ok() and s.recovered().last_add_confirmed == 14
+    reader = s.read_all()
+    assert s.run_until(lambda: reader.done, ms=5_000)
+    assert reader.failed_code == OK and reader.next_entry == 15 and s.violation is None
