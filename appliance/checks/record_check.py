@@ -259,7 +259,7 @@ def verify_run_fast(records, digest, ledger_id: int, first_entry_id: int) -> tup
     """``appliance.protocol.entry.verify_run`` (same answers: the verified
     prefix's payloads and its highest LAC) through ``check_records``.
     ``records``: a sequence of records, or anything with ``data`` and
-    ``lengths`` (``appliance.protocol.reader.PackedRecords``), checked in place."""
+    ``lengths`` (``appliance.protocol.read_batch.PackedRecords``), checked in place."""
     if hasattr(records, "lengths"):
         data, lengths = records.data, records.lengths
     else:

@@ -22,6 +22,10 @@ Guarantees:
 * New ledgers are placed host-aware (``[client] placement``,
   ``appliance.protocol.placement``): every write set on distinct hosts when
   the live bookies allow it; otherwise created all the same, with a warning.
+* Bookies this client saw fail or stall on reads are quarantined for
+  ``[client] bookie_quarantine_ms`` (``appliance.protocol.quarantine``):
+  asked last by every reader of this client, and left out of new ledgers'
+  ensembles and recovery's replacements while enough others are up.
 * Errors are ``appliance.errors`` classes; a wrong password is refused on
   open before anything is fenced (``UnauthorizedError``).
 """
@@ -58,6 +62,7 @@ from appliance.protocol.entry import ENTRY_OVERHEAD_MAX
 from appliance.protocol.keys import SALT_BYTES, check_password, master_key, password_record
 from appliance.protocol.metadata import CLOSED, DIGEST_TYPES, LedgerMetadata, check_quorums
 from appliance.protocol.placement import choose_ensemble, host_count, location_of, meets_rule
+from appliance.protocol.quarantine import BookieHealth
 from appliance.protocol.recovery import LedgerRecovery, RecoveryConfig
 from ipc.frames import WireLimits
 from storage.metadata import open_store
@@ -109,6 +114,9 @@ class Client:
         except BaseException:
             self._store.close()
             raise
+        # one for every reader and recovery of this client; used on the driver thread
+        self.health = BookieHealth(self.config.bookie_quarantine_ms,
+                                   self.config.bookie_quarantine_strikes)
         self.driver.start()
         self._closed = False
         self._rng = random.Random()
@@ -117,7 +125,7 @@ class Client:
         self._known_keys: dict[bytes, None] = {}  # keys proven in this connection (delete)
         self.metrics = None  # appliance.client.metrics.ClientMetrics when asked for
         if metrics:
-            self.metrics = ClientMetrics()
+            self.metrics = ClientMetrics(self.health)
             self.metrics.register(None if metrics is True else metrics)
         self._cluster_key: bytes | None = None
 
@@ -136,9 +144,9 @@ class Client:
         if digest not in DIGEST_TYPES:
             raise ValueError(f"digest must be one of {DIGEST_TYPES}, got {digest!r}")
         key = master_key(check_password_type(password))
-        live, locations = wait_result(self.driver.call(
-            lambda: (self.driver.available_bookies, self.driver.locations)), 30.0,
-            "listing bookies")
+        live, locations = wait_result(self.driver.call(lambda: (
+            self.health.prefer(self.driver.available_bookies, e, self.driver.now_ms()),
+            self.driver.locations)), 30.0, "listing bookies")
         chosen = choose_ensemble(live, locations, e, w, self._rng, self.config.placement)
         if chosen is None:
             raise NotEnoughBookiesError(f"ensemble of {e} needs {e} live writable bookies; "
@@ -216,9 +224,11 @@ class Client:
                     done.set_result(action)
 
         def start():
+            spares = self.health.prefer(self.driver.available_bookies, md.ensemble_size,
+                                        self.driver.now_ms())
             core = LedgerRecovery(md, version, key, make_digest(md.digest_type, key),
                                   config=RecoveryConfig(placement=self.config.placement),
-                                  available_bookies=self.driver.available_bookies,
+                                  available_bookies=spares,
                                   ids=self.driver.ids, locations=self.driver.locations)
             self.driver.register(core, _Sink())
             self.driver.run(core, core.start(self.driver.now_ms()))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from appliance.errors import OK, BadRequestError, BookieUnavailableError
 from appliance.protocol import events as ev
-from appliance.protocol.reader import PackedRecords
+from appliance.protocol.read_batch import PackedRecords
 from ipc.packed import AddMultiReply, AddPackedReply, ReadPackedReply
 from ipc.replies import AddBatchReply, ErrorReply, LacReply, ReadReply
 

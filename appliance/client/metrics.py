@@ -15,7 +15,13 @@ unregistered when the client closes.
   recovered (``open_ledger`` of a ledger that was not closed);
 * ``bookkeeper_client_inflight_adds`` / ``..._inflight_bytes`` (gauges):
   adds and payload bytes waiting for their acknowledgement;
-* ``bookkeeper_client_open_write_handles`` (gauge).
+* ``bookkeeper_client_open_write_handles`` (gauge);
+* ``bookkeeper_client_speculative_reads_total``: reads also sent to another
+  replica because the first had not answered in
+  ``speculative_read_timeout_ms``;
+* ``bookkeeper_client_bookie_quarantines_total``: bookies this client put in
+  quarantine; ``bookkeeper_client_quarantined_bookies`` (gauge): how many
+  are in quarantine now.
 
 Off (the default), the client pays nothing: no timestamp is taken.
 """
@@ -32,7 +38,8 @@ from storage.histogram import Histogram
 class ClientMetrics:
     """Counters the handles update; a ``prometheus_client`` collector."""
 
-    def __init__(self):
+    def __init__(self, health=None):
+        self.health = health  # the client's BookieHealth (None: no read metrics)
         self.add_latency = Histogram()
         self.adds = {"ok": 0, "failed": 0}
         self.recoveries = 0
@@ -96,6 +103,26 @@ class ClientMetrics:
                  "acknowledgement", sum(h._inflight_bytes for h in handles), GaugeMetricFamily),
                 ("bookkeeper_client_open_write_handles", "Write handles open",
                  len(handles), GaugeMetricFamily)):
+            fam = family(name, doc)
+            fam.add_metric([], value)
+            yield fam
+        yield from self._read_health()
+
+    def _read_health(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        health = self.health
+        if health is None:
+            return
+        now_ms = int(time.monotonic() * 1000)  # the driver's clock
+        for name, doc, value, family in (
+                ("bookkeeper_client_speculative_reads", "Reads also sent to another replica "
+                 "after speculative_read_timeout_ms without an answer",
+                 health.speculative_reads, CounterMetricFamily),
+                ("bookkeeper_client_bookie_quarantines", "Bookies this client put in "
+                 "quarantine", health.quarantines, CounterMetricFamily),
+                ("bookkeeper_client_quarantined_bookies", "Bookies in quarantine now",
+                 health.quarantined_count(now_ms), GaugeMetricFamily)):
             fam = family(name, doc)
             fam.add_metric([], value)
             yield fam

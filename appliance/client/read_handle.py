@@ -4,7 +4,9 @@ and closed, or open up to its last add confirmed.  It wraps one pure core
 methods hand work to that thread and wait on futures.
 
 Guarantees: reads return entries in order, verified (digest, ledger and
-entry ids; failover between replicas); a read past the LAC raises
+entry ids; failover between replicas; a read unanswered for
+``speculative_read_timeout_ms`` is also sent to the next replica, and
+bookies the client quarantined are asked last); a read past the LAC raises
 ``NoSuchEntryError`` before anything is sent; ``read`` keeps the next range
 of the same size in flight (read-ahead) and retries it once if it failed;
 ``wait_for_lac`` long-polls the bookies; ``read_chunks`` is the bulk path
@@ -38,13 +40,14 @@ class ReadHandle:
         self._driver = client.driver
         self.id = metadata.ledger_id
         self._key = key
-        rcfg = ReaderConfig(read_timeout_ms=client.config.read_timeout_ms,
-                            read_batch_entries=client.config.read_batch_entries_max,
-                            long_poll=True)
+        cfg = client.config
+        rcfg = ReaderConfig(read_timeout_ms=cfg.read_timeout_ms,
+                            read_batch_entries=cfg.read_batch_entries_max, long_poll=True,
+                            speculative_read_timeout_ms=cfg.speculative_read_timeout_ms)
         digest = make_digest(metadata.digest_type, key)
         self._reader = LedgerReader(metadata, digest, master_key=key,
                                     config=rcfg, ids=self._driver.ids,
-                                    verify_batch=verify_run_fast)
+                                    verify_batch=verify_run_fast, health=client.health)
         self._waiting: dict[int, Future] = {}
         # read-ahead: ((first, last), started read) of the range after the last read()
         self._ahead: tuple | None = None
@@ -81,7 +84,8 @@ class ReadHandle:
         cfg = self._client.config
         config = BulkReadConfig(read_timeout_ms=cfg.read_timeout_ms,
                                 batch_entries_max=cfg.read_batch_entries_max,
-                                batch_bytes_max=cfg.read_batch_bytes_max)
+                                batch_bytes_max=cfg.read_batch_bytes_max,
+                                speculative_read_timeout_ms=cfg.speculative_read_timeout_ms)
 
         endpoints, server_keys = bookie_routes(self._driver.curve,
                                                self._client.registry.available())

@@ -90,6 +90,14 @@ class ClientConfig:
     digest: str = _key("crc32c", choices=("crc32c", "hmac-sha256"))
     add_timeout_ms: int = _key(limits.CLIENT_ADD_TIMEOUT_MS, 1, 3_600_000)
     read_timeout_ms: int = _key(limits.CLIENT_READ_TIMEOUT_MS, 1, 3_600_000)
+    # a read unanswered this long is also sent to the next replica (0: off);
+    # shorter: stalls cost less, more duplicate reads when all are slow
+    speculative_read_timeout_ms: int = _key(limits.CLIENT_SPECULATIVE_READ_TIMEOUT_MS, 0,
+                                            3_600_000)
+    # a bookie with bookie_quarantine_strikes failed or outrun reads within
+    # 10 s is asked last and kept out of new ensembles this long (0: never)
+    bookie_quarantine_ms: int = _key(limits.CLIENT_BOOKIE_QUARANTINE_MS, 0, 86_400_000)
+    bookie_quarantine_strikes: int = _key(limits.CLIENT_BOOKIE_QUARANTINE_STRIKES, 1, 1_000_000)
     add_retries_max: int = _key(limits.CLIENT_ADD_RETRIES_MAX, 0, 100)
     inflight_adds_max: int = _key(limits.CLIENT_INFLIGHT_ADDS_MAX, 1, 1_000_000)
     inflight_bytes_max: int = _key(limits.CLIENT_INFLIGHT_BYTES_MAX, 1, 2**40)

@@ -66,6 +66,25 @@ CLIENT_ADD_BATCH_BYTES_MAX = 8 * MiB  # entry bytes per add message; fits SERVER
 # per reply and a first entry sooner.  Fit the wire's batch limits.
 CLIENT_READ_BATCH_ENTRIES_MAX = 8_192
 CLIENT_READ_BATCH_BYTES_MAX = 16 * MiB
+# A read not answered in this long is also sent to the next replica of its
+# write set (a speculative read; the first valid answer wins).  BookKeeper
+# waits 2,000 ms; on one NVMe host a healthy bookie answers a read in well
+# under a millisecond and in tens of ms when the machine is loaded, so a
+# reply still missing after 250 ms means a stalled bookie (GC, SIGSTOP, a
+# hung disk), not a busy one.  Shorter: stalls cost less, at the price of
+# duplicate reads when every bookie is slow; longer: fewer duplicates.
+CLIENT_SPECULATIVE_READ_TIMEOUT_MS = 250
+# A bookie with CLIENT_BOOKIE_QUARANTINE_STRIKES failed or outrun reads
+# within CLIENT_BOOKIE_STRIKE_WINDOW_MS is quarantined for this long: asked
+# last for reads and left out of new ensembles while enough others are up.
+# BookKeeper keeps one 1,800 s; here a quarantine only demotes a bookie, and
+# one host has few to choose from, so a minute: long enough that a bookie
+# stalling again and again is not asked first after every stall, short
+# enough that a bookie that recovered takes its share back soon.
+CLIENT_BOOKIE_QUARANTINE_MS = 60_000
+CLIENT_BOOKIE_QUARANTINE_STRIKES = 5
+CLIENT_BOOKIE_STRIKE_WINDOW_MS = 10_000  # strikes older than this are forgotten
+CLIENT_BOOKIE_HEALTH_BOOKIES_MAX = 4_096  # bookies whose strikes one client remembers
 CLIENT_RECONNECT_IVL_MAX_MS = 2_000  # the longest reconnect back-off to a bookie
 CLIENT_DRAIN_ITEMS_MAX = 4_096  # queue items the driver applies per wakeup before timers run
 CLIENT_CALL_TIMEOUT_S_MAX = 600.0  # the longest a blocking call waits for the driver thread

@@ -22,6 +22,9 @@ The rule:
   client sees exactly why, and never a gap.
 
 Pure: the storage reads are the caller's (``read_one``).
+
+``PackedRecords`` is how a reader holds such a reply when it came packed
+(READ_PACKED: one buffer and the lengths), for ``LedgerReader``.
 """
 
 from __future__ import annotations
@@ -78,3 +81,37 @@ def batch_rows(window: BatchWindow, read_one: Callable[[int], tuple[int, object]
         size += len(data)
         entry_id += 1
     return rows
+
+
+class PackedRecords:
+    """Stored records back to back in one buffer (a READ_PACKED reply's data
+    frame), ``lengths[i]`` bytes each: a sequence of records (``len``,
+    iteration and indexing give memoryviews, a slice gives PackedRecords)
+    that a batch verifier may also check as a whole."""
+
+    __slots__ = ("data", "lengths")
+
+    def __init__(self, data, lengths):
+        self.data, self.lengths = data, lengths
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def _bounds(self):
+        pos = 0
+        for length in self.lengths:
+            yield pos, pos + length
+            pos += length
+
+    def __iter__(self):
+        view = memoryview(self.data)
+        return (view[lo:hi] for lo, hi in self._bounds())
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            lo, hi, step = index.indices(len(self.lengths))
+            if step != 1 or lo != 0:
+                return list(self)[index]
+            lengths = self.lengths[:hi]
+            return PackedRecords(memoryview(self.data)[:sum(lengths)], lengths)
+        return list(self)[index]

@@ -1,5 +1,6 @@
-"""The ledger reader: reads with failover, LAC reads, open without recovery,
-waiting for the LAC to pass a value.  It never fences and never writes;
+"""The ledger reader: reads with failover and speculative reads, LAC reads
+(``appliance.protocol.read_lac``), open without recovery, waiting for the
+LAC to pass a value.  It never fences and never writes;
 every request it sends carries the ledger's master key (bookies refuse
 reads without it: ``appliance.protocol.read_access``).
 
@@ -28,10 +29,24 @@ Guarantees:
   not a good record is read again one by one under exactly the rules above
   (so a negative still needs every replica), and the rest of the run goes to
   the next bookie.  Batch mode changes the cost, never the answer.  A
-  reply's records may come packed (``PackedRecords``: one buffer and the
+  reply's records may come packed (``read_batch.PackedRecords``: one buffer and the
   lengths); they are checked by the injected ``verify_batch``:
   ``verify_run`` by default (the simulation), a vectorised check with the
   same answers in the client (``appliance.checks.record_check.verify_run_fast``).
+
+* Speculative reads (``speculative_read_timeout_ms``, 0 = off): a request
+  without an answer that long is also sent to the next replica of the
+  round (a batch: to the next bookie of the fragment, once); the first
+  verified payload wins and the other answer is dropped.  A negative from
+  either copy counts as its own replica's answer only: the round ends once
+  each replica was asked *and* every request out has answered, so an
+  explicit negative still needs each replica's own "no" (BP-46), never the
+  first answer of a race.  Timers are events: one tick every half
+  speculative timeout while reads are out.
+* Quarantine (``health``, ``appliance.protocol.quarantine``): replicas are
+  asked in write-set order from ``entry % Qw`` with quarantined bookies
+  last; errors, timeouts and speculated requests are strikes.  The order
+  changes who is asked first, never what counts as an answer.
 
 Bounds: ``read_window_entries`` single-entry reads and
 ``read_batches_in_flight`` batch requests in flight per read,
@@ -47,6 +62,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from appliance.protocol import events as ev
+from appliance.protocol import limits
 from appliance.protocol.core import CoreBase
 from appliance.protocol.entry import verify_entry, verify_run
 from appliance.protocol.errors import (
@@ -59,7 +75,9 @@ from appliance.protocol.errors import (
 )
 from appliance.protocol.invariant import invariant
 from appliance.protocol.metadata import CLOSED, LedgerMetadata
-from appliance.protocol.quorum import ensemble_coverage
+from appliance.protocol.quarantine import BookieHealth
+from appliance.protocol.quorum import ALL_PROTECTIONS, Protections
+from appliance.protocol.read_lac import LacReads
 
 
 @dataclass(frozen=True)
@@ -87,52 +105,27 @@ class ReaderConfig:
     # Batch requests of one read() in flight at once (spread over the
     # fragment's bookies): throughput vs. memory.
     read_batches_in_flight: int = 4
-
-
-class PackedRecords:
-    """Stored records back to back in one buffer (a READ_PACKED reply's data
-    frame), ``lengths[i]`` bytes each: a sequence of records (``len``,
-    iteration and indexing give memoryviews, a slice gives PackedRecords)
-    that a batch verifier may also check as a whole."""
-
-    __slots__ = ("data", "lengths")
-
-    def __init__(self, data, lengths):
-        self.data, self.lengths = data, lengths
-
-    def __len__(self) -> int:
-        return len(self.lengths)
-
-    def _bounds(self):
-        pos = 0
-        for length in self.lengths:
-            yield pos, pos + length
-            pos += length
-
-    def __iter__(self):
-        view = memoryview(self.data)
-        return (view[lo:hi] for lo, hi in self._bounds())
-
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            lo, hi, step = index.indices(len(self.lengths))
-            if step != 1 or lo != 0:
-                return list(self)[index]
-            lengths = self.lengths[:hi]
-            return PackedRecords(memoryview(self.data)[:sum(lengths)], lengths)
-        return list(self)[index]
+    # A read not answered in this long is also sent to the next replica (in
+    # batch mode: to the next bookie of the fragment); the first valid
+    # answer wins.  0: off.  Shorter: a stalled bookie costs less, at the
+    # price of duplicate reads when every bookie is slow.
+    speculative_read_timeout_ms: int = limits.CLIENT_SPECULATIVE_READ_TIMEOUT_MS
 
 
 class _EntryRead:
-    __slots__ = ("entry_id", "replicas", "tried", "negatives", "unknown_code", "rounds")
+    __slots__ = ("entry_id", "replicas", "tried", "negatives", "unknown_code", "rounds",
+                 "inflight", "sent_ms", "got")
 
     def __init__(self, entry_id: int, replicas: tuple[str, ...]):
         self.entry_id = entry_id
-        self.replicas = replicas
+        self.replicas = replicas  # in the order they are asked
         self.tried = 0  # replicas asked in this round
-        self.negatives = 0
+        self.negatives = 0  # explicit negatives in this round
         self.unknown_code = OK
         self.rounds = 1
+        self.inflight = 0  # requests out (more than one once a read was speculated)
+        self.sent_ms = 0  # when the last one went out
+        self.got = False  # a verified payload came back
 
 
 class _ReadOp:
@@ -152,49 +145,46 @@ class _ReadOp:
         self.batches = 0
 
 
-class _LacOp:
-    __slots__ = ("read_id", "purpose", "answered", "errors", "last_error", "above",
-                 "deadline_ms", "round_open", "negatives")
-
-    def __init__(self, read_id: int, purpose: str, above: int | None, deadline_ms: int | None):
-        self.read_id = read_id
-        self.purpose = purpose  # "open", "read" or "wait"
-        self.answered = 0  # OK or explicit-negative replies this round
-        self.negatives = 0  # of which explicit negatives (the bookie has no such ledger)
-        self.errors = 0
-        self.last_error = BKTimeoutError.code
-        self.above, self.deadline_ms = above, deadline_ms
-        self.round_open = False
-
-
-class LedgerReader(CoreBase):
-    """Client-side reader of one ledger (see module docstring)."""
+class LedgerReader(LacReads):
+    """Client-side reader of one ledger (see module docstring; the LAC
+    reads are ``appliance.protocol.read_lac``)."""
 
     _handler_names = {**CoreBase._handler_names,
                       ev.ReadBatchResponse: "_on_read_batch_response"}
 
     def __init__(self, metadata: LedgerMetadata, digest, *, master_key: bytes,
                  config: ReaderConfig | None = None, ids: Iterator[int] | None = None,
-                 verify_batch=verify_run):
+                 verify_batch=verify_run, health: BookieHealth | None = None,
+                 protections: Protections = ALL_PROTECTIONS):
         """``master_key``: the ledger's key, sent with every read (bookies
         holding the key refuse reads without it).  ``verify_batch(records,
         digest, ledger_id, first_entry_id)``: the batch check of a reply's
         records, answering exactly as ``verify_run`` (a faster one, e.g.
-        ``appliance.checks.record_check.verify_run_fast``, may be injected)."""
+        ``appliance.checks.record_check.verify_run_fast``, may be injected).
+        ``health``: the client's ``BookieHealth`` (strikes, quarantine; may
+        be shared by every reader of a client); None: every bookie is
+        asked in write-set order.  ``protections``: the simulation's
+        switches (production: all on)."""
         super().__init__(metadata.ledger_id, ids)
         self._key = master_key
         self.config = config or ReaderConfig()
+        self._health = health
+        self.protections = protections
+        self.speculative_reads = 0  # reads this reader also sent to another replica
+        self._spec_tick: int | None = None
         self._digest = digest
         self._verify_batch = verify_batch
         self._md = metadata
         self.last_add_confirmed = metadata.last_entry_id if metadata.state == CLOSED else -1
-        self._requests: dict[int, tuple[_ReadOp, _EntryRead, int]] = {}  # id -> op, entry, sent
-        # id -> op, chunk (first, last, failures), sent
-        self._batch_requests: dict[int, tuple[_ReadOp, tuple[int, int, int], int]] = {}
+        # id -> op, entry, sent, bookie
+        self._requests: dict[int, tuple[_ReadOp, _EntryRead, int, str]] = {}
+        # id -> op, chunk (first, last, failures), sent, bookie, the ids of a
+        # speculated chunk's requests (None: not speculated)
+        self._batch_requests: dict[int, tuple] = {}
         self._batches_sent = 0
         self._reads: dict[int, _ReadOp] = {}
-        self._lac_requests: dict[int, tuple[_LacOp, int]] = {}  # id -> op, sent
-        self._poll_timers: dict[int, _LacOp] = {}
+        self._lac_requests: dict[int, tuple] = {}  # id -> LAC op, sent (read_lac)
+        self._poll_timers: dict[int, object] = {}  # timer -> LAC op
         self._tick: int | None = None
 
     # -- queries and metadata ------------------------------------------------------------
@@ -284,19 +274,39 @@ class LedgerReader(CoreBase):
         self._arm_tick()
 
     def _start_entry(self, op: _ReadOp, entry_id: int, now_ms: int) -> None:
+        """Replicas are asked from ``entry_id % Qw`` on (reads spread over
+        the write set), quarantined ones last."""
         op.singles += 1
-        self._ask_next_replica(op, _EntryRead(entry_id, self._md.write_set(entry_id)), now_ms)
+        replicas = self._md.write_set(entry_id)
+        k = entry_id % len(replicas)
+        if k:
+            replicas = replicas[k:] + replicas[:k]
+        if self._health is not None:
+            replicas = self._health.order(replicas, now_ms)
+        self._ask_next_replica(op, _EntryRead(entry_id, replicas), now_ms)
 
     def _send_chunk(self, op: _ReadOp, chunk: tuple[int, int, int], now_ms: int) -> None:
-        """One SendReadBatch; successive chunks rotate over the fragment's bookies."""
+        """One SendReadBatch; successive chunks rotate over the fragment's
+        bookies, skipping quarantined ones while another is left."""
         bookies = self._md.fragment_for(chunk[0])[1]
-        bookie = bookies[(self._batches_sent + chunk[2]) % len(bookies)]
+        index = (self._batches_sent + chunk[2]) % len(bookies)
+        bookie = bookies[index]
+        if self._health is not None and self._health.is_quarantined(bookie, now_ms):
+            bookie = self._health.order(bookies[index:] + bookies[:index], now_ms)[0]
         self._batches_sent += 1  # over all reads: successive read() calls spread too
+        self._send_batch(op, chunk, bookie, None, now_ms)
+
+    def _send_batch(self, op: _ReadOp, chunk: tuple[int, int, int], bookie: str,
+                    group: list | None, now_ms: int) -> int:
         op.batches += 1
         request_id = self._next_id()
-        self._batch_requests[request_id] = (op, chunk, now_ms)
+        self._batch_requests[request_id] = (op, chunk, now_ms, bookie, group)
+        if group is not None:
+            group.append(request_id)
         self._out.append(ev.SendReadBatch(request_id, bookie, self.ledger_id, chunk[0],
                                           chunk[1], self._key))
+        self._arm_spec_tick()
+        return request_id
 
     def _on_read_batch_response(self, event: ev.ReadBatchResponse) -> None:
         """Keep the verified prefix of the rows.  A cut reply's rest is asked
@@ -309,9 +319,13 @@ class LedgerReader(CoreBase):
         if found is None:
             self._stale()
             return
-        op, (lo, hi, failures), _ = found
+        op, (lo, hi, failures), _, bookie, group = found
         op.batches -= 1
         if op.done:
+            return
+        if event.code != OK and self._health is not None:
+            self._health.strike(bookie, event.now_ms)
+        if group is not None and not self._first_of_race(op, event, group):
             return
         next_id = self._take_rows(op, event, lo, hi) if event.code == OK else lo
         if next_id <= hi:
@@ -329,6 +343,20 @@ class LedgerReader(CoreBase):
             else:  # an OK reply without a single row: no progress, read one by one
                 op.retry.extend(range(next_id, hi + 1))
         self._after_progress(op, event.now_ms)
+
+    def _first_of_race(self, op: _ReadOp, event: ev.ReadBatchResponse, group: list) -> bool:
+        """A speculated chunk: the first answer that is a reply wins and the
+        copy still out is dropped; a failure is dropped while the copy may
+        still answer (True: handle this reply)."""
+        others = [r for r in group if r != event.request_id and r in self._batch_requests]
+        if not others:
+            return True
+        if event.code != OK:
+            return False
+        for request_id in others:
+            del self._batch_requests[request_id]
+            op.batches -= 1
+        return True
 
     def _take_rows(self, op: _ReadOp, event: ev.ReadBatchResponse, lo: int, hi: int) -> int:
         """Store the verified in-order prefix of the rows; the first id not stored."""
@@ -363,10 +391,19 @@ class LedgerReader(CoreBase):
             self._fill_window(op, now_ms)
 
     def _ask_next_replica(self, op: _ReadOp, entry: _EntryRead, now_ms: int) -> None:
+        """Ask the next replica of this round.  Once each was asked, the
+        round ends when the last request out has answered (a speculative
+        copy may still be out): an explicit negative only when every
+        replica answered one, else another round or the unknown code."""
         if op.done:
             return
         replicas = entry.replicas
         if entry.tried == len(replicas):
+            if entry.inflight:
+                return  # a request is still out: its answer decides
+            invariant(entry.negatives <= len(replicas), "ledger %d: entry %d has %d "
+                      "negatives from %d replicas", self.ledger_id, entry.entry_id,
+                      entry.negatives, len(replicas))
             if entry.negatives == len(replicas):
                 self._finish_read(op, NoSuchEntryError.code)
                 return
@@ -375,40 +412,55 @@ class LedgerReader(CoreBase):
                 return
             entry.rounds += 1
             entry.tried = entry.negatives = 0
-        bookie = replicas[(entry.entry_id + entry.tried) % len(replicas)]
+        bookie = replicas[entry.tried]
         entry.tried += 1
+        entry.inflight += 1
+        entry.sent_ms = now_ms
         request_id = self._next_id()
-        self._requests[request_id] = (op, entry, now_ms)
+        self._requests[request_id] = (op, entry, now_ms, bookie)
         self._out.append(ev.SendRead(request_id, bookie, self.ledger_id, entry.entry_id,
                                      False, self._key))
+        self._arm_spec_tick()
 
     def _on_read_response(self, event: ev.ReadResponse) -> None:
         found = self._requests.pop(event.request_id, None)
         if found is None:
             self._stale()
             return
-        op, entry, _ = found
-        if op.done:
-            return
+        op, entry, _, bookie = found
+        entry.inflight -= 1
+        if op.done or entry.got:
+            return  # the other copy of a speculated read answered first
         if event.code == OK:
             try:
                 lac, _, payload = verify_entry(event.data, self._digest, self.ledger_id,
                                                entry.entry_id)
             except DigestMismatchError:
-                self._replica_failed(op, entry, DigestMismatchError.code, event.now_ms)
+                self._replica_failed(op, entry, bookie, DigestMismatchError.code, event.now_ms)
                 return
             self._raise_lac(lac)
+            entry.got = True
             op.payloads[entry.entry_id] = payload
             op.singles -= 1
             self._after_progress(op, event.now_ms)
         else:
-            self._replica_failed(op, entry, event.code, event.now_ms)
+            self._replica_failed(op, entry, bookie, event.code, event.now_ms)
 
-    def _replica_failed(self, op: _ReadOp, entry: _EntryRead, code: int, now_ms: int) -> None:
+    def _replica_failed(self, op: _ReadOp, entry: _EntryRead, bookie: str, code: int,
+                        now_ms: int) -> None:
+        """A replica answered without the entry: an explicit negative is
+        counted (it decides only with every replica's), anything else is a
+        strike against the bookie; then the next replica is asked."""
         if is_explicit_negative(code):
             entry.negatives += 1
-        elif entry.unknown_code == OK or code == DataUnknownError.code:
-            entry.unknown_code = code
+            if not self.protections.read_negative_all:  # the simulation's broken switch
+                self._finish_read(op, NoSuchEntryError.code)
+                return
+        else:
+            if entry.unknown_code == OK or code == DataUnknownError.code:
+                entry.unknown_code = code
+            if self._health is not None:
+                self._health.strike(bookie, now_ms)
         self._ask_next_replica(op, entry, now_ms)
 
     def _finish_read(self, op: _ReadOp, code: int) -> None:
@@ -425,105 +477,6 @@ class LedgerReader(CoreBase):
             if code == OK else ()
         self._out.append(ev.ReadDone(op.read_id, self.ledger_id, code, op.first, payloads))
 
-    # -- LAC reads ------------------------------------------------------------------------------
-    def read_lac(self, now_ms: int, read_id: int | None = None) -> list:
-        """Ask the last fragment's bookies; ``LacRead`` carries the result."""
-        self._start_lac("read", None, None, read_id, now_ms)
-        return self._take()
-
-    def wait_for_lac(self, above: int, timeout_ms: int, now_ms: int,
-                     read_id: int | None = None) -> list:
-        """``LacRead`` once the LAC exceeds ``above`` (code OK), or after
-        ``timeout_ms`` (code ``BKTimeoutError``, with the LAC known then)."""
-        if self.last_add_confirmed > above or self.is_closed:
-            rid = read_id if read_id is not None else self._next_id()
-            self._out.append(ev.LacRead(rid, self.ledger_id, OK, self.last_add_confirmed))
-        else:
-            self._start_lac("wait", above, now_ms + timeout_ms, read_id, now_ms)
-        return self._take()
-
-    def _start_lac(self, purpose: str, above: int | None, deadline_ms: int | None,
-                   read_id: int | None, now_ms: int) -> None:
-        op = _LacOp(read_id if read_id is not None else self._next_id(), purpose, above,
-                    deadline_ms)
-        self._send_lac_round(op, now_ms)
-
-    def _send_lac_round(self, op: _LacOp, now_ms: int) -> None:
-        op.answered = op.errors = op.negatives = 0
-        op.last_error = BKTimeoutError.code
-        op.round_open = True
-        long_poll = op.purpose == "wait" and self.config.long_poll
-        wait_ms = max(1, op.deadline_ms - now_ms) if long_poll else 0
-        for bookie in self._md.last_fragment[1]:
-            request_id = self._next_id()
-            # a long poll counts as failed only a read timeout after its own
-            self._lac_requests[request_id] = (op, now_ms + wait_ms)
-            if long_poll:
-                self._out.append(ev.SendWaitLac(request_id, bookie, self.ledger_id, op.above,
-                                                wait_ms, self._key))
-            else:
-                self._out.append(ev.SendReadLac(request_id, bookie, self.ledger_id, False,
-                                                self._key))
-        self._arm_tick()
-
-    def _on_read_lac_response(self, event: ev.ReadLacResponse) -> None:
-        found = self._lac_requests.pop(event.request_id, None)
-        if found is None:
-            self._stale()
-            return
-        op = found[0]
-        if event.code == OK:
-            self._raise_lac(event.lac)
-            op.answered += 1
-            if op.purpose == "wait" and self.config.long_poll and op.round_open \
-                    and self.last_add_confirmed > op.above:
-                op.round_open = False  # one bookie past the mark is enough
-                self._drop_lac_requests(op)
-                self._lac_round_done(op, OK, event.now_ms)
-                return
-        elif is_explicit_negative(event.code):
-            op.answered += 1  # this bookie has nothing of the ledger: LAC -1
-            op.negatives += 1
-        else:
-            op.errors += 1
-            op.last_error = event.code
-        self._check_lac_round(op, event.now_ms)
-
-    def _check_lac_round(self, op: _LacOp, now_ms: int) -> None:
-        size = self._md.ensemble_size
-        coverage = ensemble_coverage(size, self._md.ack_quorum)
-        if not op.round_open:
-            return
-        if op.answered >= coverage:
-            code = OK
-        elif op.errors > size - coverage:
-            code = op.last_error
-        else:
-            return
-        op.round_open = False
-        self._drop_lac_requests(op)
-        self._lac_round_done(op, code, now_ms)
-
-    def _lac_round_done(self, op: _LacOp, code: int, now_ms: int) -> None:
-        lac = self.last_add_confirmed
-        if op.purpose == "open":
-            self._out.append(ev.OpenDone(self.ledger_id, code, lac, self._md))
-        elif op.purpose == "read":
-            self._out.append(ev.LacRead(op.read_id, self.ledger_id, code, lac))
-        elif lac > op.above or self.is_closed:
-            self._out.append(ev.LacRead(op.read_id, self.ledger_id, OK, lac))
-        elif now_ms >= op.deadline_ms:
-            self._out.append(ev.LacRead(op.read_id, self.ledger_id, BKTimeoutError.code, lac))
-        elif self.config.long_poll and code == OK and not op.negatives:
-            self._send_lac_round(op, now_ms)  # the bookies answered at their timeout: again
-        else:
-            delay_ms = min(self.config.lac_poll_interval_ms, op.deadline_ms - now_ms)
-            self._poll_timers[self._timer(delay_ms)] = op
-
-    def _drop_lac_requests(self, op: _LacOp) -> None:
-        for request_id in [r for r, found in self._lac_requests.items() if found[0] is op]:
-            del self._lac_requests[request_id]
-
     # -- timers -----------------------------------------------------------------------------------
     def _arm_tick(self) -> None:
         if self._tick is None and (self._requests or self._lac_requests
@@ -534,6 +487,11 @@ class LedgerReader(CoreBase):
         op = self._poll_timers.pop(event.timer_id, None)
         if op is not None:
             self._send_lac_round(op, event.now_ms)
+            return
+        if event.timer_id == self._spec_tick:
+            self._spec_tick = None
+            self._speculate(event.now_ms)
+            self._arm_spec_tick()
             return
         if event.timer_id != self._tick:
             self._stale()
@@ -548,8 +506,12 @@ class LedgerReader(CoreBase):
         late = [r for r, found in self._requests.items() if now_ms - found[2] >= timeout_ms]
         for request_id in late:
             found = self._requests.pop(request_id, None)
-            if found is not None and not found[0].done:
-                self._replica_failed(found[0], found[1], BKTimeoutError.code, now_ms)
+            if found is None:
+                continue
+            op, entry, _, bookie = found
+            entry.inflight -= 1
+            if not op.done and not entry.got:
+                self._replica_failed(op, entry, bookie, BKTimeoutError.code, now_ms)
         late = [r for r, found in self._batch_requests.items()
                 if now_ms - found[2] >= timeout_ms]
         for request_id in late:
@@ -562,3 +524,49 @@ class LedgerReader(CoreBase):
             if found is not None:
                 found[0].errors += 1
                 self._check_lac_round(found[0], now_ms)
+
+    # -- speculative reads ---------------------------------------------------------------------
+    def _arm_spec_tick(self) -> None:
+        """A tick every half speculative timeout while reads are out: a read
+        is speculated between one and one and a half timeouts after it was
+        sent."""
+        spec_ms = self.config.speculative_read_timeout_ms
+        if self._spec_tick is None and spec_ms > 0 and (self._requests or self._batch_requests):
+            self._spec_tick = self._timer(max(1, spec_ms // 2))
+
+    def _speculate(self, now_ms: int) -> None:
+        """Each read out for a speculative timeout without an answer is also
+        sent to the next replica (a single entry: the next of its round; a
+        batch: the next bookie of the fragment, once).  The slow bookie gets
+        a strike.  The answers then race: the first payload wins, while a
+        negative still counts only as that one replica's (see
+        ``_ask_next_replica``)."""
+        spec_ms = self.config.speculative_read_timeout_ms
+        slow = {}
+        for op, entry, _, _ in self._requests.values():
+            if not op.done and not entry.got and entry.tried < len(entry.replicas) \
+                    and now_ms - entry.sent_ms >= spec_ms:
+                slow[id(entry)] = (op, entry)
+        for op, entry in slow.values():
+            self._speculated(entry.replicas[entry.tried - 1], now_ms)
+            self._ask_next_replica(op, entry, now_ms)
+        late = [(r, found) for r, found in self._batch_requests.items()
+                if found[4] is None and not found[0].done and now_ms - found[2] >= spec_ms]
+        for request_id, (op, chunk, sent_ms, bookie, _) in late:
+            bookies = self._md.fragment_for(chunk[0])[1]
+            if len(bookies) < 2:
+                continue
+            index = bookies.index(bookie) if bookie in bookies else -1
+            others = bookies[index + 1:] + bookies[:max(0, index)]
+            if self._health is not None:
+                others = self._health.order(others, now_ms)
+            group = [request_id]
+            self._batch_requests[request_id] = (op, chunk, sent_ms, bookie, group)
+            self._speculated(bookie, now_ms)
+            self._send_batch(op, chunk, others[0], group, now_ms)
+
+    def _speculated(self, slow_bookie: str, now_ms: int) -> None:
+        self.speculative_reads += 1
+        if self._health is not None:
+            self._health.speculative_reads += 1
+            self._health.strike(slow_bookie, now_ms)

@@ -7,7 +7,11 @@ write sets in the metadata snapshot taken when recovery began, decided by
 sets under the recovery's current ensemble.  An entry counts as written back
 at ``Qa`` acks.  A failed bookie is replaced in a local fragment from the
 lowest entry not yet written back; its acks for entries from there on are
-forgotten and those entries are resent to the replacement.  When the first
+forgotten and those entries are resent to the replacement.  A bookie that
+only timed out while no spare is available is not replaced but asked again
+(at most ``rounds_max`` times in a row): entries complete with any ``Qa``
+acks, so a stopped bookie (apache/bookkeeper #1067) or a slow one fails the
+recovery only when the others cannot make up the ack quorum.  When the first
 unrecoverable entry ``end`` is known and every entry below it is written
 back, the owner closes at ``end - 1`` (with the running length read from that
 entry's header, or from one plain read of it when nothing was recovered).
@@ -80,6 +84,8 @@ class RecoveryTail:
         self.lac_seen = -1  # highest LAC field of the records read (acknowledged)
         self.fragments: list[tuple[int, tuple[str, ...]]] = []  # local fragments
         self.failed_bookies: set[str] = set()
+        # position -> (rounds of write-backs resent in a row, when the last was)
+        self.resends: dict[int, tuple[int, int]] = {}
         self.probe_round = 0
         self.probe_answered: set[str] = set()
         self.closing = False
@@ -181,10 +187,36 @@ class RecoveryTail:
             self._on_probe(found, BKTimeoutError.code, None, now_ms)
         elif kind == "add":
             pos, bookie, waiting = found[2], found[3], found[4]
-            if self.ws.ensemble[pos] == bookie and any(
-                    self.entries.get(e) is not None and self.entries[e].state == WRITING
-                    for e in waiting):
-                self._replace(pos, now_ms)
+            stuck = [self.entries[e] for e in sorted(waiting)
+                     if self.entries.get(e) is not None and self.entries[e].state == WRITING]
+            if self.ws.ensemble[pos] == bookie and stuck:
+                self._add_timed_out(pos, stuck, now_ms)
+
+    def _add_timed_out(self, pos: int, stuck: list[_Entry], now_ms: int) -> None:
+        """A write-back unanswered for the request timeout while entries of
+        it still lack ``Qa`` acks: the bookie is replaced when a spare is
+        available.  Without one it is asked again (a recovery add is
+        idempotent), ``rounds_max`` times in a row, while the other
+        replicas' acks may complete the entries meanwhile: a bookie that is
+        merely slow gets its chance and a stopped one is never waited for
+        once ``Qa`` others answered; then ``NotEnoughBookies``."""
+        if self._spares():
+            self._replace(pos, now_ms)
+            return
+        count, last_ms = self.resends.get(pos, (0, -1))
+        if last_ms != now_ms:  # one more round (its requests time out together)
+            count += 1
+            self.resends[pos] = (count, now_ms)
+        if count > self.owner.config.rounds_max:
+            self.owner.finish(NotEnoughBookiesError.code)
+            return
+        self._send_adds(stuck, pos, now_ms)
+
+    def _spares(self) -> list[str]:
+        """Bookies a failed one may be replaced by: available, not in the
+        ensemble, not failed in this recovery."""
+        return [b for b in self.owner.available_bookies
+                if b not in self.failed_bookies and b not in self.ws.ensemble]
 
     # -- write-back ---------------------------------------------------------------------------
     def _start_writes(self, now_ms: int) -> None:
@@ -226,6 +258,7 @@ class RecoveryTail:
             self.owner.stale()
             return
         if event.code == OK:
+            self.resends.pop(pos, None)  # it answers: the next timeout starts afresh
             bit = 1 << pos
             if not entry.acks & bit:
                 entry.acks |= bit

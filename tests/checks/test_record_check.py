@@ -20,7 +20,8 @@ from appliance.errors import OK
 from appliance.protocol import events as ev
 from appliance.protocol.entry import pack_entries, verify_run
 from appliance.protocol.keys import master_key
-from appliance.protocol.reader import LedgerReader, PackedRecords, ReaderConfig
+from appliance.protocol.read_batch import PackedRecords
+from appliance.protocol.reader import LedgerReader, ReaderConfig
 from storage import crc_vec
 from tests.protocol.helpers import DIGEST, metadata, one
 from tests.protocol.test_read_batches import BatchLoop, fill

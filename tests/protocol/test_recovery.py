@@ -124,9 +124,12 @@ def test_no_spare_bookie_for_the_write_back():
     store(loop, ["b1", "b2", "b3"], 0, -1)
     loop.down.add("b3")
     core = recover(loop, spares=(), positive_min=1)
-    for now_ms in (5_000, 10_000):
+    # without a spare b3 is asked again, rounds_max times, then the recovery fails
+    for now_ms in range(5_000, 5_000 * (core.config.rounds_max + 3), 5_000):
         loop.fire_timers(core, now_ms)
     assert one(ev.OpenDone, loop.results).code == NotEnoughBookiesError.code
+    resent = [a for a in loop.sent if isinstance(a, ev.SendAdd) and a.bookie_id == "b3"]
+    assert len(resent) == 1 + core.config.rounds_max
 
 
 def test_concurrent_recoveries_converge_on_one_end():

@@ -57,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
           "alone (peers lost)")
     print(f"re-replication under a writing writer: {r['repointed_sealed']} sealed fragments "
           "re-pointed")
+    print(f"reads around stalls: {r['bookie_stalls']} bookie stalls, {r['speculative_reads']} "
+          f"speculative reads, {r['quarantines']} bookies quarantined, "
+          f"{r['negative_reads_checked']} negative reads checked (each backed by every replica)")
     for result in summary.failures[:args.show]:
         print(result.report(disabled))
     if len(summary.failures) > args.show:

@@ -7,8 +7,9 @@ Each runs the real protocol core (``LedgerWriter``, ``LedgerRecovery``,
 
 from __future__ import annotations
 
-from appliance.errors import OK
+from appliance.errors import OK, is_explicit_negative
 from appliance.protocol import events as ev
+from appliance.protocol.quarantine import BookieHealth
 from appliance.protocol.reader import LedgerReader, ReaderConfig
 from appliance.protocol.recovery import LedgerRecovery, RecoveryConfig
 from appliance.protocol.writer import OPEN_STATE, LedgerWriter, WriterConfig
@@ -163,7 +164,10 @@ class ReaderApp:
         self.until_ms, self.whole, self.on_done = until_ms, whole, on_done
         self.host = CoreHost(cluster.world, name, cluster.meta, self.on_result)
         self.host.after_event = self._after_event
+        self.host.on_reply = lambda bookie, msg: cluster.checker.on_reader_reply(name, bookie,
+                                                                                 msg)
         self.core: LedgerReader | None = None
+        self.reading: tuple[int, int] | None = None  # the read in flight: first, last
         self.next_entry = 0
         self.failed_code = OK
         self.done = False
@@ -172,11 +176,17 @@ class ReaderApp:
     def begin(self) -> None:
         md, _ = self.c.meta.get(self.c.ledger_id)
         timeout_ms = self.c.cfg.add_timeout_ms
+        # speculative reads well inside the read timeout, and a quarantine
+        # short enough to end within a run
         config = ReaderConfig(read_timeout_ms=timeout_ms, lac_poll_interval_ms=20,
                               read_rounds_max=5 if self.whole else 2,
-                              read_batch_entries=self.c.cfg.read_batch_entries)
+                              read_batch_entries=self.c.cfg.read_batch_entries,
+                              speculative_read_timeout_ms=max(2, timeout_ms // 4))
+        self.health = BookieHealth(quarantine_ms=2 * timeout_ms, strikes_max=3,
+                                   window_ms=timeout_ms)
         self.core = LedgerReader(md, self.c.digest, master_key=self.master_key, config=config,
-                                 ids=self.host.ids)
+                                 ids=self.host.ids, health=self.health,
+                                 protections=self.c.protections)
         self.host.call(self.core, self.core.open, self.c.world.now_ms)
 
     def _after_event(self) -> None:
@@ -185,6 +195,9 @@ class ReaderApp:
 
     def on_result(self, core, action) -> None:
         if isinstance(action, ev.ReadDone):
+            if is_explicit_negative(action.code) and self.reading is not None:
+                self.c.checker.on_read_negative(self.name, *self.reading, core.metadata)
+            self.reading = None
             if action.code == OK:
                 self.c.checker.on_read(self.name, action.first_entry_id, action.payloads)
                 self.next_entry = action.first_entry_id + len(action.payloads)
@@ -207,6 +220,7 @@ class ReaderApp:
             self.done = True
         elif self.next_entry <= last:
             upto = min(last, self.next_entry + 15)
+            self.reading = (self.next_entry, upto)
             self.host.call(core, core.read, self.next_entry, upto, world.now_ms)
         else:
             md, _ = self.c.meta.get(self.c.ledger_id)

@@ -44,11 +44,22 @@ that lost data, a metadata write, a read) and runs at the end of that step:
 ``read-needs-key``   no bookie answers a read carrying another key than the
                      ledger's (or none, while the bookie's ``reads_need_key``)
                      with entry bytes (``appliance.protocol.read_access``).
+``read-negative``    a reader's "no such entry" is backed, for some entry of the
+                     range, by an explicit negative from every replica of its
+                     write set (in the reader's metadata): BP-46's rule, also
+                     when speculative reads race (the answers a reader's core
+                     received are counted here, not by the core).
 """
 
 from __future__ import annotations
 
-from appliance.errors import OK, BKTimeoutError, LedgerFencedError, UnauthorizedError
+from appliance.errors import (
+    OK,
+    BKTimeoutError,
+    LedgerFencedError,
+    UnauthorizedError,
+    is_explicit_negative,
+)
 from appliance.protocol import events as ev
 from appliance.protocol.entry import HEADER_BYTES
 from appliance.protocol.metadata import CLOSED, OPEN
@@ -88,6 +99,9 @@ class Checker:
         self.joined_at: dict[str, int] = {}  # bookie -> _seq it last (re)joined the ensemble
         self.request_seq: dict[int, int] = {}  # the writer's add request id -> _seq sent
         self._sent_to_check: set[int] = set()  # acked-sent, at the end of the step
+        # (reader, entry id) -> bookies that answered it an explicit negative
+        self.read_negatives: dict[tuple[str, int], set[str]] = {}
+        self.read_negatives_checked = 0  # negative reads found backed by every replica
         world.after_step.append(self.after_step)
 
     def fail(self, name: str, detail: str) -> None:
@@ -250,6 +264,32 @@ class Checker:
                 self.fail("readers-disagree", f"{reader} read entry {entry_id} with a payload "
                                               f"the writer did not write as {entry_id}")
         self.reads_checked += len(payloads)
+
+    def on_reader_reply(self, reader: str, bookie: str, msg) -> None:
+        """A reply reached a reader's core: remember each explicit negative."""
+        if isinstance(msg, ev.ReadResponse):
+            rows = ((msg.entry_id, msg.code),)
+        elif isinstance(msg, ev.ReadBatchResponse):
+            rows = zip(msg.entry_ids, msg.codes, strict=False)
+        else:
+            return
+        for entry_id, code in rows:
+            if is_explicit_negative(code):
+                self.read_negatives.setdefault((reader, entry_id), set()).add(bookie)
+
+    def on_read_negative(self, reader: str, first: int, last: int, md) -> None:
+        """BP-46 on reads: a reader answers "no such entry" only when every
+        replica of some entry of the range (in the reader's metadata) said
+        so itself; a race won by one negative (or one trusted negative) is
+        caught here."""
+        backed = [e for e in range(first, last + 1)
+                  if set(md.write_set(e)) <= self.read_negatives.get((reader, e), set())]
+        for entry_id in range(first, last + 1):
+            self.read_negatives.pop((reader, entry_id), None)
+        if not backed:
+            self.fail("read-negative", f"{reader} read {first}..{last} as no such entry, but "
+                                       "for no entry of it did every replica say so")
+        self.read_negatives_checked += 1
 
     def on_served(self, bookie: str, msg, replies: list, reads_need_key: bool) -> None:
         """A bookie answered a read: with entry bytes only for the ledger's key."""

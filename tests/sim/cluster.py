@@ -121,6 +121,8 @@ class Cluster:
         for at, name, length in cfg.read_only:
             world.at(at, self.read_only, name, True)
             world.at(min(at + length, cfg.heal_at_ms), self.read_only, name, False)
+        for at, name, length in cfg.bookie_stalls:
+            world.at(at, self.stall_bookie, name, length)
         for at, a, b, length, loss in cfg.flaky_links:
             world.at(at, self.flaky, a, b, loss)
             world.at(at + length, self.flaky, a, b, 0.0)
@@ -175,6 +177,15 @@ class Cluster:
                 md, _ = self.meta.get(self.ledger_id)
                 bookie = world.rng.choice(md.last_fragment[1])
                 self.flaky(name, bookie, self.cfg.recovery_cut_loss)
+
+    def stall_bookie(self, name: str, length_ms: int) -> None:
+        """``name`` is stopped (SIGSTOP) for ``length_ms``: what it is sent
+        waits and is served, in order, once it runs again."""
+        if self.healed:
+            return
+        bookie = self.bookies[name]
+        bookie.stopped_until = max(bookie.stopped_until, self.world.now_ms + length_ms)
+        self.world.log(f"{name} stopped for {length_ms}ms")
 
     def read_only(self, name: str, on: bool) -> None:
         """``name`` refuses adds with ReadOnlyError while ``on`` (its disk full)."""
@@ -239,6 +250,8 @@ class Cluster:
         for node in world.nodes.values():
             if hasattr(node, "paused_until"):
                 node.paused_until = 0
+        for bookie in self.bookies.values():
+            bookie.stopped_until = 0  # what queued up arrives at its own time
         if getattr(self, "writer", None) is not None:
             self.writer.stopped = True
         settle_ms = 3 * self.cfg.add_timeout_ms + 50

@@ -83,6 +83,9 @@ class SimConfig:
     # has a rack of its own.  0: unlabelled (each bookie its own host: scripts)
     hosts: int = 0
     placement: str = "host"  # the cores' placement mode ("rack" on some seeds)
+    # (at, bookie, length): the bookie is stopped (SIGSTOP): it takes nothing
+    # in until the end, then serves what queued up, in order
+    bookie_stalls: list[tuple[int, str, int]] = field(default_factory=list)
 
     @property
     def lossy_crashes_max(self) -> int:
@@ -99,7 +102,7 @@ class SimConfig:
                 f"crashes={len(self.crashes)} partitions={len(self.partitions)} "
                 f"pauses={len(self.writer_pauses)} recoveries={len(self.recoveries)} "
                 f"readers={len(self.readers)} flaky={len(self.flaky_links)} "
-                f"read_only={len(self.read_only)} "
+                f"read_only={len(self.read_only)} stalls={len(self.bookie_stalls)} "
                 f"crash_trigger={self.crash_trigger_p}/{self.crash_after_fence_p}/"
                 f"{self.crash_after_close_p}/"
                 f"{self.crash_budget} "
@@ -142,8 +145,20 @@ def random_config(seed: int) -> SimConfig:
     _draw_batch_reads(cfg, random.Random(seed * 7919 + 29))  # leaves the draws above as they were
     _draw_rereplications(cfg, random.Random(seed * 7919 + 31))
     _draw_read_only(cfg, random.Random(seed * 7919 + 37))
+    _draw_bookie_stalls(cfg, random.Random(seed * 7919 + 41))
     cfg.hosts, cfg.placement = 3, "rack" if seed % 4 == 3 else "host"  # no draw: seeds keep
     return cfg
+
+
+def _draw_bookie_stalls(cfg: SimConfig, rng: random.Random) -> None:
+    """Half the seeds: one or two bookies stop answering for a while (a
+    SIGSTOP, a long GC pause, a hung disk) while readers, the writer and
+    recoveries go on: speculative reads, quarantine and recovery's timeouts
+    must read and recover around them."""
+    if rng.random() < 0.5:
+        cfg.bookie_stalls = sorted((rng.randint(0, cfg.heal_at_ms),
+                                    f"bookie-{rng.randint(1, cfg.bookies)}",
+                                    rng.randint(30, 800)) for _ in range(rng.randint(1, 2)))
 
 
 def _draw_read_only(cfg: SimConfig, rng: random.Random) -> None:

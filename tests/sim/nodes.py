@@ -68,12 +68,16 @@ class SimBookie:
         # key): the cluster's key custody (appliance.bookie.repair.ledger_key)
         self.key_for = None
         self.batch_replies = False  # one AddResponses per SendAdd instead of one per entry
+        self.stopped_until = 0  # stalled (SIGSTOP) until then: requests queue up
         self.refuse_adds = 0  # an error code: answer every add with it, store nothing (a
         world.nodes[name] = self  # read-only or failing disk, appliance.bookie.disk_monitor)
 
     # -- requests -------------------------------------------------------------------------
     def receive(self, src: str, msg) -> None:
         if not self.up:
+            return
+        if self.world.now_ms < self.stopped_until:  # SIGSTOP: queued until it runs again
+            self.world.at(self.stopped_until, self.receive, src, msg)
             return
         kind = type(msg)
         core = self.core

@@ -70,6 +70,13 @@ def run_seed(seed: int, disabled: tuple[str, ...] = (), trace_max: int = 60,
                      repointed_sealed=cluster.repointed_sealed)
     for bookie in cluster.bookies.values():
         repair.update(bookie.repair_stats)
+    for app in [*cluster.apps, cluster.final_reader]:
+        health = getattr(app, "health", None)
+        if health is not None:
+            repair.update(speculative_reads=health.speculative_reads,
+                          quarantines=health.quarantines)
+    repair.update(negative_reads_checked=cluster.checker.read_negatives_checked,
+                  bookie_stalls=len(cfg.bookie_stalls))
     return RunResult(seed, violation, detail, cluster.outcome, cfg.summary(), world.steps,
                      world.now_ms, world.trace_lines() if violation or keep_trace else [],
                      repair)

@@ -28,9 +28,12 @@ from tests.ipc.support import ThreadServer
 
 KEY = master_key(b"secret")
 LEDGER = 42
-FAST = BulkReadConfig(read_timeout_ms=300, retry_backoff_ms=10, batch_entries_max=64)
+# speculative reads off: these tests show the failover after a timeout
+FAST = BulkReadConfig(read_timeout_ms=300, retry_backoff_ms=10, batch_entries_max=64,
+                      speculative_read_timeout_ms=0)
 FRAMES = BulkReadConfig(read_timeout_ms=300, retry_backoff_ms=10, batch_entries_max=64,
-                        packed_replies=False)  # READ_BATCH: one frame per entry
+                        packed_replies=False,  # READ_BATCH: one frame per entry
+                        speculative_read_timeout_ms=0)
 BOTH = pytest.mark.parametrize("cfg", [FAST, FRAMES], ids=["read_packed", "read_batch"])
 
 
@@ -204,6 +207,31 @@ def test_silent_and_garbling_bookies_are_skipped(bookies, cfg):
         assert _read_all(reader, md) == list(enumerate(payloads))
         assert reader.counters["timeouts"] >= 1
         assert reader.counters["bad_replies"] >= 1
+
+
+@pytest.mark.parametrize("packed", [True, False], ids=["read_packed", "read_batch"])
+def test_a_silent_bookie_is_read_around_before_its_timeout(bookies, packed):
+    """Speculative reads: a chunk the silent bookie holds is also asked of
+    another replica after the speculative timeout, which answers first; the
+    silent bookie becomes suspect and later chunks skip it, so the read never
+    waits out a read timeout (20 s here: without speculation the silent
+    bookie's first chunk would wait that long and count a timeout)."""
+    handlers, endpoints = bookies(3)
+    md = _metadata([(0, tuple(handlers))], last=399)
+    payloads = _payloads(400)
+    _store(md, handlers, payloads)
+    next(iter(handlers.values())).silent = True
+    cfg = BulkReadConfig(read_timeout_ms=20_000, batch_entries_max=64, packed_replies=packed,
+                         speculative_read_timeout_ms=50)
+    with BulkReader(endpoints, cfg) as reader:
+        assert _read_all(reader, md) == list(enumerate(payloads))
+        assert reader.counters["speculative"] >= 1
+        assert reader.counters["timeouts"] == 0
+
+
+def test_bulk_read_config_refuses_a_negative_speculative_timeout():
+    with pytest.raises(ValueError, match="speculative_read_timeout_ms"):
+        BulkReadConfig(speculative_read_timeout_ms=-1)
 
 
 def test_bookies_without_read_packed_are_read_with_read_batch(bookies):

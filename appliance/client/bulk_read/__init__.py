@@ -31,6 +31,10 @@ Guarantees:
   before it was handed out, the read raises an ``appliance.errors`` error
   naming the ledger, the first entry no replica served and every answer.
   It is ``NoSuchEntryError`` only when every answer was an explicit negative.
+* **Speculative reads**: a chunk unanswered for ``speculative_read_timeout_ms``
+  is also asked, once, of another replica with room for a request; the
+  first reply wins, so a stalled bookie costs a chunk about that long, not
+  ``read_timeout_ms``, and is asked last for a while after.
 * **Bounded**: at most ``inflight_per_bookie_max`` requests per bookie and
   ``window_chunks_max`` chunks (in flight or verified) ahead of the one being
   handed out; every wait has a deadline (``read_timeout_ms``).  A reply

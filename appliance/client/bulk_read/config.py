@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from appliance.protocol import limits
 from ipc.frames import DEFAULT_LIMITS
 
 
@@ -36,6 +37,12 @@ class BulkReadConfig:
     rounds_max: int = 2
     # Pause before a new round over the replicas (a restarting bookie).
     retry_backoff_ms: int = 200
+    # A chunk unanswered this long is also asked of another replica with
+    # room for a request (once; the first answer wins, the slow bookie is
+    # asked last for a while).  0: off.  Shorter: a stalled bookie costs a
+    # replay less; longer: fewer duplicate reads of big chunks when every
+    # bookie is slow (bounded anyway by inflight_per_bookie_max).
+    speculative_read_timeout_ms: int = limits.CLIENT_SPECULATIVE_READ_TIMEOUT_MS
     # Largest entry accepted in a reply (header, digest and payload).
     entry_bytes_max: int = DEFAULT_LIMITS.entry_bytes_max
     # READ_PACKED (a reply's entries in one frame: the per-entry cost of a
@@ -50,5 +57,7 @@ class BulkReadConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        if self.retry_backoff_ms < 0:
-            raise ValueError(f"retry_backoff_ms must be >= 0, got {self.retry_backoff_ms}")
+        for name in ("retry_backoff_ms", "speculative_read_timeout_ms"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be an int >= 0, got {value!r}")

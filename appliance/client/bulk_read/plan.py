@@ -57,7 +57,7 @@ class Chunk:
     """A run of entries asked of one bookie at a time."""
 
     __slots__ = ("first", "last", "ordinal", "tries", "answers", "codes", "not_before_s",
-                 "sent", "result", "error")
+                 "sent", "sent_at_s", "hedge", "result", "error")
 
     def __init__(self, first: int, last: int, ordinal: int):
         self.first, self.last, self.ordinal = first, last, ordinal
@@ -67,6 +67,9 @@ class Chunk:
         self.not_before_s = 0.0  # backoff before the next round
         # (bookie, request id, sent as READ_PACKED) while a request is out
         self.sent: tuple[str, int, bool] | None = None
+        self.sent_at_s = 0.0  # when ``sent`` went out
+        # the speculative copy of ``sent`` sent to another replica (at most one)
+        self.hedge: tuple[str, int, bool] | None = None
         self.result: VerifiedChunk | None = None
         self.error: BKError | None = None  # every replica failed (raised once at the head)
 

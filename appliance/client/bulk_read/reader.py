@@ -19,6 +19,15 @@ requests in flight per bookie (a request counts until its event arrived,
 also after its read was abandoned), chunks ahead, and the wait for every
 reply.  A bookie that timed out or could not be reached is suspect (asked
 last) for ``SUSPECT_S``.  ``close()`` closes every socket (``linger=0``).
+
+Speculative reads (``speculative_read_timeout_ms``, 0 = off): a chunk
+unanswered that long is also asked, once, of another replica that holds
+the whole chunk and has room for a request (so the duplicates are bounded
+by ``inflight_per_bookie_max``), and the slow bookie becomes suspect.  The
+first reply wins and the other copy's event is dropped; a copy that fails
+(timeout, unreachable) while the other is still out leaves the chunk to
+it and costs no try.  A negative still needs every replica's answer
+(``failover``): a copy's answer counts for its own replica only.
 """
 
 from __future__ import annotations
@@ -104,7 +113,8 @@ class BulkReader:
         self._pending: dict[int, tuple[ReadJob | None, Chunk]] = {}  # job None: abandoned
         self._closed = False
         self.counters = dict.fromkeys(("requests", "entries", "failovers", "timeouts",
-                                       "bad_records", "bad_replies", "late_replies"), 0)
+                                       "bad_records", "bad_replies", "late_replies",
+                                       "speculative"), 0)
 
     def read(self, metadata, first_entry_id: int, last_entry_id: int,
              master_key: bytes) -> Iterator[VerifiedChunk]:
@@ -154,6 +164,33 @@ class BulkReader:
                 self._send_chunk(job, chunk, suspects)
                 if chunk.sent is not None and self._bookies[chunk.sent[0]].inflight >= cap:
                     full.add(chunk.sent[0])
+        self._speculate(job, now)
+
+    def _speculate(self, job: ReadJob, now: float) -> None:
+        """Chunks out for the speculative timeout: a copy to another replica
+        holding the whole chunk with room for a request (module docstring)."""
+        spec_s = self.config.speculative_read_timeout_ms / 1000.0
+        if spec_s <= 0:
+            return
+        for chunk in job.window:
+            if chunk.sent is None or chunk.hedge is not None or chunk.result is not None \
+                    or now - chunk.sent_at_s < spec_s:
+                continue
+            slow = self._bookies[chunk.sent[0]]
+            slow.suspect_until_s = max(slow.suspect_until_s, now + self.SUSPECT_S)
+            need = chunk.last - chunk.first + 1
+            run_lens = job.run_lens(chunk)
+            for bookie_id in job.md.write_set(chunk.first):
+                bookie = self._bookie(bookie_id)
+                if bookie is None or bookie is slow or run_lens[bookie_id] < need \
+                        or bookie.inflight >= self.config.inflight_per_bookie_max:
+                    continue
+                primary = chunk.sent
+                self._send(job, chunk, bookie)
+                if chunk.sent is not primary:  # sent: keep the first as ``sent``
+                    chunk.sent, chunk.hedge = primary, chunk.sent
+                    self.counters["speculative"] += 1
+                break
 
     def _send_chunk(self, job: ReadJob, chunk: Chunk, suspects: set[str]) -> None:
         run_lens = job.run_lens(chunk)
@@ -191,6 +228,7 @@ class BulkReader:
             return
         bookie.inflight += 1
         chunk.sent = (bookie.bookie_id, rid, bookie.packed)
+        chunk.sent_at_s = self.clock()
         self._pending[rid] = (job, chunk)
         self.counters["requests"] += 1
 
@@ -215,6 +253,10 @@ class BulkReader:
                   and c.sent is None and c.result is None and c.error is None]
         if self._pending:  # the transport ends the wait by the nearest deadline
             wake_s.append(now + self.config.read_timeout_ms / 1000.0)
+        spec_s = self.config.speculative_read_timeout_ms / 1000.0
+        if spec_s > 0:  # ... or by the next chunk to speculate on
+            wake_s += [c.sent_at_s + spec_s for c in job.window
+                       if c.sent is not None and c.hedge is None and c.result is None]
         wait_ms = max(0, min(int((min(wake_s, default=now) - now) * 1000) + 1,
                              self.config.read_timeout_ms))
         self._transport.step(wait_ms)
@@ -230,7 +272,16 @@ class BulkReader:
         if job is None:  # its read was abandoned
             self.counters["late_replies"] += event.frames is not None
             return
-        packed, chunk.sent = chunk.sent[2], None
+        mine, other = (chunk.sent, chunk.hedge) if chunk.sent[1] == event.request_id \
+            else (chunk.hedge, chunk.sent)
+        if other is not None and event.frames is None:  # the other copy may still answer
+            if event.status in _SUSPECT_CODES:
+                bookie.suspect_until_s = self.clock() + self.SUSPECT_S
+            chunk.sent, chunk.hedge = other, None
+            return
+        if other is not None:  # first answer wins: the other copy's event is dropped
+            self._pending[other[1]] = (None, chunk)
+        packed, chunk.sent, chunk.hedge = mine[2], None, None
         if event.frames is not None:
             self._on_reply(bookie, job, chunk, packed, _frames(event))
             return
@@ -305,7 +356,7 @@ class BulkReader:
         for rid, (owner, chunk) in list(self._pending.items()):
             if owner is job:
                 self._pending[rid] = (None, chunk)
-                chunk.sent = None
+                chunk.sent = chunk.hedge = None
 
     # -- lifecycle ------------------------------------------------------------------
     def close(self) -> None:
