@@ -147,6 +147,10 @@ class LogConfig:
     segment_bytes_max: int = _key(limits.LOG_SEGMENT_BYTES_MAX, 0, 2**50)
     segment_records_max: int = _key(limits.LOG_SEGMENT_RECORDS_MAX, 0, 2**50)
     segment_age_ms: int = _key(3_600_000, 0, 30 * 86_400_000)
+    # Log servers `bkctl up` starts beside the bookies (the log service: many
+    # producers per log); 0 turns the service off.  More spreads the logs'
+    # writing over more processes (CPU); each costs a process and a session.
+    servers: int = _key(2, 0, 64)
 
 
 @dataclass(frozen=True)
@@ -205,6 +209,14 @@ class ApplianceConfig:
         if self.server.cluster_key_file:
             return Path(self.server.cluster_key_file)
         return self.run_path / "cluster.key"
+
+    def log_server_ids(self) -> list[str]:
+        """The ids of the log servers ``bkctl up`` runs (``[log] servers``)."""
+        return [f"logserver-{i}" for i in range(1, self.log.servers + 1)]
+
+    def log_server_endpoint(self, server_id: str) -> str:
+        """A log server's ZeroMQ endpoint: ipc:// in the run folder."""
+        return f"ipc://{self.run_path / (server_id + '.sock')}"
 
     def bookie(self, bookie_id: str) -> BookieConfig:
         for b in self.bookies:

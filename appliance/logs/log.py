@@ -7,6 +7,7 @@ import os
 import socket
 
 from appliance.errors import NoSuchLedgerError, NoSuchLogError, UnauthorizedError
+from appliance.logs.producer import Producer
 from appliance.logs.reader import LogReader
 from appliance.logs.writer import LogWriter, segment_end
 from appliance.protocol.keys import check_password, master_key
@@ -37,6 +38,16 @@ class Log:
         owner = f"{socket.gethostname()}:{os.getpid()}"
         return LogWriter(self._client, self._logs, self.name, self._password, self._config,
                          owner)
+
+    def producer(self, producer_id=None, *, resume: bool | None = None) -> Producer:
+        """One of any number of writers of the log through the log service
+        (``appliance.logs.producer``): ``write`` -> DLSN, ``write_async``,
+        ``flush``, ``close``.  ``producer_id``: 16 bytes or 32 hex digits
+        (default: random); a producer given its id resumes after the last
+        sequence number the log's owner knows for it."""
+        if self._password:
+            raise ValueError("the log service writes logs without a password")
+        return Producer(self._client, self.name, producer_id, resume=resume)
 
     def reader(self, start: DLSN | str | None = None, start_txid: int | None = None) -> LogReader:
         """A reader from ``start`` (a DLSN, default ``DLSN.FIRST``) or from the
