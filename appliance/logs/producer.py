@@ -303,7 +303,8 @@ class Producer:
                     return
                 batch, size = [], 0
                 while self._unsent and len(batch) < limits.LOG_PRODUCER_BATCH_RECORDS_MAX \
-                        and (not batch or size + len(self._unsent[0].payload) <= limits.LOG_PRODUCER_BATCH_BYTES_MAX):
+                        and (not batch or size + len(self._unsent[0].payload)
+                             <= limits.LOG_PRODUCER_BATCH_BYTES_MAX):
                     write = self._unsent.popleft()
                     if write.seq in self._pending:
                         batch.append(write)
