@@ -31,7 +31,7 @@ import time
 
 import zmq
 
-from appliance.errors import BKError, NoSuchLogError
+from appliance.errors import BadRequestError, BKError, NoSuchLogError
 from appliance.logservice.owned import CLOSED, CLOSING, FAILED, OPEN, OPENING, OwnedLog
 from appliance.meta.logservice import LogServiceRegistry
 from appliance.protocol import limits
@@ -52,8 +52,15 @@ SERVICE_OWNER_PREFIX = "logserver:"  # the log metadata's owner when a log serve
 
 
 def held_by_writer(md) -> bool:
-    """Is the log being written by an exclusive writer (not a log server)?"""
-    return md.in_progress is not None and not md.owner.startswith(SERVICE_OWNER_PREFIX)
+    """Is the log held by an exclusive writer (``Log.writer()``, not a log
+    server)?  While it writes (its segment in progress), and also while it
+    opens: it has taken the log (the epoch is its own) but not yet started
+    its segment (the last segment is from an older epoch)."""
+    if not md.owner or md.owner.startswith(SERVICE_OWNER_PREFIX):
+        return False
+    if md.in_progress is not None:
+        return True
+    return not md.segments or md.segments[-1].epoch != md.epoch
 
 
 class LogServer:
@@ -139,11 +146,15 @@ class LogServer:
                 frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=True)
             except zmq.Again:
                 return
-            if len(frames) < 2 or len(frames) > limits.LOG_SERVICE_REQUEST_FRAMES_MAX + 1:
-                continue
+            if len(frames) < 2:
+                continue  # no header: nothing to answer
             identity, head_frame, payloads = frames[0], frames[1], frames[2:]
             try:
                 doc = decode_header(head_frame)
+                if len(frames) > limits.LOG_SERVICE_REQUEST_FRAMES_MAX + 1:
+                    raise BadRequestError(f"log service: more than "
+                                          f"{limits.LOG_PRODUCER_BATCH_RECORDS_MAX} records in "
+                                          "one request")
                 answer = self._handle(identity, doc, payloads)
             except BKError as exc:
                 answer = {"op": "error", "code": BAD, "message": str(exc)}

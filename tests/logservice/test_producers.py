@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 import appliance
@@ -45,3 +47,53 @@ def test_one_producer_writes_and_reads_back(service):
     assert [r.payload for r in records] == [b"r%d" % i for i in range(200)]
     assert [r.dlsn for r in records] == positions
     assert servers.owner("orders") in ("logserver-1", "logserver-2")
+
+
+def test_an_exclusive_writer_and_producers_take_turns_losing_nothing(service):
+    bk, servers = service
+    log = bk.log("mixed")
+    positions, errors = [], []
+    started = threading.Event()
+
+    def produce():
+        try:
+            with log.producer() as p:
+                for i in range(300):
+                    positions.append(p.write(b"p:%d" % i))
+                    if i == 50:
+                        started.set()
+        except Exception as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+            started.set()
+
+    thread = threading.Thread(target=produce)
+    thread.start()
+    try:
+        assert started.wait(60)
+        with log.writer() as w:  # fences the owner; producers wait for it to close
+            mine = [w.write(b"w:%d" % i) for i in range(20)]
+    finally:
+        thread.join(120)
+    assert not thread.is_alive() and errors == []
+    records = _read_all(bk, "mixed", 320)
+    payloads = [r.payload for r in records]
+    assert sorted(payloads) == sorted([b"p:%d" % i for i in range(300)] +
+                                      [b"w:%d" % i for i in range(20)])
+    assert [p for p in payloads if p.startswith(b"p:")] == [b"p:%d" % i for i in range(300)]
+    where = {r.payload: r.dlsn for r in records}
+    assert [where[b"p:%d" % i] for i in range(300)] == positions
+    assert [where[b"w:%d" % i] for i in range(20)] == mine
+    assert log.log_server() in ("logserver-1", "logserver-2")  # the service has it back
+
+
+def test_a_producer_given_its_id_resumes_after_its_last_record(service):
+    bk, _servers = service
+    pid = "ab" * 16
+    with bk.log("resumed").producer(pid) as p:
+        first = [p.write(b"a%d" % i) for i in range(5)]
+    with bk.log("resumed").producer(pid) as p:  # the same producer, a new process's view
+        second = [p.write(b"b%d" % i) for i in range(5)]
+    records = _read_all(bk, "resumed", 10)
+    assert [r.payload for r in records] == [b"a%d" % i for i in range(5)] + \
+        [b"b%d" % i for i in range(5)]
+    assert [r.dlsn for r in records] == first + second
