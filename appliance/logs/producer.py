@@ -310,10 +310,11 @@ class Producer:
                         batch.append(write)
                         size += len(write.payload)
                 gen = self._gen
+                oldest = next(iter(self._pending), None)
             if not batch:
                 continue
             head = {"op": "write", "log": self.name, "pid": self._pid_hex,
-                    "seq": batch[0].seq, "gen": gen}
+                    "seq": batch[0].seq, "gen": gen, "oldest": oldest}
             self._sock.send_multipart([encode_header(head)] + [w.payload for w in batch],
                                       copy=False)
             self.stats["requests"] += 1

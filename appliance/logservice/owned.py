@@ -105,7 +105,7 @@ class OwnedLog:
     def hello(self, producer_id: bytes) -> int | None:
         return self.table.next_seq(producer_id)
 
-    def write(self, identity: bytes, head: dict, producer_id: bytes, seq: int,
+    def write(self, identity: bytes, head: dict, producer_id: bytes, seq: int, oldest: int,
               payloads: list) -> dict | None:
         """Judge and write one request's records; an error reply now, or None
         (the reply follows once every record has a position)."""
@@ -114,7 +114,7 @@ class OwnedLog:
         new_payloads, new_tags = [], []
         self.stats["requests"] += 1
         for i, payload in enumerate(payloads):
-            verdict = self.table.admit(producer_id, seq + i, now)
+            verdict = self.table.admit(producer_id, seq + i, now, oldest)
             if verdict.kind == NEW:
                 new_payloads.append(payload)
                 new_tags.append((producer_id, seq + i))

@@ -183,7 +183,7 @@ class LogServer:
                     "logs": sorted(n for n, o in self.owned.items() if o.state == OPEN)}
         if op not in ("write", "hello"):
             return {"op": "error", "code": BAD, "message": f"unknown op {op!r}"}
-        name, producer_id, seq = check_write(doc, len(payloads))
+        name, producer_id, seq, oldest = check_write(doc, len(payloads))
         owned = self.owned.get(name)
         if owned is None:
             return self._route(name)
@@ -191,7 +191,7 @@ class LogServer:
             return {"op": "error", "code": RETRY, "message": f"log {name} is {owned.state}"}
         if op == "hello":
             return {"op": "hello", "next_seq": owned.hello(producer_id)}
-        return owned.write(identity, _echo(doc), producer_id, seq, payloads)
+        return owned.write(identity, _echo(doc), producer_id, seq, oldest, payloads)
 
     def _route(self, name: str) -> dict:
         """A request for a log this server does not own: redirect, wait, or

@@ -20,7 +20,10 @@ positions of its last ``recent_max`` records:
 * ``seq`` above it: a gap, refused (``GAP``, with the expected number); the
   producer resends from its oldest unacknowledged write, so a producer's
   records are applied in its order.
-* A producer the table does not know starts at whatever ``seq`` it sends.
+* A producer the table does not know starts at the oldest write it has
+  not seen acknowledged (``oldest``, sent with every request): a request
+  overtaken by a later one (a reconnection reorders them) is then a gap,
+  never a new start that would hide the earlier writes as duplicates.
 
 Bounds: at most ``producers_max`` producers; one silent for ``idle_ms`` is
 forgotten when room is needed, and a new producer is refused (``FULL``)
@@ -94,15 +97,19 @@ class DedupTable:
         p = self._producers.get(producer_id)
         return None if p is None else p.next_seq
 
-    def admit(self, producer_id: bytes, seq: int, now_ms: int) -> Verdict:
+    def admit(self, producer_id: bytes, seq: int, now_ms: int,
+              oldest: int | None = None) -> Verdict:
         """Judge one record; a NEW one is reserved (``next = seq + 1``): the
-        caller must then ``store`` its position (or drop the table)."""
+        caller must then ``store`` its position (or drop the table).
+        ``oldest``: the producer's oldest unacknowledged write, where an
+        unknown producer starts (default ``seq``)."""
         p = self._producers.get(producer_id)
-        if p is None or self.break_dedup:
-            if p is None and not self._make_room(now_ms):
+        if p is None:
+            if not self._make_room(now_ms):
                 return Verdict(FULL)
-            p = self._producers.get(producer_id) or _Producer(seq, now_ms)
-            self._producers[producer_id] = p
+            p = self._producers[producer_id] = _Producer(seq if oldest is None else oldest,
+                                                         now_ms)
+        if self.break_dedup:
             p.next_seq = seq
         self._producers.move_to_end(producer_id)
         p.used_ms = now_ms
@@ -153,7 +160,8 @@ class DedupTable:
 # A request or reply is a multipart ZeroMQ message: one JSON header frame,
 # then (WRITE only) one frame per record payload.
 #
-#   producer -> server   {"op": "write", "log", "pid" (hex), "seq" (first), "gen"}
+#   producer -> server   {"op": "write", "log", "pid" (hex), "seq" (first), "gen",
+#                         "oldest": the producer's oldest unacknowledged seq}
 #                        + n payload frames: records seq .. seq + n - 1
 #                        {"op": "hello", "log", "pid", "gen"}: the next seq expected
 #                        {"op": "ping"}
@@ -187,12 +195,19 @@ def decode_header(frame: bytes) -> dict:
     return doc
 
 
-def check_write(doc: dict, records: int) -> tuple[str, bytes, int]:
-    """(log, producer id, first seq) of a WRITE or HELLO header."""
+def _positive(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def check_write(doc: dict, records: int) -> tuple[str, bytes, int, int]:
+    """(log, producer id, first seq, oldest unacknowledged seq) of a WRITE
+    or HELLO header."""
     log, pid, seq = doc.get("log"), doc.get("pid"), doc.get("seq", 1)
-    if not isinstance(log, str) or not isinstance(pid, str) or not isinstance(seq, int) \
-            or isinstance(seq, bool) or seq < 1:
-        raise BadRequestError("log service: a write names a log, a pid and a seq >= 1")
+    oldest = doc.get("oldest", seq)
+    if not isinstance(log, str) or not isinstance(pid, str) or not _positive(seq) \
+            or not _positive(oldest) or oldest > seq:
+        raise BadRequestError("log service: a write names a log, a pid and a seq >= oldest "
+                              ">= 1")
     try:
         producer_id = bytes.fromhex(pid)
     except ValueError as exc:
@@ -201,4 +216,4 @@ def check_write(doc: dict, records: int) -> tuple[str, bytes, int]:
         raise BadRequestError(f"log service: a pid is {PRODUCER_ID_BYTES} bytes")
     if doc["op"] == "write" and records < 1:
         raise BadRequestError("log service: a write carries at least one record")
-    return log, producer_id, seq
+    return log, producer_id, seq, oldest

@@ -44,6 +44,15 @@ def test_an_unknown_producer_starts_where_it_says():
     assert t.next_seq(B) == 42
 
 
+def test_an_unknown_producer_starts_at_its_oldest_unacknowledged_write():
+    t = DedupTable(4, 8, 1000)
+    # its request for 3 overtook the one for 1 and 2 (a reconnection): a gap,
+    # never a fresh start that would answer 1 and 2 as duplicates
+    gap = t.admit(C, 3, 0, oldest=1)
+    assert (gap.kind, gap.expected) == (GAP, 1)
+    assert [t.admit(C, s, 0, oldest=1).kind for s in (1, 2, 3)] == [NEW, NEW, NEW]
+
+
 def test_producers_are_bounded_and_only_idle_ones_make_room():
     t = DedupTable(producers_max=2, recent_max=8, idle_ms=1000)
     assert t.admit(A, 1, now_ms=0).kind == NEW
@@ -102,10 +111,14 @@ def test_bad_requests_are_refused_with_one_clear_error():
         decode_header(b"{not json")
     with pytest.raises(BadRequestError):
         decode_header(b"[1]")
-    assert check_write({"op": "write", "log": "l", "pid": A.hex(), "seq": 3}, 1) == ("l", A, 3)
+    assert check_write({"op": "write", "log": "l", "pid": A.hex(), "seq": 3}, 1) == \
+        ("l", A, 3, 3)
+    assert check_write({"op": "write", "log": "l", "pid": A.hex(), "seq": 3, "oldest": 2},
+                       1)[3] == 2
     for doc in ({"op": "write", "log": "l", "pid": "zz", "seq": 1},
                 {"op": "write", "log": "l", "pid": "ab", "seq": 1},
-                {"op": "write", "log": "l", "pid": A.hex(), "seq": 0}):
+                {"op": "write", "log": "l", "pid": A.hex(), "seq": 0},
+                {"op": "write", "log": "l", "pid": A.hex(), "seq": 2, "oldest": 3}):
         with pytest.raises(BadRequestError):
             check_write(doc, 1)
     with pytest.raises(BadRequestError):
