@@ -211,8 +211,12 @@ class ApplianceConfig:
         return self.run_path / "cluster.key"
 
     def log_server_ids(self) -> list[str]:
-        """The ids of the log servers ``bkctl up`` runs (``[log] servers``)."""
-        return [f"logserver-{i}" for i in range(1, self.log.servers + 1)]
+        """The ids of the log servers ``bkctl up`` runs (``[log] servers``):
+        ``logserver-N``, after the bookies' host label when they have one
+        (``host1-logserver-N``), so the hosts of one zk:// appliance differ."""
+        host = next((b.host for b in self.bookies if b.host), "")
+        prefix = re.sub(r"[^A-Za-z0-9_.-]", "_", host) + "-" if host else ""
+        return [f"{prefix}logserver-{i}" for i in range(1, self.log.servers + 1)]
 
     def log_server_endpoint(self, server_id: str) -> str:
         """A log server's ZeroMQ endpoint: ipc:// in the run folder."""

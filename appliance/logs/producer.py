@@ -105,6 +105,7 @@ class Producer:
             else 1
         self._error: BaseException | None = None
         self._closed = False
+        self._numbered = False  # a write took a number (explicit seqs must increase from it)
         self._gen = 0
         self._endpoint: str | None = None
         self._sock = None
@@ -121,22 +122,34 @@ class Producer:
         self._thread.start()
 
     # -- the user's side ------------------------------------------------------------------
-    def write(self, payload) -> DLSN:
+    def write(self, payload, seq: int | None = None) -> DLSN | None:
         """Append one record; blocks until it is stored; its DLSN."""
-        return wait_result(self.write_async(payload),
+        return wait_result(self.write_async(payload, seq),
                            limits.LOG_PRODUCER_DEADLINE_MS / 1000 + 5,
                            f"write to log {self.name!r}")
 
-    def write_async(self, payload) -> Future:
+    def write_async(self, payload, seq: int | None = None) -> Future:
         """Append one record; the future's result is its DLSN.  Blocks while
-        the producer's window of unacknowledged records is full."""
+        the producer's window of unacknowledged records is full.
+
+        ``seq``: this write's sequence number, for an application that
+        numbers its own writes (a producer given its id, started again,
+        writing again what it is not sure was stored): above the previous
+        write's; one the log already holds for this producer is answered
+        with its DLSN (None if it is older than the owner's last 4,096 for
+        the producer) and not stored again.  Default: the previous + 1."""
         payload = self._checked(payload)
+        if seq is not None and (not isinstance(seq, int) or isinstance(seq, bool) or seq < 1):
+            raise ValueError(f"seq must be an int >= 1, got {seq!r}")
         fut: Future = Future()
         deadline = self._clock() + limits.LOG_PRODUCER_DEADLINE_MS / 1000
         with self._cond:
             while True:
                 self._check_usable()
                 if self._next_seq is not None and self._has_room(len(payload)):
+                    if seq is not None and seq < self._next_seq and self._numbered:
+                        raise ValueError(f"seq {seq} does not increase: the previous write "
+                                         f"was {self._next_seq - 1}")
                     break
                 remaining = deadline - self._clock()
                 if remaining <= 0:
@@ -144,6 +157,9 @@ class Producer:
                         f"log {self.name!r}: no room in the producer's window within "
                         f"{limits.LOG_PRODUCER_DEADLINE_MS} ms")
                 self._cond.wait(min(remaining, POLL_MS / 1000))
+            if seq is not None:
+                self._next_seq = seq
+            self._numbered = True
             write = _Write(self._next_seq, payload, fut, self._clock())
             self._next_seq += 1
             self._pending[write.seq] = write

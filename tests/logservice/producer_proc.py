@@ -2,6 +2,10 @@
 
     python -m tests.logservice.producer_proc CONFIG LOG NAME COUNT OUT [PRODUCER_ID]
 
+With a PRODUCER_ID, record i is written with sequence number i + 1: a run
+started again with the same id writes everything again, and what an earlier
+run stored is answered, not stored twice.
+
 Writes ``COUNT`` records ``NAME:i`` to log ``LOG`` (even records with
 ``write``, odd ones with ``write_async``, a few in flight), touches
 ``OUT.started`` once a tenth are stored, and at the end writes ``OUT``: one
@@ -29,10 +33,11 @@ def main(config: str, log_name: str, name: str, count: int, out: str,
             pending = []
             for i in range(count):
                 payload = f"{name}:{i}".encode()
+                seq = i + 1 if producer_id else None
                 if i % 2 == 0:
-                    positions[i] = p.write(payload)
+                    positions[i] = p.write(payload, seq)
                 else:
-                    pending.append((i, p.write_async(payload)))
+                    pending.append((i, p.write_async(payload, seq)))
                 if len(pending) >= WINDOW:
                     for j, fut in pending:
                         positions[j] = fut.result(timeout=120)

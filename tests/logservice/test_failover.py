@@ -147,3 +147,35 @@ def test_bkctl_log_append_during_producers_fences_nobody(appliance_up, short_tmp
         [f"cli:{i}".encode() for i in range(50)]
     described = json.loads(bkctl("log", "describe", "events", "--json", config=config).stdout)
     assert described["log_server"] in ("logserver-1", "logserver-2")
+
+
+def test_a_producer_killed_and_started_again_with_its_id_stores_nothing_twice(
+        appliance_up, short_tmp):
+    config, bk, _registry, _seen = appliance_up
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    pid = "5e" * 16
+
+    def start(out: Path) -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.logservice.producer_proc", str(config), "retried",
+             "p0", "1000", str(out), pid], cwd=REPO, env=env,
+            stdout=open(out.with_suffix(".log"), "wb"), stderr=subprocess.STDOUT)
+
+    first = start(short_tmp / "first.out")
+    try:
+        wait_for(lambda: (short_tmp / "first.started").exists() or first.poll() is not None,
+                 120, what="the first run started")
+        first.send_signal(signal.SIGKILL)
+    finally:
+        first.wait()
+    assert not (short_tmp / "first.out").exists()  # killed in the middle
+    second = start(short_tmp / "second.out")
+    try:
+        assert second.wait(timeout=PRODUCER_TIMEOUT_S) == 0, \
+            (short_tmp / "second.log").read_text()[-3000:]
+    finally:
+        if second.poll() is None:
+            second.kill()
+            second.wait()
+    written = [json.loads(line) for line in (short_tmp / "second.out").read_text().splitlines()]
+    _check_exactly_once(_read_all(bk, "retried", 1000), {"p0": written})
