@@ -212,9 +212,11 @@ class ApplianceConfig:
 
     def log_server_ids(self) -> list[str]:
         """The ids of the log servers ``bkctl up`` runs (``[log] servers``):
-        ``logserver-N``, after the bookies' host label when they have one
-        (``host1-logserver-N``), so the hosts of one zk:// appliance differ."""
-        host = next((b.host for b in self.bookies if b.host), "")
+        ``logserver-N``; with zk:// metadata (an appliance of several hosts)
+        after the bookies' host label (``host1-logserver-N``), so the hosts'
+        ids differ."""
+        host = next((b.host for b in self.bookies if b.host), "") \
+            if self.metadata.uri.startswith("zk://") else ""
         prefix = re.sub(r"[^A-Za-z0-9_.-]", "_", host) + "-" if host else ""
         return [f"{prefix}logserver-{i}" for i in range(1, self.log.servers + 1)]
 

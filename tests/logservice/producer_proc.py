@@ -47,6 +47,7 @@ def main(config: str, log_name: str, name: str, count: int, out: str,
             p.flush()
             for j, fut in pending:
                 positions[j] = fut.result(timeout=120)
+            print(f"{name}: {p.stats}", flush=True)  # retries, redirects, timeouts
     tmp = out_path.with_suffix(".tmp")
     tmp.write_text("".join(json.dumps([i, str(positions[i])]) + "\n" for i in range(count)))
     tmp.rename(out_path)

@@ -106,10 +106,20 @@ def _run(config: Path, sid: str) -> dict:
 
 
 def test_producers_ride_over_a_kill_9_of_the_owner(appliance_up, short_tmp):
+    _ride_over_a_kill_9(appliance_up, short_tmp, producers=3, records=300)
+
+
+@pytest.mark.slow
+def test_six_producers_of_1500_records_ride_over_a_kill_9_of_the_owner(appliance_up,
+                                                                      short_tmp):
+    _ride_over_a_kill_9(appliance_up, short_tmp, producers=6, records=1500)
+
+
+def _ride_over_a_kill_9(appliance_up, short_tmp, producers: int, records: int) -> None:
     config, bk, registry, seen = appliance_up
-    procs = _start_producers(config, short_tmp, "orders", 3, 300)
+    procs = _start_producers(config, short_tmp, "orders", producers, records)
     try:
-        wait_for(lambda: all((short_tmp / f"p{k}.started").exists() for k in range(3)) or
+        wait_for(lambda: all((short_tmp / f"p{k}.started").exists() for k in range(producers)) or
                  any(p.poll() is not None for _, _, p in procs), 120, what="producers started")
         owner, pid = _owner_pid(registry, "orders")
         os.kill(pid, signal.SIGKILL)
@@ -119,7 +129,7 @@ def test_producers_ride_over_a_kill_9_of_the_owner(appliance_up, short_tmp):
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    _check_exactly_once(_read_all(bk, "orders", 900), results)
+    _check_exactly_once(_read_all(bk, "orders", producers * records), results)
     run = wait_for(lambda: (r := _run(Path(config), owner))["restarts"] >= 1 and r, 60,
                    what=f"{owner} restarted")
     assert run["last_exit"]["signal"] == "SIGKILL"
