@@ -224,6 +224,7 @@ def _log_server_status(config, server_id: str, state: dict | None, now_s: float)
     pid = info.get("pid") if info else None
     return {"id": server_id, "state": "up" if info else "down", "pid": pid,
             "endpoint": endpoint, "logs": info.get("logs") if info else None,
+            "metrics_url": info.get("metrics_url") if info else None,
             **supervision(state, server_id, pid, now_s)}
 
 

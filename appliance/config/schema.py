@@ -151,6 +151,10 @@ class LogConfig:
     # producers per log); 0 turns the service off.  More spreads the logs'
     # writing over more processes (CPU); each costs a process and a session.
     servers: int = _key(2, 0, 64)
+    # host:port where each log server serves Prometheus /metrics (port 0: a
+    # free port each; the URL is in bkctl status --json); "" = off.  An
+    # unauthenticated HTTP port: bind it to 127.0.0.1 unless scraped remotely.
+    metrics_address: str = _key("")
 
 
 @dataclass(frozen=True)

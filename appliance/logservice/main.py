@@ -32,7 +32,8 @@ def main(argv: list[str] | None = None) -> int:
         endpoint = args.endpoint or config.log_server_endpoint(args.id)
         with Connection(args.config) as client:
             server = LogServer(client, args.id, endpoint,
-                               stale_wait_ms=4 * config.metadata.session_timeout_ms)
+                               stale_wait_ms=4 * config.metadata.session_timeout_ms,
+                               metrics_address=config.log.metrics_address)
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: server.stop())
             server.run()

@@ -69,8 +69,8 @@ class OwnedLog:
     thread when a request's answer is ready; ``wake()`` when the state
     changed (opened, failed)."""
 
-    def __init__(self, client, name: str, owner: str, reply, wake,
-                 clock_ms=lambda: int(time.time() * 1000)):
+    def __init__(self, client, name: str, owner: str, reply, wake, totals: dict | None = None,
+                 observe=None, clock_ms=lambda: int(time.time() * 1000)):
         self.client = client
         self.name = name
         self.owner = owner
@@ -83,6 +83,8 @@ class OwnedLog:
         self.table = DedupTable(limits.LOG_SERVICE_PRODUCERS_MAX, limits.LOG_SERVICE_RECENT_MAX,
                                 limits.LOG_SERVICE_PRODUCER_IDLE_MS)
         self.stats = {"records": 0, "duplicates": 0, "requests": 0}
+        self._totals = totals if totals is not None else {}  # the server's, for its metrics
+        self._observe = observe  # a write request's latency (s), or None
         self._lock = threading.Lock()
         threading.Thread(target=self._open, name=f"open-{name}", daemon=True).start()
 
@@ -97,6 +99,7 @@ class OwnedLog:
             self.error, self.state = exc, FAILED
         else:
             self.writer, self.state = writer, OPEN
+            self._count("takeovers", 1)
             log.info("log %s: owned (epoch %d); %d records learnt for %d producers", self.name,
                      writer.epoch, learnt, len(self.table))
         self._wake()
@@ -110,6 +113,7 @@ class OwnedLog:
         """Judge and write one request's records; an error reply now, or None
         (the reply follows once every record has a position)."""
         now = self._clock_ms()
+        t0 = time.perf_counter()
         answers: list = []
         new_payloads, new_tags = [], []
         self.stats["requests"] += 1
@@ -121,7 +125,7 @@ class OwnedLog:
                 answers.append(None)
             elif verdict.kind == DUPLICATE:
                 answers.append(verdict.position)
-                self.stats["duplicates"] += 1
+                self._count("duplicates", 1)
             elif verdict.kind in (GAP, FULL) and i == 0:
                 return {"op": "error", "code": verdict.kind, "expected": verdict.expected,
                         "message": _refusal(self.name, verdict)}
@@ -141,11 +145,15 @@ class OwnedLog:
                 fut = next(it)
                 answers[i] = fut
                 self.table.store(producer_id, seq + i, fut)
-        self.stats["records"] += len(futures)
-        self._answer_when_done(identity, head, answers)
+        self._count("records", len(futures))
+        self._answer_when_done(identity, head, answers, t0)
         return None
 
-    def _answer_when_done(self, identity: bytes, head: dict, answers: list) -> None:
+    def _count(self, name: str, n: int) -> None:
+        self.stats[name] = self.stats.get(name, 0) + n
+        self._totals[name] = self._totals.get(name, 0) + n
+
+    def _answer_when_done(self, identity: bytes, head: dict, answers: list, t0: float) -> None:
         pending = [a for a in answers if isinstance(a, Future)]
         remaining = [len(pending)]
         lock = threading.Lock()
@@ -155,15 +163,15 @@ class OwnedLog:
                 remaining[0] -= 1
                 if remaining[0] > 0:
                     return
-            self._send_answers(identity, head, answers)
+            self._send_answers(identity, head, answers, t0)
 
         if not pending:
-            self._send_answers(identity, head, answers)
+            self._send_answers(identity, head, answers, t0)
             return
         for fut in pending:
             fut.add_done_callback(one_done)
 
-    def _send_answers(self, identity: bytes, head: dict, answers: list) -> None:
+    def _send_answers(self, identity: bytes, head: dict, answers: list, t0: float) -> None:
         dlsns = []
         for answer in answers:
             if isinstance(answer, Future):
@@ -175,6 +183,8 @@ class OwnedLog:
                 answer = answer.result()
             dlsns.append(None if answer == "old" else list(answer))
         self._reply(identity, {**head, "op": "written", "dlsns": dlsns})
+        if self._observe is not None:
+            self._observe(time.perf_counter() - t0)
 
     def _fail(self, exc: BaseException) -> None:
         with self._lock:
@@ -193,6 +203,7 @@ class OwnedLog:
                 writer.close()
             except Exception as exc:  # noqa: BLE001 - fenced or broken: the next owner recovers
                 log.info("log %s: closed with %s", self.name, exc)
+            self._totals["entries"] = self._totals.get("entries", 0) + writer.stats["entries"]
         self.state = CLOSED
 
 

@@ -32,6 +32,7 @@ import time
 import zmq
 
 from appliance.errors import BadRequestError, BKError, NoSuchLogError
+from appliance.logservice.metrics import start_metrics
 from appliance.logservice.owned import CLOSED, CLOSING, FAILED, OPEN, OPENING, OwnedLog
 from appliance.meta.logservice import LogServiceRegistry
 from appliance.protocol import limits
@@ -64,7 +65,8 @@ def held_by_writer(md) -> bool:
 
 
 class LogServer:
-    def __init__(self, client, server_id: str, endpoint: str, *, stale_wait_ms: int):
+    def __init__(self, client, server_id: str, endpoint: str, *, stale_wait_ms: int,
+                 metrics_address: str = ""):
         self.client = client
         self.id = server_id
         self.endpoint = endpoint
@@ -83,13 +85,21 @@ class LogServer:
         self._sock.linger = 0
         self._sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
         self._sock.bind(endpoint)
-        self.stats = {"requests": 0, "redirects": 0}
+        self.stats = {"requests": 0, "redirects": 0, "records": 0, "duplicates": 0,
+                      "entries": 0, "takeovers": 0}
+        self._metrics_address = metrics_address
+        self.metrics_url: str | None = None
+        self._httpd = self._latency = None
         self._loop_thread = None
 
     # -- life -------------------------------------------------------------------------
     def run(self) -> None:
         self._loop_thread = threading.get_ident()
-        self.registry.register(self.id, self.endpoint, {"pid": os.getpid()},
+        if self._metrics_address:
+            self._httpd, self.metrics_url, self._latency = start_metrics(
+                self._metrics_address, self)
+        self.registry.register(self.id, self.endpoint, {"pid": os.getpid(),
+                                                        "metrics_url": self.metrics_url},
                                self._stale_wait_ms)
         log.info("log server %s serving at %s", self.id, self.endpoint)
         poller = zmq.Poller()
@@ -134,6 +144,8 @@ class LogServer:
             self.registry.release(owned.name)
         self._send_replies()
         self.registry.unregister(self.id)
+        if self._httpd is not None:
+            self._httpd.shutdown()
         self._sock.close(linger=0)
         self._ctx.term()
         os.close(self._wake_r)
@@ -180,6 +192,7 @@ class LogServer:
         self.stats["requests"] += 1
         if op == "ping":
             return {"op": "pong", "id": self.id, "pid": os.getpid(),
+                    "metrics_url": self.metrics_url,
                     "logs": sorted(n for n, o in self.owned.items() if o.state == OPEN)}
         if op not in ("write", "hello"):
             return {"op": "error", "code": BAD, "message": f"unknown op {op!r}"}
@@ -218,8 +231,15 @@ class LogServer:
         if not self.registry.acquire(name, self.id, self.endpoint):
             return {"op": "error", "code": RETRY, "message": f"log {name}: lease taken"}
         self.owned[name] = OwnedLog(self.client, name, f"{SERVICE_OWNER_PREFIX}{self.id}:"
-                                    f"{os.getpid()}", self.queue_reply, self.wake)
+                                    f"{os.getpid()}", self.queue_reply, self.wake,
+                                    self.stats, self._latency.observe if self._latency else None)
         return {"op": "error", "code": RETRY, "message": f"log {name} is opening"}
+
+    def totals(self) -> dict:
+        """Counters for the metrics: the entries of open writers added in."""
+        open_entries = sum(o.writer.stats["entries"] for o in list(self.owned.values())
+                           if o.writer is not None and o.state == OPEN)
+        return {**self.stats, "entries": self.stats["entries"] + open_entries}
 
     def live_servers(self) -> dict[str, dict]:
         now = time.monotonic()

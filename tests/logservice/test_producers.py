@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import urllib.request
 
 import pytest
 
@@ -13,7 +14,8 @@ from tests.support.launch import wait_registered
 
 @pytest.fixture
 def service(make_cluster):
-    cluster = make_cluster(3, quorums=(3, 3, 2), autorecovery={"enabled": False})
+    cluster = make_cluster(3, quorums=(3, 3, 2), autorecovery={"enabled": False},
+                           log={"metrics_address": "127.0.0.1:0"})
     with appliance.connect(str(cluster.config_path)) as bk:
         wait_registered(bk, 3)
         servers = LogServers(cluster, bk)
@@ -46,7 +48,19 @@ def test_one_producer_writes_and_reads_back(service):
     records = _read_all(bk, "orders", 200)
     assert [r.payload for r in records] == [b"r%d" % i for i in range(200)]
     assert [r.dlsn for r in records] == positions
-    assert servers.owner("orders") in ("logserver-1", "logserver-2")
+    owner = servers.owner("orders")
+    assert owner in ("logserver-1", "logserver-2")
+
+    # the owner's metrics: records, group commits, the log, its producer, latency
+    url = servers.registry.servers()[owner]["metrics_url"]
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    values = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+              if line.startswith("bookkeeper_logserver")}
+    assert values["bookkeeper_logserver_records_total"] == 200
+    assert 1 <= values["bookkeeper_logserver_entries_total"] < 200  # batched
+    assert values["bookkeeper_logserver_owned_logs"] == 1
+    assert values["bookkeeper_logserver_producers"] == 1
+    assert values["bookkeeper_logserver_write_latency_seconds_count"] >= 2
 
 
 def test_an_exclusive_writer_and_producers_take_turns_losing_nothing(service):
