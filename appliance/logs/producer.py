@@ -379,8 +379,7 @@ class Producer:
             self.stats["redirects"] += 1
             log.info("log %s: moved to %s", self.name, doc.get("owner"))
             self._sock_close_for(doc.get("endpoint"))
-        elif code == "gap" and self._pending and doc.get("expected", 0) < next(
-                iter(self._pending)):
+        elif code == "gap" and doc.get("expected", 0) < self._oldest():
             self._fail(BadRequestError(f"log {self.name!r}: the owner expects sequence number "
                                        f"{doc.get('expected')}, below this producer's oldest "
                                        "unacknowledged write"))
@@ -392,6 +391,11 @@ class Producer:
             self.stats["retries"] += 1
             time.sleep(self._next_backoff() * (4 if code == HELD else 1))
             self._restart_sends()
+
+    def _oldest(self) -> int:
+        """The oldest unacknowledged write's number (0 if none)."""
+        with self._cond:
+            return next(iter(self._pending), 0)
 
     def _sock_close_for(self, endpoint: str | None) -> None:
         """Leave this server; the next step connects to ``endpoint`` (or
