@@ -25,11 +25,13 @@ def _load(config_path: str):
 
 @click.command(short_help="Start the appliance (foreground or --detach).")
 @click.option("--detach", is_flag=True,
-              help="Start in the background; return once every bookie answers.")
+              help="Start in the background; return once every bookie and log server "
+                   "answers.")
 @config_option
 @library_errors
 def up(detach, config_path):
-    """Start the supervisor and its bookies (foreground; Ctrl-C stops them).
+    """Start the supervisor, its bookies and its log servers (`[log] servers`;
+    foreground; Ctrl-C stops them).
 
     \b
     Example:
@@ -78,22 +80,27 @@ def _open_owner_only(path: Path):
 
 def _wait_until_up(config, proc, log_path: Path) -> None:
     # on use: keeps bkctl's start-up short (cli/__init__.py)
+    from appliance.logservice.probe import log_server_info
     from appliance.supervisor.probe import bookie_info, probe_curve
     from appliance.supervisor.supervisor import read_state
 
     curve = probe_curve(config)
     deadline = time.monotonic() + config.supervisor.start_timeout_ms / 1000.0
     waiting = list(config.bookies)
-    while waiting or (read_state(config) or {}).get("pid") != proc.pid:
+    servers = config.log_server_ids()  # then the log servers (they need the bookies)
+    while waiting or servers or (read_state(config) or {}).get("pid") != proc.pid:
         if proc.poll() is not None:
             raise click.ClickException(f"the supervisor exited ({proc.returncode}): "
                                        f"{_last_line(log_path)}")
         waiting = [b for b in waiting
                    if bookie_info(b.endpoint, PROBE_TIMEOUT_MS, curve=curve) is None]
+        if not waiting:
+            servers = [s for s in servers if log_server_info(
+                config.log_server_endpoint(s), PROBE_TIMEOUT_MS) is None]
         if time.monotonic() > deadline:
-            names = ", ".join(b.id for b in waiting) or "the supervisor"
+            names = ", ".join([b.id for b in waiting] + servers) or "the supervisor"
             raise click.ClickException(
-                f"bookies {names} did not answer within {config.supervisor.start_timeout_ms} "
+                f"{names} did not answer within {config.supervisor.start_timeout_ms} "
                 f"ms; see {config.run_path} (the supervisor keeps trying; `bkctl down` stops it)")
         time.sleep(0.1)
 

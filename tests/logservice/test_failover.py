@@ -99,10 +99,10 @@ def _owner_pid(registry, log_name: str) -> tuple[str, int]:
     return lease["server"], registry.servers()[lease["server"]]["pid"]
 
 
-def _run(config: Path, sid: str) -> dict:
-    state = json.loads(next(config.parent.glob(".*.run")).joinpath("supervisor.json")
-                       .read_text())
-    return state["runs"][sid]
+def _log_servers(config) -> tuple[int, dict[str, dict]]:
+    """`bkctl status --json`: its exit code and its log_servers by id."""
+    done = bkctl("status", "--json", config=config, text=True)
+    return done.returncode, {r["id"]: r for r in json.loads(done.stdout)["log_servers"]}
 
 
 def test_producers_ride_over_a_kill_9_of_the_owner(appliance_up, short_tmp):
@@ -130,10 +130,13 @@ def _ride_over_a_kill_9(appliance_up, short_tmp, producers: int, records: int) -
                 proc.kill()
                 proc.wait()
     _check_exactly_once(_read_all(bk, "orders", producers * records), results)
-    run = wait_for(lambda: (r := _run(Path(config), owner))["restarts"] >= 1 and r, 60,
-                   what=f"{owner} restarted")
-    assert run["last_exit"]["signal"] == "SIGKILL"
-    seen.add(run["pid"])
+    code, rows = wait_for(lambda: (got := _log_servers(config))[1][owner]["state"] == "up"
+                          and got[1][owner]["restarts"] == 1 and got, 60,
+                          what=f"{owner} restarted by the supervisor")
+    seen.add(rows[owner]["pid"])
+    assert code == 0 and rows[owner]["last_exit"]["signal"] == "SIGKILL"
+    assert rows[owner]["pid"] != pid and rows[owner]["uptime_s"] is not None
+    assert sorted(rows) == ["logserver-1", "logserver-2"]
 
 
 def test_bkctl_log_append_during_producers_fences_nobody(appliance_up, short_tmp):
