@@ -216,7 +216,7 @@ class LogServer:
                     "endpoint": lease["endpoint"], "message": f"log {name} is owned elsewhere"}
         if lease is not None:  # our id, an earlier process's session: wait for its expiry
             return {"op": "error", "code": RETRY, "message": f"log {name}: stale lease"}
-        target = owner_of(name, self.live_servers())
+        target = owner_of(name, self.live_servers(fresh=True))  # never to a gone server
         if target is not None and target != self.id:
             self.stats["redirects"] += 1
             return {"op": "error", "code": NOT_OWNER, "owner": target,
@@ -241,9 +241,11 @@ class LogServer:
                            if o.writer is not None and o.state == OPEN)
         return {**self.stats, "entries": self.stats["entries"] + open_entries}
 
-    def live_servers(self) -> dict[str, dict]:
+    def live_servers(self, fresh: bool = False) -> dict[str, dict]:
+        """The registered servers (read again at most every check interval,
+        or now if ``fresh``)."""
         now = time.monotonic()
-        if now - self._servers_at > limits.LOG_SERVICE_CHECK_INTERVAL_MS / 1000:
+        if fresh or now - self._servers_at > limits.LOG_SERVICE_CHECK_INTERVAL_MS / 1000:
             self._servers = self.registry.servers()
             self._servers_at = now
         return self._servers

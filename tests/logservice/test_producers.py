@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import threading
+import time
 import urllib.request
 
 import pytest
 
 import appliance
+from appliance.protocol.log_service import owner_of
 from tests.logservice.support import LogServers
-from tests.support.launch import wait_registered
+from tests.support.launch import wait_for, wait_registered
 
 
 @pytest.fixture
@@ -111,3 +113,29 @@ def test_a_producer_given_its_id_resumes_after_its_last_record(service):
     assert [r.payload for r in records] == [b"a%d" % i for i in range(5)] + \
         [b"b%d" % i for i in range(5)]
     assert [r.dlsn for r in records] == first + second
+
+
+def test_a_log_moves_to_a_server_that_joins_and_its_producer_follows(service):
+    bk, servers = service
+    servers.kill("logserver-2")  # ... and its registration expires with its session
+    wait_for(lambda: sorted(servers.registry.servers()) == ["logserver-1"], 30,
+             what="logserver-2 gone from the registry")
+    name = next(f"moving{i}" for i in range(1000)
+                if owner_of(f"moving{i}", ["logserver-1", "logserver-2"]) == "logserver-2")
+    with bk.log(name).producer() as p:
+        positions = [p.write(b"r%d" % i) for i in range(50)]
+        assert servers.owner(name) == "logserver-1"
+        servers.start("logserver-2")  # the hashing gives it the log: logserver-1 lets go
+        futures, moved_at, deadline = [], None, time.monotonic() + 60
+        while moved_at is None or len(positions) + len(futures) < moved_at + 100:
+            n = len(positions) + len(futures)
+            futures += [p.write_async(b"r%d" % i) for i in range(n, n + 50)]
+            p.flush()
+            if moved_at is None and servers.registry.owner(name)["server"] == "logserver-2":
+                moved_at = n + 50
+            assert time.monotonic() < deadline, "the log did not move to logserver-2"
+        positions += [f.result(timeout=60) for f in futures]
+    assert servers.owner(name) == "logserver-2"
+    records = _read_all(bk, name, len(positions))
+    assert [r.payload for r in records] == [b"r%d" % i for i in range(len(positions))]
+    assert [r.dlsn for r in records] == positions
