@@ -1,11 +1,12 @@
-"""The log service's records in the metadata store (SQLite, injected
-clocks): a log's ownership lease is held by one session at a time, taken
-by another only after release or the holder's expiry; server registrations
-vanish with their session."""
+"""The log service's records in the metadata store (SQLite with injected
+clocks, and ZooKeeper): a log's ownership lease is held by one session at
+a time, taken by another only after release or the holder's expiry; server
+registrations vanish with their session."""
 
 from __future__ import annotations
 
 from appliance.meta.logservice import LogServiceRegistry
+from storage.metadata import open_store
 from storage.metadata.sqlite_store import SqliteStore
 
 
@@ -63,3 +64,17 @@ def test_registrations_list_live_servers_only(tmp_path):
         assert sorted(two.servers()) == ["ls-2"]
         two.unregister("ls-2")
         assert two.servers() == {}
+
+
+def test_with_zookeeper_a_lease_ends_with_its_holders_session(zookeeper):
+    uri = zookeeper.new_uri("leases")
+    with open_store(uri, session_timeout_ms=4000) as s1, \
+            open_store(uri, session_timeout_ms=4000) as s2:
+        one, two = LogServiceRegistry(s1), LogServiceRegistry(s2)
+        one.register("ls-1", "ipc://a", {"pid": 11}, stale_wait_ms=0)
+        assert one.acquire("orders", "ls-1", "ipc://a")
+        assert not two.acquire("orders", "ls-2", "ipc://b")
+        assert two.owner("orders")["server"] == "ls-1" and sorted(two.servers()) == ["ls-1"]
+        s1.close()  # its session ends: its lease and registration with it
+        assert two.owner("orders") is None and two.servers() == {}
+        assert two.acquire("orders", "ls-2", "ipc://b") and two.holds("orders")
