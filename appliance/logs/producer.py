@@ -37,6 +37,7 @@ from concurrent.futures import Future
 
 import zmq
 
+from appliance.client.add_future import AddFuture, complete_futures
 from appliance.client.calls import wait_result
 from appliance.errors import (
     BadRequestError,
@@ -57,7 +58,7 @@ from appliance.protocol.log_service import (
     encode_header,
     owner_of,
 )
-from appliance.protocol.logs import DLSN
+from appliance.protocol.logs import DLSN, dlsn_of
 
 log = logging.getLogger("appliance.logs")
 
@@ -141,7 +142,7 @@ class Producer:
         payload = self._checked(payload)
         if seq is not None and (not isinstance(seq, int) or isinstance(seq, bool) or seq < 1):
             raise ValueError(f"seq must be an int >= 1, got {seq!r}")
-        fut: Future = Future()
+        fut = AddFuture(self._cond)
         deadline = self._clock() + limits.LOG_PRODUCER_DEADLINE_MS / 1000
         with self._cond:
             while True:
@@ -163,9 +164,11 @@ class Producer:
             write = _Write(self._next_seq, payload, fut, self._clock())
             self._next_seq += 1
             self._pending[write.seq] = write
+            wake = not self._unsent  # the I/O thread sends all that is queued when it wakes
             self._unsent.append(write)
             self._inflight_bytes += len(payload)
-        self._wake()
+        if wake:
+            self._wake()
         return fut
 
     def _has_room(self, size: int) -> bool:
@@ -366,12 +369,10 @@ class Producer:
                 write = self._pending.pop(first + i, None)
                 if write is not None:
                     self._inflight_bytes -= len(write.payload)
-                    done.append((write, None if dlsn is None else DLSN(*dlsn)))
+                    done.append((None if dlsn is None else dlsn_of(*dlsn), write.future))
             self._cond.notify_all()
         self._backoff = BACKOFF_MIN_S
-        for write, dlsn in done:
-            if not write.future.done():
-                write.future.set_result(dlsn)
+        complete_futures(self._cond, done, None)
 
     def _on_error(self, doc: dict) -> None:
         code = doc.get("code")
@@ -434,6 +435,4 @@ class Producer:
             self._unsent.clear()
             self._inflight_bytes = 0
             self._cond.notify_all()
-        for write in failed:
-            if not write.future.done():
-                write.future.set_exception(self._error)
+        complete_futures(self._cond, [(None, w.future) for w in failed], self._error)

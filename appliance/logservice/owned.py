@@ -154,31 +154,25 @@ class OwnedLog:
         self._totals[name] = self._totals.get(name, 0) + n
 
     def _answer_when_done(self, identity: bytes, head: dict, answers: list, t0: float) -> None:
-        pending = [a for a in answers if isinstance(a, Future)]
-        remaining = [len(pending)]
-        lock = threading.Lock()
-
-        def one_done(_fut=None) -> None:
-            with lock:
-                remaining[0] -= 1
-                if remaining[0] > 0:
-                    return
+        """Answer once the request's last pending record is stored: the writer
+        settles records in the order it took them (entries are acknowledged
+        in order), so the last one settles last (one callback per request)."""
+        last = next((a for a in reversed(answers) if isinstance(a, Future)), None)
+        if last is None:
             self._send_answers(identity, head, answers, t0)
-
-        if not pending:
-            self._send_answers(identity, head, answers, t0)
-            return
-        for fut in pending:
-            fut.add_done_callback(one_done)
+        else:
+            last.add_done_callback(lambda _f: self._send_answers(identity, head, answers, t0))
 
     def _send_answers(self, identity: bytes, head: dict, answers: list, t0: float) -> None:
         dlsns = []
         for answer in answers:
             if isinstance(answer, Future):
-                if answer.exception() is not None:
-                    self._fail(answer.exception())
+                error = answer.exception() if answer.done() else self.error or \
+                    RuntimeError("a record settled out of order")
+                if error is not None:
+                    self._fail(error)
                     self._reply(identity, {**head, "op": "error", "code": "retry",
-                                           "message": str(answer.exception())})
+                                           "message": str(error)})
                     return
                 answer = answer.result()
             dlsns.append(None if answer == "old" else list(answer))
