@@ -73,6 +73,7 @@ class LogServer:
         self.registry = LogServiceRegistry(client.logs.store)
         self._stale_wait_ms = stale_wait_ms
         self.owned: dict[str, OwnedLog] = {}
+        self._lease_sessions: dict[str, str] = {}  # log -> the session its lease is on
         self._replies: collections.deque = collections.deque()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -228,8 +229,10 @@ class LogServer:
                         "message": f"log {name} is written by an exclusive writer"}
         except NoSuchLogError:
             pass
+        session = self.registry.store.session_id
         if not self.registry.acquire(name, self.id, self.endpoint):
             return {"op": "error", "code": RETRY, "message": f"log {name}: lease taken"}
+        self._lease_sessions[name] = session
         self.owned[name] = OwnedLog(self.client, name, f"{SERVICE_OWNER_PREFIX}{self.id}:"
                                     f"{os.getpid()}", self.queue_reply, self.wake,
                                     self.stats, self._latency.observe if self._latency else None)
@@ -260,10 +263,14 @@ class LogServer:
                 continue
             if owned.state == CLOSED:
                 del self.owned[name]
+                self._lease_sessions.pop(name, None)
                 continue
             target = owner_of(name, servers)
             moving = owned.state == OPEN and target is not None and target != self.id
-            lost = owned.state == OPEN and not self.registry.holds(name)
+            # the lease is an ephemeral node of the session that took it: it is
+            # ours while that session lives (no metadata read per log)
+            lost = owned.state == OPEN and \
+                self._lease_sessions.get(name) != self.registry.store.session_id
             if owned.state == FAILED or moving or lost:
                 log.info("log %s: %s", name, "failed" if owned.state == FAILED
                          else f"handed over to {target}" if moving else "lease lost")
