@@ -25,11 +25,13 @@ def _load(config_path: str):
 
 @click.command(short_help="Start the appliance (foreground or --detach).")
 @click.option("--detach", is_flag=True,
-              help="Start in the background; return once every bookie answers.")
+              help="Start in the background; return once every bookie and log server "
+                   "answers.")
 @config_option
 @library_errors
 def up(detach, config_path):
-    """Start the supervisor and its bookies (foreground; Ctrl-C stops them).
+    """Start the supervisor, its bookies and its log servers (`[log] servers`;
+    foreground; Ctrl-C stops them).
 
     \b
     Example:
@@ -78,22 +80,27 @@ def _open_owner_only(path: Path):
 
 def _wait_until_up(config, proc, log_path: Path) -> None:
     # on use: keeps bkctl's start-up short (cli/__init__.py)
+    from appliance.logservice.probe import log_server_info
     from appliance.supervisor.probe import bookie_info, probe_curve
     from appliance.supervisor.supervisor import read_state
 
     curve = probe_curve(config)
     deadline = time.monotonic() + config.supervisor.start_timeout_ms / 1000.0
     waiting = list(config.bookies)
-    while waiting or (read_state(config) or {}).get("pid") != proc.pid:
+    servers = config.log_server_ids()  # then the log servers (they need the bookies)
+    while waiting or servers or (read_state(config) or {}).get("pid") != proc.pid:
         if proc.poll() is not None:
             raise click.ClickException(f"the supervisor exited ({proc.returncode}): "
                                        f"{_last_line(log_path)}")
         waiting = [b for b in waiting
                    if bookie_info(b.endpoint, PROBE_TIMEOUT_MS, curve=curve) is None]
+        if not waiting:
+            servers = [s for s in servers if log_server_info(
+                config.log_server_endpoint(s), PROBE_TIMEOUT_MS) is None]
         if time.monotonic() > deadline:
-            names = ", ".join(b.id for b in waiting) or "the supervisor"
+            names = ", ".join([b.id for b in waiting] + servers) or "the supervisor"
             raise click.ClickException(
-                f"bookies {names} did not answer within {config.supervisor.start_timeout_ms} "
+                f"{names} did not answer within {config.supervisor.start_timeout_ms} "
                 f"ms; see {config.run_path} (the supervisor keeps trying; `bkctl down` stops it)")
         time.sleep(0.1)
 
@@ -123,13 +130,14 @@ def down(config_path):
     state = read_state(config)
     if state is None:
         raise click.ClickException(f"no appliance is running from {config.path}")
-    timeout_s = config.supervisor.stop_timeout_ms / 1000.0 + 10
+    timeout_s = 2 * config.supervisor.stop_timeout_ms / 1000.0 + 10  # log servers, bookies
     targets = []
     if supervisor_alive(state):
         targets.append(state["pid"])  # it stops its bookies (`bkctl up` in a terminal too)
-    else:  # the supervisor died: stop its bookies ourselves
-        targets += [pid for bookie_id, pid in state.get("bookies", {}).items()
-                    if pid_alive(pid, bookie_id)]
+    else:  # the supervisor died: stop its bookies and log servers ourselves
+        processes = {**state.get("bookies", {}), **state.get("log_servers", {})}
+        targets += [pid for process_id, pid in processes.items()
+                    if pid_alive(pid, process_id)]
         config.run_path.joinpath("supervisor.json").unlink(missing_ok=True)
     for pid in targets:
         os.kill(pid, signal.SIGTERM)
@@ -158,9 +166,14 @@ def status(as_json, config_path):
     other hosts registered follow (local = false; disk use, restarts,
     uptime and last exit not shown: no supervisor of this host watches them).
 
+    The log servers of the config (`[log] servers`) follow: id, state
+    (up/down), pid, endpoint, restarts, uptime and the logs each owns.
+
     Exit code 0 when every bookie of the config is serving (up or
-    read-only), 1 otherwise (the listing is printed either way), so a
-    script can use it as a health check.
+    read-only) and, while a supervisor (`bkctl up`) runs the config, every
+    log server answers; 1 otherwise (the listing is printed either way),
+    so a script can use it as a health check.  Bookies started without the
+    supervisor have no log servers to wait for.
 
     \b
     Example:
@@ -168,17 +181,21 @@ def status(as_json, config_path):
       bkctl status > /dev/null || echo "a bookie is down"
     """
     # on use: keeps bkctl's start-up short (cli/__init__.py)
-    from appliance.supervisor.supervisor import read_state
+    from appliance.supervisor.supervisor import read_state, supervisor_alive
 
     config = _load(config_path)
     state, now_s = read_state(config), time.time()
     rows = [_bookie_status(config, b, state, now_s) for b in config.bookies]
     serving = all(r["state"] in ("up", "read-only") for r in rows)
     rows += _other_hosts_bookies(config)
+    servers = [_log_server_status(config, sid, state, now_s) for sid in config.log_server_ids()]
+    if supervisor_alive(state):  # it starts the log servers: they count
+        serving = serving and all(r["state"] == "up" for r in servers)
     if as_json:
-        echo_json({"config": str(config.path), "bookies": rows})
+        echo_json({"config": str(config.path), "bookies": rows, "log_servers": servers})
     else:
         _echo_status(rows)
+        _echo_log_servers(servers)
     if not serving:
         click.get_current_context().exit(1)
 
@@ -201,6 +218,29 @@ def _echo_status(rows: list[dict]) -> None:
             uptime = "-" if r["uptime_s"] is None else f"{r['uptime_s']:.0f}s"
             click.echo(f"{'':<12} restarts={_dash(r['restarts'])} uptime={uptime}"
                        f"  last exit: {describe_exit(r['last_exit'])}")
+
+
+def _log_server_status(config, server_id: str, state: dict | None, now_s: float) -> dict:
+    """A log server of this config: its PING answer and its runs."""
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
+    from appliance.logservice.probe import log_server_info
+    from appliance.supervisor.runs import supervision
+
+    endpoint = config.log_server_endpoint(server_id)
+    info = log_server_info(endpoint, PROBE_TIMEOUT_MS)
+    pid = info.get("pid") if info else None
+    return {"id": server_id, "state": "up" if info else "down", "pid": pid,
+            "endpoint": endpoint, "logs": info.get("logs") if info else None,
+            "metrics_url": info.get("metrics_url") if info else None,
+            **supervision(state, server_id, pid, now_s)}
+
+
+def _echo_log_servers(rows: list[dict]) -> None:
+    for r in rows:
+        uptime = "-" if r["uptime_s"] is None else f"{r['uptime_s']:.0f}s"
+        logs = "-" if r["logs"] is None else len(r["logs"])
+        click.echo(f"{r['id']:<12} {r['state']:<10} pid={r['pid'] or '-':<8} {r['endpoint']}"
+                   f"  restarts={_dash(r['restarts'])} uptime={uptime} logs={logs}")
 
 
 def _dash(value) -> str:

@@ -70,7 +70,8 @@ list_ = list_command(log, "log names", _log_names)
 @library_errors
 def describe(name, as_json, config_path):
     """Show a log's segments: sequence number, ledger id, state, first/last
-    txid, last DLSN and records.
+    txid, last DLSN and records, and the log server that owns the log now
+    (`log_server`; null when no log server writes it).
 
     \b
     Example:
@@ -81,13 +82,15 @@ def describe(name, as_json, config_path):
 
     with _connect(config_path) as bk:
         doc = describe_log(bk.logs.read_log(name)[0])
+        doc["log_server"] = bk.log(name).log_server()
     if as_json:
         echo_json(doc)
         return
     click.echo(f"log {doc['name']}: {len(doc['segments'])} segment(s), "
                f"{doc['records']} record(s) in completed segments, last txid "
                f"{doc['last_txid']}, writer epoch {doc['epoch']} ({doc['owner'] or 'none'}), "
-               f"truncated before {doc['truncated_before']}")
+               f"truncated before {doc['truncated_before']}, log server "
+               f"{doc['log_server'] or 'none'}")
     for s in doc["segments"]:
         click.echo(f"  segment {s['seq']}: ledger {s['ledger_id']} {s['state']:<11} "
                    f"records {s['records']:<8} txids {s['first_txid']}..{s['last_txid']} "
@@ -107,29 +110,47 @@ def append(name, file, txid_from, password, config_path):
     """Write each line of FILE ('-' for stdin) as a record of log NAME
     (created if needed) and print the last record's DLSN.
 
+    While the log service runs (log servers registered), the lines go
+    through it as one producer: writers and producers of the log go on
+    undisturbed.  Otherwise, and with --txid-from or a password, the log's
+    exclusive writer is used (any other writer of the log is fenced).
+
     \b
     Example:
       seq 1 1000 | bkctl log append orders -
       bkctl log append orders events.txt --txid-from 5000
     """
     with _connect(config_path) as bk:
-        with bk.log(name, password.encode()).writer() as w:
-            pending, last, txid, count = [], None, txid_from, 0
-            for line in file:
-                pending.append(w.write_async(line.rstrip(b"\n"), txid))
-                txid = None if txid is None else txid + 1
-                count += 1
-                if len(pending) >= APPEND_WINDOW:
-                    last = pending[-1].result()
-                    pending.clear()
-            w.flush()
-            if pending:
-                last = pending[-1].result()
+        handle = bk.log(name, password.encode())
+        if txid_from is None and not password and handle.service_running():
+            with handle.producer() as p:
+                last, count = _write_lines(file, lambda line, _txid: p.write_async(line), None,
+                                           p.flush)
+        else:
+            with handle.writer() as w:
+                last, count = _write_lines(file, w.write_async, txid_from, w.flush)
     if last is None:
         click.echo("no records written", err=True)
         return
     click.echo(str(last))
     click.echo(f"{count} record(s) written to log {name}", err=True)
+
+
+def _write_lines(file, write_async, txid, flush):
+    """Every line as a record, at most APPEND_WINDOW awaited at once; (the
+    last DLSN, records written)."""
+    pending, last, count = [], None, 0
+    for line in file:
+        pending.append(write_async(line.rstrip(b"\n"), txid))
+        txid = None if txid is None else txid + 1
+        count += 1
+        if len(pending) >= APPEND_WINDOW:
+            last = pending[-1].result()
+            pending.clear()
+    flush()
+    if pending:
+        last = pending[-1].result()
+    return last, count
 
 
 @log.command(short_help="Print a log's records.")

@@ -87,6 +87,13 @@ def _build(path: Path, doc: dict) -> ApplianceConfig:
         autorecovery=_section(doc, "autorecovery", AutoRecoveryConfig, base),
         log=_section(doc, "log", LogConfig, base),
         security=_section(doc, "security", SecurityConfig, base))
+    if config.log.metrics_address:
+        try:
+            parse_host_port(config.log.metrics_address)
+        except ValueError as exc:
+            raise Refusal("log.metrics_address", str(exc),
+                           "set host:port (port 0: each log server picks a free one) or "
+                           "leave it empty (no metrics)") from None
     check_distinct(config.bookies)
     check_cross(config)
     return config

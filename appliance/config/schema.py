@@ -155,6 +155,14 @@ class LogConfig:
     segment_bytes_max: int = _key(limits.LOG_SEGMENT_BYTES_MAX, 0, 2**50)
     segment_records_max: int = _key(limits.LOG_SEGMENT_RECORDS_MAX, 0, 2**50)
     segment_age_ms: int = _key(3_600_000, 0, 30 * 86_400_000)
+    # Log servers `bkctl up` starts beside the bookies (the log service: many
+    # producers per log); 0 turns the service off.  More spreads the logs'
+    # writing over more processes (CPU); each costs a process and a session.
+    servers: int = _key(2, 0, 64)
+    # host:port where each log server serves Prometheus /metrics (port 0: a
+    # free port each; the URL is in bkctl status --json); "" = off.  An
+    # unauthenticated HTTP port: bind it to 127.0.0.1 unless scraped remotely.
+    metrics_address: str = _key("")
 
 
 @dataclass(frozen=True)
@@ -213,6 +221,20 @@ class ApplianceConfig:
         if self.server.cluster_key_file:
             return Path(self.server.cluster_key_file)
         return self.run_path / "cluster.key"
+
+    def log_server_ids(self) -> list[str]:
+        """The ids of the log servers ``bkctl up`` runs (``[log] servers``):
+        ``logserver-N``; with zk:// metadata (an appliance of several hosts)
+        after the bookies' host label (``host1-logserver-N``), so the hosts'
+        ids differ."""
+        host = next((b.host for b in self.bookies if b.host), "") \
+            if self.metadata.uri.startswith("zk://") else ""
+        prefix = re.sub(r"[^A-Za-z0-9_.-]", "_", host) + "-" if host else ""
+        return [f"{prefix}logserver-{i}" for i in range(1, self.log.servers + 1)]
+
+    def log_server_endpoint(self, server_id: str) -> str:
+        """A log server's ZeroMQ endpoint: ipc:// in the run folder."""
+        return f"ipc://{self.run_path / (server_id + '.sock')}"
 
     def bookie(self, bookie_id: str) -> BookieConfig:
         for b in self.bookies:

@@ -7,8 +7,10 @@ import os
 import socket
 
 from appliance.errors import NoSuchLedgerError, NoSuchLogError, UnauthorizedError
+from appliance.logs.producer import Producer
 from appliance.logs.reader import LogReader
 from appliance.logs.writer import LogWriter, segment_end
+from appliance.meta.logservice import LogServiceRegistry
 from appliance.protocol.keys import check_password, master_key
 from appliance.protocol.logs import (
     DLSN,
@@ -37,6 +39,25 @@ class Log:
         owner = f"{socket.gethostname()}:{os.getpid()}"
         return LogWriter(self._client, self._logs, self.name, self._password, self._config,
                          owner)
+
+    def producer(self, producer_id=None, *, resume: bool | None = None) -> Producer:
+        """One of any number of writers of the log through the log service
+        (``appliance.logs.producer``): ``write`` -> DLSN, ``write_async``,
+        ``flush``, ``close``.  ``producer_id``: 16 bytes or 32 hex digits
+        (default: random); a producer given its id resumes after the last
+        sequence number the log's owner knows for it."""
+        if self._password:
+            raise ValueError("the log service writes logs without a password")
+        return Producer(self._client, self.name, producer_id, resume=resume)
+
+    def log_server(self) -> str | None:
+        """The id of the log server that owns the log now, or None."""
+        lease = LogServiceRegistry(self._logs.store).owner(self.name)
+        return None if lease is None else lease.get("server")
+
+    def service_running(self) -> bool:
+        """Is a log server registered (the log service runs)?"""
+        return bool(LogServiceRegistry(self._logs.store).servers())
 
     def reader(self, start: DLSN | str | None = None, start_txid: int | None = None) -> LogReader:
         """A reader from ``start`` (a DLSN, default ``DLSN.FIRST``) or from the

@@ -19,6 +19,10 @@ Rollover: before an entry leaves, a segment over ``log.segment_bytes_max`` /
 ``segment_records_max`` / ``segment_age_ms`` is closed, completed and a new
 one started.
 
+Tagged writers (the log service's owners, ``tagged=True``): every record
+carries its producer's ``(producer_id, seq)`` in the entry's tags column
+(``appliance.protocol.log_entry``), given to ``write_many_async``.
+
 Errors are sticky: once a write fails (``LogFencedError`` when a newer writer
 took over; any other ledger error as it came), that write and every later
 one fail with the same error; open a new writer to go on.
@@ -45,6 +49,7 @@ from appliance.protocol import limits
 from appliance.protocol.log_entry import (
     HEADER_BYTES,
     RECORD_OVERHEAD,
+    TAG_BYTES,
     EntryHeader,
     pack_entry,
     read_header,
@@ -96,7 +101,8 @@ def segment_end(client, seq: int, ledger_id: int, password: bytes) -> SegmentEnd
 
 
 class LogWriter:
-    def __init__(self, client, logs, name: str, password: bytes, config, owner: str):
+    def __init__(self, client, logs, name: str, password: bytes, config, owner: str,
+                 *, tagged: bool = False):
         self._client = client
         self._logs = logs
         self.name = name
@@ -107,7 +113,9 @@ class LogWriter:
         self._flush_s = config.flush_interval_us / 1e6
         self._control_s = config.control_interval_ms / 1000.0
         self._entry_max = client.payload_bytes_max
-        self.record_bytes_max = self._entry_max - HEADER_BYTES - RECORD_OVERHEAD
+        self._tagged = tagged
+        self._record_overhead = RECORD_OVERHEAD + (TAG_BYTES if tagged else 0)
+        self.record_bytes_max = self._entry_max - HEADER_BYTES - self._record_overhead
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         # one condition shared by every record's future (one per record cost
@@ -118,6 +126,7 @@ class LogWriter:
         self._buf_txids: list[int] = []
         self._buf_payloads: list[bytes] = []
         self._buf_futures: list[Future] = []
+        self._buf_tags: list | None = [] if tagged else None
         self._buf_bytes = 0
         self._buf_since = 0.0
         self._last_add: Future | None = None
@@ -209,6 +218,8 @@ class LogWriter:
         """Append one record; the future's result is its DLSN.  ``txid``
         (strictly above the previous one) or previous + 1."""
         payload = self._checked(payload)
+        if self._tagged:
+            raise TypeError("a tagged writer takes records with tags: write_many_async")
         if txid is not None:
             check_txid(txid)
         fut = AddFuture(self._futures_done)
@@ -234,13 +245,17 @@ class LogWriter:
                 self._flush_locked()
         return fut
 
-    def write_many_async(self, payloads, txids=None) -> list[Future]:
+    def write_many_async(self, payloads, txids=None, tags=None) -> list[Future]:
         """Append every payload, in order, as consecutive records; one future
         per record (its DLSN), as ``write_async`` would give, for a fraction
         of the cost per record.  ``txids``: one per payload, strictly
         increasing and above the log's last, or None (previous + 1 each).
+        ``tags``: one ``(producer_id, seq)`` per payload, for a tagged
+        writer only (and required there).
         Everything is checked before anything is queued."""
         batch = [self._checked(p) for p in payloads]
+        if (tags is not None) != self._tagged or (tags is not None and len(tags) != len(batch)):
+            raise ValueError("tags: one per payload for a tagged writer, none otherwise")
         if txids is not None:
             txids = [check_txid(t) for t in txids]
             if len(txids) != len(batch):
@@ -250,7 +265,7 @@ class LogWriter:
         done = self._futures_done
         futures = [AddFuture(done) for _ in batch]
         with self._lock:
-            self._append_locked(batch, txids, futures)
+            self._append_locked(batch, txids, futures, tags)
         return futures
 
     def _checked(self, payload) -> bytes:
@@ -263,7 +278,7 @@ class LogWriter:
                              f"{self.record_bytes_max}-byte record limit")
         return payload
 
-    def _append_locked(self, payloads: list, txids, futures: list) -> None:
+    def _append_locked(self, payloads: list, txids, futures: list, tags=None) -> None:
         """Holding the lock: buffer records, sending an entry whenever the
         buffer reaches ``flush_bytes`` (or the next record would not fit)."""
         self._check_usable()
@@ -281,8 +296,9 @@ class LogWriter:
         flush_bytes = self._flush_bytes
         buf_t, buf_p, buf_f = self._buf_txids, self._buf_payloads, self._buf_futures
         buffered = self._buf_bytes
-        for payload, txid, fut in zip(payloads, txids, futures, strict=True):
-            size = len(payload) + RECORD_OVERHEAD
+        overhead = self._record_overhead
+        for i, (payload, txid, fut) in enumerate(zip(payloads, txids, futures, strict=True)):
+            size = len(payload) + overhead
             if buffered + size > room and buf_p:
                 self._buf_bytes = buffered
                 self._flush_locked()
@@ -292,6 +308,8 @@ class LogWriter:
             buf_t.append(txid)
             buf_p.append(payload)
             buf_f.append(fut)
+            if tags is not None:
+                self._buf_tags.append(tags[i])
             self._last_txid = txid
             buffered += size
             if buffered >= flush_bytes:
@@ -318,6 +336,9 @@ class LogWriter:
             return
         txids, payloads, futures = self._buf_txids, self._buf_payloads, self._buf_futures
         self._buf_txids, self._buf_payloads, self._buf_futures = [], [], []
+        tags = self._buf_tags
+        if tags is not None:
+            self._buf_tags = []
         size, self._buf_bytes = self._buf_bytes, 0
         try:
             if payloads and self._policy.due(self._seg_bytes, self._seg_records,
@@ -334,7 +355,7 @@ class LogWriter:
                 self._seg_last_data = (entry_id, len(payloads) - 1)
             header = EntryHeader(control and not payloads, len(payloads), self._seg_records,
                                  self._seg_first, self._seg_last, *self._seg_last_data)
-            data = pack_entry(header, txids, payloads)
+            data = pack_entry(header, txids, payloads, tags if payloads else None)
             add = self._wh.add_async(data)
         except BaseException as exc:
             err = self._fail(as_log_error(exc, self.name))
@@ -352,6 +373,8 @@ class LogWriter:
     def _fail_buffer(self, err: BaseException) -> None:
         futures, self._buf_futures = self._buf_futures, []
         self._buf_txids, self._buf_payloads, self._buf_bytes = [], [], 0
+        if self._buf_tags is not None:
+            self._buf_tags = []
         complete_futures(self._futures_done, [(None, f) for f in futures], err)
 
     def _on_added(self, add: Future, seq: int, entry_id: int, futures: list[Future]) -> None:

@@ -238,6 +238,19 @@ class LogTruncatedError(LogError):
     code = 43
 
 
+class LogServiceUnavailableError(LogError):
+    """The log service took no write of a producer within its deadline (no
+    live log server owned the log, or an exclusive writer held it)."""
+
+    code = 44
+
+
+class TooManyProducersError(LogError):
+    """The log's owner already tracks its limit of active producers."""
+
+    code = 45
+
+
 _BY_CODE: dict[int, type[BKError]] = {}
 
 
@@ -320,6 +333,8 @@ __all__ = [
     "LogFencedError",
     "NoSuchLogError",
     "LogTruncatedError",
+    "LogServiceUnavailableError",
+    "TooManyProducersError",
     "EXPLICIT_NEGATIVE_CODES",
     "error_class",
     "error_for_code",

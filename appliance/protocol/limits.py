@@ -189,6 +189,35 @@ LOG_SEGMENT_BYTES_MAX = 256 * MiB  # a segment rolls over past this (0: never by
 LOG_SEGMENT_RECORDS_MAX = 0  # ... or past this many records (0: never by count)
 LOG_READ_ENTRIES_MAX = 64  # entries a log reader fetches per ledger read
 
+# -- the log service ([log] servers; appliance.logservice, appliance.logs.producer) ----------
+# A producer retries a write (same sequence number) through owner crashes,
+# restarts and moves for this long, then fails it and every later write
+# (LogServiceUnavailableError): longer rides out slower fail-overs (the
+# metadata session timeout, then a restart), shorter reports trouble sooner.
+LOG_PRODUCER_DEADLINE_MS = 60_000
+# One request's reply awaited this long before the producer resends everything
+# unacknowledged (the owner drops the duplicates).
+LOG_PRODUCER_REQUEST_TIMEOUT_MS = 5_000
+# A producer's window: records and bytes sent and not yet acknowledged;
+# write_async blocks (up to the deadline) while it is full: back-pressure.
+LOG_PRODUCER_INFLIGHT_RECORDS_MAX = 4_096
+LOG_PRODUCER_INFLIGHT_BYTES_MAX = 8 * MiB
+LOG_PRODUCER_BATCH_RECORDS_MAX = 1_024  # records in one write request
+LOG_PRODUCER_BATCH_BYTES_MAX = 1 * MiB  # payload bytes in one write request
+# The owner's duplicate filter, per log: producers it tracks (a new one is
+# refused with TooManyProducersError while this many wrote within the idle
+# time), and each one's recent (sequence number -> DLSN) answers kept (at
+# least a window of records, so any retried write is answered).
+LOG_SERVICE_PRODUCERS_MAX = 1_024
+LOG_SERVICE_PRODUCER_IDLE_MS = 600_000  # a producer silent this long is forgotten
+LOG_SERVICE_RECENT_MAX = LOG_PRODUCER_INFLIGHT_RECORDS_MAX
+# A new owner rebuilds the filter from the records of the segments that were
+# being written during the last LOG_SERVICE_REBUILD_MS (twice a producer's
+# deadline: a retried write was first sent within it).
+LOG_SERVICE_REBUILD_MS = 2 * LOG_PRODUCER_DEADLINE_MS
+LOG_SERVICE_REQUEST_FRAMES_MAX = LOG_PRODUCER_BATCH_RECORDS_MAX + 1  # header + records
+LOG_SERVICE_CHECK_INTERVAL_MS = 500  # owned logs re-checked (lease held, still ours)
+
 # -- spark (appliance.spark) ------------------------------------------------------------
 # Rows and payload bytes per Arrow record batch: bigger batches amortise the
 # per-batch cost in the Python worker and the JVM; smaller ones bound memory.

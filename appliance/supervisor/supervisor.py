@@ -1,5 +1,5 @@
-"""The supervisor: starts, pins, watches, restarts and stops the bookies of
-one config.
+"""The supervisor: starts, pins, watches, restarts and stops the bookies and
+the log servers (``[log] servers``, ``appliance.logservice``) of one config.
 
     python -m appliance.supervisor --config configs/local.toml   # = bkctl up
 
@@ -21,7 +21,12 @@ Guarantees:
   killed and restarted.  Replay time never counts as a hang; more
   than ``restarts_max`` restarts within ``restart_window_ms`` and it stays
   down (logged), so a broken disk does not spin.
-* SIGTERM / SIGINT: every bookie gets SIGTERM (clean shutdown: checkpoint
+* Log servers (``logserver-1`` .. ``logserver-N``, endpoints ipc:// in the
+  run folder) are watched and restarted by the same rules, judged by their
+  PING answer (``appliance.logservice.probe``) instead of INFO; they are
+  started after the bookies and stopped before them (their logs close
+  cleanly while the bookies still run).
+* SIGTERM / SIGINT: every log server, then every bookie, gets SIGTERM (clean shutdown: checkpoint
   and marker), then SIGKILL after ``stop_timeout_ms``.
 * ``<run_dir>/supervisor.json`` (owner-only, replaced atomically) names the
   supervisor and bookie pids, for ``bkctl down`` / ``status``, and each
@@ -49,6 +54,7 @@ import psutil
 from appliance.config import load_config
 from appliance.config.host_checks import check_host
 from appliance.errors import BKError, ConfigError
+from appliance.logservice.probe import log_server_info
 from appliance.supervisor.probe import bookie_info, probe_curve
 from appliance.supervisor.runs import exit_record
 from storage import LedgerStorage
@@ -118,12 +124,20 @@ def format_new_bookies(config) -> list[str]:
     return formatted
 
 
-class _Bookie:
-    """One supervised bookie: its process (a child, or adopted) and its
-    restart bookkeeping."""
+class _LogServerSpec:
+    """What the supervisor needs of a log server: like a bookie's table."""
 
-    def __init__(self, spec, index: int):
+    def __init__(self, server_id: str, endpoint: str):
+        self.id, self.endpoint, self.cpus = server_id, endpoint, ()
+
+
+class _Bookie:
+    """One supervised process (a bookie, or a log server: ``kind``): its
+    process (a child, or adopted) and its restart bookkeeping."""
+
+    def __init__(self, spec, index: int, kind: str = "bookie"):
         self.spec = spec
+        self.kind = kind
         self.cpus = list(spec.cpus)  # empty: not pinned (may use any allowed CPU)
         self.popen: subprocess.Popen | None = None
         self.pid: int | None = None
@@ -153,6 +167,9 @@ class Supervisor:
         self.wall_clock = wall_clock  # epoch seconds: start and exit times users see
         self.sup = config.supervisor
         self.bookies = [_Bookie(b, i) for i, b in enumerate(config.bookies)]
+        self.log_servers = [
+            _Bookie(_LogServerSpec(sid, config.log_server_endpoint(sid)), i, "log server")
+            for i, sid in enumerate(config.log_server_ids())]
         self._stop = threading.Event()
         self._probe_curve = probe_curve(config)  # CURVE pings to tcp bookies (or None)
 
@@ -166,23 +183,27 @@ class Supervisor:
         make_dirs(self.config.run_path)
         for bookie_id in format_new_bookies(self.config):
             log.info("formatted new bookie %s", bookie_id)
-        old = (state or {}).get("bookies", {})
-        for b in self.bookies:
+        old = {**(state or {}).get("bookies", {}), **(state or {}).get("log_servers", {})}
+        for b in self._processes():
             pid = old.get(b.spec.id)
             if pid_alive(pid, b.spec.id):
                 b.pid = pid  # left running by a supervisor that died: adopt it
                 b.started_s = b.last_answer_s = self.clock()
                 b.started_at = _create_time(pid) or self.wall_clock()
-                log.info("adopted running bookie %s (pid %d)", b.spec.id, pid)
+                log.info("adopted running %s %s (pid %d)", b.kind, b.spec.id, pid)
+
+    def _processes(self) -> list[_Bookie]:
+        return self.bookies + self.log_servers
 
     def start_all(self) -> None:
-        for b in self.bookies:
+        for b in self._processes():
             if not b.alive():
                 self._spawn(b)
         self._write_state()
 
     def _spawn(self, b: _Bookie) -> None:
-        cmd = [sys.executable, "-m", "appliance.bookie", "--config", str(self.config.path),
+        module = "appliance.bookie" if b.kind == "bookie" else "appliance.logservice"
+        cmd = [sys.executable, "-m", module, "--config", str(self.config.path),
                "--id", b.spec.id]
         with open(self.config.run_path / f"{b.spec.id}.log", "ab") as out:
             b.popen = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,
@@ -196,15 +217,16 @@ class Supervisor:
                 psutil.Process(b.pid).cpu_affinity(b.cpus)
             except (psutil.Error, ValueError) as exc:
                 log.warning("could not pin %s to CPUs %s: %s", b.spec.id, b.cpus, exc)
-        log.info("started bookie %s (pid %d, cpus %s)", b.spec.id, b.pid, b.cpus or "any")
+        log.info("started %s %s (pid %d, cpus %s)", b.kind, b.spec.id, b.pid, b.cpus or "any")
 
     def _write_state(self) -> None:
         doc = {"pid": os.getpid(), "started": psutil.Process().create_time(),
                "config": str(self.config.path),
                "bookies": {b.spec.id: b.pid for b in self.bookies if b.pid},
+               "log_servers": {b.spec.id: b.pid for b in self.log_servers if b.pid},
                "runs": {b.spec.id: {"pid": b.pid, "started_at": b.started_at,
                                     "restarts": b.restart_count, "last_exit": b.last_exit,
-                                    "given_up": b.given_up} for b in self.bookies}}
+                                    "given_up": b.given_up} for b in self._processes()}}
         write_file_atomic(str(state_path(self.config)),
                           [json.dumps(doc, sort_keys=True).encode()], fsync_parent=False)
 
@@ -221,7 +243,7 @@ class Supervisor:
     def watch_once(self) -> None:
         now = self.clock()
         changed = False
-        for b in self.bookies:
+        for b in self._processes():
             if b.given_up:
                 continue
             if b.alive():
@@ -235,22 +257,27 @@ class Supervisor:
         """A starting bookie (replaying its journal, BP-46 phase one) is
         judged by ``start_timeout_ms`` until it first answers; only a serving
         one is judged by ``ping_timeout_ms``."""
-        if bookie_info(b.spec.endpoint, min(self.sup.ping_timeout_ms, 1000),
-                       curve=self._probe_curve) is not None:
+        if self._answers(b):
             if not b.serving:
                 b.serving = True
-                log.info("bookie %s (pid %s) serving after %d ms", b.spec.id, b.pid,
+                log.info("%s %s (pid %s) serving after %d ms", b.kind, b.spec.id, b.pid,
                          (now - b.started_s) * 1000)
             b.last_answer_s = now
             b.backoff_ms = 0
         elif b.serving and now - b.last_answer_s > self.sup.ping_timeout_ms / 1000.0:
-            log.warning("bookie %s (pid %s) stopped answering for %d ms: killing it",
-                        b.spec.id, b.pid, self.sup.ping_timeout_ms)
+            log.warning("%s %s (pid %s) stopped answering for %d ms: killing it",
+                        b.kind, b.spec.id, b.pid, self.sup.ping_timeout_ms)
             self._kill(b)
         elif not b.serving and now - b.started_s > self.sup.start_timeout_ms / 1000.0:
-            log.warning("bookie %s (pid %s) did not start serving within start_timeout_ms "
-                        "(%d ms): killing it", b.spec.id, b.pid, self.sup.start_timeout_ms)
+            log.warning("%s %s (pid %s) did not start serving within start_timeout_ms "
+                        "(%d ms): killing it", b.kind, b.spec.id, b.pid, self.sup.start_timeout_ms)
             self._kill(b)
+
+    def _answers(self, b: _Bookie) -> bool:
+        timeout_ms = min(self.sup.ping_timeout_ms, 1000)
+        if b.kind == "bookie":
+            return bookie_info(b.spec.endpoint, timeout_ms, curve=self._probe_curve) is not None
+        return log_server_info(b.spec.endpoint, timeout_ms) is not None
 
     def _maybe_restart(self, b: _Bookie, now: float) -> bool:
         """Restart a bookie that exited, after its backoff; True when the
@@ -263,14 +290,14 @@ class Supervisor:
             b.restarts = [t for t in b.restarts if now - t < self.sup.restart_window_ms / 1000]
             if len(b.restarts) >= self.sup.restarts_max:
                 b.given_up = True
-                log.error("bookie %s exited (code %s) %d times within %d ms: leaving it down; "
-                          "see %s", b.spec.id, code, len(b.restarts), self.sup.restart_window_ms,
-                          self.config.run_path / f"{b.spec.id}.log")
+                log.error("%s %s exited (code %s) %d times within %d ms: leaving it down; "
+                          "see %s", b.kind, b.spec.id, code, len(b.restarts),
+                          self.sup.restart_window_ms, self.config.run_path / f"{b.spec.id}.log")
                 return True
             b.backoff_ms = min(max(b.backoff_ms * 2, self.sup.restart_backoff_min_ms),
                                self.sup.restart_backoff_max_ms)
             b.next_start_s = now + b.backoff_ms / 1000.0
-            log.warning("bookie %s exited (code %s); restarting in %d ms", b.spec.id, code,
+            log.warning("%s %s exited (code %s); restarting in %d ms", b.kind, b.spec.id, code,
                         b.backoff_ms)
         if now < b.next_start_s:
             return changed
@@ -286,7 +313,13 @@ class Supervisor:
         self._stop.set()
 
     def stop_all(self) -> None:
-        live = [b for b in self.bookies if b.alive()]
+        self._stop_group(self.log_servers)  # first: they close their logs on the bookies
+        self._stop_group(self.bookies)
+        state_path(self.config).unlink(missing_ok=True)
+        log.info("appliance stopped")
+
+    def _stop_group(self, group: list[_Bookie]) -> None:
+        live = [b for b in group if b.alive()]
         for b in live:
             _signal(b.pid, signal.SIGTERM)
         deadline = self.clock() + self.sup.stop_timeout_ms / 1000.0
@@ -294,11 +327,9 @@ class Supervisor:
             time.sleep(0.05)
         for b in live:
             if b.alive():
-                log.warning("bookie %s did not stop in %d ms: killing it", b.spec.id,
+                log.warning("%s %s did not stop in %d ms: killing it", b.kind, b.spec.id,
                             self.sup.stop_timeout_ms)
                 self._kill(b)
-        state_path(self.config).unlink(missing_ok=True)
-        log.info("appliance stopped")
 
     def _kill(self, b: _Bookie) -> None:
         _signal(b.pid, signal.SIGKILL)

@@ -49,7 +49,8 @@ def supervised(tmp_path, monkeypatch):
     """A supervisor of one bookie whose spawns are fake children (pids 1000,
     1001, ...), with a monotonic and a wall clock moved together."""
     path = write_config(tmp_path, 1, quorums=(1, 1, 1),
-                        supervisor={"restart_backoff_min_ms": 100})
+                        supervisor={"restart_backoff_min_ms": 100},
+                        log={"servers": 0})  # bookies only: pids 1000, 1001, ... are theirs
     clock, wall = Clock(100.0), Clock(WALL_T0)
     config = load_config(path)
     sup = sup_mod.Supervisor(config, clock=clock, wall_clock=wall)

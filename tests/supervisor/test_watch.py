@@ -22,7 +22,8 @@ class Clock:
 @pytest.fixture
 def watched(tmp_path, monkeypatch):
     path = write_config(tmp_path, 1, quorums=(1, 1, 1), supervisor={"ping_timeout_ms": 3000,
-                                                 "start_timeout_ms": 60_000})
+                                                 "start_timeout_ms": 60_000},
+                        log={"servers": 0})  # the bookie's rule alone
     clock = Clock()
     sup = sup_mod.Supervisor(load_config(path), clock=clock)
     answers = {"up": False}

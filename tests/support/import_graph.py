@@ -27,7 +27,7 @@ around a loop through other rooms:
     2  logs, rereplication, spark, and the package the users of ledgers
        ``appliance`` itself (``connect``)
     3  autorecovery                                the auditor and workers
-    4  bookie                                      server processes
+    4  bookie, logservice                          server processes
     5  supervisor, bench                           what starts the processes
 
 A new room must be given its level here before it may be imported.
@@ -55,7 +55,7 @@ ROOMS = {
     "appliance.logs": 2, "appliance.rereplication": 2, "appliance.spark": 2,
     "appliance": 2,
     "appliance.autorecovery": 3,
-    "appliance.bookie": 4,
+    "appliance.bookie": 4, "appliance.logservice": 4,
     "appliance.supervisor": 5, "appliance.bench": 5,
 }
 

@@ -225,14 +225,15 @@ def client(cluster):
 
 
 def supervisor_pids(config: Path) -> list[int]:
-    """The supervisor's and its bookies' pids, from its state file ([] if none)."""
+    """The supervisor's, its bookies' and its log servers' pids, from its
+    state file ([] if none)."""
     from appliance.config import load_config
 
     path = load_config(config).run_path / "supervisor.json"
     if not path.exists():
         return []
     doc = json.loads(path.read_text())
-    return [doc["pid"], *doc["bookies"].values()]
+    return [doc["pid"], *doc["bookies"].values(), *doc.get("log_servers", {}).values()]
 
 
 @pytest.fixture

@@ -1,0 +1,438 @@
+"""A producer: one of any number of writers of a log, through the log
+service (``bk.log(name).producer()``; docs/LOGS.md, "The log service").
+
+Guarantees:
+
+* Every write that returned a DLSN is in the log exactly once, at that
+  DLSN; this producer's records are in the log in the order it wrote them.
+* Idempotence: the producer has an id (16 random bytes, or the one given)
+  and numbers its writes 1, 2, 3, ...; the owning log server stores a
+  sequence number once and answers a retry with the first copy's position
+  (``appliance.protocol.log_service.DedupTable``).  A producer given its id
+  continues after the last number the owner knows for it.
+* Riding over failures: a write unanswered for
+  ``LOG_PRODUCER_REQUEST_TIMEOUT_MS``, a redirect (the log moved) or an
+  owner's crash makes the producer find the owner again (the lease in the
+  metadata store, else the rendezvous hashing of the live servers) and
+  resend every unacknowledged write with its number.  A write not stored
+  within ``LOG_PRODUCER_DEADLINE_MS`` fails with
+  ``LogServiceUnavailableError``, and so does every later one (errors are
+  sticky, as for a log writer: open a new producer to go on).
+* Back-pressure: at most ``LOG_PRODUCER_INFLIGHT_RECORDS_MAX`` records and
+  ``LOG_PRODUCER_INFLIGHT_BYTES_MAX`` bytes unacknowledged; ``write_async``
+  blocks while the window is full (up to the deadline).
+
+One I/O thread per producer owns its ZeroMQ DEALER socket; writers only
+queue records and wake it.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+import time
+from concurrent.futures import Future
+
+import zmq
+
+from appliance.client.add_future import AddFuture, complete_futures
+from appliance.client.calls import wait_result
+from appliance.errors import (
+    BadRequestError,
+    BKError,
+    ClientClosedError,
+    LogServiceUnavailableError,
+    TooManyProducersError,
+)
+from appliance.meta.logservice import LogServiceRegistry
+from appliance.protocol import limits
+from appliance.protocol.log_entry import HEADER_BYTES, RECORD_OVERHEAD, TAG_BYTES
+from appliance.protocol.log_service import (
+    BAD,
+    HELD,
+    NOT_OWNER,
+    PRODUCER_ID_BYTES,
+    decode_header,
+    encode_header,
+    owner_of,
+)
+from appliance.protocol.logs import DLSN, dlsn_of
+
+log = logging.getLogger("appliance.logs")
+
+POLL_MS = 50  # the I/O thread's longest wait: deadlines are checked this often
+BACKOFF_MIN_S, BACKOFF_MAX_S = 0.02, 0.5  # between tries while the log has no owner
+
+
+def check_producer_id(producer_id) -> bytes:
+    """16 bytes, or their 32 hex digits; None draws a random one."""
+    if producer_id is None:
+        return os.urandom(PRODUCER_ID_BYTES)
+    if isinstance(producer_id, str):
+        try:
+            producer_id = bytes.fromhex(producer_id)
+        except ValueError:
+            raise ValueError(f"producer_id {producer_id!r} is not hex") from None
+    if not isinstance(producer_id, bytes) or len(producer_id) != PRODUCER_ID_BYTES:
+        raise ValueError(f"producer_id must be {PRODUCER_ID_BYTES} bytes (or "
+                         f"{2 * PRODUCER_ID_BYTES} hex digits)")
+    return producer_id
+
+
+class _Write:
+    __slots__ = ("seq", "payload", "future", "since")
+
+    def __init__(self, seq: int, payload: bytes, future: Future, since: float):
+        self.seq, self.payload, self.future, self.since = seq, payload, future, since
+
+
+class Producer:
+    def __init__(self, client, name: str, producer_id=None, *, resume: bool | None = None,
+                 clock=time.monotonic):
+        self.name = name
+        self.id = check_producer_id(producer_id)
+        self._pid_hex = self.id.hex()
+        self._registry = LogServiceRegistry(client.logs.store)
+        self.record_bytes_max = (client.payload_bytes_max - HEADER_BYTES - RECORD_OVERHEAD
+                                 - TAG_BYTES)
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._pending: collections.OrderedDict[int, _Write] = collections.OrderedDict()
+        self._inflight_bytes = 0
+        self._unsent: collections.deque[_Write] = collections.deque()
+        self._next_seq: int | None = None if (resume or (resume is None and producer_id)) \
+            else 1
+        self._error: BaseException | None = None
+        self._closed = False
+        self._numbered = False  # a write took a number (explicit seqs must increase from it)
+        self._gen = 0
+        self._endpoint: str | None = None
+        self._sock = None
+        self._last_reply = clock()
+        self._backoff = BACKOFF_MIN_S
+        self._hello_gen = -1
+        self._poller = None
+        self.stats = {"requests": 0, "redirects": 0, "retries": 0, "timeouts": 0}
+        self._ctx = zmq.Context()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._thread = threading.Thread(target=self._run, name=f"producer-{name}", daemon=True)
+        self._thread.start()
+
+    # -- the user's side ------------------------------------------------------------------
+    def write(self, payload, seq: int | None = None) -> DLSN | None:
+        """Append one record; blocks until it is stored; its DLSN."""
+        return wait_result(self.write_async(payload, seq),
+                           limits.LOG_PRODUCER_DEADLINE_MS / 1000 + 5,
+                           f"write to log {self.name!r}")
+
+    def write_async(self, payload, seq: int | None = None) -> Future:
+        """Append one record; the future's result is its DLSN.  Blocks while
+        the producer's window of unacknowledged records is full.
+
+        ``seq``: this write's sequence number, for an application that
+        numbers its own writes (a producer given its id, started again,
+        writing again what it is not sure was stored): above the previous
+        write's; one the log already holds for this producer is answered
+        with its DLSN (None if it is older than the owner's last 4,096 for
+        the producer) and not stored again.  Default: the previous + 1."""
+        payload = self._checked(payload)
+        if seq is not None and (not isinstance(seq, int) or isinstance(seq, bool) or seq < 1):
+            raise ValueError(f"seq must be an int >= 1, got {seq!r}")
+        fut = AddFuture(self._cond)
+        deadline = self._clock() + limits.LOG_PRODUCER_DEADLINE_MS / 1000
+        with self._cond:
+            while True:
+                self._check_usable()
+                if self._next_seq is not None and self._has_room(len(payload)):
+                    if seq is not None and seq < self._next_seq and self._numbered:
+                        raise ValueError(f"seq {seq} does not increase: the previous write "
+                                         f"was {self._next_seq - 1}")
+                    break
+                remaining = deadline - self._clock()
+                if remaining <= 0:
+                    raise LogServiceUnavailableError(
+                        f"log {self.name!r}: no room in the producer's window within "
+                        f"{limits.LOG_PRODUCER_DEADLINE_MS} ms")
+                self._cond.wait(min(remaining, POLL_MS / 1000))
+            if seq is not None:
+                self._next_seq = seq
+            self._numbered = True
+            write = _Write(self._next_seq, payload, fut, self._clock())
+            self._next_seq += 1
+            self._pending[write.seq] = write
+            wake = not self._unsent  # the I/O thread sends all that is queued when it wakes
+            self._unsent.append(write)
+            self._inflight_bytes += len(payload)
+        if wake:
+            self._wake()
+        return fut
+
+    def _has_room(self, size: int) -> bool:
+        if not self._pending:
+            return True
+        return len(self._pending) < limits.LOG_PRODUCER_INFLIGHT_RECORDS_MAX and \
+            self._inflight_bytes + size <= limits.LOG_PRODUCER_INFLIGHT_BYTES_MAX
+
+    def _checked(self, payload) -> bytes:
+        if not isinstance(payload, bytes | bytearray | memoryview):
+            raise TypeError(f"payload must be bytes, got {type(payload).__name__}")
+        payload = bytes(payload)
+        if len(payload) > self.record_bytes_max:
+            raise ValueError(f"record of {len(payload)} bytes exceeds the "
+                             f"{self.record_bytes_max}-byte record limit")
+        return payload
+
+    def _check_usable(self) -> None:
+        if self._error is not None:
+            raise self._error
+        if self._closed:
+            raise ClientClosedError(f"producer of log {self.name!r} is closed")
+
+    def flush(self) -> None:
+        """Wait until every write so far is stored (or raise the error)."""
+        with self._cond:
+            while self._pending and self._error is None:
+                self._cond.wait(POLL_MS / 1000)
+            if self._error is not None:
+                raise self._error
+
+    def close(self) -> None:
+        """Flush, then stop; a second call does nothing.  Raises the
+        producer's error if a write failed."""
+        with self._cond:
+            if self._closed:
+                return
+        try:
+            self.flush()
+        finally:
+            with self._cond:
+                self._closed = True
+            self._wake()
+            self._thread.join(timeout=limits.LOG_PRODUCER_DEADLINE_MS / 1000)
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+            self._ctx.term()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except (BlockingIOError, OSError):
+            pass
+
+    # -- the I/O thread ---------------------------------------------------------------------
+    def _run(self) -> None:
+        poller = self._poller = zmq.Poller()
+        poller.register(self._wake_r, zmq.POLLIN)
+        try:
+            while True:
+                with self._cond:
+                    if (self._closed and not self._pending) or self._error is not None:
+                        return
+                self._step(poller)
+        except Exception as exc:  # noqa: BLE001 - kept as the producer's error
+            log.exception("producer of log %s failed", self.name)
+            self._fail(exc if isinstance(exc, BKError) else
+                       LogServiceUnavailableError(f"log {self.name!r}: {exc}"))
+        finally:
+            self._drop_socket(poller)
+
+    def _step(self, poller) -> None:
+        if self._sock is None and not self._connect(poller):
+            self._check_deadline()
+            time.sleep(self._next_backoff())
+            return
+        if self._next_seq is None:
+            self._send_hello()
+        else:
+            self._send_unsent()
+        events = dict(poller.poll(POLL_MS))
+        if self._wake_r in events:
+            try:
+                while os.read(self._wake_r, 4096):
+                    pass
+            except BlockingIOError:
+                pass
+        if self._sock in events:
+            self._receive()
+        self._check_timeout(poller)
+        self._check_deadline()
+
+    def _connect(self, poller) -> bool:
+        endpoint = self._endpoint or self._find_owner()
+        if endpoint is None:
+            return False
+        self._endpoint = endpoint
+        self._sock = self._ctx.socket(zmq.DEALER)
+        self._sock.linger = 0
+        self._sock.connect(endpoint)
+        poller.register(self._sock, zmq.POLLIN)
+        self._restart_sends()
+        return True
+
+    def _find_owner(self) -> str | None:
+        """The lease holder's endpoint, else the live server the hashing names."""
+        lease = self._registry.owner(self.name)
+        if lease is not None:
+            return lease["endpoint"]
+        servers = self._registry.servers()
+        target = owner_of(self.name, servers)
+        return None if target is None else servers[target]["endpoint"]
+
+    def _drop_socket(self, poller, forget_endpoint: bool = True) -> None:
+        if self._sock is not None:
+            poller.unregister(self._sock)
+            self._sock.close(linger=0)
+            self._sock = None
+        if forget_endpoint:
+            self._endpoint = None
+
+    def _restart_sends(self) -> None:
+        """Everything unacknowledged is sent again (a new generation: error
+        replies to older requests are ignored)."""
+        with self._cond:
+            self._gen += 1
+            self._unsent = collections.deque(self._pending.values())
+        self._last_reply = self._clock()
+
+    def _next_backoff(self) -> float:
+        backoff, self._backoff = self._backoff, min(self._backoff * 2, BACKOFF_MAX_S)
+        return backoff
+
+    def _send_hello(self) -> None:
+        if self._hello_gen == self._gen:
+            return
+        self._hello_gen = self._gen
+        self._sock.send(encode_header({"op": "hello", "log": self.name, "pid": self._pid_hex,
+                                       "gen": self._gen}))
+
+    def _send_unsent(self) -> None:
+        while True:
+            with self._cond:
+                if not self._unsent:
+                    return
+                batch, size = [], 0
+                while self._unsent and len(batch) < limits.LOG_PRODUCER_BATCH_RECORDS_MAX \
+                        and (not batch or size + len(self._unsent[0].payload)
+                             <= limits.LOG_PRODUCER_BATCH_BYTES_MAX):
+                    write = self._unsent.popleft()
+                    if write.seq in self._pending:
+                        batch.append(write)
+                        size += len(write.payload)
+                gen = self._gen
+                oldest = next(iter(self._pending), None)
+            if not batch:
+                continue
+            head = {"op": "write", "log": self.name, "pid": self._pid_hex,
+                    "seq": batch[0].seq, "gen": gen, "oldest": oldest}
+            self._sock.send_multipart([encode_header(head)] + [w.payload for w in batch],
+                                      copy=False)
+            self.stats["requests"] += 1
+
+    def _receive(self) -> None:
+        while True:
+            try:
+                frames = self._sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                doc = decode_header(frames[0])
+            except BKError:
+                continue
+            self._last_reply = self._clock()
+            op = doc["op"]
+            if op == "written":
+                self._settle(doc)
+            elif op == "hello" and doc.get("gen") == self._gen:
+                with self._cond:
+                    self._next_seq = doc.get("next_seq") or 1
+                    self._cond.notify_all()
+            elif op == "error" and doc.get("gen") == self._gen:
+                self._on_error(doc)
+                if self._sock is None:
+                    return
+
+    def _settle(self, doc: dict) -> None:
+        first, dlsns = doc.get("seq"), doc.get("dlsns") or []
+        done = []
+        with self._cond:
+            for i, dlsn in enumerate(dlsns):
+                write = self._pending.pop(first + i, None)
+                if write is not None:
+                    self._inflight_bytes -= len(write.payload)
+                    done.append((None if dlsn is None else dlsn_of(*dlsn), write.future))
+            self._cond.notify_all()
+        self._backoff = BACKOFF_MIN_S
+        complete_futures(self._cond, done, None)
+
+    def _on_error(self, doc: dict) -> None:
+        code = doc.get("code")
+        if code == NOT_OWNER:
+            self.stats["redirects"] += 1
+            log.info("log %s: moved to %s", self.name, doc.get("owner"))
+            self._sock_close_for(doc.get("endpoint"))
+        elif code == "gap" and doc.get("expected", 0) < self._oldest():
+            self._fail(BadRequestError(f"log {self.name!r}: the owner expects sequence number "
+                                       f"{doc.get('expected')}, below this producer's oldest "
+                                       "unacknowledged write"))
+        elif code == "full":
+            self._fail(TooManyProducersError(doc.get("message", "too many producers")))
+        elif code == BAD:
+            self._fail(BadRequestError(doc.get("message", "bad request")))
+        else:  # retry, held, gap: resend from the oldest after a pause
+            self.stats["retries"] += 1
+            time.sleep(self._next_backoff() * (4 if code == HELD else 1))
+            self._restart_sends()
+
+    def _oldest(self) -> int:
+        """The oldest unacknowledged write's number (0 if none)."""
+        with self._cond:
+            return next(iter(self._pending), 0)
+
+    def _sock_close_for(self, endpoint: str | None) -> None:
+        """Leave this server; the next step connects to ``endpoint`` (or
+        looks the owner up again)."""
+        self._drop_socket(self._poller)
+        self._endpoint = endpoint
+        self._hello_gen = -1
+
+    def _check_timeout(self, poller) -> None:
+        with self._cond:
+            waiting = bool(self._pending) or self._next_seq is None
+        if not waiting or self._sock is None:
+            return
+        if self._clock() - self._last_reply > limits.LOG_PRODUCER_REQUEST_TIMEOUT_MS / 1000:
+            self.stats["timeouts"] += 1
+            log.info("log %s: no answer from %s for %d ms; finding the owner again", self.name,
+                     self._endpoint, limits.LOG_PRODUCER_REQUEST_TIMEOUT_MS)
+            self._drop_socket(poller)
+            self._hello_gen = -1
+
+    def _check_deadline(self) -> None:
+        with self._cond:
+            oldest = next(iter(self._pending.values()), None)
+        if oldest is not None and \
+                self._clock() - oldest.since > limits.LOG_PRODUCER_DEADLINE_MS / 1000:
+            self._fail(LogServiceUnavailableError(
+                f"log {self.name!r}: write {oldest.seq} not stored within "
+                f"{limits.LOG_PRODUCER_DEADLINE_MS} ms (no log server took it)"))
+
+    def _fail(self, exc: BaseException) -> None:
+        with self._cond:
+            if self._error is None:
+                self._error = exc
+            failed = list(self._pending.values())
+            self._pending.clear()
+            self._unsent.clear()
+            self._inflight_bytes = 0
+            self._cond.notify_all()
+        complete_futures(self._cond, [(None, w.future) for w in failed], self._error)

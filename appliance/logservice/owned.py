@@ -1,0 +1,208 @@
+"""One log owned by this log server: its tagged log writer and its duplicate
+filter (``appliance.protocol.log_service.DedupTable``).
+
+Opening (on its own thread, the server keeps serving other logs): a
+``LogWriter(tagged=True)`` takes the log over, which fences and recovers
+the previous owner's segment (so a stale owner cannot add a record after
+this point), then the filter is rebuilt from the tags of the records in the
+segments written during the last ``LOG_SERVICE_REBUILD_MS``.  Only then are
+writes taken.
+
+Writes (the server's thread): the records of one request are judged one by
+one (new, duplicate, gap); the new ones of every producer go into the same
+writer, which packs them many to an entry (a group commit: one ledger add
+for the records of many producers).  The reply for a request leaves when
+all its records have a position.
+
+Failure: a write the writer fails (fenced by an exclusive writer, or a
+ledger error) may or may not be in the log, so the filter can no longer
+tell; the log is then dropped whole (``failed``): its requests are answered
+"retry", the server releases the lease, and whoever opens it next rebuilds
+the filter from the log itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import Future
+
+from appliance.logs.writer import LogWriter
+from appliance.protocol import limits
+from appliance.protocol.log_entry import unpack_tags
+from appliance.protocol.log_service import DUPLICATE, FULL, GAP, NEW, DedupTable
+from appliance.protocol.logs import COMPLETED, DLSN
+
+log = logging.getLogger("appliance.logservice")
+
+OPENING, OPEN, CLOSING, FAILED, CLOSED = "opening", "open", "closing", "failed", "closed"
+
+
+def rebuild_filter(client, md, table: DedupTable, now_ms: int, password: bytes) -> int:
+    """Learn every tagged record of the completed segments written during the
+    last ``LOG_SERVICE_REBUILD_MS``; the number of records learnt."""
+    done = [s for s in md.live_segments if s.state == COMPLETED]
+    start = 0
+    for i, seg in enumerate(done):
+        if seg.ctime_ms <= now_ms - limits.LOG_SERVICE_REBUILD_MS:
+            start = i  # the segment being written when the window began
+    learnt = 0
+    for seg in done[start:]:
+        if seg.last_entry_id < 0:
+            continue
+        rh = client.open_ledger(seg.ledger_id, password, recovery=False)
+        try:
+            step = limits.LOG_READ_ENTRIES_MAX
+            for first in range(0, seg.last_entry_id + 1, step):
+                for entry in rh.read(first, min(first + step - 1, seg.last_entry_id)):
+                    for slot, (pid, seq) in enumerate(unpack_tags(entry.payload) or ()):
+                        table.learn(pid, seq, DLSN(seg.seq, entry.entry_id, slot), now_ms)
+                        learnt += 1
+        finally:
+            rh.close()
+    return learnt
+
+
+class OwnedLog:
+    """See the module docstring.  ``reply(identity, doc)`` is called from any
+    thread when a request's answer is ready; ``wake()`` when the state
+    changed (opened, failed)."""
+
+    def __init__(self, client, name: str, owner: str, reply, wake, totals: dict | None = None,
+                 observe=None, clock_ms=lambda: int(time.time() * 1000)):
+        self.client = client
+        self.name = name
+        self.owner = owner
+        self._reply = reply
+        self._wake = wake
+        self._clock_ms = clock_ms
+        self.state = OPENING
+        self.error: BaseException | None = None
+        self.writer: LogWriter | None = None
+        self.table = DedupTable(limits.LOG_SERVICE_PRODUCERS_MAX, limits.LOG_SERVICE_RECENT_MAX,
+                                limits.LOG_SERVICE_PRODUCER_IDLE_MS)
+        self.stats = {"records": 0, "duplicates": 0, "requests": 0}
+        self._totals = totals if totals is not None else {}  # the server's, for its metrics
+        self._observe = observe  # a write request's latency (s), or None
+        self._lock = threading.Lock()
+        threading.Thread(target=self._open, name=f"open-{name}", daemon=True).start()
+
+    def _open(self) -> None:
+        try:
+            writer = LogWriter(self.client, self.client.logs, self.name, b"",
+                               self.client.log_config, self.owner, tagged=True)
+            md, _ = self.client.logs.read_log(self.name)
+            learnt = rebuild_filter(self.client, md, self.table, self._clock_ms(), b"")
+        except Exception as exc:  # noqa: BLE001 - the log is dropped and retried by producers
+            log.warning("log %s: could not take it over: %s", self.name, exc)
+            self.error, self.state = exc, FAILED
+        else:
+            self.writer, self.state = writer, OPEN
+            self._count("takeovers", 1)
+            log.info("log %s: owned (epoch %d); %d records learnt for %d producers", self.name,
+                     writer.epoch, learnt, len(self.table))
+        self._wake()
+
+    # -- writes (the server's thread) -----------------------------------------------------
+    def hello(self, producer_id: bytes) -> int | None:
+        return self.table.next_seq(producer_id)
+
+    def write(self, identity: bytes, head: dict, producer_id: bytes, seq: int, oldest: int,
+              payloads: list) -> dict | None:
+        """Judge and write one request's records; an error reply now, or None
+        (the reply follows once every record has a position)."""
+        now = self._clock_ms()
+        t0 = time.perf_counter()
+        answers: list = []
+        new_payloads, new_tags = [], []
+        self.stats["requests"] += 1
+        for i, payload in enumerate(payloads):
+            verdict = self.table.admit(producer_id, seq + i, now, oldest)
+            if verdict.kind == NEW:
+                new_payloads.append(payload)
+                new_tags.append((producer_id, seq + i))
+                answers.append(None)
+            elif verdict.kind == DUPLICATE:
+                answers.append(verdict.position)
+                self._count("duplicates", 1)
+            elif verdict.kind in (GAP, FULL) and i == 0:
+                return {"op": "error", "code": verdict.kind, "expected": verdict.expected,
+                        "message": _refusal(self.name, verdict)}
+            elif verdict.kind in (GAP, FULL):
+                break  # answer the records before it; the producer resends the rest
+            else:  # OLD: stored long ago, position forgotten
+                answers.append("old")
+        try:
+            futures = self.writer.write_many_async(new_payloads, tags=new_tags) \
+                if new_payloads else []
+        except Exception as exc:  # noqa: BLE001 - the writer is broken: drop the log
+            self._fail(exc)
+            return {"op": "error", "code": "retry", "message": str(exc)}
+        it = iter(futures)
+        for i, answer in enumerate(answers):
+            if answer is None:
+                fut = next(it)
+                answers[i] = fut
+                self.table.store(producer_id, seq + i, fut)
+        self._count("records", len(futures))
+        self._answer_when_done(identity, head, answers, t0)
+        return None
+
+    def _count(self, name: str, n: int) -> None:
+        self.stats[name] = self.stats.get(name, 0) + n
+        self._totals[name] = self._totals.get(name, 0) + n
+
+    def _answer_when_done(self, identity: bytes, head: dict, answers: list, t0: float) -> None:
+        """Answer once the request's last pending record is stored: the writer
+        settles records in the order it took them (entries are acknowledged
+        in order), so the last one settles last (one callback per request)."""
+        last = next((a for a in reversed(answers) if isinstance(a, Future)), None)
+        if last is None:
+            self._send_answers(identity, head, answers, t0)
+        else:
+            last.add_done_callback(lambda _f: self._send_answers(identity, head, answers, t0))
+
+    def _send_answers(self, identity: bytes, head: dict, answers: list, t0: float) -> None:
+        dlsns = []
+        for answer in answers:
+            if isinstance(answer, Future):
+                error = answer.exception() if answer.done() else self.error or \
+                    RuntimeError("a record settled out of order")
+                if error is not None:
+                    self._fail(error)
+                    self._reply(identity, {**head, "op": "error", "code": "retry",
+                                           "message": str(error)})
+                    return
+                answer = answer.result()
+            dlsns.append(None if answer == "old" else list(answer))
+        self._reply(identity, {**head, "op": "written", "dlsns": dlsns})
+        if self._observe is not None:
+            self._observe(time.perf_counter() - t0)
+
+    def _fail(self, exc: BaseException) -> None:
+        with self._lock:
+            if self.state in (OPEN, OPENING):
+                log.warning("log %s: dropped after a failed write: %s", self.name, exc)
+                self.error, self.state = exc, FAILED
+        self._wake()
+
+    # -- close ----------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Flush and close the writer (completing its segment); blocking."""
+        with self._lock:
+            writer, self.state = self.writer, CLOSING
+        if writer is not None:
+            try:
+                writer.close()
+            except Exception as exc:  # noqa: BLE001 - fenced or broken: the next owner recovers
+                log.info("log %s: closed with %s", self.name, exc)
+            self._totals["entries"] = self._totals.get("entries", 0) + writer.stats["entries"]
+        self.state = CLOSED
+
+
+def _refusal(name: str, verdict) -> str:
+    if verdict.kind == GAP:
+        return f"log {name}: sequence gap, next expected {verdict.expected}"
+    return (f"log {name}: {limits.LOG_SERVICE_PRODUCERS_MAX} producers wrote within "
+            f"{limits.LOG_SERVICE_PRODUCER_IDLE_MS} ms; no room for another")

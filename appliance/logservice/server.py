@@ -1,0 +1,293 @@
+"""A log server: a ZeroMQ ROUTER endpoint where producers write records to
+the logs this server owns (seed 003's write proxy).
+
+    python -m appliance.logservice --config configs/local.toml --id logserver-1
+
+Guarantees:
+
+* It registers in the metadata store (``appliance.meta.logservice``: an
+  ephemeral node, gone within the session timeout once the process dies).
+* It owns a log only while it holds the log's lease and writes it only
+  through a log writer that fenced the previous owner; the log it should
+  own is decided by rendezvous hashing over the live servers
+  (``appliance.protocol.log_service.owner_of``).  A request for a log owned
+  elsewhere is answered ``not_owner`` with the owner's endpoint; a log whose
+  hashing now names another live server is handed over (flushed, closed,
+  lease released) and its producers are redirected.
+* A log held by an exclusive writer (``Log.writer()``: its segment in
+  progress and the log's owner not a log server) is not taken: requests are
+  answered ``held`` until that writer closes.
+* One thread serves the socket; replies computed on other threads (a write
+  made durable) are queued and the socket thread is woken through a pipe.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+import time
+
+import zmq
+
+from appliance.errors import BadRequestError, BKError, NoSuchLogError
+from appliance.logservice.metrics import start_metrics
+from appliance.logservice.owned import CLOSED, CLOSING, FAILED, OPEN, OPENING, OwnedLog
+from appliance.meta.logservice import LogServiceRegistry
+from appliance.protocol import limits
+from appliance.protocol.log_service import (
+    BAD,
+    HELD,
+    NOT_OWNER,
+    RETRY,
+    check_write,
+    decode_header,
+    encode_header,
+    owner_of,
+)
+
+log = logging.getLogger("appliance.logservice")
+
+SERVICE_OWNER_PREFIX = "logserver:"  # the log metadata's owner when a log server writes it
+
+
+def held_by_writer(md) -> bool:
+    """Is the log held by an exclusive writer (``Log.writer()``, not a log
+    server)?  While it writes (its segment in progress), and also while it
+    opens: it has taken the log (the epoch is its own) but not yet started
+    its segment (the last segment is from an older epoch)."""
+    if not md.owner or md.owner.startswith(SERVICE_OWNER_PREFIX):
+        return False
+    if md.in_progress is not None:
+        return True
+    return not md.segments or md.segments[-1].epoch != md.epoch
+
+
+class LogServer:
+    def __init__(self, client, server_id: str, endpoint: str, *, stale_wait_ms: int,
+                 metrics_address: str = ""):
+        self.client = client
+        self.id = server_id
+        self.endpoint = endpoint
+        self.registry = LogServiceRegistry(client.logs.store)
+        self._stale_wait_ms = stale_wait_ms
+        self.owned: dict[str, OwnedLog] = {}
+        self._lease_sessions: dict[str, str] = {}  # log -> the session its lease is on
+        self._replies: collections.deque = collections.deque()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._stop = threading.Event()
+        self._servers: dict[str, dict] = {}
+        self._servers_at = 0.0
+        self._ctx = zmq.Context()
+        self._sock = self._ctx.socket(zmq.ROUTER)
+        self._sock.linger = 0
+        self._sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        self._sock.bind(endpoint)
+        self.stats = {"requests": 0, "redirects": 0, "records": 0, "duplicates": 0,
+                      "entries": 0, "takeovers": 0}
+        self._metrics_address = metrics_address
+        self.metrics_url: str | None = None
+        self._httpd = self._latency = None
+        self._loop_thread = None
+
+    # -- life -------------------------------------------------------------------------
+    def run(self) -> None:
+        self._loop_thread = threading.get_ident()
+        if self._metrics_address:
+            self._httpd, self.metrics_url, self._latency = start_metrics(
+                self._metrics_address, self)
+        self.registry.register(self.id, self.endpoint, {"pid": os.getpid(),
+                                                        "metrics_url": self.metrics_url},
+                               self._stale_wait_ms)
+        log.info("log server %s serving at %s", self.id, self.endpoint)
+        poller = zmq.Poller()
+        poller.register(self._sock, zmq.POLLIN)
+        poller.register(self._wake_r, zmq.POLLIN)
+        next_check = 0.0
+        try:
+            while not self._stop.is_set():
+                events = dict(poller.poll(limits.LOG_SERVICE_CHECK_INTERVAL_MS))
+                if self._wake_r in events:
+                    self._drain_wake()
+                if self._sock in events:
+                    self._serve_some()
+                self._send_replies()
+                if time.monotonic() >= next_check:
+                    self._check_owned()
+                    next_check = time.monotonic() + limits.LOG_SERVICE_CHECK_INTERVAL_MS / 1000
+        finally:
+            self._shutdown()
+
+    def stop(self) -> None:
+        """Signal- and thread-safe."""
+        self._stop.set()
+        self.wake()
+
+    def wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except BlockingIOError:
+            pass  # already awake
+
+    def _drain_wake(self) -> None:
+        try:
+            while os.read(self._wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def _shutdown(self) -> None:
+        for owned in list(self.owned.values()):
+            owned.close()
+            self.registry.release(owned.name)
+        self._send_replies()
+        self.registry.unregister(self.id)
+        if self._httpd is not None:
+            self._httpd.shutdown()
+        self._sock.close(linger=0)
+        self._ctx.term()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+    # -- requests ----------------------------------------------------------------------------
+    def _serve_some(self) -> None:
+        for _ in range(limits.LOG_PRODUCER_BATCH_RECORDS_MAX):
+            try:
+                frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=True)
+            except zmq.Again:
+                return
+            if len(frames) < 2:
+                continue  # no header: nothing to answer
+            identity, head_frame, payloads = frames[0], frames[1], frames[2:]
+            try:
+                doc = decode_header(head_frame)
+                if len(frames) > limits.LOG_SERVICE_REQUEST_FRAMES_MAX + 1:
+                    raise BadRequestError(f"log service: more than "
+                                          f"{limits.LOG_PRODUCER_BATCH_RECORDS_MAX} records in "
+                                          "one request")
+                answer = self._handle(identity, doc, payloads)
+            except BKError as exc:
+                answer = {"op": "error", "code": BAD, "message": str(exc)}
+                doc = {}
+            if answer is not None:
+                self.queue_reply(identity, {**_echo(doc), **answer})
+
+    def queue_reply(self, identity: bytes, doc: dict) -> None:
+        self._replies.append((identity, encode_header(doc)))
+        if threading.get_ident() != self._loop_thread:
+            self.wake()
+
+    def _send_replies(self) -> None:
+        while self._replies:
+            identity, frame = self._replies.popleft()
+            try:
+                self._sock.send_multipart([identity, frame], zmq.NOBLOCK)
+            except zmq.ZMQError:
+                pass  # the producer is gone or slow: it resends after its timeout
+
+    def _handle(self, identity: bytes, doc: dict, payloads: list) -> dict | None:
+        op = doc["op"]
+        self.stats["requests"] += 1
+        if op == "ping":
+            return {"op": "pong", "id": self.id, "pid": os.getpid(),
+                    "metrics_url": self.metrics_url,
+                    "logs": sorted(n for n, o in self.owned.items() if o.state == OPEN)}
+        if op not in ("write", "hello"):
+            return {"op": "error", "code": BAD, "message": f"unknown op {op!r}"}
+        name, producer_id, seq, oldest = check_write(doc, len(payloads))
+        owned = self.owned.get(name)
+        if owned is None:
+            return self._route(name)
+        if owned.state != OPEN:
+            return {"op": "error", "code": RETRY, "message": f"log {name} is {owned.state}"}
+        if op == "hello":
+            return {"op": "hello", "next_seq": owned.hello(producer_id)}
+        return owned.write(identity, _echo(doc), producer_id, seq, oldest, payloads)
+
+    def _route(self, name: str) -> dict:
+        """A request for a log this server does not own: redirect, wait, or
+        take the log."""
+        lease = self.registry.owner(name)
+        if lease is not None and lease.get("server") != self.id:
+            self.stats["redirects"] += 1
+            return {"op": "error", "code": NOT_OWNER, "owner": lease.get("server"),
+                    "endpoint": lease["endpoint"], "message": f"log {name} is owned elsewhere"}
+        if lease is not None:  # our id, an earlier process's session: wait for its expiry
+            return {"op": "error", "code": RETRY, "message": f"log {name}: stale lease"}
+        target = owner_of(name, self.live_servers(fresh=True))  # never to a gone server
+        if target is not None and target != self.id:
+            self.stats["redirects"] += 1
+            return {"op": "error", "code": NOT_OWNER, "owner": target,
+                    "endpoint": self._servers[target]["endpoint"],
+                    "message": f"log {name} belongs to {target}"}
+        try:
+            if held_by_writer(self.client.logs.read_log(name)[0]):
+                return {"op": "error", "code": HELD,
+                        "message": f"log {name} is written by an exclusive writer"}
+        except NoSuchLogError:
+            pass
+        session = self.registry.store.session_id
+        if not self.registry.acquire(name, self.id, self.endpoint):
+            return {"op": "error", "code": RETRY, "message": f"log {name}: lease taken"}
+        self._lease_sessions[name] = session
+        self.owned[name] = OwnedLog(self.client, name, f"{SERVICE_OWNER_PREFIX}{self.id}:"
+                                    f"{os.getpid()}", self.queue_reply, self.wake,
+                                    self.stats, self._latency.observe if self._latency else None)
+        return {"op": "error", "code": RETRY, "message": f"log {name} is opening"}
+
+    def totals(self) -> dict:
+        """Counters for the metrics: the entries of open writers added in."""
+        open_entries = sum(o.writer.stats["entries"] for o in list(self.owned.values())
+                           if o.writer is not None and o.state == OPEN)
+        return {**self.stats, "entries": self.stats["entries"] + open_entries}
+
+    def live_servers(self, fresh: bool = False) -> dict[str, dict]:
+        """The registered servers (read again at most every check interval,
+        or now if ``fresh``)."""
+        now = time.monotonic()
+        if fresh or now - self._servers_at > limits.LOG_SERVICE_CHECK_INTERVAL_MS / 1000:
+            self._servers = self.registry.servers()
+            self._servers_at = now
+        return self._servers
+
+    # -- owned logs ------------------------------------------------------------------------------
+    def _check_owned(self) -> None:
+        """Drop failed logs, hand over logs the hashing gives to another
+        live server, and drop logs whose lease this session lost."""
+        servers = self.live_servers()
+        for name, owned in list(self.owned.items()):
+            if owned.state in (OPENING, CLOSING):
+                continue
+            if owned.state == CLOSED:
+                del self.owned[name]
+                self._lease_sessions.pop(name, None)
+                continue
+            target = owner_of(name, servers)
+            moving = owned.state == OPEN and target is not None and target != self.id
+            # the lease is an ephemeral node of the session that took it: it is
+            # ours while that session lives (no metadata read per log)
+            lost = owned.state == OPEN and \
+                self._lease_sessions.get(name) != self.registry.store.session_id
+            if owned.state == FAILED or moving or lost:
+                log.info("log %s: %s", name, "failed" if owned.state == FAILED
+                         else f"handed over to {target}" if moving else "lease lost")
+                owned.state = CLOSING
+                threading.Thread(target=self._close_owned, args=(owned,),
+                                 name=f"close-{name}", daemon=True).start()
+
+    def _close_owned(self, owned: OwnedLog) -> None:
+        owned.close()
+        try:
+            self.registry.release(owned.name)
+        except BKError as exc:
+            log.warning("log %s: could not release its lease: %s", owned.name, exc)
+        self.wake()
+
+
+def _echo(doc: dict) -> dict:
+    """The fields of a request its reply repeats (the producer matches on them)."""
+    return {k: doc[k] for k in ("log", "pid", "seq", "gen") if k in doc}
+

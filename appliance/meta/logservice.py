@@ -1,0 +1,147 @@
+"""The log service's records in the metadata store: live log servers and the
+ownership lease of each log.
+
+* ``/logservice/servers/<id>``: an ephemeral node on the server's session
+  holding its endpoint and pid.  It vanishes when the server closes its
+  store or dies (within the session timeout: a SQLite session is a lease
+  row with an expiry renewed by a heartbeat, a ZooKeeper one a real
+  session), so ``servers()`` lists live servers only.
+* ``/logservice/owners/<log>``: the ownership lease, an ephemeral node on
+  the owner's session holding its id and endpoint.  ``acquire`` is a create
+  (the store's compare-and-set: it fails while another session holds it);
+  the lease ends by ``release`` (delete, by its holder only) or by the
+  expiry of the holder's session.  A new owner takes the log only after
+  either.  Safety does not rest on the lease alone: the new owner's log
+  writer fences the previous owner's segment (``appliance.logs.writer``),
+  so an owner that outlived its lease cannot add another record.
+
+Records are in the checksummed envelope of ``records.py``; a damaged one is
+skipped by ``servers()`` (with a warning) and read as no owner by
+``owner()``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+from appliance.errors import CorruptMetadataError, NodeExistsError, NoNodeError
+from appliance.meta.bookies import check_bookie_id
+from appliance.meta.records import decode_record, encode_record
+from appliance.protocol import limits
+from appliance.protocol.logs import check_log_name
+from storage.metadata.api import ANY_VERSION
+
+log = logging.getLogger(__name__)
+
+SERVERS_ROOT = "/logservice/servers"
+OWNERS_ROOT = "/logservice/owners"
+
+
+def _encode(doc: dict) -> bytes:
+    return encode_record(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
+
+
+def _decode(data: bytes, path: str) -> dict:
+    try:
+        doc = json.loads(decode_record(data, path))
+        if not isinstance(doc, dict) or not isinstance(doc.get("endpoint"), str):
+            raise ValueError("not a log service record")
+        return doc
+    except ValueError as exc:
+        raise CorruptMetadataError(f"{path}: cannot decode ({exc})") from exc
+
+
+class LogServiceRegistry:
+    """Server registrations and ownership leases on one store (the calling
+    process's session)."""
+
+    def __init__(self, store):
+        self.store = store
+
+    # -- servers ---------------------------------------------------------------------
+    def register(self, server_id: str, endpoint: str, info: dict, stale_wait_ms: int) -> None:
+        """Announce a live server; waits up to ``stale_wait_ms`` for a
+        registration of the same id by an earlier (dead) session to expire."""
+        path = f"{SERVERS_ROOT}/{check_bookie_id(server_id)}"
+        record = _encode({"endpoint": endpoint, **info})
+        deadline = time.monotonic() + stale_wait_ms / 1000
+        for _ in range(limits.METADATA_PUBLISH_TRIES_MAX):
+            try:
+                self.store.create(path, record, ephemeral=True, make_parents=True)
+                return
+            except NodeExistsError:
+                pass
+            try:
+                if self.store.ephemeral_owner(path) == self.store.session_id:
+                    self.store.set(path, record, ANY_VERSION)
+                    return
+                _, version = self.store.get(path)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self.store.wait_for_change(path, version, remaining)
+            except NoNodeError:
+                continue
+        raise NodeExistsError(f"{path}: registered by another live session (waited "
+                              f"{stale_wait_ms} ms for it to expire)")
+
+    def unregister(self, server_id: str) -> None:
+        try:
+            self.store.delete(f"{SERVERS_ROOT}/{check_bookie_id(server_id)}")
+        except NoNodeError:
+            pass
+
+    def servers(self) -> dict[str, dict]:
+        """Live servers: id -> {"endpoint", "pid", ...}."""
+        try:
+            names = self.store.children(SERVERS_ROOT)
+        except NoNodeError:
+            return {}
+        out = {}
+        for name in names:
+            path = f"{SERVERS_ROOT}/{name}"
+            try:
+                out[name] = _decode(self.store.get(path)[0], path)
+            except NoNodeError:
+                continue
+            except CorruptMetadataError as exc:
+                log.warning("skipping log server %s: %s", name, exc)
+        return out
+
+    # -- ownership leases -----------------------------------------------------------------
+    def owner(self, log_name: str) -> dict | None:
+        """The lease of ``log_name``: {"server", "endpoint"}, or None."""
+        path = f"{OWNERS_ROOT}/{check_log_name(log_name)}"
+        try:
+            return _decode(self.store.get(path)[0], path)
+        except NoNodeError:
+            return None
+        except CorruptMetadataError as exc:
+            log.warning("%s", exc)
+            return None
+
+    def acquire(self, log_name: str, server_id: str, endpoint: str) -> bool:
+        """Take the lease (True), or find it held by another session (False)."""
+        path = f"{OWNERS_ROOT}/{check_log_name(log_name)}"
+        try:
+            self.store.create(path, _encode({"server": server_id, "endpoint": endpoint}),
+                              ephemeral=True, make_parents=True)
+            return True
+        except NodeExistsError:
+            return self.holds(log_name)
+
+    def holds(self, log_name: str) -> bool:
+        """Does this process's session hold the lease of ``log_name``?"""
+        path = f"{OWNERS_ROOT}/{check_log_name(log_name)}"
+        return self.store.ephemeral_owner(path) == self.store.session_id
+
+    def release(self, log_name: str) -> None:
+        """End the lease if this session holds it."""
+        path = f"{OWNERS_ROOT}/{check_log_name(log_name)}"
+        try:
+            if self.holds(log_name):
+                self.store.delete(path)
+        except NoNodeError:
+            pass

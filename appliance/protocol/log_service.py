@@ -1,0 +1,219 @@
+"""The log service's pure rules (seed 003's write proxy): which log server
+owns a log, the owner's duplicate filter, and the wire messages.
+
+Spread (``owner_of``): rendezvous hashing, a form of consistent hashing.
+Every live server gets a score ``blake2b(server id, log name)``; the highest
+score owns the log.  Every process computes the same answer from the same
+list of live servers, and when a server joins or leaves only the logs it
+wins (or won) move: about 1/N of them.
+
+Duplicate filter (``DedupTable``), one per owned log.  Every producer has
+an id (16 bytes) and numbers its writes 1, 2, 3, ... (``seq``).  For each
+producer the owner keeps the next sequence number it expects and the
+positions of its last ``recent_max`` records:
+
+* ``seq`` below the next expected: a duplicate (a retry).  Its answer is the
+  kept position (or the pending write's, when the first copy is still
+  being stored); one older than the kept ones is ``OLD`` (stored, position
+  no longer known).
+* ``seq`` equal to it: a new record, written, then ``next = seq + 1``.
+* ``seq`` above it: a gap, refused (``GAP``, with the expected number); the
+  producer resends from its oldest unacknowledged write, so a producer's
+  records are applied in its order.
+* A producer the table does not know starts at the oldest write it has
+  not seen acknowledged (``oldest``, sent with every request): a request
+  overtaken by a later one (a reconnection reorders them) is then a gap,
+  never a new start that would hide the earlier writes as duplicates.
+
+Bounds: at most ``producers_max`` producers; one silent for ``idle_ms`` is
+forgotten when room is needed, and a new producer is refused (``FULL``)
+while all of them are active.  A new owner rebuilds the table from the tags
+in the log's tail (``learn``, in log order), so the filter survives the
+owner's ``kill -9``.
+
+Values the table keeps for positions are opaque (a DLSN, or a pending
+write's future): the table only stores and returns them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from appliance.protocol.errors import BadRequestError
+
+NEW, DUPLICATE, OLD, GAP, FULL = "new", "duplicate", "old", "gap", "full"
+PRODUCER_ID_BYTES = 16
+
+
+# -- spread ----------------------------------------------------------------------------
+def _score(server_id: str, log: str) -> bytes:
+    return hashlib.blake2b(f"{server_id}\0{log}".encode(), digest_size=8).digest()
+
+
+def owner_of(log: str, servers) -> str | None:
+    """The live server (an id of ``servers``) that should own ``log``."""
+    best = None
+    for server in servers:
+        score = (_score(server, log), server)
+        if best is None or score > best:
+            best = score
+    return None if best is None else best[1]
+
+
+# -- the duplicate filter ------------------------------------------------------------------
+@dataclass
+class _Producer:
+    next_seq: int
+    used_ms: int
+    recent: OrderedDict = field(default_factory=OrderedDict)  # seq -> position
+
+
+@dataclass(frozen=True)
+class Verdict:
+    kind: str  # NEW, DUPLICATE, OLD, GAP, FULL
+    position: object = None  # DUPLICATE: the kept position
+    expected: int = 0  # GAP: the next sequence number the owner expects
+
+
+class DedupTable:
+    """See the module docstring; ``now_ms`` is passed in (no clock here)."""
+
+    def __init__(self, producers_max: int, recent_max: int, idle_ms: int):
+        if producers_max < 1 or recent_max < 1:
+            raise ValueError("producers_max and recent_max must be >= 1")
+        self.producers_max = producers_max
+        self.recent_max = recent_max
+        self.idle_ms = idle_ms
+        self._producers: OrderedDict[bytes, _Producer] = OrderedDict()  # least recent first
+        self.break_dedup = False  # simulation switch: every record counts as new
+
+    def __len__(self) -> int:
+        return len(self._producers)
+
+    def next_seq(self, producer_id: bytes) -> int | None:
+        p = self._producers.get(producer_id)
+        return None if p is None else p.next_seq
+
+    def admit(self, producer_id: bytes, seq: int, now_ms: int,
+              oldest: int | None = None) -> Verdict:
+        """Judge one record; a NEW one is reserved (``next = seq + 1``): the
+        caller must then ``store`` its position (or drop the table).
+        ``oldest``: the producer's oldest unacknowledged write, where an
+        unknown producer starts (default ``seq``)."""
+        p = self._producers.get(producer_id)
+        if p is None:
+            if not self._make_room(now_ms):
+                return Verdict(FULL)
+            p = self._producers[producer_id] = _Producer(seq if oldest is None else oldest,
+                                                         now_ms)
+        if self.break_dedup:
+            p.next_seq = seq
+        self._producers.move_to_end(producer_id)
+        p.used_ms = now_ms
+        if seq == p.next_seq:
+            p.next_seq = seq + 1
+            return Verdict(NEW)
+        if seq > p.next_seq:
+            return Verdict(GAP, expected=p.next_seq)
+        if seq in p.recent:
+            return Verdict(DUPLICATE, position=p.recent[seq])
+        return Verdict(OLD)
+
+    def store(self, producer_id: bytes, seq: int, position: object) -> None:
+        """Keep the position of a record (a pending write's future first,
+        its DLSN later: either is an answer to a retry)."""
+        p = self._producers.get(producer_id)
+        if p is None:
+            return
+        p.recent[seq] = position
+        p.recent.move_to_end(seq)
+        while len(p.recent) > self.recent_max:
+            p.recent.popitem(last=False)
+
+    def learn(self, producer_id: bytes, seq: int, position: object, now_ms: int) -> None:
+        """A record read back from the log (in log order): the producer's
+        next expected number follows it."""
+        p = self._producers.get(producer_id)
+        if p is None:
+            p = self._producers[producer_id] = _Producer(seq + 1, now_ms)
+        p.next_seq = seq + 1
+        p.used_ms = now_ms
+        self._producers.move_to_end(producer_id)
+        self.store(producer_id, seq, position)
+        while len(self._producers) > self.producers_max:
+            self._producers.popitem(last=False)
+
+    def _make_room(self, now_ms: int) -> bool:
+        if len(self._producers) < self.producers_max:
+            return True
+        oldest_id, oldest = next(iter(self._producers.items()))
+        if now_ms - oldest.used_ms < self.idle_ms:
+            return False
+        del self._producers[oldest_id]
+        return True
+
+
+# -- wire ------------------------------------------------------------------------------------
+# A request or reply is a multipart ZeroMQ message: one JSON header frame,
+# then (WRITE only) one frame per record payload.
+#
+#   producer -> server   {"op": "write", "log", "pid" (hex), "seq" (first), "gen",
+#                         "oldest": the producer's oldest unacknowledged seq}
+#                        + n payload frames: records seq .. seq + n - 1
+#                        {"op": "hello", "log", "pid", "gen"}: the next seq expected
+#                        {"op": "ping"}
+#   server -> producer   {"op": "written", "log", "pid", "seq", "gen",
+#                         "dlsns": [[seg, entry, slot] or null, ...]}
+#                        {"op": "hello", "log", "pid", "gen", "next_seq": int or null}
+#                        {"op": "error", "code", "log", "seq", "gen", "message",
+#                         "owner", "endpoint", "expected"}
+#                        {"op": "pong", "id", "pid", "logs": [owned log names]}
+#
+# Error codes: "not_owner" (try "owner" at "endpoint"), "retry" (the owner is
+# opening, closing or waiting for a stale lease: resend soon), "held" (an
+# exclusive writer holds the log: wait), "gap" (resend from "expected"),
+# "full" (TooManyProducersError), "bad" (a malformed request: not retried).
+NOT_OWNER, RETRY, HELD, BAD = "not_owner", "retry", "held", "bad"
+OPS = ("write", "hello", "ping")
+
+
+def encode_header(doc: dict) -> bytes:
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def decode_header(frame: bytes) -> dict:
+    """A request or reply header; ``BadRequestError`` if it is not one."""
+    try:
+        doc = json.loads(frame)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequestError(f"log service: bad header ({exc})") from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("op"), str):
+        raise BadRequestError("log service: a header is a JSON object with an op")
+    return doc
+
+
+def _positive(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def check_write(doc: dict, records: int) -> tuple[str, bytes, int, int]:
+    """(log, producer id, first seq, oldest unacknowledged seq) of a WRITE
+    or HELLO header."""
+    log, pid, seq = doc.get("log"), doc.get("pid"), doc.get("seq", 1)
+    oldest = doc.get("oldest", seq)
+    if not isinstance(log, str) or not isinstance(pid, str) or not _positive(seq) \
+            or not _positive(oldest) or oldest > seq:
+        raise BadRequestError("log service: a write names a log, a pid and a seq >= oldest "
+                              ">= 1")
+    try:
+        producer_id = bytes.fromhex(pid)
+    except ValueError as exc:
+        raise BadRequestError(f"log service: pid {pid!r} is not hex") from exc
+    if len(producer_id) != PRODUCER_ID_BYTES:
+        raise BadRequestError(f"log service: a pid is {PRODUCER_ID_BYTES} bytes")
+    if doc["op"] == "write" and records < 1:
+        raise BadRequestError("log service: a write carries at least one record")
+    return log, producer_id, seq, oldest

@@ -1,0 +1,56 @@
+"""Log servers for tests: started as ``python -m appliance.logservice`` beside
+a ``Cluster``'s bookies, waited for until registered, stopped by the test."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+from appliance.bench import launcher
+from appliance.meta.logservice import LogServiceRegistry
+from tests.support.launch import stop_process, wait_for
+
+READY_TIMEOUT_S = 30.0
+
+
+class LogServers:
+    def __init__(self, cluster, client):
+        self.cluster = cluster
+        self.registry = LogServiceRegistry(client.logs.store)
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def log_path(self, server_id: str):
+        return self.cluster.root / f"{server_id}.log"
+
+    def start(self, server_id: str, wait: bool = True) -> subprocess.Popen:
+        proc = launcher.spawn([sys.executable, "-m", "appliance.logservice", "--config",
+                               str(self.cluster.config_path), "--id", server_id],
+                              self.log_path(server_id))
+        self.procs[server_id] = proc
+        if wait:
+            self.wait_registered(server_id, proc.pid)
+        return proc
+
+    def wait_registered(self, server_id: str, pid: int) -> None:
+        launcher.wait_started(self.procs[server_id],
+                              lambda: self.registry.servers().get(server_id, {}).get("pid") == pid,
+                              server_id, self.log_path(server_id), READY_TIMEOUT_S)
+
+    def owner(self, log_name: str, timeout_s: float = 30.0) -> str:
+        lease = wait_for(lambda: self.registry.owner(log_name), timeout_s,
+                         what=f"an owner of log {log_name}")
+        return lease["server"]
+
+    def kill(self, server_id: str) -> None:
+        stop_process(self.procs[server_id], 30.0, signal.SIGKILL)
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                stop_process(proc, 20.0)
+
+    def kill_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                stop_process(proc, 30.0, signal.SIGKILL)

@@ -1,0 +1,141 @@
+"""The log service with real processes: bookies, log servers, producers."""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.request
+
+import pytest
+
+import appliance
+from appliance.protocol.log_service import owner_of
+from tests.logservice.support import LogServers
+from tests.support.launch import wait_for, wait_registered
+
+
+@pytest.fixture
+def service(make_cluster):
+    cluster = make_cluster(3, quorums=(3, 3, 2), autorecovery={"enabled": False},
+                           log={"metrics_address": "127.0.0.1:0"})
+    with appliance.connect(str(cluster.config_path)) as bk:
+        wait_registered(bk, 3)
+        servers = LogServers(cluster, bk)
+        try:
+            servers.start("logserver-1")
+            servers.start("logserver-2")
+            yield bk, servers
+        finally:
+            servers.kill_all()
+
+
+def _read_all(bk, name: str, expect: int) -> list:
+    out: list = []
+    with bk.log(name).reader() as r:
+        while len(out) < expect:
+            got = r.read(max_records=1000, timeout_s=30)
+            assert got, f"stalled after {len(out)} of {expect} records"
+            out += got
+    return out
+
+
+def test_one_producer_writes_and_reads_back(service):
+    bk, servers = service
+    with bk.log("orders").producer() as p:
+        first = p.write(b"r0")
+        futures = [p.write_async(b"r%d" % i) for i in range(1, 200)]
+        p.flush()
+        positions = [first] + [f.result(timeout=30) for f in futures]
+    assert positions == sorted(positions) and len(set(positions)) == 200
+    records = _read_all(bk, "orders", 200)
+    assert [r.payload for r in records] == [b"r%d" % i for i in range(200)]
+    assert [r.dlsn for r in records] == positions
+    owner = servers.owner("orders")
+    assert owner in ("logserver-1", "logserver-2")
+
+    # the owner's metrics: records, group commits, the log, its producer, latency
+    url = servers.registry.servers()[owner]["metrics_url"]
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    values = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+              if line.startswith("bookkeeper_logserver")}
+    assert values["bookkeeper_logserver_records_total"] == 200
+    assert 1 <= values["bookkeeper_logserver_entries_total"] < 200  # batched
+    assert values["bookkeeper_logserver_owned_logs"] == 1
+    assert values["bookkeeper_logserver_producers"] == 1
+    assert values["bookkeeper_logserver_write_latency_seconds_count"] >= 2
+
+
+def test_an_exclusive_writer_and_producers_take_turns_losing_nothing(service):
+    bk, servers = service
+    log = bk.log("mixed")
+    positions, errors = [], []
+    started = threading.Event()
+
+    def produce():
+        try:
+            with log.producer() as p:
+                for i in range(300):
+                    positions.append(p.write(b"p:%d" % i))
+                    if i == 50:
+                        started.set()
+        except Exception as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+            started.set()
+
+    thread = threading.Thread(target=produce)
+    thread.start()
+    try:
+        assert started.wait(60)
+        with log.writer() as w:  # fences the owner; producers wait for it to close
+            mine = [w.write(b"w:%d" % i) for i in range(20)]
+    finally:
+        thread.join(120)
+    assert not thread.is_alive() and errors == []
+    records = _read_all(bk, "mixed", 320)
+    payloads = [r.payload for r in records]
+    assert sorted(payloads) == sorted([b"p:%d" % i for i in range(300)] +
+                                      [b"w:%d" % i for i in range(20)])
+    assert [p for p in payloads if p.startswith(b"p:")] == [b"p:%d" % i for i in range(300)]
+    where = {r.payload: r.dlsn for r in records}
+    assert [where[b"p:%d" % i] for i in range(300)] == positions
+    assert [where[b"w:%d" % i] for i in range(20)] == mine
+    assert log.log_server() in ("logserver-1", "logserver-2")  # the service has it back
+
+
+def test_a_producer_given_its_id_resumes_after_its_last_record(service):
+    bk, _servers = service
+    pid = "ab" * 16
+    with bk.log("resumed").producer(pid) as p:
+        first = [p.write(b"a%d" % i) for i in range(5)]
+    with bk.log("resumed").producer(pid) as p:  # the same producer, a new process's view
+        second = [p.write(b"b%d" % i) for i in range(5)]
+    records = _read_all(bk, "resumed", 10)
+    assert [r.payload for r in records] == [b"a%d" % i for i in range(5)] + \
+        [b"b%d" % i for i in range(5)]
+    assert [r.dlsn for r in records] == first + second
+
+
+def test_a_log_moves_to_a_server_that_joins_and_its_producer_follows(service):
+    bk, servers = service
+    servers.kill("logserver-2")  # ... and its registration expires with its session
+    wait_for(lambda: sorted(servers.registry.servers()) == ["logserver-1"], 30,
+             what="logserver-2 gone from the registry")
+    name = next(f"moving{i}" for i in range(1000)
+                if owner_of(f"moving{i}", ["logserver-1", "logserver-2"]) == "logserver-2")
+    with bk.log(name).producer() as p:
+        positions = [p.write(b"r%d" % i) for i in range(50)]
+        assert servers.owner(name) == "logserver-1"
+        servers.start("logserver-2")  # the hashing gives it the log: logserver-1 lets go
+        futures, moved_at, deadline = [], None, time.monotonic() + 60
+        while moved_at is None or len(positions) + len(futures) < moved_at + 100:
+            n = len(positions) + len(futures)
+            futures += [p.write_async(b"r%d" % i) for i in range(n, n + 50)]
+            p.flush()
+            if moved_at is None and servers.registry.owner(name)["server"] == "logserver-2":
+                moved_at = n + 50
+            assert time.monotonic() < deadline, "the log did not move to logserver-2"
+        positions += [f.result(timeout=60) for f in futures]
+    assert servers.owner(name) == "logserver-2"
+    records = _read_all(bk, name, len(positions))
+    assert [r.payload for r in records] == [b"r%d" % i for i in range(len(positions))]
+    assert [r.dlsn for r in records] == positions

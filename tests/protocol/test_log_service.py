@@ -1,0 +1,125 @@
+"""The log service's pure rules: the duplicate filter, the spread of logs
+over servers, the tagged entry format (and that untagged entries read as
+before)."""
+
+from __future__ import annotations
+
+import pytest
+
+from appliance.errors import BadRequestError, CorruptRecordError
+from appliance.protocol.log_entry import EntryHeader, pack_entry, unpack_entry, unpack_tags
+from appliance.protocol.log_service import (
+    DUPLICATE,
+    FULL,
+    GAP,
+    NEW,
+    OLD,
+    DedupTable,
+    check_write,
+    decode_header,
+    owner_of,
+)
+
+A, B, C = b"a" * 16, b"b" * 16, b"c" * 16
+
+
+def test_a_producer_new_records_in_order_then_retries_answered_from_the_table():
+    t = DedupTable(producers_max=4, recent_max=3, idle_ms=1000)
+    for seq in (1, 2, 3, 4):
+        assert t.admit(A, seq, now_ms=0).kind == NEW
+        t.store(A, seq, f"pos{seq}")
+    assert t.admit(A, 4, 0) == t.admit(A, 4, 0)  # asking again changes nothing
+    assert (t.admit(A, 4, 0).kind, t.admit(A, 4, 0).position) == (DUPLICATE, "pos4")
+    assert t.admit(A, 2, 0).position == "pos2"
+    assert t.admit(A, 1, 0).kind == OLD  # only the last 3 positions are kept
+    gap = t.admit(A, 7, 0)
+    assert (gap.kind, gap.expected) == (GAP, 5)
+    assert t.admit(A, 5, 0).kind == NEW and t.next_seq(A) == 6
+
+
+def test_an_unknown_producer_starts_where_it_says():
+    t = DedupTable(4, 8, 1000)
+    assert t.next_seq(B) is None
+    assert t.admit(B, 41, 0).kind == NEW
+    assert t.next_seq(B) == 42
+
+
+def test_an_unknown_producer_starts_at_its_oldest_unacknowledged_write():
+    t = DedupTable(4, 8, 1000)
+    # its request for 3 overtook the one for 1 and 2 (a reconnection): a gap,
+    # never a fresh start that would answer 1 and 2 as duplicates
+    gap = t.admit(C, 3, 0, oldest=1)
+    assert (gap.kind, gap.expected) == (GAP, 1)
+    assert [t.admit(C, s, 0, oldest=1).kind for s in (1, 2, 3)] == [NEW, NEW, NEW]
+
+
+def test_producers_are_bounded_and_only_idle_ones_make_room():
+    t = DedupTable(producers_max=2, recent_max=8, idle_ms=1000)
+    assert t.admit(A, 1, now_ms=0).kind == NEW
+    assert t.admit(B, 1, now_ms=500).kind == NEW
+    assert t.admit(C, 1, now_ms=900).kind == FULL  # both wrote within idle_ms
+    assert t.admit(C, 1, now_ms=1200).kind == NEW  # A was idle 1200 ms: forgotten
+    assert t.next_seq(A) is None and t.next_seq(B) == 2
+
+
+def test_learning_from_the_log_follows_log_order():
+    t = DedupTable(4, 8, 1000)
+    for seq, pos in ((7, "p7"), (8, "p8"), (1, "p1")):  # a restarted producer began again
+        t.learn(A, seq, pos, now_ms=0)
+    assert t.next_seq(A) == 2
+    assert t.admit(A, 1, 0).position == "p1"
+    t.learn(B, 3, "q3", 0)
+    assert (t.admit(B, 3, 0).kind, t.admit(B, 4, 0).kind) == (DUPLICATE, NEW)
+
+
+def test_the_broken_switch_stores_retries_again():
+    t = DedupTable(4, 8, 1000)
+    t.admit(A, 1, 0)
+    t.break_dedup = True
+    assert t.admit(A, 1, 0).kind == NEW
+
+
+def test_spread_is_stable_and_moves_only_the_leaving_servers_logs():
+    servers = [f"logserver-{i}" for i in range(1, 5)]
+    logs = [f"log{i}" for i in range(400)]
+    before = {name: owner_of(name, servers) for name in logs}
+    assert before == {name: owner_of(name, list(reversed(servers))) for name in logs}
+    counts = {s: list(before.values()).count(s) for s in servers}
+    assert min(counts.values()) > 60  # about 100 each
+    after = {name: owner_of(name, servers[1:]) for name in logs}
+    moved = [name for name in logs if before[name] != after[name]]
+    assert moved == [name for name in logs if before[name] == "logserver-1"]
+    assert owner_of("x", []) is None
+
+
+def test_tagged_entries_carry_tags_and_read_as_plain_records():
+    header = EntryHeader(False, 2, 2, 1, 2, 0, 1)
+    data = pack_entry(header, [1, 2], [b"x", b"yy"], tags=[(A, 5), (B, 9)])
+    got, txids, payloads = unpack_entry(data)
+    assert (got, txids, payloads) == (header, [1, 2], [b"x", b"yy"])
+    assert unpack_tags(data) == [(A, 5), (B, 9)]
+    plain = pack_entry(header, [1, 2], [b"x", b"yy"])
+    assert unpack_entry(plain)[2] == [b"x", b"yy"] and unpack_tags(plain) is None
+    with pytest.raises(CorruptRecordError):
+        unpack_entry(data[:-1])
+    with pytest.raises(ValueError):
+        pack_entry(header, [1, 2], [b"x", b"yy"], tags=[(A, 5)])
+
+
+def test_bad_requests_are_refused_with_one_clear_error():
+    with pytest.raises(BadRequestError):
+        decode_header(b"{not json")
+    with pytest.raises(BadRequestError):
+        decode_header(b"[1]")
+    assert check_write({"op": "write", "log": "l", "pid": A.hex(), "seq": 3}, 1) == \
+        ("l", A, 3, 3)
+    assert check_write({"op": "write", "log": "l", "pid": A.hex(), "seq": 3, "oldest": 2},
+                       1)[3] == 2
+    for doc in ({"op": "write", "log": "l", "pid": "zz", "seq": 1},
+                {"op": "write", "log": "l", "pid": "ab", "seq": 1},
+                {"op": "write", "log": "l", "pid": A.hex(), "seq": 0},
+                {"op": "write", "log": "l", "pid": A.hex(), "seq": 2, "oldest": 3}):
+        with pytest.raises(BadRequestError):
+            check_write(doc, 1)
+    with pytest.raises(BadRequestError):
+        check_write({"op": "write", "log": "l", "pid": A.hex(), "seq": 1}, 0)
