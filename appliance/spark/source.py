@@ -61,11 +61,14 @@ class BookKeeperDataSource(DataSource):
         _check_schema(schema, _is_log_scan(self.options))
         return BookKeeperReader(dict(self.options))
 
-    @planning_errors
     def streamReader(self, schema):  # noqa: N802 - Spark's name
         """``spark.readStream``: a log's records (``appliance.spark.stream``)."""
-        _check_schema(schema, _is_log_scan(self.options))
-        return BookKeeperStreamReader(dict(self.options))
+        try:  # reported by the reader's first call (appliance.spark.stream)
+            _check_schema(schema, _is_log_scan(self.options))
+            error = None
+        except ValueError as exc:
+            error = exc
+        return BookKeeperStreamReader(dict(self.options), error)
 
 
 class BookKeeperPushdownDataSource(BookKeeperDataSource):

@@ -27,6 +27,7 @@ Guarantees:
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import os
 
@@ -71,12 +72,21 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     keeps this object for the query's life: the view's caches last);
     ``read`` in executors."""
 
-    def __init__(self, options: dict):
-        self.options: StreamOptions = parse_stream_options(options)
+    def __init__(self, options: dict, error: ValueError | None = None):
+        self._raw, self._error = options, error
         self._view: LogView | None = None
         self._config = None
         self._target: DLSN | None | bool = False  # availableNow: the end fixed at its start
         self._reported: tuple[DLSN, DLSN] | None = None  # (last end chosen, data end)
+
+    @functools.cached_property
+    def options(self) -> StreamOptions:
+        """Checked at the first call Spark makes, not in ``streamReader``:
+        an error there would reach the user as PySpark's ``UnboundLocalError``
+        instead of our line."""
+        if self._error is not None:
+            raise self._error
+        return parse_stream_options(self._raw)
 
     # -- the driver ---------------------------------------------------------------------
     def _fresh(self) -> LogView:
@@ -108,6 +118,7 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                         or DLSN(md.next_seq, 0, 0))
         return offset_json(self.options.log, position)
 
+    @planning_errors
     def getDefaultReadLimit(self):  # noqa: N802 - Spark's name
         if self.options.max_records is not None:
             return ReadMaxRows(self.options.max_records)

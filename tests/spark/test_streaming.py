@@ -88,6 +88,10 @@ def test_a_log_streams_in_batches_of_max_records_from_every_starting_position(
     offsets = [json.loads(p["sources"][0]["endOffset"]) for p in progress if p["numInputRows"]]
     assert offsets[-1] == {"log": "positions", "dlsn": str(_next(written[-1][0]))}
     assert offsets[0]["dlsn"] == str(_next(written[399][0]))  # a batch ends at a record
+    behind = [json.loads(p["sources"][0]["latestOffset"]) for p in progress
+              if p["numInputRows"]]
+    assert [b["recordsBehind"] for b in behind] == [1600, 1200, 800, 400, 0]  # the lag
+    assert {b["dlsn"] for b in behind} == {offsets[-1]["dlsn"]}  # the log's end
 
     from_dlsn, sizes, _ = run_available_now(
         spark, stream(spark, app, "positions", startingPosition=written[1234][0],
@@ -113,6 +117,11 @@ def test_a_log_streams_in_batches_of_max_records_from_every_starting_position(
     finally:
         query.stop()
 
+    no_log = (spark.readStream.format("bookkeeper").option("config", app.config).load()
+              .writeStream.format("memory").queryName("no_log").start())
+    with pytest.raises(Exception, match="a streaming read follows a log: set option log"):
+        no_log.awaitTermination(QUERY_TIMEOUT_S)
+    no_log.stop()
     for bad, message in (("startingPosition", "3/x"), ("maxRecordsPerTrigger", "0"),
                          ("failOnDataLoss", "maybe")):
         with pytest.raises(Exception, match=bad):
