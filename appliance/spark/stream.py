@@ -105,17 +105,17 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     @planning_errors
     def initialOffset(self) -> dict:  # noqa: N802 - Spark's name
         view = self._fresh()
-        starting, md = self.options.starting, view.md
+        starting, live = self.options.starting, view.md.live_segments
+        # before every record there is or will be (a log with no record: its end too)
+        earliest = DLSN(live[0].seq if live else view.md.next_seq, 0, 0)
         if starting == EARLIEST:
-            live = md.live_segments
-            position = DLSN(live[0].seq if live else md.next_seq, 0, 0)
+            position = earliest
         elif starting == LATEST:
-            position = view.data_end() or DLSN(md.next_seq, 0, 0)
+            position = view.data_end() or earliest
         elif isinstance(starting, DLSN):
             position = self._needed(view, starting)
         else:  # a txid: its record, or the end when no record reaches it yet
-            position = (view.txid_position(starting) or view.data_end()
-                        or DLSN(md.next_seq, 0, 0))
+            position = view.txid_position(starting) or view.data_end() or earliest
         return offset_json(self.options.log, position)
 
     @planning_errors

@@ -160,3 +160,62 @@ def test_stream_options_and_offsets():
         offset_position("other", doc)
     with pytest.raises(ValueError, match="not one of ours"):
         offset_position("orders", {"index": 3})
+
+
+def _reader(view, **options):
+    from appliance.spark.stream import BookKeeperStreamReader
+
+    reader = BookKeeperStreamReader({"config": "x.toml", "log": "orders", **options})
+    reader._view = view  # the fake log instead of a connection
+    return reader
+
+
+def _fake_view(md, handles):
+    client = SimpleNamespace(
+        logs=SimpleNamespace(read_log=lambda name: (md, 1)),
+        open_ledger=lambda ledger_id, password, recovery: FakeHandle(*handles[ledger_id], []))
+    return LogView(client, md.name, b"")
+
+
+def test_starting_positions_of_a_log_with_no_record_are_its_first_segment():
+    md = LogMetadata(name="orders", segments=(Segment(4, 104),), next_seq=5)
+    view = _fake_view(md, {104: ([], -1)})
+    for starting in ("earliest", "latest", "txid:7"):
+        assert _reader(view, startingPosition=starting).initialOffset() == \
+            {"log": "orders", "dlsn": "4/0/0"}
+
+
+def test_initial_and_latest_offsets(view):
+    def initial(starting):
+        return _reader(view, startingPosition=starting).initialOffset()["dlsn"]
+
+    assert initial("earliest") == "1/0/0"
+    assert initial("latest") == "2/1/1"
+    assert initial(f"txid:{READABLE[-1][1] + 1}") == "2/1/1"  # no such record yet: the end
+    assert initial(f"txid:{READABLE[5][1]}") == str(READABLE[5][0])
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+    reader = _reader(view, maxRecordsPerTrigger="4")
+    assert reader.getDefaultReadLimit() == ReadMaxRows(4)
+    start = {"log": "orders", "dlsn": "1/0/0"}
+    assert reader.latestOffset(start, ReadMaxRows(4))["dlsn"] == str(READABLE[3][0].next())
+    assert reader.latestOffset(start, ReadAllAvailable())["dlsn"] == "2/1/1"
+    end = {"log": "orders", "dlsn": "2/1/1"}
+    assert reader.latestOffset(end, ReadMaxRows(4)) == end  # nothing new: the same offset
+    reader._target = READABLE[2][0].next()  # availableNow: not past its target
+    assert reader.latestOffset(start, ReadMaxRows(4))["dlsn"] == str(READABLE[2][0].next())
+
+
+def test_truncated_positions_fail_or_are_skipped():
+    from appliance.errors import LogTruncatedError
+
+    md = LogMetadata(name="orders", segments=(
+        Segment(1, 101, "TRUNCATED"),
+        Segment(2, 102)), next_seq=3, truncated_before=DLSN(2, 0, 0))
+    view = _fake_view(md, {102: (ENTRIES2, LAC2)})
+    lost = "records from 1/2/0 to 2/0/0 .*failOnDataLoss is true"
+    with pytest.raises(LogTruncatedError, match=lost):
+        _reader(view).latestOffset({"log": "orders", "dlsn": "1/2/0"}, None)
+    assert _reader(view, failOnDataLoss="false").latestOffset(
+        {"log": "orders", "dlsn": "1/2/0"}, None) == {"log": "orders", "dlsn": "2/1/1"}
+    assert _reader(view, startingPosition="earliest").initialOffset()["dlsn"] == "2/0/0"
