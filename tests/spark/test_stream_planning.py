@@ -219,3 +219,37 @@ def test_truncated_positions_fail_or_are_skipped():
     assert _reader(view, failOnDataLoss="false").latestOffset(
         {"log": "orders", "dlsn": "1/2/0"}, None) == {"log": "orders", "dlsn": "2/1/1"}
     assert _reader(view, startingPosition="earliest").initialOffset()["dlsn"] == "2/0/0"
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_a_segment_truncated_while_a_task_reads_it(monkeypatch, fail_on_data_loss):
+    """A task whose segment read fails and that finds the segment truncated
+    since planning: fails naming the DLSN, or skips that segment only."""
+    from appliance.errors import LogTruncatedError, NoSuchEntryError
+    from appliance.spark import stream
+    from appliance.spark.planner import LedgerRange
+
+    def read(part, password):
+        (r,) = part.ranges
+        if r.metadata.ledger_id == 101:
+            yield "row of 101"
+            raise NoSuchEntryError("ledger 101 entry 3: no replica served it")
+        yield "row of 102"
+
+    monkeypatch.setattr(stream, "read_log_partition", read)
+    monkeypatch.setattr(stream, "_truncated", lambda options, seq: seq == 1)
+    ranges = tuple(LedgerRange(SimpleNamespace(ledger_id=i), 0, 3) for i in (101, 102))
+    part = stream.BookKeeperPartition(0, ranges, {}, None, {101: 1, 102: 2})
+    part.bounds = (DLSN(1, 2, 1), DLSN(2, 3, 0))
+    options = parse_stream_options({"config": "x", "log": "orders",
+                                    "failOnDataLoss": str(fail_on_data_loss)})
+    rows = stream.read_stream_partition(part, options)
+    if fail_on_data_loss:
+        assert next(rows) == "row of 101"
+        with pytest.raises(LogTruncatedError, match="records from 1/2/1 on .*truncated"):
+            next(rows)
+    else:
+        assert list(rows) == ["row of 101", "row of 102"]
+    monkeypatch.setattr(stream, "_truncated", lambda options, seq: False)
+    with pytest.raises(NoSuchEntryError):  # not truncated: the read's own error
+        list(stream.read_stream_partition(part, options))
