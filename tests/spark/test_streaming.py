@@ -205,10 +205,13 @@ def test_a_killed_driver_resumes_from_its_checkpoint_every_record_once(spark, ap
 
 def _driver(app, log: str, out: Path, checkpoint: Path, until: int) -> subprocess.Popen:
     root = Path(__file__).resolve().parents[2]
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.spark.stream_driver", app.config, log, PASSWORD.decode(),
-         str(out), str(checkpoint), str(until)],
-        cwd=root, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    with open(checkpoint.parent / "driver.err", "ab") as err:  # a file: a pipe could fill
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "tests.spark.stream_driver", app.config, log,
+             PASSWORD.decode(), str(out), str(checkpoint), str(until)],
+            cwd=root, start_new_session=True, stdout=subprocess.DEVNULL, stderr=err)
+    driver.err_path = checkpoint.parent / "driver.err"
+    return driver
 
 
 def _commits(checkpoint: Path) -> int:
@@ -219,4 +222,4 @@ def _commits(checkpoint: Path) -> int:
 def _stderr(driver: subprocess.Popen) -> str:
     if driver.poll() is None:
         return "driver still running"
-    return driver.stderr.read().decode(errors="replace")[-3000:]
+    return driver.err_path.read_bytes().decode(errors="replace")[-3000:]
