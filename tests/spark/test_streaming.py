@@ -174,7 +174,7 @@ def test_a_truncation_under_a_running_query(spark, app, tmp_path, fail_on_data_l
 
 
 def test_a_killed_driver_resumes_from_its_checkpoint_every_record_once(spark, app, tmp_path):
-    written, writer = write(app, "killed", 3000, close=False)
+    written, writer = write(app, "killed", 5000, close=False)
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
     driver = _driver(app, "killed", out, checkpoint, until=10**9)
     try:
@@ -186,12 +186,12 @@ def test_a_killed_driver_resumes_from_its_checkpoint_every_record_once(spark, ap
     finally:
         os.killpg(driver.pid, signal.SIGKILL)
         driver.wait()
-    assert _commits(checkpoint) < 8  # killed in the middle of the backlog
+    assert _commits(checkpoint) < 13  # killed in the middle of the backlog
 
     more: list = []
     thread = threading.Thread(target=lambda: more.extend(
-        write(app, "killed", 1000, first=3000, writer=writer)[0]))
-    driver = _driver(app, "killed", out, checkpoint, until=4000)
+        write(app, "killed", 1000, first=5000, writer=writer)[0]))
+    driver = _driver(app, "killed", out, checkpoint, until=6000)
     try:
         thread.start()
         thread.join(QUERY_TIMEOUT_S)
