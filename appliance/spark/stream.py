@@ -134,15 +134,15 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def latestOffset(self, start: dict, limit) -> dict:  # noqa: N802 - Spark's name
         view = self._fresh()
         start_pos = self._needed(view, offset_position(self.options.log, start))
-        end = view.data_end()
+        end = log_end = view.data_end()
         if self._target is not False:
             end = None if self._target is None or end is None else min(end, self._target)
         if end is None or end <= start_pos:
+            self._reported = None if log_end is None else (start_pos, max(start_pos, log_end))
             return offset_json(self.options.log, start_pos)
-        data_end = end
         if not isinstance(limit, ReadAllAvailable):
             end = self._limited(view, start_pos, end, limit)
-        self._reported = (end, data_end)
+        self._reported = (end, log_end)
         return offset_json(self.options.log, end)
 
     def _limited(self, view: LogView, start: DLSN, end: DLSN, limit) -> DLSN:

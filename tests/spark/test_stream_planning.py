@@ -199,9 +199,12 @@ def test_initial_and_latest_offsets(view):
     assert reader.getDefaultReadLimit() == ReadMaxRows(4)
     start = {"log": "orders", "dlsn": "1/0/0"}
     assert reader.latestOffset(start, ReadMaxRows(4))["dlsn"] == str(READABLE[3][0].next())
+    assert reader.reportLatestOffset() == {"log": "orders", "dlsn": "2/1/1",
+                                           "recordsBehind": len(READABLE) - 4}
     assert reader.latestOffset(start, ReadAllAvailable())["dlsn"] == "2/1/1"
     end = {"log": "orders", "dlsn": "2/1/1"}
     assert reader.latestOffset(end, ReadMaxRows(4)) == end  # nothing new: the same offset
+    assert reader.reportLatestOffset()["recordsBehind"] == 0
     reader._target = READABLE[2][0].next()  # availableNow: not past its target
     assert reader.latestOffset(start, ReadMaxRows(4))["dlsn"] == str(READABLE[2][0].next())
 
