@@ -227,6 +227,9 @@ SPARK_BATCH_BYTES_MAX = 32 * MiB
 SPARK_ENTRIES_PER_PARTITION_MAX = 250_000  # maxEntriesPerPartition: ~1-2 s of reading per task
 SPARK_PARTITIONS_MAX = 100_000  # a bound on planning output (minPartitions cannot exceed it)
 SPARK_RANGES_PER_PARTITION_MAX = 1_024  # small ledgers packed together, up to this many per task
+# A streaming read keeps this many log entry headers (records per entry, txids)
+# on the driver to plan its micro-batches without reading entries again.
+SPARK_STREAM_HEADERS_CACHED = 65_536
 
 # -- re-replication (appliance.rereplication) -------------------------------------------
 # One copy batch read from a surviving replica: entries and bytes bound the

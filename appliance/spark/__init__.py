@@ -12,14 +12,14 @@ The driver plans partitions from ledger metadata with bounds fixed at
 planning (``planner``); each task reads its ranges straight from the bookies
 with batched, verified, failing-over reads (``appliance.client.bulk_read``) and
 yields Arrow record batches (``source``).  Options: ``options``; filter
-pushdown: ``filters``; usage and numbers: ``docs/SPARK.md``.
+pushdown: ``filters``; usage and numbers: ``docs/SPARK.md``.  A log is also
+read as a stream (``spark.readStream``, option ``log``): ``stream``.
 """
 
 from __future__ import annotations
 
 import warnings
 
-from appliance.spark.no_streaming import refuse_stream_loads
 from appliance.spark.source import (
     ARROW_SCHEMA,
     SCHEMA_DDL,
@@ -72,9 +72,8 @@ def register(spark, *, filter_pushdown: bool | None = None) -> None:
     source is registered without pushdown (same rows, more read) and a
     ``RuntimeWarning`` says so, whatever ``filter_pushdown`` asks.
 
-    Streaming reads are not supported yet: ``spark.readStream`` of this
-    format fails at ``load()`` with one line saying so (``no_streaming``)."""
-    refuse_stream_loads(spark)
+    The same format reads a log as a stream (``spark.readStream``, option
+    ``log``: ``appliance.spark.stream``)."""
     if filter_pushdown is None:
         filter_pushdown = str(spark.conf.get(PUSHDOWN_CONF, "false")).lower() == "true"
     if filter_pushdown and pushdown_read_shared(spark):

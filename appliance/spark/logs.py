@@ -23,6 +23,9 @@ LOG_ARROW_SCHEMA = pa.schema([pa.field("dlsn", pa.string(), nullable=False),
 
 
 def read_log_partition(partition, password: bytes):
+    """The partition's records; a stream's partition carries its batch's
+    ``bounds`` ``(start, end)``: only records with ``start <= dlsn < end``."""
+    bounds = getattr(partition, "bounds", None)
     key = master_key(password)
     rows: tuple[list, list, list] = ([], [], [])
     size = 0
@@ -37,7 +40,12 @@ def read_log_partition(partition, password: bytes):
                     if header.control:
                         continue
                     entry_id = chunk.first_entry_id + i
-                    rows[0].extend(f"{seq}/{entry_id}/{slot}" for slot in range(len(txids)))
+                    first = 0
+                    if bounds is not None:
+                        first, stop = _slots(bounds, seq, entry_id, len(txids))
+                        txids, payloads = txids[first:stop], payloads[first:stop]
+                    rows[0].extend(f"{seq}/{entry_id}/{slot}"
+                                   for slot in range(first, first + len(txids)))
                     rows[1].extend(txids)
                     rows[2].extend(payloads)
                     size += sum(map(len, payloads))
@@ -47,6 +55,15 @@ def read_log_partition(partition, password: bytes):
                     rows, size = ([], [], []), 0
     if rows[0]:
         yield _batch(rows)
+
+
+def _slots(bounds, seq: int, entry_id: int, count: int) -> tuple[int, int]:
+    """The slots ``[first, stop)`` of entry ``(seq, entry_id)`` inside ``bounds``."""
+    (s_seq, s_entry, s_slot), (e_seq, e_entry, e_slot) = bounds
+    here = (seq, entry_id)
+    first = 0 if here > (s_seq, s_entry) else (s_slot if here == (s_seq, s_entry) else count)
+    stop = count if here < (e_seq, e_entry) else (e_slot if here == (e_seq, e_entry) else 0)
+    return min(first, count), max(min(first, count), min(stop, count))
 
 
 def _batch(rows) -> pa.RecordBatch:

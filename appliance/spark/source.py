@@ -27,10 +27,10 @@ from appliance.protocol.invariant import invariant
 from appliance.protocol.keys import master_key
 from appliance.spark.filters import Bounds, push_filters
 from appliance.spark.logs import read_log_partition
-from appliance.spark.no_streaming import UnsupportedStreamReader
 from appliance.spark.one_line import planning_errors
 from appliance.spark.options import parse_options
 from appliance.spark.planner import BookKeeperPartition, plan_partitions
+from appliance.spark.stream import BookKeeperStreamReader
 
 SCHEMA_DDL = "ledger_id long not null, entry_id long not null, payload binary not null"
 ARROW_SCHEMA = pa.schema([pa.field("ledger_id", pa.int64(), nullable=False),
@@ -62,7 +62,13 @@ class BookKeeperDataSource(DataSource):
         return BookKeeperReader(dict(self.options))
 
     def streamReader(self, schema):  # noqa: N802 - Spark's name
-        return UnsupportedStreamReader()  # no streaming yet: appliance.spark.no_streaming
+        """``spark.readStream``: a log's records (``appliance.spark.stream``)."""
+        try:  # reported by the reader's first call (appliance.spark.stream)
+            _check_schema(schema, _is_log_scan(self.options))
+            error = None
+        except ValueError as exc:
+            error = exc
+        return BookKeeperStreamReader(dict(self.options), error)
 
 
 class BookKeeperPushdownDataSource(BookKeeperDataSource):

@@ -253,39 +253,3 @@ def test_a_log_is_read_record_by_record_across_segments_in_progress_one_included
     with pytest.raises(Exception, match="do not combine"):
         load(source, app, log="spark-events", ledgers="1").collect()
     writer.close()
-
-
-def test_a_streaming_read_fails_at_load_with_one_line(source, data):
-    from appliance.spark.no_streaming import STREAMING_UNSUPPORTED
-
-    with pytest.raises(ValueError) as info:
-        source.readStream.format("bookkeeper").option("config", data.config).load()
-    assert str(info.value) == STREAMING_UNSUPPORTED and "\n" not in STREAMING_UNSUPPORTED
-    with pytest.raises(ValueError, match="streaming reads"):
-        source.readStream.option("config", data.config).load(format="BookKeeper")
-    batch = load(source, data, ledgers=str(data.ids["one"]))  # batch reads are unchanged
-    assert batch.count() == 1
-
-
-def test_a_stream_past_load_fails_at_start_with_our_line(spark, data):
-    """The source registered without ``register`` (no load-time check): the
-    query fails at start with our line, not PySpark's chained tracebacks."""
-    from appliance.spark import BookKeeperDataSource
-    from appliance.spark.no_streaming import STREAMING_UNSUPPORTED
-
-    class Unguarded(BookKeeperDataSource):
-        @classmethod
-        def name(cls) -> str:
-            return "bookkeeper_unguarded"
-
-    spark.dataSource.register(Unguarded)
-    stream = spark.readStream.format("bookkeeper_unguarded").option("config", data.config).load()
-    query = stream.writeStream.format("memory").queryName("unguarded").start()
-    try:
-        with pytest.raises(Exception) as info:  # noqa: B017 - Spark wraps the Python error
-            query.awaitTermination(120)
-    finally:
-        query.stop()
-    message = str(info.value)
-    assert STREAMING_UNSUPPORTED in message
-    assert "Traceback" not in message and "UnboundLocalError" not in message

@@ -1,0 +1,210 @@
+"""The driver's view of a log for a streaming read: where its data ends, how
+many records lie between two positions, and where the N-th record after a
+position is, from the log's metadata and its entries' headers.
+
+Every log entry's header carries the segment's running totals (records so
+far, last txid, last data record: ``appliance.protocol.log_entry``), so:
+
+* a COMPLETED segment's records and last record come from the log metadata
+  alone (kept with the metadata: no entry is read);
+* the IN_PROGRESS segment's end is the header of the entry at its LAC (one
+  LAC read and, when the LAC moved, one entry read per trigger);
+* the position of the N-th record of a segment is a binary search over the
+  entries' headers (record counts only grow), a few entry reads, each
+  header kept (``limits.SPARK_STREAM_HEADERS_CACHED``): entries at or below
+  a LAC never change, so a header once read is right for good.
+
+Nothing here writes or fences: ledgers are opened without recovery.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from appliance.errors import NoSuchLogError
+from appliance.protocol import limits
+from appliance.protocol.log_entry import read_header, unpack_entry
+from appliance.protocol.logs import COMPLETED, DLSN, LogMetadata, Segment
+
+
+class LogView:
+    def __init__(self, client, name: str, password: bytes, where: str = ""):
+        self.client = client
+        self.name = name
+        self.password = password
+        self.where = where
+        self.md: LogMetadata | None = None
+        self._version = None
+        self._headers: OrderedDict = OrderedDict()  # (ledger id, entry id) -> EntryHeader
+        self._handles: dict = {}  # ledger id -> (ReadHandle, opened while COMPLETED)
+        self._lac: dict[int, int] = {}  # in-progress ledger id -> LAC read at refresh
+
+    # -- metadata -----------------------------------------------------------------------
+    def refresh(self) -> LogMetadata:
+        """Read the log's metadata again, and the in-progress segment's LAC."""
+        try:
+            self.md, self._version = self.client.logs.read_log(self.name)
+        except NoSuchLogError:
+            raise NoSuchLogError(f"bookkeeper source: log {self.name!r} does not exist "
+                                 f"({self.where})") from None
+        live = {s.ledger_id: s for s in self.md.live_segments}
+        for ledger_id in [i for i in self._handles if i not in live]:
+            self._handles.pop(ledger_id)[0].close()
+        self._lac = {}
+        seg = self.md.in_progress
+        if seg is not None:
+            self._lac[seg.ledger_id] = self._handle(seg).read_lac()
+        return self.md
+
+    def close(self) -> None:
+        for handle, _ in self._handles.values():
+            handle.close()
+        self._handles.clear()
+
+    def _handle(self, seg: Segment):
+        """A read handle on the segment's ledger; one opened while the segment
+        was in progress is opened again once it is COMPLETED (its LAC then
+        knows the ledger's end)."""
+        done = seg.state == COMPLETED
+        held = self._handles.get(seg.ledger_id)
+        if held is not None and held[1] == done:
+            return held[0]
+        if held is not None:
+            held[0].close()
+        handle = self.client.open_ledger(seg.ledger_id, password=self.password, recovery=False)
+        self._handles[seg.ledger_id] = (handle, done)
+        return handle
+
+    def last_entry(self, seg: Segment) -> int:
+        """The segment's last readable entry (-1: none)."""
+        if seg.state == COMPLETED:
+            return seg.last_entry_id
+        return self._lac.get(seg.ledger_id, -1)
+
+    def header(self, seg: Segment, entry_id: int):
+        key = (seg.ledger_id, entry_id)
+        cached = self._headers.get(key)
+        if cached is not None:
+            self._headers.move_to_end(key)
+            return cached
+        (entry,) = self._handle(seg).read(entry_id, entry_id)
+        header = read_header(entry.payload)
+        self._headers[key] = header
+        if len(self._headers) > limits.SPARK_STREAM_HEADERS_CACHED:
+            self._headers.popitem(last=False)
+        return header
+
+    def entries(self, seg: Segment, first: int, last: int):
+        """Entries ``first..last`` of the segment, read now."""
+        return self._handle(seg).read(first, last)
+
+    # -- positions ----------------------------------------------------------------------
+    def segments_from(self, position: DLSN) -> list[Segment]:
+        return self.md.segments_from(position)
+
+    def records_in(self, seg: Segment) -> int:
+        if seg.state == COMPLETED:
+            return seg.records
+        last = self.last_entry(seg)
+        return self.header(seg, last).records if last >= 0 else 0
+
+    def before(self, seg: Segment, position: DLSN) -> int:
+        """Records of ``seg`` before ``position``."""
+        if position.seq != seg.seq:
+            return 0 if position.seq < seg.seq else self.records_in(seg)
+        if position.entry_id == 0 and position.slot == 0:
+            return 0
+        if position.entry_id > self.last_entry(seg):
+            return self.records_in(seg)
+        h = self.header(seg, position.entry_id)
+        return h.records - h.count + min(position.slot, h.count)
+
+    def data_end(self) -> DLSN | None:
+        """The position just after the last record readable now (None: the
+        log holds no record)."""
+        for seg in reversed(self.md.live_segments):
+            if seg.state == COMPLETED:
+                if seg.last_dlsn is not None:
+                    return seg.last_dlsn.next()
+                continue
+            last = self.last_entry(seg)
+            if last >= 0:
+                h = self.header(seg, last)
+                if h.last_entry >= 0:
+                    return DLSN(seg.seq, h.last_entry, h.last_slot).next()
+        return None
+
+    def count(self, start: DLSN, end: DLSN) -> int:
+        """Records in ``[start, end)``."""
+        return sum(self.before(seg, end) - self.before(seg, start)
+                   for seg in self.segments_from(start) if seg.seq <= end.seq)
+
+    def after_records(self, start: DLSN, n: int) -> DLSN | None:
+        """The position just after the ``n``-th record from ``start`` (None:
+        fewer than ``n`` records are readable now)."""
+        for seg in self.segments_from(start):
+            skip = self.before(seg, start)
+            available = self.records_in(seg) - skip
+            if n <= available:
+                return self._record_at(seg, skip + n - 1).next()
+            n -= available
+        return None
+
+    def _record_at(self, seg: Segment, index: int) -> DLSN:
+        """The DLSN of the segment's record number ``index`` (from 0)."""
+        lo, hi = 0, self.last_entry(seg)
+        while lo < hi:  # the first entry whose running total passes index
+            mid = (lo + hi) // 2
+            if self.header(seg, mid).records > index:
+                hi = mid
+            else:
+                lo = mid + 1
+        h = self.header(seg, lo)
+        return DLSN(seg.seq, lo, index - (h.records - h.count))
+
+    def after_bytes(self, start: DLSN, end: DLSN, budget: int) -> DLSN:
+        """The position after the whole entries from ``start`` whose records
+        in ``[start, end)`` hold at most ``budget`` payload bytes (at least
+        one record); ``end`` if they all fit.  Reads those entries."""
+        taken, last = 0, None
+        for seg in self.segments_from(start):
+            if seg.seq > end.seq:
+                break
+            first = start.entry_id if seg.seq == start.seq else 0
+            stop = min(self.last_entry(seg), end.entry_id if seg.seq == end.seq else 2**63)
+            for entry_id in range(first, stop + 1, limits.LOG_READ_ENTRIES_MAX):
+                chunk_last = min(stop, entry_id + limits.LOG_READ_ENTRIES_MAX - 1)
+                for entry in self.entries(seg, entry_id, chunk_last):
+                    header, _, payloads = unpack_entry(entry.payload)
+                    slots = [DLSN(seg.seq, entry.entry_id, s) for s in range(header.count)]
+                    kept = [(d, len(p)) for d, p in zip(slots, payloads, strict=True)
+                            if start <= d < end]
+                    size = sum(n for _, n in kept)
+                    if kept and last is not None and taken + size > budget:
+                        return last
+                    if kept:
+                        taken, last = taken + size, kept[-1][0].next()
+        return end if last is None else last
+
+    def txid_position(self, txid: int) -> DLSN | None:
+        """The first record whose txid is >= ``txid`` (None: none yet)."""
+        for seg in self.md.live_segments:
+            last = self.last_entry(seg)
+            if last < 0 or self.records_in(seg) == 0:
+                continue
+            top = seg.last_txid if seg.state == COMPLETED else self.header(seg, last).last_txid
+            if top < txid:
+                continue
+            lo, hi = 0, last  # the first entry whose running last txid reaches txid
+            while lo < hi:
+                mid = (lo + hi) // 2
+                h = self.header(seg, mid)
+                if h.records > 0 and h.last_txid >= txid:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            (entry,) = self.entries(seg, lo, lo)
+            _, txids, _ = unpack_entry(entry.payload)
+            slot = next(i for i, t in enumerate(txids) if t >= txid)
+            return DLSN(seg.seq, lo, slot)
+        return None
