@@ -170,6 +170,12 @@ LOG_SEGMENT_BYTES_MAX = 256 * MiB  # a segment rolls over past this (0: never by
 LOG_SEGMENT_RECORDS_MAX = 0  # ... or past this many records (0: never by count)
 LOG_READ_ENTRIES_MAX = 64  # entries a log reader fetches per ledger read
 
+# -- cold storage ([cold_storage], appliance.cold) -----------------------------------
+COLD_STORAGE_OFFLOAD_AFTER_MS = 3_600_000  # sealed segments older than this move by themselves
+COLD_STORAGE_DELETE_AFTER_MS = 600_000  # a moved segment's ledger stays on the bookies this long
+COLD_STORAGE_ORPHAN_GRACE_MS = 3_600_000  # an unrecorded cold file is removed once this old
+COLD_CREDENTIALS_FILE_BYTES_MAX = 4 * KiB  # [cold_storage] credentials_file
+
 # -- spark (appliance.spark) ------------------------------------------------------------
 # Rows and payload bytes per Arrow record batch: bigger batches amortise the
 # per-batch cost in the Python worker and the JVM; smaller ones bound memory.
