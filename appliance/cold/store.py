@@ -23,7 +23,7 @@ import os
 import secrets
 import stat
 from pathlib import Path
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import pyarrow.fs as pafs
 
@@ -31,6 +31,7 @@ from appliance.errors import ConfigError
 from appliance.protocol import limits
 
 SUFFIX = ".parquet"
+S3_OPTIONS = ("endpoint_override", "scheme", "region")  # in an s3:// URI's query
 
 
 def read_s3_credentials(path: str | os.PathLike) -> tuple[str, str]:
@@ -71,16 +72,21 @@ class ColdStore:
 
     def _filesystem(self, uri: str):
         parts = urlsplit(uri)
-        if parts.scheme == "s3" and self._credentials_file:
-            access, secret = read_s3_credentials(self._credentials_file)
-            query = dict(parse_qsl(parts.query))
-            query.update(access_key=access, secret_key=secret)
-            uri = urlunsplit(parts._replace(query=urlencode(query)))
         try:
-            fs, path = pafs.FileSystem.from_uri(uri)
-        except (OSError, ValueError) as exc:
+            if parts.scheme != "s3":
+                fs, path = pafs.FileSystem.from_uri(uri)
+                return fs, path.rstrip("/")
+            options = dict(parse_qsl(parts.query))
+            unknown = sorted(set(options) - set(S3_OPTIONS))
+            if unknown:
+                raise ValueError(f"unknown option(s) {', '.join(unknown)}; known: "
+                                 f"{', '.join(S3_OPTIONS)}")
+            if self._credentials_file:
+                options["access_key"], options["secret_key"] = \
+                    read_s3_credentials(self._credentials_file)
+            return pafs.S3FileSystem(**options), (parts.netloc + parts.path).rstrip("/")
+        except (OSError, ValueError, TypeError) as exc:
             raise ConfigError(f"cold storage {self.public(uri)}: {exc}") from None
-        return fs, path.rstrip("/")
 
     @staticmethod
     def public(uri: str) -> str:
