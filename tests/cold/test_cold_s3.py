@@ -27,7 +27,8 @@ def s3():
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     try:
-        endpoint = "%s:%d" % server.get_host_and_port()
+        host, port = server.get_host_and_port()
+        endpoint = f"{host}:{port}"
         fs = pafs.S3FileSystem(access_key="test", secret_key="test-secret", scheme="http",
                                endpoint_override=endpoint, region="us-east-1",
                                allow_bucket_creation=True)
