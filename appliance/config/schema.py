@@ -167,6 +167,9 @@ class ColdStorageConfig:
     # A file no segment names (a mover crashed before recording it) is
     # removed once this old: longer than any one segment's upload.
     orphan_grace_ms: int = _key(limits.COLD_STORAGE_ORPHAN_GRACE_MS, 0, 2**50)
+    # How often the auditor looks for segments to move and ledgers to delete
+    # (one metadata read and one listing of the cold folder per log).
+    check_interval_ms: int = _key(60_000, 100, 86_400_000)
     # s3:// only: an owner-only file holding access_key:secret_key (else
     # the AWS_* environment variables or the machine's role).
     credentials_file: Path = _key("")

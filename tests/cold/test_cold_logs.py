@@ -175,3 +175,39 @@ def test_mover_killed_at_each_step_loses_and_repeats_nothing(make_cluster, step)
         from appliance.cold.store import ColdStore
         store = ColdStore.from_config(bk.cold_config)
         assert {uri for uri, _ in store.files("k")} == named  # no orphan left
+
+
+def test_auditor_moves_old_segments_while_a_writer_writes(make_cluster):
+    """offload_after_ms: the auditor moves sealed segments by itself, keeps
+    their ledgers delete_after_ms, then deletes them; a writer goes on
+    writing the in-progress segment, and every record is read once."""
+    cluster = make_cluster(3, quorums=(3, 3, 2), log=SMALL_SEGMENTS,
+                           autorecovery={"enabled": True},
+                           cold_storage={"uri": "cold", "offload_after_ms": 1,
+                                         "delete_after_ms": 1500, "orphan_grace_ms": 0,
+                                         "check_interval_ms": 100})
+    with appliance.connect(str(cluster.config_path)) as bk:
+        wait_registered(bk, 3)
+        log = bk.log("auto")
+        with log.writer() as w:
+            positions = []
+            for i in range(300):
+                positions.append(w.write_async(b"a%06d" % i))
+                if i % 10 == 9:
+                    w.flush()
+                if i == 150:  # some segments moved while the writer writes on
+                    wait_for(lambda: any(s.tier == "cold" for s in log.metadata().segments),
+                             60, what="a segment moved by the auditor")
+                    moved = [s for s in log.metadata().segments if s.tier == "cold"]
+                    assert not any(s.ledger_deleted for s in moved)  # within the grace
+                    assert bk.ledger_metadata(moved[0].ledger_id)  # still on the bookies
+            positions = [f.result(timeout=60) for f in positions]
+        wait_for(lambda: all(s.tier == "cold" and s.ledger_deleted
+                             for s in log.metadata().segments), 60,
+                 what="every sealed segment moved and its ledger deleted")
+        records = _read_all(log)
+        assert [r.dlsn for r in records] == positions
+        assert [r.payload for r in records] == [b"a%06d" % i for i in range(300)]
+        for seg in log.metadata().segments:
+            with pytest.raises(NoSuchLedgerError):
+                bk.ledger_metadata(seg.ledger_id)
