@@ -38,12 +38,14 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+import crc32c
+
 from appliance.cold.segment_file import (
     SegmentColumns,
     check_table,
+    encode,
     read_segment,
     with_metadata,
-    write_table,
 )
 from appliance.cold.store import ColdStore
 from appliance.errors import BKError, NodeExistsError, NoNodeError, NoSuchLedgerError
@@ -173,14 +175,16 @@ class Mover:
         segment changed under the mover (its file removed)."""
         table = self._read_ledger(seg)
         crc = check_table(name, seg, table)
-        table = with_metadata(name, seg, table, crc)
+        data = encode(with_metadata(name, seg, table, crc))
+        file_crc = crc32c.crc32c(data)
         path = self.store.new_path(name, seg.seq, seg.ledger_id)
-        size = self.store.write(path, lambda sink: write_table(table, sink))
+        self.store.write(path, data)
         uri = self.store.uri_of(path)
         self._step("written")
-        read_segment(self.store.fs, path, name, seg, crc, uri)
+        read_segment(self.store.fs, path, name, seg, crc, file_crc, uri)
         self._step("verified")
-        copy = ColdCopy(uri=uri, bytes=size, crc32c=crc, moved_ms=self._clock_ms())
+        copy = ColdCopy(uri=uri, bytes=len(data), crc32c=crc, file_crc32c=file_crc,
+                        moved_ms=self._clock_ms())
         try:
             self.logs.update_log(name, lambda m: move_to_cold(m, seg.seq, seg.ledger_id, copy))
         except ValueError as exc:
@@ -190,7 +194,7 @@ class Mover:
         self._step("cas")
         log.info("log %s: segment %d (ledger %d, %d records) moved to %s", name, seg.seq,
                  seg.ledger_id, seg.records, ColdStore.public(uri))
-        return size
+        return len(data)
 
     def _read_ledger(self, seg: Segment) -> SegmentColumns:
         columns = SegmentColumns(seg.seq)

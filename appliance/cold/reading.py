@@ -39,7 +39,8 @@ def delete_file(cold_config, uri: str) -> bool:
 def load_segment(cold_config, log_name: str, seg: Segment):
     """The verified Arrow table of a cold segment."""
     fs, path = open_file(cold_config, seg.cold.uri)
-    return read_segment(fs, path, log_name, seg, seg.cold.crc32c, seg.cold.uri)
+    return read_segment(fs, path, log_name, seg, seg.cold.crc32c, seg.cold.file_crc32c,
+                        seg.cold.uri)
 
 
 def segment_records(cold_config, log_name: str, seg: Segment, make_record,

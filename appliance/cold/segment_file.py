@@ -9,8 +9,9 @@ id, record count, first/last txid, last DLSN, last entry id, and the
 *content checksum*: crc32c over the txid column, the payload lengths and the
 payload bytes, in order (``content_crc32c``).
 
-Verification (``read_segment``): Parquet's page checksums (written with
-``write_page_checksum``, checked on read), then the identity in the metadata
+Verification (``read_segment``): the whole file's crc32c against the one in
+the segment's metadata (``ColdCopy.file_crc32c``), Parquet's page checksums
+(written with ``write_page_checksum``, checked on read), then the identity in the metadata
 against the segment's record in the log, the row count, and the content
 checksum recomputed from what was read.  Anything wrong is
 ``CorruptColdSegmentError`` naming the log, the segment and the file: a
@@ -120,26 +121,38 @@ def with_metadata(log_name: str, seg: Segment, table: pa.Table, crc: int) -> pa.
     return table.replace_schema_metadata({k.encode(): v.encode() for k, v in meta.items()})
 
 
-def write_table(table: pa.Table, sink) -> None:
-    """Write to an open binary sink (a file object or a pyarrow stream)."""
+def encode(table: pa.Table) -> bytes:
+    """The file's bytes (its crc32c goes into the segment's metadata)."""
+    sink = pa.BufferOutputStream()
     pq.write_table(table, sink, row_group_size=ROW_GROUP_ROWS, compression="zstd",
                    write_page_checksum=True, use_dictionary=False,
                    write_statistics=["txid", "entry_id"])
+    return sink.getvalue().to_pybytes()
 
 
 def read_segment(fs, path: str, log_name: str, seg: Segment, expected_crc: int,
-                 uri: str = "") -> pa.Table:
-    """Read and verify a cold segment's file (see the module docstring)."""
+                 file_crc: int | None = None, uri: str = "") -> pa.Table:
+    """Read and verify a cold segment's file (see the module docstring):
+    ``file_crc`` (crc32c of the whole file, from the segment's metadata)
+    also catches damage outside the pages (headers, statistics, footer)."""
     where = f"log {log_name!r} segment {seg.seq}: cold file {uri or path}"
     try:
-        with fs.open_input_file(path) as fh:
-            pf = pq.ParquetFile(fh, page_checksum_verification=True)
-            meta = {k.decode(): v.decode() for k, v in (pf.schema_arrow.metadata or {}).items()}
-            table = pf.read()
-    except (OSError, pa.ArrowException) as exc:
-        if isinstance(exc, FileNotFoundError):
-            raise CorruptColdSegmentError(f"{where} is missing") from exc
-        raise CorruptColdSegmentError(f"{where} is unreadable: {exc}") from exc
+        with fs.open_input_stream(path) as fh:
+            data = fh.readall()
+    except FileNotFoundError as exc:
+        raise CorruptColdSegmentError(f"{where} is missing") from exc
+    if file_crc is not None and crc32c.crc32c(data) != file_crc:
+        raise CorruptColdSegmentError(f"{where}: file checksum {crc32c.crc32c(data):#010x}, "
+                                      f"expected {file_crc:#010x} (damaged)")
+    try:
+        pf = pq.ParquetFile(pa.BufferReader(data), page_checksum_verification=True)
+        meta = {k.decode(): v.decode() for k, v in (pf.schema_arrow.metadata or {}).items()}
+        table = pf.read()
+    except FileNotFoundError as exc:
+        raise CorruptColdSegmentError(f"{where} is missing") from exc
+    except Exception as exc:  # noqa: BLE001 - whatever a damaged file makes the parser raise
+        raise CorruptColdSegmentError(f"{where} is unreadable: {type(exc).__name__}: "
+                                      f"{exc}") from exc
     expected = identity(log_name, seg)
     wrong = sorted(k for k, v in expected.items() if meta.get(k) != v)
     if wrong:

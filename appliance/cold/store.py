@@ -115,25 +115,22 @@ class ColdStore:
         return fs, path
 
     # -- files ------------------------------------------------------------------------
-    def write(self, path: str, write_to) -> int:
-        """Create ``path`` by calling ``write_to(sink)``; durable when it
-        returns; returns the file's size in bytes."""
+    def write(self, path: str, data: bytes) -> None:
+        """Create ``path`` holding ``data``; durable when it returns."""
         self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
         if not self.local:
             with self.fs.open_output_stream(path) as sink:  # the upload completes on close
-                write_to(sink)
-            return self.fs.get_file_info(path).size
+                sink.write(data)
+            return
         with open(path, "xb") as fh:
-            write_to(fh)
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-            size = fh.tell()
         fd = os.open(os.path.dirname(path), os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
-        return size
 
     def delete(self, uri: str) -> bool:
         """Remove a file a segment named; False if it was not there."""

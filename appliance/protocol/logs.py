@@ -135,21 +135,23 @@ DLSN.FIRST = DLSN(0, 0, 0)
 @dataclass(frozen=True)
 class ColdCopy:
     """A cold segment's file: its URI, size, the content checksum (crc32c
-    over its records, ``appliance.cold.segment_file``) and when it moved."""
+    over its records, ``appliance.cold.segment_file``), the whole file's
+    crc32c and when it moved."""
 
     uri: str
     bytes: int
     crc32c: int
+    file_crc32c: int
     moved_ms: int
 
     def to_json(self) -> dict:
         return {"uri": self.uri, "bytes": self.bytes, "crc32c": self.crc32c,
-                "moved_ms": self.moved_ms}
+                "file_crc32c": self.file_crc32c, "moved_ms": self.moved_ms}
 
     @classmethod
     def from_json(cls, doc: dict) -> ColdCopy:
         return cls(uri=str(doc["uri"]), bytes=int(doc["bytes"]), crc32c=int(doc["crc32c"]),
-                   moved_ms=int(doc["moved_ms"]))
+                   file_crc32c=int(doc["file_crc32c"]), moved_ms=int(doc["moved_ms"]))
 
 
 @dataclass(frozen=True)
