@@ -13,3 +13,10 @@ read from there as before (the same DLSNs, txids and payloads).
 Needs pyarrow (``pip install bk-appliance[spark]``, which already brings it);
 the log layer imports this room only when it meets a cold segment.
 """
+
+try:
+    import pyarrow  # noqa: F401 - the one check, with the fix in the message
+except ImportError as exc:  # a core install without the spark extra
+    from appliance.errors import ConfigError
+
+    raise ConfigError("cold storage needs pyarrow: pip install 'bk-appliance[spark]'") from exc

@@ -110,6 +110,10 @@ def test_offloaded_segments_read_back_once_through_api_and_cli(cluster):
                                  text=True).stdout)
     assert {s["tier"] for s in described["segments"]} == {"cold"}  # the writer closed
     assert all(s["cold"]["uri"].startswith("file://") for s in described["segments"])
+    status = json.loads(bkctl("status", "--json", config=config, text=True).stdout)
+    assert status["tiers"]["cold_segments"] == len(described["segments"])
+    assert status["tiers"]["cold_bytes"] == sum(s["cold"]["bytes"]
+                                                for s in described["segments"])
 
 
 def test_truncate_and_delete_remove_cold_files(cluster):
