@@ -173,7 +173,13 @@ class Mover:
     def move(self, name: str, seg: Segment) -> int | None:
         """Steps 1-4 for one segment; the file's size, or None if the
         segment changed under the mover (its file removed)."""
-        table = self._read_ledger(seg)
+        try:
+            table = self._read_ledger(seg)
+        except NoSuchLedgerError:  # truncated or deleted since the pass read the log?
+            current = self.logs.read_log(name)[0].segment(seg.seq)
+            if current is None or current.state != COMPLETED or current.tier != HOT:
+                return None
+            raise
         crc = check_table(name, seg, table)
         data = encode(with_metadata(name, seg, table, crc))
         file_crc = crc32c.crc32c(data)

@@ -215,3 +215,21 @@ def test_auditor_moves_old_segments_while_a_writer_writes(make_cluster):
         for seg in log.metadata().segments:
             with pytest.raises(NoSuchLedgerError):
                 bk.ledger_metadata(seg.ledger_id)
+
+
+def test_a_reader_on_a_hot_segment_goes_on_from_the_file_once_its_ledger_is_gone(cluster):
+    config = cluster.config_path
+    with appliance.connect(str(config)) as bk:
+        wait_registered(bk, 3)
+        log = bk.log("switch")
+        positions = _write(log, 150)
+        with log.reader() as r:
+            first = r.read(max_records=25, timeout_s=5)  # half-way into segment 1, hot
+            assert [x.dlsn for x in first] == positions[:25]
+            moved = _offload(config, "switch")  # delete_after_ms = 0: ledgers deleted
+            assert moved["moved"] == 3 and len(moved["ledgers_deleted"]) == 3
+            rest = []
+            while got := r.read(max_records=1000, timeout_s=0):
+                rest += got
+        assert [x.dlsn for x in first + rest] == positions
+        assert [x.payload for x in first + rest] == [b"r%06d" % i for i in range(150)]
