@@ -4,8 +4,9 @@ The auditor (one at a time, elected through the metadata store) runs a pass
 every ``[cold_storage] check_interval_ms``: for each log, the sealed hot
 segments started ``offload_after_ms`` ago move to cold storage, the ledgers
 of segments moved ``delete_after_ms`` ago are deleted and orphan files
-removed (``appliance.cold.mover``; the per-log lease keeps it apart from a
-``bkctl log offload`` at the same time).  The auditor hosts it because it
+removed, also the files of logs deleted since (``appliance.cold.mover``;
+the per-log lease keeps it apart from a ``bkctl log offload`` at the same
+time).  The auditor hosts it because it
 runs in every bookie process, with or without the supervisor, one at a
 time, and holds the ledgers' keys through key custody (``key_for``), so it
 reads and deletes any log's ledgers without the log's password.
@@ -47,6 +48,11 @@ class ColdPass:
                 continue
             self.stats["moved"] += len(result.moved)
             self.stats["ledgers_deleted"] += len(result.ledgers_deleted)
+        try:
+            mover.collect_deleted_logs()
+        except Exception as exc:  # noqa: BLE001 - retried at the next pass
+            self.stats["last_error"] = f"deleted logs' files: {type(exc).__name__}: {exc}"
+            log.warning("cold storage: deleted logs' files not collected now: %s", exc)
         self.stats["passes"] += 1
 
     def _make_mover(self):

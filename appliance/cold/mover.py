@@ -241,15 +241,32 @@ class Mover:
         result.orphans_removed += self.remove_orphans(name, md, now)
         return result
 
-    def remove_orphans(self, name: str, md: LogMetadata, now_ms: int) -> list[str]:
-        named = {s.cold.uri for s in md.segments if s.cold is not None}
+    def collect_deleted_logs(self) -> list[str]:
+        """Files of logs that no longer exist (a deletion cut short, or a
+        mover that wrote while its log was deleted), once older than
+        ``orphan_grace_ms``."""
+        removed = []
+        for name in sorted(set(self.store.log_folders()) - set(self.logs.list_logs())):
+            try:
+                with self.lease(name):
+                    if self.logs.log_exists(name):  # created since the listing
+                        continue
+                    removed += self.remove_orphans(name, None, self._clock_ms())
+            except ColdMoverBusyError:
+                continue
+        return removed
+
+    def remove_orphans(self, name: str, md: LogMetadata | None, now_ms: int) -> list[str]:
+        """Files of log ``name`` that no segment of ``md`` (None: the log is
+        gone) names, once older than ``orphan_grace_ms``."""
+        named = {s.cold.uri for s in md.segments if s.cold is not None} if md else set()
         removed = []
         for uri, mtime_s in self.store.files(name):
             if uri in named or now_ms - mtime_s * 1000 < self.config.orphan_grace_ms:
                 continue
             # read again: a segment may have been moved since ``md`` was read
-            if uri in {s.cold.uri for s in self.logs.read_log(name)[0].segments
-                       if s.cold is not None}:
+            if md is not None and uri in {s.cold.uri for s in self.logs.read_log(name)[0]
+                                          .segments if s.cold is not None}:
                 continue
             if self.store.delete(uri):
                 log.info("log %s: orphan cold file %s removed", name, ColdStore.public(uri))

@@ -141,6 +141,12 @@ class ColdStore:
             return False
         return True
 
+    def log_folders(self) -> list[str]:
+        """The names of the logs that have a folder here."""
+        selector = pafs.FileSelector(self.root, allow_not_found=True)
+        return sorted(info.base_name for info in self.fs.get_file_info(selector)
+                      if info.type == pafs.FileType.Directory)
+
     def files(self, log_name: str) -> list[tuple[str, float]]:
         """(uri, modification time in s) of every file under the log's folder."""
         selector = pafs.FileSelector(f"{self.root}/{log_name}", allow_not_found=True)

@@ -215,6 +215,11 @@ def test_auditor_moves_old_segments_while_a_writer_writes(make_cluster):
         for seg in log.metadata().segments:
             with pytest.raises(NoSuchLedgerError):
                 bk.ledger_metadata(seg.ledger_id)
+        # a file left by a deletion cut short: the auditor's pass removes it
+        leftover = cluster.root / "cold" / "gone-log" / "1-99-abc.parquet"
+        leftover.parent.mkdir(parents=True)
+        leftover.write_bytes(b"not a segment")
+        wait_for(lambda: not leftover.exists(), 60, what="the deleted log's file removed")
 
 
 def test_a_reader_on_a_hot_segment_goes_on_from_the_file_once_its_ledger_is_gone(cluster):
