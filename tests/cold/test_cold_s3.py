@@ -43,15 +43,19 @@ def _objects(fs, prefix: str) -> set[str]:
     return {i.path for i in infos if i.type == pafs.FileType.File}
 
 
-def _cluster(make_cluster, short_tmp, endpoint: str):
-    secret = short_tmp / "cold-s3"
-    secret.write_text("test:test-secret\n")
-    os.chmod(secret, 0o600)
+def _cluster(make_cluster, short_tmp, endpoint: str, keys_in_file: bool = True):
     uri = f"s3://bk-cold/logs?endpoint_override={endpoint}&scheme=http&region=us-east-1"
+    cold = {"uri": uri, "delete_after_ms": 0, "orphan_grace_ms": 0, "offload_after_ms": 0}
+    if keys_in_file:
+        secret = short_tmp / "cold-s3"
+        secret.write_text("test:test-secret\n")
+        os.chmod(secret, 0o600)
+        cold["credentials_file"] = str(secret)
     return make_cluster(3, quorums=(3, 3, 2), log=SMALL_SEGMENTS,
-                        autorecovery={"enabled": False},
-                        cold_storage={"uri": uri, "delete_after_ms": 0, "orphan_grace_ms": 0,
-                                      "offload_after_ms": 0, "credentials_file": str(secret)})
+                        autorecovery={"enabled": False}, cold_storage=cold)
+
+
+ENV_KEYS = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test-secret"}
 
 
 def _write(log, n: int) -> list:
@@ -73,15 +77,20 @@ def _read_all(log) -> list:
     return out
 
 
-def test_segments_move_to_s3_and_read_back_once(make_cluster, short_tmp, s3):
+@pytest.mark.parametrize("keys_in_file", [True, False], ids=["credentials_file", "environment"])
+def test_segments_move_to_s3_and_read_back_once(make_cluster, short_tmp, s3, keys_in_file,
+                                                monkeypatch):
     endpoint, fs = s3
-    cluster = _cluster(make_cluster, short_tmp, endpoint)
+    cluster = _cluster(make_cluster, short_tmp, endpoint, keys_in_file)
     config = cluster.config_path
+    env = {} if keys_in_file else ENV_KEYS
+    for key, value in env.items():  # this process reads the files too
+        monkeypatch.setenv(key, value)
     with appliance.connect(str(config)) as bk:
         wait_registered(bk, 3)
         log = bk.log("s3log")
         positions = _write(log, 200)
-        done = bkctl("log", "offload", "s3log", "--json", config=config, text=True)
+        done = bkctl("log", "offload", "s3log", "--json", config=config, text=True, env=env)
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["moved"] == 4
         md = log.metadata()
@@ -91,7 +100,7 @@ def test_segments_move_to_s3_and_read_back_once(make_cluster, short_tmp, s3):
         records = _read_all(log)
         assert [r.dlsn for r in records] == positions
         assert [r.payload for r in records] == [b"s%06d" % i for i in range(200)]
-        cli = bkctl("log", "read", "s3log", config=config)
+        cli = bkctl("log", "read", "s3log", config=config, env=env)
         assert cli.stdout.splitlines() == [b"s%06d" % i for i in range(200)]
         log.truncate(positions[100])
         assert len(_objects(fs, "bk-cold/logs/s3log")) == 2
