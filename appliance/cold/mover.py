@@ -174,7 +174,7 @@ class Mover:
         """Steps 1-4 for one segment; the file's size, or None if the
         segment changed under the mover (its file removed)."""
         try:
-            table = self._read_ledger(seg)
+            table, password_hash = self._read_ledger(seg)
         except NoSuchLedgerError:  # truncated or deleted since the pass read the log?
             current = self.logs.read_log(name)[0].segment(seg.seq)
             if current is None or current.state != COMPLETED or current.tier != HOT:
@@ -190,7 +190,7 @@ class Mover:
         read_segment(self.store.fs, path, name, seg, crc, file_crc, uri)
         self._step("verified")
         copy = ColdCopy(uri=uri, bytes=len(data), crc32c=crc, file_crc32c=file_crc,
-                        moved_ms=self._clock_ms())
+                        moved_ms=self._clock_ms(), password_hash=password_hash)
         try:
             self.logs.update_log(name, lambda m: move_to_cold(m, seg.seq, seg.ledger_id, copy))
         except ValueError as exc:
@@ -202,22 +202,23 @@ class Mover:
                  seg.ledger_id, seg.records, ColdStore.public(uri))
         return len(data)
 
-    def _read_ledger(self, seg: Segment) -> SegmentColumns:
+    def _read_ledger(self, seg: Segment):
+        """(the segment's records as a table, its ledger's password record)."""
         columns = SegmentColumns(seg.seq)
-        if seg.last_entry_id < 0:
-            return columns.table()
         rh = self._open_ledger(seg.ledger_id)
         try:
-            for chunk in rh.read_chunks(0, seg.last_entry_id):
+            chunks = rh.read_chunks(0, seg.last_entry_id) if seg.last_entry_id >= 0 else ()
+            for chunk in chunks:
                 view = memoryview(chunk.payloads)
                 offsets = chunk.offsets
                 for i in range(chunk.count):
                     header, txids, payloads = unpack_entry(view[offsets[i]:offsets[i + 1]])
                     if not header.control:
                         columns.add_entry(chunk.first_entry_id + i, txids, payloads)
+            password_hash = rh.metadata.password_hash
         finally:
             rh.close()
-        return columns.table()
+        return columns.table(), password_hash
 
     # -- after the move -----------------------------------------------------------------
     def collect(self, name: str, result: PassResult | None = None) -> PassResult:

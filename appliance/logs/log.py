@@ -109,7 +109,9 @@ class Log:
             try:
                 record = self._client.ledgers.read_ledger(seg.ledger_id)[0].password_hash
             except NoSuchLedgerError:
-                continue
+                if seg.cold is None:
+                    continue
+                record = seg.cold.password_hash  # moved: the ledger's record kept
             if not check_password(record, master_key(self._password)):
                 raise UnauthorizedError(f"wrong password for log {self.name}: not deleted")
             return

@@ -32,8 +32,10 @@ from appliance.errors import (
     LogTruncatedError,
     NoSuchEntryError,
     NoSuchLedgerError,
+    UnauthorizedError,
 )
 from appliance.protocol import limits
+from appliance.protocol.keys import check_password, master_key
 from appliance.protocol.log_entry import unpack_entry
 from appliance.protocol.logs import COLD, COMPLETED, DLSN, check_txid, dlsn_of
 
@@ -211,6 +213,9 @@ class LogReader:
         if self._rh is not None:
             self._rh.close()
             self._rh = None
+        if not check_password(seg.cold.password_hash, master_key(self._password)):
+            raise UnauthorizedError(f"wrong password for log {self.name!r} (segment "
+                                    f"{seg.seq}, in cold storage)")
         records = segment_records(self._client.cold_config, self.name, seg,
                                   LogRecord._make, start, self._min_txid)
         if records:

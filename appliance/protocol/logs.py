@@ -32,6 +32,7 @@ increasing numbers, checked to strictly increase per log.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from collections import namedtuple
@@ -136,22 +137,28 @@ DLSN.FIRST = DLSN(0, 0, 0)
 class ColdCopy:
     """A cold segment's file: its URI, size, the content checksum (crc32c
     over its records, ``appliance.cold.segment_file``), the whole file's
-    crc32c and when it moved."""
+    crc32c, when it moved, and its ledger's password record (readers of the
+    file prove the log's password as they did to the ledger)."""
 
     uri: str
     bytes: int
     crc32c: int
     file_crc32c: int
     moved_ms: int
+    password_hash: bytes | None = None  # the ledger's; None = no password
 
     def to_json(self) -> dict:
+        ph = self.password_hash
         return {"uri": self.uri, "bytes": self.bytes, "crc32c": self.crc32c,
-                "file_crc32c": self.file_crc32c, "moved_ms": self.moved_ms}
+                "file_crc32c": self.file_crc32c, "moved_ms": self.moved_ms,
+                "password_hash": None if ph is None else base64.b64encode(ph).decode()}
 
     @classmethod
     def from_json(cls, doc: dict) -> ColdCopy:
+        ph = doc.get("password_hash")
         return cls(uri=str(doc["uri"]), bytes=int(doc["bytes"]), crc32c=int(doc["crc32c"]),
-                   file_crc32c=int(doc["file_crc32c"]), moved_ms=int(doc["moved_ms"]))
+                   file_crc32c=int(doc["file_crc32c"]), moved_ms=int(doc["moved_ms"]),
+                   password_hash=None if ph is None else base64.b64decode(ph))
 
 
 @dataclass(frozen=True)

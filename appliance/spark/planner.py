@@ -160,6 +160,9 @@ def log_ranges(client, options: ScanOptions):
     ranges, segments, cold = [], {}, []
     for seg in md.live_segments:
         if seg.tier == COLD:
+            if not check_password(seg.cold.password_hash, master_key(options.password)):
+                raise UnauthorizedError(f"bookkeeper source: wrong password for log "
+                                        f"{options.log!r}")
             cold.append(seg)
             continue
         try:

@@ -238,3 +238,25 @@ def test_a_reader_on_a_hot_segment_goes_on_from_the_file_once_its_ledger_is_gone
                 rest += got
         assert [x.dlsn for x in first + rest] == positions
         assert [x.payload for x in first + rest] == [b"r%06d" % i for i in range(150)]
+
+
+def test_a_cold_log_still_needs_its_password(cluster):
+    """The ledger's password record moves with the segment: a reader, a
+    deletion and an offload with a wrong password are refused after the
+    ledgers are gone too."""
+    from appliance.errors import UnauthorizedError
+
+    config = cluster.config_path
+    with appliance.connect(str(config)) as bk:
+        wait_registered(bk, 3)
+        log = bk.log("secret", b"pw")
+        positions = _write(log, 60)
+        moved = _offload(config, "secret", env={"BKCTL_PASSWORD": "pw"})
+        assert moved["moved"] == 2 and len(moved["ledgers_deleted"]) == 2
+        with bk.log("secret", b"wrong").reader() as r, \
+                pytest.raises(UnauthorizedError, match="wrong password for log 'secret'"):
+            r.read(max_records=10, timeout_s=1)
+        with pytest.raises(UnauthorizedError):
+            bk.delete_log("secret", b"wrong")
+        assert [r.dlsn for r in _read_all(log)] == positions
+        bk.delete_log("secret", b"pw")

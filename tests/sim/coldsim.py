@@ -147,6 +147,7 @@ class RH:
     def __init__(self, sim: Sim, ledger_id: int):
         self.sim, self.ledger_id = sim, ledger_id
         self.last_add_confirmed = len(sim.ledger(ledger_id)) - 1
+        self.metadata = _LedgerMd(None)
 
     def read(self, first, last):
         entries = self.sim.ledger(self.ledger_id)
@@ -160,6 +161,11 @@ class RH:
 
     def close(self):
         pass
+
+
+@dataclass
+class _LedgerMd:
+    password_hash: bytes | None
 
 
 @dataclass
@@ -435,7 +441,7 @@ class CasFirstMover(Mover):
         from appliance.cold.segment_file import check_table, encode, with_metadata
         from appliance.protocol.logs import ColdCopy
 
-        table = self._read_ledger(seg)
+        table, _ = self._read_ledger(seg)
         crc = check_table(name, seg, table)
         data = encode(with_metadata(name, seg, table, crc))
         path = self.store.new_path(name, seg.seq, seg.ledger_id)
