@@ -116,13 +116,16 @@ class ColdStore:
 
     # -- files ------------------------------------------------------------------------
     def write(self, path: str, data: bytes) -> None:
-        """Create ``path`` holding ``data``; durable when it returns."""
-        self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        """Create ``path`` holding ``data``; durable when it returns.  Local
+        files and folders are owner-only (docs/SECURITY.md), as the
+        bookies' data."""
         if not self.local:
+            self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
             with self.fs.open_output_stream(path) as sink:  # the upload completes on close
                 sink.write(data)
             return
-        with open(path, "xb") as fh:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())

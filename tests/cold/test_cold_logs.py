@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 
 import pyarrow.parquet as pq
 import pytest
@@ -99,8 +100,11 @@ def test_offloaded_segments_read_back_once_through_api_and_cli(cluster):
             with pytest.raises(NoSuchLedgerError):
                 bk.ledger_metadata(seg.ledger_id)
         assert [r.dlsn for r in _read_all(log)] == [r.dlsn for r in records]
-        # Parquet readable as is: the same rows
-        table = pq.read_table(cold_segs[0].cold.uri.removeprefix("file://"))
+        # Parquet readable as is: the same rows; owner-only like the bookies' data
+        path = cold_segs[0].cold.uri.removeprefix("file://")
+        assert os.stat(path).st_mode & 0o077 == 0
+        assert os.stat(os.path.dirname(path)).st_mode & 0o077 == 0
+        table = pq.read_table(path)
         assert table.column("dlsn").to_pylist() == [str(p) for p in positions[:50]]
     out = bkctl("log", "read", "orders", "--json", config=config, text=True)
     lines = [json.loads(line) for line in out.stdout.splitlines()]
