@@ -43,6 +43,9 @@ setup(
             "ruff>=0.4",
             # bkctl bench --plot
             "matplotlib>=3.7,<4",
+            # an S3-compatible server for the cold storage tests (tests/cold):
+            # pure Python from PyPI, started in the test on a free port
+            "moto[server]>=5,<6",
         ],
     },
     entry_points={"console_scripts": ["bkctl=cli.main:main"]},

@@ -165,6 +165,8 @@ def status(as_json, config_path):
     `bkctl bookie info ID` for details).  With zk:// metadata, the bookies
     other hosts registered follow (local = false; disk use, restarts,
     uptime and last exit not shown: no supervisor of this host watches them).
+    With [cold_storage] on, a last line (--json: "tiers") gives the bytes hot
+    (the bookies' live entry-log bytes) and cold (the moved segments' files).
 
     The log servers of the config (`[log] servers`) follow: id, state
     (up/down), pid, endpoint, restarts, uptime and the logs each owns.
@@ -191,11 +193,18 @@ def status(as_json, config_path):
     servers = [_log_server_status(config, sid, state, now_s) for sid in config.log_server_ids()]
     if supervisor_alive(state):  # it starts the log servers: they count
         serving = serving and all(r["state"] == "up" for r in servers)
+    tiers = _tiers(config, rows)
     if as_json:
-        echo_json({"config": str(config.path), "bookies": rows, "log_servers": servers})
+        echo_json({"config": str(config.path), "bookies": rows, "log_servers": servers,
+                   **({"tiers": tiers} if tiers else {})})
     else:
         _echo_status(rows)
         _echo_log_servers(servers)
+        if tiers:
+            hot = tiers["hot_bytes"]
+            click.echo(f"tiers: hot {'-' if hot is None else f'{hot / 1e6:.1f} MB'} (live "
+                       f"entry-log bytes on the bookies), cold {tiers['cold_bytes'] / 1e6:.1f}"
+                       f" MB in {tiers['cold_segments']} segment(s) at {tiers['cold_uri']}")
     if not serving:
         click.get_current_context().exit(1)
 
@@ -245,6 +254,38 @@ def _echo_log_servers(rows: list[dict]) -> None:
 
 def _dash(value) -> str:
     return "-" if value is None else str(value)
+
+
+def _tiers(config, rows: list[dict]) -> dict | None:
+    """With [cold_storage] on: bytes hot (the bookies' live entry-log bytes)
+    and cold (the cold segments' files, from the logs' metadata)."""
+    if not config.cold_storage.uri:
+        return None
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
+    from appliance.errors import MetadataError, NoSuchLogError
+    from appliance.meta.logs import LogManager
+    from storage.metadata import open_store
+
+    live = [r["live_bytes"] for r in rows if r.get("live_bytes") is not None]
+    cold_bytes = cold_segments = 0
+    try:
+        with open_store(config.metadata.uri, **config.metadata.store_options()) as store:
+            logs = LogManager(store)
+            for name in logs.list_logs():
+                try:
+                    md = logs.read_log(name)[0]
+                except NoSuchLogError:
+                    continue  # deleted since it was listed
+                for seg in md.live_segments:
+                    if seg.cold is not None:
+                        cold_bytes += seg.cold.bytes
+                        cold_segments += 1
+    except MetadataError as exc:
+        click.echo(f"cold storage bytes unknown: {exc}", err=True)
+        return None
+    uri = config.cold_storage.uri.split("?", 1)[0]
+    return {"hot_bytes": sum(live) if live else None, "cold_bytes": cold_bytes,
+            "cold_segments": cold_segments, "cold_uri": uri}
 
 
 def _other_hosts_bookies(config) -> list[dict]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import signal
 import sys
 
@@ -69,8 +70,9 @@ list_ = list_command(log, "log names", _log_names)
 @config_option
 @library_errors
 def describe(name, as_json, config_path):
-    """Show a log's segments: sequence number, ledger id, state, first/last
-    txid, last DLSN and records, and the log server that owns the log now
+    """Show a log's segments: sequence number, ledger id, state, tier (hot:
+    on the bookies, cold: in cold storage, with its file), first/last txid,
+    last DLSN and records, and the log server that owns the log now
     (`log_server`; null when no log server writes it).
 
     \b
@@ -92,9 +94,10 @@ def describe(name, as_json, config_path):
                f"truncated before {doc['truncated_before']}, log server "
                f"{doc['log_server'] or 'none'}")
     for s in doc["segments"]:
+        cold = f" cold {s['cold']['uri']}" if s.get("cold") else ""
         click.echo(f"  segment {s['seq']}: ledger {s['ledger_id']} {s['state']:<11} "
-                   f"records {s['records']:<8} txids {s['first_txid']}..{s['last_txid']} "
-                   f"last {s['last_dlsn']}")
+                   f"{s['tier']:<4} records {s['records']:<8} "
+                   f"txids {s['first_txid']}..{s['last_txid']} last {s['last_dlsn']}{cold}")
 
 
 @log.command(short_help="Write the lines of a file to a log.")
@@ -227,6 +230,40 @@ def truncate(name, before, password, config_path):
         dropped = bk.log(name, password.encode()).truncate(before)
     click.echo(f"{len(dropped)} segment(s) dropped" +
                (f": {', '.join(map(str, dropped))}" if dropped else ""))
+
+
+@log.command(short_help="Move a log's sealed segments to cold storage now.")
+@click.argument("name")
+@click.option("--before", callback=_dlsn, default=None, metavar="DLSN",
+              help="Move only the sealed segments whose records are all before this "
+                   "position (default: every sealed segment).")
+@_password
+@json_option
+@config_option
+@library_errors
+def offload(name, before, password, as_json, config_path):
+    """Move every sealed segment of log NAME (before DLSN) to cold storage
+    ([cold_storage] uri) now, print how many moved; also deletes the ledgers
+    of segments moved delete_after_ms ago and orphan files.
+
+    \b
+    Example:
+      bkctl log offload orders
+      bkctl log offload orders --before 12/0/0 --json
+    """
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
+    from appliance.cold.mover import offloader
+
+    with _connect(config_path) as bk:
+        mover = offloader(bk, password.encode(), fail_at=os.environ.get("BKCTL_COLD_FAIL_AT"))
+        result = mover.offload(name, before)
+    if as_json:
+        echo_json(result.to_json())
+        return
+    click.echo(f"{len(result.moved)} segment(s) moved to cold storage" +
+               (f": {', '.join(map(str, result.moved))}" if result.moved else "") +
+               f" ({result.bytes_moved} bytes); {len(result.ledgers_deleted)} ledger(s) "
+               f"deleted, {len(result.orphans_removed)} orphan file(s) removed")
 
 
 @log.command(short_help="Delete a log and its segments.")

@@ -36,6 +36,8 @@ once several hosts run bookies.  All their state is in the metadata store
   most once a minute) on each bookie holding it.
 * ``bkctl autorecovery disable`` (a node in the store) stops the auditor's
   marking and the workers' next copy at once; ``enable`` resumes.
+* The auditor also moves sealed log segments to cold storage when
+  ``[cold_storage] uri`` is set (``appliance.autorecovery.cold_pass``).
 * Each tick a process also notes what the bookie's ``/metrics`` shows
   (``observed``): the marks in the store (how many, since when; also while
   disabled) and whether it is the auditor.
@@ -47,6 +49,7 @@ import logging
 import threading
 import time
 
+from appliance.autorecovery.cold_pass import ColdPass
 from appliance.autorecovery.marks import Marks
 from appliance.curve import bookie_server_key
 from appliance.errors import BKError, NoSuchLedgerError
@@ -65,7 +68,8 @@ class AutoRecovery:
     """The auditor (when elected) and one worker, in one bookie process."""
 
     def __init__(self, bookie_id: str, store, ledger_manager, registry, config, *,
-                 key_for, open_client, probe_key_for=None, clock=time.monotonic, curve=None):
+                 key_for, open_client, probe_key_for=None, clock=time.monotonic, curve=None,
+                 cold_config=None):
         self.bookie_id = bookie_id
         self.curve = curve  # appliance.curve.ClientCurve: CURVE to tcp bookies
         self.marks = Marks(store)
@@ -87,6 +91,10 @@ class AutoRecovery:
         # what the bookie's /metrics shows, replaced whole each tick (read by
         # the HTTP server's thread): appliance.bookie.metrics
         self.observed: dict = _observed({}, False)
+        # the auditor's moves to cold storage ([cold_storage]; appliance.cold)
+        self.cold = (ColdPass(cold_config, store, ledger_manager, key_for=key_for,
+                              client_for=self._client_once)
+                     if cold_config is not None and cold_config.uri else None)
 
     # -- lifecycle ---------------------------------------------------------------
     def start(self) -> None:
@@ -116,6 +124,8 @@ class AutoRecovery:
         self.stats["auditor"] = self.marks.try_become_auditor(self.bookie_id)
         if enabled and self.stats["auditor"]:
             self.audit(now)
+        if self.cold is not None and self.stats["auditor"]:
+            self.cold.tick(now)
         marks = self.marks.marks()
         self.observed = _observed(marks, self.stats["auditor"])
         if enabled:
@@ -123,10 +133,13 @@ class AutoRecovery:
         self.stats["ticks"] += 1
         self.marks.publish_worker(self.bookie_id, {**self.stats, "enabled": enabled})
 
-    def _open_ledger(self, ledger_id: int, key: bytes) -> None:
+    def _client_once(self):
         if self._client is None:
             self._client = self._open_client()
-        self._client.open_ledger_with_key(ledger_id, key, recovery=True)
+        return self._client
+
+    def _open_ledger(self, ledger_id: int, key: bytes) -> None:
+        self._client_once().open_ledger_with_key(ledger_id, key, recovery=True)
 
     # -- the auditor -------------------------------------------------------------
     def audit(self, now: float) -> None:

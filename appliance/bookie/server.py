@@ -287,7 +287,8 @@ class BookieProcess:
                 config.autorecovery,
                 key_for=lambda md: ledger_key(storage, custody, md),
                 probe_key_for=lambda md: ledger_key(storage, custody, md, checked=False),
-                open_client=lambda: _client(config), curve=client_curve(config))
+                open_client=lambda: _client(config), curve=client_curve(config),
+                cold_config=config.cold_storage)
             self.autorecovery.start()
 
     def close(self) -> None:

@@ -44,7 +44,7 @@ from appliance.client.driver import Driver
 from appliance.client.metrics import ClientMetrics
 from appliance.client.read_handle import ReadHandle
 from appliance.client.write_handle import WriteHandle
-from appliance.config import ClientConfig, LogConfig, resolve_target
+from appliance.config import ClientConfig, ColdStorageConfig, LogConfig, resolve_target
 from appliance.curve import client_curve
 from appliance.errors import (
     OK,
@@ -85,6 +85,7 @@ class Client:
         curve = client_curve(config, curve_key_file, trusted_keys_dir)
         self.config = config.client if config is not None else ClientConfig()
         self.log_config = config.log if config is not None else LogConfig()
+        self.cold_config = config.cold_storage if config is not None else ColdStorageConfig()
         # the one payload limit (storage.entry_bytes_max); records carry a header
         # and a digest on top, so the wire takes the largest legal record
         self.payload_bytes_max = (config.storage.entry_bytes_max if config is not None

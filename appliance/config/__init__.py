@@ -36,6 +36,7 @@ from appliance.config.schema import (
     AutoRecoveryConfig,
     BookieConfig,
     ClientConfig,
+    ColdStorageConfig,
     LogConfig,
     MetadataConfig,
     SecurityConfig,
@@ -61,6 +62,7 @@ def __getattr__(name: str):
 
 __all__ = [
     "SECTIONS", "ApplianceConfig", "AutoRecoveryConfig", "BookieConfig", "ClientConfig",
-    "LogConfig", "MetadataConfig", "SecurityConfig", "ServerConfig", "StorageConfig",
-    "SupervisorConfig", "load_config", "parse_host_port", "resolve_target", *HOST_CHECKS,
+    "ColdStorageConfig", "LogConfig", "MetadataConfig", "SecurityConfig", "ServerConfig",
+    "StorageConfig", "SupervisorConfig", "load_config", "parse_host_port", "resolve_target",
+    *HOST_CHECKS,
 ]

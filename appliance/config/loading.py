@@ -24,6 +24,7 @@ from appliance.config.schema import (
     AutoRecoveryConfig,
     BookieConfig,
     ClientConfig,
+    ColdStorageConfig,
     LogConfig,
     MetadataConfig,
     SecurityConfig,
@@ -86,7 +87,8 @@ def _build(path: Path, doc: dict) -> ApplianceConfig:
         supervisor=_section(doc, "supervisor", SupervisorConfig, base),
         autorecovery=_section(doc, "autorecovery", AutoRecoveryConfig, base),
         log=_section(doc, "log", LogConfig, base),
-        security=_section(doc, "security", SecurityConfig, base))
+        security=_section(doc, "security", SecurityConfig, base),
+        cold_storage=_cold_storage(doc, base))
     if config.log.metrics_address:
         try:
             parse_host_port(config.log.metrics_address)
@@ -158,6 +160,28 @@ def _check_range(key: str, value, meta: Mapping) -> None:
     low, high = meta.get("low"), meta.get("high")
     if (low is not None and value < low) or (high is not None and value > high):
         raise Refusal(key, f"{value} is out of range", f"use a value in [{low}, {high}]")
+
+
+def _cold_storage(doc: dict, base: Path) -> ColdStorageConfig:
+    """``[cold_storage]``, ``uri = ""`` meaning off; a plain directory becomes
+    an absolute ``file://`` URI (every process agrees on it)."""
+    table = doc.get("cold_storage", {})
+    if isinstance(table, dict) and table.get("uri") == "":
+        table = {k: v for k, v in table.items() if k != "uri"}
+    cold = _section({"cold_storage": table}, "cold_storage", ColdStorageConfig, base)
+    uri = cold.uri
+    if not uri:
+        return cold
+    scheme = uri.partition("://")[0] if "://" in uri else ""
+    if scheme not in ("", "file", "s3"):
+        raise Refusal("cold_storage.uri", f"{uri!r} has an unsupported scheme",
+                       "use a directory, file:///path or s3://bucket/prefix")
+    if not scheme:
+        uri = (base / Path(uri).expanduser()).resolve().as_uri()
+    if cold.credentials_file and scheme != "s3":
+        raise Refusal("cold_storage.credentials_file", "applies to s3:// cold storage only",
+                       "remove credentials_file or use an s3:// uri")
+    return replace(cold, uri=uri)
 
 
 # -- metadata -----------------------------------------------------------------------

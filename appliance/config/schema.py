@@ -166,6 +166,32 @@ class LogConfig:
 
 
 @dataclass(frozen=True)
+class ColdStorageConfig:
+    """``[cold_storage]``: where sealed log segments move (``appliance.cold``).
+    ``uri`` "" = off; a relative directory is made absolute from the config's
+    folder (``file:///abs``); ``s3://bucket/prefix`` may carry pyarrow's
+    options (``?endpoint_override=host:port&scheme=http&region=...``)."""
+
+    uri: str = _key("")
+    # Sealed segments older than this move by themselves (0: only by
+    # command).  Sooner frees the bookies' NVMe sooner; later keeps recent
+    # segments' reads on the bookies.
+    offload_after_ms: int = _key(limits.COLD_STORAGE_OFFLOAD_AFTER_MS, 0, 2**50)
+    # How long the bookies keep a moved segment's ledger: readers that
+    # opened it before the move finish there; longer costs NVMe space.
+    delete_after_ms: int = _key(limits.COLD_STORAGE_DELETE_AFTER_MS, 0, 2**50)
+    # A file no segment names (a mover crashed before recording it) is
+    # removed once this old: longer than any one segment's upload.
+    orphan_grace_ms: int = _key(limits.COLD_STORAGE_ORPHAN_GRACE_MS, 0, 2**50)
+    # How often the auditor looks for segments to move and ledgers to delete
+    # (one metadata read and one listing of the cold folder per log).
+    check_interval_ms: int = _key(60_000, 100, 86_400_000)
+    # s3:// only: an owner-only file holding access_key:secret_key (else
+    # the AWS_* environment variables or the machine's role).
+    credentials_file: Path = _key("")
+
+
+@dataclass(frozen=True)
 class SecurityConfig:
     """``[security]``: ZeroMQ CURVE on tcp endpoints (``appliance.curve``)."""
 
@@ -207,6 +233,7 @@ class ApplianceConfig:
     autorecovery: AutoRecoveryConfig = AutoRecoveryConfig()
     log: LogConfig = LogConfig()
     security: SecurityConfig = SecurityConfig()
+    cold_storage: ColdStorageConfig = ColdStorageConfig()
 
     @property
     def run_path(self) -> Path:
@@ -251,4 +278,5 @@ class ApplianceConfig:
 
 SECTIONS = {"metadata": MetadataConfig, "bookies": BookieConfig, "storage": StorageConfig,
             "server": ServerConfig, "client": ClientConfig, "supervisor": SupervisorConfig,
-            "autorecovery": AutoRecoveryConfig, "log": LogConfig, "security": SecurityConfig}
+            "autorecovery": AutoRecoveryConfig, "log": LogConfig, "security": SecurityConfig,
+            "cold_storage": ColdStorageConfig}

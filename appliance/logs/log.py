@@ -87,10 +87,7 @@ class Log:
     def _drop_truncated(self, md: LogMetadata) -> list[int]:
         doomed = [s for s in md.segments if s.state == TRUNCATED]
         for seg in doomed:
-            try:
-                self._client.delete_ledger(seg.ledger_id, self._password)
-            except NoSuchLedgerError:
-                pass
+            self._delete_segment(seg)
         seqs = {s.seq for s in doomed}
         if seqs:
             self._logs.update_log(self.name, lambda m: drop_truncated(m, seqs))
@@ -106,10 +103,7 @@ class Log:
         if seg is not None:  # fence its writer: no add after this is acknowledged
             segment_end(self._client, seg.seq, seg.ledger_id, self._password)
         for seg in md.segments:
-            try:
-                self._client.delete_ledger(seg.ledger_id, self._password)
-            except NoSuchLedgerError:
-                pass
+            self._delete_segment(seg)
         try:
             self._logs.delete_log_record(self.name)
         except NoSuchLogError:
@@ -117,12 +111,28 @@ class Log:
         log.info("log %s deleted (%d segments)", self.name, len(md.segments))
 
 
+    def _delete_segment(self, seg) -> None:
+        """Delete a segment's ledger and, if it is cold, its file."""
+        if not seg.ledger_deleted:
+            try:
+                self._client.delete_ledger(seg.ledger_id, self._password)
+            except NoSuchLedgerError:
+                pass
+        if seg.cold is not None:
+            # on use: the cold room needs pyarrow (the spark extra); logs that
+            # never went cold never load it
+            from appliance.cold.reading import delete_file
+
+            delete_file(self._client.cold_config, seg.cold.uri)
+
     def _check_password(self, md: LogMetadata) -> None:
         for seg in md.segments:
             try:
                 record = self._client.ledgers.read_ledger(seg.ledger_id)[0].password_hash
             except NoSuchLedgerError:
-                continue
+                if seg.cold is None:
+                    continue
+                record = seg.cold.password_hash  # moved: the ledger's record kept
             if not check_password(record, master_key(self._password)):
                 raise UnauthorizedError(f"wrong password for log {self.name}: not deleted")
             return

@@ -10,6 +10,10 @@ segments, tailing the in-progress one.
 * ``read()`` returns what is there at once; only when nothing is, it waits up
   to ``timeout_s`` for the first new record.  A reader resumed at
   ``last.dlsn.next()`` sees every later record once, with no gap.
+* A cold segment (moved to cold storage, ``appliance.cold``) is read from
+  its file, verified whole before any of its records is delivered, with the
+  same DLSNs and txids; a reader whose hot segment moves and loses its
+  ledger under it goes on from the file at the same position.
 * ``DLSN.FIRST`` (the default) is before every record: a reader from it
   starts at the first record still there, also after a truncation made
   before its first record was delivered.  A
@@ -28,10 +32,12 @@ from appliance.errors import (
     LogTruncatedError,
     NoSuchEntryError,
     NoSuchLedgerError,
+    UnauthorizedError,
 )
 from appliance.protocol import limits
+from appliance.protocol.keys import check_password, master_key
 from appliance.protocol.log_entry import unpack_entry
-from appliance.protocol.logs import COMPLETED, DLSN, check_txid, dlsn_of
+from appliance.protocol.logs import COLD, COMPLETED, DLSN, check_txid, dlsn_of
 
 POLL_S = 0.2  # longest LAC wait before the log's metadata is looked at again
 
@@ -68,6 +74,7 @@ class LogReader:
         self._next_entry = 0
         self._pending: list[LogRecord] = []  # decoded, not delivered yet
         self._taken = 0  # of _pending, delivered already
+        self._cold_queued = False  # a cold segment's records were just queued
         self._closed = False
 
     @property
@@ -122,6 +129,9 @@ class LogReader:
         nothing more now (after waiting until ``deadline`` if ``wait``)."""
         while True:
             seg = self._segment()
+            if self._cold_queued:
+                self._cold_queued = False
+                return True
             if seg is None:  # past the last segment: wait for the writer to start one
                 remaining = deadline - time.monotonic()
                 if not wait or remaining <= 0:
@@ -177,18 +187,42 @@ class LogReader:
         if seg.seq > self._pos.seq:
             self._pos = DLSN(seg.seq, 0, 0)
         self._seg = seg
+        if seg.tier == COLD:
+            self._read_cold(seg, self._pos)
+            return seg
         try:
             self._reopen(closed=seg.state == COMPLETED)
-        except NoSuchLedgerError:  # deleted under us: truncated, or the log deleted
+        except NoSuchLedgerError:  # deleted under us: truncated, moved, or the log deleted
             self._seg = None
             self._refresh()
             before = self._pos
             self._check_position()
-            if self._pos == before:
+            current = self._md.segment(seg.seq)
+            if self._pos == before and (current is None or current.tier != COLD):
                 raise
             return self._segment()  # from the start: on to the first record kept
         self._next_entry = self._pos.entry_id
         return self._seg
+
+    def _read_cold(self, seg, start: DLSN) -> None:
+        """Queue the records of cold segment ``seg`` from ``start`` on."""
+        # on use: the cold room needs pyarrow (the spark extra); a reader of
+        # hot segments never loads it
+        from appliance.cold.reading import segment_records
+
+        if self._rh is not None:
+            self._rh.close()
+            self._rh = None
+        if not check_password(seg.cold.password_hash, master_key(self._password)):
+            raise UnauthorizedError(f"wrong password for log {self.name!r} (segment "
+                                    f"{seg.seq}, in cold storage)")
+        records = segment_records(self._client.cold_config, self.name, seg,
+                                  LogRecord._make, start, self._min_txid)
+        if records:
+            self._min_txid = None
+        self._pending.extend(records)
+        self._cold_queued = bool(records)
+        self._next_entry = seg.last_entry_id + 1
 
     def _reopen(self, closed: bool) -> None:
         if self._rh is not None:
@@ -214,7 +248,18 @@ class LogReader:
         """Read entries ``next .. last`` of the segment; True if any record
         was queued."""
         first = self._next_entry
-        entries = self._rh.read(first, last)
+        try:
+            entries = self._rh.read(first, last)
+        except (NoSuchLedgerError, NoSuchEntryError):  # moved to cold, its ledger deleted?
+            self._refresh()
+            current = self._md.segment(seg.seq)
+            if current is None or current.tier != COLD:
+                raise
+            self._seg = current
+            had = len(self._pending)
+            self._read_cold(current, max(self._pos, DLSN(seg.seq, first, 0)))
+            self._cold_queued = False
+            return len(self._pending) > had
         self._next_entry = last + 1
         queued = False
         pos, min_txid = self._pos, self._min_txid

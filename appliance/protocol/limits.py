@@ -218,6 +218,12 @@ LOG_SERVICE_REBUILD_MS = 2 * LOG_PRODUCER_DEADLINE_MS
 LOG_SERVICE_REQUEST_FRAMES_MAX = LOG_PRODUCER_BATCH_RECORDS_MAX + 1  # header + records
 LOG_SERVICE_CHECK_INTERVAL_MS = 500  # owned logs re-checked (lease held, still ours)
 
+# -- cold storage ([cold_storage], appliance.cold) -----------------------------------
+COLD_STORAGE_OFFLOAD_AFTER_MS = 3_600_000  # sealed segments older than this move by themselves
+COLD_STORAGE_DELETE_AFTER_MS = 600_000  # a moved segment's ledger stays on the bookies this long
+COLD_STORAGE_ORPHAN_GRACE_MS = 3_600_000  # an unrecorded cold file is removed once this old
+COLD_CREDENTIALS_FILE_BYTES_MAX = 4 * KiB  # [cold_storage] credentials_file
+
 # -- spark (appliance.spark) ------------------------------------------------------------
 # Rows and payload bytes per Arrow record batch: bigger batches amortise the
 # per-batch cost in the Python worker and the JVM; smaller ones bound memory.

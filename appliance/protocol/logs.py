@@ -32,6 +32,7 @@ increasing numbers, checked to strictly increase per log.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from collections import namedtuple
@@ -47,6 +48,9 @@ IN_PROGRESS = "IN_PROGRESS"
 COMPLETED = "COMPLETED"
 TRUNCATED = "TRUNCATED"
 SEGMENT_STATES = (IN_PROGRESS, COMPLETED, TRUNCATED)
+HOT = "hot"  # the segment's records are in its ledger, on the bookies
+COLD = "cold"  # ... in one verified file in cold storage (``Segment.cold``)
+TIERS = (HOT, COLD)
 
 LOG_FORMAT_VERSION = 1
 NAME_MAX = 200
@@ -130,6 +134,34 @@ DLSN.FIRST = DLSN(0, 0, 0)
 
 
 @dataclass(frozen=True)
+class ColdCopy:
+    """A cold segment's file: its URI, size, the content checksum (crc32c
+    over its records, ``appliance.cold.segment_file``), the whole file's
+    crc32c, when it moved, and its ledger's password record (readers of the
+    file prove the log's password as they did to the ledger)."""
+
+    uri: str
+    bytes: int
+    crc32c: int
+    file_crc32c: int
+    moved_ms: int
+    password_hash: bytes | None = None  # the ledger's; None = no password
+
+    def to_json(self) -> dict:
+        ph = self.password_hash
+        return {"uri": self.uri, "bytes": self.bytes, "crc32c": self.crc32c,
+                "file_crc32c": self.file_crc32c, "moved_ms": self.moved_ms,
+                "password_hash": None if ph is None else base64.b64encode(ph).decode()}
+
+    @classmethod
+    def from_json(cls, doc: dict) -> ColdCopy:
+        ph = doc.get("password_hash")
+        return cls(uri=str(doc["uri"]), bytes=int(doc["bytes"]), crc32c=int(doc["crc32c"]),
+                   file_crc32c=int(doc["file_crc32c"]), moved_ms=int(doc["moved_ms"]),
+                   password_hash=None if ph is None else base64.b64decode(ph))
+
+
+@dataclass(frozen=True)
 class Segment:
     """One ledger of a log.  ``records``, ``last_txid``, ``last_dlsn`` and
     ``first_txid`` are known once COMPLETED (an IN_PROGRESS segment's end is
@@ -145,8 +177,16 @@ class Segment:
     last_txid: int = NO_TXID
     last_dlsn: DLSN | None = None  # the last data record, if any
     last_entry_id: int = -1  # the ledger's last entry (control entries included)
+    tier: str = HOT
+    cold: ColdCopy | None = None  # where a cold segment's file is (tier COLD only)
+    ledger_deleted: bool = False  # a cold segment's ledger is gone from the bookies
 
     def __post_init__(self) -> None:
+        if self.tier not in TIERS or (self.tier == COLD) != (self.cold is not None):
+            raise ValueError(f"segment {self.seq}: tier {self.tier!r} with cold copy "
+                             f"{self.cold!r}")
+        if self.ledger_deleted and self.tier != COLD:
+            raise ValueError(f"segment {self.seq}: only a cold segment's ledger may be gone")
         if self.state not in SEGMENT_STATES:
             raise ValueError(f"segment state must be one of {SEGMENT_STATES}, "
                              f"got {self.state!r}")
@@ -159,13 +199,19 @@ class Segment:
                 "first_txid": None if self.first_txid == NO_TXID else self.first_txid,
                 "last_txid": None if self.last_txid == NO_TXID else self.last_txid,
                 "last_dlsn": None if self.last_dlsn is None else str(self.last_dlsn),
-                "last_entry_id": self.last_entry_id}
+                "last_entry_id": self.last_entry_id, "tier": self.tier,
+                "cold": None if self.cold is None else self.cold.to_json(),
+                "ledger_deleted": self.ledger_deleted}
 
     @classmethod
     def from_json(cls, doc: dict) -> Segment:
         def txid(value):
             return NO_TXID if value is None else int(value)
+        cold = doc.get("cold")  # records written before cold storage have no tier
         return cls(seq=int(doc["seq"]), ledger_id=int(doc["ledger_id"]), state=doc["state"],
+                   tier=str(doc.get("tier", HOT)),
+                   cold=None if cold is None else ColdCopy.from_json(cold),
+                   ledger_deleted=bool(doc.get("ledger_deleted", False)),
                    epoch=int(doc["epoch"]), ctime_ms=int(doc["ctime_ms"]),
                    records=int(doc["records"]), first_txid=txid(doc["first_txid"]),
                    last_txid=txid(doc["last_txid"]),
@@ -345,6 +391,27 @@ def drop_truncated(md: LogMetadata, seqs: set[int]) -> LogMetadata:
     """Forget TRUNCATED segments whose ledgers are deleted."""
     return replace(md, segments=tuple(s for s in md.segments
                                       if not (s.state == TRUNCATED and s.seq in seqs)))
+
+
+def move_to_cold(md: LogMetadata, seq: int, ledger_id: int, copy: ColdCopy) -> LogMetadata:
+    """Segment ``seq`` (COMPLETED, hot, still on ``ledger_id``) is now read
+    from ``copy``.  ``ValueError`` if it is not that any more (truncated,
+    deleted, moved by another mover): the caller's file is then an orphan."""
+    seg = md.segment(seq)
+    if seg is None or seg.ledger_id != ledger_id or seg.state != COMPLETED or seg.tier != HOT:
+        raise ValueError(f"log {md.name}: segment {seq} (ledger {ledger_id}) is not a sealed "
+                         f"hot segment any more")
+    moved = replace(seg, tier=COLD, cold=copy)
+    return replace(md, segments=tuple(moved if s.seq == seq else s for s in md.segments))
+
+
+def forget_ledger(md: LogMetadata, seq: int) -> LogMetadata:
+    """A cold segment's ledger was deleted (its grace after the move passed)."""
+    seg = md.segment(seq)
+    if seg is None or seg.tier != COLD or seg.ledger_deleted:
+        return md
+    gone = replace(seg, ledger_deleted=True)
+    return replace(md, segments=tuple(gone if s.seq == seq else s for s in md.segments))
 
 
 # -- rollover ------------------------------------------------------------------------

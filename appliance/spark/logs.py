@@ -5,7 +5,8 @@ entries, unpacked into records (control entries skipped), as Arrow batches of
 Each entry is read verified by ``BulkReader`` exactly as for ledgers; the
 records inside are cut out by ``appliance.protocol.log_entry``, so every
 record of the planned entries comes out once, in DLSN order within the
-partition.
+partition.  A cold segment (``appliance.cold``) is one partition of its own,
+read from its verified Parquet file with the same DLSNs, txids and payloads.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from appliance.cold.reading import load_segment
 from appliance.protocol import limits
 from appliance.protocol.keys import master_key
 from appliance.protocol.log_entry import unpack_entry
@@ -64,6 +66,14 @@ def _slots(bounds, seq: int, entry_id: int, count: int) -> tuple[int, int]:
     first = 0 if here > (s_seq, s_entry) else (s_slot if here == (s_seq, s_entry) else count)
     stop = count if here < (e_seq, e_entry) else (e_slot if here == (e_seq, e_entry) else 0)
     return min(first, count), max(min(first, count), min(stop, count))
+
+
+def read_cold_partition(partition):
+    """A cold segment's records, from its verified Parquet file (a damaged
+    file fails the task naming the segment, never yields rows)."""
+    table = load_segment(partition.cold_config, partition.log_name, partition.segment)
+    table = table.select(LOG_ARROW_SCHEMA.names).cast(LOG_ARROW_SCHEMA)
+    yield from table.to_batches(max_chunksize=limits.SPARK_BATCH_ROWS_MAX)
 
 
 def _batch(rows) -> pa.RecordBatch:

@@ -34,7 +34,7 @@ from appliance.curve import bookie_routes
 from appliance.errors import BKError, NoSuchLedgerError, NoSuchLogError, UnauthorizedError
 from appliance.protocol import limits
 from appliance.protocol.keys import check_password, master_key
-from appliance.protocol.logs import COMPLETED
+from appliance.protocol.logs import COLD, COMPLETED
 from appliance.protocol.metadata import CLOSED, LedgerMetadata
 from appliance.spark.filters import Bounds
 from appliance.spark.options import ScanOptions
@@ -92,7 +92,21 @@ class BookKeeperPartition(InputPartition):
         return f"BookKeeperPartition({self.value}: {spans}{more})"
 
 
-def plan_partitions(options: ScanOptions, bounds: Bounds) -> list[BookKeeperPartition]:
+class ColdSegmentPartition(InputPartition):
+    """One Spark task: a cold segment's Parquet file, read and verified whole
+    (``appliance.cold.reading``) by the executor."""
+
+    def __init__(self, index: int, log_name: str, segment, cold_config):
+        super().__init__(index)
+        self.log_name = log_name
+        self.segment = segment
+        self.cold_config = cold_config  # the store's uri and credentials file path
+
+    def __repr__(self) -> str:
+        return f"ColdSegmentPartition({self.value}: {self.log_name} segment {self.segment.seq})"
+
+
+def plan_partitions(options: ScanOptions, bounds: Bounds) -> list:
     """Connect, read metadata, fix bounds, split; see the module docstring."""
     try:
         config = load_config(options.target) if options.is_config else None
@@ -100,10 +114,10 @@ def plan_partitions(options: ScanOptions, bounds: Bounds) -> list[BookKeeperPart
     except BKError as exc:
         raise type(exc)(f"bookkeeper source: cannot reach the appliance ({options.where}): "
                         f"{exc}") from exc
-    segments = None
+    segments, cold = None, []
     with client:
         if options.log is not None:
-            ranges, segments = log_ranges(client, options)
+            ranges, segments, cold = log_ranges(client, options)
         else:
             ranges = ledger_ranges(client, options, bounds)
         endpoints, server_keys = _endpoints(client, config)
@@ -116,11 +130,13 @@ def plan_partitions(options: ScanOptions, bounds: Bounds) -> list[BookKeeperPart
                               DEFAULT_SPLIT_ENTRIES_MIN, multiple_of=cpus)
     else:
         pieces = split_ranges(ranges, options.max_entries_per_partition, options.min_partitions)
-    return [BookKeeperPartition(i, tuple(p), endpoints, read_config,
-                                {r.metadata.ledger_id: segments[r.metadata.ledger_id]
-                                 for r in p} if segments is not None else None,
-                                key_file, server_keys)
-            for i, p in enumerate(pieces)]
+    hot = [BookKeeperPartition(i, tuple(p), endpoints, read_config,
+                               {r.metadata.ledger_id: segments[r.metadata.ledger_id]
+                                for r in p} if segments is not None else None,
+                               key_file, server_keys)
+           for i, p in enumerate(pieces)]
+    return [ColdSegmentPartition(len(hot) + i, options.log, seg, client.cold_config)
+            for i, seg in enumerate(cold)] + hot
 
 
 def bulk_read_config(options: ScanOptions, config) -> BulkReadConfig:
@@ -138,17 +154,24 @@ def bulk_read_config(options: ScanOptions, config) -> BulkReadConfig:
                           batch_bytes_max=config.client.read_batch_bytes_max)
 
 
-def log_ranges(client, options: ScanOptions) -> tuple[list[LedgerRange], dict[int, int]]:
-    """A log scan: every live segment's entries (COMPLETED: to its last
+def log_ranges(client, options: ScanOptions):
+    """A log scan: every live hot segment's entries (COMPLETED: to its last
     entry; the IN_PROGRESS one: to the LAC read now, without disturbing the
-    writer), and each ledger's segment number."""
+    writer), each ledger's segment number, and the cold segments (read from
+    their files; one metadata read decides each segment's tier, once)."""
     try:
         md, _ = client.logs.read_log(options.log)
     except NoSuchLogError:
         raise NoSuchLogError(f"bookkeeper source: log {options.log!r} does not exist "
                              f"({options.where})") from None
-    ranges, segments = [], {}
+    ranges, segments, cold = [], {}, []
     for seg in md.live_segments:
+        if seg.tier == COLD:
+            if not check_password(seg.cold.password_hash, master_key(options.password)):
+                raise UnauthorizedError(f"bookkeeper source: wrong password for log "
+                                        f"{options.log!r}")
+            cold.append(seg)
+            continue
         try:
             ledger = client.ledger_metadata(seg.ledger_id)
         except NoSuchLedgerError:
@@ -162,7 +185,7 @@ def log_ranges(client, options: ScanOptions) -> tuple[list[LedgerRange], dict[in
         if last >= 0:
             ranges.append(LedgerRange(ledger, 0, last))
             segments[seg.ledger_id] = seg.seq
-    return ranges, segments
+    return ranges, segments, cold
 
 
 def ledger_ranges(client, options: ScanOptions, bounds: Bounds) -> list[LedgerRange]:

@@ -26,10 +26,10 @@ from appliance.protocol import limits
 from appliance.protocol.invariant import invariant
 from appliance.protocol.keys import master_key
 from appliance.spark.filters import Bounds, push_filters
-from appliance.spark.logs import read_log_partition
+from appliance.spark.logs import read_cold_partition, read_log_partition
 from appliance.spark.one_line import planning_errors
 from appliance.spark.options import parse_options
-from appliance.spark.planner import BookKeeperPartition, plan_partitions
+from appliance.spark.planner import BookKeeperPartition, ColdSegmentPartition, plan_partitions
 from appliance.spark.stream import BookKeeperStreamReader
 
 SCHEMA_DDL = "ledger_id long not null, entry_id long not null, payload binary not null"
@@ -93,6 +93,8 @@ class BookKeeperReader(DataSourceReader):
         return plan_partitions(self.options, self.bounds)
 
     def read(self, partition):
+        if isinstance(partition, ColdSegmentPartition):
+            return read_cold_partition(partition)
         if not isinstance(partition, BookKeeperPartition):
             return iter(())  # nothing to read: Spark plans one empty partition
         if partition.segments is not None:

@@ -24,7 +24,7 @@ around a loop through other rooms:
     0  errors, heap, curve, config, checks, meta   the shared kernel of the
                                                    drivers (protocol is layer 0)
     1  client                                      the ledger client
-    2  logs, rereplication, spark, and the package the users of ledgers
+    2  logs, cold, rereplication, spark, and the users of ledgers
        ``appliance`` itself (``connect``)
     3  autorecovery                                the auditor and workers
     4  bookie, logservice                          server processes
@@ -53,6 +53,7 @@ ROOMS = {
     "appliance.config": 0, "appliance.checks": 0, "appliance.meta": 0,
     "appliance.client": 1,
     "appliance.logs": 2, "appliance.rereplication": 2, "appliance.spark": 2,
+    "appliance.cold": 2,
     "appliance": 2,
     "appliance.autorecovery": 3,
     "appliance.bookie": 4, "appliance.logservice": 4,
