@@ -15,7 +15,9 @@ is cleared only once the bookie holds its whole share,
 ``appliance.protocol.repair``) and the writer's two replacement rules (a
 bookie that refuses an add is replaced even when the ack quorum confirmed
 the entry already; no entry is acknowledged while an ensemble change is in
-flight, so every pending one reaches the replacement).  Production code uses ``Protections()``
+flight, so every pending one reaches the replacement) and the healing
+rule (entries acknowledged while a bookie lagged are re-sent to it,
+``heal-short``).  Production code uses ``Protections()``
 (all on); switching one off exists only so the simulation can show the
 checker finds the matching counterexample.  ``placement`` is not a safety
 rule but the host-aware choice of bookies: off, the simulation's cores
@@ -31,7 +33,7 @@ from appliance.protocol.errors import OK, is_explicit_negative
 
 PROTECTION_NAMES = ("recovery-read-fence", "fragment-start", "fence-on-boot", "limbo",
                     "durable-reply", "repair-share", "placement", "change-holds-acks",
-                    "late-refusal")
+                    "late-refusal", "heal-short")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +48,7 @@ class Protections:
     #                         simulation runs its cores with placement "none"
     change_holds_acks: bool = True  # the writer acknowledges nothing during an ensemble change
     late_refusal: bool = True  # a refusal after the ack quorum still replaces the bookie
+    heal_short: bool = True  # the writer re-sends entries left short on a lagging bookie
 
     @classmethod
     def without(cls, *names: str) -> Protections:

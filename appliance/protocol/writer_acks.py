@@ -25,7 +25,13 @@ from __future__ import annotations
 
 from appliance.protocol import events as ev
 from appliance.protocol.core import CoreBase
-from appliance.protocol.errors import OK, BKTimeoutError, LedgerFencedError, UnauthorizedError
+from appliance.protocol.errors import (
+    OK,
+    BKTimeoutError,
+    LedgerFencedError,
+    NotEnoughBookiesError,
+    UnauthorizedError,
+)
 from appliance.protocol.invariant import invariant
 from appliance.protocol.quorum import in_write_set
 from appliance.protocol.writer_states import FAILED, FENCED, OPEN_STATE
@@ -35,6 +41,12 @@ class WriterAcks(CoreBase):
     """The acknowledgement part of ``LedgerWriter`` (see the module docstring)."""
 
     def _on_add_response(self, event: ev.AddResponse) -> None:
+        if self._short:  # rare: a bookie lagged; its answers for short entries heal them
+            short = self._short.get(event.bookie_id)
+            if short is not None and event.entry_id in short:
+                self._heal_reply(event.bookie_id, (event.entry_id,), (event.code,),
+                                 event.now_ms)
+                return
         acks = self._acks.get(event.entry_id)
         pos = self._ws.index.get(event.bookie_id)
         if (self._state != OPEN_STATE or pos is None
@@ -56,7 +68,7 @@ class WriterAcks(CoreBase):
             return
         if code == OK:
             bit = 1 << pos
-            if pos in self._failed or acks & bit:
+            if pos in self._failed or pos in self._lagging or acks & bit:
                 return
             acks |= bit
             self._acks[event.entry_id] = acks
@@ -77,8 +89,12 @@ class WriterAcks(CoreBase):
     def _on_add_responses(self, event: ev.AddResponses) -> None:
         """The batch path: the checks that hold for the whole batch once, then
         a tight loop; anything but OK falls back to the one-reply path."""
+        if self._short and event.bookie_id in self._short and self._heal_reply(
+                event.bookie_id, event.entry_ids, event.codes, event.now_ms):
+            return  # every entry was a short one (writer_heal)
         pos = self._ws.index.get(event.bookie_id)
-        if self._state != OPEN_STATE or pos is None or pos in self._failed:
+        if self._state != OPEN_STATE or pos is None or pos in self._failed \
+                or pos in self._lagging:
             super()._on_add_responses(event)
             return
         entry_ids, codes = event.entry_ids, event.codes
@@ -126,8 +142,9 @@ class WriterAcks(CoreBase):
         acks_map, data_map, held, qa = self._acks, self._data, self._held, self._qa
         length, overhead = self.length, self._overhead
         outside, size, stray = self._not_ws_masks, self._size, 0
-        if self._failed:  # rare: a position awaits replacement; its acks were forgotten
-            gone = sum(1 << p for p in self._failed)
+        lag, ws_masks = self._lag_mask, self._ws_masks
+        if self._failed or lag:  # rare: a position awaits replacement or lags (its acks
+            gone = sum(1 << p for p in self._failed) | lag  # were forgotten)
             outside = tuple(m | gone for m in outside)
         while True:
             acks = acks_map.get(entry_id)
@@ -135,7 +152,10 @@ class WriterAcks(CoreBase):
                 break
             stray |= acks & outside[entry_id % size]  # acks from outside its write set
             del acks_map[entry_id]
-            length += len(data_map.pop(entry_id)) - overhead
+            record = data_map.pop(entry_id)
+            length += len(record) - overhead
+            if lag and lag & ws_masks[entry_id % size] & ~acks:  # short on a lagging bookie
+                self._note_short(entry_id, lag & ws_masks[entry_id % size] & ~acks, record)
             entry_id += 1
         self.length = length
         if entry_id > first:
@@ -146,6 +166,9 @@ class WriterAcks(CoreBase):
             self._changes_in_a_row = 0
             self._lac_moved_ms = now_ms
             self._out.append(ev.CompleteAdds(self.ledger_id, first, entry_id - 1))
+            if self._heal_overflow:  # past heal_bytes_max: give up on the lagging bookie
+                self._stop(FAILED, NotEnoughBookiesError.code)
+                return
             self._arm_tick(now_ms)
 
     def _check_acknowledged(self, first: int, last: int, stray: int) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from appliance.protocol import events as ev
 from appliance.protocol.core import CoreBase
 from appliance.protocol.quorum import in_write_set
-from appliance.protocol.writer_states import OPEN_STATE
+from appliance.protocol.writer_states import CLOSING, OPEN_STATE
 
 
 class WriterTimers(CoreBase):
@@ -36,7 +36,9 @@ class WriterTimers(CoreBase):
         last moved, not up to a tick later."""
         interval = self.config.explicit_lac_interval_ms
         lac_to_write = interval > 0 and self.last_add_confirmed > self.lac_written
-        if self._tick is None and self._state == OPEN_STATE and (self._data or lac_to_write):
+        healing = self._short and self._state in (OPEN_STATE, CLOSING)
+        if self._tick is None and (healing or self._state == OPEN_STATE
+                                   and (self._data or lac_to_write)):
             delay = self.config.tick_ms()
             if not self._data and now_ms is not None:
                 delay = min(delay, max(1, self._lac_moved_ms + interval - now_ms))
@@ -47,10 +49,14 @@ class WriterTimers(CoreBase):
             self._stale()
             return
         self._tick = None
-        if self._state != OPEN_STATE:
+        if self._state not in (OPEN_STATE, CLOSING):
             return
-        self._check_timeouts(event.now_ms)
-        self._maybe_write_lac(event.now_ms)
+        if self._state == OPEN_STATE:
+            self._check_timeouts(event.now_ms)
+            self._maybe_write_lac(event.now_ms)
+            self._retry_change()
+        if self._short or self._close_wait_from is not None:
+            self._heal_tick(event.now_ms)
         self._arm_tick(event.now_ms)
 
     def _check_timeouts(self, now_ms: int) -> None:
@@ -63,7 +69,7 @@ class WriterTimers(CoreBase):
             if sent_ms is None or sent_ms > self._resent_ms[pos]:
                 self._retries[pos] = 0  # everything resent so far was acknowledged
             if sent_ms is None or now_ms - sent_ms < timeout_ms or self._state != OPEN_STATE \
-                    or pos in self._failed:
+                    or pos in self._failed or pos in self._lagging:
                 continue
             if self._retries[pos] < self.config.add_retries_max:
                 self._retries[pos] += 1
@@ -110,7 +116,7 @@ class WriterTimers(CoreBase):
 
     def _maybe_write_lac(self, now_ms: int) -> None:
         interval_ms = self.config.explicit_lac_interval_ms
-        lac = self.last_add_confirmed
+        lac = self._published_lac()  # below a short entry (writer_heal)
         idle_ms = now_ms - self._lac_moved_ms
         if interval_ms <= 0 or lac <= self.lac_written or idle_ms < interval_ms:
             return
