@@ -46,8 +46,9 @@ CLIENT_ADD_TIMEOUT_MS = 5_000  # an add's wait for its ack quorum; also the hear
 CLIENT_READ_TIMEOUT_MS = 5_000  # one read request: a slow bookie vs trying the next replica
 CLIENT_ADD_RETRIES_MAX = 1  # resends of unanswered adds to a bookie before it is replaced
 # Delayed ensemble change (appliance.protocol.writer_heal): records a writer
-# keeps for a lagging bookie (entries acknowledged without it), to re-send
-# once it answers; past it the ledger stops with NotEnoughBookiesError.
+# keeps of acknowledged entries some bookie of their write set has not
+# acknowledged yet (a slow or lagging bookie), to re-send to it; past it
+# entries are acknowledged at Qa copies and not kept.
 CLIENT_HEAL_BYTES_MAX = 256 * MiB
 # How long close() waits for those entries to heal before closing anyway.
 CLIENT_HEAL_CLOSE_WAIT_MS = 120_000

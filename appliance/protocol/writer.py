@@ -101,8 +101,10 @@ class WriterConfig:
     # quorum; adds go on at Qa copies and the entries it missed are re-sent
     # once it answers.  False: no spare stops the ledger (NotEnoughBookiesError).
     delay_ensemble_change: bool = True
-    # Bytes of records kept to heal a lagging bookie; past it the ledger stops
-    # (NotEnoughBookiesError).  More rides out longer stalls, costs memory.
+    # Bytes of acknowledged records kept until every bookie of their write
+    # set has them (to re-send to a slow or lagging bookie); past it entries
+    # are acknowledged at Qa copies and not kept (untracked).  More heals
+    # longer stalls; costs client memory.
     heal_bytes_max: int = limits.CLIENT_HEAL_BYTES_MAX
     # close() waits this long for entries still short on a bookie of the
     # ensemble to heal, then closes with them at Qa copies (short_left).
@@ -166,15 +168,16 @@ class LedgerWriter(WriterAcks, WriterTimers, WriterEnsemble, WriterHeal, WriterC
         # for want of a spare, and what was acknowledged without them
         self._lagging: set[int] = set()
         self._lag_mask = 0
+        self._trail: dict[int, int] = {}  # acknowledged, some bookie yet to ack: its mask
+        self._trail_data: dict[int, bytes] = {}
         self._short: dict[str, dict[int, bytes]] = {}
-        self._short_bytes = 0
-        self._short_first: int | None = None
-        self._heal_overflow = False
+        self._kept_bytes = 0  # records in _trail_data and _short
         self._heal_ms: dict[str, int] = {}
         self._heal_all: dict[str, bool] = {}
         self._close_wait_from: int | None = None
         self.short_left = 0  # entries still short when the writer ended (stats, tests)
         self.healed_entries = 0  # short entries a lagging bookie acknowledged later
+        self.untracked = 0  # acknowledged entries not kept past heal_bytes_max
         self._op: MetadataOp | None = None
         self._close_requested = False
         self._state = OPEN_STATE
@@ -249,7 +252,7 @@ class LedgerWriter(WriterAcks, WriterTimers, WriterEnsemble, WriterHeal, WriterC
 
     def _make_entries(self, payloads: Sequence[bytes], held: bool) -> tuple[list, list]:
         """The new entries' ids and records (now pending)."""
-        lac, length = self._published_lac(), self._length_pushed
+        lac, length = self.last_add_confirmed, self._length_pushed
         first = entry_id = self.last_add_pushed + 1
         invariant(lac < first, "ledger %d: entry %d would carry LAC %d, not below its id",
                   self.ledger_id, first, lac)

@@ -25,13 +25,7 @@ from __future__ import annotations
 
 from appliance.protocol import events as ev
 from appliance.protocol.core import CoreBase
-from appliance.protocol.errors import (
-    OK,
-    BKTimeoutError,
-    LedgerFencedError,
-    NotEnoughBookiesError,
-    UnauthorizedError,
-)
+from appliance.protocol.errors import OK, BKTimeoutError, LedgerFencedError, UnauthorizedError
 from appliance.protocol.invariant import invariant
 from appliance.protocol.quorum import in_write_set
 from appliance.protocol.writer_states import FAILED, FENCED, OPEN_STATE
@@ -55,6 +49,9 @@ class WriterAcks(CoreBase):
             return
         code = event.code
         if acks is None or event.entry_id in self._held:
+            if acks is None and code == OK and self._trail:  # the ack of a trailing entry
+                self._trail_acks(1 << pos, (event.entry_id,), event.now_ms)
+                return
             if acks is None and code != OK and event.entry_id <= self.last_add_confirmed \
                     and self._late_refusal:
                 # The ack quorum confirmed the entry before this bookie
@@ -101,8 +98,8 @@ class WriterAcks(CoreBase):
         if entry_ids and max(entry_ids) <= self.last_add_confirmed and \
                 codes.count(OK) == len(codes) == len(entry_ids):
             # the usual last reply of a write quorum wider than the ack quorum:
-            # every entry acknowledged already, so each is a late ack (as below)
-            self.stale_replies += len(entry_ids)
+            # every entry acknowledged already, each a trailing one (writer_heal)
+            self._trail_acks(1 << pos, entry_ids, event.now_ms)
             return
         bit, size, qw, qa = 1 << pos, self._size, self._qw, self._qa
         acks_map, held, advance = self._acks, self._held, False
@@ -117,8 +114,11 @@ class WriterAcks(CoreBase):
                 continue
             acks = acks_map.get(entry_id)
             if acks is None or (held and entry_id in held):  # acknowledged already (the
-                self.stale_replies += 1  # late ack of a quorum), or never sent: as
-                continue  # _on_add_response
+                if acks is None:  # late ack of a quorum: trailing), or never sent: as
+                    self._trail_acks(bit, (entry_id,), event.now_ms)  # _on_add_response
+                else:
+                    self.stale_replies += 1
+                continue
             if acks & bit or (pos - entry_id) % size >= qw:
                 continue
             acks |= bit
@@ -142,10 +142,12 @@ class WriterAcks(CoreBase):
         acks_map, data_map, held, qa = self._acks, self._data, self._held, self._qa
         length, overhead = self.length, self._overhead
         outside, size, stray = self._not_ws_masks, self._size, 0
-        lag, ws_masks = self._lag_mask, self._ws_masks
-        if self._failed or lag:  # rare: a position awaits replacement or lags (its acks
-            gone = sum(1 << p for p in self._failed) | lag  # were forgotten)
+        gone, ws_masks, trail, kept = 0, self._ws_masks, self._trail, self._kept_bytes
+        if self._failed or self._lag_mask:  # rare: a position awaits replacement or lags
+            gone = sum(1 << p for p in self._failed) | self._lag_mask  # (acks forgotten)
             outside = tuple(m | gone for m in outside)
+        bound = self.config.heal_bytes_max
+        room = bound - kept  # bytes of records that may still be kept
         while True:
             acks = acks_map.get(entry_id)
             if acks is None or acks.bit_count() < qa or (held and entry_id in held):
@@ -154,9 +156,21 @@ class WriterAcks(CoreBase):
             del acks_map[entry_id]
             record = data_map.pop(entry_id)
             length += len(record) - overhead
-            if lag and lag & ws_masks[entry_id % size] & ~acks:  # short on a lagging bookie
-                self._note_short(entry_id, lag & ws_masks[entry_id % size] & ~acks, record)
+            missing = ws_masks[entry_id % size] & ~acks  # bookies yet to ack (writer_heal)
+            if missing:
+                if missing & gone:  # short on a lagging bookie (or one being replaced)
+                    self._kept_bytes = bound - room
+                    self._note_short(entry_id, missing & gone, record)
+                    room = bound - self._kept_bytes
+                    missing &= ~gone
+                if missing and len(record) <= room:  # trailing: kept until they ack
+                    trail[entry_id] = missing
+                    self._trail_data[entry_id] = record
+                    room -= len(record)
+                elif missing:
+                    self.untracked += 1
             entry_id += 1
+        self._kept_bytes = bound - room
         self.length = length
         if entry_id > first:
             if stray or self._state != OPEN_STATE or entry_id - 1 > self.last_add_pushed \
@@ -166,9 +180,6 @@ class WriterAcks(CoreBase):
             self._changes_in_a_row = 0
             self._lac_moved_ms = now_ms
             self._out.append(ev.CompleteAdds(self.ledger_id, first, entry_id - 1))
-            if self._heal_overflow:  # past heal_bytes_max: give up on the lagging bookie
-                self._stop(FAILED, NotEnoughBookiesError.code)
-                return
             self._arm_tick(now_ms)
 
     def _check_acknowledged(self, first: int, last: int, stray: int) -> None:

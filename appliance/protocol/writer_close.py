@@ -44,7 +44,6 @@ class WriterClose(CoreBase):
             self._state = CLOSING  # the LAC is frozen from here on
             if self._op is None:
                 self._close_after_heal(now_ms)  # at once, or once short entries healed
-                self._arm_tick()
         return self._take()
 
     def _start_close(self, tries: int = 0) -> None:

@@ -35,6 +35,7 @@ class WriterEnsemble(CoreBase):
     def _bookie_failed(self, pos: int, now_ms: int) -> None:
         if self._state != OPEN_STATE or pos in self._failed or pos in self._lagging:
             return
+        self._trail_to_short(pos)  # what it has not acknowledged is short on it
         self._failed.add(pos)
         bit = 1 << pos
         acks_map = self._acks

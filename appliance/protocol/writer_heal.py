@@ -1,53 +1,56 @@
 """The writer's delayed ensemble change and its healing: a failed bookie
 with no spare to replace it stays in the ensemble while the ack quorum
-holds, and the entries acknowledged without it are re-sent to it once it
-answers again.
+holds, and every entry acknowledged without one of its bookies is re-sent
+to that bookie once it answers again.
 
 Guarantees:
 
-* **Lagging, not failing.**  A bookie of the current ensemble that errs,
-  disconnects or stays silent past its retries, when no spare bookie can
-  replace it (``delay_ensemble_change``, BookKeeper's
-  ``delayEnsembleChange``), becomes *lagging* instead of stopping the
-  writer, but only while every write set keeps ``Qa`` positions that are
-  neither lagging nor awaiting replacement (``_can_lag``).  Adds are not
-  sent to a lagging position, its acks never count towards an ack quorum,
-  and entries are still acknowledged at ``Qa`` acks of the rest of their
-  write set: durability is what it is with ``Qa`` copies.  When the ack
-  quorum itself is lost the writer stops with ``NotEnoughBookiesError`` as
-  before.
+* **Every bookie is followed, not only the ack quorum.**  An entry
+  acknowledged at ``Qa`` acks stays *trailing* (its record kept) until every
+  other bookie of its write set acknowledged it too.  A bookie whose oldest
+  unacknowledged entry, trailing or pending, is ``add_timeout_ms`` old is
+  resent and then failed as before (``writer_timers``), so a bookie that
+  silently stops answering while the others keep the ack quorum is noticed.
+  When it fails, its trailing entries become *short* on it.
+* **Lagging, not failing.**  A failed bookie with no spare to replace it
+  (``delay_ensemble_change``, BookKeeper's ``delayEnsembleChange``) becomes
+  *lagging* instead of stopping the writer, but only while every write set
+  keeps ``Qa`` positions that are neither lagging nor awaiting replacement
+  (``_can_lag``).  Adds are not sent to a lagging position, its acks never
+  count towards an ack quorum, and entries are acknowledged at ``Qa`` acks of
+  the rest of their write set.  When the ack quorum itself is lost the
+  writer stops with ``NotEnoughBookiesError`` as before.
 * **A later ensemble change.**  While a position lags the writer retries the
   change on every tick and whenever the bookies it may use change; a spare
   found then replaces it as any change does (a new fragment from
   ``LAC + 1``).  When a spare exists at the failure the change is made at
   once, as without this rule.
-* **Healing.**  Every entry acknowledged while a bookie of its write set
-  lagged is *short* on that bookie: the writer keeps its record (by bookie
+* **Healing.**  Every entry acknowledged without a lagging or failed bookie
+  of its write set is short on it: the writer keeps its record (by bookie
   id, so it survives a later replacement of the position) and every
-  ``add_timeout_ms`` sends the bookie the lowest short entry as a probe; the
+  ``add_timeout_ms`` sends that bookie the lowest short entry as a probe; the
   first OK (the bookie answers again) sends it every short entry, and a
   lagging position of the current ensemble rejoins (it gets the adds
-  pending and every later one).  An entry leaves the short set only on an
-  OK from that bookie: it then has its write quorum again.
-* **Bounded.**  The records kept for healing never exceed
-  ``heal_bytes_max`` bytes: an entry that would pass it stops the writer
-  with ``NotEnoughBookiesError`` (its adds fail clearly; nothing
-  acknowledged is lost: every short entry has ``Qa`` copies).
-* **A crash of the writer heals too.**  While entries are short, the LAC
-  the writer publishes (carried by its entries and explicit LAC writes)
-  stays below the lowest of them, so a recovery of this ledger (the next
-  opener, autorecovery) reads forward from there and writes every later
-  entry back to its whole write set, the lagging bookie included.
-* **Close.**  ``close()`` waits for the short entries to heal, at most
-  ``heal_close_wait_ms`` (the LAC is frozen meanwhile), then closes; what
-  is still short then is counted in ``short_left`` (each such entry keeps
-  ``Qa`` copies; autorecovery re-replicates it once its bookie is lost).
+  pending and every later one).  An entry stops being short on a bookie only
+  on an OK from that bookie: it then has one more copy, up to ``Qw``.
+* **Close.**  ``close()`` waits (the LAC frozen) until no entry trails or is
+  short on a bookie of the current ensemble that is still registered (one
+  gone from the registry is autorecovery's), at most ``heal_close_wait_ms``;
+  trailing entries still unanswered ``add_timeout_ms`` into the wait become
+  short on their bookies (probed as above).
+* **Bounded.**  Trailing and short records together never exceed
+  ``heal_bytes_max`` bytes: past it an acknowledged entry is not kept (as
+  without this rule: a bookie that missed it keeps it missing until
+  re-replication), counted in ``untracked``.  What is still short when the
+  writer ends (closed, fenced, failed, or a short bookie that was replaced)
+  is counted in ``short_left``; each such entry has at least ``Qa`` copies.
 
-State owned here: ``_lagging`` (positions kept in the ensemble after a
-failure), ``_short`` (bookie -> {entry id: record}), ``_short_bytes``,
-``_short_first`` (lowest short entry, or None), ``_heal_ms`` / ``_heal_all``
-(per bookie: last probe or full resend, and whether that was the full
-resend), ``_close_wait_from``, ``short_left``, ``healed_entries``.
+State owned here: ``_trail`` / ``_trail_data`` (entry id -> positions yet to
+acknowledge it, its record; inserted in entry order, so the first key is the
+lowest), ``_lagging`` / ``_lag_mask``, ``_short`` (bookie -> {entry id:
+record}), ``_kept_bytes``, ``_heal_ms`` / ``_heal_all`` (per bookie: last
+probe or full resend, and whether it was the full resend),
+``_close_wait_from``, ``short_left``, ``healed_entries``, ``untracked``.
 """
 
 from __future__ import annotations
@@ -107,34 +110,63 @@ class WriterHeal(CoreBase):
         super()._on_available_bookies(event)
         self._retry_change()
 
-    # -- short entries --------------------------------------------------------------
-    def _note_short(self, entry_id: int, missing: int, record: bytes) -> None:
-        """``entry_id`` is acknowledged without the lagging positions in
-        ``missing`` (a bit mask): remember it for them."""
-        ensemble, short = self._ws.ensemble, self._short
-        for pos in self._lagging:
-            if missing >> pos & 1:
-                short.setdefault(ensemble[pos], {})[entry_id] = record
-                self._short_bytes += len(record)
-        if self._short_first is None:
-            self._short_first = entry_id
-        if self._short_bytes > self.config.heal_bytes_max:
-            self._heal_overflow = True
+    # -- trailing and short entries ------------------------------------------------------
+    def _trail_acks(self, bit: int, entry_ids, now_ms: int) -> None:
+        """OKs for acknowledged entries from the position of ``bit``."""
+        trail, data, clear = self._trail, self._trail_data, ~bit
+        for entry_id in entry_ids:
+            missing = trail.get(entry_id)
+            if missing is None or not missing & bit:
+                self.stale_replies += 1
+            elif missing & clear:
+                trail[entry_id] = missing & clear
+            else:
+                del trail[entry_id]
+                self._kept_bytes -= len(data.pop(entry_id))
+        if not trail and self._state == CLOSING:
+            self._maybe_close_after_heal(now_ms)
 
-    def _published_lac(self) -> int:
-        """The LAC to carry: below the lowest short entry while there is one."""
-        first = self._short_first
-        lac = self.last_add_confirmed
-        return lac if first is None or first > lac else first - 1
+    def _trail_to_short(self, pos: int) -> None:
+        """The bookie at ``pos`` failed: what trails on it is short on it."""
+        bit, trail, data = 1 << pos, self._trail, self._trail_data
+        moved = [e for e, missing in trail.items() if missing & bit]
+        if not moved:
+            return
+        short = self._short.setdefault(self._ws.ensemble[pos], {})
+        for entry_id in moved:
+            record = data[entry_id]
+            short[entry_id] = record
+            self._kept_bytes += len(record)
+            missing = trail[entry_id] & ~bit
+            if missing:
+                trail[entry_id] = missing
+            else:
+                del trail[entry_id]
+                self._kept_bytes -= len(data.pop(entry_id))
+
+    def _note_short(self, entry_id: int, missing: int, record: bytes) -> None:
+        """``entry_id`` is acknowledged without the positions in ``missing``
+        (lagging or awaiting replacement): it is short on their bookies."""
+        ensemble, short = self._ws.ensemble, self._short
+        for pos in range(self._size):
+            if missing >> pos & 1:
+                if self._kept_bytes + len(record) > self.config.heal_bytes_max:
+                    self.untracked += 1
+                    continue
+                short.setdefault(ensemble[pos], {})[entry_id] = record
+                self._kept_bytes += len(record)
 
     def _heal_tick(self, now_ms: int) -> None:
         """Probe each bookie holding short entries every ``add_timeout_ms``."""
         timeout_ms = self.config.add_timeout_ms
+        if self._state == CLOSING and self._trail and self._close_wait_from is not None \
+                and now_ms - self._close_wait_from >= timeout_ms:
+            for pos in range(self._size):  # closing: no more waiting for trailing acks
+                self._trail_to_short(pos)
         for bookie, entries in self._short.items():
             if entries and now_ms - self._heal_ms.get(bookie, -timeout_ms) >= timeout_ms:
                 self._heal_ms[bookie], self._heal_all[bookie] = now_ms, False
-                first = min(entries)
-                self._send_heal(bookie, [first])
+                self._send_heal(bookie, [min(entries)])
         self._maybe_close_after_heal(now_ms)
 
     def _send_heal(self, bookie: str, entry_ids: list[int]) -> None:
@@ -155,7 +187,7 @@ class WriterHeal(CoreBase):
             if entry_id not in entries:
                 others += 1
             elif code == OK:
-                self._short_bytes -= len(entries.pop(entry_id))
+                self._kept_bytes -= len(entries.pop(entry_id))
                 healed += 1
             elif code == LedgerFencedError.code and self._state in (OPEN_STATE, CLOSING):
                 self._stop(FENCED, LedgerFencedError.code)
@@ -177,24 +209,34 @@ class WriterHeal(CoreBase):
         pos = self._ws.index.get(bookie)
         if pos is not None and pos in self._lagging:
             self._unlag(pos, now_ms)
-        self._short_first = min((min(e) for e in self._short.values() if e), default=None)
         self._maybe_close_after_heal(now_ms)
 
     # -- close ------------------------------------------------------------------------
     def _close_waits_heal(self, now_ms: int) -> bool:
-        """Whether the close should wait for short entries to heal."""
-        ensemble = set(self._ws.ensemble)  # a replaced bookie's are autorecovery's
-        if not self._heal_enabled or not any(b in ensemble for b in self._short):
+        """Whether the close should wait for trailing or short entries: on a
+        bookie of the ensemble that is still registered (one replaced, or gone
+        from the registry, is autorecovery's: re-replicated once lost)."""
+        if not self._heal_enabled or not self._waiting_for():
             return False
         if self._close_wait_from is None:
             self._close_wait_from = now_ms
         return now_ms - self._close_wait_from < self.config.heal_close_wait_ms
+
+    def _waiting_for(self) -> set[str]:
+        ensemble, mask = self._ws.ensemble, 0
+        for missing in self._trail.values():
+            mask |= missing
+        bookies = {ensemble[p] for p in range(self._size) if mask >> p & 1}
+        bookies.update(b for b, entries in self._short.items() if entries and b in ensemble)
+        return bookies.intersection(self.available_bookies)
 
     def _close_after_heal(self, now_ms: int) -> None:
         """The close's CAS starts now, or once the short entries healed."""
         if not self._close_waits_heal(now_ms):
             self._close_wait_from = None
             self._start_close()
+        else:
+            self._arm_tick()
 
     def _maybe_close_after_heal(self, now_ms: int) -> None:
         if self._state == CLOSING and self._op is None and self._close_wait_from is not None:
@@ -204,5 +246,6 @@ class WriterHeal(CoreBase):
         """The writer is done: what is still short is counted, not kept."""
         self.short_left += sum(len(e) for e in self._short.values())
         self._short.clear()
-        self._short_bytes = 0
-        self._short_first = None
+        self._trail.clear()
+        self._trail_data.clear()
+        self._kept_bytes = 0

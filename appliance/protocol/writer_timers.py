@@ -36,7 +36,7 @@ class WriterTimers(CoreBase):
         last moved, not up to a tick later."""
         interval = self.config.explicit_lac_interval_ms
         lac_to_write = interval > 0 and self.last_add_confirmed > self.lac_written
-        healing = self._short and self._state in (OPEN_STATE, CLOSING)
+        healing = (self._short or self._trail) and self._state in (OPEN_STATE, CLOSING)
         if self._tick is None and (healing or self._state == OPEN_STATE
                                    and (self._data or lac_to_write)):
             delay = self.config.tick_ms()
@@ -55,7 +55,7 @@ class WriterTimers(CoreBase):
             self._check_timeouts(event.now_ms)
             self._maybe_write_lac(event.now_ms)
             self._retry_change()
-        if self._short or self._close_wait_from is not None:
+        if self._short or self._trail or self._close_wait_from is not None:
             self._heal_tick(event.now_ms)
         self._arm_tick(event.now_ms)
 
@@ -83,17 +83,22 @@ class WriterTimers(CoreBase):
         """Drop the acknowledged front of ``pos``'s sent batches (one slice
         deletion); when the oldest entry still unacknowledged there was sent
         (None: none)."""
-        bit, acks_map, lac = 1 << pos, self._acks, self.last_add_confirmed
+        bit, acks_map, trail = 1 << pos, self._acks, self._trail
+        # entries below ``done`` are acknowledged and no longer trailing (the
+        # trail's first key is its lowest: it is filled in entry order)
+        done = min(self.last_add_confirmed + 1, next(iter(trail))) if trail \
+            else self.last_add_confirmed + 1
         i = self._cursor[pos]
         for j, (entry_ids, sent_ms) in enumerate(outstanding):
-            if entry_ids[-1] <= lac:  # every entry up to the LAC is acknowledged
+            if entry_ids[-1] < done:  # every entry of the batch is done with
                 i = 0
                 continue
-            if entry_ids[i] <= lac and entry_ids[-1] - entry_ids[0] == len(entry_ids) - 1:
-                i = lac + 1 - entry_ids[0]  # consecutive ids: jump over the acknowledged ones
+            if entry_ids[i] < done and entry_ids[-1] - entry_ids[0] == len(entry_ids) - 1:
+                i = done - entry_ids[0]  # consecutive ids: jump over the done ones
             while i < len(entry_ids):
-                acks = acks_map.get(entry_ids[i])
-                if acks is not None and not acks & bit:
+                entry_id = entry_ids[i]
+                acks = acks_map.get(entry_id)
+                if (not acks & bit) if acks is not None else trail.get(entry_id, 0) & bit:
                     del outstanding[:j]
                     self._cursor[pos] = i
                     return sent_ms
@@ -107,16 +112,18 @@ class WriterTimers(CoreBase):
         """Send ``pos`` every entry of its write sets it has not acknowledged
         (an add is idempotent: the same record under the same id)."""
         bit, size, qw = 1 << pos, self._size, self._qw
-        held = self._held
+        held, data = self._held, self._trail_data
+        trailing = [e for e, missing in self._trail.items() if missing & bit]
         again = [e for e, acks in self._acks.items()
                  if e not in held and not acks & bit and in_write_set(pos, e, size, qw)]
         self._outstanding[pos] = []
         self._cursor[pos] = 0
-        self._send(again, self._records(again), frozenset((pos,)), now_ms)
+        records = [data[e] for e in trailing] + self._records(again)
+        self._send(trailing + again, records, frozenset((pos,)), now_ms)
 
     def _maybe_write_lac(self, now_ms: int) -> None:
         interval_ms = self.config.explicit_lac_interval_ms
-        lac = self._published_lac()  # below a short entry (writer_heal)
+        lac = self.last_add_confirmed
         idle_ms = now_ms - self._lac_moved_ms
         if interval_ms <= 0 or lac <= self.lac_written or idle_ms < interval_ms:
             return

@@ -3,7 +3,6 @@ ack quorum holds, and what it missed is re-sent once it answers."""
 
 from appliance.errors import OK, BookieIOError, NotEnoughBookiesError
 from appliance.protocol import events as ev
-from appliance.protocol.entry import unpack_header
 from appliance.protocol.writer import LedgerWriter, WriterConfig
 from tests.protocol.helpers import DIGEST, KEY, ack, metadata, of, one
 
@@ -35,12 +34,6 @@ def test_no_spare_keeps_writing_at_the_ack_quorum():
     done = sum((ack(w, s) for s in sends), [])
     assert of(ev.CompleteAdds, done)[-1].last_entry_id == 2 and w.state == "open"
     assert w.metadata.ensembles == ((0, ("b1", "b2", "b3")),)  # no ensemble change
-
-
-def test_the_published_lac_stays_below_a_short_entry():
-    w = lag_b3(writer())
-    record = of(ev.SendAdd, w.add(b"1", 10))[0].datas[0]
-    assert w.last_add_confirmed == 0 and unpack_header(record)[2] == -1
 
 
 def test_the_lagging_bookie_is_probed_then_healed_and_rejoins():
@@ -77,12 +70,34 @@ def test_a_spare_at_the_failure_is_used_at_once():
     assert change.metadata.last_fragment == (0, ("b1", "b2", "b4"))
 
 
-def test_past_heal_bytes_max_the_ledger_stops():
+def test_past_heal_bytes_max_entries_are_acknowledged_but_not_kept():
     w = lag_b3(writer(heal_bytes_max=100))
     sends = of(ev.SendAdd, w.add(b"x" * 200, 10))
     out = sum((ack(w, s) for s in sends), [])
-    assert one(ev.CompleteAdds, out).last_entry_id == 1  # acknowledged: it has Qa copies
-    assert w.state == "failed" and w.error_code == NotEnoughBookiesError.code
+    assert one(ev.CompleteAdds, out).last_entry_id == 1 and w.state == "open"
+    assert w.untracked == 1 and 1 not in w._short["b3"]
+
+
+def test_an_entry_trails_until_every_bookie_acked_it():
+    w = writer()
+    sends = {s.bookie_id: s for s in of(ev.SendAdd, w.add(b"0", 0))}
+    ack(w, sends["b1"]) + ack(w, sends["b2"])
+    assert w.last_add_confirmed == 0 and w._trail == {0: 0b100}
+    ack(w, sends["b3"])
+    assert w._trail == {} and w._kept_bytes == 0
+
+
+def test_a_silent_bookie_behind_the_ack_quorum_is_noticed_and_lags():
+    w = writer()  # b3 never answers; b1 and b2 acknowledge everything at once
+    sends = {s.bookie_id: s for s in of(ev.SendAdd, w.add(b"0", 0))}
+    ack(w, sends["b1"]) + ack(w, sends["b2"])
+    resent = sends_to(w.handle(ev.TimerFired(w._tick, 100)), "b3")
+    assert [s.entry_ids for s in resent] == [(0,)]  # the trailing entry is resent
+    now = 100
+    while 2 not in w._lagging and now < 1_000:
+        now += 25
+        w.handle(ev.TimerFired(w._tick, now))
+    assert w._lagging == {2} and set(w._short["b3"]) == {0} and w.state == "open"
 
 
 def test_close_waits_for_the_heal_then_closes():
