@@ -178,10 +178,12 @@ class LedgerWriter(WriterAcks, WriterTimers, WriterEnsemble, WriterHeal, WriterC
         self.short_left = 0  # entries still short when the writer ended (stats, tests)
         self.healed_entries = 0  # short entries a lagging bookie acknowledged later
         self.untracked = 0  # acknowledged entries not kept past heal_bytes_max
+        self.on_rejoin = None  # optional observer of a lagging bookie taken back (sim)
         self._op: MetadataOp | None = None
         self._close_requested = False
         self._state = OPEN_STATE
         self.error_code = OK
+        self.stopped_with = OK  # the first stop's code (writer_close)
         # per position: batches sent, (entry ids, sent ms): immutable tuples of
         # ints, one shared by every position of an E=W batch, which the garbage
         # collector stops tracking (lists of them, one per position, were a

@@ -14,7 +14,8 @@ current ensemble (BP-32, advisory: after ``CloseDone``, and no reply is
 awaited).  A stop fails every pending add with its code, and later adds
 fail at once with it.
 
-State owned here: ``_state``, ``error_code``, ``_close_requested``.
+State owned here: ``_state``, ``error_code``, ``_close_requested``,
+``stopped_with`` (the code of the first stop, OK if none).
 """
 
 from __future__ import annotations
@@ -84,5 +85,7 @@ class WriterClose(CoreBase):
             return
         self._fail_pending(code)
         self._state, self.error_code = state, code
+        if self.stopped_with == OK:
+            self.stopped_with = code  # kept through a later close (stats, the simulation)
         if self._close_requested and self._op is None:
             self._out.append(ev.CloseDone(self.ledger_id, code, self.last_add_confirmed))

@@ -88,6 +88,8 @@ class WriterHeal(CoreBase):
 
     def _unlag(self, pos: int, now_ms: int) -> None:
         """The lagging bookie at ``pos`` answers again: it rejoins."""
+        if self.on_rejoin is not None:
+            self.on_rejoin(self._ws.ensemble[pos])
         self._lagging.discard(pos)
         self._lag_mask = sum(1 << p for p in self._lagging)
         self._outstanding[pos] = []

@@ -59,6 +59,7 @@ class Cluster:
             self.bookies[name].on_served = self.checker.on_served
             self.bookies[name].key_for = lambda md: self.master_key  # key custody's unseal
         self.checker.bookies = self.bookies
+        self.checker.reachable = lambda a, b: frozenset((a, b)) not in self.world.net.cuts
         self.triggered_crashes = 0
         self.zombie_recoveries = 0
         self.stalls = 0
