@@ -41,7 +41,10 @@ class WriteHandle:
                             pending_adds_max=cfg.inflight_adds_max,
                             entry_bytes_max=self._entry_bytes_max,
                             explicit_lac_interval_ms=cfg.explicit_lac_interval_ms,
-                            placement=cfg.placement)
+                            placement=cfg.placement,
+                            delay_ensemble_change=cfg.delay_ensemble_change,
+                            heal_bytes_max=cfg.heal_bytes_max,
+                            heal_close_wait_ms=cfg.heal_close_wait_ms)
         digest = make_digest(metadata.digest_type, key)
         self._writer = LedgerWriter(metadata, version, key, digest, config=wcfg,
                                     available_bookies=self._driver.available_bookies,

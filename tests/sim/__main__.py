@@ -57,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
           "alone (peers lost)")
     print(f"re-replication under a writing writer: {r['repointed_sealed']} sealed fragments "
           "re-pointed")
+    print(f"delayed ensemble change: {r['healed']} short entries healed by the writer in "
+          f"{r['heal_runs']} runs; {r['heal_checks']} writer closes checked (short-healed)")
     for result in summary.failures[:args.show]:
         print(result.report(disabled))
     if len(summary.failures) > args.show:

@@ -36,6 +36,7 @@ class WriterApp:
         self.host.on_reply = cluster.checker.on_writer_reply
         self.stopped = False
         self.closed_at: int | None = None
+        self.close_called_ms: int | None = None  # when close() was first called
         self.failures: list[tuple[int, int]] = []  # (when, code) of every FailAdds
         world.schedule(0, self._add_tick)
 
@@ -79,6 +80,8 @@ class WriterApp:
             world.at(self.host.paused_until, self.close)
             return
         self.stopped = True
+        if self.close_called_ms is None:
+            self.close_called_ms = world.now_ms
         self.host.call(self.core, self.core.close, world.now_ms)
 
     def owed(self, bookie: str, entry_id: int) -> bool:
@@ -101,7 +104,8 @@ class WriterApp:
             self.closed_at = action.last_entry_id
             self.c.checker.on_close_reported("writer", action.last_entry_id)
             if first_report and self.core.stopped_with == OK:  # a stopped writer forgot
-                self.c.checker.on_writer_closed(self.core.metadata)  # what was short
+                self.c.checker.on_writer_closed(  # what was short
+                    self.core.metadata, self.close_called_ms or 0)
 
 
 class RecoveryApp:

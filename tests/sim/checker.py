@@ -42,9 +42,12 @@ that lost data, a metadata write, a read) and runs at the end of that step:
                      after the ack quorum (it stores nothing, so every later
                      entry would be a copy short).
 ``short-healed``     (the delayed ensemble change) when the writer reports its
-                     own close done (and had not stopped before), every bookie of the closed ledger's last
-                     ensemble that is up, reachable from the writer and not in
-                     limbo holds every entry of its share: entries acknowledged
+                     own close done (and had not stopped before), every bookie
+                     of the closed ledger's last ensemble that is up, reachable
+                     from the writer and not in limbo holds every entry of its
+                     share (a bookie down at any time since close() was called
+                     is not checked: it may have been out of the registry when
+                     the close stopped waiting): entries acknowledged
                      without it (it lagged, or was slow past the ack quorum)
                      were re-sent once it answered, before the close.  Where the
                      writer skips a lagging bookie, ``acked-sent`` and
@@ -103,6 +106,8 @@ class Checker:
         self.owed = lambda bookie, entry_id: False
         self.reachable = lambda a, b: True  # set by the cluster: the network's view
         self.heal_checks = 0  # writer closes checked by short-healed
+        self.last_down_ms: dict[str, int] = {}  # bookie -> when it last went down
+        self.last_up_ms: dict[str, int] = {}  # bookie -> when it last came back
         world.after_step.append(self.after_step)
 
     def fail(self, name: str, detail: str) -> None:
@@ -257,11 +262,16 @@ class Checker:
         self.joined_at[bookie] = self._seq
         self.refused_at.pop(bookie, None)
 
-    def on_writer_closed(self, md) -> None:
-        """``short-healed``: the writer's own close is done."""
+    def on_writer_closed(self, md, close_called_ms: int) -> None:
+        """``short-healed``: the writer's own close is done.  A bookie that
+        was down at any time since ``close()`` was called may have been out
+        of the registry when the close decided not to wait: not checked."""
         self.heal_checks += 1
         for bookie in md.last_fragment[1]:
             node = self.bookies[bookie]
+            if max(self.last_down_ms.get(bookie, -1),
+                   self.last_up_ms.get(bookie, -1)) >= close_called_ms:
+                continue
             if not node.up or not self.reachable("writer", bookie) \
                     or (node.storage.ledger_exists(self.ledger_id)
                         and node.storage.is_limbo(self.ledger_id)):

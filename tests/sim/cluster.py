@@ -141,6 +141,7 @@ class Cluster:
         bookie = self.bookies[name]
         if not bookie.up or self.healed:
             return
+        self.checker.last_down_ms[name] = self.world.now_ms
         if self.cfg.journal or self.lossy_crashes < self.cfg.lossy_crashes_max:
             self.lossy_crashes += 0 if self.cfg.journal else 1
             keep = self.world.rng.randint(0, bookie.storage.unsynced_ops)
@@ -157,6 +158,7 @@ class Cluster:
         md, _ = self.meta.get(self.ledger_id)
         boot = [(self.ledger_id, md.state == CLOSED)] if name in md.bookies() else []
         bookie.restart(boot)
+        self.checker.last_up_ms[name] = self.world.now_ms
         self.bookies_changed()
 
     def pause(self, host_name: str, length_ms: int) -> None:

@@ -70,6 +70,11 @@ def run_seed(seed: int, disabled: tuple[str, ...] = (), trace_max: int = 60,
                      repointed_sealed=cluster.repointed_sealed)
     for bookie in cluster.bookies.values():
         repair.update(bookie.repair_stats)
+    writer = getattr(cluster, "writer", None)
+    if writer is not None:  # the delayed ensemble change: entries healed by the writer
+        repair.update(healed=writer.core.healed_entries,
+                      heal_runs=int(writer.core.healed_entries > 0),
+                      heal_checks=cluster.checker.heal_checks)
     return RunResult(seed, violation, detail, cluster.outcome, cfg.summary(), world.steps,
                      world.now_ms, world.trace_lines() if violation or keep_trace else [],
                      repair)

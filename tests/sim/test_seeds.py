@@ -55,5 +55,6 @@ def test_switching_a_protection_off_lets_the_checker_find_a_violation(protection
     failure = summary.failures[0]
     assert failure.violation in {"ack-after-close", "no-divergence", "acked-lost",
                                  "core-invariant", "repair-incomplete", "placement",
-                                 "closed-quorum", "acked-sent", "refused-kept"}, \
+                                 "closed-quorum", "acked-sent", "refused-kept",
+                                 "repoint-durable", "short-healed"}, \
         failure.report((protection,))
