@@ -115,16 +115,18 @@ class WriterHeal(CoreBase):
     # -- trailing and short entries ------------------------------------------------------
     def _trail_acks(self, bit: int, entry_ids, now_ms: int) -> None:
         """OKs for acknowledged entries from the position of ``bit``."""
-        trail, data, clear = self._trail, self._trail_data, ~bit
+        trail, data, clear, freed, stale = self._trail, self._trail_data, ~bit, 0, 0
         for entry_id in entry_ids:
             missing = trail.get(entry_id)
-            if missing is None or not missing & bit:
-                self.stale_replies += 1
-            elif missing & clear:
-                trail[entry_id] = missing & clear
-            else:
+            if missing == bit:  # the usual case: the last bookie of its write set
                 del trail[entry_id]
-                self._kept_bytes -= len(data.pop(entry_id))
+                freed += len(data.pop(entry_id))
+            elif missing is None or not missing & bit:
+                stale += 1
+            else:
+                trail[entry_id] = missing & clear
+        self._kept_bytes -= freed
+        self.stale_replies += stale
         if not trail and self._state == CLOSING:
             self._maybe_close_after_heal(now_ms)
 
