@@ -18,6 +18,13 @@ Guarantees (each checked by the simulation in ``tests/sim``):
   OPEN every pending add fails with ``LedgerFencedError``; if only bookies of
   sealed fragments changed (re-replication: those entries were acknowledged
   before the next fragment began) it adopts the metadata and retries.
+* The delayed ensemble change (``writer_heal``): with no spare for a failed
+  bookie, it stays in the ensemble (*lagging*, sent nothing, its acks not
+  counted) while every write set keeps ``Qa`` other positions; acknowledged
+  entries are kept (within ``heal_bytes_max``) until every bookie of their
+  write set acked them, and those a failed bookie missed are re-sent to it
+  once it answers again; ``close()`` waits for that, at most
+  ``heal_close_wait_ms``.
 * ``close()`` freezes the LAC and CASes the ledger to CLOSED at it; on a
   conflict: IN_RECOVERY -> ``LedgerFencedError``; CLOSED at the same entry ->
   success; CLOSED elsewhere -> ``MetadataVersionError``.  Adds still pending
@@ -40,8 +47,9 @@ Where each part lives: this module holds ``WriterConfig`` and
 sets); the other parts are ``LedgerWriter``'s bases, one module each:
 ``writer_acks`` (replies counted, the LAC advanced), ``writer_timers`` (add
 timeouts, resends, the explicit LAC), ``writer_ensemble`` (a bookie
-replaced), ``writer_close`` (``close()`` and the stops), ``writer_metadata``
-(the CAS loop under the last two); ``writer_states`` names the states.
+replaced), ``writer_heal`` (a bookie kept without a spare, and healed),
+``writer_close`` (``close()`` and the stops), ``writer_metadata`` (the CAS
+loop under the last two); ``writer_states`` names the states.
 """
 
 from __future__ import annotations

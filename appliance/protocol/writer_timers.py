@@ -1,10 +1,11 @@
 """The writer's timers: add timeouts (a resend, then a replacement) and the
 explicit LAC.
 
-Guarantees: one tick is armed while adds are pending or the LAC is still to
-publish, never more.  A bookie whose oldest unacknowledged add is
-``add_timeout_ms`` old gets every unacknowledged add of its write sets
-resent (the same record under the same id: an add is idempotent),
+Guarantees: one tick is armed while adds are pending, entries trail or are
+short (``writer_heal``), or the LAC is still to publish, never more.  A
+bookie whose oldest add it has not acknowledged (pending, or trailing: the
+ack quorum confirmed it without this bookie) is ``add_timeout_ms`` old gets
+every such add of its write sets resent (the same record under the same id: an add is idempotent),
 ``add_retries_max`` times in a row, then it is replaced
 (``writer_ensemble``).  With ``explicit_lac_interval_ms`` set, the LAC goes
 to every bookie of the ensemble (``SendWriteLac``) one interval after it
