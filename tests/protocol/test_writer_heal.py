@@ -1,7 +1,7 @@
 """The delayed ensemble change: a failed bookie with no spare lags while the
 ack quorum holds, and what it missed is re-sent once it answers."""
 
-from appliance.errors import OK, BookieIOError, NotEnoughBookiesError
+from appliance.errors import OK, BookieIOError, MetadataVersionError, NotEnoughBookiesError
 from appliance.protocol import events as ev
 from appliance.protocol.writer import LedgerWriter, WriterConfig
 from tests.protocol.helpers import DIGEST, KEY, ack, metadata, of, one
@@ -127,3 +127,19 @@ def test_off_no_spare_stops_the_writer():
     s = of(ev.SendAdd, w.add(b"0", 0))[0]
     assert one(ev.FailAdds, ack(w, s, code=BookieIOError.code)).code == \
         NotEnoughBookiesError.code
+
+
+def test_a_change_that_gives_way_to_the_close_still_waits_for_the_heal():
+    w = writer(spares=("b4",))
+    sends = {s.bookie_id: s for s in of(ev.SendAdd, w.add(b"0", 0))}
+    ack(w, sends["b1"]) + ack(w, sends["b2"])  # entry 0 acknowledged, b3 to come
+    change = one(ev.WriteMetadata, ack(w, sends["b3"], code=BookieIOError.code))
+    assert set(w._short["b3"]) == {0}  # its trailing entry is short on it now
+    assert w.close(10) == []  # the change is in flight: the close waits for it
+    reread = one(ev.ReadMetadata, w.handle(ev.MetadataWritten(
+        change.request_id, 1, MetadataVersionError.code)))
+    out = w.handle(ev.MetadataRead(reread.request_id, 1, OK, w.metadata, 1, now_ms=20))
+    assert not of(ev.WriteMetadata, out)  # b3 is still registered: wait for its heal
+    probe = sends_to(w.handle(ev.TimerFired(w._tick, 200)), "b3")
+    close = one(ev.WriteMetadata, ack(w, probe[0], now_ms=210))
+    assert close.metadata.state == "CLOSED" and close.metadata.last_entry_id == 0
