@@ -48,8 +48,9 @@ CLIENT_ADD_RETRIES_MAX = 1  # resends of unanswered adds to a bookie before it i
 # Delayed ensemble change (appliance.protocol.writer_heal): records a writer
 # keeps of acknowledged entries some bookie of their write set has not
 # acknowledged yet (a slow or lagging bookie), to re-send to it; past it
-# entries are acknowledged at Qa copies and not kept.
-CLIENT_HEAL_BYTES_MAX = 256 * MiB
+# entries are acknowledged at Qa copies and not kept.  Per ledger handle: a
+# process writing many ledgers through a stall holds up to that many times it.
+CLIENT_HEAL_BYTES_MAX = 64 * MiB
 # How long close() waits for those entries to heal before closing anyway.
 CLIENT_HEAL_CLOSE_WAIT_MS = 120_000
 # Adds and payload bytes in flight per handle: more keeps the pipe full,
