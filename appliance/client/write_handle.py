@@ -15,6 +15,7 @@ Every add settles exactly once: with its entry id, its error, or
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from concurrent.futures import Future
@@ -26,6 +27,8 @@ from appliance.errors import OK, ClientClosedError
 from appliance.protocol import events as ev
 from appliance.protocol import limits
 from appliance.protocol.writer import LedgerWriter, WriterConfig
+
+log = logging.getLogger("appliance.client.write_handle")
 
 
 class WriteHandle:
@@ -41,7 +44,10 @@ class WriteHandle:
                             pending_adds_max=cfg.inflight_adds_max,
                             entry_bytes_max=self._entry_bytes_max,
                             explicit_lac_interval_ms=cfg.explicit_lac_interval_ms,
-                            placement=cfg.placement)
+                            placement=cfg.placement,
+                            delay_ensemble_change=cfg.delay_ensemble_change,
+                            heal_bytes_max=cfg.heal_bytes_max,
+                            heal_close_wait_ms=cfg.heal_close_wait_ms)
         digest = make_digest(metadata.digest_type, key)
         self._writer = LedgerWriter(metadata, version, key, digest, config=wcfg,
                                     available_bookies=self._driver.available_bookies,
@@ -261,6 +267,12 @@ class WriteHandle:
                          self._driver.error(action.code, f"ledger {self.id}"))
             self._acknowledged(action.last_entry_id)
         elif isinstance(action, ev.CloseDone) and self._close_done is not None:
+            writer = self._writer
+            if writer.short_left or writer.untracked:  # the delayed ensemble change
+                log.warning("ledger %d closed with %d entries still a copy short on a bookie "
+                            "that did not answer in time and %d not kept past "
+                            "client.heal_bytes_max: they have ack_quorum copies until "
+                            "re-replication", self.id, writer.short_left, writer.untracked)
             if not self._close_done.done():
                 self._close_done.set_result(action)
 

@@ -99,6 +99,12 @@ class ClientConfig:
     bookie_quarantine_ms: int = _key(limits.CLIENT_BOOKIE_QUARANTINE_MS, 0, 86_400_000)
     bookie_quarantine_strikes: int = _key(limits.CLIENT_BOOKIE_QUARANTINE_STRIKES, 1, 1_000_000)
     add_retries_max: int = _key(limits.CLIENT_ADD_RETRIES_MAX, 0, 100)
+    # The delayed ensemble change (appliance.protocol.writer_heal; see CONFIG.md):
+    # no spare for a failed bookie keeps it while the ack quorum holds, and
+    # what it missed is re-sent once it answers (records kept: heal_bytes_max)
+    delay_ensemble_change: bool = _key(True)
+    heal_bytes_max: int = _key(limits.CLIENT_HEAL_BYTES_MAX, 0, 2**40)
+    heal_close_wait_ms: int = _key(limits.CLIENT_HEAL_CLOSE_WAIT_MS, 0, 3_600_000)
     inflight_adds_max: int = _key(limits.CLIENT_INFLIGHT_ADDS_MAX, 1, 1_000_000)
     inflight_bytes_max: int = _key(limits.CLIENT_INFLIGHT_BYTES_MAX, 1, 2**40)
     inflight_per_bookie_max: int = _key(limits.CLIENT_INFLIGHT_PER_BOOKIE_MAX, 1, 1_000_000)

@@ -45,6 +45,14 @@ IPC_PATH_BYTES_MAX = 107  # an ipc:// socket path: sun_path holds 108 bytes with
 CLIENT_ADD_TIMEOUT_MS = 5_000  # an add's wait for its ack quorum; also the heartbeat timeout
 CLIENT_READ_TIMEOUT_MS = 5_000  # one read request: a slow bookie vs trying the next replica
 CLIENT_ADD_RETRIES_MAX = 1  # resends of unanswered adds to a bookie before it is replaced
+# Delayed ensemble change (appliance.protocol.writer_heal): records a writer
+# keeps of acknowledged entries some bookie of their write set has not
+# acknowledged yet (a slow or lagging bookie), to re-send to it; past it
+# entries are acknowledged at Qa copies and not kept.  Per ledger handle: a
+# process writing many ledgers through a stall holds up to that many times it.
+CLIENT_HEAL_BYTES_MAX = 64 * MiB
+# How long close() waits for those entries to heal before closing anyway.
+CLIENT_HEAL_CLOSE_WAIT_MS = 120_000
 # Adds and payload bytes in flight per handle: more keeps the pipe full,
 # fewer bounds memory and the work a failure must replay.
 CLIENT_INFLIGHT_ADDS_MAX = 1_000

@@ -17,7 +17,8 @@ bookie that refuses an add is replaced even when the ack quorum confirmed
 the entry already; no entry is acknowledged while an ensemble change is in
 flight, so every pending one reaches the replacement) and the reader's
 negative rule (an explicit negative only when every replica said no, also
-under speculative reads, ``appliance.protocol.reader``).  Production code uses ``Protections()``
+under speculative reads, ``appliance.protocol.reader``), and the healing rule (entries acknowledged
+while a bookie lagged are re-sent to it, ``heal-short``).  Production code uses ``Protections()``
 (all on); switching one off exists only so the simulation can show the
 checker finds the matching counterexample.  ``placement`` is not a safety
 rule but the host-aware choice of bookies: off, the simulation's cores
@@ -33,7 +34,8 @@ from appliance.protocol.errors import OK, is_explicit_negative
 
 PROTECTION_NAMES = ("recovery-read-fence", "fragment-start", "fence-on-boot", "limbo",
                     "durable-reply", "repair-share", "placement", "change-holds-acks",
-                    "late-refusal", "read-negative-all")
+                    "late-refusal", "read-negative-all",
+                    "heal-short")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +54,7 @@ class Protections:
     # write set said so (BP-46), never from the first answer of a race
     # between a read and its speculative copy
     read_negative_all: bool = True
+    heal_short: bool = True  # the writer re-sends entries left short on a lagging bookie
 
     @classmethod
     def without(cls, *names: str) -> Protections:

@@ -18,6 +18,13 @@ Guarantees (each checked by the simulation in ``tests/sim``):
   OPEN every pending add fails with ``LedgerFencedError``; if only bookies of
   sealed fragments changed (re-replication: those entries were acknowledged
   before the next fragment began) it adopts the metadata and retries.
+* The delayed ensemble change (``writer_heal``): with no spare for a failed
+  bookie, it stays in the ensemble (*lagging*, sent nothing, its acks not
+  counted) while every write set keeps ``Qa`` other positions; acknowledged
+  entries are kept (within ``heal_bytes_max``) until every bookie of their
+  write set acked them, and those a failed bookie missed are re-sent to it
+  once it answers again; ``close()`` waits for that, at most
+  ``heal_close_wait_ms``.
 * ``close()`` freezes the LAC and CASes the ledger to CLOSED at it; on a
   conflict: IN_RECOVERY -> ``LedgerFencedError``; CLOSED at the same entry ->
   success; CLOSED elsewhere -> ``MetadataVersionError``.  Adds still pending
@@ -40,8 +47,9 @@ Where each part lives: this module holds ``WriterConfig`` and
 sets); the other parts are ``LedgerWriter``'s bases, one module each:
 ``writer_acks`` (replies counted, the LAC advanced), ``writer_timers`` (add
 timeouts, resends, the explicit LAC), ``writer_ensemble`` (a bookie
-replaced), ``writer_close`` (``close()`` and the stops), ``writer_metadata``
-(the CAS loop under the last two); ``writer_states`` names the states.
+replaced), ``writer_heal`` (a bookie kept without a spare, and healed),
+``writer_close`` (``close()`` and the stops), ``writer_metadata`` (the CAS
+loop under the last two); ``writer_states`` names the states.
 """
 
 from __future__ import annotations
@@ -50,6 +58,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from appliance.protocol import events as ev
+from appliance.protocol import limits
 from appliance.protocol.entry import HEADER, HEADER_BYTES
 from appliance.protocol.errors import OK, LedgerClosedError, TooManyRequestsError
 from appliance.protocol.invariant import invariant
@@ -59,6 +68,7 @@ from appliance.protocol.quorum import ALL_PROTECTIONS, Protections, WriteSets
 from appliance.protocol.writer_acks import WriterAcks
 from appliance.protocol.writer_close import WriterClose
 from appliance.protocol.writer_ensemble import WriterEnsemble
+from appliance.protocol.writer_heal import WriterHeal
 from appliance.protocol.writer_metadata import MetadataOp, WriterMetadataLoop
 from appliance.protocol.writer_states import CLOSED_STATE, CLOSING, FAILED, FENCED, OPEN_STATE
 from appliance.protocol.writer_timers import WriterTimers
@@ -94,6 +104,19 @@ class WriterConfig:
     # "rack" keep the write sets holding the position on distinct hosts when
     # a spare allows it (then prefer another rack); "none" takes the first spare.
     placement: str = "host"
+    # Delayed ensemble change (writer_heal): a failed bookie with no spare to
+    # replace it stays in the ensemble while every write set keeps its ack
+    # quorum; adds go on at Qa copies and the entries it missed are re-sent
+    # once it answers.  False: no spare stops the ledger (NotEnoughBookiesError).
+    delay_ensemble_change: bool = True
+    # Bytes of acknowledged records kept until every bookie of their write
+    # set has them (to re-send to a slow or lagging bookie); past it entries
+    # are acknowledged at Qa copies and not kept (untracked).  More heals
+    # longer stalls; costs client memory.
+    heal_bytes_max: int = limits.CLIENT_HEAL_BYTES_MAX
+    # close() waits this long for entries still short on a bookie of the
+    # ensemble to heal, then closes with them at Qa copies (short_left).
+    heal_close_wait_ms: int = limits.CLIENT_HEAL_CLOSE_WAIT_MS
 
     def tick_ms(self) -> int:
         tick = max(1, self.add_timeout_ms // 4)
@@ -101,7 +124,8 @@ class WriterConfig:
             tick = min(tick, self.explicit_lac_interval_ms)
         return tick
 
-class LedgerWriter(WriterAcks, WriterTimers, WriterEnsemble, WriterClose, WriterMetadataLoop):
+class LedgerWriter(WriterAcks, WriterTimers, WriterEnsemble, WriterHeal, WriterClose,
+                   WriterMetadataLoop):
     """Client-side writer of one OPEN ledger (see module docstring).
 
     All of the writer's state is set up here, for every part to read; the
@@ -121,6 +145,7 @@ class LedgerWriter(WriterAcks, WriterTimers, WriterEnsemble, WriterClose, Writer
         self.config = config or WriterConfig()
         self._change_holds_acks = protections.change_holds_acks  # off: the simulation only
         self._late_refusal = protections.late_refusal  # off: the simulation only
+        self._heal_enabled = protections.heal_short  # off: the simulation only
         self.placement = check_mode(self.config.placement)
         self.locations.update(locations or {})
         self._md, self._version = metadata, version
@@ -132,6 +157,7 @@ class LedgerWriter(WriterAcks, WriterTimers, WriterEnsemble, WriterClose, Writer
         # outside its write set, none of which may acknowledge the entry
         # (checked in _advance; depends on E and Qw only, not on the bookies)
         self._not_ws_masks = tuple(~sum(1 << p for p in ps) for ps in self._ws.positions)
+        self._ws_masks = tuple(~m for m in self._not_ws_masks)
         self.available_bookies = tuple(available_bookies)
         self.last_add_confirmed = -1
         self.last_add_pushed = -1
@@ -146,10 +172,26 @@ class LedgerWriter(WriterAcks, WriterTimers, WriterEnsemble, WriterClose, Writer
         self._held: set[int] = set()  # made during an ensemble change: not sent yet
         self._overhead = HEADER_BYTES + digest.size  # record bytes that are not payload
         self._failed: set[int] = set()  # ensemble positions awaiting replacement
+        # delayed ensemble change (writer_heal): positions kept after a failure
+        # for want of a spare, and what was acknowledged without them
+        self._lagging: set[int] = set()
+        self._lag_mask = 0
+        self._trail: dict[int, int] = {}  # acknowledged, some bookie yet to ack: its mask
+        self._trail_data: dict[int, bytes] = {}
+        self._short: dict[str, dict[int, bytes]] = {}
+        self._kept_bytes = 0  # records in _trail_data and _short
+        self._heal_ms: dict[str, int] = {}
+        self._heal_all: dict[str, bool] = {}
+        self._close_wait_from: int | None = None
+        self.short_left = 0  # entries still short when the writer ended (stats, tests)
+        self.healed_entries = 0  # short entries a lagging bookie acknowledged later
+        self.untracked = 0  # acknowledged entries not kept past heal_bytes_max
+        self.on_rejoin = None  # optional observer of a lagging bookie taken back (sim)
         self._op: MetadataOp | None = None
         self._close_requested = False
         self._state = OPEN_STATE
         self.error_code = OK
+        self.stopped_with = OK  # the first stop's code (writer_close)
         # per position: batches sent, (entry ids, sent ms): immutable tuples of
         # ints, one shared by every position of an E=W batch, which the garbage
         # collector stops tracking (lists of them, one per position, were a
@@ -254,13 +296,15 @@ class LedgerWriter(WriterAcks, WriterTimers, WriterEnsemble, WriterClose, Writer
             if not entry_ids:
                 return
             sent, datas = (tuple(entry_ids), now_ms), tuple(records)
-            batches = ((pos, sent, datas) for pos in range(size) if only is None or pos in only)
+            lag = self._lag_mask  # lagging positions get nothing (writer_heal)
+            batches = ((pos, sent, datas) for pos in range(size)
+                       if (only is None or pos in only) and not lag >> pos & 1)
         else:
             lists: dict[int, tuple[list, list]] = {}
-            positions_of = self._ws.positions
+            positions_of, lag = self._ws.positions, self._lag_mask
             for entry_id, record in zip(entry_ids, records, strict=True):
                 for pos in positions_of[entry_id % size]:
-                    if only is None or pos in only:
+                    if (only is None or pos in only) and not lag >> pos & 1:
                         ids, recs = lists.setdefault(pos, ([], []))
                         ids.append(entry_id)
                         recs.append(record)

@@ -35,6 +35,12 @@ class WriterAcks(CoreBase):
     """The acknowledgement part of ``LedgerWriter`` (see the module docstring)."""
 
     def _on_add_response(self, event: ev.AddResponse) -> None:
+        if self._short:  # rare: a bookie lagged; its answers for short entries heal them
+            short = self._short.get(event.bookie_id)
+            if short is not None and event.entry_id in short:
+                self._heal_reply(event.bookie_id, (event.entry_id,), (event.code,),
+                                 event.now_ms)
+                return
         acks = self._acks.get(event.entry_id)
         pos = self._ws.index.get(event.bookie_id)
         if (self._state != OPEN_STATE or pos is None
@@ -43,6 +49,9 @@ class WriterAcks(CoreBase):
             return
         code = event.code
         if acks is None or event.entry_id in self._held:
+            if acks is None and code == OK and self._trail:  # the ack of a trailing entry
+                self._trail_acks(1 << pos, (event.entry_id,), event.now_ms)
+                return
             if acks is None and code != OK and event.entry_id <= self.last_add_confirmed \
                     and self._late_refusal:
                 # The ack quorum confirmed the entry before this bookie
@@ -56,7 +65,7 @@ class WriterAcks(CoreBase):
             return
         if code == OK:
             bit = 1 << pos
-            if pos in self._failed or acks & bit:
+            if pos in self._failed or pos in self._lagging or acks & bit:
                 return
             acks |= bit
             self._acks[event.entry_id] = acks
@@ -77,16 +86,20 @@ class WriterAcks(CoreBase):
     def _on_add_responses(self, event: ev.AddResponses) -> None:
         """The batch path: the checks that hold for the whole batch once, then
         a tight loop; anything but OK falls back to the one-reply path."""
+        if self._short and event.bookie_id in self._short and self._heal_reply(
+                event.bookie_id, event.entry_ids, event.codes, event.now_ms):
+            return  # every entry was a short one (writer_heal)
         pos = self._ws.index.get(event.bookie_id)
-        if self._state != OPEN_STATE or pos is None or pos in self._failed:
+        if self._state != OPEN_STATE or pos is None or pos in self._failed \
+                or pos in self._lagging:
             super()._on_add_responses(event)
             return
         entry_ids, codes = event.entry_ids, event.codes
         if entry_ids and max(entry_ids) <= self.last_add_confirmed and \
                 codes.count(OK) == len(codes) == len(entry_ids):
             # the usual last reply of a write quorum wider than the ack quorum:
-            # every entry acknowledged already, so each is a late ack (as below)
-            self.stale_replies += len(entry_ids)
+            # every entry acknowledged already, each a trailing one (writer_heal)
+            self._trail_acks(1 << pos, entry_ids, event.now_ms)
             return
         bit, size, qw, qa = 1 << pos, self._size, self._qw, self._qa
         acks_map, held, advance = self._acks, self._held, False
@@ -101,8 +114,11 @@ class WriterAcks(CoreBase):
                 continue
             acks = acks_map.get(entry_id)
             if acks is None or (held and entry_id in held):  # acknowledged already (the
-                self.stale_replies += 1  # late ack of a quorum), or never sent: as
-                continue  # _on_add_response
+                if acks is None:  # late ack of a quorum: trailing), or never sent: as
+                    self._trail_acks(bit, (entry_id,), event.now_ms)  # _on_add_response
+                else:
+                    self.stale_replies += 1
+                continue
             if acks & bit or (pos - entry_id) % size >= qw:
                 continue
             acks |= bit
@@ -126,17 +142,35 @@ class WriterAcks(CoreBase):
         acks_map, data_map, held, qa = self._acks, self._data, self._held, self._qa
         length, overhead = self.length, self._overhead
         outside, size, stray = self._not_ws_masks, self._size, 0
-        if self._failed:  # rare: a position awaits replacement; its acks were forgotten
-            gone = sum(1 << p for p in self._failed)
+        gone, ws_masks, trail, kept = 0, self._ws_masks, self._trail, self._kept_bytes
+        if self._failed or self._lag_mask:  # rare: a position awaits replacement or lags
+            gone = sum(1 << p for p in self._failed) | self._lag_mask  # (acks forgotten)
             outside = tuple(m | gone for m in outside)
+        bound = self.config.heal_bytes_max
+        room = bound - kept  # bytes of records that may still be kept
         while True:
             acks = acks_map.get(entry_id)
             if acks is None or acks.bit_count() < qa or (held and entry_id in held):
                 break
             stray |= acks & outside[entry_id % size]  # acks from outside its write set
             del acks_map[entry_id]
-            length += len(data_map.pop(entry_id)) - overhead
+            record = data_map.pop(entry_id)
+            length += len(record) - overhead
+            missing = ws_masks[entry_id % size] & ~acks  # bookies yet to ack (writer_heal)
+            if missing:
+                if missing & gone:  # short on a lagging bookie (or one being replaced)
+                    self._kept_bytes = bound - room
+                    self._note_short(entry_id, missing & gone, record)
+                    room = bound - self._kept_bytes
+                    missing &= ~gone
+                if missing and len(record) <= room:  # trailing: kept until they ack
+                    trail[entry_id] = missing
+                    self._trail_data[entry_id] = record
+                    room -= len(record)
+                elif missing:
+                    self.untracked += 1
             entry_id += 1
+        self._kept_bytes = bound - room
         self.length = length
         if entry_id > first:
             if stray or self._state != OPEN_STATE or entry_id - 1 > self.last_add_pushed \

@@ -2,7 +2,8 @@
 failed).
 
 Guarantees: ``close()`` freezes the LAC and, once no ensemble change is in
-flight, CASes the ledger to CLOSED at it (``writer_metadata``); one
+flight and entries short on a lagging bookie healed (``writer_heal``, at
+most ``heal_close_wait_ms``), CASes the ledger to CLOSED at it (``writer_metadata``); one
 ``CloseDone`` reports the outcome (a CAS conflict: IN_RECOVERY ->
 ``LedgerFencedError``; CLOSED at the same entry -> success; CLOSED
 elsewhere -> ``MetadataVersionError``).  A close reported done is the
@@ -13,7 +14,8 @@ current ensemble (BP-32, advisory: after ``CloseDone``, and no reply is
 awaited).  A stop fails every pending add with its code, and later adds
 fail at once with it.
 
-State owned here: ``_state``, ``error_code``, ``_close_requested``.
+State owned here: ``_state``, ``error_code``, ``_close_requested``,
+``stopped_with`` (the code of the first stop, OK if none).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ class WriterClose(CoreBase):
             self._close_requested = True
             self._state = CLOSING  # the LAC is frozen from here on
             if self._op is None:
-                self._start_close()
+                self._close_after_heal(now_ms)  # at once, or once short entries healed
         return self._take()
 
     def _start_close(self, tries: int = 0) -> None:
@@ -72,6 +74,7 @@ class WriterClose(CoreBase):
         self._data.clear()
         self._acks.clear()
         self._held.clear()
+        self._forget_short()
         for outstanding in self._outstanding:
             outstanding.clear()
         self._cursor = [0] * self._size
@@ -82,5 +85,7 @@ class WriterClose(CoreBase):
             return
         self._fail_pending(code)
         self._state, self.error_code = state, code
+        if self.stopped_with == OK:
+            self.stopped_with = code  # kept through a later close (stats, the simulation)
         if self._close_requested and self._op is None:
             self._out.append(ev.CloseDone(self.ledger_id, code, self.last_add_confirmed))

@@ -9,8 +9,9 @@ entries are forgotten at once (it is not in their new write set).  With the
 change written, every pending entry goes to the replacements, entries held
 during the change go to everyone, and the LAC moves over what the surviving
 bookies acknowledged meanwhile.  ``ensemble_changes_max`` changes in a row
-without the LAC moving, or no spare bookie, stop the writer with
-``NotEnoughBookiesError``.
+without the LAC moving stop the writer with ``NotEnoughBookiesError``; so
+does no spare bookie, unless the failed ones may lag (``writer_heal``:
+the delayed ensemble change, retried when a spare appears).
 
 State owned here: ``_failed`` (positions awaiting replacement),
 ``_changes_in_a_row`` (reset when the LAC moves), ``ensemble_changes``; on
@@ -32,8 +33,9 @@ class WriterEnsemble(CoreBase):
     """The ensemble-change part of ``LedgerWriter`` (see the module docstring)."""
 
     def _bookie_failed(self, pos: int, now_ms: int) -> None:
-        if self._state != OPEN_STATE or pos in self._failed:
+        if self._state != OPEN_STATE or pos in self._failed or pos in self._lagging:
             return
+        self._trail_to_short(pos)  # what it has not acknowledged is short on it
         self._failed.add(pos)
         bit = 1 << pos
         acks_map = self._acks
@@ -49,11 +51,14 @@ class WriterEnsemble(CoreBase):
             return
         taken = set(self._ws.ensemble)
         spares = [b for b in self.available_bookies if b not in taken]
-        replaced = sorted(self._failed)
+        replaced = sorted(self._failed | self._lagging)
         ensemble = self.replace_bookies(self._ws.ensemble, self._qw, replaced, spares)
         if ensemble is None:
-            self._stop(FAILED, NotEnoughBookiesError.code)
+            if not self._lag():  # no spare: go on at the ack quorum (writer_heal)
+                self._stop(FAILED, NotEnoughBookiesError.code)
             return
+        self._failed |= self._lagging  # lagging positions are replaced now
+        self._lagging, self._lag_mask = set(), 0
         start = self.last_add_confirmed + 1
         invariant(start >= self._md.last_fragment[0], "ledger %d: writer would start a "
                   "fragment at %d, before the last one at %d", self.ledger_id, start,
@@ -85,6 +90,6 @@ class WriterEnsemble(CoreBase):
             self._advance(now_ms)
         self._arm_tick()
         if self._close_requested:
-            self._start_close()
+            self._close_after_heal(now_ms)
         elif self._failed:
             self._start_ensemble_change()

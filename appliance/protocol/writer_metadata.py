@@ -111,7 +111,9 @@ class WriterMetadataLoop(CoreBase):
             # the store's own error when it could not even be read (unreachable:
             # MetadataUnavailableError), else the conflicts that used every retry
             self._stop(FAILED, event.code if event.code != OK else MetadataVersionError.code)
-        elif self._close_requested:
+        elif self._close_requested and op.kind == "close":
             self._start_close(op.tries + 1)
+        elif self._close_requested:  # a change gave way to the close: it may wait (writer_heal)
+            self._close_after_heal(event.now_ms)
         elif self._state == OPEN_STATE:
             self._start_ensemble_change(op.tries + 1)

@@ -151,7 +151,7 @@ def test_a_fenced_reply_stops_the_writer():
 
 
 def test_not_enough_bookies():
-    w = writer(spares=())
+    w = writer(spares=(), delay_ensemble_change=False)
     s = of(ev.SendAdd, w.add(b"0", 0))[0]
     failed = one(ev.FailAdds, ack(w, s, code=BookieIOError.code))
     assert failed.code == NotEnoughBookiesError.code

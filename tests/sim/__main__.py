@@ -60,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"reads around stalls: {r['bookie_stalls']} bookie stalls, {r['speculative_reads']} "
           f"speculative reads, {r['quarantines']} bookies quarantined, "
           f"{r['negative_reads_checked']} negative reads checked (each backed by every replica)")
+    print(f"delayed ensemble change: {r['healed']} short entries healed by the writer in "
+          f"{r['heal_runs']} runs; {r['heal_checks']} writer closes checked (short-healed)")
     for result in summary.failures[:args.show]:
         print(result.report(disabled))
     if len(summary.failures) > args.show:

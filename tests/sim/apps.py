@@ -32,9 +32,12 @@ class WriterApp:
                                  available_bookies=cluster.available(), ids=self.host.ids,
                                  locations=cluster.locations, protections=cluster.protections)
         self.core.on_placement = cluster.checker.on_placement
+        cluster.checker.owed = self.owed
+        self.core.on_rejoin = cluster.checker.on_rejoin
         self.host.on_reply = cluster.checker.on_writer_reply
         self.stopped = False
         self.closed_at: int | None = None
+        self.close_called_ms: int | None = None  # when close() was first called
         self.failures: list[tuple[int, int]] = []  # (when, code) of every FailAdds
         world.schedule(0, self._add_tick)
 
@@ -78,7 +81,14 @@ class WriterApp:
             world.at(self.host.paused_until, self.close)
             return
         self.stopped = True
+        if self.close_called_ms is None:
+            self.close_called_ms = world.now_ms
         self.host.call(self.core, self.core.close, world.now_ms)
+
+    def owed(self, bookie: str, entry_id: int) -> bool:
+        """Whether the writer holds ``entry_id`` to re-send to ``bookie``: short
+        on it (the bookie failed; its copy is owed)."""
+        return entry_id in self.core._short.get(bookie, ())
 
     def bookies_changed(self, available: tuple[str, ...]) -> None:
         if not self.host.dead:
@@ -91,8 +101,12 @@ class WriterApp:
         elif isinstance(action, ev.FailAdds):
             self.failures.append((self.c.world.now_ms, action.code))
         elif isinstance(action, ev.CloseDone) and action.code == OK:
+            first_report = self.closed_at is None
             self.closed_at = action.last_entry_id
             self.c.checker.on_close_reported("writer", action.last_entry_id)
+            if first_report and self.core.stopped_with == OK:  # a stopped writer forgot
+                self.c.checker.on_writer_closed(  # what was short
+                    self.core.metadata, self.close_called_ms or 0)
 
 
 class RecoveryApp:
@@ -130,6 +144,11 @@ class RecoveryApp:
                                    ids=self.host.ids, locations=c.locations)
         self.core.on_placement = c.checker.on_placement
         self.host.call(self.core, self.core.start, world.now_ms)
+
+    def owed(self, bookie: str, entry_id: int) -> bool:
+        """Whether the writer holds ``entry_id`` to re-send to ``bookie``: short
+        on it (the bookie failed; its copy is owed)."""
+        return entry_id in self.core._short.get(bookie, ())
 
     def bookies_changed(self, available: tuple[str, ...]) -> None:
         if self.core is not None and self.core.result is None and not self.host.dead:

@@ -41,6 +41,19 @@ that lost data, a metadata write, a read) and runs at the end of that step:
                      refusing bookie is replaced, even when its refusal came
                      after the ack quorum (it stores nothing, so every later
                      entry would be a copy short).
+``short-healed``     (the delayed ensemble change) when the writer reports its
+                     own close done (and had not stopped before), every bookie
+                     of the closed ledger's last ensemble that is up, reachable
+                     from the writer and not in limbo holds every entry of its
+                     share (a bookie down at any time since close() was called
+                     is not checked: it may have been out of the registry when
+                     the close stopped waiting): entries acknowledged
+                     without it (it lagged, or was slow past the ack quorum)
+                     were re-sent once it answered, before the close.  Where the
+                     writer skips a lagging bookie, ``acked-sent`` and
+                     ``refused-kept`` accept it for the entries the writer
+                     still holds for that bookie (``owed``: its obligation to
+                     heal them, which this rule checks).
 ``read-needs-key``   no bookie answers a read carrying another key than the
                      ledger's (or none, while the bookie's ``reads_need_key``)
                      with entry bytes (``appliance.protocol.read_access``).
@@ -102,6 +115,13 @@ class Checker:
         # (reader, entry id) -> bookies that answered it an explicit negative
         self.read_negatives: dict[tuple[str, int], set[str]] = {}
         self.read_negatives_checked = 0  # negative reads found backed by every replica
+        # (bookie, entry id) -> whether the writer holds that entry to re-send to
+        # that bookie (set by the cluster: the writer's heal obligation)
+        self.owed = lambda bookie, entry_id: False
+        self.reachable = lambda a, b: True  # set by the cluster: the network's view
+        self.heal_checks = 0  # writer closes checked by short-healed
+        self.last_down_ms: dict[str, int] = {}  # bookie -> when it last went down
+        self.last_up_ms: dict[str, int] = {}  # bookie -> when it last came back
         world.after_step.append(self.after_step)
 
     def fail(self, name: str, detail: str) -> None:
@@ -249,6 +269,34 @@ class Checker:
             self.fail("one-close", f"{who} reports the ledger closed at {last_entry_id}, "
                                    f"metadata says {closed}")
 
+    def on_rejoin(self, bookie: str) -> None:
+        """The writer takes a lagging bookie back (it answered again): as if it
+        (re)joined the ensemble, for ``refused-kept``."""
+        self._seq += 1
+        self.joined_at[bookie] = self._seq
+        self.refused_at.pop(bookie, None)
+
+    def on_writer_closed(self, md, close_called_ms: int) -> None:
+        """``short-healed``: the writer's own close is done.  A bookie that
+        was down at any time since ``close()`` was called may have been out
+        of the registry when the close decided not to wait: not checked."""
+        self.heal_checks += 1
+        for bookie in md.last_fragment[1]:
+            node = self.bookies[bookie]
+            if max(self.last_down_ms.get(bookie, -1),
+                   self.last_up_ms.get(bookie, -1)) >= close_called_ms:
+                continue
+            if not node.up or not self.reachable("writer", bookie) \
+                    or (node.storage.ledger_exists(self.ledger_id)
+                        and node.storage.is_limbo(self.ledger_id)):
+                continue
+            for first, last in share_runs(md, bookie):
+                for entry_id in range(first, last + 1):
+                    if not node.storage.has(self.ledger_id, entry_id):
+                        self.fail("short-healed", f"the writer closed the ledger at "
+                                  f"{md.last_entry_id}, but {bookie} (up, reachable) lacks "
+                                  f"entry {entry_id} of its share")
+
     def on_reader_lac(self, reader: str, lac: int) -> None:
         if lac <= self.reader_lacs.get(reader, -1):
             return
@@ -349,13 +397,16 @@ class Checker:
             sent = self.sent.get(entry_id, ())
             write_set = md.write_set(entry_id)
             missing = [b for b in write_set if b not in sent
-                       and not self.bookies[b].storage.has(self.ledger_id, entry_id)]
+                       and not self.bookies[b].storage.has(self.ledger_id, entry_id)
+                       and not self.owed(b, entry_id)]
             if missing:
                 self.fail("acked-sent", f"acknowledged entry {entry_id} is in the fragment at "
                                         f"{start} on {missing}, which were never sent it")
                 return
             first = self.first_sent.get(entry_id)
-            kept = [b for b in write_set if first is not None and refused_at.get(b, first) < first]
+            kept = [b for b in write_set if first is not None and refused_at.get(b, first) < first
+                    and not self.owed(b, entry_id)
+                    and not self.bookies[b].storage.has(self.ledger_id, entry_id)]
             if kept:
                 self.fail("refused-kept", f"acknowledged entry {entry_id}, first sent after "
                                           f"{kept} refused an add, with them in its write set")

@@ -59,6 +59,7 @@ class Cluster:
             self.bookies[name].on_served = self.checker.on_served
             self.bookies[name].key_for = lambda md: self.master_key  # key custody's unseal
         self.checker.bookies = self.bookies
+        self.checker.reachable = lambda a, b: frozenset((a, b)) not in self.world.net.cuts
         self.triggered_crashes = 0
         self.zombie_recoveries = 0
         self.stalls = 0
@@ -142,6 +143,7 @@ class Cluster:
         bookie = self.bookies[name]
         if not bookie.up or self.healed:
             return
+        self.checker.last_down_ms[name] = self.world.now_ms
         if self.cfg.journal or self.lossy_crashes < self.cfg.lossy_crashes_max:
             self.lossy_crashes += 0 if self.cfg.journal else 1
             keep = self.world.rng.randint(0, bookie.storage.unsynced_ops)
@@ -158,6 +160,7 @@ class Cluster:
         md, _ = self.meta.get(self.ledger_id)
         boot = [(self.ledger_id, md.state == CLOSED)] if name in md.bookies() else []
         bookie.restart(boot)
+        self.checker.last_up_ms[name] = self.world.now_ms
         self.bookies_changed()
 
     def pause(self, host_name: str, length_ms: int) -> None:

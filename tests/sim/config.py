@@ -8,6 +8,10 @@ bookie, bookie crashes (torn unsynced tails) and restarts, writer pauses
 (a GC-like stall: the classic "zombie writer") and writer death, and 1-3
 recoveries plus 0-2 tailing readers racing the writer.
 
+Seeds without a spare bookie often cut the writer off from one bookie of
+its ensemble for several add timeouts (``_draw_lagging``: the delayed
+ensemble change and its healing).
+
 Journal-less bookies (BP-46) are drawn only when Qa >= 2, and then at most
 Qa - 1 crashes lose data: with more, an acknowledged entry may have no copy
 left anywhere, which no protocol can survive.
@@ -146,6 +150,7 @@ def random_config(seed: int) -> SimConfig:
     _draw_rereplications(cfg, random.Random(seed * 7919 + 31))
     _draw_read_only(cfg, random.Random(seed * 7919 + 37))
     _draw_bookie_stalls(cfg, random.Random(seed * 7919 + 41))
+    _draw_lagging(cfg, random.Random(seed * 7919 + 41))
     cfg.hosts, cfg.placement = 3, "rack" if seed % 4 == 3 else "host"  # no draw: seeds keep
     return cfg
 
@@ -168,6 +173,18 @@ def _draw_read_only(cfg: SimConfig, rng: random.Random) -> None:
         cfg.read_only = sorted((rng.randint(5, cfg.heal_at_ms),
                                 f"bookie-{rng.randint(1, cfg.bookies)}", rng.randint(20, 400))
                                for _ in range(rng.randint(1, 2)))
+
+
+def _draw_lagging(cfg: SimConfig, rng: random.Random) -> None:
+    """Half the seeds without a spare bookie whose ack quorum survives one
+    bookie (Qw > Qa): the writer is cut off from a bookie of its ensemble
+    for 2-6 add timeouts (the delayed ensemble change, then its healing)."""
+    if cfg.bookies == cfg.ensemble and cfg.write_quorum > cfg.ack_quorum \
+            and rng.random() < 0.5:
+        length = rng.randint(2 * cfg.add_timeout_ms, 6 * cfg.add_timeout_ms)
+        at = rng.randint(5, max(6, cfg.heal_at_ms - length // 2))
+        cfg.partitions.append((at, "writer", f"bookie-{rng.randint(1, cfg.bookies)}", length))
+        cfg.partitions.sort()
 
 
 def sim_locations(bookies: int, hosts: int) -> dict:

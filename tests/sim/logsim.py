@@ -437,6 +437,9 @@ class SimLogWriter:
             self.seg = result.in_progress
             self.c.stats["segments"] += 1
             ledger, version = self.c.meta.get(md.ledger_id)
+            if ledger.state != "OPEN":  # a newer writer took over and recovered it first
+                self._fail(LogFencedError(f"segment ledger {md.ledger_id} is {ledger.state}"))
+                return
             self.core = LedgerWriter(ledger, version, self.c.key, self.c.digest,
                                      config=WriterConfig(add_timeout_ms=self.c.cfg.add_timeout_ms),
                                      available_bookies=self.c.available(), ids=self.host.ids)

@@ -77,6 +77,11 @@ def run_seed(seed: int, disabled: tuple[str, ...] = (), trace_max: int = 60,
                           quarantines=health.quarantines)
     repair.update(negative_reads_checked=cluster.checker.read_negatives_checked,
                   bookie_stalls=len(cfg.bookie_stalls))
+    writer = getattr(cluster, "writer", None)
+    if writer is not None:  # the delayed ensemble change: entries healed by the writer
+        repair.update(healed=writer.core.healed_entries,
+                      heal_runs=int(writer.core.healed_entries > 0),
+                      heal_checks=cluster.checker.heal_checks)
     return RunResult(seed, violation, detail, cluster.outcome, cfg.summary(), world.steps,
                      world.now_ms, world.trace_lines() if violation or keep_trace else [],
                      repair)
