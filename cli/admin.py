@@ -261,7 +261,8 @@ def _probe_row(bookie_id: str, endpoint: str, curve) -> dict:
             "entry_log_bytes": disk.get("entry_log_bytes"),
             "gc": (info or {}).get("gc"), "metrics_url": (info or {}).get("metrics_url"),
             "endpoint": endpoint, "journal_dir": None, "ledger_dir": None, "disk_bytes": None,
-            "restarts": None, "uptime_s": None, "last_exit": None, "local": True}
+            "restarts": None, "uptime_s": None, "last_exit": None, "left_down": None,
+            "local": True}
 
 
 def _bookie_status(config, b, state: dict | None, now_s: float) -> dict:

@@ -42,15 +42,16 @@ import signal
 import sys
 
 from appliance.autorecovery.service import AutoRecovery
-from appliance.bookie.cookies import check_metadata_cookie
+from appliance.bookie.cookies import adopt_replaced_pair, check_metadata_cookie
 from appliance.bookie.disk_monitor import DiskMonitor, ReadOnlyGate, start_disk_checks
+from appliance.bookie.exit_codes import EXIT_FAILED, EXIT_REFUSED
 from appliance.bookie.handler import BookieHandler
 from appliance.bookie.ledger_gc import LedgerGC
 from appliance.bookie.permissions import open_paths
 from appliance.bookie.repair import Repairer, ledger_key
 from appliance.config import load_config
 from appliance.curve import client_curve, server_curve
-from appliance.errors import BKError, NoSuchLedgerError
+from appliance.errors import BKError, ConfigError, CookieMismatchError, NoSuchLedgerError
 from appliance.heap import retain_freed_memory
 from appliance.meta.bookies import BookieRegistry
 from appliance.meta.custody import open_custody
@@ -146,7 +147,9 @@ class BookieProcess:
         options = self.config.storage.to_options()
         if self.config.server.cookie_auto_fix:
             adopted = adopt_replaced_dir(self.bookie_id, str(spec.journal_dir),
-                                         str(spec.ledger_dir))
+                                         str(spec.ledger_dir)) or \
+                adopt_replaced_pair(self.bookie_id, str(spec.journal_dir),
+                                    str(spec.ledger_dir), options)
             if adopted:
                 log.warning("server.cookie_auto_fix: %s; cookie written, booting through "
                             "BP-46 fence/limbo and repair", adopted)
@@ -348,7 +351,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config)
         return run_bookie(config, args.bookie_id, ready_file=args.ready_file)
+    except (CookieMismatchError, ConfigError) as exc:  # a restart cannot change these
+        print(f"bookie {args.bookie_id}: refusing to start: {type(exc).__name__}: {exc}",
+              file=sys.stderr)
+        return EXIT_REFUSED
     except BKError as exc:
         print(f"bookie {args.bookie_id}: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_FAILED
 

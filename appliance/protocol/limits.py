@@ -201,3 +201,4 @@ SUPERVISOR_RESTARTS_MAX = 10  # restarts within restart_window_ms, then the book
 SUPERVISOR_PING_TIMEOUT_MS = 3_000  # a ping unanswered this long is a failure
 SUPERVISOR_START_TIMEOUT_MS = 300_000  # a starting bookie's first INFO (journal replay included)
 SUPERVISOR_STOP_TIMEOUT_MS = 10_000  # SIGTERM, then SIGKILL after this long
+SUPERVISOR_REFUSAL_TAIL_BYTES_MAX = 8_192  # a bookie log tail read for its refusal line
