@@ -88,12 +88,51 @@ class LedgerStorage(StateOps, ReadOps, SpaceOps, CheckpointOps):
         self._init(bookie_id, str(journal_dir), str(ledger_dir),
                    (options or StorageOptions()).validate())
         try:
-            sf.recover_into(self)
+            if sf.recover_into(self):
+                self.checkpoint()
         except BaseException:
             self._release_after_failed_open()
             raise
         self._start_checkpointer()
         return self
+
+    def reopen(self) -> None:
+        """After a failure, in this process: what a restart would do.  The
+        journal and entry logs are dropped as a crash drops them (nothing
+        unsynced is kept), then the directories are opened again (cookies,
+        replay, checkpoint), so the index holds exactly what is durable.
+        Meant for a disk that was full (``out_of_space``) and has room again;
+        the caller must first fail every reply that waits for a ticket of
+        the old journal (tickets start again from the last durable one).
+        Other threads meanwhile wait on the storage lock or get
+        ``ClientClosedError``.  Raises as ``open`` does; the storage is then
+        still failed, and may be reopened again."""
+        with self._lock:
+            self._closing = True  # adds and state changes refuse from here on
+        self._stop_checkpointer()
+        counters = self.counters
+        with self._checkpoint_lock, self._lock:
+            if not self._closed:
+                self._closed = True
+                self._shutdown(keep_unsynced=False)
+                sf.release_locks(self)
+            self._init(self.bookie_id, self.journal_dir, self.ledger_dir, self.options)
+            self.counters.update(counters, reopens=counters.get("reopens", 0) + 1)
+            try:
+                if sf.recover_into(self):
+                    self._checkpoint_locked()
+            except BaseException as exc:
+                self._failure = exc
+                self._release_after_failed_open()
+                raise
+        self._start_checkpointer()
+
+    def failure(self) -> BaseException | None:
+        """Why the storage refuses writes (None: it does not).  A failure that
+        ``aligned_io.out_of_space`` calls a full disk ends with ``reopen``."""
+        journal, logs = self._journal, self._logs
+        return self._failure or (journal.failure() if journal is not None else None) or \
+            (logs.failure() if logs is not None else None)
 
     def _init(self, bookie_id: str, journal_dir: str, ledger_dir: str,
               options: StorageOptions) -> None:
@@ -103,7 +142,8 @@ class LedgerStorage(StateOps, ReadOps, SpaceOps, CheckpointOps):
         # a block of at most this many bytes is one chunk (see _chunks)
         self._small_block_limit = min(options.add_batch_bytes_max,
                                       options.entry_log_buffer_bytes) - 64
-        self._lock = threading.RLock()
+        # kept by reopen(): other threads may be waiting on them
+        self._lock = getattr(self, "_lock", None) or threading.RLock()
         self._index = Index()
         self._journal = None
         self._logs = None
@@ -113,7 +153,8 @@ class LedgerStorage(StateOps, ReadOps, SpaceOps, CheckpointOps):
         self._callbacks: list = []
         self._closed = False
         self._closing = False  # close() is checkpointing: no more changes
-        self._checkpoint_lock = threading.Lock()  # one checkpoint at a time; before _lock
+        # one checkpoint at a time; taken before _lock
+        self._checkpoint_lock = getattr(self, "_checkpoint_lock", None) or threading.Lock()
         self._failure: BaseException | None = None
         # (ledger ids, entry-log mark log) of the last snapshot written: GC input.
         self._persisted: tuple[frozenset, int] = (frozenset(), 0)

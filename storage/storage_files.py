@@ -27,7 +27,7 @@ from . import snapshot
 from .entry_log import EntryLogger, list_logs
 from .entry_log_per_ledger import PerLedgerEntryLogger
 from .index import Index
-from .journal import Journal
+from .journal import Journal, trim_tail
 from .options import StorageOptions
 from .recovery import Replayer, scan_entry_logs
 
@@ -90,8 +90,10 @@ def release_locks(st) -> None:
     st._lock_fds.clear()
 
 
-def recover_into(st) -> None:
-    """The open sequence; fills ``st`` (a LedgerStorage under construction)."""
+def recover_into(st) -> bool:
+    """The open sequence; fills ``st`` (a LedgerStorage under construction).
+    True when the caller must checkpoint before taking writes (anything was
+    replayed or rebuilt, or the shutdown was not clean)."""
     started = time.monotonic()
     doc = ck.verify_cookies(st.bookie_id, st.journal_dir, st.ledger_dir)
     st.instance_id, st.cookie = doc["instance_id"], doc
@@ -126,6 +128,8 @@ def recover_into(st) -> None:
     st._seq = max(replayer.max_seq, end.last_seq, min_seq)
     segments = js.list_segments(st.journal_dir)
     prev_end = end.end_offset if segments and end.segment_id == segments[-1] else 0
+    if prev_end and end.cut is None:  # its unused preallocated tail: room on a full disk
+        trim_tail(js.segment_path(st.journal_dir, end.segment_id), prev_end)
     st._journal = Journal(st.journal_dir, st.options, instance, direct_j,
                           max(segments + [mark_seg]) + 1, prev_end, st._seq)
     st._journal_seq = st._seq
@@ -139,9 +143,8 @@ def recover_into(st) -> None:
     st.recovery_stats = {"recovered_journal_records": end.records,
                          "recovered_log_blocks": len(scanned), "recovery_cut": end.cut,
                          "index_rebuilt": rebuilt, **replayer.applied}
-    if replayed or rebuilt or not clean:
-        st.checkpoint()
     st.recovery_stats["open_s"] = round(time.monotonic() - started, 3)
+    return bool(replayed or rebuilt or not clean)
 
 
 def _note_possible_loss(st, pending: dict | None, rebuilt: bool, journal_less: bool) -> None:

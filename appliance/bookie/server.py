@@ -17,7 +17,9 @@ Boot, in order (any failure exits non-zero with one line naming the cause):
    ensembles name it, closed ones too, durably, before answering anyone;
 4. open the cluster key (``appliance.meta.custody``) and measure the disks
    (``appliance.bookie.disk_monitor``: read-only beyond
-   ``server.disk_usage_max``, re-checked every ``disk_check_interval_ms``);
+   ``server.disk_usage_max``, re-checked every ``disk_check_interval_ms``;
+   a write that finds the disk full turns it read-only at once and it stays
+   up: ``appliance.bookie.full_disk``);
 5. bind the endpoint (a tcp one with ``[security] curve``: a CURVE server
    accepting only the keys in ``authorized_keys_dir``, its public key
    published in the registration as ``curve_public_key``), register in the
@@ -45,6 +47,7 @@ from appliance.autorecovery.service import AutoRecovery
 from appliance.bookie.cookies import adopt_replaced_pair, check_metadata_cookie
 from appliance.bookie.disk_monitor import DiskMonitor, ReadOnlyGate, start_disk_checks
 from appliance.bookie.exit_codes import EXIT_FAILED, EXIT_REFUSED
+from appliance.bookie.full_disk import FullDisk
 from appliance.bookie.handler import BookieHandler
 from appliance.bookie.ledger_gc import LedgerGC
 from appliance.bookie.permissions import open_paths
@@ -136,6 +139,7 @@ class BookieProcess:
         self.storage = self.core = self.boot = None
         self.store = self.registry = self.ledger_manager = self.custody = None
         self.handler = self.monitor = self.gate = self.metrics = self.server = None
+        self.full_disk = None
         self.gc = self.repairer = self.autorecovery = None
         self.httpd = self.metrics_url = None
 
@@ -206,6 +210,10 @@ class BookieProcess:
         self.monitor = DiskMonitor((self.spec.journal_dir, self.spec.ledger_dir),
                                    server_config.disk_usage_max, server_config.disk_usage_resume)
         self.monitor.check()
+        self.full_disk = FullDisk(self.storage, self.handler, self.monitor,
+                                  lambda ro: self.registry.set_read_only(self.bookie_id, ro),
+                                  self._after_reopen)
+        self.handler.on_storage_failure = self.full_disk.failed
         self.gate = ReadOnlyGate(self.handler, self.monitor)
         if self.spec.metrics_address:
             # Only with metrics on (off by default): ~14 ms of start-up otherwise.
@@ -251,7 +259,7 @@ class BookieProcess:
         """What INFO adds: boot reasons, repair progress, gc, metrics url."""
         return {"boot": self.boot, "repair": self.repairer.status(),
                 "gc": dict(self.gc.stats) if self.gc is not None else None,
-                "metrics_url": self.metrics_url}
+                "full_disk": self.full_disk.info(), "metrics_url": self.metrics_url}
 
     def register(self) -> None:
         """Stop on SIGTERM/SIGINT, register in the metadata store (an
@@ -269,7 +277,15 @@ class BookieProcess:
                                read_only=self.monitor.read_only)
         start_disk_checks(server, self.monitor, self.config.server.disk_check_interval_ms,
                           lambda ro: self.registry.set_read_only(bookie_id, ro),
-                          self.monitor.read_only)
+                          self.monitor.read_only, self.full_disk)
+
+    def _after_reopen(self) -> None:
+        """The storage was reopened after a full disk: if the reopen found
+        that acknowledged data may be gone (journal-less adds), BP-46 phase
+        one again, then the repairer takes the new limbo ledgers."""
+        reasons, _ = self.fence_possible_loss()
+        if reasons:
+            self.repairer.wake()
 
     def start_workers(self) -> None:
         """The garbage collector, BP-46 phase two (in the background, while
