@@ -126,7 +126,7 @@ class Journal:
                 self._work.notify()
             while self.durable_seq < seq:
                 if self._failure is not None:
-                    raise BookieIOError(f"journal failed: {self._failure}")
+                    raise BookieIOError(f"journal failed: {self._failure}") from self._failure
                 if self._closing and not self._queue and not self._thread.is_alive():
                     return False
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -200,7 +200,8 @@ class Journal:
 
     def _check_usable(self) -> None:
         if self._failure is not None:
-            raise BookieIOError(f"journal in {self.directory} failed: {self._failure}")
+            raise BookieIOError(f"journal in {self.directory} failed: {self._failure}") \
+                from self._failure
         if self._closing:
             raise BookieIOError(f"journal in {self.directory} is closed")
 

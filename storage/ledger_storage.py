@@ -48,6 +48,7 @@ import numpy as np
 from appliance.protocol import limits
 from appliance.protocol.errors import BookieIOError, ClientClosedError, TooManyRequestsError
 
+from . import aligned_io as aio
 from . import journal_scan as js
 from . import storage_files as sf
 from .checkpoint_ops import CheckpointOps
@@ -90,11 +91,23 @@ class LedgerStorage(StateOps, ReadOps, SpaceOps, CheckpointOps):
         try:
             if sf.recover_into(self):
                 self.checkpoint()
-        except BaseException:
+        except BaseException as exc:
             self._release_after_failed_open()
-            raise
+            if not aio.out_of_space(exc) or not cls._release_reserves(journal_dir, ledger_dir):
+                raise
+            return cls.open(bookie_id, journal_dir, ledger_dir, options)  # now with room
         self._start_checkpointer()
         return self
+
+    @staticmethod
+    def _release_reserves(journal_dir, ledger_dir) -> int:
+        """Give both directories' RESERVE room back (a full disk); the bytes."""
+        return sum(sf.release_reserve(str(d)) for d in (journal_dir, ledger_dir))
+
+    def restore_reserves(self) -> bool:
+        """Take the RESERVE room again once the disk has room (after a
+        reopen gave it back); True when both directories hold theirs."""
+        return all(sf.ensure_reserve(d) for d in (self.journal_dir, self.ledger_dir))
 
     def reopen(self) -> None:
         """After a failure, in this process: what a restart would do.  The
@@ -110,7 +123,7 @@ class LedgerStorage(StateOps, ReadOps, SpaceOps, CheckpointOps):
         with self._lock:
             self._closing = True  # adds and state changes refuse from here on
         self._stop_checkpointer()
-        counters = self.counters
+        counters, compaction = self.counters, self.compaction_status()
         with self._checkpoint_lock, self._lock:
             if not self._closed:
                 self._closed = True
@@ -118,8 +131,11 @@ class LedgerStorage(StateOps, ReadOps, SpaceOps, CheckpointOps):
                 sf.release_locks(self)
             self._init(self.bookie_id, self.journal_dir, self.ledger_dir, self.options)
             self.counters.update(counters, reopens=counters.get("reopens", 0) + 1)
+            self._compactor.status.update(  # tickets of bkctl bookie compact stay valid
+                {k: v for k, v in compaction.items() if k not in ("running", "progress")})
             try:
-                if sf.recover_into(self):
+                self._release_reserves(self.journal_dir, self.ledger_dir)  # room to reopen in
+                if sf.recover_into(self, reserve=False):
                     self._checkpoint_locked()
             except BaseException as exc:
                 self._failure = exc
@@ -401,7 +417,8 @@ class LedgerStorage(StateOps, ReadOps, SpaceOps, CheckpointOps):
         for ticket, _key, callback in due:
             callback(ticket)
         if self._journal.failure() is not None:
-            raise BookieIOError(f"journal failed: {self._journal.failure()}")
+            raise BookieIOError(f"journal failed: {self._journal.failure()}") \
+                from self._journal.failure()
         return durable
 
     # -- lifecycle -------------------------------------------------------------
@@ -466,7 +483,7 @@ class LedgerStorage(StateOps, ReadOps, SpaceOps, CheckpointOps):
         failure = self._failure or self._journal.failure() or self._logs.failure()
         if failure is not None:
             raise BookieIOError(f"storage of {self.bookie_id} failed and refuses writes: "
-                                f"{failure}")
+                                f"{failure}") from failure
 
     def __enter__(self) -> LedgerStorage:
         return self

@@ -18,9 +18,10 @@ the next disk check, and:
   out.  Reads, LAC reads and long polls go on from what is on disk;
 * once the usage is back at ``server.disk_usage_resume`` or below (or
   ``bkctl bookie gc`` asks, to make room), the storage is reopened in this
-  process (``LedgerStorage.reopen``: the journal replayed as after a crash,
-  so exactly what was durable is served) and the bookie takes writes
-  again when the monitor says so.  A reopen that fails for lack of room is
+  process (``LedgerStorage.reopen``: its RESERVE room given back first, the
+  journal replayed as after a crash, so exactly what was durable is
+  served) and the bookie takes writes again when the monitor says so (and
+  takes its reserve back then).  A reopen that fails for lack of room is
   retried at the next check.
 
 Any other storage failure (an I/O error, a failed fsync) still stops the
@@ -51,6 +52,7 @@ class FullDisk:
         self.publish = publish  # (read_only) -> None: the registry's flag
         self.after_reopen = after_reopen  # BP-46 phase one again, if the reopen asks for it
         self.full = False
+        self.reserves_out = False
         self.stats = {"out_of_space": 0, "reopens": 0, "failed_reopens": 0, "last_error": None}
 
     def failed(self, exc: BaseException) -> None:
@@ -73,6 +75,8 @@ class FullDisk:
         no durability wait reported, reopen once there is room."""
         failure = self.storage.failure()
         if failure is None:
+            if self.reserves_out and not self.monitor.read_only:
+                self.reserves_out = not self.storage.restore_reserves()
             return
         if not self.full:
             self.handler.storage_failed(failure)  # calls failed(): raises unless full
@@ -99,6 +103,7 @@ class FullDisk:
             return False
         self.handler.attach_storage()
         self.full = False
+        self.reserves_out = True  # given back by the reopen; taken again once writable
         self.stats["reopens"] += 1
         log.warning("storage reopened (%s): journal replayed, writable once the usage allows",
                     why)

@@ -128,6 +128,7 @@ class BookieHandler:
         self._held_adds: list = []  # (peer, small ADD_PACKED or ADD_MULTI) until the drain ends
         self.extra_info = None  # () -> dict merged into INFO (boot reasons, repair progress)
         self.on_storage_failure = None  # (exc) -> None; None: a storage failure raises
+        self.on_gc_request = None  # () -> {"ticket", "gc"}: bkctl bookie gc
         self._durable_fd: int | None = None
 
     def attach(self, server) -> None:
@@ -219,6 +220,10 @@ class BookieHandler:
             return PingReply(req.request_id)
         if isinstance(req, InfoRequest):
             return InfoReply(self.info(), req.request_id)
+        if isinstance(req, CompactRequest) and req.gc:  # the pass goes on in the gc thread
+            if self.on_gc_request is None:
+                raise BadRequestError("this bookie has no garbage collector")
+            return CompactReply(_jsonable(self.on_gc_request()), req.request_id)
         if isinstance(req, CompactRequest):  # the run goes on in the storage's compactor
             ticket = self.storage.request_compaction(req.major)
             return CompactReply({"ticket": ticket,

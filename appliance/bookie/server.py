@@ -238,6 +238,20 @@ class BookieProcess:
         else:
             self.handler.attach(self.server)
         self.handler.extra_info = self._extra_info
+        self.handler.on_gc_request = self._request_gc
+
+    def _request_gc(self) -> dict:
+        """``bkctl bookie gc``, on the loop: a storage failed for a full disk
+        is reopened first (the pass needs it), then the gc thread runs the
+        pass (``LedgerGC.request``)."""
+        if self.full_disk.full:
+            self.full_disk.reopen("bkctl bookie gc")
+        return {"ticket": self.gc.request(), "gc": self._gc_info()}
+
+    def _gc_info(self) -> dict | None:
+        if self.gc is None:
+            return None
+        return {**self.gc.stats, "last_forced": self.gc.last_forced}
 
     def _serve_metrics(self) -> None:
         from appliance.bookie.metrics import (  # see open_handler
@@ -258,7 +272,7 @@ class BookieProcess:
     def _extra_info(self) -> dict:
         """What INFO adds: boot reasons, repair progress, gc, metrics url."""
         return {"boot": self.boot, "repair": self.repairer.status(),
-                "gc": dict(self.gc.stats) if self.gc is not None else None,
+                "gc": self._gc_info(),
                 "full_disk": self.full_disk.info(), "metrics_url": self.metrics_url}
 
     def register(self) -> None:
