@@ -32,6 +32,7 @@ import struct
 import threading
 import time
 
+from appliance.protocol import limits
 from appliance.protocol.errors import BookieIOError
 from appliance.protocol.invariant import invariant
 
@@ -344,10 +345,17 @@ class Journal:
 
 
 def _preallocate(fd: int, nbytes: int, path: str) -> None:
-    """Reserve a new segment's space; on a full disk, reserve none: the
-    segment then grows as it is written (the records still fit while there
-    is room), instead of the journal failing a whole group for lack of a
-    64 MiB reservation while megabytes are free."""
+    """Reserve a new segment's space; on a nearly full disk, reserve none:
+    the segment then grows as it is written (the records still fit while
+    there is room), instead of the journal failing a whole group for lack
+    of a 64 MiB reservation while megabytes are free, or taking the last
+    room a full bookie's reopen needs (twice ``STORAGE_RESERVE_BYTES`` is
+    left free)."""
+    st = os.fstatvfs(fd)
+    if st.f_bavail * st.f_frsize < nbytes + 2 * limits.STORAGE_RESERVE_BYTES:
+        log.warning("journal segment %s: the disk is nearly full; not preallocated, it "
+                    "grows as written", path)
+        return
     try:
         os.posix_fallocate(fd, 0, nbytes)
     except OSError as exc:

@@ -83,19 +83,25 @@ class LedgerStorage(StateOps, ReadOps, SpaceOps, CheckpointOps):
 
     @classmethod
     def open(cls, bookie_id: str, journal_dir, ledger_dir,
-             options: StorageOptions | None = None) -> LedgerStorage:
-        """Verify cookies, replay, checkpoint if anything was replayed."""
+             options: StorageOptions | None = None, *, reserve: bool = True) -> LedgerStorage:
+        """Verify cookies, replay, checkpoint if anything was replayed.  On a
+        disk too full for that, the directories' RESERVE room is given back
+        and the open tried once more (``reserves_released`` is then True:
+        the caller should not take writes)."""
         self = cls.__new__(cls)
         self._init(bookie_id, str(journal_dir), str(ledger_dir),
                    (options or StorageOptions()).validate())
         try:
-            if sf.recover_into(self):
+            if sf.recover_into(self, reserve=reserve):
                 self.checkpoint()
         except BaseException as exc:
             self._release_after_failed_open()
-            if not aio.out_of_space(exc) or not cls._release_reserves(journal_dir, ledger_dir):
+            if not reserve or not aio.out_of_space(exc) or \
+                    not cls._release_reserves(journal_dir, ledger_dir):
                 raise
-            return cls.open(bookie_id, journal_dir, ledger_dir, options)  # now with room
+            self = cls.open(bookie_id, journal_dir, ledger_dir, options, reserve=False)
+            self.reserves_released = True
+            return self
         self._start_checkpointer()
         return self
 
@@ -186,6 +192,7 @@ class LedgerStorage(StateOps, ReadOps, SpaceOps, CheckpointOps):
         self.clean_shutdown_before = False
         self.possible_loss_reasons: list[str] = []  # BP-46: why data may be gone (open)
         self.fresh = False  # holds nothing and never did since format
+        self.reserves_released = False  # open needed the RESERVE room: the disk is full
         self.instance_id = ""
         self.recovery_stats: dict = {}
         self.counters = {"adds": 0, "add_batches": 0, "reads": 0, "checkpoints": 0,

@@ -70,6 +70,12 @@ class FullDisk:
         self.monitor.force_read_only(f"a write failed: {exc}")
         self._publish(True)
 
+    def booted_full(self) -> None:
+        """The storage opened only with its RESERVE room given back: boot
+        read-only; writable again by the usual rule."""
+        self.reserves_out = True
+        self.monitor.force_read_only("booted on a full disk")
+
     def check(self) -> None:
         """At each disk check, before the monitor measures: notice a failure
         no durability wait reported, reopen once there is room."""

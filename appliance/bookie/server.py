@@ -214,6 +214,8 @@ class BookieProcess:
                                   lambda ro: self.registry.set_read_only(self.bookie_id, ro),
                                   self._after_reopen)
         self.handler.on_storage_failure = self.full_disk.failed
+        if self.storage.reserves_released:  # the open needed them: the disk is full
+            self.full_disk.booted_full()
         self.gate = ReadOnlyGate(self.handler, self.monitor)
         if self.spec.metrics_address:
             # Only with metrics on (off by default): ~14 ms of start-up otherwise.

@@ -172,21 +172,47 @@ def full_disk_cycle(cluster, expect_out_of_space: bool) -> None:
         assert cluster.procs[VICTIM].poll() is None
 
 
+# Both directories on a 192 MB file system; adds go on until a write meets
+# ENOSPC (no usage threshold before it: disk_usage_max = 1).  It resumes at
+# 50%, which only the garbage collection reaches.
+LEDGER_DISK = {"server": {"disk_usage_max": 1.0, "disk_usage_resume": 0.5,
+                          "disk_check_interval_ms": 500},
+               "storage": {"entry_log_rotate_bytes": 24 * MiB, "add_batch_bytes_max": 8 * MiB,
+                           "journal_segment_bytes": 16 * MiB, "checkpoint_interval_s": 1.0}}
+
+
 def test_a_full_ledger_disk_is_read_only_then_gc_makes_it_writable(make_cluster, short_tmp):
-    """Both directories on a 192 MB file system; adds go on until a write
-    meets ENOSPC (no usage threshold before it: disk_usage_max = 1).  It
-    resumes at 50%, which only the garbage collection reaches."""
-    cluster = make_cluster(4, start=False,
-                           server={"disk_usage_max": 1.0, "disk_usage_resume": 0.5,
-                                   "disk_check_interval_ms": 500},
-                           storage={"entry_log_rotate_bytes": 24 * MiB,
-                                    "add_batch_bytes_max": 8 * MiB,
-                                    "journal_segment_bytes": 16 * MiB,
-                                    "checkpoint_interval_s": 1.0})
+    cluster = make_cluster(4, start=False, **LEDGER_DISK)
     with small_fs(short_tmp, 192) as fs:
         put_on(cluster, fs, ("journal_dir", "ledger_dir"))
         try:
             full_disk_cycle(cluster, expect_out_of_space=True)
+        finally:
+            cluster.kill_all()
+
+
+def test_a_bookie_killed_on_a_full_disk_boots_and_serves(make_cluster, short_tmp):
+    """kill -9 once its disk is full: it boots again and serves reads (no
+    crash loop: the direct-I/O probe, the journal's preallocation and the
+    replay find room, the RESERVE room given back if need be), and gc gives
+    the deleted ledgers' space back."""
+    import appliance
+
+    cluster = make_cluster(4, start=False, **LEDGER_DISK)
+    with small_fs(short_tmp, 192) as fs:
+        put_on(cluster, fs, ("journal_dir", "ledger_dir"))
+        try:
+            cluster.start()
+            with appliance.connect(str(cluster.config_path)) as bk:
+                wait_registered(bk, 4)
+                written = fill_until_read_only(cluster, bk, info(cluster)["pid"])
+                cluster.kill(VICTIM)
+                cluster.start_bookie(VICTIM)  # its open gives the old journal's room back
+                booted = info(cluster)
+                assert booted["pid"] == cluster.procs[VICTIM].pid
+                read_back(bk, written[-2:])
+                kept = gc_until_writable(cluster, bk, written, booted["pid"])
+                read_back(bk, kept)
         finally:
             cluster.kill_all()
 
