@@ -254,6 +254,7 @@ def _probe_row(bookie_id: str, endpoint: str, curve) -> dict:
     storage = (info or {}).get("storage") or {}
     disk = storage.get("disk") or {}
     return {"id": bookie_id, "state": state, "pid": info.get("pid") if info else None,
+            "read_only_reason": (info or {}).get("read_only_reason"),
             "fs_used": max(usage.values()) if usage else None,
             "limbo_ledgers": storage.get("limbo_ledgers") if info else None,
             "live_bytes": disk.get("live_bytes"), "garbage_bytes": disk.get("garbage_bytes"),

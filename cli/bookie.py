@@ -181,8 +181,13 @@ def _gather_info(config, bookie_id: str) -> dict:
            "pending_possible_loss": (pending or {}).get("reasons"),
            "pid": (live or {}).get("pid"),
            **supervision(read_state(config), bookie_id, (live or {}).get("pid"), time.time()),
-           "limbo_ledgers": None, "boot": None, "repair": None, "gc": None, "counters": None}
+           "limbo_ledgers": None, "boot": None, "repair": None, "gc": None, "counters": None,
+           "read_only": None, "read_only_reason": None, "full_disk": None}
     if live:
+        out["state"] = "read-only" if live.get("read_only") else "up"
+        out["read_only"], out["read_only_reason"] = live.get("read_only"), \
+            live.get("read_only_reason")
+        out["full_disk"] = live.get("full_disk")
         out["limbo_ledgers"] = (live.get("storage") or {}).get("limbo_ledgers")
         out["boot"], out["repair"] = live.get("boot"), live.get("repair")
         out["gc"] = live.get("gc")

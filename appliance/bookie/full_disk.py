@@ -24,6 +24,9 @@ the next disk check, and:
   takes its reserve back then).  A reopen that fails for lack of room is
   retried at the next check.
 
+The reopen runs on the bookie's loop: it answers nothing meanwhile (a
+replay of the journal since the last checkpoint; ``last_reopen_s``).
+
 Any other storage failure (an I/O error, a failed fsync) still stops the
 bookie (fail-stop): the supervisor restarts it, and the journal replay
 decides what was durable.
@@ -32,6 +35,7 @@ decides what was durable.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 from appliance.errors import BookieIOError
@@ -53,7 +57,8 @@ class FullDisk:
         self.after_reopen = after_reopen  # BP-46 phase one again, if the reopen asks for it
         self.full = False
         self.reserves_out = False
-        self.stats = {"out_of_space": 0, "reopens": 0, "failed_reopens": 0, "last_error": None}
+        self.stats = {"out_of_space": 0, "reopens": 0, "failed_reopens": 0, "last_error": None,
+                      "last_reopen_s": None}
 
     def failed(self, exc: BaseException) -> None:
         """The storage failed (the handler has answered what waited on it)."""
@@ -96,6 +101,7 @@ class FullDisk:
         if not self.full:
             return self.storage.failure() is None
         self.handler.detach_storage()  # fails every reply parked on the old journal
+        started = time.monotonic()
         try:
             self.storage.reopen()
         except Exception as exc:  # noqa: BLE001 - judged below: full again, or fail-stop
@@ -111,8 +117,9 @@ class FullDisk:
         self.full = False
         self.reserves_out = True  # given back by the reopen; taken again once writable
         self.stats["reopens"] += 1
-        log.warning("storage reopened (%s): journal replayed, writable once the usage allows",
-                    why)
+        self.stats["last_reopen_s"] = round(time.monotonic() - started, 3)
+        log.warning("storage reopened in %.3f s (%s): journal replayed, writable once the "
+                    "usage allows", self.stats["last_reopen_s"], why)
         self.after_reopen()
         self.monitor.check()
         self._publish(self.monitor.read_only)

@@ -15,6 +15,11 @@ Guarantees:
   recovering client never counts a fence that a crash could undo.
 * Replies leave in ticket order per wakeup; a reply whose client went away
   is dropped by the server and counted there.
+* When the storage fails (a write error; a full disk), what was durable
+  before is acknowledged and every other parked reply is answered with an
+  error, never acknowledged (``storage_failed``); so is any reply that would
+  park on it afterwards, until the storage is reopened (``detach_storage``
+  / ``attach_storage``: the reopened journal's tickets start again).
 * Long polls (WAIT_LAC) are bounded (``long_polls_max``) and expire with a
   timer; they are answered as soon as a durable add moves the LAC past the
   caller's.
@@ -130,6 +135,7 @@ class BookieHandler:
         self.on_storage_failure = None  # (exc) -> None; None: a storage failure raises
         self.on_gc_request = None  # () -> {"ticket", "gc"}: bkctl bookie gc
         self._durable_fd: int | None = None
+        self._storage_failure: BaseException | None = None  # seen by storage_failed
 
     def attach(self, server) -> None:
         self.server = server
@@ -138,6 +144,7 @@ class BookieHandler:
     def attach_storage(self) -> None:
         """Watch the storage's durability descriptor (again, after a reopen)."""
         self._durable_fd = self.storage.durable_fd
+        self._storage_failure = None
         self.server.watch_fd(self._durable_fd, self._on_durable)
 
     def detach_storage(self) -> None:
@@ -155,6 +162,7 @@ class BookieHandler:
         acknowledged, every other parked reply is answered with an error
         (never acknowledged), then ``on_storage_failure(exc)`` decides (a
         full disk: read-only; anything else: it raises and the bookie stops)."""
+        self._storage_failure = exc
         durable = self.storage.durable_ticket
         for peer, reply, _ in self._pending.release(durable):
             self.server.send_reply(peer, reply)
@@ -367,6 +375,9 @@ class BookieHandler:
         for ledger_id in touched:
             self._wake_waiters(ledger_id)
         if not self._pending.hold(ticket, self.storage.durable_ticket, (peer, reply, touched)):
+            if self._storage_failure is not None:  # nothing becomes durable any more
+                self._fail_parked(self._pending.clear(), "not durable: the storage failed "
+                                  f"({self._storage_failure})")
             return None
         return reply
 

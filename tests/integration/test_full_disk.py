@@ -163,7 +163,8 @@ def full_disk_cycle(cluster, expect_out_of_space: bool) -> None:
             assert full["full_disk"]["out_of_space"] >= 1, full
         status = json.loads(bkctl("status", "--json", config=cluster.config_path,
                                   text=True).stdout)
-        assert {r["id"]: r["state"] for r in status["bookies"]}[VICTIM] == "read-only"
+        row = {r["id"]: r for r in status["bookies"]}[VICTIM]
+        assert row["state"] == "read-only" and row["read_only_reason"], row
         read_back(bk, written[-2:])  # reads go on while it is full
         kept = gc_until_writable(cluster, bk, written, pid)
         kept.append(write_on_victim(cluster, bk))
