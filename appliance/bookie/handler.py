@@ -44,13 +44,12 @@ from collections import defaultdict
 import numpy as np
 
 from appliance.bookie.add_check import multi_records_match, packed_records_match
+from appliance.bookie.durable_watch import DurableWatch
 from appliance.bookie.read_refusals import ReadRefusals
 from appliance.errors import (
     OK,
     BadRequestError,
     BKError,
-    BookieIOError,
-    ReadOnlyError,
     TooManyRequestsError,
     UnauthorizedError,
     error_for_code,
@@ -96,7 +95,6 @@ from ipc.requests import (
     WriteLacRequest,
 )
 from ipc.server import failure_reply
-from storage.aligned_io import out_of_space
 from storage.read_path import split_parts
 
 log = logging.getLogger(__name__)
@@ -109,7 +107,7 @@ def _multi_vouched(req: AddMultiRequest) -> bool:
     return multi_records_match(req.groups, req.entry_ids, req.lengths, req.data)
 
 
-class BookieHandler:
+class BookieHandler(DurableWatch):
     """See the module docstring.  Call ``attach(server)`` before serving."""
 
     def __init__(self, bookie_id: str, storage, core: BookieCore | None = None, *,
@@ -140,46 +138,6 @@ class BookieHandler:
     def attach(self, server) -> None:
         self.server = server
         self.attach_storage()
-
-    def attach_storage(self) -> None:
-        """Watch the storage's durability descriptor (again, after a reopen)."""
-        self._durable_fd = self.storage.durable_fd
-        self._storage_failure = None
-        self.server.watch_fd(self._durable_fd, self._on_durable)
-
-    def detach_storage(self) -> None:
-        """Before the storage is reopened: stop watching its descriptor and
-        answer every parked reply with an error (their tickets belong to the
-        old journal; none of them may ever be acknowledged)."""
-        if self._durable_fd is not None:
-            self.server.unwatch_fd(self._durable_fd)
-            self._durable_fd = None
-        self._flush_adds()
-        self._fail_parked(self._pending.clear(), "the storage is being reopened")
-
-    def storage_failed(self, exc: BaseException) -> None:
-        """The storage stopped taking writes: what became durable before is
-        acknowledged, every other parked reply is answered with an error
-        (never acknowledged), then ``on_storage_failure(exc)`` decides (a
-        full disk: read-only; anything else: it raises and the bookie stops)."""
-        self._storage_failure = exc
-        durable = self.storage.durable_ticket
-        for peer, reply, _ in self._pending.release(durable):
-            self.server.send_reply(peer, reply)
-        self._fail_parked(self._pending.clear(), f"not durable: the storage failed ({exc})",
-                          ReadOnlyError.code if out_of_space(exc) else BookieIOError.code)
-        if self.on_storage_failure is None:
-            raise exc
-        self.on_storage_failure(exc)
-
-    def _fail_parked(self, parked: list, why: str, code: int = ReadOnlyError.code) -> None:
-        for peer, reply, _ in parked:
-            self.counters["errors"] += 1
-            op = getattr(reply, "OP", None) or reply.op  # LacReply and ErrorReply carry theirs
-            self.server.send_reply(peer, ErrorReply(
-                op=int(op), request_id=reply.request_id, status=code,
-                ledger_id=getattr(reply, "ledger_id", 0), entry_id=getattr(reply, "entry_id", -1),
-                message=f"bookie {self.bookie_id}: {why}; adds go to other bookies"))
 
     # -- dispatch -------------------------------------------------------------
     def handle(self, peer: bytes, req):
@@ -380,15 +338,6 @@ class BookieHandler:
                                   f"({self._storage_failure})")
             return None
         return reply
-
-    def _on_durable(self) -> None:
-        try:
-            durable = self.storage.drain_durable()
-        except BookieIOError as exc:  # the journal failed: see storage_failed
-            self.storage_failed(self.storage.failure() or exc)
-            return
-        for peer, reply, _ in self._pending.release(durable):
-            self.server.send_reply(peer, reply)
 
     # -- reads ----------------------------------------------------------------
     def _read(self, peer: bytes, req: ReadRequest):
