@@ -20,8 +20,15 @@ from pathlib import Path
 import pytest
 
 from appliance.supervisor.probe import bookie_info
+from appliance.supervisor.supervisor import pid_alive
 from tests.support.bkctl import bkctl
-from tests.support.launch import wait_for, wait_registered
+from tests.support.launch import (
+    kill_pids,
+    supervisor_pids,
+    wait_for,
+    wait_registered,
+    write_config,
+)
 
 MiB = 1 << 20
 ENTRY_BYTES = 64 * 1024
@@ -233,3 +240,47 @@ def test_a_full_journal_disk_is_read_only_then_gc_makes_it_writable(make_cluster
             full_disk_cycle(cluster, expect_out_of_space=False)
         finally:
             cluster.kill_all()
+
+
+class _Supervised:
+    """What the helpers above need of a cluster, for one `bkctl up`."""
+
+    def __init__(self, config_path: Path):
+        from appliance.config import load_config
+
+        self.config_path = config_path
+        self.config = load_config(config_path)
+
+    def log(self, bookie_id: str) -> str:
+        return (self.config.run_path / f"{bookie_id}.log").read_text()[-4000:]
+
+
+def test_the_supervisor_leaves_a_full_bookie_up(short_tmp):
+    """Under `bkctl up`: the full bookie is neither killed nor restarted
+    (restarts 0, same pid) while it is read-only and while gc reopens it."""
+    import appliance
+
+    config = write_config(short_tmp, 4, **LEDGER_DISK)
+    seen: set[int] = set()
+    with small_fs(short_tmp, 192) as fs:
+        sup = _Supervised(config)
+        put_on(sup, fs, ("journal_dir", "ledger_dir"))
+        try:
+            up = bkctl("up", "--detach", config=config, text=True)
+            seen.update(supervisor_pids(config))
+            assert up.returncode == 0, up.stderr
+            with appliance.connect(str(config)) as bk:
+                wait_registered(bk, 4)
+                pid = info(sup)["pid"]
+                written = fill_until_read_only(sup, bk, pid)
+                kept = gc_until_writable(sup, bk, written, pid)
+                read_back(bk, kept)
+            rows = {r["id"]: r for r in json.loads(
+                bkctl("status", "--json", config=config, text=True).stdout)["bookies"]}
+            assert (rows[VICTIM]["restarts"], rows[VICTIM]["pid"]) == (0, pid), rows[VICTIM]
+            assert bkctl("down", config=config).returncode == 0
+        finally:
+            seen.update(supervisor_pids(config))
+            kill_pids(seen)
+            # gone (or zombies: their files are closed) before the file system is unmounted
+            wait_for(lambda: not any(pid_alive(p) for p in seen), 30.0, what="processes gone")
