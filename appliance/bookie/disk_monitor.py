@@ -132,27 +132,44 @@ class ReadOnlyGate:
         return getattr(self._handler, name)
 
 
-def start_disk_checks(server, monitor: DiskMonitor, interval_ms: int,
-                      publish: Callable[[bool], None], published: bool,
+class PublishedFlag:
+    """The read-only flag as the metadata store has it: ``set`` publishes
+    only a change; a publish that fails is logged and left to the next
+    ``set`` (the next disk check), so the registry catches up with the
+    bookie once the store is reachable.  One object for every writer of
+    the flag (the disk checks, ``full_disk``), so none of them can leave
+    it stale for the other."""
+
+    def __init__(self, publish: Callable[[bool], None], published: bool = False):
+        self._publish = publish
+        self.value = published
+
+    def set(self, read_only: bool) -> None:
+        if read_only == self.value:
+            return
+        try:
+            self._publish(read_only)
+        except Exception:  # noqa: BLE001 - retried at the next check
+            log.exception("could not publish read-only = %s; retrying at the next check",
+                          read_only)
+            return
+        self.value = read_only
+
+
+def start_disk_checks(server, monitor: DiskMonitor, interval_ms: int, flag: PublishedFlag,
                       full_disk=None) -> None:
-    """Re-check every ``interval_ms`` on the server's loop.  ``publish(read_only)``
-    records the state in the metadata store; ``published`` is the state recorded
-    now; ``full_disk`` (``appliance.bookie.full_disk.FullDisk``) is asked first.
-    A publish that fails is logged and retried at the next check, so the
-    registry catches up with the bookie once the store is reachable."""
-    state = {"published": published}
+    """Re-check every ``interval_ms`` on the server's loop and bring ``flag``
+    (the read-only flag in the metadata store) in line; ``full_disk``
+    (``appliance.bookie.full_disk.FullDisk``) is asked first."""
 
     def tick() -> None:
         if full_disk is not None:  # outside the try: any other storage failure stops the bookie
             full_disk.check()
         try:
             monitor.check()
-            if monitor.read_only != state["published"]:
-                publish(monitor.read_only)
-                state["published"] = monitor.read_only
-        except Exception:  # noqa: BLE001 - a failed publish must not stop the checks
-            log.exception("disk check / read-only publish failed; retrying in %d ms",
-                          interval_ms)
+        except Exception:  # noqa: BLE001 - a failed check must not stop the checks
+            log.exception("disk check failed; retrying in %d ms", interval_ms)
+        flag.set(monitor.read_only)
         server.call_later_ms(interval_ms, tick)
 
     server.call_later_ms(interval_ms, tick)

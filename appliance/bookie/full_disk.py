@@ -48,12 +48,11 @@ class FullDisk:
     """One bookie's handling of a storage failed for a full disk (see the
     module docstring).  Runs on the bookie's loop thread."""
 
-    def __init__(self, storage, handler, monitor, publish: Callable[[bool], None],
-                 after_reopen: Callable[[], None]):
+    def __init__(self, storage, handler, monitor, flag, after_reopen: Callable[[], None]):
         self.storage = storage
         self.handler = handler
         self.monitor = monitor
-        self.publish = publish  # (read_only) -> None: the registry's flag
+        self.flag = flag  # disk_monitor.PublishedFlag: the registry's read-only flag
         self.after_reopen = after_reopen  # BP-46 phase one again, if the reopen asks for it
         self.full = False
         self.reserves_out = False
@@ -126,11 +125,7 @@ class FullDisk:
         return True
 
     def _publish(self, read_only: bool) -> None:
-        try:
-            self.publish(read_only)
-        except Exception:  # noqa: BLE001 - the disk check publishes again later
-            log.exception("could not publish read-only = %s; the next disk check retries",
-                          read_only)
+        self.flag.set(read_only)
 
     def info(self) -> dict:
         return {"full": self.full, **self.stats}

@@ -45,7 +45,12 @@ import sys
 
 from appliance.autorecovery.service import AutoRecovery
 from appliance.bookie.cookies import adopt_replaced_pair, check_metadata_cookie
-from appliance.bookie.disk_monitor import DiskMonitor, ReadOnlyGate, start_disk_checks
+from appliance.bookie.disk_monitor import (
+    DiskMonitor,
+    PublishedFlag,
+    ReadOnlyGate,
+    start_disk_checks,
+)
 from appliance.bookie.exit_codes import EXIT_FAILED, EXIT_REFUSED
 from appliance.bookie.full_disk import FullDisk
 from appliance.bookie.handler import BookieHandler
@@ -139,7 +144,7 @@ class BookieProcess:
         self.storage = self.core = self.boot = None
         self.store = self.registry = self.ledger_manager = self.custody = None
         self.handler = self.monitor = self.gate = self.metrics = self.server = None
-        self.full_disk = None
+        self.full_disk = self.read_only_flag = None
         self.gc = self.repairer = self.autorecovery = None
         self.httpd = self.metrics_url = None
 
@@ -210,8 +215,9 @@ class BookieProcess:
         self.monitor = DiskMonitor((self.spec.journal_dir, self.spec.ledger_dir),
                                    server_config.disk_usage_max, server_config.disk_usage_resume)
         self.monitor.check()
-        self.full_disk = FullDisk(self.storage, self.handler, self.monitor,
-                                  lambda ro: self.registry.set_read_only(self.bookie_id, ro),
+        self.read_only_flag = PublishedFlag(
+            lambda ro: self.registry.set_read_only(self.bookie_id, ro))
+        self.full_disk = FullDisk(self.storage, self.handler, self.monitor, self.read_only_flag,
                                   self._after_reopen)
         self.handler.on_storage_failure = self.full_disk.failed
         if self.storage.reserves_released:  # the open needed them: the disk is full
@@ -291,9 +297,9 @@ class BookieProcess:
                                 "host": spec.host, "rack": spec.rack,
                                 "curve_public_key": server.curve_public_key},
                                read_only=self.monitor.read_only)
+        self.read_only_flag.value = self.monitor.read_only  # as registered
         start_disk_checks(server, self.monitor, self.config.server.disk_check_interval_ms,
-                          lambda ro: self.registry.set_read_only(bookie_id, ro),
-                          self.monitor.read_only, self.full_disk)
+                          self.read_only_flag, self.full_disk)
 
     def _after_reopen(self) -> None:
         """The storage was reopened after a full disk: if the reopen found

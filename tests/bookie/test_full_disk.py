@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from appliance.bookie.disk_monitor import DiskMonitor
+from appliance.bookie.disk_monitor import DiskMonitor, PublishedFlag
 from appliance.bookie.full_disk import FullDisk
 from appliance.checks.digest import make_digest
 from appliance.errors import OK, BookieIOError, ReadOnlyError
@@ -116,7 +116,8 @@ def test_full_disk_turns_read_only_publishes_and_reopens_once_usage_is_back(hand
     usage = {"now": 0.97}
     monitor = DiskMonitor([storage.journal_dir], 0.95, 0.90, usage_fn=lambda d: usage["now"])
     published = []
-    full = FullDisk(storage, h, monitor, published.append, after_reopen=lambda: None)
+    full = FullDisk(storage, h, monitor, PublishedFlag(published.append),
+                    after_reopen=lambda: None)
     h.on_storage_failure = full.failed
     monkeypatch.setattr(storage._journal, "_write_group", lambda group: (_ for _ in ()).throw(
         _full()))
@@ -136,8 +137,8 @@ def test_full_disk_turns_read_only_publishes_and_reopens_once_usage_is_back(hand
 
 def test_any_other_storage_failure_still_stops_the_bookie(handler):
     full = FullDisk(handler.storage, handler, DiskMonitor([handler.storage.journal_dir],
-                                                          0.95, 0.9), lambda ro: None,
-                    lambda: None)
+                                                          0.95, 0.9),
+                    PublishedFlag(lambda ro: None), lambda: None)
     with pytest.raises(BookieIOError, match="storage failed"):
         full.failed(BookieIOError("fdatasync of journal-000000000001.seg failed: EIO"))
 

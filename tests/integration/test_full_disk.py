@@ -132,18 +132,25 @@ def gc_until_writable(cluster, bk, written: list[int], pid: int) -> list[int]:
 
 
 def write_on_victim(cluster, bk) -> int:
-    """A ledger whose ensemble holds the victim takes every add."""
-    for _ in range(40):
+    """A ledger whose ensemble holds the victim takes every add (new
+    ledgers are created until one is placed on it: the client re-reads the
+    registry's view of the bookies every second)."""
+    def placed_on_victim():
         lh = bk.create_ledger(3, 3, 2, password=PASSWORD)
         if VICTIM in bk.ledger_metadata(lh.id).ensembles[0][1]:
-            for i in range(10):
-                lh.add(payload(lh.id, i))
-            lh.close()
-            assert VICTIM in bk.ledger_metadata(lh.id).ensembles[-1][1], \
-                "the writer replaced the bookie that was writable again"
-            return lh.id
+            return lh
         lh.close()
-    pytest.fail(f"no new ledger placed on {VICTIM} in 40 tries")
+        return None
+
+    lh = wait_for(placed_on_victim, 30.0, interval_s=0.1,
+                  what=f"a new ledger placed on {VICTIM}: registered as "
+                       f"{bk.registry.available().get(VICTIM)}")
+    for i in range(10):
+        lh.add(payload(lh.id, i))
+    lh.close()
+    assert VICTIM in bk.ledger_metadata(lh.id).ensembles[-1][1], \
+        "the writer replaced the bookie that was writable again"
+    return lh.id
 
 
 def read_back(bk, ledger_ids: list[int]) -> None:
