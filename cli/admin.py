@@ -335,6 +335,7 @@ def _probe_row(bookie_id: str, endpoint: str, curve) -> dict:
     storage = (info or {}).get("storage") or {}
     disk = storage.get("disk") or {}
     return {"id": bookie_id, "state": state, "pid": info.get("pid") if info else None,
+            "read_only_reason": (info or {}).get("read_only_reason"),
             "fs_used": max(usage.values()) if usage else None,
             "limbo_ledgers": storage.get("limbo_ledgers") if info else None,
             "live_bytes": disk.get("live_bytes"), "garbage_bytes": disk.get("garbage_bytes"),
@@ -342,7 +343,8 @@ def _probe_row(bookie_id: str, endpoint: str, curve) -> dict:
             "entry_log_bytes": disk.get("entry_log_bytes"),
             "gc": (info or {}).get("gc"), "metrics_url": (info or {}).get("metrics_url"),
             "endpoint": endpoint, "journal_dir": None, "ledger_dir": None, "disk_bytes": None,
-            "restarts": None, "uptime_s": None, "last_exit": None, "local": True}
+            "restarts": None, "uptime_s": None, "last_exit": None, "left_down": None,
+            "local": True}
 
 
 def _bookie_status(config, b, state: dict | None, now_s: float) -> dict:

@@ -181,8 +181,13 @@ def _gather_info(config, bookie_id: str) -> dict:
            "pending_possible_loss": (pending or {}).get("reasons"),
            "pid": (live or {}).get("pid"),
            **supervision(read_state(config), bookie_id, (live or {}).get("pid"), time.time()),
-           "limbo_ledgers": None, "boot": None, "repair": None, "gc": None, "counters": None}
+           "limbo_ledgers": None, "boot": None, "repair": None, "gc": None, "counters": None,
+           "read_only": None, "read_only_reason": None, "full_disk": None}
     if live:
+        out["state"] = "read-only" if live.get("read_only") else "up"
+        out["read_only"], out["read_only_reason"] = live.get("read_only"), \
+            live.get("read_only_reason")
+        out["full_disk"] = live.get("full_disk")
         out["limbo_ledgers"] = (live.get("storage") or {}).get("limbo_ledgers")
         out["boot"], out["repair"] = live.get("boot"), live.get("repair")
         out["gc"] = live.get("gc")
@@ -346,6 +351,77 @@ def compact_(bookie_id, major, timeout_s, as_json, config_path):
                    f"{disk.get('live_bytes', 0) / 1e6:.1f} MB live, "
                    f"{disk.get('garbage_bytes', 0) / 1e6:.1f} MB garbage")
     if failed:
+        click.get_current_context().exit(1)
+
+
+@bookie.command(short_help="Collect a bookie's garbage now, also when its disk is full.",
+                name="gc")
+@click.argument("bookie_id")
+@click.option("--timeout", "timeout_s", type=float, default=3600.0, show_default=True,
+              help="Seconds to wait for the pass to finish.")
+@json_option
+@config_option
+@library_errors
+def gc_(bookie_id, timeout_s, as_json, config_path):
+    """Run a garbage-collection pass on BOOKIE_ID now: ledgers whose metadata
+    is gone are deleted from it, the entry logs holding only deleted ledgers
+    are removed, and sparse logs are compacted. Works while the bookie is
+    read-only because its disk is full; once its disk use is back at
+    server.disk_usage_resume it takes writes again. Prints what was given
+    back. Exit 1 if the pass failed.
+
+    \b
+    Example:
+      bkctl bookie gc bookie-1
+    """
+    import time
+
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
+    from appliance.config import load_config
+    from appliance.supervisor.probe import bookie_gc, bookie_info, probe_curve
+
+    config = load_config(config_path)
+    spec, curve = config.bookie(bookie_id), probe_curve(config)
+    started = bookie_gc(spec.endpoint, 5000, curve=curve)
+    if started is None:
+        raise click.ClickException(f"{bookie_id} did not answer at {spec.endpoint}: is it up? "
+                                   f"(bkctl status)")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        info = bookie_info(spec.endpoint, 5000, curve=curve) or {}
+        gc = info.get("gc") or {}
+        if gc.get("requests_done", 0) >= started["ticket"]:
+            break
+        if time.monotonic() > deadline:
+            raise click.ClickException(f"garbage collection on {bookie_id} still running after "
+                                       f"{timeout_s:.0f} s (it goes on; see bkctl bookie info)")
+        time.sleep(0.2)  # a poll interval, not a wait for an event we could watch
+    _echo_gc_result(bookie_id, info, gc.get("last_forced") or {}, as_json)
+
+
+def _echo_gc_result(bookie_id: str, info: dict, result: dict, as_json: bool) -> None:
+    disk = (info.get("storage") or {}).get("disk") or {}
+    out = {"id": bookie_id, "ok": bool(result.get("ok")), "error": result.get("error"),
+           "result": result if result.get("ok") else None, "disk": disk,
+           "read_only": info.get("read_only"), "read_only_reason": info.get("read_only_reason")}
+    if as_json:
+        echo_json(out)
+    elif not out["ok"]:
+        click.echo(f"{bookie_id}: garbage collection failed: {out['error']}")
+    else:
+        click.echo(f"{bookie_id}: garbage collection: {result['ledgers_deleted']} deleted "
+                   f"ledgers removed, {result['logs_removed']} entry logs removed, "
+                   f"{result['bytes_freed'] / 1e6:.1f} MB given back in {result['seconds']} s")
+        if result.get("compaction_error"):
+            click.echo(f"  compaction did not run: {result['compaction_error']}")
+        click.echo(f"  entry logs now: {disk.get('entry_logs')} files, "
+                   f"{disk.get('entry_log_bytes', 0) / 1e6:.1f} MB: "
+                   f"{disk.get('live_bytes', 0) / 1e6:.1f} MB live, "
+                   f"{disk.get('garbage_bytes', 0) / 1e6:.1f} MB garbage")
+        state = (f"read-only ({out['read_only_reason']}): writable again once its disk use "
+                 "is at or below server.disk_usage_resume") if out["read_only"] else "writable"
+        click.echo(f"  {bookie_id} is {state}")
+    if not out["ok"]:
         click.get_current_context().exit(1)
 
 

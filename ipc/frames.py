@@ -59,6 +59,7 @@ FLAG_MAJOR = 0x0004  # COMPACT: major compaction (its higher threshold)
 # every read op: the 32-byte master key follows the op's extension (FENCE implies it too)
 FLAG_KEY = 0x0008
 READ_KEY_FLAGS = FLAG_FENCE | FLAG_KEY  # either bit: a master key follows
+FLAG_GC = 0x0100  # COMPACT: a garbage-collection pass instead (bkctl bookie gc)
 
 ALLOWED_FLAGS = {
     Op.PING: 0,
@@ -75,7 +76,7 @@ ALLOWED_FLAGS = {
     Op.WRITE_LAC: 0,
     Op.WRITE_LAC_MULTI: 0,
     Op.WRITE_CLOSE: 0,
-    Op.COMPACT: FLAG_MAJOR,
+    Op.COMPACT: FLAG_MAJOR | FLAG_GC,
 }
 
 MASTER_KEY_BYTES = 32

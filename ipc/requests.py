@@ -23,6 +23,7 @@ from ipc.frames import (
     ADD_ROW,
     DEFAULT_LIMITS,
     FLAG_FENCE,
+    FLAG_GC,
     FLAG_MAJOR,
     FLAG_RECOVERY,
     LAC_ROW,
@@ -73,9 +74,12 @@ class InfoRequest:
 
 @dataclass(slots=True)
 class CompactRequest:
-    """Start a compaction (``major``: the major threshold); answered at once."""
+    """Start a compaction (``major``: the major threshold), or with ``gc`` a
+    garbage-collection pass (deleted ledgers, their entry logs, then a minor
+    compaction); answered at once."""
 
     major: bool = False
+    gc: bool = False
     request_id: int = 0
     OP = Op.COMPACT
 
@@ -341,7 +345,8 @@ def _enc_read_batch(req: ReadBatchRequest, limits) -> list[Buffer]:
 
 
 def _enc_compact(req: CompactRequest, limits) -> list[Buffer]:
-    return [_head(Op.COMPACT, FLAG_MAJOR if req.major else 0, req.request_id, 0, -1)]
+    flags = (FLAG_MAJOR if req.major else 0) | (FLAG_GC if req.gc else 0)
+    return [_head(Op.COMPACT, flags, req.request_id, 0, -1)]
 
 
 _ENCODERS = {
@@ -396,7 +401,7 @@ def _dec_info(frames, head, flags, rid, ledger_id, entry_id, limits):
 def _dec_compact(frames, head, flags, rid, ledger_id, entry_id, limits):
     check_frame_count(frames, 1, Op.COMPACT)
     check_size(head, REQUEST_HEAD.size, "header")
-    return CompactRequest(bool(flags & FLAG_MAJOR), request_id=rid)
+    return CompactRequest(bool(flags & FLAG_MAJOR), bool(flags & FLAG_GC), request_id=rid)
 
 
 def _dec_add(frames, head, flags, rid, ledger_id, entry_id, limits):

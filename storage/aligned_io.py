@@ -6,7 +6,9 @@ offset and covers whole 4 KiB pages (the tail is zero-padded), so it is
 accepted by O_DIRECT.  Data already durable in a file is never overwritten:
 callers always write at or past their last aligned end.  A filesystem that
 refuses O_DIRECT is detected at open by a real aligned write in the target
-directory, not guessed from its type.
+directory, not guessed from its type; a full disk is not mistaken for one
+that refuses O_DIRECT (``probe_direct_io``), and ``out_of_space`` tells a
+full disk apart from a broken one in any error the storage records.
 """
 
 from __future__ import annotations
@@ -29,15 +31,36 @@ def align_up(n: int) -> int:
     return -(-n // ALIGN_BYTES) * ALIGN_BYTES
 
 
+FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+def out_of_space(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or an error it was raised from) says the disk or the
+    quota is full: a state that freeing space ends, unlike an I/O error."""
+    seen = 0
+    while exc is not None and seen < 8:  # a short chain; never loop on a cycle
+        if isinstance(exc, OSError) and exc.errno in FULL_ERRNOS:
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
 def probe_direct_io(directory: str) -> bool:
-    """True if ``directory``'s filesystem accepts an aligned O_DIRECT write."""
+    """True if ``directory``'s filesystem accepts an aligned O_DIRECT write.
+    A full disk (no room for the probe's one page, or its file) says
+    nothing against O_DIRECT: True, and the storage then finds the disk full
+    itself (a bookie on a full disk boots read-only, it is not refused)."""
     path = os.path.join(directory, ".direct-io-probe")
     buf = mmap.mmap(-1, ALIGN_BYTES)
     try:
         fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC | os.O_DIRECT, FILE_MODE)
     except OSError as exc:
+        buf.close()
         if exc.errno in (errno.EINVAL, errno.EOPNOTSUPP):
             return False
+        if exc.errno in FULL_ERRNOS:
+            log.warning("%s is full (%s): direct I/O not probed", directory, exc)
+            return True
         raise
     try:
         os.pwrite(fd, buf, 0)
@@ -45,6 +68,9 @@ def probe_direct_io(directory: str) -> bool:
     except OSError as exc:
         if exc.errno in (errno.EINVAL, errno.EOPNOTSUPP):
             return False
+        if exc.errno in FULL_ERRNOS:  # the O_DIRECT open was accepted; only room lacks
+            log.warning("%s is full (%s): direct I/O probed by its open only", directory, exc)
+            return True
         raise
     finally:
         os.close(fd)

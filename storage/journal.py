@@ -26,11 +26,13 @@ the writer thread is idle (``write_inline``: no thread hop either way).
 from __future__ import annotations
 
 import collections
+import logging
 import os
 import struct
 import threading
 import time
 
+from appliance.protocol import limits
 from appliance.protocol.errors import BookieIOError
 from appliance.protocol.invariant import invariant
 
@@ -39,6 +41,8 @@ from .codec import crc, pack_file_header
 from .histogram import Histogram
 from .journal_scan import RECORD, RECORD_MAGIC, SEGMENT_MAGIC, list_segments, segment_path
 from .options import ALIGN_BYTES, StorageOptions
+
+log = logging.getLogger(__name__)
 
 GROUP_RECORDS_BOUNDS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
 GROUP_BYTES_BOUNDS = (4096, 16384, 65536, 262144, 1 << 20, 4 << 20, 16 << 20)
@@ -123,7 +127,7 @@ class Journal:
                 self._work.notify()
             while self.durable_seq < seq:
                 if self._failure is not None:
-                    raise BookieIOError(f"journal failed: {self._failure}")
+                    raise BookieIOError(f"journal failed: {self._failure}") from self._failure
                 if self._closing and not self._queue and not self._thread.is_alive():
                     return False
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -197,7 +201,8 @@ class Journal:
 
     def _check_usable(self) -> None:
         if self._failure is not None:
-            raise BookieIOError(f"journal in {self.directory} failed: {self._failure}")
+            raise BookieIOError(f"journal in {self.directory} failed: {self._failure}") \
+                from self._failure
         if self._closing:
             raise BookieIOError(f"journal in {self.directory} is closed")
 
@@ -302,7 +307,7 @@ class Journal:
             os.unlink(tmp)
         fd = aio.open_for_write(tmp, self._direct)
         try:
-            os.posix_fallocate(fd, 0, self._opts.journal_segment_bytes)
+            _preallocate(fd, self._opts.journal_segment_bytes, tmp)
             page = aio.AlignedBuffer(ALIGN_BYTES)
             page.append(pack_file_header(SEGMENT_MAGIC, segment_id, prev_end, self._instance))
             aio.write_aligned(fd, page.padded(), 0, tmp)
@@ -337,6 +342,39 @@ class Journal:
         if removed:
             aio.fsync_dir(self.directory)
         return removed
+
+
+def _preallocate(fd: int, nbytes: int, path: str) -> None:
+    """Reserve a new segment's space; on a nearly full disk, reserve none:
+    the segment then grows as it is written (the records still fit while
+    there is room), instead of the journal failing a whole group for lack
+    of a 64 MiB reservation while megabytes are free, or taking the last
+    room a full bookie's reopen needs (twice ``STORAGE_RESERVE_BYTES`` is
+    left free)."""
+    st = os.fstatvfs(fd)
+    if st.f_bavail * st.f_frsize < nbytes + 2 * limits.STORAGE_RESERVE_BYTES:
+        log.warning("journal segment %s: the disk is nearly full; not preallocated, it "
+                    "grows as written", path)
+        return
+    try:
+        os.posix_fallocate(fd, 0, nbytes)
+    except OSError as exc:
+        if exc.errno not in aio.FULL_ERRNOS:
+            raise
+        os.ftruncate(fd, 0)  # give back whatever it reserved before failing
+        log.warning("journal segment %s: no room to preallocate %d bytes (%s); it grows as "
+                    "written", path, nbytes, exc)
+
+
+def trim_tail(path: str, end_offset: int) -> int:
+    """Cut a closed segment after ``end_offset`` (its valid end, aligned):
+    what lies past it is never read (a new segment starts on every open)
+    but holds its preallocated space.  Returns the bytes given back."""
+    size = os.stat(path).st_size
+    if size <= end_offset:
+        return 0
+    os.truncate(path, end_offset)
+    return size - end_offset
 
 
 def _shrink_gradually(path: str) -> None:

@@ -48,6 +48,7 @@ import numpy as np
 from appliance.protocol import limits
 from appliance.protocol.errors import BookieIOError, ClientClosedError, TooManyRequestsError
 
+from . import aligned_io as aio
 from . import journal_scan as js
 from . import storage_files as sf
 from .checkpoint_ops import CheckpointOps
@@ -82,18 +83,78 @@ class LedgerStorage(StateOps, ReadOps, SpaceOps, CheckpointOps):
 
     @classmethod
     def open(cls, bookie_id: str, journal_dir, ledger_dir,
-             options: StorageOptions | None = None) -> LedgerStorage:
-        """Verify cookies, replay, checkpoint if anything was replayed."""
+             options: StorageOptions | None = None, *, reserve: bool = True) -> LedgerStorage:
+        """Verify cookies, replay, checkpoint if anything was replayed.  On a
+        disk too full for that, the directories' RESERVE room is given back
+        and the open tried once more (``reserves_released`` is then True:
+        the caller should not take writes)."""
         self = cls.__new__(cls)
         self._init(bookie_id, str(journal_dir), str(ledger_dir),
                    (options or StorageOptions()).validate())
         try:
-            sf.recover_into(self)
-        except BaseException:
+            if sf.recover_into(self, reserve=reserve):
+                self.checkpoint()
+        except BaseException as exc:
             self._release_after_failed_open()
-            raise
+            if not reserve or not aio.out_of_space(exc) or \
+                    not cls._release_reserves(journal_dir, ledger_dir):
+                raise
+            self = cls.open(bookie_id, journal_dir, ledger_dir, options, reserve=False)
+            self.reserves_released = True
+            return self
         self._start_checkpointer()
         return self
+
+    @staticmethod
+    def _release_reserves(journal_dir, ledger_dir) -> int:
+        """Give both directories' RESERVE room back (a full disk); the bytes."""
+        return sum(sf.release_reserve(str(d)) for d in (journal_dir, ledger_dir))
+
+    def restore_reserves(self) -> bool:
+        """Take the RESERVE room again once the disk has room (after a
+        reopen gave it back); True when both directories hold theirs."""
+        return all(sf.ensure_reserve(d) for d in (self.journal_dir, self.ledger_dir))
+
+    def reopen(self) -> None:
+        """After a failure, in this process: what a restart would do.  The
+        journal and entry logs are dropped as a crash drops them (nothing
+        unsynced is kept), then the directories are opened again (cookies,
+        replay, checkpoint), so the index holds exactly what is durable.
+        Meant for a disk that was full (``out_of_space``) and has room again;
+        the caller must first fail every reply that waits for a ticket of
+        the old journal (tickets start again from the last durable one).
+        Other threads meanwhile wait on the storage lock or get
+        ``ClientClosedError``.  Raises as ``open`` does; the storage is then
+        still failed, and may be reopened again."""
+        with self._lock:
+            self._closing = True  # adds and state changes refuse from here on
+        self._stop_checkpointer()
+        counters, compaction = self.counters, self.compaction_status()
+        with self._checkpoint_lock, self._lock:
+            if not self._closed:
+                self._closed = True
+                self._shutdown(keep_unsynced=False)
+                sf.release_locks(self)
+            self._init(self.bookie_id, self.journal_dir, self.ledger_dir, self.options)
+            self.counters.update(counters, reopens=counters.get("reopens", 0) + 1)
+            self._compactor.status.update(  # tickets of bkctl bookie compact stay valid
+                {k: v for k, v in compaction.items() if k not in ("running", "progress")})
+            try:
+                self._release_reserves(self.journal_dir, self.ledger_dir)  # room to reopen in
+                if sf.recover_into(self, reserve=False):
+                    self._checkpoint_locked()
+            except BaseException as exc:
+                self._failure = exc
+                self._release_after_failed_open()
+                raise
+        self._start_checkpointer()
+
+    def failure(self) -> BaseException | None:
+        """Why the storage refuses writes (None: it does not).  A failure that
+        ``aligned_io.out_of_space`` calls a full disk ends with ``reopen``."""
+        journal, logs = self._journal, self._logs
+        return self._failure or (journal.failure() if journal is not None else None) or \
+            (logs.failure() if logs is not None else None)
 
     def _init(self, bookie_id: str, journal_dir: str, ledger_dir: str,
               options: StorageOptions) -> None:
@@ -103,7 +164,8 @@ class LedgerStorage(StateOps, ReadOps, SpaceOps, CheckpointOps):
         # a block of at most this many bytes is one chunk (see _chunks)
         self._small_block_limit = min(options.add_batch_bytes_max,
                                       options.entry_log_buffer_bytes) - 64
-        self._lock = threading.RLock()
+        # kept by reopen(): other threads may be waiting on them
+        self._lock = getattr(self, "_lock", None) or threading.RLock()
         self._index = Index()
         self._journal = None
         self._logs = None
@@ -113,7 +175,8 @@ class LedgerStorage(StateOps, ReadOps, SpaceOps, CheckpointOps):
         self._callbacks: list = []
         self._closed = False
         self._closing = False  # close() is checkpointing: no more changes
-        self._checkpoint_lock = threading.Lock()  # one checkpoint at a time; before _lock
+        # one checkpoint at a time; taken before _lock
+        self._checkpoint_lock = getattr(self, "_checkpoint_lock", None) or threading.Lock()
         self._failure: BaseException | None = None
         # (ledger ids, entry-log mark log) of the last snapshot written: GC input.
         self._persisted: tuple[frozenset, int] = (frozenset(), 0)
@@ -129,6 +192,7 @@ class LedgerStorage(StateOps, ReadOps, SpaceOps, CheckpointOps):
         self.clean_shutdown_before = False
         self.possible_loss_reasons: list[str] = []  # BP-46: why data may be gone (open)
         self.fresh = False  # holds nothing and never did since format
+        self.reserves_released = False  # open needed the RESERVE room: the disk is full
         self.instance_id = ""
         self.recovery_stats: dict = {}
         self.counters = {"adds": 0, "add_batches": 0, "reads": 0, "checkpoints": 0,
@@ -360,7 +424,8 @@ class LedgerStorage(StateOps, ReadOps, SpaceOps, CheckpointOps):
         for ticket, _key, callback in due:
             callback(ticket)
         if self._journal.failure() is not None:
-            raise BookieIOError(f"journal failed: {self._journal.failure()}")
+            raise BookieIOError(f"journal failed: {self._journal.failure()}") \
+                from self._journal.failure()
         return durable
 
     # -- lifecycle -------------------------------------------------------------
@@ -425,7 +490,7 @@ class LedgerStorage(StateOps, ReadOps, SpaceOps, CheckpointOps):
         failure = self._failure or self._journal.failure() or self._logs.failure()
         if failure is not None:
             raise BookieIOError(f"storage of {self.bookie_id} failed and refuses writes: "
-                                f"{failure}")
+                                f"{failure}") from failure
 
     def __enter__(self) -> LedgerStorage:
         return self

@@ -53,7 +53,7 @@ class BackgroundWriter:
             while self._completed_jobs < jobs and self._failure is None:
                 self._cond.wait()
             if self._failure is not None:
-                raise BookieIOError(f"entry log write failed: {self._failure}")
+                raise BookieIOError(f"entry log write failed: {self._failure}") from self._failure
 
     def failure(self) -> BaseException | None:
         return self._failure
@@ -62,7 +62,7 @@ class BackgroundWriter:
         while self._busy:
             self._cond.wait()
         if self._failure is not None:
-            raise BookieIOError(f"entry log write failed: {self._failure}")
+            raise BookieIOError(f"entry log write failed: {self._failure}") from self._failure
 
     def close(self) -> None:
         """Let the current write finish, then stop the thread (errors are kept)."""

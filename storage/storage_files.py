@@ -2,6 +2,11 @@
 sequence (cookies, direct-I/O probe, clean marker, snapshot, scan, replay),
 snapshot metadata and the clean marker.
 
+Each directory keeps a RESERVE file (``limits.STORAGE_RESERVE_BYTES``,
+created at open when there is room): a storage that failed for a full
+disk gives it back before it reopens, so the reopen, the deletes and the
+index snapshot of ``bkctl bookie gc`` have room (``LedgerStorage.reopen``).
+
 Open refuses, before touching any data file, when: a cookie is missing,
 foreign or swapped (``CookieMismatchError``); another process holds the
 directories (``ConfigError``); O_DIRECT is refused and ``direct_io`` is on
@@ -18,6 +23,7 @@ import os
 import re
 import time
 
+from appliance.protocol import limits
 from appliance.protocol.errors import ConfigError, CorruptRecordError
 
 from . import aligned_io as aio
@@ -27,15 +33,16 @@ from . import snapshot
 from .entry_log import EntryLogger, list_logs
 from .entry_log_per_ledger import PerLedgerEntryLogger
 from .index import Index
-from .journal import Journal
+from .journal import Journal, trim_tail
 from .options import StorageOptions
 from .recovery import Replayer, scan_entry_logs
 
 log = logging.getLogger(__name__)
 
 LOCK_NAME = "LOCK"
-_OURS = re.compile(r"^(COOKIE|CLEAN|LOCK|index\.snap|journal-\d{12}\.seg|entrylog-\d{10}\.log|"
-                   r"\.direct-io-probe)(\.tmp)?$")
+RESERVE_NAME = "RESERVE"
+_OURS = re.compile(r"^(COOKIE|CLEAN|LOCK|RESERVE|index\.snap|journal-\d{12}\.seg|"
+                   r"entrylog-\d{10}\.log|\.direct-io-probe)(\.tmp)?$")
 
 
 def format_dirs(bookie_id: str, journal_dir: str, ledger_dir: str,
@@ -90,13 +97,54 @@ def release_locks(st) -> None:
     st._lock_fds.clear()
 
 
-def recover_into(st) -> None:
-    """The open sequence; fills ``st`` (a LedgerStorage under construction)."""
+def ensure_reserve(directory: str) -> bool:
+    """Keep ``limits.STORAGE_RESERVE_BYTES`` allocated in ``directory`` (the
+    RESERVE file), to give back when the disk is full; False when there is
+    no room for it now (nothing is left behind)."""
+    path = os.path.join(directory, RESERVE_NAME)
+    if os.path.exists(path):
+        return True
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC, aio.FILE_MODE)
+    try:
+        os.posix_fallocate(fd, 0, limits.STORAGE_RESERVE_BYTES)
+        os.fsync(fd)
+    except OSError as exc:
+        os.close(fd)
+        os.unlink(tmp)
+        if exc.errno in aio.FULL_ERRNOS:
+            return False
+        raise
+    os.close(fd)
+    os.rename(tmp, path)
+    return True
+
+
+def release_reserve(directory: str) -> int:
+    """Give the RESERVE file's room back; returns the bytes freed."""
+    path = os.path.join(directory, RESERVE_NAME)
+    try:
+        size = os.stat(path).st_blocks * 512
+        os.unlink(path)
+    except FileNotFoundError:
+        return 0
+    return size
+
+
+def recover_into(st, reserve: bool = True) -> bool:
+    """The open sequence; fills ``st`` (a LedgerStorage under construction).
+    True when the caller must checkpoint before taking writes (anything was
+    replayed or rebuilt, or the shutdown was not clean).  ``reserve``: make
+    sure each directory holds its RESERVE (when there is room)."""
     started = time.monotonic()
     doc = ck.verify_cookies(st.bookie_id, st.journal_dir, st.ledger_dir)
     st.instance_id, st.cookie = doc["instance_id"], doc
     instance = bytes.fromhex(st.instance_id)
     lock_dirs(st)
+    for directory in (st.journal_dir, st.ledger_dir) if reserve else ():
+        if not ensure_reserve(directory):
+            log.warning("%s: no room for its %d-byte reserve (the disk is full)", directory,
+                        limits.STORAGE_RESERVE_BYTES)
     direct_j = aio.decide_direct_io(st.journal_dir, st.options.direct_io, "journal_dir")
     direct_l = aio.decide_direct_io(st.ledger_dir, st.options.direct_io, "ledger_dir")
     clean = ck.consume_clean_marker(st.ledger_dir, st.instance_id)
@@ -126,6 +174,8 @@ def recover_into(st) -> None:
     st._seq = max(replayer.max_seq, end.last_seq, min_seq)
     segments = js.list_segments(st.journal_dir)
     prev_end = end.end_offset if segments and end.segment_id == segments[-1] else 0
+    if prev_end and end.cut is None:  # its unused preallocated tail: room on a full disk
+        trim_tail(js.segment_path(st.journal_dir, end.segment_id), prev_end)
     st._journal = Journal(st.journal_dir, st.options, instance, direct_j,
                           max(segments + [mark_seg]) + 1, prev_end, st._seq)
     st._journal_seq = st._seq
@@ -139,9 +189,8 @@ def recover_into(st) -> None:
     st.recovery_stats = {"recovered_journal_records": end.records,
                          "recovered_log_blocks": len(scanned), "recovery_cut": end.cut,
                          "index_rebuilt": rebuilt, **replayer.applied}
-    if replayed or rebuilt or not clean:
-        st.checkpoint()
     st.recovery_stats["open_s"] = round(time.monotonic() - started, 3)
+    return bool(replayed or rebuilt or not clean)
 
 
 def _note_possible_loss(st, pending: dict | None, rebuilt: bool, journal_less: bool) -> None:

@@ -34,6 +34,7 @@ import appliance
 from appliance.bench.launcher import check_free_space, wait_for
 from appliance.bench.repair import SESSION_TIMEOUT_MS, _Bookies
 from appliance.supervisor.probe import bookie_compact
+from storage.storage_files import RESERVE_NAME
 
 TIMEOUT_S = 3600.0
 ENTRY_LOG_BUFFER_BYTES = 64 * 1024  # see run_reclaim_bench
@@ -43,6 +44,8 @@ def _dir_bytes(path) -> int:
     total = 0
     for root, _dirs, files in os.walk(path):
         for name in files:
+            if name == RESERVE_NAME:  # room kept for a full disk, not data
+                continue
             try:
                 total += os.stat(os.path.join(root, name)).st_size
             except FileNotFoundError:

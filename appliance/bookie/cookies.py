@@ -23,6 +23,11 @@ replaced or swapped shows up as a missing cookie or another instance id.
   directory holds another bookie's or another format's data) is refused
   unless ``reformat`` is given, which wipes and formats both (the peers hold
   every acknowledged entry, except entries written with an ack quorum of 1).
+* Both disks replaced at once (``adopt_replaced_pair``, boot with
+  ``server.cookie_auto_fix``): two empty directories without cookies are
+  formatted afresh and the loss recorded (``POSSIBLE_LOSS``); the
+  metadata check then sees a new instance and the bookie boots through
+  BP-46 phase one and repair, like ``bkctl bookie fix-cookie`` would make it.
 """
 
 from __future__ import annotations
@@ -72,6 +77,27 @@ def check_metadata_cookie(registry, bookie_id: str, storage, *, auto_fix: bool =
     registry.write_cookie(bookie_id, local, expected_version=version)
     log.warning("%s; server.cookie_auto_fix: cookie rewritten, booting through BP-46 "
                 "fence/limbo and repair", what)
+
+
+PAIR_REPLACED = "journal_dir and ledger_dir both replaced (new empty disks): what they held is gone"
+
+
+def adopt_replaced_pair(bookie_id: str, journal_dir: str, ledger_dir: str,
+                        options) -> str | None:
+    """Both directories are new: empty, so without cookies.  Format them as
+    ``bookie_id`` and record durably that its data is gone; returns that
+    reason, or None when the pair is not in that state (anything in either
+    directory stays a refusal).  A crash between the two steps loses
+    nothing: the metadata copy of the cookie names the old instance and the
+    ledgers name the bookie, and either sends the next boot through BP-46."""
+    dirs = (journal_dir, ledger_dir)
+    for directory in dirs:
+        make_dirs(directory)
+        if os.listdir(directory):
+            return None  # a cookie, or something not ours: never format over it
+    LedgerStorage.format(bookie_id, journal_dir, ledger_dir, options)
+    ck.write_marker(ledger_dir, ck.POSSIBLE_LOSS_NAME, {"reasons": [PAIR_REPLACED]})
+    return PAIR_REPLACED
 
 
 def _cookie_doc(bookie_id: str, instance_id: str) -> bytes:

@@ -18,9 +18,10 @@ usage (the directory vanished, EIO) counts as full: refusing adds is safe,
 taking them onto a disk we cannot see is not.
 
 What this does not cover: the space between the last check and the disk
-filling up.  A write that still hits ENOSPC fails the storage, which then
-refuses every write with ``BookieIOError`` until the bookie is restarted
-(no acknowledged entry is lost either way).
+filling up.  A write that still hits ENOSPC fails the storage; the bookie
+then turns read-only at once and stays up (``appliance.bookie.full_disk``:
+``force_read_only``), and takes writes again by the same rule, once the
+usage is at or below ``server.disk_usage_resume``.
 """
 
 from __future__ import annotations
@@ -64,7 +65,16 @@ class DiskMonitor:
         self.usage_resume = usage_resume
         self.usage_fn = usage_fn
         self.read_only = False
+        self.reason: str | None = None  # why read-only, in the operator's words
         self.last_usage: dict[str, float] = {}
+
+    def force_read_only(self, reason: str) -> None:
+        """Read-only now, whatever the last measure said (a write found the
+        disk full); writable again by the usual rule (``check``)."""
+        if not self.read_only:
+            log.warning("read-only: %s", reason)
+        self.read_only = True
+        self.reason = reason
 
     def check(self) -> bool:
         """Measure every directory; return True if the read-only state changed."""
@@ -79,11 +89,13 @@ class DiskMonitor:
             worst = max(worst, used)
         if not self.read_only and worst >= self.usage_max:
             self.read_only = True
+            self.reason = f"disk usage at or above {self.usage_max:.0%}"
             log.warning("disk usage %.1f%% >= %.1f%% (%s): read-only, new adds refused",
                         worst * 100, self.usage_max * 100, self._describe())
             return True
         if self.read_only and worst <= self.usage_resume:
             self.read_only = False
+            self.reason = None
             log.warning("disk usage %.1f%% <= %.1f%%: writable again",
                         worst * 100, self.usage_resume * 100)
             return True
@@ -106,11 +118,12 @@ class ReadOnlyGate:
     def handle(self, peer: bytes, req):
         if self.monitor.read_only and isinstance(req, ADD_REQUESTS) and not req.recovery:
             self.refused_adds += 1
-            raise ReadOnlyError("bookie is read-only: disk usage at or above "
-                                f"{self.monitor.usage_max:.0%}; adds go to other bookies")
+            raise ReadOnlyError(f"bookie is read-only ({self.monitor.reason}); adds go to "
+                                "other bookies")
         reply = self._handler.handle(peer, req)
         if isinstance(reply, InfoReply):
             reply.info["read_only"] = self.monitor.read_only
+            reply.info["read_only_reason"] = self.monitor.reason
             reply.info["disk_usage"] = dict(self.monitor.last_usage)
             reply.info.setdefault("counters", {})["read_only_refused_adds"] = self.refused_adds
         return reply
@@ -119,23 +132,44 @@ class ReadOnlyGate:
         return getattr(self._handler, name)
 
 
-def start_disk_checks(server, monitor: DiskMonitor, interval_ms: int,
-                      publish: Callable[[bool], None], published: bool) -> None:
-    """Re-check every ``interval_ms`` on the server's loop.  ``publish(read_only)``
-    records the state in the metadata store; ``published`` is the state recorded
-    now.  A publish that fails is logged and retried at the next check, so the
-    registry catches up with the bookie once the store is reachable."""
-    state = {"published": published}
+class PublishedFlag:
+    """The read-only flag as the metadata store has it: ``set`` publishes
+    only a change; a publish that fails is logged and left to the next
+    ``set`` (the next disk check), so the registry catches up with the
+    bookie once the store is reachable.  One object for every writer of
+    the flag (the disk checks, ``full_disk``), so none of them can leave
+    it stale for the other."""
+
+    def __init__(self, publish: Callable[[bool], None], published: bool = False):
+        self._publish = publish
+        self.value = published
+
+    def set(self, read_only: bool) -> None:
+        if read_only == self.value:
+            return
+        try:
+            self._publish(read_only)
+        except Exception:  # noqa: BLE001 - retried at the next check
+            log.exception("could not publish read-only = %s; retrying at the next check",
+                          read_only)
+            return
+        self.value = read_only
+
+
+def start_disk_checks(server, monitor: DiskMonitor, interval_ms: int, flag: PublishedFlag,
+                      full_disk=None) -> None:
+    """Re-check every ``interval_ms`` on the server's loop and bring ``flag``
+    (the read-only flag in the metadata store) in line; ``full_disk``
+    (``appliance.bookie.full_disk.FullDisk``) is asked first."""
 
     def tick() -> None:
+        if full_disk is not None:  # outside the try: any other storage failure stops the bookie
+            full_disk.check()
         try:
             monitor.check()
-            if monitor.read_only != state["published"]:
-                publish(monitor.read_only)
-                state["published"] = monitor.read_only
-        except Exception:  # noqa: BLE001 - a failed publish must not stop the checks
-            log.exception("disk check / read-only publish failed; retrying in %d ms",
-                          interval_ms)
+        except Exception:  # noqa: BLE001 - a failed check must not stop the checks
+            log.exception("disk check failed; retrying in %d ms", interval_ms)
+        flag.set(monitor.read_only)
         server.call_later_ms(interval_ms, tick)
 
     server.call_later_ms(interval_ms, tick)

@@ -15,6 +15,11 @@ Guarantees:
   recovering client never counts a fence that a crash could undo.
 * Replies leave in ticket order per wakeup; a reply whose client went away
   is dropped by the server and counted there.
+* When the storage fails (a write error; a full disk), what was durable
+  before is acknowledged and every other parked reply is answered with an
+  error, never acknowledged (``storage_failed``); so is any reply that would
+  park on it afterwards, until the storage is reopened (``detach_storage``
+  / ``attach_storage``: the reopened journal's tickets start again).
 * Long polls (WAIT_LAC) are bounded (``long_polls_max``) and expire with a
   timer; they are answered as soon as a durable add moves the LAC past the
   caller's.
@@ -39,6 +44,7 @@ from collections import defaultdict
 import numpy as np
 
 from appliance.bookie.add_check import multi_records_match, packed_records_match
+from appliance.bookie.durable_watch import DurableWatch
 from appliance.bookie.read_refusals import ReadRefusals
 from appliance.errors import (
     OK,
@@ -101,7 +107,7 @@ def _multi_vouched(req: AddMultiRequest) -> bool:
     return multi_records_match(req.groups, req.entry_ids, req.lengths, req.data)
 
 
-class BookieHandler:
+class BookieHandler(DurableWatch):
     """See the module docstring.  Call ``attach(server)`` before serving."""
 
     def __init__(self, bookie_id: str, storage, core: BookieCore | None = None, *,
@@ -124,10 +130,14 @@ class BookieHandler:
         self.refusals = ReadRefusals(bookie_id)
         self._held_adds: list = []  # (peer, small ADD_PACKED or ADD_MULTI) until the drain ends
         self.extra_info = None  # () -> dict merged into INFO (boot reasons, repair progress)
+        self.on_storage_failure = None  # (exc) -> None; None: a storage failure raises
+        self.on_gc_request = None  # () -> {"ticket", "gc"}: bkctl bookie gc
+        self._durable_fd: int | None = None
+        self._storage_failure: BaseException | None = None  # seen by storage_failed
 
     def attach(self, server) -> None:
         self.server = server
-        server.watch_fd(self.storage.durable_fd, self._on_durable)
+        self.attach_storage()
 
     # -- dispatch -------------------------------------------------------------
     def handle(self, peer: bytes, req):
@@ -176,6 +186,10 @@ class BookieHandler:
             return PingReply(req.request_id)
         if isinstance(req, InfoRequest):
             return InfoReply(self.info(), req.request_id)
+        if isinstance(req, CompactRequest) and req.gc:  # the pass goes on in the gc thread
+            if self.on_gc_request is None:
+                raise BadRequestError("this bookie has no garbage collector")
+            return CompactReply(_jsonable(self.on_gc_request()), req.request_id)
         if isinstance(req, CompactRequest):  # the run goes on in the storage's compactor
             ticket = self.storage.request_compaction(req.major)
             return CompactReply({"ticket": ticket,
@@ -319,12 +333,11 @@ class BookieHandler:
         for ledger_id in touched:
             self._wake_waiters(ledger_id)
         if not self._pending.hold(ticket, self.storage.durable_ticket, (peer, reply, touched)):
+            if self._storage_failure is not None:  # nothing becomes durable any more
+                self._fail_parked(self._pending.clear(), "not durable: the storage failed "
+                                  f"({self._storage_failure})")
             return None
         return reply
-
-    def _on_durable(self) -> None:
-        for peer, reply, _ in self._pending.release(self.storage.drain_durable()):
-            self.server.send_reply(peer, reply)
 
     # -- reads ----------------------------------------------------------------
     def _read(self, peer: bytes, req: ReadRequest):

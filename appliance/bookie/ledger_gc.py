@@ -58,11 +58,23 @@ kept, the safe side.
 
 Runs on its own thread (metadata calls may take seconds); the storage is
 thread-safe.  A failed pass is logged and retried at the next interval.
+
+A pass on request (``request``: ``bkctl bookie gc``, also while the bookie
+is read-only because its disk is full, BookKeeper #3205) does, at once:
+two passes (a ledger missing from both, and gone when re-read by id, is
+deleted; the metadata store is synced between them, standing in for the
+interval between two timed passes), a checkpoint (the snapshot on disk no
+longer names the deleted ledgers, so their entry logs may go), the
+removal of those logs (and of the journal segments before the new
+checkpoint), and a minor compaction (sparse logs rewritten; a
+checkpoint then lets the rewritten logs go too).
+What it gave back is in ``last_forced``.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -71,6 +83,19 @@ from appliance.errors import BKError, CorruptMetadataError, NoSuchLedgerError
 from appliance.protocol import overreplication as orep
 
 log = logging.getLogger(__name__)
+
+
+def journal_bytes(directory: str) -> int:
+    """Bytes the journal's segments hold on disk (allocated, not apparent)."""
+    total = 0
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if entry.name.startswith("journal-"):
+                try:
+                    total += entry.stat().st_blocks * 512
+                except FileNotFoundError:
+                    continue  # freed meanwhile
+    return total
 
 
 class LedgerGC:
@@ -95,11 +120,13 @@ class LedgerGC:
         self._sightings: dict[int, orep.Sighting] = {}  # seen over-replicated
         self.last_overreplicated: list[int] = []  # deleted as over-replicated by the last pass
         self._stop = threading.Event()
+        self._wake = threading.Event()  # a pass was requested
         self._thread: threading.Thread | None = None
+        self.last_forced: dict | None = None  # what the last requested pass gave back
         self.stats = {"passes": 0, "ledgers_deleted": 0, "logs_removed": 0, "bytes_freed": 0,
                       "failed_passes": 0, "overreplicated_deleted": 0,
                       "overreplicated_entries_deleted": 0, "overreplicated_kept": 0,
-                      "overreplicated_waiting": 0}
+                      "overreplicated_waiting": 0, "requests": 0, "requests_done": 0}
 
     def run_once(self) -> list[int]:
         """One pass; returns the ledgers deleted locally."""
@@ -182,23 +209,82 @@ class LedgerGC:
                         ledger_id, self.bookie_id, exc)
             return None, None
 
+    # -- a pass on request (see the module docstring) ------------------------------
+    def request(self) -> int:
+        """Ask the thread for a pass now; returns a ticket: the pass is done
+        (``last_forced`` holds what it gave back) once
+        ``stats["requests_done"] >= ticket``."""
+        self.stats["requests"] += 1
+        self._wake.set()
+        return self.stats["requests"]
+
+    def forced_pass(self) -> dict:
+        """The requested pass; returns what it gave back."""
+        started, before = time.monotonic(), dict(self.stats)
+        journal_before = journal_bytes(self.storage.journal_dir)
+        deleted = self.run_once()
+        store = getattr(self.ledgers, "store", None)
+        if store is not None and hasattr(store, "sync"):
+            store.sync()  # the second listing is as current as the store can make it
+        deleted += self.run_once()
+        self.storage.checkpoint()  # the snapshot forgets them: their logs may go now
+        removed, freed = self.storage.reclaim_entry_logs()
+        self.stats["logs_removed"] += len(removed)
+        self.stats["bytes_freed"] += freed
+        out = {"ledgers_deleted": len(deleted),
+               "logs_removed": self.stats["logs_removed"] - before["logs_removed"],
+               "bytes_freed": self.stats["bytes_freed"] - before["bytes_freed"],
+               "compaction": None, "compaction_error": None}
+        try:
+            done = self.storage.compact(major=False)
+            out["compaction"] = done
+            out["logs_removed"] += done.get("logs_removed", 0)
+            out["bytes_freed"] += done.get("bytes_reclaimed", 0)
+            self.storage.checkpoint()  # the snapshot calls the compacted logs garbage:
+            removed, freed = self.storage.reclaim_entry_logs()  # they may go now
+            out["logs_removed"] += len(removed)
+            out["bytes_freed"] += freed
+        except Exception as exc:  # noqa: BLE001 - e.g. no room to copy into: what the
+            out["compaction_error"] = f"{type(exc).__name__}: {exc}"  # deletions gave counts
+        out["journal_bytes_freed"] = max(0, journal_before -
+                                         journal_bytes(self.storage.journal_dir))
+        out["bytes_freed"] += out["journal_bytes_freed"]
+        out["seconds"] = round(time.monotonic() - started, 3)
+        log.info("requested garbage collection: %d ledgers deleted, %d entry logs removed, "
+                 "%d bytes given back", out["ledgers_deleted"], out["logs_removed"],
+                 out["bytes_freed"])
+        return out
+
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="ledger-gc", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval_ms / 1000.0):
+        while not self._stop.is_set():
+            self._wake.wait(self.interval_ms / 1000.0)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            wanted = self.stats["requests"]
             try:
-                self.run_once()
-            except BKError as exc:  # metadata unreachable, storage closing or failed
+                if wanted > self.stats["requests_done"]:
+                    self.last_forced = {"ok": True, **self.forced_pass()}
+                else:
+                    self.run_once()
+            except Exception as exc:  # noqa: BLE001 - a failed pass must not kill the thread
                 self.stats["failed_passes"] += 1
-                log.warning("garbage collection pass failed (retrying in %d ms): %s",
-                            self.interval_ms, exc)
-            except Exception:  # noqa: BLE001 - a bug must not kill the thread silently
-                self.stats["failed_passes"] += 1
-                log.exception("garbage collection pass failed")
+                if wanted > self.stats["requests_done"]:
+                    self.last_forced = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+                if isinstance(exc, BKError):  # metadata unreachable, storage closing or failed
+                    log.warning("garbage collection pass failed (retrying in %d ms): %s",
+                                self.interval_ms, exc)
+                else:
+                    log.exception("garbage collection pass failed")
+            finally:
+                self.stats["requests_done"] = max(self.stats["requests_done"], wanted)

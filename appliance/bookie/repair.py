@@ -94,6 +94,10 @@ class Repairer:
         self._thread = threading.Thread(target=self._run, name="bp46-repair", daemon=True)
         self._thread.start()
 
+    def wake(self) -> None:
+        """Look for limbo ledgers again now (phase one marked new ones)."""
+        self._wake.set()
+
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()

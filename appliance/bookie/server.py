@@ -17,7 +17,9 @@ Boot, in order (any failure exits non-zero with one line naming the cause):
    ensembles name it, closed ones too, durably, before answering anyone;
 4. open the cluster key (``appliance.meta.custody``) and measure the disks
    (``appliance.bookie.disk_monitor``: read-only beyond
-   ``server.disk_usage_max``, re-checked every ``disk_check_interval_ms``);
+   ``server.disk_usage_max``, re-checked every ``disk_check_interval_ms``;
+   a write that finds the disk full turns it read-only at once and it stays
+   up: ``appliance.bookie.full_disk``);
 5. bind the endpoint (a tcp one with ``[security] curve``: a CURVE server
    accepting only the keys in ``authorized_keys_dir``, its public key
    published in the registration as ``curve_public_key``), register in the
@@ -42,15 +44,22 @@ import signal
 import sys
 
 from appliance.autorecovery.service import AutoRecovery
-from appliance.bookie.cookies import check_metadata_cookie
-from appliance.bookie.disk_monitor import DiskMonitor, ReadOnlyGate, start_disk_checks
+from appliance.bookie.cookies import adopt_replaced_pair, check_metadata_cookie
+from appliance.bookie.disk_monitor import (
+    DiskMonitor,
+    PublishedFlag,
+    ReadOnlyGate,
+    start_disk_checks,
+)
+from appliance.bookie.exit_codes import EXIT_FAILED, EXIT_REFUSED
+from appliance.bookie.full_disk import FullDisk
 from appliance.bookie.handler import BookieHandler
 from appliance.bookie.ledger_gc import LedgerGC
 from appliance.bookie.permissions import open_paths
 from appliance.bookie.repair import Repairer, ledger_key
 from appliance.config import load_config
 from appliance.curve import client_curve, server_curve
-from appliance.errors import BKError, NoSuchLedgerError
+from appliance.errors import BKError, ConfigError, CookieMismatchError, NoSuchLedgerError
 from appliance.heap import retain_freed_memory
 from appliance.meta.bookies import BookieRegistry
 from appliance.meta.custody import open_custody
@@ -135,6 +144,7 @@ class BookieProcess:
         self.storage = self.core = self.boot = None
         self.store = self.registry = self.ledger_manager = self.custody = None
         self.handler = self.monitor = self.gate = self.metrics = self.server = None
+        self.full_disk = self.read_only_flag = None
         self.gc = self.repairer = self.autorecovery = None
         self.httpd = self.metrics_url = None
 
@@ -146,7 +156,9 @@ class BookieProcess:
         options = self.config.storage.to_options()
         if self.config.server.cookie_auto_fix:
             adopted = adopt_replaced_dir(self.bookie_id, str(spec.journal_dir),
-                                         str(spec.ledger_dir))
+                                         str(spec.ledger_dir)) or \
+                adopt_replaced_pair(self.bookie_id, str(spec.journal_dir),
+                                    str(spec.ledger_dir), options)
             if adopted:
                 log.warning("server.cookie_auto_fix: %s; cookie written, booting through "
                             "BP-46 fence/limbo and repair", adopted)
@@ -203,6 +215,13 @@ class BookieProcess:
         self.monitor = DiskMonitor((self.spec.journal_dir, self.spec.ledger_dir),
                                    server_config.disk_usage_max, server_config.disk_usage_resume)
         self.monitor.check()
+        self.read_only_flag = PublishedFlag(
+            lambda ro: self.registry.set_read_only(self.bookie_id, ro))
+        self.full_disk = FullDisk(self.storage, self.handler, self.monitor, self.read_only_flag,
+                                  self._after_reopen)
+        self.handler.on_storage_failure = self.full_disk.failed
+        if self.storage.reserves_released:  # the open needed them: the disk is full
+            self.full_disk.booted_full()
         self.gate = ReadOnlyGate(self.handler, self.monitor)
         if self.spec.metrics_address:
             # Only with metrics on (off by default): ~14 ms of start-up otherwise.
@@ -227,6 +246,20 @@ class BookieProcess:
         else:
             self.handler.attach(self.server)
         self.handler.extra_info = self._extra_info
+        self.handler.on_gc_request = self._request_gc
+
+    def _request_gc(self) -> dict:
+        """``bkctl bookie gc``, on the loop: a storage failed for a full disk
+        is reopened first (the pass needs it), then the gc thread runs the
+        pass (``LedgerGC.request``)."""
+        if self.full_disk.full:
+            self.full_disk.reopen("bkctl bookie gc")
+        return {"ticket": self.gc.request(), "gc": self._gc_info()}
+
+    def _gc_info(self) -> dict | None:
+        if self.gc is None:
+            return None
+        return {**self.gc.stats, "last_forced": self.gc.last_forced}
 
     def _serve_metrics(self) -> None:
         from appliance.bookie.metrics import (  # see open_handler
@@ -251,8 +284,8 @@ class BookieProcess:
     def _extra_info(self) -> dict:
         """What INFO adds: boot reasons, repair progress, gc, metrics url."""
         return {"boot": self.boot, "repair": self.repairer.status(),
-                "gc": dict(self.gc.stats) if self.gc is not None else None,
-                "metrics_url": self.metrics_url}
+                "gc": self._gc_info(),
+                "full_disk": self.full_disk.info(), "metrics_url": self.metrics_url}
 
     def register(self) -> None:
         """Stop on SIGTERM/SIGINT, register in the metadata store (an
@@ -268,9 +301,17 @@ class BookieProcess:
                                 "host": spec.host, "rack": spec.rack,
                                 "curve_public_key": server.curve_public_key},
                                read_only=self.monitor.read_only)
+        self.read_only_flag.value = self.monitor.read_only  # as registered
         start_disk_checks(server, self.monitor, self.config.server.disk_check_interval_ms,
-                          lambda ro: self.registry.set_read_only(bookie_id, ro),
-                          self.monitor.read_only)
+                          self.read_only_flag, self.full_disk)
+
+    def _after_reopen(self) -> None:
+        """The storage was reopened after a full disk: if the reopen found
+        that acknowledged data may be gone (journal-less adds), BP-46 phase
+        one again, then the repairer takes the new limbo ledgers."""
+        reasons, _ = self.fence_possible_loss()
+        if reasons:
+            self.repairer.wake()
 
     def start_workers(self) -> None:
         """The garbage collector, BP-46 phase two (in the background, while
@@ -353,7 +394,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config)
         return run_bookie(config, args.bookie_id, ready_file=args.ready_file)
+    except (CookieMismatchError, ConfigError) as exc:  # a restart cannot change these
+        print(f"bookie {args.bookie_id}: refusing to start: {type(exc).__name__}: {exc}",
+              file=sys.stderr)
+        return EXIT_REFUSED
     except BKError as exc:
         print(f"bookie {args.bookie_id}: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_FAILED
 

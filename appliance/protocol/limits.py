@@ -134,6 +134,10 @@ STORAGE_CRC_TABLES_MAX = 256  # cached CRC advance tables (one per length seen):
 STORAGE_READ_FDS_MAX = 256  # open entry-log read descriptors kept (LRU)
 STORAGE_SPARE_BUFFERS_MAX = 2  # per-ledger logs' spare write buffers kept for reuse
 STORAGE_MASTER_KEY_BYTES_MAX = 1_024  # a master key in the journal's state records
+# Room kept in each of a bookie's directories (a RESERVE file) and given back when the disk
+# is full, so the storage can still be reopened, journal a delete and write its index
+# snapshot: more is safer for a large index, and is space the bookie never uses otherwise.
+STORAGE_RESERVE_BYTES = 8 * MiB
 
 # -- metadata store ([metadata]; storage.metadata) -------------------------------------
 # How long a silent process keeps its ephemeral registrations: shorter, a
@@ -266,3 +270,4 @@ SUPERVISOR_RESTARTS_MAX = 10  # restarts within restart_window_ms, then the book
 SUPERVISOR_PING_TIMEOUT_MS = 3_000  # a ping unanswered this long is a failure
 SUPERVISOR_START_TIMEOUT_MS = 300_000  # a starting bookie's first INFO (journal replay included)
 SUPERVISOR_STOP_TIMEOUT_MS = 10_000  # SIGTERM, then SIGKILL after this long
+SUPERVISOR_REFUSAL_TAIL_BYTES_MAX = 8_192  # a bookie log tail read for its refusal line

@@ -44,6 +44,13 @@ def bookie_compact(endpoint: str, major: bool, timeout_ms: int,
                 context, curve)
 
 
+def bookie_gc(endpoint: str, timeout_ms: int, context: zmq.Context | None = None,
+              curve: KeyPair | None = None) -> dict | None:
+    """Start a garbage-collection pass on a bookie (COMPACT with ``gc``);
+    its reply document (``ticket``, ``gc``), or None if it did not answer."""
+    return _ask(endpoint, CompactRequest(gc=True), CompactReply, timeout_ms, context, curve)
+
+
 def _ask(endpoint: str, request, reply_type, timeout_ms: int,
          context: zmq.Context | None, curve: KeyPair | None = None) -> dict | None:
     try:  # same host, same key pair as the bookie: our public key is its server key

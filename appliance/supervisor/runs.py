@@ -8,6 +8,9 @@ The supervisor keeps one record per bookie in its state file
     {"pid": 4242, "started_at": 1796371200.5, "restarts": 1, "given_up": false,
      "last_exit": {"code": null, "signal": "SIGKILL", "at": "2026-11-27T08:00:00+00:00"}}
 
+``last_exit`` of a bookie that refused to start (exit code 78) also has
+``reason``, its refusal line; ``given_up`` is then true: it is left down.
+
 Pure functions over those records and the clock the caller passes; the one
 look at the host (``process_started_at``) is for a bookie no supervisor
 watches.
@@ -51,7 +54,8 @@ def describe_exit(last_exit: dict | None) -> str:
         how = f"code {last_exit['code']}"
     else:
         how = "exited (not a child of this supervisor: code unknown)"
-    return f"{how} at {last_exit['at']}"
+    reason = last_exit.get("reason")
+    return f"{how} at {last_exit['at']}" + (f": left down: {reason}" if reason else "")
 
 
 def process_started_at(pid: int | None, marker: str) -> float | None:
@@ -76,9 +80,10 @@ def supervision(state: dict | None, bookie_id: str, live_pid: int | None,
     bookie (started by hand or by tests); ``uptime_s`` is then taken from
     the process itself."""
     run = ((state or {}).get("runs") or {}).get(bookie_id)
-    out = {"restarts": None, "uptime_s": None, "last_exit": None}
+    out = {"restarts": None, "uptime_s": None, "last_exit": None, "left_down": None}
     if run is not None:
-        out.update(restarts=run.get("restarts", 0), last_exit=run.get("last_exit"))
+        out.update(restarts=run.get("restarts", 0), last_exit=run.get("last_exit"),
+                   left_down=bool(run.get("given_up")))
     if live_pid is None:
         return out
     started = run.get("started_at") if run and run.get("pid") == live_pid else None

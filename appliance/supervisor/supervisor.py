@@ -20,7 +20,11 @@ Guarantees:
   ``ping_timeout_ms`` apply: one that then stops answering for that long is
   killed and restarted.  Replay time never counts as a hang; more
   than ``restarts_max`` restarts within ``restart_window_ms`` and it stays
-  down (logged), so a broken disk does not spin.
+  down (logged), so a broken disk does not spin.  A bookie that exits with
+  ``EXIT_REFUSED`` (``appliance.bookie.exit_codes``: its cookies do not
+  match, the config is wrong for it) is not restarted at all: a restart
+  cannot change that.  Its refusal line (the last line of its log) is kept
+  in ``last_exit.reason``, which ``bkctl status`` shows.
 * Log servers (``logserver-1`` .. ``logserver-N``, endpoints ipc:// in the
   run folder) are watched and restarted by the same rules, judged by their
   PING answer (``appliance.logservice.probe``) instead of INFO; they are
@@ -51,10 +55,12 @@ from pathlib import Path
 
 import psutil
 
+from appliance.bookie.exit_codes import EXIT_REFUSED
 from appliance.config import load_config
 from appliance.config.host_checks import check_host
 from appliance.errors import BKError, ConfigError
 from appliance.logservice.probe import log_server_info
+from appliance.protocol import limits
 from appliance.supervisor.probe import bookie_info, probe_curve
 from appliance.supervisor.runs import exit_record
 from storage import LedgerStorage
@@ -288,6 +294,12 @@ class Supervisor:
             b.last_exit, b.pid, b.started_at = exit_record(code, self.wall_clock()), None, None
             changed = True
             b.restarts = [t for t in b.restarts if now - t < self.sup.restart_window_ms / 1000]
+            if code == EXIT_REFUSED:
+                b.given_up = True
+                b.last_exit["reason"] = _last_line(self.config.run_path / f"{b.spec.id}.log")
+                log.error("bookie %s refused to start (%s); a restart cannot change that: "
+                          "leaving it down", b.spec.id, b.last_exit["reason"])
+                return True
             if len(b.restarts) >= self.sup.restarts_max:
                 b.given_up = True
                 log.error("%s %s exited (code %s) %d times within %d ms: leaving it down; "
@@ -335,6 +347,17 @@ class Supervisor:
         _signal(b.pid, signal.SIGKILL)
         if b.popen is not None:
             b.popen.wait()
+
+
+def _last_line(path: Path) -> str | None:
+    """The last non-empty line of a bookie's log (its refusal), or None."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - limits.SUPERVISOR_REFUSAL_TAIL_BYTES_MAX))
+            lines = f.read().decode(errors="replace").strip().splitlines()
+    except OSError:
+        return None
+    return lines[-1].strip() if lines else None
 
 
 def _create_time(pid: int) -> float | None:

@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 import zmq
 
+from appliance.config import load_config
 from appliance.errors import OK, DataUnknownError, LedgerFencedError, NoSuchEntryError
 from appliance.protocol.keys import master_key
 from appliance.supervisor.probe import bookie_info
@@ -21,7 +23,7 @@ from ipc.replies import ErrorReply, ReadReply, decode_reply
 from ipc.requests import AddRequest, ReadRequest, encode_request
 from storage.snapshot import SNAPSHOT_NAME
 from tests.support.bkctl import bkctl
-from tests.support.launch import wait_for, wait_registered
+from tests.support.launch import supervisor_pids, wait_for, wait_registered
 
 PASSWORD = b"bp46"
 ENTRIES = 300
@@ -228,3 +230,60 @@ def test_one_replaced_disk_with_cookie_auto_fix_repairs(make_cluster, lost):
         directory.mkdir()
         cluster.start_bookie(victim)
         repaired_alone(cluster, bk, victim, ledgers, reason_has=lost)
+
+
+def test_both_disks_replaced_with_cookie_auto_fix_repairs(make_cluster):
+    """New empty disks for both directories while the metadata store still
+    holds the bookie's cookie and its ledgers: it formats them, boots
+    through BP-46 and then serves its whole share alone."""
+    import appliance
+
+    cluster = make_cluster(3, server={"cookie_auto_fix": True})
+    with appliance.connect(str(cluster.config_path)) as bk:
+        wait_registered(bk, 3)
+        ledgers = write_ledgers(bk)
+        victim = "bookie-2"
+        cluster.kill(victim)
+        spec = cluster.config.bookie(victim)
+        for directory in (spec.journal_dir, spec.ledger_dir):
+            shutil.rmtree(directory)
+            directory.mkdir()
+        cluster.start_bookie(victim)
+        repaired_alone(cluster, bk, victim, ledgers, reason_has="both replaced")
+
+
+def test_both_disks_replaced_without_auto_fix_is_one_refusal_not_a_restart_loop(
+        appliance_config):
+    """Supervised: the bookie refuses once, naming the command; the
+    supervisor leaves it down and `bkctl status` says why."""
+    import appliance
+
+    config, seen = appliance_config
+    up = _bkctl(config, "up", "--detach")
+    seen.update(supervisor_pids(config))
+    assert up.returncode == 0, up.stderr
+    rows = _status_rows(config)
+    victim = rows["bookie-3"]
+    with appliance.connect(str(config)) as bk:
+        wait_registered(bk, 4)
+        write_ledgers(bk)
+    os.kill(victim["pid"], signal.SIGSTOP)  # frozen while its disks are swapped
+    for key in ("journal_dir", "ledger_dir"):
+        shutil.rmtree(victim[key])
+        Path(victim[key]).mkdir()
+    os.kill(victim["pid"], signal.SIGKILL)
+    refused = wait_for(lambda: (r := _status_rows(config)["bookie-3"])["left_down"] and r,
+                       60.0, what="bookie-3 refused and left down")
+    assert refused["state"] == "down" and refused["restarts"] in (0, 1), refused
+    assert refused["last_exit"]["code"] == 78
+    assert "fix-cookie bookie-3" in refused["last_exit"]["reason"], refused
+    text = _bkctl(config, "status")
+    assert text.returncode == 1 and "left down:" in text.stdout, text.stdout
+    log_path = load_config(config).run_path / "bookie-3.log"
+    assert log_path.read_text().count("refusing to start") == 1
+    assert _status_rows(config)["bookie-3"]["restarts"] == refused["restarts"]
+
+
+def _status_rows(config: Path) -> dict[str, dict]:
+    done = _bkctl(config, "status", "--json")
+    return {r["id"]: r for r in json.loads(done.stdout)["bookies"]}

@@ -22,7 +22,8 @@ def _dir_bytes(path) -> int:
     total = 0
     for root, _dirs, files in os.walk(path):
         for name in files:
-            total += os.stat(os.path.join(root, name)).st_size
+            if name != "RESERVE":  # room kept for a full disk, not data (docs/STORAGE.md)
+                total += os.stat(os.path.join(root, name)).st_size
     return total
 
 

@@ -12,6 +12,7 @@ import stat
 
 import pytest
 
+from appliance.bookie.exit_codes import EXIT_REFUSED
 from appliance.config import load_config
 from appliance.supervisor import runs
 from appliance.supervisor import supervisor as sup_mod
@@ -105,6 +106,25 @@ def test_a_killed_bookie_is_counted_with_its_signal_and_time(supervised):
         "code": 3, "signal": None, "at": "2026-12-04T08:00:35+00:00"}
 
 
+def test_a_bookie_that_refused_to_start_is_left_down_with_its_reason(supervised):
+    sup, config, children, advance = supervised
+    refusal = ("bookie bookie-1: refusing to start: CookieMismatchError: journal_dir x has "
+               "no cookie ... `bkctl bookie fix-cookie bookie-1`")
+    (config.run_path / "bookie-1.log").write_text(f"a line before\n{refusal}\n\n")
+    advance(1.0)
+    children[0].end(EXIT_REFUSED)
+    sup.watch_once()
+    advance(60.0)  # far past any backoff: still not restarted
+    sup.watch_once()
+    assert len(children) == 1
+    run = _state(config)["runs"]["bookie-1"]
+    assert (run["given_up"], run["restarts"], run["pid"]) == (True, 0, None)
+    assert run["last_exit"]["reason"] == refusal
+    seen = runs.supervision(_state(config), "bookie-1", None, WALL_T0 + 61)
+    assert seen["left_down"] is True
+    assert runs.describe_exit(seen["last_exit"]).endswith(f"left down: {refusal}")
+
+
 def test_the_state_file_is_owner_only_and_keeps_the_pid_map(supervised):
     _sup, config, _children, _advance = supervised
     path = sup_mod.state_path(config)
@@ -118,13 +138,13 @@ def test_supervision_reads_the_record_of_the_live_process():
     state = {"runs": {"b1": {"pid": 7, "started_at": WALL_T0, "restarts": 2,
                              "last_exit": runs.exit_record(-9, WALL_T0 - 1)}}}
     seen = runs.supervision(state, "b1", 7, WALL_T0 + 12.34)
-    assert seen == {"restarts": 2, "uptime_s": 12.3, "last_exit": {
+    assert seen == {"restarts": 2, "uptime_s": 12.3, "left_down": False, "last_exit": {
         "code": None, "signal": "SIGKILL", "at": "2026-12-04T07:59:59+00:00"}}
     down = runs.supervision(state, "b1", None, WALL_T0 + 60)
     assert (down["restarts"], down["uptime_s"]) == (2, None)
     # no supervisor records it (started by hand), and it is not a process of this host
     assert runs.supervision(None, "b1", None, WALL_T0) == {
-        "restarts": None, "uptime_s": None, "last_exit": None}
+        "restarts": None, "uptime_s": None, "last_exit": None, "left_down": None}
 
 
 def test_exits_read_as_people_say_them():
