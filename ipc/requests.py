@@ -25,6 +25,8 @@ from ipc.frames import (
     FLAG_FENCE,
     FLAG_MAJOR,
     FLAG_RECOVERY,
+    FLAG_RESUME,
+    FLAG_SUSPEND,
     LAC_ROW,
     LEDGER_ID_MAX,
     MASTER_KEY,
@@ -73,10 +75,14 @@ class InfoRequest:
 
 @dataclass(slots=True)
 class CompactRequest:
-    """Start a compaction (``major``: the major threshold); answered at once."""
+    """Start a compaction (``major``: the major threshold); answered at once.
+    ``suspend`` / ``resume`` (at most one): instead, suspend or resume the
+    bookie's automatic compaction."""
 
     major: bool = False
     request_id: int = 0
+    suspend: bool = False
+    resume: bool = False
     OP = Op.COMPACT
 
 
@@ -341,7 +347,11 @@ def _enc_read_batch(req: ReadBatchRequest, limits) -> list[Buffer]:
 
 
 def _enc_compact(req: CompactRequest, limits) -> list[Buffer]:
-    return [_head(Op.COMPACT, FLAG_MAJOR if req.major else 0, req.request_id, 0, -1)]
+    if req.suspend and req.resume:
+        raise BadRequestError("a COMPACT request suspends or resumes, not both")
+    flags = ((FLAG_MAJOR if req.major else 0) | (FLAG_SUSPEND if req.suspend else 0)
+             | (FLAG_RESUME if req.resume else 0))
+    return [_head(Op.COMPACT, flags, req.request_id, 0, -1)]
 
 
 _ENCODERS = {
@@ -396,7 +406,10 @@ def _dec_info(frames, head, flags, rid, ledger_id, entry_id, limits):
 def _dec_compact(frames, head, flags, rid, ledger_id, entry_id, limits):
     check_frame_count(frames, 1, Op.COMPACT)
     check_size(head, REQUEST_HEAD.size, "header")
-    return CompactRequest(bool(flags & FLAG_MAJOR), request_id=rid)
+    if flags & FLAG_SUSPEND and flags & FLAG_RESUME:
+        raise BadRequestError("a COMPACT request suspends or resumes, not both")
+    return CompactRequest(bool(flags & FLAG_MAJOR), request_id=rid,
+                          suspend=bool(flags & FLAG_SUSPEND), resume=bool(flags & FLAG_RESUME))
 
 
 def _dec_add(frames, head, flags, rid, ledger_id, entry_id, limits):

@@ -107,6 +107,12 @@ STORAGE_CRC_TABLES_MAX = 256  # cached CRC advance tables (one per length seen):
 STORAGE_READ_FDS_MAX = 256  # open entry-log read descriptors kept (LRU)
 STORAGE_SPARE_BUFFERS_MAX = 2  # per-ledger logs' spare write buffers kept for reuse
 STORAGE_MASTER_KEY_BYTES_MAX = 1_024  # a master key in the journal's state records
+# Compaction copies at most this many bytes per second (BookKeeper's
+# compactionRateByBytes; [storage] compaction_rate_bytes_per_s, 0 = no limit).
+# Lower: adds keep more of the entry-log device while a compaction runs;
+# higher: the space comes back sooner (a run copies live / (1 - live) bytes
+# per byte given back).
+STORAGE_COMPACTION_RATE_MAX = 64 * MiB
 
 # -- metadata store ([metadata]; storage.metadata) -------------------------------------
 # How long a silent process keeps its ephemeral registrations: shorter, a
