@@ -119,7 +119,7 @@ class Compactor:
         # Before a requested run: forget deleted ledgers now (the bookie's GC);
         # returns the ledgers forgotten.  None: nothing to ask (tests, tools).
         self.collect_deleted: Callable[[], list[int]] | None = None
-        self.clock: Callable[[], float] = time.monotonic  # the throttle's (tests inject)
+        self.clock: Callable[[], float] = time.monotonic  # throttle and schedule (tests inject)
         self.sleep: Callable[[float], object] = self._stopping.wait
         self._auto_run = False  # the running run is a scheduled one (suspend stops it)
         self._bucket = TokenBucket(0)  # the running run's (tests drive _copy_log alone)
@@ -382,13 +382,13 @@ class Compactor:
         opts = self.st.options
         intervals = {"minor": opts.compaction_minor_interval_s,
                      "major": opts.compaction_major_interval_s}
-        now = time.monotonic()
+        now = self.clock()
         due = {k: now + v if v else None for k, v in intervals.items()}
         while not self._stop:
             pending = [t for t in due.values() if t is not None]
             if self.status["suspended"]:
                 pending = []  # a due run waits for resume (or a request)
-            timeout = max(0.0, min(pending) - time.monotonic()) if pending else None
+            timeout = max(0.0, min(pending) - self.clock()) if pending else None
             self._wake.wait(timeout)
             self._wake.clear()
             if self._stop:
@@ -396,7 +396,7 @@ class Compactor:
             with self._request_lock:
                 requested, self._requested = self._requested, None
                 taking = self.status["requested_runs"]
-            now = time.monotonic()
+            now = self.clock()
             kind = requested or (None if self.status["suspended"] else next(
                 (k for k in ("major", "minor") if due[k] is not None and due[k] <= now), None))
             if kind is None:
@@ -405,7 +405,7 @@ class Compactor:
                 return
             if requested is not None:
                 self.status["requests_done"] = taking
-            now = time.monotonic()
+            now = self.clock()
             for k, interval in intervals.items():
                 if interval and (due[k] is None or due[k] <= now or kind == "major"):
                     due[k] = now + interval

@@ -32,14 +32,16 @@ class SpaceOps:
             self._disk_cache = None
         return sorted(removed + compacted), nbytes + freed
 
-    def compact(self, major: bool = False, rotate_active: bool = True) -> dict:
+    def compact(self, major: bool = False, rotate_active: bool = True,
+                collect: bool = False) -> dict:
         """Compact now, in this thread (``storage.compaction``): rewrite sealed
         entry logs whose live share is under the minor (or major) threshold,
         then remove them once the switch is durable.  ``rotate_active`` seals
-        the active log first so it is a candidate too.  Returns counts
-        (logs_compacted, entries_copied, bytes_copied, logs_removed,
-        bytes_reclaimed, seconds, ...)."""
-        return self._compactor.run(major, rotate_active)
+        the active log first so it is a candidate too; ``collect`` runs the
+        deleted-ledger collector first (``set_deleted_ledger_collector``).
+        Returns counts (ledgers_forgotten, logs_compacted, entries_copied,
+        bytes_copied, logs_removed, bytes_reclaimed, throttled_s, seconds, ...)."""
+        return self._compactor.run(major, rotate_active, collect)
 
     def request_compaction(self, major: bool = False) -> int:
         """Ask the compactor thread for a run now (deleted ledgers collected
