@@ -86,6 +86,12 @@ from .throttle import TokenBucket
 log = logging.getLogger(__name__)
 
 REMOVE_BEFORE_CHECKPOINT = False  # the crash test's mutation switch; never set it otherwise
+# Copies are appended (under the storage lock) this many bytes at a time, or
+# one entry-log buffer if smaller.  An add waits for at most one chunk: with
+# whole 4 MiB buffers a 1 KiB add waited up to 17 ms (p99 1.1 ms at 16 MiB/s
+# of copying), with 256 KiB up to 6 ms (p99 0.2 ms), same copy speed
+# (2026-11-27, storage alone, 64 KiB entries).
+COPY_CHUNK_BYTES = 256 * 1024
 
 
 def plan(log_sizes: dict[int, int], live: dict[int, int], mark_log: int,
@@ -259,7 +265,8 @@ class Compactor:
         lock).  If the scan stops early (a damaged block) and live entries
         remain in the log, it is not marked garbage: it stays, as it was."""
         st = self.st
-        limit = min(st.options.add_batch_bytes_max, st.options.entry_log_buffer_bytes) - 64
+        limit = min(st.options.add_batch_bytes_max, st.options.entry_log_buffer_bytes,
+                    COPY_CHUNK_BYTES) - 64
         chunk = _Chunk()
         done = [0, 0]
 

@@ -2,10 +2,12 @@
 
 ``TokenBucket(rate).take(n)`` returns once ``n`` more bytes fit the rate:
 over any window of ``t`` seconds at most ``rate * t + burst`` bytes are
-taken, where ``burst`` is one second's worth.  A request larger than what
-is in the bucket is let through at once and repaid afterwards (the bucket
-goes into debt and the next ``take`` waits it out), so a chunk bigger than
-the burst never blocks for ever and the long-run rate still holds.
+taken, where ``burst`` is at most one second's worth, saved up while idle
+(the bucket starts empty: a run starts at the rate, not with a burst).  A
+request larger than what is in the bucket is let through at once and
+repaid afterwards (the bucket goes into debt and the next ``take`` waits it
+out), so a chunk bigger than the burst never blocks for ever and the
+long-run rate still holds.
 
 A rate of 0 means no limit (``take`` never waits).  The clock and the
 sleep are injectable: tests drive them without sleeping, and the compactor
@@ -28,7 +30,7 @@ class TokenBucket:
             raise ValueError(f"rate_bytes_per_s must be >= 0, not {rate_bytes_per_s}")
         self.rate = rate_bytes_per_s
         self._clock, self._sleep = clock, sleep
-        self._tokens = float(rate_bytes_per_s)  # one second's burst, full at the start
+        self._tokens = 0.0  # empty at the start: no burst when a run begins
         self._at = clock()
         self.waited_s = 0.0  # total time take() spent waiting (status, metrics)
 

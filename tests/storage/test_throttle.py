@@ -28,30 +28,31 @@ def test_no_limit_never_waits():
     assert t.sleeps == [] and bucket.waited_s == 0.0
 
 
-def test_one_seconds_worth_passes_at_once_then_the_rate_holds():
+def test_a_run_starts_at_the_rate_without_a_burst():
     t = FakeTime()
     bucket = TokenBucket(1000, t.clock, t.sleep)
-    assert bucket.take(600) == 0.0 and bucket.take(400) == 0.0  # the burst
     assert bucket.take(500) == pytest.approx(0.5)
-    for _ in range(20):
+    for _ in range(22):
         bucket.take(250)
-    # 6,500 bytes in total: one second's burst, then 5.5 s at 1,000 B/s
-    assert t.now - 100.0 == pytest.approx(5.5)
-    assert bucket.waited_s == pytest.approx(5.5)
+    # 6,000 bytes at 1,000 B/s: 6 s
+    assert t.now - 100.0 == pytest.approx(6.0)
+    assert bucket.waited_s == pytest.approx(6.0)
 
 
-def test_a_take_bigger_than_the_burst_goes_through_and_is_repaid():
+def test_a_take_bigger_than_the_bucket_goes_through_and_is_repaid():
     t = FakeTime()
     bucket = TokenBucket(1000, t.clock, t.sleep)
-    assert bucket.take(4000) == pytest.approx(3.0)  # 1,000 in the bucket, 3,000 of debt
-    assert bucket.take(1000) == pytest.approx(1.0)
+    assert bucket.take(3000) == pytest.approx(3.0)  # 3,000 of debt, waited out
+    t.now += 0.5
+    assert bucket.take(1000) == pytest.approx(0.5)
 
 
-def test_idle_time_refills_at_most_one_second():
+def test_idle_time_saves_up_at_most_one_second():
     t = FakeTime()
     bucket = TokenBucket(1000, t.clock, t.sleep)
-    bucket.take(1000)
-    t.now += 3600.0  # an hour idle: still only one second's burst
+    t.now += 0.4
+    assert bucket.take(400) == 0.0  # saved up while idle
+    t.now += 3600.0  # an hour idle: only one second's burst
     assert bucket.take(1000) == 0.0
     assert bucket.take(1000) == pytest.approx(1.0)
 
@@ -59,7 +60,6 @@ def test_idle_time_refills_at_most_one_second():
 def test_a_wait_cut_short_is_counted_as_waited():
     t = FakeTime()
     bucket = TokenBucket(1000, t.clock, lambda s: None)  # an interrupted sleep returns early
-    bucket.take(1000)
     assert bucket.take(2000) == 0.0 and bucket.waited_s == 0.0
 
 
