@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 import appliance
 from tests.support.bkctl import bkctl
 from tests.support.launch import wait_registered
@@ -49,8 +51,12 @@ def _kept_payload_bytes(handles) -> dict[str, int]:
     return held
 
 
-def test_major_compaction_right_after_deletes_brings_logs_down_to_live(make_cluster):
-    cluster = make_cluster(4, quorums=(3, 3, 2))  # default gc_interval_ms: GC has not run yet
+@pytest.mark.parametrize("per_ledger", [False, True], ids=["interleaved", "per_ledger"])
+def test_major_compaction_right_after_deletes_brings_logs_down_to_live(make_cluster,
+                                                                     per_ledger):
+    # default gc_interval_ms: the bookies' GC has not run when compaction is asked
+    cluster = make_cluster(4, quorums=(3, 3, 2),
+                           storage={"entry_log_per_ledger": per_ledger})
     with appliance.connect(str(cluster.config_path)) as bk:
         wait_registered(bk, 4)
         handles = _write(bk)
