@@ -33,6 +33,10 @@ import time
 
 import numpy as np
 
+import appliance
+from appliance.config import load_config
+from appliance.supervisor.probe import bookie_compact, bookie_info, probe_curve
+
 GARBAGE_ENTRY_BYTES = 64 * 1024
 GARBAGE_LEDGERS = 12
 POLL_S = 0.05
@@ -42,10 +46,6 @@ ASK_TIMEOUT_MS = 5_000
 def make_garbage(config_path: str, megabytes: int, options) -> int:
     """Write ``megabytes`` MB of 64 KiB entries over ``GARBAGE_LEDGERS``
     ledgers round robin, delete two thirds of them; returns bytes written."""
-    # on use: the bench's client processes import appliance.bench.ledgers,
-    # which imports this module; they never make garbage
-    import appliance
-
     count = max(GARBAGE_LEDGERS, -(-megabytes * 1_000_000 // GARBAGE_ENTRY_BYTES))
     payload = os.urandom(GARBAGE_ENTRY_BYTES)
     with appliance.connect(config_path) as bk:
@@ -66,10 +66,6 @@ class CompactionDuring:
     delay and watches until all are done (``stop`` ends the watch)."""
 
     def __init__(self, config_path: str, after_s: float):
-        # on use: see make_garbage
-        from appliance.config import load_config
-        from appliance.supervisor.probe import probe_curve
-
         config = load_config(config_path)
         self._endpoints = {b.id: b.endpoint for b in config.bookies}
         self._curve = probe_curve(config)
@@ -90,9 +86,6 @@ class CompactionDuring:
             self._thread.join(timeout=30)
 
     def _main(self) -> None:
-        # on use: see make_garbage
-        from appliance.supervisor.probe import bookie_compact, bookie_info
-
         if self._stop.wait(self._after_s):
             return
         self.asked_at = time.perf_counter()
