@@ -227,14 +227,13 @@ class Compactor:
 
     def _collect(self) -> tuple[int | None, str | None]:
         """(ledgers ``collect_deleted`` forgot, or None; its error, or None).
-        A failure (the metadata store unreachable) is reported, not raised:
-        the run then compacts what the index already knows is garbage."""
+        A failure (the metadata store unreachable or closed) is reported, not
+        raised: the run then compacts what the index already knows is
+        garbage (a closed or failed storage stops it at its next step)."""
         if self.collect_deleted is None:
             return None, None
         try:
             return len(self.collect_deleted()), None
-        except (ClientClosedError, BookieIOError):
-            raise
         except Exception as exc:  # noqa: BLE001 - reported in the run's result
             log.warning("deleted ledgers of %s not collected before compaction: %s",
                         self.st.ledger_dir, exc)
