@@ -260,14 +260,37 @@ class Compactor:
         block verified), so memory stays bounded by one block plus one chunk
         of copies, whatever the log holds.  Per block, the records the index
         points at are kept (under the lock); a chunk of them is appended once
-        it reaches an entry-log buffer (``_flush``: checked again under the
-        lock).  If the scan stops early (a damaged block) and live entries
-        remain in the log, it is not marked garbage: it stays, as it was."""
+        it reaches ``COPY_CHUNK_BYTES`` (``_flush``: checked again under the
+        lock).  Nothing new is ever indexed into a sealed log, so its live
+        bytes only fall: a log with none is not read at all, and the scan
+        ends once it has gathered as many bytes as were live when it began.
+        If the scan stops early (a damaged block) and live entries remain in
+        the log, it is not marked garbage: it stays, as it was."""
+        st = self.st
+        with st._lock:
+            st._check_usable()
+            live = st._index.live_bytes_by_log(RECORD_HEADER_BYTES).get(log_id, 0)
+        done = [0, 0]
+        if live:
+            self._scan_and_copy(log_id, live, done)
+        with st._lock:
+            st._check_usable()
+            left = st._index.live_bytes_by_log(RECORD_HEADER_BYTES).get(log_id, 0)
+            if left:  # the scan stopped before them (a damaged block): keep the log
+                raise CorruptRecordError(f"entry log {log_id}: {left} bytes of indexed "
+                                         f"entries were not found by its scan")
+            st._garbage.add(log_id)
+            st._logs.ledger_bytes.pop(log_id, None)
+        return done[0], done[1]
+
+    def _scan_and_copy(self, log_id: int, live: int, done: list) -> None:
+        """The scan of ``_copy_log``: gather and append the indexed records
+        until ``live`` bytes (records and headers) are gathered or the log ends."""
         st = self.st
         limit = min(st.options.add_batch_bytes_max, st.options.entry_log_buffer_bytes,
                     COPY_CHUNK_BYTES) - 64
         chunk = _Chunk()
-        done = [0, 0]
+        gathered = [0]
 
         def on_block(offset: int, info, raw) -> None:
             with st._lock:
@@ -279,24 +302,20 @@ class Compactor:
                 length = int(info.lengths[i])
                 chunk.add(int(info.ledgers[i]), int(info.entries[i]),
                           offset + int(info.offsets[i]), bytes(raw[rel:rel + length]))
+                gathered[0] += length + RECORD_HEADER_BYTES
                 if chunk.nbytes >= limit:
                     self._flush(chunk, log_id, done)
+            if gathered[0] >= live:
+                raise _AllGathered
 
         try:
             scan_log(st.ledger_dir, log_id, 0, on_block)
+        except _AllGathered:
+            pass
         except FileNotFoundError as exc:
             raise CorruptRecordError(f"entry log {log_path(st.ledger_dir, log_id)} is "
                                      f"missing") from exc
         self._flush(chunk, log_id, done)
-        with st._lock:
-            st._check_usable()
-            left = st._index.live_bytes_by_log(RECORD_HEADER_BYTES).get(log_id, 0)
-            if left:  # the scan stopped before them (a damaged block): keep the log
-                raise CorruptRecordError(f"entry log {log_id}: {left} bytes of indexed "
-                                         f"entries were not found by its scan")
-            st._garbage.add(log_id)
-            st._logs.ledger_bytes.pop(log_id, None)
-        return done[0], done[1]
 
     def _flush(self, chunk: _Chunk, log_id: int, done: list) -> None:
         """Append the chunk's records the index still points at in ``log_id``."""
@@ -430,6 +449,10 @@ class Compactor:
         finally:
             self._auto_run = False
         return True
+
+
+class _AllGathered(Exception):  # noqa: N818 - a signal that ends a scan, not an error
+    """Every record that was live in the log is gathered: the scan ends."""
 
 
 class _Chunk:

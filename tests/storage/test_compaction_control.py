@@ -163,3 +163,35 @@ def test_a_failed_collection_is_reported_and_the_run_goes_on(make_storage):
     assert result["ledgers_forgotten"] is None
     assert "unreachable" in result["gc_error"] and result["logs_compacted"] >= 4
     _reads_back(st, keep)
+
+
+def test_a_log_without_live_entries_is_not_read_and_a_scan_ends_at_its_last_live_one(
+        make_storage, monkeypatch):
+    from storage import compaction
+
+    st = make_storage()
+    early = _interleaved(st, LEDGERS[:2], 150)  # the first log: both ledgers, then
+    _interleaved(st, LEDGERS[2:4], 600)  # these two (deleted below) fill it and more logs
+    for led in LEDGERS[1:4]:
+        st.delete_ledger(led)
+    holding = {log_id for log_id, per in st._logs.ledger_bytes.items() if LEDGERS[0] in per}
+    assert len(holding) == 1
+    (first,) = holding
+    blocks_in_first = [0]
+    compaction.scan_log(str(st.ledger_dir), first, 0,
+                        lambda *a: blocks_in_first.__setitem__(0, blocks_in_first[0] + 1))
+    scanned: dict[int, int] = {}
+    real_scan = compaction.scan_log
+
+    def counting_scan(directory, log_id, start, on_block):
+        def counted(offset, info, raw):
+            scanned[log_id] = scanned.get(log_id, 0) + 1
+            on_block(offset, info, raw)
+        return real_scan(directory, log_id, start, counted)
+    monkeypatch.setattr(compaction, "scan_log", counting_scan)
+    result = st.compact(major=True)
+    assert result["logs_compacted"] >= 3 and result["logs_removed"] == result["logs_compacted"]
+    assert set(scanned) == {first}  # the others hold nothing live: not read
+    # read up to LEDGERS[0]'s last entry: its 150 blocks (one per batch), not the rest
+    assert scanned[first] == 150 < blocks_in_first[0]
+    _reads_back(st, {LEDGERS[0]: early[LEDGERS[0]]})
