@@ -287,7 +287,8 @@ def _echo_compaction_state(info: dict) -> None:
                f"{'running' if c.get('running') else 'idle'}, {c.get('runs', 0)} runs "
                f"({c.get('failures', 0)} failed), "
                f"{c.get('bytes_reclaimed_total', 0) / 1e6:.1f} MB given back, rate limit "
-               + (f"{rate / 1e6:.1f} MB/s" if rate else "none")
+               + (f"{rate / 1e6:.1f} MB/s ({c.get('throttled_s_total', 0):.1f} s waited "
+                  f"for it)" if rate else "none")
                + (f"; last: {last.get('kind')}, {last.get('logs_compacted')} logs rewritten"
                   if last else ""))
 
