@@ -43,9 +43,10 @@ POLL_S = 0.05
 ASK_TIMEOUT_MS = 5_000
 
 
-def make_garbage(config_path: str, megabytes: int, options) -> int:
+def make_garbage(config_path: str, megabytes: int, options) -> tuple[int, list[int]]:
     """Write ``megabytes`` MB of 64 KiB entries over ``GARBAGE_LEDGERS``
-    ledgers round robin, delete two thirds of them; returns bytes written."""
+    ledgers round robin, delete two thirds of them; returns (bytes written,
+    the ledgers kept: ``drop_ledgers`` deletes them after the run)."""
     count = max(GARBAGE_LEDGERS, -(-megabytes * 1_000_000 // GARBAGE_ENTRY_BYTES))
     payload = os.urandom(GARBAGE_ENTRY_BYTES)
     with appliance.connect(config_path) as bk:
@@ -58,7 +59,15 @@ def make_garbage(config_path: str, megabytes: int, options) -> int:
             lh.close()
             if i % 3:
                 bk.delete_ledger(lh.id)
-    return count * GARBAGE_ENTRY_BYTES
+    return count * GARBAGE_ENTRY_BYTES, [lh.id for i, lh in enumerate(handles) if not i % 3]
+
+
+def drop_ledgers(config_path: str, ledger_ids: list[int]) -> None:
+    """Delete the ledgers ``make_garbage`` kept (a running appliance keeps
+    nothing of the bench)."""
+    with appliance.connect(config_path) as bk:
+        for ledger_id in ledger_ids:
+            bk.delete_ledger(ledger_id)
 
 
 class CompactionDuring:

@@ -63,7 +63,12 @@ from pathlib import Path
 
 import psutil
 
-from appliance.bench.compact_during import CompactionDuring, during_figures, make_garbage
+from appliance.bench.compact_during import (
+    CompactionDuring,
+    drop_ledgers,
+    during_figures,
+    make_garbage,
+)
 from appliance.bench.launcher import (
     START_TIMEOUT_S,
     bookie_pids,
@@ -215,12 +220,14 @@ def run_bench(kind: str, options: BenchOptions, config_path: str | None = None,
         if len(pids) < options.ensemble:
             raise NotEnoughBookiesError(f"ensemble {options.ensemble} needs {options.ensemble} "
                                         f"live bookies; {len(pids)} are registered")
-        garbage, watch = 0, None
+        garbage, kept, watch = 0, [], None
         if options.compact_during_mb and kind == "write":
-            garbage = make_garbage(config, options.compact_during_mb, options)
+            garbage, kept = make_garbage(config, options.compact_during_mb, options)
             watch = CompactionDuring(config, options.compact_after_s)
         results, bookie_cpu_s = _run_clients(kind, config, options, pids, during=watch)
         peak_rss_mb = _peak_rss_mb(pids)
+        if kept:
+            drop_ledgers(config, kept)
     doc = summarise(kind, options, results, bookie_cpu_s, peak_rss_mb)
     if watch is not None:
         doc.update(during_figures(results, watch, garbage))

@@ -65,3 +65,17 @@ def test_adds_are_split_by_their_send_time():
     assert doc["outside_compaction"]["p99_ms"] == pytest.approx(1.0)
     watch.done_at = None  # still running at the end: every add sent after the ask
     assert during_figures(results, watch, 100)["during_compaction"]["samples"] == 3
+
+
+def test_a_running_appliance_keeps_nothing_of_the_bench(make_cluster):
+    import appliance
+
+    cluster = make_cluster(3)
+    config = str(cluster.config_path)
+    result = CliRunner().invoke(cli, [
+        "bench", "write", "--config", config, "--entries", "1000", "--compact-during", "5",
+        "--compact-after-s", "0", "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["compaction"]["asked_s"] is not None
+    with appliance.connect(config) as bk:
+        assert bk.list_ledgers() == []
