@@ -5,8 +5,8 @@
 # Each case is one `bkctl bench write --compact-during` on a temporary
 # appliance: 1,000 MB of 64 KiB entries over 12 ledgers, 8 deleted, then a
 # 30 s open-loop run of 1 KB adds with the compaction asked 5 s into it.
-# Cases: none (asked after the run ended), no limit, the default rate
-# (storage.compaction_rate_bytes_per_s), 16 MiB/s.  JSON per case in
+# Cases: none (asked after the run ended), no limit, 64 MiB/s, the default
+# (storage.compaction_rate_bytes_per_s, 16 MiB/s).  JSON per case in
 # OUTDIR; OUTDIR/run.log has the load average after each.  OUTDIR defaults
 # to a new temp dir, never inside docs/.  Nothing else should run meanwhile.
 set -euo pipefail
@@ -21,14 +21,14 @@ esac
 mkdir -p "$out"
 cd "$root"   # python -m puts the working directory first on sys.path
 echo "compaction.sh: results in $out"
-bk() { .venv/bin/python -m cli.main bench write --rate 10000 --duration-s 30 --sample-every 1 \
-         --baseline-s 0 --compact-during 1000 "$@"; }
+bk() { .venv/bin/python -m cli.main bench write --rate 10000 --entries 300000 --duration-s 30 \
+         --sample-every 1 --baseline-s 0 --compact-during 1000 "$@"; }
 log() { echo "$(date +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg) $1" >> "$out/run.log"; }
 : > "$out/run.log"
 log start
 bk --compact-after-s 3600 --json > "$out/none.json"; log none
 bk --compact-after-s 5 --compaction-rate 0 --json > "$out/unlimited.json"; log unlimited
+bk --compact-after-s 5 --compaction-rate 67108864 --json > "$out/64mib.json"; log 64mib
 bk --compact-after-s 5 --json > "$out/default.json"; log default
-bk --compact-after-s 5 --compaction-rate 16777216 --json > "$out/16mib.json"; log 16mib
 log done
 echo "compaction.sh: done; results in $out"
