@@ -59,6 +59,9 @@ def _options(config_path, journal, **kwargs):
     if config_path is not None and kwargs.get("entry_log_per_ledger"):
         raise click.UsageError("--entry-log-per-ledger applies to the temporary appliance; "
                                "a running one uses its config's storage.entry_log_per_ledger")
+    if config_path is not None and kwargs.get("compaction_rate") is not None:
+        raise click.UsageError("--compaction-rate applies to the temporary appliance; a running "
+                               "one uses its config's storage.compaction_rate_bytes_per_s")
     return BenchOptions(journal=True if journal is None else journal, **kwargs).validate()
 
 
@@ -81,6 +84,21 @@ def _echo(doc: dict, rate_key: str, what: str) -> None:
         click.echo(f"plot  {doc['plot']}")
 
 
+def _echo_compaction(doc: dict) -> None:
+    c = doc["compaction"]
+    took = "still running at the end" if c["done_s"] is None else \
+        f"{c['done_s'] - c['asked_s']:.1f} s"
+    click.echo(f"compaction  asked at {c['asked_s']} s, {took}: "
+               f"{c['bytes_copied'] / 1e6:,.0f} MB copied by {c['bookies_done']} bookies, "
+               f"{c['throttled_s']:.1f} s waiting for the rate limit"
+               + (f" ({c['error']})" if c["error"] else ""))
+    for key, what in (("during_compaction", "during"), ("outside_compaction", "outside")):
+        row = doc[key]
+        if row["samples"]:
+            click.echo(f"  adds sent {what:<7} p50 {row['p50_ms']:.2f}  p99 {row['p99_ms']:.2f}"
+                       f"  p99.9 {row['p999_ms']:.2f} ms  ({row['samples']:,} samples)")
+
+
 @click.command("write", short_help="Durable adds/s, MB/s, latency and CPU.")
 @click.option("--rate", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="Open loop: adds/s over all clients, latency from the scheduled send "
@@ -100,6 +118,16 @@ def _echo(doc: dict, rate_key: str, what: str) -> None:
 @click.option("--metrics/--no-metrics", default=False, show_default=True,
               help="Temporary appliance: every bookie serves Prometheus /metrics "
                    "(metrics_address 127.0.0.1:0), to measure what metrics cost.")
+@click.option("--compact-during", "compact_during_mb", type=click.IntRange(min=0), default=0,
+              show_default=True, metavar="MB",
+              help="First write MB of 64 KiB entries to 12 ledgers and delete 8 of them, "
+                   "then ask every bookie for a major compaction --compact-after-s into "
+                   "the run; also prints the latency of the adds sent while it ran.")
+@click.option("--compact-after-s", type=click.FloatRange(min=0), default=2.0,
+              show_default=True, help="With --compact-during: when the compaction starts.")
+@click.option("--compaction-rate", type=click.IntRange(min=0), default=None,
+              help="Temporary appliance: storage.compaction_rate_bytes_per_s (bytes/s "
+                   "compaction copies; 0 = no limit; default: the config's default).")
 @client_knob_options
 @_bench_options
 @library_errors
@@ -117,13 +145,20 @@ def write(config_path, journal, plot_path, workdir, as_json, **kwargs):
       bkctl bench write --ledgers 1000 --gc-threshold 50000   # many ledgers, less GC
       bkctl bench write --ledgers 1000 --switch-interval-us 50000   # fewer GIL swaps
       bkctl bench write --ledgers 1000 --rate 10000 --add-messages-inflight 0   # no hold
+      bkctl bench write --rate 10000 --duration-s 30 --compact-during 1000 \\
+          --compaction-rate 0               # add p99 while a major compaction runs
     """
     # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.bench.ledgers import run_bench
 
     options = _options(config_path, journal, **kwargs)
     doc = run_bench("write", options, config_path, workdir, plot_path)
-    echo_json(doc) if as_json else _echo(doc, "adds_per_s", "write")
+    if as_json:
+        echo_json(doc)
+        return
+    _echo(doc, "adds_per_s", "write")
+    if "compaction" in doc:
+        _echo_compaction(doc)
 
 
 @click.command("read", short_help="Catch-up reads of a closed ledger.")

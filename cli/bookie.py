@@ -139,8 +139,9 @@ def info_(bookie_id, as_json, config_path):
     last boot fenced its
     ledgers (if it did), how many ledgers are in limbo and the repair's
     progress (entries and bytes copied, ledgers waiting to retry and why),
-    and what it has served since it started (adds, reads, fences,
-    explicit LACs, refusals, malformed messages).
+    what it has served since it started (adds, reads, fences,
+    explicit LACs, refusals, malformed messages) and its compaction
+    (automatic runs on or SUSPENDED, runs, space given back, rate limit).
 
     \b
     Example:
@@ -158,6 +159,7 @@ def info_(bookie_id, as_json, config_path):
     if info["state"] == "up":
         _echo_boot_and_repair(info)
         _echo_gc_and_counters(info)
+        _echo_compaction_state(info)
 
 
 def _gather_info(config, bookie_id: str) -> dict:
@@ -182,7 +184,8 @@ def _gather_info(config, bookie_id: str) -> dict:
            "pid": (live or {}).get("pid"),
            **supervision(read_state(config), bookie_id, (live or {}).get("pid"), time.time()),
            "limbo_ledgers": None, "boot": None, "repair": None, "gc": None, "counters": None,
-           "read_only": None, "read_only_reason": None, "full_disk": None}
+           "read_only": None, "read_only_reason": None, "full_disk": None,
+           "compaction": None}
     if live:
         out["state"] = "read-only" if live.get("read_only") else "up"
         out["read_only"], out["read_only_reason"] = live.get("read_only"), \
@@ -192,6 +195,7 @@ def _gather_info(config, bookie_id: str) -> dict:
         out["boot"], out["repair"] = live.get("boot"), live.get("repair")
         out["gc"] = live.get("gc")
         out["counters"] = live.get("counters")
+        out["compaction"] = (live.get("storage") or {}).get("compaction")
     return out
 
 
@@ -280,47 +284,102 @@ def _echo_gc_and_counters(info: dict) -> None:
                f"{count('replies_dropped', 0):,} replies dropped")
 
 
-@bookie.command(short_help="Compact a bookie's entry logs now.", name="compact")
+def _echo_compaction_state(info: dict) -> None:
+    c = info.get("compaction") or {}
+    rate = c.get("rate_bytes_per_s")
+    last = c.get("last") or {}
+    click.echo(f"  compaction: automatic {'SUSPENDED' if c.get('suspended') else 'on'}, "
+               f"{'running' if c.get('running') else 'idle'}, {c.get('runs', 0)} runs "
+               f"({c.get('failures', 0)} failed), "
+               f"{c.get('bytes_reclaimed_total', 0) / 1e6:.1f} MB given back, rate limit "
+               + (f"{rate / 1e6:.1f} MB/s ({c.get('throttled_s_total', 0):.1f} s waited "
+                  f"for it)" if rate else "none")
+               + (f"; last: {last.get('kind')}, {last.get('logs_compacted')} logs rewritten"
+                  if last else ""))
+
+
+@bookie.command(short_help="Compact a bookie's entry logs now, or suspend/resume it.",
+                name="compact")
 @click.argument("bookie_id")
 @click.option("--major", is_flag=True,
               help="Use storage.compaction_major_threshold (default 0.8) instead of the "
                    "minor one (0.2): more space back for more copying.")
+@click.option("--suspend", "action", flag_value="suspend",
+              help="Do not compact: suspend the bookie's automatic compaction (a run going "
+                   "on stops after its current log) until --resume or it restarts.")
+@click.option("--resume", "action", flag_value="resume",
+              help="Do not compact: resume the bookie's automatic compaction.")
 @click.option("--timeout", "timeout_s", type=float, default=3600.0, show_default=True,
               help="Seconds to wait for the run to finish.")
 @json_option
 @config_option
 @library_errors
-def compact_(bookie_id, major, timeout_s, as_json, config_path):
-    """Compact BOOKIE_ID's entry logs now: logs whose live share is under the
-    threshold are rewritten (live entries copied, the old log removed once
-    the switch is durable; reads go on). Its active log is sealed first, so
-    data deleted a moment ago counts. Prints progress, then what was
-    reclaimed and the disk accounting. Exit 1 if the run failed.
+def compact_(bookie_id, major, action, timeout_s, as_json, config_path):
+    """Compact BOOKIE_ID's entry logs now: the bookie first deletes the
+    ledgers whose metadata is gone (its GC would take two gc_interval_ms)
+    and seals its active log, so data deleted a moment ago counts; then
+    logs whose live share is under the threshold are rewritten (live
+    entries copied, at most storage.compaction_rate_bytes_per_s, the old
+    log removed once the switch is durable; reads go on). Prints progress,
+    then what was reclaimed and the disk accounting. Exit 1 if the run
+    failed. It runs also while automatic compaction is suspended.
 
     \b
-    Example:
+    Examples:
       bkctl bookie compact bookie-1 --major
+      bkctl bookie compact bookie-1 --suspend   # no automatic runs for now
     """
-    import time
-
     # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.config import load_config
-    from appliance.supervisor.probe import bookie_compact, bookie_info, probe_curve
+    from appliance.supervisor.probe import bookie_compact, probe_curve
 
+    if action and major:
+        raise click.UsageError(f"--major starts a run; --{action} does not: give one of them")
     config = load_config(config_path)
     spec, curve = config.bookie(bookie_id), probe_curve(config)
-    started = bookie_compact(spec.endpoint, major, 5000, curve=curve)
+    started = bookie_compact(spec.endpoint, major, 5000, curve=curve,
+                             suspend=action == "suspend", resume=action == "resume")
     if started is None:
         raise click.ClickException(f"{bookie_id} did not answer at {spec.endpoint}: is it up? "
                                    f"(bkctl status)")
-    ticket, failures = started["ticket"], started["compaction"]["failures"]
+    if action:
+        _echo_suspension(bookie_id, started["compaction"], as_json)
+        return
+    status, info = _wait_compaction(bookie_id, spec.endpoint, curve, started["ticket"],
+                                    timeout_s)
+    failed = status.get("failures", 0) > started["compaction"]["failures"]
+    _echo_compaction_result(bookie_id, status, info, failed, as_json)
+    if failed:
+        click.get_current_context().exit(1)
+
+
+def _echo_suspension(bookie_id: str, status: dict, as_json: bool) -> None:
+    if as_json:
+        echo_json({"id": bookie_id, "suspended": status.get("suspended")})
+    elif status.get("suspended"):
+        click.echo(f"{bookie_id}: automatic compaction suspended (a run going on stops after "
+                   f"its current log) until bkctl bookie compact {bookie_id} --resume or "
+                   f"the bookie restarts; bkctl bookie compact still runs")
+    else:
+        click.echo(f"{bookie_id}: automatic compaction resumed")
+
+
+def _wait_compaction(bookie_id: str, endpoint: str, curve, ticket: int,
+                     timeout_s: float) -> tuple[dict, dict]:
+    """Poll INFO until the run of ``ticket`` is done, showing its progress;
+    (the compaction status, the INFO document)."""
+    import time
+
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
+    from appliance.supervisor.probe import bookie_info
+
     deadline = time.monotonic() + timeout_s
     shown = None
     while True:
-        info = bookie_info(spec.endpoint, 5000, curve=curve)
+        info = bookie_info(endpoint, 5000, curve=curve)
         status = ((info or {}).get("storage") or {}).get("compaction") or {}
         if status.get("requests_done", 0) >= ticket:
-            break
+            return status, info
         progress = status.get("progress")
         if progress and progress != shown:
             click.echo(f"  {progress['logs_done']}/{progress['logs_total']} logs, "
@@ -331,27 +390,37 @@ def compact_(bookie_id, major, timeout_s, as_json, config_path):
             raise click.ClickException(f"compaction of {bookie_id} still running after "
                                        f"{timeout_s:.0f} s (it goes on; see bkctl status --json)")
         time.sleep(0.2)  # a poll interval, not a wait for an event we could watch
-    failed = status.get("failures", 0) > failures
+
+
+def _echo_compaction_result(bookie_id: str, status: dict, info: dict, failed: bool,
+                            as_json: bool) -> None:
     last = status.get("last") or {}
     disk = info["storage"].get("disk") or {}
     out = {"id": bookie_id, "ok": not failed, "error": status.get("last_error") if failed
            else None, "result": None if failed else last, "disk": disk}
     if as_json:
         echo_json(out)
-    elif failed:
-        click.echo(f"{bookie_id}: compaction failed: {out['error']}")
-    else:
-        click.echo(f"{bookie_id}: {last['kind']} compaction (live share under "
-                   f"{last['threshold']:.0%}): {last['logs_compacted']} entry logs rewritten, "
-                   f"{last['entries_copied']} entries / {last['bytes_copied'] / 1e6:.1f} MB "
-                   f"copied, {last['logs_removed']} logs removed, "
-                   f"{last['bytes_reclaimed'] / 1e6:.1f} MB given back in {last['seconds']} s")
-        click.echo(f"  entry logs now: {disk.get('entry_logs')} files, "
-                   f"{disk.get('entry_log_bytes', 0) / 1e6:.1f} MB: "
-                   f"{disk.get('live_bytes', 0) / 1e6:.1f} MB live, "
-                   f"{disk.get('garbage_bytes', 0) / 1e6:.1f} MB garbage")
+        return
     if failed:
-        click.get_current_context().exit(1)
+        click.echo(f"{bookie_id}: compaction failed: {out['error']}")
+        return
+    forgotten = last.get("ledgers_forgotten")
+    if last.get("gc_error"):
+        click.echo(f"{bookie_id}: deleted ledgers not collected first ({last['gc_error']}): "
+                   f"their entries still count as live")
+    click.echo(f"{bookie_id}: {last['kind']} compaction (live share under "
+               f"{last['threshold']:.0%}): "
+               + (f"{forgotten} deleted ledgers forgotten first, " if forgotten else "")
+               + f"{last['logs_compacted']} entry logs rewritten, "
+               f"{last['entries_copied']} entries / {last['bytes_copied'] / 1e6:.1f} MB "
+               f"copied, {last['logs_removed']} logs removed, "
+               f"{last['bytes_reclaimed'] / 1e6:.1f} MB given back in {last['seconds']} s"
+               + (f" ({last['throttled_s']} s waiting for the rate limit)"
+                  if last.get("throttled_s") else ""))
+    click.echo(f"  entry logs now: {disk.get('entry_logs')} files, "
+               f"{disk.get('entry_log_bytes', 0) / 1e6:.1f} MB: "
+               f"{disk.get('live_bytes', 0) / 1e6:.1f} MB live, "
+               f"{disk.get('garbage_bytes', 0) / 1e6:.1f} MB garbage")
 
 
 @bookie.command(short_help="Collect a bookie's garbage now, also when its disk is full.",

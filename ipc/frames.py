@@ -58,6 +58,8 @@ FLAG_FENCE = 0x0002  # READ / READ_LAC / READ_BATCH: fence the ledger before rea
 FLAG_MAJOR = 0x0004  # COMPACT: major compaction (its higher threshold)
 # every read op: the 32-byte master key follows the op's extension (FENCE implies it too)
 FLAG_KEY = 0x0008
+FLAG_SUSPEND = 0x0010  # COMPACT: suspend automatic compaction instead of running one
+FLAG_RESUME = 0x0020  # COMPACT: resume automatic compaction instead of running one
 READ_KEY_FLAGS = FLAG_FENCE | FLAG_KEY  # either bit: a master key follows
 FLAG_GC = 0x0100  # COMPACT: a garbage-collection pass instead (bkctl bookie gc)
 
@@ -76,7 +78,7 @@ ALLOWED_FLAGS = {
     Op.WRITE_LAC: 0,
     Op.WRITE_LAC_MULTI: 0,
     Op.WRITE_CLOSE: 0,
-    Op.COMPACT: FLAG_MAJOR | FLAG_GC,
+    Op.COMPACT: FLAG_MAJOR | FLAG_GC | FLAG_SUSPEND | FLAG_RESUME,
 }
 
 MASTER_KEY_BYTES = 32

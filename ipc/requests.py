@@ -26,6 +26,8 @@ from ipc.frames import (
     FLAG_GC,
     FLAG_MAJOR,
     FLAG_RECOVERY,
+    FLAG_RESUME,
+    FLAG_SUSPEND,
     LAC_ROW,
     LEDGER_ID_MAX,
     MASTER_KEY,
@@ -76,11 +78,14 @@ class InfoRequest:
 class CompactRequest:
     """Start a compaction (``major``: the major threshold), or with ``gc`` a
     garbage-collection pass (deleted ledgers, their entry logs, then a minor
-    compaction); answered at once."""
+    compaction); answered at once.  ``suspend`` / ``resume`` (at most one):
+    instead, suspend or resume the bookie's automatic compaction."""
 
     major: bool = False
     gc: bool = False
     request_id: int = 0
+    suspend: bool = False
+    resume: bool = False
     OP = Op.COMPACT
 
 
@@ -345,7 +350,10 @@ def _enc_read_batch(req: ReadBatchRequest, limits) -> list[Buffer]:
 
 
 def _enc_compact(req: CompactRequest, limits) -> list[Buffer]:
-    flags = (FLAG_MAJOR if req.major else 0) | (FLAG_GC if req.gc else 0)
+    if req.suspend and req.resume:
+        raise BadRequestError("a COMPACT request suspends or resumes, not both")
+    flags = ((FLAG_MAJOR if req.major else 0) | (FLAG_GC if req.gc else 0)
+             | (FLAG_SUSPEND if req.suspend else 0) | (FLAG_RESUME if req.resume else 0))
     return [_head(Op.COMPACT, flags, req.request_id, 0, -1)]
 
 
@@ -401,7 +409,10 @@ def _dec_info(frames, head, flags, rid, ledger_id, entry_id, limits):
 def _dec_compact(frames, head, flags, rid, ledger_id, entry_id, limits):
     check_frame_count(frames, 1, Op.COMPACT)
     check_size(head, REQUEST_HEAD.size, "header")
-    return CompactRequest(bool(flags & FLAG_MAJOR), bool(flags & FLAG_GC), request_id=rid)
+    if flags & FLAG_SUSPEND and flags & FLAG_RESUME:
+        raise BadRequestError("a COMPACT request suspends or resumes, not both")
+    return CompactRequest(bool(flags & FLAG_MAJOR), bool(flags & FLAG_GC), request_id=rid,
+                          suspend=bool(flags & FLAG_SUSPEND), resume=bool(flags & FLAG_RESUME))
 
 
 def _dec_add(frames, head, flags, rid, ledger_id, entry_id, limits):

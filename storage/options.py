@@ -131,6 +131,12 @@ class StorageOptions:
     compaction_major_interval_s: float = 86400.0
     """Seconds between major compactions (0 = never by itself)."""
 
+    compaction_rate_bytes_per_s: int = limits.STORAGE_COMPACTION_RATE_MAX
+    """Most bytes compaction copies per second, every run (automatic or
+    ``bkctl bookie compact``); 0 = no limit.  Lower: adds keep more of the
+    entry-log device while a compaction runs; higher: the space comes back
+    sooner."""
+
     # -- limits ----------------------------------------------------------------
     entry_bytes_max: int = limits.STORAGE_ENTRY_BYTES_MAX
     """Largest payload of one entry (the one limit, CONTRACT: 5 MiB).  A
@@ -180,7 +186,7 @@ class StorageOptions:
 
 
 _ZERO_IS_OFF = ("compaction_minor_interval_s", "compaction_major_interval_s",
-                "journal_group_wait_us")
+                "compaction_rate_bytes_per_s", "journal_group_wait_us")
 
 
 def _align_up(n: int) -> int:

@@ -32,23 +32,42 @@ class SpaceOps:
             self._disk_cache = None
         return sorted(removed + compacted), nbytes + freed
 
-    def compact(self, major: bool = False, rotate_active: bool = True) -> dict:
+    def compact(self, major: bool = False, rotate_active: bool = True,
+                collect: bool = False) -> dict:
         """Compact now, in this thread (``storage.compaction``): rewrite sealed
         entry logs whose live share is under the minor (or major) threshold,
         then remove them once the switch is durable.  ``rotate_active`` seals
-        the active log first so it is a candidate too.  Returns counts
-        (logs_compacted, entries_copied, bytes_copied, logs_removed,
-        bytes_reclaimed, seconds, ...)."""
-        return self._compactor.run(major, rotate_active)
+        the active log first so it is a candidate too; ``collect`` runs the
+        deleted-ledger collector first (``set_deleted_ledger_collector``).
+        Returns counts (ledgers_forgotten, logs_compacted, entries_copied,
+        bytes_copied, logs_removed, bytes_reclaimed, throttled_s, seconds, ...)."""
+        return self._compactor.run(major, rotate_active, collect)
 
     def request_compaction(self, major: bool = False) -> int:
-        """Ask the compactor thread for a run now (active log rotated first);
-        done once ``compaction_status()["requests_done"]`` reaches the ticket."""
+        """Ask the compactor thread for a run now (deleted ledgers collected
+        and the active log rotated first); done once
+        ``compaction_status()["requests_done"]`` reaches the ticket."""
         return self._compactor.request(major)
 
+    def suspend_compaction(self) -> None:
+        """Suspend automatic compaction (none starts; a running one stops
+        after its current log) until ``resume_compaction`` or the process
+        ends; ``request_compaction`` still runs."""
+        self._compactor.suspend()
+
+    def resume_compaction(self) -> None:
+        self._compactor.resume()
+
+    def set_deleted_ledger_collector(self, collect) -> None:
+        """``collect()`` (returns the ledgers it deleted) runs before every
+        requested compaction: the owner forgets deleted ledgers at once, so
+        their entries count as garbage in that run (the bookie's GC)."""
+        self._compactor.collect_deleted = collect
+
     def compaction_status(self) -> dict:
-        """running, runs, progress of the current run, the last run's counts,
-        failures and the last error, totals given back."""
+        """running, suspended, runs, progress of the current run, the last
+        run's counts, failures and the last error, totals given back, the
+        rate limit and the time spent waiting for it."""
         status = dict(self._compactor.status)
         if status["progress"] is not None:
             status["progress"] = dict(status["progress"])

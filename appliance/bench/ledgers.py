@@ -63,6 +63,12 @@ from pathlib import Path
 
 import psutil
 
+from appliance.bench.compact_during import (
+    CompactionDuring,
+    drop_ledgers,
+    during_figures,
+    make_garbage,
+)
 from appliance.bench.launcher import (
     START_TIMEOUT_S,
     bookie_pids,
@@ -107,6 +113,9 @@ class BenchOptions:
     gc_threshold: int = 0  # client processes: [client] gc_threshold (0: Python's own)
     switch_interval_us: int = 0  # client processes: [client] switch_interval_us (0: Python's)
     add_messages_inflight: int | None = None  # clients: [client] add_messages_inflight or None
+    compact_during_mb: int = 0  # write: garbage made first, compacted during the run (0: off)
+    compact_after_s: float = 2.0  # seconds into the run the major compaction is asked for
+    compaction_rate: int | None = None  # temporary appliance: compaction_rate_bytes_per_s
 
     def validate(self) -> BenchOptions:
         check_quorums(self.ensemble, self.write_quorum, self.ack_quorum)
@@ -120,6 +129,9 @@ class BenchOptions:
             raise ValueError(f"add_batch must be >= 1, and 1 with --rate (open loop), got "
                              f"{self.add_batch}")
         for name in ("gc_threshold", "switch_interval_us", "add_messages_inflight"):
+            if (getattr(self, name) or 0) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("compact_during_mb", "compact_after_s", "compaction_rate"):
             if (getattr(self, name) or 0) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.duration_s is not None and self.duration_s <= 0:
@@ -137,7 +149,8 @@ def needed_bytes(options: BenchOptions) -> int:
     bookie's preallocated journal segments."""
     records = options.entries * options.clients + WARMUP_ADDS * options.clients
     copies = options.write_quorum * (2 if options.journal else 1)
-    return records * (options.size + 64) * copies + options.bookies * SEGMENT_ROOM_BYTES
+    return (records * (options.size + 64) + options.compact_during_mb * 1_000_000) * copies \
+        + options.bookies * SEGMENT_ROOM_BYTES
 
 
 @contextmanager
@@ -149,6 +162,8 @@ def bench_appliance(options: BenchOptions, config_path: str | None, workdir: str
         return
     check_free_space(needed_bytes(options), workdir or tempfile.gettempdir())
     storage = {"journal_write_data": options.journal}
+    if options.compaction_rate is not None:
+        storage["compaction_rate_bytes_per_s"] = options.compaction_rate
     if options.entry_log_per_ledger:  # an open log per written ledger: no LRU churn
         storage.update(entry_log_per_ledger=True,
                        entry_logs_open_max=max(64, options.clients * options.ledgers))
@@ -205,9 +220,17 @@ def run_bench(kind: str, options: BenchOptions, config_path: str | None = None,
         if len(pids) < options.ensemble:
             raise NotEnoughBookiesError(f"ensemble {options.ensemble} needs {options.ensemble} "
                                         f"live bookies; {len(pids)} are registered")
-        results, bookie_cpu_s = _run_clients(kind, config, options, pids)
+        garbage, kept, watch = 0, [], None
+        if options.compact_during_mb and kind == "write":
+            garbage, kept = make_garbage(config, options.compact_during_mb, options)
+            watch = CompactionDuring(config, options.compact_after_s)
+        results, bookie_cpu_s = _run_clients(kind, config, options, pids, during=watch)
         peak_rss_mb = _peak_rss_mb(pids)
+        if kept:
+            drop_ledgers(config, kept)
     doc = summarise(kind, options, results, bookie_cpu_s, peak_rss_mb)
+    if watch is not None:
+        doc.update(during_figures(results, watch, garbage))
     doc.update(baseline, appliance=config_path or f"temporary ({options.bookies} bookies)",
                bookies_measured=len(pids))
     if plot_path is not None:
@@ -228,11 +251,12 @@ def _baseline(root: Path | None, seconds: float) -> dict:
 
 
 def _run_clients(kind: str, config: str, options: BenchOptions,
-                 pids: dict[str, int], target=None) -> tuple[list[dict], float]:
+                 pids: dict[str, int], target=None, during=None) -> tuple[list[dict], float]:
     """Start the client processes, release them together, collect results;
     the bookies' CPU counts from the release until every client's loop
     ended (not its ledgers' close and delete after it).  ``target``: the
-    client processes' body (``client_main``)."""
+    client processes' body (``client_main``); ``during``: started with the
+    clients, stopped once their loops ended (``compact_during.CompactionDuring``)."""
     ctx = mp.get_context("spawn")
     ready, done, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     procs = [ctx.Process(target=target or client_main,
@@ -245,7 +269,11 @@ def _run_clients(kind: str, config: str, options: BenchOptions,
         _collect(ready, procs, START_TIMEOUT_S + 60.0, "ready")
         cpu_before = _cpu_s(pids)
         go.set()
+        if during is not None:
+            during.start()
         _collect(ready, procs, CLIENT_TIMEOUT_S, "looped")
+        if during is not None:
+            during.stop()
         bookie_cpu_s = _cpu_s(pids) - cpu_before
         return _collect(done, procs, CLIENT_TIMEOUT_S, "done"), bookie_cpu_s
     except BaseException:
@@ -254,6 +282,8 @@ def _run_clients(kind: str, config: str, options: BenchOptions,
                 proc.kill()
         raise
     finally:
+        if during is not None:
+            during.stop()
         reap(procs)
 
 

@@ -190,12 +190,23 @@ class BookieHandler(DurableWatch):
             if self.on_gc_request is None:
                 raise BadRequestError("this bookie has no garbage collector")
             return CompactReply(_jsonable(self.on_gc_request()), req.request_id)
-        if isinstance(req, CompactRequest):  # the run goes on in the storage's compactor
-            ticket = self.storage.request_compaction(req.major)
-            return CompactReply({"ticket": ticket,
-                                 "compaction": _jsonable(self.storage.compaction_status())},
-                                req.request_id)
+        if isinstance(req, CompactRequest):
+            return self._compact(req)
         raise BadRequestError(f"unhandled request {type(req).__name__}")
+
+    def _compact(self, req: CompactRequest) -> CompactReply:
+        """COMPACT: suspend or resume automatic compaction, or start a run
+        (it goes on in the storage's compactor thread; ticket 0: no run)."""
+        ticket = 0
+        if req.suspend:
+            self.storage.suspend_compaction()
+        elif req.resume:
+            self.storage.resume_compaction()
+        else:
+            ticket = self.storage.request_compaction(req.major)
+        return CompactReply({"ticket": ticket,
+                             "compaction": _jsonable(self.storage.compaction_status())},
+                            req.request_id)
 
     def info(self) -> dict:
         counters = dict(self.server.counters) if self.server is not None else {}

@@ -16,6 +16,13 @@ Why this never deletes a live ledger:
   follower, or any other transient miss, deletes nothing;
 * a pass that cannot reach the metadata store changes nothing.
 
+``collect_now`` (before a requested compaction: ``bkctl bookie compact``)
+deletes in one pass what the periodic passes take two intervals for: the
+local list first, then the listing, then ``store.sync()`` and the re-read by
+id of each missing ledger.  After the sync the re-read sees every write
+acknowledged before it, so it sees the metadata of every ledger stored
+before the local list was taken: a ledger it does not find was deleted.
+
 Over-replicated ledgers (``server.overreplicated_grace_ms``; 0 = off).  A
 ledger whose metadata exists but no longer needs this bookie's copy
 (``appliance.protocol.overreplication``: no fragment holding entries names
@@ -123,6 +130,7 @@ class LedgerGC:
         self._wake = threading.Event()  # a pass was requested
         self._thread: threading.Thread | None = None
         self.last_forced: dict | None = None  # what the last requested pass gave back
+        self._pass_lock = threading.Lock()  # the thread's passes and collect_now
         self.stats = {"passes": 0, "ledgers_deleted": 0, "logs_removed": 0, "bytes_freed": 0,
                       "failed_passes": 0, "overreplicated_deleted": 0,
                       "overreplicated_entries_deleted": 0, "overreplicated_kept": 0,
@@ -130,11 +138,36 @@ class LedgerGC:
 
     def run_once(self) -> list[int]:
         """One pass; returns the ledgers deleted locally."""
-        local = set(self.storage.ledgers())  # first: see the module docstring
-        listed = set(self.ledgers.list_ledgers())
-        missing = local - listed
+        with self._pass_lock:
+            local = set(self.storage.ledgers())  # first: see the module docstring
+            listed = set(self.ledgers.list_ledgers())
+            missing = local - listed
+            deleted = self._delete_gone(missing & self._suspects)
+            self._suspects = missing - set(deleted)
+            self.last_overreplicated = self.collect_overreplicated(local & listed)
+            removed, freed = self.storage.reclaim_entry_logs()
+            self.stats["passes"] += 1
+            self.stats["logs_removed"] += len(removed)
+            self.stats["bytes_freed"] += freed
+        return deleted
+
+    def collect_now(self) -> list[int]:
+        """Delete now every local ledger whose metadata is gone, in one pass
+        (see the module docstring: the sync replaces the second pass);
+        returns them.  Entry logs are left to the compaction that asked."""
+        with self._pass_lock:
+            local = set(self.storage.ledgers())  # first: see the module docstring
+            missing = local - set(self.ledgers.list_ledgers())
+            if missing:
+                self.ledgers.store.sync()  # the re-reads see every delete and create
+            deleted = self._delete_gone(missing)
+            self._suspects -= set(deleted)
+        return deleted
+
+    def _delete_gone(self, candidates) -> list[int]:
+        """Delete the candidates whose metadata a read by id does not find."""
         deleted = []
-        for ledger_id in sorted(missing & self._suspects):
+        for ledger_id in sorted(candidates):
             try:
                 self.ledgers.read_ledger(ledger_id)
                 continue  # it exists after all
@@ -142,13 +175,7 @@ class LedgerGC:
                 pass
             self.storage.delete_ledger(ledger_id)
             deleted.append(ledger_id)
-        self._suspects = missing - set(deleted)
-        self.last_overreplicated = self.collect_overreplicated(local & listed)
-        removed, freed = self.storage.reclaim_entry_logs()
-        self.stats["passes"] += 1
         self.stats["ledgers_deleted"] += len(deleted)
-        self.stats["logs_removed"] += len(removed)
-        self.stats["bytes_freed"] += freed
         if deleted:
             log.info("deleted %d ledgers whose metadata is gone: %s", len(deleted), deleted)
         return deleted

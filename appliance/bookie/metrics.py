@@ -262,6 +262,9 @@ class BookieCollector:
              (st.get("compaction") or {}).get("bytes_reclaimed_total")),
             ("bookkeeper_compaction_runs", "Compaction runs", (st.get("compaction") or {})
              .get("runs")),
+            ("bookkeeper_compaction_throttled_seconds", "Time compaction waited for "
+             "storage.compaction_rate_bytes_per_s", (st.get("compaction") or {})
+             .get("throttled_s_total")),
             ("bookkeeper_gc_reclaimed_bytes", "Entry-log bytes given back by garbage "
              "collection (bytes on record)", gc.get("bytes_freed")),
             ("bookkeeper_gc_ledgers_deleted", "Ledgers deleted locally by garbage collection",
@@ -291,6 +294,9 @@ class BookieCollector:
              int(bool(self.monitor.read_only))),
             ("bookkeeper_bookie_limbo_ledgers", "Ledgers in BP-46 limbo",
              st.get("limbo_ledgers")),
+            ("bookkeeper_compaction_suspended", "1 while automatic compaction is suspended "
+             "(bkctl bookie compact --suspend)",
+             _flag((st.get("compaction") or {}).get("suspended"))),
             ("bookkeeper_bookie_ledgers", "Ledgers stored", st.get("ledgers")),
             ("bookkeeper_entrylog_files", "Entry-log files", disk.get("entry_logs")),
             ("bookkeeper_entrylog_open", "Entry logs open for writing", disk.get("open_logs")),
@@ -322,6 +328,10 @@ def _autorecovery_gauges(seen: dict | None) -> list[tuple]:
         ("bookkeeper_autorecovery_auditor", "1 on the bookie that is the auditor now",
          int(seen["auditor"])),
     ]
+
+
+def _flag(value):
+    return None if value is None else int(bool(value))
 
 
 def _single_values(family, rows):

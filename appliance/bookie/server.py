@@ -320,6 +320,7 @@ class BookieProcess:
         self.gc = LedgerGC(storage, self.ledger_manager, config.server.gc_interval_ms,
                            bookie_id=self.bookie_id, markers=CopyMarkers(self.store),
                            overreplicated_grace_ms=config.server.overreplicated_grace_ms)
+        storage.set_deleted_ledger_collector(self.gc.collect_now)  # bkctl bookie compact
         self.gc.start()
         self.repairer.start()
         if config.autorecovery.enabled:

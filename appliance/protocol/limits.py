@@ -138,6 +138,14 @@ STORAGE_MASTER_KEY_BYTES_MAX = 1_024  # a master key in the journal's state reco
 # is full, so the storage can still be reopened, journal a delete and write its index
 # snapshot: more is safer for a large index, and is space the bookie never uses otherwise.
 STORAGE_RESERVE_BYTES = 8 * MiB
+# Compaction copies at most this many bytes per second (BookKeeper's
+# compactionRateByBytes; [storage] compaction_rate_bytes_per_s, 0 = no limit).
+# Lower: adds keep more of the entry-log device while a compaction runs;
+# higher: the space comes back sooner (a run copies live / (1 - live) bytes
+# per byte given back).  At 10,000 adds/s with a major compaction on every
+# bookie (docs/PERFORMANCE.md): add p99 79 ms at 16 MiB/s, 539 ms at 64
+# MiB/s (which the disk never reached: no wait), 436 ms unlimited.
+STORAGE_COMPACTION_RATE_MAX = 16 * MiB
 
 # -- metadata store ([metadata]; storage.metadata) -------------------------------------
 # How long a silent process keeps its ephemeral registrations: shorter, a

@@ -37,11 +37,14 @@ def bookie_info(endpoint: str, timeout_ms: int, context: zmq.Context | None = No
 
 def bookie_compact(endpoint: str, major: bool, timeout_ms: int,
                    context: zmq.Context | None = None,
-                   curve: KeyPair | None = None) -> dict | None:
-    """Start a compaction on a bookie (COMPACT); its reply document
-    (``ticket``, ``compaction``), or None if it did not answer in time."""
-    return _ask(endpoint, CompactRequest(major), CompactReply, timeout_ms,
-                context, curve)
+                   curve: KeyPair | None = None, suspend: bool = False,
+                   resume: bool = False) -> dict | None:
+    """Start a compaction on a bookie (COMPACT), or with ``suspend`` /
+    ``resume`` suspend or resume its automatic compaction; its reply
+    document (``ticket``, ``compaction``), or None if it did not answer in
+    time."""
+    return _ask(endpoint, CompactRequest(major, suspend=suspend, resume=resume), CompactReply,
+                timeout_ms, context, curve)
 
 
 def bookie_gc(endpoint: str, timeout_ms: int, context: zmq.Context | None = None,

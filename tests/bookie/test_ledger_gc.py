@@ -280,3 +280,57 @@ def test_a_damaged_metadata_record_keeps_the_copy_and_the_gc_going(storage, mark
     gc = _orep_gc(storage, md, markers, clock)
     assert _passes(gc, clock, 3) == [1]
     assert storage.ledgers() == [2] and gc.stats["failed_passes"] == 0
+
+
+class LaggingLedgers(FakeLedgers):
+    """A follower behind the leader: listings and reads see ``seen``, which
+    catches up with ``ids`` only at ``store.sync()``."""
+
+    def __init__(self, ids, seen):
+        super().__init__(ids)
+        self.seen = set(seen)
+        self.syncs = 0
+        self.store = self
+
+    def sync(self):
+        self.syncs += 1
+        self.seen = set(self.ids)
+
+    def list_ledgers(self):
+        return sorted(self.seen)
+
+    def read_ledger(self, ledger_id):
+        if ledger_id not in self.seen:
+            raise NoSuchLedgerError(f"ledger {ledger_id} does not exist")
+        return object(), 0
+
+
+def test_collect_now_deletes_in_one_pass_what_a_synced_read_does_not_find(storage):
+    for lid in (1, 2, 3):
+        _add(storage, lid)
+    # 2 is deleted; 3 exists but the lagging follower does not show it yet
+    md = LaggingLedgers(ids={1, 3}, seen={1})
+    gc = LedgerGC(storage, md, 1000)
+    assert gc.collect_now() == [2]
+    assert md.syncs == 1 and storage.ledgers() == [1, 3]
+    assert gc.stats["ledgers_deleted"] == 1
+    assert gc.collect_now() == [] and md.syncs == 1  # nothing missing: no sync
+
+
+def test_collect_now_clears_what_the_periodic_passes_suspected(storage):
+    _add(storage, 4)
+    md = LaggingLedgers(ids=set(), seen=set())
+    gc = LedgerGC(storage, md, 1000)
+    assert gc.run_once() == []  # a suspect after one periodic pass
+    assert gc.collect_now() == [4]
+    assert gc.run_once() == [] and storage.ledgers() == []
+
+
+def test_collect_now_changes_nothing_when_the_store_is_unreachable(storage):
+    _add(storage, 6)
+    md = FakeLedgers(set())
+    md.fail = True
+    gc = LedgerGC(storage, md, 1000)
+    with pytest.raises(MetadataUnavailableError):
+        gc.collect_now()
+    assert storage.ledgers() == [6]

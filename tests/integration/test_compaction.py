@@ -93,3 +93,39 @@ def test_deleting_most_ledgers_gives_the_disk_back_after_compaction(make_cluster
         for ledger_id in keep:
             rh = bk.open_ledger(ledger_id, password=PW)
             assert [e.payload for e in rh.read(0, ROUNDS - 1)] == payloads[ledger_id]
+
+
+def test_automatic_compaction_is_suspended_and_resumed_by_bkctl(make_cluster):
+    cluster = make_cluster(1, quorums=(1, 1, 1))
+    bookie_id = cluster.config.bookies[0].id
+
+    def info() -> tuple[str, dict]:
+        text = bkctl("bookie", "info", bookie_id, config=cluster.config_path, text=True)
+        doc = bkctl("bookie", "info", bookie_id, "--json", config=cluster.config_path,
+                    text=True)
+        assert text.returncode == 0 and doc.returncode == 0, text.stderr + doc.stderr
+        return text.stdout, json.loads(doc.stdout)["compaction"]
+
+    out = bkctl("bookie", "compact", bookie_id, "--suspend", config=cluster.config_path,
+                text=True)
+    assert out.returncode == 0, out.stderr
+    assert "automatic compaction suspended" in out.stdout and "--resume" in out.stdout
+    text, state = info()
+    assert "compaction: automatic SUSPENDED" in text and state["suspended"] is True
+
+    # an explicit run goes on while suspended
+    out = bkctl("bookie", "compact", bookie_id, config=cluster.config_path, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"{bookie_id}: minor compaction (live share under 20%)" in out.stdout
+    assert "entry logs now: " in out.stdout
+
+    out = bkctl("bookie", "compact", bookie_id, "--resume", "--json",
+                config=cluster.config_path, text=True)
+    assert out.returncode == 0 and json.loads(out.stdout) == {"id": bookie_id,
+                                                              "suspended": False}
+    text, state = info()
+    assert "compaction: automatic on" in text and state["suspended"] is False
+
+    out = bkctl("bookie", "compact", bookie_id, "--major", "--suspend",
+                config=cluster.config_path, text=True)
+    assert out.returncode == 2 and "--major starts a run" in out.stderr
