@@ -57,6 +57,7 @@ from appliance.bookie.handler import BookieHandler
 from appliance.bookie.ledger_gc import LedgerGC
 from appliance.bookie.permissions import open_paths
 from appliance.bookie.repair import Repairer, ledger_key
+from appliance.bookie.scrub import Scrubber
 from appliance.config import load_config
 from appliance.curve import client_curve, server_curve
 from appliance.errors import BKError, ConfigError, CookieMismatchError, NoSuchLedgerError
@@ -145,7 +146,7 @@ class BookieProcess:
         self.store = self.registry = self.ledger_manager = self.custody = None
         self.handler = self.monitor = self.gate = self.metrics = self.server = None
         self.full_disk = self.read_only_flag = None
-        self.gc = self.repairer = self.autorecovery = None
+        self.gc = self.repairer = self.autorecovery = self.scrubber = None
         self.httpd = self.metrics_url = None
 
     def open_storage(self) -> None:
@@ -285,6 +286,7 @@ class BookieProcess:
         """What INFO adds: boot reasons, repair progress, gc, metrics url."""
         return {"boot": self.boot, "repair": self.repairer.status(),
                 "gc": self._gc_info(),
+                "scrub": self.scrubber.status() if self.scrubber is not None else None,
                 "full_disk": self.full_disk.info(), "metrics_url": self.metrics_url}
 
     def register(self) -> None:
@@ -322,6 +324,12 @@ class BookieProcess:
                            overreplicated_grace_ms=config.server.overreplicated_grace_ms)
         self.gc.start()
         self.repairer.start()
+        self.scrubber = Scrubber(self.bookie_id, storage, self.ledger_manager,
+                                 interval_ms=config.server.scrub_interval_ms,
+                                 ledgers_per_pass=config.server.scrub_ledgers_per_pass,
+                                 wake_repair=self.repairer.wake,
+                                 writable=lambda: not self.monitor.read_only)
+        self.scrubber.start()
         if config.autorecovery.enabled:
             self.autorecovery = AutoRecovery(
                 self.bookie_id, self.store, self.ledger_manager, self.registry,
@@ -338,7 +346,7 @@ class BookieProcess:
         if self.httpd is not None:
             self.httpd.shutdown()
             self.httpd.server_close()
-        for worker in (self.autorecovery, self.repairer):
+        for worker in (self.autorecovery, self.scrubber, self.repairer):
             if worker is not None:
                 worker.stop()
         if self.gc is not None:
