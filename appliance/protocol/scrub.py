@@ -16,7 +16,10 @@ limbo.  Limbo is what BP-46 asks of a bookie that lacks entries it should
 hold: it answers "unknown", never an explicit "no such entry", for them.
 
 Pure and stdlib-only (no clock, no I/O): the bookie's thread
-(``appliance.bookie.scrub``) and the simulation run the same rules.
+(``appliance.bookie.scrub``) and the simulation run the same rules; the
+simulation's ``short-scrubbed`` invariant checks that once the faults heal
+every bookie of a closed ledger holds its whole share, and the switch
+``scrub-short`` shows that without the scrub it does not.
 
 Verdicts of one look (``verdict``):
 
@@ -46,6 +49,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 
 from appliance.protocol.metadata import CLOSED, LedgerMetadata
+from appliance.protocol.quorum import ALL_PROTECTIONS, Protections
 from appliance.protocol.repair import share_runs
 
 GONE = "gone"
@@ -65,8 +69,11 @@ def missing_count(md: LedgerMetadata, bookie_id: str,
 
 
 def verdict(md: LedgerMetadata | None, bookie_id: str, in_limbo: bool,
-            present_count: Callable[[list[tuple[int, int]]], int]) -> str:
-    """What one look at a ledger finds (see the module docstring)."""
+            present_count: Callable[[list[tuple[int, int]]], int], *,
+            protections: Protections = ALL_PROTECTIONS) -> str:
+    """What one look at a ledger finds (see the module docstring).  With
+    ``scrub-short`` switched off (simulation only) no ledger is ever short,
+    so the simulation can show that short entries then stay short."""
     if md is None:
         return GONE
     if md.state != CLOSED:
@@ -76,7 +83,7 @@ def verdict(md: LedgerMetadata | None, bookie_id: str, in_limbo: bool,
     if bookie_id not in md.bookies():
         return WHOLE
     _, missing = missing_count(md, bookie_id, present_count)
-    return SHORT if missing else WHOLE
+    return SHORT if missing and protections.scrub_short else WHOLE
 
 
 class ScrubQueue:
