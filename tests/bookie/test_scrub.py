@@ -127,3 +127,26 @@ def test_a_read_only_bookie_skips_its_passes(storage):
     s = Scrubber("b", storage, ledgers, interval_ms=1000, ledgers_per_pass=10,
                  wake_repair=lambda: None, writable=lambda: False)
     assert s.run_once() == [] and ledgers.reads == 0 and not storage.is_limbo(1)
+
+
+def test_a_failed_metadata_read_changes_nothing_and_is_looked_at_again(storage):
+    ledgers = FakeLedgers()
+    ledgers.mds = {1: md(1, last=9)}
+    s, woken = scrubber(storage, ledgers)
+    failing = ledgers.read_ledger
+
+    def read_fails(ledger_id):
+        raise MetadataUnavailableError("metadata store unreachable")
+
+    ledgers.read_ledger = read_fails
+    assert s.run_once() == [] and not storage.is_limbo(1) and s.stats["pending"] == 1
+    ledgers.read_ledger = failing
+    assert s.run_once() == [1] and storage.is_limbo(1) and woken == [1]
+
+
+def test_interval_zero_turns_the_scrub_off(storage):
+    s = Scrubber("b", storage, FakeLedgers(), interval_ms=0, ledgers_per_pass=10,
+                 wake_repair=lambda: None)
+    s.start()
+    assert s._thread is None
+    s.stop()
