@@ -28,6 +28,10 @@ Guarantees:
   skips its passes (repair would write);
 * nothing is deleted or overwritten here: the only change is a limbo mark,
   which the repair loop clears.
+
+Cost: a healthy ledger is one metadata read and a few index slices once
+per process; a short one adds the repair's read of this bookie's whole
+share of it (``Repairer._held`` verifies every entry it holds).
 """
 
 from __future__ import annotations
