@@ -21,8 +21,9 @@ Guarantees:
   came back) is looked at within one interval (30 s), unless more ledgers
   are waiting than a pass takes; the copy follows at once (peers up);
 * a ledger found whole is not looked at again while the process lives
-  (kept in memory; a restart looks at every ledger once more, oldest
-  backlog behind newer ledgers);
+  (kept in memory; a restart looks again at the closed ledgers naming this
+  bookie, which the boot's read of every ledger tells, behind open and
+  newer ledgers);
 * a failed look (metadata store unreachable, damaged record) changes
   nothing and is retried at a later pass; a read-only bookie (full disk)
   skips its passes (repair would write);

@@ -35,12 +35,15 @@ Verdicts of one look (``verdict``):
 
 Which ledgers a pass looks at (``ScrubQueue``): at most ``budget`` per
 pass, each look one metadata read.  Ledgers listed at the first pass (boot)
-are the *cold* backlog; ledgers that appear later, and every ledger seen
-open or busy, are *hot* (recent: where short entries come from) and go
-first, but the cold backlog keeps at least a quarter of the budget, so both
-are covered over time.  Both are FIFOs: a ledger looked at and not done
-goes to the back of the hot one.  A ledger found ``WHOLE`` costs nothing
-afterwards but a set lookup per listing.
+are the *cold* backlog, less what the boot's own read of every ledger
+already tells (``boot``: closed ledgers that name this bookie nowhere are
+done, open ones are hot, closed ones naming it lead the backlog).  Ledgers
+that appear later, and every ledger seen open or busy, are *hot* (recent:
+where short entries come from) and go first, but the cold backlog keeps at
+least a quarter of the budget, so both are covered over time.  Both are
+FIFOs: a ledger looked at and not done goes to the back of the hot one.  A
+ledger found ``WHOLE`` costs nothing afterwards but a set lookup per
+listing.
 """
 
 from __future__ import annotations
@@ -96,6 +99,15 @@ class ScrubQueue:
         self.cold: deque[int] = deque()
         self._queued: set[int] = set()  # in hot or cold
         self._listed_once = False
+        self._boot: dict[int, tuple[bool, bool]] = {}
+
+    def boot(self, seen: dict[int, tuple[bool, bool]]) -> None:
+        """What the bookie's boot read of every ledger found (``ledger id ->
+        (names this bookie, closed)``), before the first listing: a closed
+        ledger naming no fragment of this bookie is done at once (only
+        re-replication could name it, and it copies first); open ones are
+        hot; closed ones naming it lead the backlog."""
+        self._boot = dict(seen)
 
     def listing(self, ids: Iterable[int]) -> None:
         """A fresh listing of every ledger id in the metadata store."""
@@ -104,13 +116,29 @@ class ScrubQueue:
             self.done.discard(gone)
             self._queued.discard(gone)
         fresh = sorted(listed - self.known, reverse=True)  # newest first
-        target = self.hot if self._listed_once else self.cold
-        for ledger_id in fresh:
-            if ledger_id not in self._queued and ledger_id not in self.done:
-                target.append(ledger_id)
-                self._queued.add(ledger_id)
+        if self._listed_once:
+            self._queue(self.hot, fresh)
+        else:
+            self._first_listing(fresh)
         self.known = listed
         self._listed_once = True
+        self._boot = {}
+
+    def _first_listing(self, fresh: list[int]) -> None:
+        """Into the backlog, except what the boot saw (``boot``): closed and
+        not naming this bookie is done, open is hot, closed naming it leads
+        the backlog."""
+        boot = self._boot
+        self.done.update(i for i in fresh if boot.get(i) == (False, True))
+        self._queue(self.hot, [i for i in fresh if boot.get(i, (True, True))[1] is False])
+        self._queue(self.cold, [i for i in fresh if boot.get(i) == (True, True)])
+        self._queue(self.cold, [i for i in fresh if i not in boot])
+
+    def _queue(self, queue: deque[int], ids: list[int]) -> None:
+        for ledger_id in ids:
+            if ledger_id not in self._queued and ledger_id not in self.done:
+                queue.append(ledger_id)
+                self._queued.add(ledger_id)
 
     def take(self, budget: int) -> list[int]:
         """Up to ``budget`` ledgers to look at now (each leaves the queue

@@ -82,3 +82,13 @@ def test_many_open_ledgers_do_not_starve_the_backlog():
         for lid in taken:
             q.outcome(lid, scrub.OPEN if lid >= 100 else scrub.WHOLE)
     assert seen_cold == set(range(100))
+
+
+def test_what_the_boot_read_orders_the_backlog():
+    q = scrub.ScrubQueue()
+    # ledger -> (names this bookie, closed), as the bookie's boot read them
+    q.boot({1: (False, True), 2: (True, True), 3: (False, False), 4: (True, False)})
+    q.listing([1, 2, 3, 4, 5])  # 5 was created after the boot read
+    assert 1 in q.done  # closed, names this bookie nowhere: never looked at
+    assert list(q.hot) == [4, 3] and list(q.cold) == [2, 5]
+    assert q.take(4) == [2, 5, 4, 3]  # the hot two, and the rest of the budget to the backlog
