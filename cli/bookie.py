@@ -136,12 +136,13 @@ def info_(bookie_id, as_json, config_path):
     in the metadata store, whether it is up (with its pid, how often the
     supervisor restarted it since `bkctl up`, how long its process has run,
     and how its last process ended: exit code or signal, and when), why its
-    last boot fenced its
-    ledgers (if it did), how many ledgers are in limbo and the repair's
-    progress (entries and bytes copied, ledgers waiting to retry and why),
-    what it has served since it started (adds, reads, fences,
-    explicit LACs, refusals, malformed messages) and its compaction
-    (automatic runs on or SUSPENDED, runs, space given back, rate limit).
+    last boot fenced its ledgers (if it did), how many ledgers are in limbo
+    and the repair's progress (entries and bytes copied, ledgers waiting to
+    retry and why), the scrub of closed ledgers (ledgers found short of
+    entries this bookie should hold, then repaired from peers), what it
+    has served since it started (adds, reads, fences, explicit LACs,
+    refusals, malformed messages) and its compaction (automatic runs on or
+    SUSPENDED, runs, space given back, rate limit).
 
     \b
     Example:
@@ -185,7 +186,7 @@ def _gather_info(config, bookie_id: str) -> dict:
            **supervision(read_state(config), bookie_id, (live or {}).get("pid"), time.time()),
            "limbo_ledgers": None, "boot": None, "repair": None, "gc": None, "counters": None,
            "read_only": None, "read_only_reason": None, "full_disk": None,
-           "compaction": None}
+           "compaction": None, "scrub": None}
     if live:
         out["state"] = "read-only" if live.get("read_only") else "up"
         out["read_only"], out["read_only_reason"] = live.get("read_only"), \
@@ -194,6 +195,7 @@ def _gather_info(config, bookie_id: str) -> dict:
         out["limbo_ledgers"] = (live.get("storage") or {}).get("limbo_ledgers")
         out["boot"], out["repair"] = live.get("boot"), live.get("repair")
         out["gc"] = live.get("gc")
+        out["scrub"] = live.get("scrub")
         out["counters"] = live.get("counters")
         out["compaction"] = (live.get("storage") or {}).get("compaction")
     return out
@@ -273,6 +275,13 @@ def _echo_gc_and_counters(info: dict) -> None:
                f"ledgers forgotten, {gc.get('overreplicated_deleted', 0)} over-replicated "
                f"deleted ({gc.get('overreplicated_waiting', 0)} waiting out the grace), "
                f"{gc.get('logs_removed', 0)} entry logs removed")
+    scrub = info.get("scrub") or {}
+    if scrub.get("interval_ms"):
+        click.echo(f"  scrub: {scrub.get('passes', 0)} passes, "
+                   f"{scrub.get('ledgers_whole', 0)} closed ledgers whole, "
+                   f"{scrub.get('ledgers_short', 0)} found short "
+                   f"({scrub.get('entries_missing', 0):,} entries missing, repaired from peers), "
+                   f"{scrub.get('pending', 0)} to look at")
     counters = info["counters"] or {}
     count = counters.get
     click.echo(f"  since start: {count('adds', 0):,} adds, {count('reads', 0):,} reads, "

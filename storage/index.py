@@ -316,6 +316,26 @@ class Index:
             raise NoSuchEntryError(f"ledger {ledger_id} has no entry {first + int(gaps[0])} here")
         return rows
 
+    def present_count(self, ledger_id: int, runs) -> int:
+        """How many entries of ``runs`` (``(first, last)`` inclusive) the
+        index holds for the ledger (0 when it is unknown): slices of the
+        pages, no entry log read."""
+        led = self.ledgers.get(ledger_id)
+        if led is None:
+            return 0
+        count = 0
+        for first, last in runs:
+            for page_no in range(first >> PAGE_BITS, (last >> PAGE_BITS) + 1):
+                page = led.pages.get(page_no)
+                if page is None:
+                    continue
+                lo = max(first, page_no << PAGE_BITS) & PAGE_MASK
+                hi = min(min(last, (page_no << PAGE_BITS) | PAGE_MASK) & PAGE_MASK,
+                         page.shape[0] - 1)
+                if hi >= lo:
+                    count += int(np.count_nonzero(page[lo:hi + 1, 2] != ABSENT))
+        return count
+
     # -- whole-index scans (compaction, disk accounting) --------------------------
     def slot_chunks(self, slots_max: int = 1 << 18, rows_only: bool = False):
         """Every stored entry as arrays ``(ledgers, entries, rows)`` (rows: log,

@@ -168,6 +168,12 @@ class StateOps:
             led = self._index.ledgers.get(ledger_id)
             return 0 if led is None else led.entries
 
+    def present_count(self, ledger_id: int, runs) -> int:
+        """Entries of ``runs`` (``(first, last)`` inclusive) the index holds
+        for the ledger: an index lookup, nothing read from the entry logs."""
+        with self._lock:
+            return self._index.present_count(ledger_id, runs)
+
     def last_entry_id(self, ledger_id: int) -> int:
         with self._lock:
             return self._index.ledger(ledger_id).last_entry

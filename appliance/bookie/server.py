@@ -57,6 +57,7 @@ from appliance.bookie.handler import BookieHandler
 from appliance.bookie.ledger_gc import LedgerGC
 from appliance.bookie.permissions import open_paths
 from appliance.bookie.repair import Repairer, ledger_key
+from appliance.bookie.scrub import Scrubber
 from appliance.config import load_config
 from appliance.curve import client_curve, server_curve
 from appliance.errors import BKError, ConfigError, CookieMismatchError, NoSuchLedgerError
@@ -76,14 +77,19 @@ __all__ = ["check_metadata_cookie", "ledgers_on_bookie", "main", "possible_loss"
 log = logging.getLogger("appliance.bookie")
 
 
-def ledgers_on_bookie(ledger_manager, bookie_id: str):
-    """(ledger id, closed) for every ledger whose ensembles name this bookie."""
+def ledgers_on_bookie(ledger_manager, bookie_id: str, seen: dict | None = None):
+    """(ledger id, closed) for every ledger whose ensembles name this bookie;
+    ``seen`` (if given) gets ``ledger id -> (named, closed)`` for every ledger
+    read (the scrub's start: ``ScrubQueue.boot``)."""
     for ledger_id in ledger_manager.list_ledgers():
         try:
             md, _ = ledger_manager.read_ledger(ledger_id)
         except NoSuchLedgerError:
             continue  # deleted meanwhile
-        if bookie_id in md.bookies():
+        named = bookie_id in md.bookies()
+        if seen is not None:
+            seen[ledger_id] = (named, md.is_closed)
+        if named:
             yield ledger_id, md.is_closed
 
 
@@ -145,8 +151,9 @@ class BookieProcess:
         self.store = self.registry = self.ledger_manager = self.custody = None
         self.handler = self.monitor = self.gate = self.metrics = self.server = None
         self.full_disk = self.read_only_flag = None
-        self.gc = self.repairer = self.autorecovery = None
+        self.gc = self.repairer = self.autorecovery = self.scrubber = None
         self.httpd = self.metrics_url = None
+        self.boot_seen: dict | None = None  # ledger -> (names this bookie, closed) at boot
 
     def open_storage(self) -> None:
         """Step 1: cookies on both directories verified, journal replayed.
@@ -180,7 +187,8 @@ class BookieProcess:
         (the reasons, the ledgers naming this bookie)."""
         self.core = BookieCore(self.storage, reads_need_key=self.config.server.reads_need_key)
         self.ledger_manager = LedgerManager(self.store)
-        named = list(ledgers_on_bookie(self.ledger_manager, self.bookie_id))
+        self.boot_seen = {}
+        named = list(ledgers_on_bookie(self.ledger_manager, self.bookie_id, self.boot_seen))
         reasons = possible_loss(self.storage, named)
         if reasons:
             log.warning("BP-46 phase one: possible data loss (%s): fencing and marking limbo "
@@ -285,6 +293,7 @@ class BookieProcess:
         """What INFO adds: boot reasons, repair progress, gc, metrics url."""
         return {"boot": self.boot, "repair": self.repairer.status(),
                 "gc": self._gc_info(),
+                "scrub": self.scrubber.status() if self.scrubber is not None else None,
                 "full_disk": self.full_disk.info(), "metrics_url": self.metrics_url}
 
     def register(self) -> None:
@@ -323,6 +332,14 @@ class BookieProcess:
         storage.set_deleted_ledger_collector(self.gc.collect_now)  # bkctl bookie compact
         self.gc.start()
         self.repairer.start()
+        self.scrubber = Scrubber(self.bookie_id, storage, self.ledger_manager,
+                                 interval_ms=config.server.scrub_interval_ms,
+                                 ledgers_per_pass=config.server.scrub_ledgers_per_pass,
+                                 wake_repair=self.repairer.wake,
+                                 writable=lambda: not self.monitor.read_only)
+        self.scrubber.queue.boot(self.boot_seen)  # what the boot read: no second read
+        self.boot_seen = None
+        self.scrubber.start()
         if config.autorecovery.enabled:
             self.autorecovery = AutoRecovery(
                 self.bookie_id, self.store, self.ledger_manager, self.registry,
@@ -339,7 +356,7 @@ class BookieProcess:
         if self.httpd is not None:
             self.httpd.shutdown()
             self.httpd.server_close()
-        for worker in (self.autorecovery, self.repairer):
+        for worker in (self.autorecovery, self.scrubber, self.repairer):
             if worker is not None:
                 worker.stop()
         if self.gc is not None:

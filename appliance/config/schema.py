@@ -74,6 +74,11 @@ class ServerConfig:
     # A ledger whose metadata no longer names this bookie (in a fragment that
     # holds entries) is deleted here after being seen so this long (0 = never).
     overreplicated_grace_ms: int = _key(600_000, 0, 30 * 86_400_000)
+    # Every interval (0 = off) a bookie looks at up to scrub_ledgers_per_pass
+    # ledgers for entries of its share left short by a writer that is gone,
+    # and repairs them from peers; shorter heals sooner for more metadata reads.
+    scrub_interval_ms: int = _key(limits.BOOKIE_SCRUB_INTERVAL_MS, 0, 86_400_000)
+    scrub_ledgers_per_pass: int = _key(limits.BOOKIE_SCRUB_LEDGERS_MAX, 1, 10_000_000)
     cookie_auto_fix: bool = _key(False)
     cluster_key_file: Path = _key("")
     socket_group: str = _key("")

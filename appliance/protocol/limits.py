@@ -114,6 +114,13 @@ BOOKIE_REFUSAL_LEDGERS_MAX = 10_000  # ledgers whose refused reads are counted f
 # from MIN to MAX; longer is gentler on peers, shorter heals sooner.
 BOOKIE_REPAIR_RETRY_MS_MIN = 500
 BOOKIE_REPAIR_RETRY_MS_MAX = 30_000
+# The scrub of closed ledgers (appliance.bookie.scrub): every interval a
+# bookie looks at up to LEDGERS_MAX ledgers (one metadata read each) for
+# entries of its share a writer left short; the missing ones are repaired
+# from peers.  The interval is the heal's delay once a writer is gone (the
+# issue's bound: 2 minutes); shorter heals sooner for more metadata reads.
+BOOKIE_SCRUB_INTERVAL_MS = 30_000
+BOOKIE_SCRUB_LEDGERS_MAX = 1_000  # per pass: bounds the metadata reads of one pass
 
 # -- storage (one bookie's disks; the other [storage] keys: storage.options) -----
 # The largest payload of one entry (CONTRACT: 5 MiB); a record adds the

@@ -18,7 +18,9 @@ the entry already; no entry is acknowledged while an ensemble change is in
 flight, so every pending one reaches the replacement) and the reader's
 negative rule (an explicit negative only when every replica said no, also
 under speculative reads, ``appliance.protocol.reader``), and the healing rule (entries acknowledged
-while a bookie lagged are re-sent to it, ``heal-short``).  Production code uses ``Protections()``
+while a bookie lagged are re-sent to it, ``heal-short``; a bookie's scrub
+finds a closed ledger short of its share and repairs it, ``scrub-short``,
+``appliance.protocol.scrub``).  Production code uses ``Protections()``
 (all on); switching one off exists only so the simulation can show the
 checker finds the matching counterexample.  ``placement`` is not a safety
 rule but the host-aware choice of bookies: off, the simulation's cores
@@ -35,7 +37,7 @@ from appliance.protocol.errors import OK, is_explicit_negative
 PROTECTION_NAMES = ("recovery-read-fence", "fragment-start", "fence-on-boot", "limbo",
                     "durable-reply", "repair-share", "placement", "change-holds-acks",
                     "late-refusal", "read-negative-all",
-                    "heal-short")
+                    "heal-short", "scrub-short")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +57,7 @@ class Protections:
     # between a read and its speculative copy
     read_negative_all: bool = True
     heal_short: bool = True  # the writer re-sends entries left short on a lagging bookie
+    scrub_short: bool = True  # a bookie's scrub repairs a closed ledger short of its share
 
     @classmethod
     def without(cls, *names: str) -> Protections:

@@ -49,9 +49,14 @@ def test_bookie_info_shows_what_the_bookie_served(make_cluster):
     assert counters["reads_refused"] == 1
     assert counters["fences"] >= 1  # the recovery fenced the ledger
     assert counters["requests"] >= 7 + 1
+    scrub = json.loads(shown.stdout)["scrub"]
+    assert scrub["interval_ms"] == 30_000 and scrub["passes"] >= 1  # one at start
+    assert scrub["ledgers_short"] == 0
 
     text = bkctl("bookie", "info", bookie.id, config=cluster.config_path, text=True)
     assert text.returncode == 0, text.stderr
     line = next(ln for ln in text.stdout.splitlines() if "since start" in ln)
     assert f"{counters['adds']} adds" in line and "1 reads refused" in line, line
     assert f"{counters['fences']} fences" in line and "0 malformed" in line, line
+    line = next(ln for ln in text.stdout.splitlines() if "scrub:" in ln)
+    assert "0 found short" in line, line

@@ -62,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{r['negative_reads_checked']} negative reads checked (each backed by every replica)")
     print(f"delayed ensemble change: {r['healed']} short entries healed by the writer in "
           f"{r['heal_runs']} runs; {r['heal_checks']} writer closes checked (short-healed)")
+    print(f"scrub: {r['scrubbed']} closed ledgers found short on a bookie and repaired; "
+          f"every closed ledger's share checked at the end (short-scrubbed)")
     for result in summary.failures[:args.show]:
         print(result.report(disabled))
     if len(summary.failures) > args.show:

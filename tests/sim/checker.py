@@ -54,6 +54,12 @@ that lost data, a metadata write, a read) and runs at the end of that step:
                      ``refused-kept`` accept it for the entries the writer
                      still holds for that bookie (``owed``: its obligation to
                      heal them, which this rule checks).
+``short-scrubbed``   (at the end: faults healed, the ledger closed, a few scrub
+                     intervals later) every bookie of the closed ledger holds
+                     every entry of its share, whoever closed it: entries a
+                     writer left short and could not heal (it died, or
+                     recovery closed the ledger) were found by the bookie's
+                     scrub and repaired from peers (``appliance.protocol.scrub``).
 ``read-needs-key``   no bookie answers a read carrying another key than the
                      ledger's (or none, while the bookie's ``reads_need_key``)
                      with entry bytes (``appliance.protocol.read_access``).
@@ -296,6 +302,16 @@ class Checker:
                         self.fail("short-healed", f"the writer closed the ledger at "
                                   f"{md.last_entry_id}, but {bookie} (up, reachable) lacks "
                                   f"entry {entry_id} of its share")
+
+    def check_scrubbed(self, md) -> None:
+        """``short-scrubbed`` (see the module docstring)."""
+        for bookie in md.bookies():
+            node = self.bookies[bookie]
+            for first, last in share_runs(md, bookie):
+                for entry_id in range(first, last + 1):
+                    if not node.storage.has(self.ledger_id, entry_id):
+                        self.fail("short-scrubbed", f"healed and closed at {md.last_entry_id}, "
+                                  f"but {bookie} still lacks entry {entry_id} of its share")
 
     def on_reader_lac(self, reader: str, lac: int) -> None:
         if lac <= self.reader_lacs.get(reader, -1):

@@ -3,7 +3,8 @@ recoveries, readers, the fault schedule, and the final check.
 
 Final check (after ``heal_at_ms``: network healed, every bookie restarted,
 no more adds): one more recovery must close the ledger and a reader must
-read every entry 0..last with the writer's payloads.  That is a liveness
+read every entry 0..last with the writer's payloads; a few scrub intervals
+later every bookie of the ledger holds its whole share (``short-scrubbed``).  That is a liveness
 requirement only where the protocol promises it: with a journal, or with
 the one-positive recovery rule (a Qa-rule recovery may wait for BP-46
 repair, which is not part of this core).
@@ -22,7 +23,7 @@ from tests.sim.apps import ReaderApp, RecoveryApp, WriterApp
 from tests.sim.bulk import BulkReadApp
 from tests.sim.checker import Checker
 from tests.sim.config import SimConfig, sim_locations
-from tests.sim.nodes import MetaStore, SimBookie
+from tests.sim.nodes import SCRUB_INTERVAL_MS, MetaStore, SimBookie
 from tests.sim.rerep import SealedRereplicator
 from tests.sim.world import Violation, World
 
@@ -103,6 +104,8 @@ class Cluster:
         world.net.drop_p, world.net.dup_p = cfg.drop_p, cfg.dup_p
         world.net.delay_min_ms, world.net.delay_max_ms = cfg.delay_ms
         self.slow_net(cfg.slow_p, cfg.slow_ms)
+        for bookie in self.bookies.values():
+            bookie.start_scrub()
         self.writer = WriterApp(self)
         self.apps.append(self.writer)
         for i, start_ms in enumerate(cfg.recoveries, 1):
@@ -316,6 +319,12 @@ class Cluster:
         if app.next_entry != app.md.last_entry_id + 1:
             raise Violation("acked-lost", f"bulk read ended at {app.next_entry}")
         self._repaired_bookies_serve_alone(app.md)
+        self.world.schedule(3 * SCRUB_INTERVAL_MS + 200, self._scrubbed, app.md)
+
+    def _scrubbed(self, md) -> None:
+        """``short-scrubbed``: healed and closed, a few scrub intervals later
+        every bookie of the ledger holds its whole share."""
+        self.checker.check_scrubbed(md)
         self.finished, self.outcome = True, "closed"
 
     def _repaired_bookies_serve_alone(self, md) -> None:

@@ -16,6 +16,11 @@ Bookie durability modes:
   network (only a positive whose header names the entry is data), and
   clears limbo when ``appliance.protocol.repair.may_clear_limbo`` says the
   share is durably whole.
+* the scrub (``appliance.protocol.scrub``; random runs only): every
+  ``SCRUB_INTERVAL_MS`` a running bookie looks at the ledger; once it is
+  CLOSED and this bookie lacks part of its share (it lagged or was cut off
+  and no one healed it: the writer died, or recovery closed it), the ledger
+  goes into limbo and the repair above copies the missing entries.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import itertools
 
 from appliance.errors import OK, MetadataVersionError, NoNodeError
 from appliance.protocol import events as ev
-from appliance.protocol import repair
+from appliance.protocol import repair, scrub
 from appliance.protocol.bookie import BookieCore
 from appliance.protocol.durable_replies import DurableReplies
 from appliance.protocol.entry import HEADER
@@ -36,6 +41,7 @@ from tests.sim.world import World, describe
 
 PARKED_REPLIES_MAX = 1_000_000  # far above what a seed parks: the bound never decides
 REPAIR_TICK_MS = 20  # a repairing bookie re-checks its limbo ledgers this often
+SCRUB_INTERVAL_MS = 200  # a bookie's scrub looks at the ledger this often (about 2 add timeouts)
 
 
 class SimBookie:
@@ -62,7 +68,7 @@ class SimBookie:
         self.on_limbo_cleared = None  # checker hook: (bookie, ledger id, metadata)
         self._repair_armed = False
         self._repair_rid = 0
-        self.repair_stats = {"started": 0, "copied": 0, "cleared": 0}
+        self.repair_stats = {"started": 0, "copied": 0, "cleared": 0, "scrubbed": 0}
         self.repaired: dict[int, bool] = {}  # ledger -> limbo cleared by repair
         # a ledger's key for repair reads when this bookie lost its own (metadata ->
         # key): the cluster's key custody (appliance.bookie.repair.ledger_key)
@@ -244,6 +250,31 @@ class SimBookie:
                 pending = True
         if pending:
             self._arm_repair()
+
+    # -- the scrub of closed ledgers (appliance.protocol.scrub) -----------------------------
+    def start_scrub(self) -> None:
+        self.world.schedule(SCRUB_INTERVAL_MS, self._scrub_tick)
+
+    def _scrub_tick(self) -> None:
+        """One pass, as ``appliance.bookie.scrub``: a closed ledger short of
+        this bookie's share goes into limbo (durably) for the repair."""
+        self.world.schedule(SCRUB_INTERVAL_MS, self._scrub_tick)
+        if not self.up or self.world.now_ms < self.stopped_until:
+            return
+        storage = self.storage
+        for ledger_id in sorted(self.meta.records):
+            md, _ = self.meta.get(ledger_id)
+            found = scrub.verdict(
+                md, self.name, storage.ledger_exists(ledger_id) and storage.is_limbo(ledger_id),
+                lambda runs, lid=ledger_id: sum(storage.has(lid, e) for first, last in runs
+                                                for e in range(first, last + 1)),
+                protections=self.core.protections)
+            if found == scrub.SHORT:
+                storage.mark_limbo(ledger_id)
+                storage.sync()  # the real scrub waits for the mark to be durable
+                self.repair_stats["scrubbed"] += 1
+                self.world.log(f"{self.name} scrub: ledger {ledger_id} is short here: limbo")
+                self._arm_repair()
 
     def _repair_key(self, ledger_id: int, md) -> bytes:
         """The key repair reads carry: this bookie's own, else custody's."""

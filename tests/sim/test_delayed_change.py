@@ -1,10 +1,15 @@
 """The delayed ensemble change, scripted: a bookie of a three-bookie E3/W3/A2
 ledger is cut off or stalled past the add timeout while no spare exists; the
-writer goes on at the ack quorum and heals the bookie once it answers."""
+writer goes on at the ack quorum and heals the bookie once it answers; when
+the writer dies first, the bookie's scrub heals it after the ledger closes."""
+
+import pytest
 
 from appliance.errors import NotEnoughBookiesError
 from appliance.protocol import events as ev
+from tests.sim.nodes import SCRUB_INTERVAL_MS
 from tests.sim.script import Script
+from tests.sim.world import Violation
 
 TIMEOUT_MS = 100
 
@@ -102,3 +107,37 @@ def test_a_spare_that_comes_back_replaces_the_lagging_bookie():
     s.world.net.heal("writer", "bookie-3")  # what it missed of the first fragment
     assert s.run_until(lambda: holds_all(s, "bookie-3", start - 1), 5 * TIMEOUT_MS)
     assert s.violation is None
+
+
+def scrubbed_after_the_writer_dies(disabled: tuple[str, ...] = ()) -> Script:
+    """bookie-3 is cut off while the writer adds at the ack quorum, the writer
+    dies holding the short entries, a recovery closes the ledger, the cut
+    heals: only the bookie's scrub can give bookie-3 what it missed."""
+    s = Script(3, 3, 2, timeout_ms=TIMEOUT_MS, disabled=disabled)
+    for bookie in s.cluster.bookies.values():
+        bookie.start_scrub()
+    write_through_a_cut(s, "bookie-3", 15)
+    s.kill_writer()
+    s.recover()
+    assert s.run_until(lambda: s.recovered_ok(), 10 * TIMEOUT_MS)
+    s.world.net.heal("writer", "bookie-3")
+    return s
+
+
+def test_entries_a_dead_writer_left_short_are_healed_by_the_scrub():
+    s = scrubbed_after_the_writer_dies()
+    last = s.metadata().last_entry_id
+    assert s.metadata().state == "CLOSED" and last >= 19 and not holds_all(s, "bookie-3", last)
+    assert s.run_until(lambda: holds_all(s, "bookie-3", last), 5 * SCRUB_INTERVAL_MS)
+    assert s.cluster.bookies["bookie-3"].repair_stats["scrubbed"] == 1
+    assert s.run_until(lambda: not s.cluster.storage_limbo(s.cluster.bookies["bookie-3"]),
+                       5 * SCRUB_INTERVAL_MS)
+    s.cluster.checker.check_scrubbed(s.metadata())
+    assert s.violation is None
+
+
+def test_without_the_scrub_the_invariant_catches_the_short_copies():
+    s = scrubbed_after_the_writer_dies(disabled=("scrub-short",))
+    s.run(5 * SCRUB_INTERVAL_MS)
+    with pytest.raises(Violation, match="bookie-3 still lacks"):
+        s.cluster.checker.check_scrubbed(s.metadata())

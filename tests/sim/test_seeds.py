@@ -56,5 +56,6 @@ def test_switching_a_protection_off_lets_the_checker_find_a_violation(protection
     assert failure.violation in {"ack-after-close", "no-divergence", "acked-lost",
                                  "core-invariant", "repair-incomplete", "placement",
                                  "closed-quorum", "acked-sent", "refused-kept",
-                                 "read-negative", "repoint-durable", "short-healed"}, \
+                                 "read-negative", "repoint-durable", "short-healed",
+                                 "short-scrubbed"}, \
         failure.report((protection,))

@@ -45,13 +45,14 @@ TEST_CLIENT = {"add_timeout_ms": 5000, "read_timeout_ms": 5000}
 
 def write_config(root: Path, n_bookies: int, metadata_uri: str = launcher.SQLITE_URI,
                  quorums: tuple[int, int, int] = (3, 3, 2), client: dict | None = None,
-                 **sections: dict) -> Path:
+                 metadata: dict | None = None, **sections: dict) -> Path:
     """``root/appliance.toml``: ``n_bookies`` bookies, short metadata sessions,
     the client's ``quorums`` (ensemble, write, ack) and test timeouts, plus
-    ``client`` knobs and other ``sections`` (``server={...}``, ...)."""
+    ``client`` and ``metadata`` knobs and other ``sections`` (``server={...}``, ...)."""
     e, w, a = quorums
     return launcher.write_config(
-        root / "appliance.toml", n_bookies, metadata={"uri": metadata_uri, **TEST_METADATA},
+        root / "appliance.toml", n_bookies,
+        metadata={"uri": metadata_uri, **TEST_METADATA, **(metadata or {})},
         client={"ensemble": e, "write_quorum": w, "ack_quorum": a, **TEST_CLIENT,
                 **(client or {})}, **sections)
 
