@@ -86,6 +86,7 @@ class RecoveryTail:
         self.failed_bookies: set[str] = set()
         # position -> (rounds of write-backs resent in a row, when the last was)
         self.resends: dict[int, tuple[int, int]] = {}
+        self.add_retries: set[int] = set()  # positions with a refused write-back's retry due
         self.probe_round = 0
         self.probe_answered: set[str] = set()
         self.closing = False
@@ -169,6 +170,9 @@ class RecoveryTail:
         if what[0] == "probe":
             self._send_probe(what[1], now_ms)
             return
+        if what[0] == "add":
+            self._retry_refused_add(what[1], what[2], now_ms)
+            return
         entry = self.entries.get(what[1])
         if entry is not None and entry.state == WAITING:
             entry.round = what[2]
@@ -211,6 +215,21 @@ class RecoveryTail:
             self.owner.finish(NotEnoughBookiesError.code)
             return
         self._send_adds(stuck, pos, now_ms)
+
+    def _retry_refused_add(self, pos: int, bookie: str, now_ms: int) -> None:
+        """The back-off after a write-back error with no spare is over: the
+        entries that still need ``bookie`` for their ``Qa`` acks are sent to
+        it again, counted as rounds like a timeout (``_add_timed_out``); the
+        entries the other replicas completed meanwhile need nothing more."""
+        self.add_retries.discard(pos)
+        if self.ws.ensemble[pos] != bookie:
+            return  # replaced meanwhile
+        bit = 1 << pos
+        stuck = [e for _, e in sorted(self.entries.items())
+                 if e.state == WRITING and not e.acks & bit
+                 and in_write_set(pos, e.entry_id, self.size, self.qw)]
+        if stuck:
+            self._add_timed_out(pos, stuck, now_ms)
 
     def _spares(self) -> list[str]:
         """Bookies a failed one may be replaced by: available, not in the
@@ -268,8 +287,11 @@ class RecoveryTail:
                 self._fold_written(event.now_ms)
         elif event.code == UnauthorizedError.code:
             self.owner.finish(UnauthorizedError.code)
-        else:
+        elif self._spares():
             self._replace(pos, event.now_ms)
+        elif pos not in self.add_retries:  # no spare: ask again after the back-off
+            self.add_retries.add(pos)
+            self.owner.backoff(("add", pos, bookie))
 
     def _fold_written(self, now_ms: int) -> None:
         while True:

@@ -4,6 +4,7 @@ from appliance.checks.digest import master_key
 from appliance.errors import (
     OK,
     BKTimeoutError,
+    BookieUnavailableError,
     NotEnoughBookiesError,
     UnauthorizedError,
 )
@@ -130,6 +131,43 @@ def test_no_spare_bookie_for_the_write_back():
     assert one(ev.OpenDone, loop.results).code == NotEnoughBookiesError.code
     resent = [a for a in loop.sent if isinstance(a, ev.SendAdd) and a.bookie_id == "b3"]
     assert len(resent) == 1 + core.config.rounds_max
+
+
+def _unavailable_for_adds(loop, bookie):
+    """``bookie`` answers every add with BookieUnavailable (it left the
+    registry: the driver refuses at once instead of timing out)."""
+    core = loop.bookies[bookie]
+    core.add_batch = lambda ledger, ids, datas, key, recovery: (
+        [BookieUnavailableError.code] * len(ids), None)
+
+
+def test_a_refused_write_back_with_no_spare_completes_at_the_ack_quorum():
+    # E3/W3/A2, no spare: b3 refuses the write-back at once; b1 and b2 are
+    # the ack quorum, so the recovery closes the ledger (before: NotEnoughBookies)
+    loop = Loop(metadata())
+    store(loop, ["b1", "b2", "b3"], 0, -1)
+    store(loop, ["b1", "b2"], 1, 0)
+    _unavailable_for_adds(loop, "b3")
+    core = recover(loop, spares=())
+    for now_ms in range(5_000, 5_000 * (core.config.rounds_max + 3), 5_000):
+        loop.fire_timers(core, now_ms)
+    done = one(ev.OpenDone, loop.results)
+    assert (done.code, done.last_add_confirmed) == (OK, 1)
+    assert loop.meta[1][0].state == "CLOSED"
+
+
+def test_a_refused_write_back_the_ack_quorum_needs_is_asked_again_then_fails():
+    # E3/W3/A3: b3's ack is needed; it is asked again after each back-off,
+    # rounds_max times, then the recovery fails instead of waiting forever
+    loop = Loop(metadata(ack_quorum=3))
+    store(loop, ["b1", "b2", "b3"], 0, -1)
+    _unavailable_for_adds(loop, "b3")
+    core = recover(loop, spares=(), positive_min=1)
+    for now_ms in range(5_000, 5_000 * (core.config.rounds_max + 3), 5_000):
+        loop.fire_timers(core, now_ms)
+    assert one(ev.OpenDone, loop.results).code == NotEnoughBookiesError.code
+    sent = [a for a in loop.sent if isinstance(a, ev.SendAdd) and a.bookie_id == "b3"]
+    assert len(sent) == 1 + core.config.rounds_max
 
 
 def test_concurrent_recoveries_converge_on_one_end():
