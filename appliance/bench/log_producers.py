@@ -19,6 +19,9 @@ How it is counted (per mode):
   were answered) the intended time is the schedule's, so a stall counts for
   every record it delayed; without it, the time the write was called.
   p50 / p99 / p99.9 over every record.  ``errors``: records not stored.
+* **cpu_us_per_record**: CPU (user + system) of the producer processes
+  (while writing), the log servers and the bookies, over the mode's run,
+  per record.
 * **writer**: one exclusive writer (``Log.writer()``, ``write_async``) of
   the same records on another log, in the bench's own process: the rate the
   producers are compared with (``vs_writer``).
@@ -40,9 +43,16 @@ from array import array
 from pathlib import Path
 
 import numpy as np
+import psutil
 
 import appliance
-from appliance.bench.launcher import check_free_space, reap, temporary_appliance, wait_for
+from appliance.bench.launcher import (
+    bookie_pids,
+    check_free_space,
+    reap,
+    temporary_appliance,
+    wait_for,
+)
 from appliance.config import load_config
 from appliance.meta.logservice import LogServiceRegistry
 
@@ -67,13 +77,21 @@ def run_producers_bench(producers: int, records: int, size: int, modes: list[str
             registry = LogServiceRegistry(bk.logs.store)
             wait_for(lambda: len(registry.servers()) >= servers,
                      SERVERS_TIMEOUT_S, 0.05, "the log servers")
+            pids = {"bookies": bookie_pids(str(config)),
+                    "log_servers": {sid: doc["pid"] for sid, doc in registry.servers().items()
+                                    if doc.get("pid")}}
             on_progress(f"one exclusive writer: {records:,} records")
             writer_rate = _exclusive_writer(bk, "bench-writer", records, size)
         for mode in modes:
             on_progress(f"{mode}: {producers} producers, {records:,} records"
                         + (f" at {rate:,}/s" if rate else ""))
+            cpu0 = {role: _cpu_s(p) for role, p in pids.items()}
             doc = _run_mode(str(config), f"bench-{mode}", producers, records, size, mode,
                             rate, window)
+            doc["cpu_us_per_record"] = {
+                "producers": doc.pop("producer_cpu_us_per_record"),
+                **{role: round((_cpu_s(p) - cpu0[role]) / records * 1e6, 1)
+                   for role, p in pids.items()}}
             doc["vs_writer"] = round(doc["records_per_s"] / writer_rate, 2)
             if peer:
                 pipeline = 1 if mode == "sync" else window
@@ -130,8 +148,22 @@ def _run_mode(config: str, name: str, producers: int, records: int, size: int, m
             "max_ms": round(float(lat.max()), 3) if lat.size else None,
             "errors": records - stored, "error": next((d["error"] for d in docs
                                                        if d["error"]), None),
+            "producer_cpu_us_per_record": round(sum(d["cpu_s"] for d in docs) / records * 1e6,
+                                                1),
             "retries": sum(d["stats"].get("retries", 0) for d in docs),
             "redirects": sum(d["stats"].get("redirects", 0) for d in docs)}
+
+
+def _cpu_s(pids: dict[str, int]) -> float:
+    """User + system CPU seconds of these processes so far."""
+    total = 0.0
+    for pid in pids.values():
+        try:
+            times = psutil.Process(pid).cpu_times()
+            total += times.user + times.system
+        except psutil.Error:
+            continue  # a process that died: the producers' errors say so
+    return total
 
 
 def _pct(lat, q: float):
@@ -168,9 +200,11 @@ def _producer_main(config: str, name: str, count: int, size: int, mode: str,
             p.write(payload)  # not counted: finds the owner, which takes the log
             results.put(("ready", None))
             go.wait()
+            cpu0 = time.process_time()
             doc = (_write_sync if mode == "sync" else _write_async)(p, payload, count,
                                                                    per_rate, window)
             doc["stats"] = dict(p.stats)
+            doc["cpu_s"] = time.process_time() - cpu0
         results.put(("done", doc))
     except Exception as exc:  # noqa: BLE001 - reported to the parent
         results.put(("failed", f"{type(exc).__name__}: {exc}"))

@@ -132,6 +132,7 @@ class LogWriter:
         self._last_add: Future | None = None
         self._control_due = False  # an entry with records was sent; no entry after it yet
         self._acked_at = 0.0
+        self._acked_hook: Future | None = None  # the add send_if_idle waits on
         self.stats = {"entries": 0, "control_entries": 0, "segments_started": 0}
 
         logs.create_log(name)
@@ -420,6 +421,27 @@ class LogWriter:
                 self._wake.wait(max(wait, 0.0001))
 
     # -- flush and close ------------------------------------------------------------------
+    def send_if_idle(self, on_acked=None) -> bool:
+        """Send the buffered records as an entry now if no entry of this
+        writer awaits its ack; True once nothing is left buffered.  Else
+        ``on_acked()`` is called (once per entry, on the ledger's thread)
+        when the entry in flight is acknowledged: call again then.  Group
+        commit without a timer (the log service's owner calls it after each
+        turn of its loop): a lone record leaves at once, and the records
+        that arrive while an entry is in flight leave together when it is
+        acknowledged, instead of waiting out ``flush_interval_us``."""
+        with self._lock:
+            if not self._buf_payloads or self._closed:
+                return True
+            last = self._last_add
+            if last is None or last.done():
+                self._flush_locked()
+                return True
+            if on_acked is not None and self._acked_hook is not last:
+                self._acked_hook = last
+                last.add_done_callback(lambda _f: on_acked())
+            return False
+
     def flush(self) -> None:
         """Send what is buffered and wait until everything written so far is
         durable (or raise the writer's error)."""

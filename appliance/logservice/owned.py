@@ -149,6 +149,19 @@ class OwnedLog:
         self._answer_when_done(identity, head, answers, t0)
         return None
 
+    def send_buffered(self) -> bool:
+        """The server's thread, after a turn of its loop: the records buffered
+        leave now unless an entry is in flight (``LogWriter.send_if_idle``:
+        the server is woken when it is acknowledged); True once nothing is
+        left buffered."""
+        if self.state != OPEN:
+            return True
+        try:
+            return self.writer.send_if_idle(self._wake)
+        except Exception as exc:  # noqa: BLE001 - the writer is broken: drop the log
+            self._fail(exc)
+            return True
+
     def _count(self, name: str, n: int) -> None:
         self.stats[name] = self.stats.get(name, 0) + n
         self._totals[name] = self._totals.get(name, 0) + n

@@ -74,6 +74,7 @@ class LogServer:
         self._stale_wait_ms = stale_wait_ms
         self.owned: dict[str, OwnedLog] = {}
         self._lease_sessions: dict[str, str] = {}  # log -> the session its lease is on
+        self._buffered: set[OwnedLog] = set()  # logs with records this loop has not sent
         self._replies: collections.deque = collections.deque()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -115,6 +116,7 @@ class LogServer:
                 if self._sock in events:
                     self._serve_some()
                 self._send_replies()
+                self._send_buffered()
                 if time.monotonic() >= next_check:
                     self._check_owned()
                     next_check = time.monotonic() + limits.LOG_SERVICE_CHECK_INTERVAL_MS / 1000
@@ -175,6 +177,14 @@ class LogServer:
             if answer is not None:
                 self.queue_reply(identity, {**_echo(doc), **answer})
 
+    def _send_buffered(self) -> None:
+        """Group commit: the records this turn buffered leave as one entry per
+        log, at once if the log has no entry in flight, else when one of the
+        next turns finds it acknowledged (its replies wake the loop)."""
+        for owned in list(self._buffered):
+            if owned.send_buffered():
+                self._buffered.discard(owned)
+
     def queue_reply(self, identity: bytes, doc: dict) -> None:
         self._replies.append((identity, encode_header(doc)))
         if threading.get_ident() != self._loop_thread:
@@ -205,7 +215,10 @@ class LogServer:
             return {"op": "error", "code": RETRY, "message": f"log {name} is {owned.state}"}
         if op == "hello":
             return {"op": "hello", "next_seq": owned.hello(producer_id)}
-        return owned.write(identity, _echo(doc), producer_id, seq, oldest, payloads)
+        answer = owned.write(identity, _echo(doc), producer_id, seq, oldest, payloads)
+        if answer is None:
+            self._buffered.add(owned)
+        return answer
 
     def _route(self, name: str) -> dict:
         """A request for a log this server does not own: redirect, wait, or
