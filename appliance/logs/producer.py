@@ -57,6 +57,8 @@ from appliance.protocol.log_service import (
     decode_header,
     encode_header,
     owner_of,
+    pack_records,
+    runs_dlsns,
 )
 from appliance.protocol.logs import DLSN, dlsn_of
 
@@ -333,9 +335,9 @@ class Producer:
             if not batch:
                 continue
             head = {"op": "write", "log": self.name, "pid": self._pid_hex,
-                    "seq": batch[0].seq, "gen": gen, "oldest": oldest}
-            self._sock.send_multipart([encode_header(head)] + [w.payload for w in batch],
-                                      copy=False)
+                    "seq": batch[0].seq, "gen": gen, "oldest": oldest, "packed": 1}
+            self._sock.send_multipart([encode_header(head),
+                                       *pack_records([w.payload for w in batch])], copy=False)
             self.stats["requests"] += 1
 
     def _receive(self) -> None:
@@ -362,7 +364,11 @@ class Producer:
                     return
 
     def _settle(self, doc: dict) -> None:
-        first, dlsns = doc.get("seq"), doc.get("dlsns") or []
+        first = doc.get("seq")
+        try:
+            dlsns = runs_dlsns(doc["runs"]) if "runs" in doc else doc.get("dlsns") or []
+        except BKError:
+            return  # a malformed reply: the writes are resent after the timeout
         done = []
         with self._cond:
             for i, dlsn in enumerate(dlsns):

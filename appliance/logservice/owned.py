@@ -28,10 +28,11 @@ import threading
 import time
 from concurrent.futures import Future
 
+from appliance.client.add_future import outcome
 from appliance.logs.writer import LogWriter
 from appliance.protocol import limits
 from appliance.protocol.log_entry import unpack_tags
-from appliance.protocol.log_service import DUPLICATE, FULL, GAP, NEW, DedupTable
+from appliance.protocol.log_service import DUPLICATE, FULL, GAP, NEW, DedupTable, dlsn_runs
 from appliance.protocol.logs import COMPLETED, DLSN
 
 log = logging.getLogger("appliance.logservice")
@@ -177,19 +178,20 @@ class OwnedLog:
             last.add_done_callback(lambda _f: self._send_answers(identity, head, answers, t0))
 
     def _send_answers(self, identity: bytes, head: dict, answers: list, t0: float) -> None:
-        dlsns = []
+        positions = []
         for answer in answers:
             if isinstance(answer, Future):
-                error = answer.exception() if answer.done() else self.error or \
-                    RuntimeError("a record settled out of order")
+                done = outcome(answer)
+                error = (self.error or RuntimeError("a record settled out of order")) \
+                    if done is None else done[1]
                 if error is not None:
                     self._fail(error)
                     self._reply(identity, {**head, "op": "error", "code": "retry",
                                            "message": str(error)})
                     return
-                answer = answer.result()
-            dlsns.append(None if answer == "old" else list(answer))
-        self._reply(identity, {**head, "op": "written", "dlsns": dlsns})
+                answer = done[0]
+            positions.append(None if answer == "old" else answer)
+        self._reply(identity, {**head, "op": "written", "runs": dlsn_runs(positions)})
         if self._observe is not None:
             self._observe(time.perf_counter() - t0)
 

@@ -45,6 +45,7 @@ from appliance.protocol.log_service import (
     decode_header,
     encode_header,
     owner_of,
+    unpack_records,
 )
 
 log = logging.getLogger("appliance.logservice")
@@ -166,7 +167,12 @@ class LogServer:
             identity, head_frame, payloads = frames[0], frames[1], frames[2:]
             try:
                 doc = decode_header(head_frame)
-                if len(frames) > limits.LOG_SERVICE_REQUEST_FRAMES_MAX + 1:
+                if doc.get("packed") and len(payloads) == 2:
+                    payloads = unpack_records(*payloads)
+                elif doc.get("packed"):
+                    raise BadRequestError("log service: a packed write has two frames")
+                if len(frames) > limits.LOG_SERVICE_REQUEST_FRAMES_MAX + 1 or \
+                        len(payloads) > limits.LOG_PRODUCER_BATCH_RECORDS_MAX:
                     raise BadRequestError(f"log service: more than "
                                           f"{limits.LOG_PRODUCER_BATCH_RECORDS_MAX} records in "
                                           "one request")
