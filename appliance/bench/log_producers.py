@@ -242,7 +242,7 @@ def _write_async(p, payload: bytes, count: int, per_rate: float, window: int) ->
     lat, failed = array("d"), []
     clock = time.monotonic
     inflight: collections.deque = collections.deque()
-    error = None
+    error, issued = None, 0
 
     def done(fut, sent):
         if fut.exception() is None:
@@ -262,12 +262,14 @@ def _write_async(p, payload: bytes, count: int, per_rate: float, window: int) ->
             break
         fut.add_done_callback(lambda f, sent=sent: done(f, sent))
         inflight.append(fut)
+        issued += 1
     try:
         p.flush()
     except Exception as exc:  # noqa: BLE001 - counted
         error = error or f"{type(exc).__name__}: {exc}"
-    for fut in inflight:
-        fut.exception()
+    deadline = clock() + 60
+    while len(lat) + len(failed) < issued and clock() < deadline:
+        time.sleep(0.001)  # the last callbacks run on the producer's thread just after
     if failed and error is None:
         error = f"{type(failed[0]).__name__}: {failed[0]}"
     return {"start": start, "end": clock(), "lat": lat.tobytes(), "stored": len(lat),

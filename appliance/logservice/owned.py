@@ -115,9 +115,11 @@ class OwnedLog:
         (the reply follows once every record has a position)."""
         now = self._clock_ms()
         t0 = time.perf_counter()
+        self.stats["requests"] += 1
+        if self.table.admit_run(producer_id, seq, len(payloads), now):
+            return self._write_new(identity, head, producer_id, seq, payloads, t0)
         answers: list = []
         new_payloads, new_tags = [], []
-        self.stats["requests"] += 1
         for i, payload in enumerate(payloads):
             verdict = self.table.admit(producer_id, seq + i, now, oldest)
             if verdict.kind == NEW:
@@ -148,6 +150,20 @@ class OwnedLog:
                 self.table.store(producer_id, seq + i, fut)
         self._count("records", len(futures))
         self._answer_when_done(identity, head, answers, t0)
+        return None
+
+    def _write_new(self, identity: bytes, head: dict, producer_id: bytes, seq: int,
+                   payloads: list, t0: float) -> dict | None:
+        """``write`` when every record is new (``DedupTable.admit_run``)."""
+        try:
+            futures = self.writer.write_many_async(
+                payloads, tags=[(producer_id, s) for s in range(seq, seq + len(payloads))])
+        except Exception as exc:  # noqa: BLE001 - the writer is broken: drop the log
+            self._fail(exc)
+            return {"op": "error", "code": "retry", "message": str(exc)}
+        self.table.store_many(producer_id, seq, futures)
+        self._count("records", len(futures))
+        self._answer_when_done(identity, head, futures, t0)
         return None
 
     def send_buffered(self) -> bool:

@@ -124,6 +124,30 @@ class DedupTable:
             return Verdict(DUPLICATE, position=p.recent[seq])
         return Verdict(OLD)
 
+    def admit_run(self, producer_id: bytes, seq: int, n: int, now_ms: int) -> int:
+        """The common case in one step: a known producer's next ``n``
+        records (``seq`` is the next expected) are all NEW and reserved
+        (``next = seq + n``); returns ``n``.  Otherwise 0 and nothing
+        changes: judge the records one by one with ``admit``."""
+        p = self._producers.get(producer_id)
+        if p is None or self.break_dedup or seq != p.next_seq or n < 1:
+            return 0
+        self._producers.move_to_end(producer_id)
+        p.used_ms = now_ms
+        p.next_seq = seq + n
+        return n
+
+    def store_many(self, producer_id: bytes, seq: int, positions: list) -> None:
+        """``store`` of consecutive records ``seq, seq + 1, ...`` just
+        admitted."""
+        p = self._producers.get(producer_id)
+        if p is None:
+            return
+        recent = p.recent
+        recent.update(zip(range(seq, seq + len(positions)), positions, strict=True))
+        for _ in range(len(recent) - self.recent_max):
+            recent.popitem(last=False)
+
     def store(self, producer_id: bytes, seq: int, position: object) -> None:
         """Keep the position of a record (a pending write's future first,
         its DLSN later: either is an answer to a retry)."""

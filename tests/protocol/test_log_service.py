@@ -15,6 +15,7 @@ from appliance.protocol.log_service import (
     NEW,
     OLD,
     DedupTable,
+    Verdict,
     check_write,
     decode_header,
     dlsn_runs,
@@ -144,3 +145,17 @@ def test_packed_records_and_position_runs_round_trip():
     assert dlsn_runs([(1, 0, k) for k in range(1000)]) == [[1, 0, 0, 1000]]
     with pytest.raises(BadRequestError):
         runs_dlsns([[1, 2]])
+
+
+def test_admit_run_takes_a_known_producers_next_records_in_one_step():
+    table = DedupTable(4, 3, 1000)
+    assert table.admit_run(A, 1, 5, 0) == 0  # unknown producer: one by one
+    assert table.admit(A, 1, 0).kind == NEW
+    table.store(A, 1, "p1")
+    assert table.admit_run(A, 3, 2, 0) == 0  # a gap: one by one
+    assert table.admit_run(A, 2, 4, 0) == 4 and table.next_seq(A) == 6
+    table.store_many(A, 2, ["p2", "p3", "p4", "p5"])
+    assert table.admit(A, 5, 0) == Verdict(DUPLICATE, position="p5")
+    assert table.admit(A, 2, 0).kind == OLD  # only the last 3 positions are kept
+    table.break_dedup = True  # the simulation's switch: never a shortcut
+    assert table.admit_run(A, 6, 2, 0) == 0
