@@ -92,7 +92,7 @@ class OwnedLog:
     def _open(self) -> None:
         try:
             writer = LogWriter(self.client, self.client.logs, self.name, b"",
-                               self.client.log_config, self.owner, tagged=True)
+                               self.client.log_config, self.owner, tagged=True, driven=True)
             md, _ = self.client.logs.read_log(self.name)
             learnt = rebuild_filter(self.client, md, self.table, self._clock_ms(), b"")
         except Exception as exc:  # noqa: BLE001 - the log is dropped and retried by producers
