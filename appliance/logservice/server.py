@@ -77,6 +77,8 @@ class LogServer:
         self._lease_sessions: dict[str, str] = {}  # log -> the session its lease is on
         self._buffered: set[OwnedLog] = set()  # logs with records this loop has not sent
         self._replies: collections.deque = collections.deque()
+        self._replies_lock = threading.Lock()
+        self._replies_woken = False  # a wake is on its way for the queued replies
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -192,11 +194,19 @@ class LogServer:
                 self._buffered.discard(owned)
 
     def queue_reply(self, identity: bytes, doc: dict) -> None:
-        self._replies.append((identity, encode_header(doc)))
-        if threading.get_ident() != self._loop_thread:
+        frame = encode_header(doc)
+        if threading.get_ident() == self._loop_thread:
+            self._replies.append((identity, frame))
+            return
+        with self._replies_lock:  # one wake for the replies of one ack (not one each)
+            self._replies.append((identity, frame))
+            woken, self._replies_woken = self._replies_woken, True
+        if not woken:
             self.wake()
 
     def _send_replies(self) -> None:
+        with self._replies_lock:  # a reply queued from here on wakes the loop again
+            self._replies_woken = False
         while self._replies:
             identity, frame = self._replies.popleft()
             try:
