@@ -264,6 +264,8 @@ class Producer:
                     pass
             except BlockingIOError:
                 pass
+            if self._next_seq is not None:
+                self._send_unsent()  # what woke us leaves now, not after another poll
         if self._sock in events:
             self._receive()
         self._check_timeout(poller)
@@ -341,11 +343,8 @@ class Producer:
             self.stats["requests"] += 1
 
     def _receive(self) -> None:
-        while True:
-            try:
-                frames = self._sock.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
+        while self._sock.get(zmq.EVENTS) & zmq.POLLIN:  # no exception per empty read
+            frames = self._sock.recv_multipart(zmq.NOBLOCK)
             try:
                 doc = decode_header(frames[0])
             except BKError:

@@ -160,10 +160,9 @@ class LogServer:
     # -- requests ----------------------------------------------------------------------------
     def _serve_some(self) -> None:
         for _ in range(limits.LOG_PRODUCER_BATCH_RECORDS_MAX):
-            try:
-                frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=True)
-            except zmq.Again:
+            if not self._sock.get(zmq.EVENTS) & zmq.POLLIN:  # no exception per empty read
                 return
+            frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=True)
             if len(frames) < 2:
                 continue  # no header: nothing to answer
             identity, head_frame, payloads = frames[0], frames[1], frames[2:]
