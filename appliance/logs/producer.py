@@ -115,6 +115,7 @@ class Producer:
         self._last_reply = clock()
         self._backoff = BACKOFF_MIN_S
         self._hello_gen = -1
+        self._awaiting = 0  # write requests of this generation awaiting their reply
         self._poller = None
         self.stats = {"requests": 0, "redirects": 0, "retries": 0, "timeouts": 0}
         self._ctx = zmq.Context()
@@ -306,6 +307,7 @@ class Producer:
         with self._cond:
             self._gen += 1
             self._unsent = collections.deque(self._pending.values())
+        self._awaiting = 0  # replies to older generations do not count
         self._last_reply = self._clock()
 
     def _next_backoff(self) -> float:
@@ -320,7 +322,7 @@ class Producer:
                                        "gen": self._gen}))
 
     def _send_unsent(self) -> None:
-        while True:
+        while self._awaiting < limits.LOG_PRODUCER_REQUESTS_INFLIGHT_MAX:
             with self._cond:
                 if not self._unsent:
                     return
@@ -341,6 +343,7 @@ class Producer:
             self._sock.send_multipart([encode_header(head),
                                        *pack_records([w.payload for w in batch])], copy=False)
             self.stats["requests"] += 1
+            self._awaiting += 1
 
     def _receive(self) -> None:
         while self._sock.get(zmq.EVENTS) & zmq.POLLIN:  # no exception per empty read
@@ -352,6 +355,8 @@ class Producer:
             self._last_reply = self._clock()
             op = doc["op"]
             if op == "written":
+                if doc.get("gen") == self._gen and self._awaiting:
+                    self._awaiting -= 1
                 self._settle(doc)
             elif op == "hello" and doc.get("gen") == self._gen:
                 with self._cond:
