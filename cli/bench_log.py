@@ -1,6 +1,8 @@
 """``bkctl bench log``: the log layer's records/s, catch-up reads and tail
 latency against a durable Redis Stream in the same run
-(``appliance.bench.logs`` says how each figure is counted)."""
+(``appliance.bench.logs`` says how each figure is counted); with
+``--producers N``, N producer processes writing one log through the log
+service (``appliance.bench.log_producers``)."""
 
 from __future__ import annotations
 
@@ -13,10 +15,27 @@ from cli.common import echo_json, json_option, library_errors
 @click.option("--size", "sizes", type=click.IntRange(min=8, max=1 << 20), multiple=True,
               default=(100,), show_default=True,
               help="Record size in bytes (repeat for several: --size 100 --size 1024).")
-@click.option("--records", type=click.IntRange(min=1000), default=500_000, show_default=True,
-              help="Records written (and read back) per size.")
-@click.option("--rate", type=click.IntRange(min=1), default=10_000, show_default=True,
-              help="Records/s of the tail-latency run.")
+@click.option("--records", type=click.IntRange(min=100), default=None,
+              help="Records written (and read back) per size [default: 500,000; with "
+                   "--producers 100,000 per mode, shared by the producers].")
+@click.option("--rate", type=click.IntRange(min=1), default=None,
+              help="Records/s of the tail-latency run [default: 10,000]; with --producers, "
+                   "the records/s offered by all producers together, open loop (latency "
+                   "counted from each record's scheduled time) [default: as fast as they "
+                   "are answered].")
+@click.option("--producers", type=click.IntRange(min=1, max=256), default=None,
+              help="Run N producer processes writing one log through the log service "
+                   "instead of one exclusive writer.")
+@click.option("--sync", "sync_mode", is_flag=True,
+              help="With --producers: each write waits for its DLSN (the Redis peer at "
+                   "pipeline 1).")
+@click.option("--async", "async_mode", is_flag=True,
+              help="With --producers: pipelined write_async, --window records in flight per "
+                   "producer.  Neither flag: both runs.")
+@click.option("--window", type=click.IntRange(min=1, max=4096), default=1000,
+              show_default=True,
+              help="With --producers --async: records in flight per producer (and the Redis "
+                   "peer's pipeline).")
 @click.option("--tail-seconds", type=click.FloatRange(min=0.5), default=5.0,
               show_default=True, help="Length of the tail-latency run.")
 @click.option("--peer", type=click.Path(dir_okay=False), default=None,
@@ -26,21 +45,33 @@ from cli.common import echo_json, json_option, library_errors
               help="Where the temporary appliance lives (default: the temp dir).")
 @json_option
 @library_errors
-def log(sizes, records, rate, tail_seconds, peer, no_peer, workdir, as_json):
+def log(sizes, records, rate, producers, sync_mode, async_mode, window, tail_seconds, peer,
+        no_peer, workdir, as_json):
     """Write, catch-up read and tail a log (E3/W3/A2, one writer) on a
     temporary appliance of its own; compare with a durable Redis Stream.
+    With --producers N: N producer processes write one log through the log
+    service (the appliance's log servers), synchronously and/or pipelined,
+    beside one exclusive writer and the Redis peer with N clients.
 
     \b
     Example:
       bkctl bench log --size 100 --json
       bkctl bench log --size 100 --size 1024 --records 200000
+      bkctl bench log --producers 8 --records 100000 --json
+      bkctl bench log --producers 8 --sync --rate 10000 --records 50000
     """
     # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.bench.logs import default_peer, run_log_bench
 
     script = None if no_peer else (peer or str(default_peer()))
-    doc = run_log_bench(list(sizes), records, rate, tail_seconds, script, workdir,
-                        on_progress=lambda line: click.echo(line, err=True))
+    if producers:
+        _producers(producers, records, sizes, rate, sync_mode, async_mode, window, script,
+                   workdir, as_json)
+        return
+    if sync_mode or async_mode:
+        raise click.UsageError("--sync and --async go with --producers")
+    doc = run_log_bench(list(sizes), records or 500_000, rate or 10_000, tail_seconds, script,
+                        workdir, on_progress=lambda line: click.echo(line, err=True))
     if as_json:
         echo_json(doc)
         return
@@ -55,6 +86,36 @@ def log(sizes, records, rate, tail_seconds, peer, no_peer, workdir, as_json):
             click.echo(f"  redis stream: write {p['records_per_s']:,}/s, read "
                        f"{p['read_records_per_s']:,}/s -> {r['write_vs_peer']}x write, "
                        f"{r['read_vs_peer']}x read")
+        elif p:
+            click.echo(f"  redis stream peer did not run: {p['error']}")
+    click.echo(f"load average {doc['load_average']}")
+
+
+def _producers(producers, records, sizes, rate, sync_mode, async_mode, window, script, workdir,
+               as_json) -> None:
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
+    from appliance.bench.log_producers import run_producers_bench
+
+    if len(sizes) != 1:
+        raise click.UsageError("--producers takes one --size")
+    modes = [m for m, on in (("sync", sync_mode), ("async", async_mode)) if on] or \
+        ["sync", "async"]
+    doc = run_producers_bench(producers, records or 100_000, sizes[0], modes, rate, window,
+                              script, workdir,
+                              on_progress=lambda line: click.echo(line, err=True))
+    if as_json:
+        echo_json(doc)
+        return
+    click.echo(f"one exclusive writer: {doc['writer_records_per_s']:,} records/s")
+    for r in doc["runs"]:
+        click.echo(f"{r['mode']}: {producers} producers, {r['records_per_s']:,} records/s "
+                   f"({r['vs_writer']}x the writer), p50 {r['p50_ms']} ms, p99 {r['p99_ms']} "
+                   f"ms, p99.9 {r['p999_ms']} ms, {r['errors']} errors")
+        p = r.get("peer")
+        if p and "records_per_s" in p:
+            click.echo(f"  redis stream, {p['clients']} clients, pipeline {p['pipeline']}: "
+                       f"{p['records_per_s']:,} records/s, p99 {p.get('p99_ms')} ms -> "
+                       f"{r['vs_peer']}x")
         elif p:
             click.echo(f"  redis stream peer did not run: {p['error']}")
     click.echo(f"load average {doc['load_average']}")

@@ -108,6 +108,19 @@ class AddFuture(Future):
             return self._exception
 
 
+def outcome(fut: Future):
+    """(result, exception) of a future known to be finished, without its
+    lock (a completion callback reading the futures of the same in-order
+    batch: ``complete_futures`` finished them before calling back); None if
+    it is not finished."""
+    if type(fut) is not AddFuture:
+        return (fut.result(), None) if fut.done() and fut.exception() is None else \
+            ((None, fut.exception()) if fut.done() else None)
+    if fut._state != FINISHED:
+        return None
+    return fut._result, fut._exception
+
+
 def _call_back(callback, fut: Future) -> None:
     """Run one done-callback; its exception is logged, as ``Future`` does."""
     try:

@@ -57,6 +57,8 @@ from appliance.protocol.log_service import (
     decode_header,
     encode_header,
     owner_of,
+    pack_records,
+    runs_dlsns,
 )
 from appliance.protocol.logs import DLSN, dlsn_of
 
@@ -113,6 +115,7 @@ class Producer:
         self._last_reply = clock()
         self._backoff = BACKOFF_MIN_S
         self._hello_gen = -1
+        self._awaiting = 0  # write requests of this generation awaiting their reply
         self._poller = None
         self.stats = {"requests": 0, "redirects": 0, "retries": 0, "timeouts": 0}
         self._ctx = zmq.Context()
@@ -262,6 +265,8 @@ class Producer:
                     pass
             except BlockingIOError:
                 pass
+            if self._next_seq is not None:
+                self._send_unsent()  # what woke us leaves now, not after another poll
         if self._sock in events:
             self._receive()
         self._check_timeout(poller)
@@ -302,6 +307,7 @@ class Producer:
         with self._cond:
             self._gen += 1
             self._unsent = collections.deque(self._pending.values())
+        self._awaiting = 0  # replies to older generations do not count
         self._last_reply = self._clock()
 
     def _next_backoff(self) -> float:
@@ -316,7 +322,7 @@ class Producer:
                                        "gen": self._gen}))
 
     def _send_unsent(self) -> None:
-        while True:
+        while self._awaiting < limits.LOG_PRODUCER_REQUESTS_INFLIGHT_MAX:
             with self._cond:
                 if not self._unsent:
                     return
@@ -333,17 +339,15 @@ class Producer:
             if not batch:
                 continue
             head = {"op": "write", "log": self.name, "pid": self._pid_hex,
-                    "seq": batch[0].seq, "gen": gen, "oldest": oldest}
-            self._sock.send_multipart([encode_header(head)] + [w.payload for w in batch],
-                                      copy=False)
+                    "seq": batch[0].seq, "gen": gen, "oldest": oldest, "packed": 1}
+            self._sock.send_multipart([encode_header(head),
+                                       *pack_records([w.payload for w in batch])], copy=False)
             self.stats["requests"] += 1
+            self._awaiting += 1
 
     def _receive(self) -> None:
-        while True:
-            try:
-                frames = self._sock.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
+        while self._sock.get(zmq.EVENTS) & zmq.POLLIN:  # no exception per empty read
+            frames = self._sock.recv_multipart(zmq.NOBLOCK)
             try:
                 doc = decode_header(frames[0])
             except BKError:
@@ -351,6 +355,8 @@ class Producer:
             self._last_reply = self._clock()
             op = doc["op"]
             if op == "written":
+                if doc.get("gen") == self._gen and self._awaiting:
+                    self._awaiting -= 1
                 self._settle(doc)
             elif op == "hello" and doc.get("gen") == self._gen:
                 with self._cond:
@@ -362,7 +368,11 @@ class Producer:
                     return
 
     def _settle(self, doc: dict) -> None:
-        first, dlsns = doc.get("seq"), doc.get("dlsns") or []
+        first = doc.get("seq")
+        try:
+            dlsns = runs_dlsns(doc["runs"]) if "runs" in doc else doc.get("dlsns") or []
+        except BKError:
+            return  # a malformed reply: the writes are resent after the timeout
         done = []
         with self._cond:
             for i, dlsn in enumerate(dlsns):

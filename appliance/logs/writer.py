@@ -21,7 +21,10 @@ one started.
 
 Tagged writers (the log service's owners, ``tagged=True``): every record
 carries its producer's ``(producer_id, seq)`` in the entry's tags column
-(``appliance.protocol.log_entry``), given to ``write_many_async``.
+(``appliance.protocol.log_entry``), given to ``write_many_async``.  Driven
+writers (``driven=True``, the owners too) have no flush timer: the caller
+sends the buffer with ``send_if_idle`` (at once when no entry is in
+flight, else when it is acknowledged); ``flush_bytes`` still applies.
 
 Errors are sticky: once a write fails (``LogFencedError`` when a newer writer
 took over; any other ledger error as it came), that write and every later
@@ -102,7 +105,7 @@ def segment_end(client, seq: int, ledger_id: int, password: bytes) -> SegmentEnd
 
 class LogWriter:
     def __init__(self, client, logs, name: str, password: bytes, config, owner: str,
-                 *, tagged: bool = False):
+                 *, tagged: bool = False, driven: bool = False):
         self._client = client
         self._logs = logs
         self.name = name
@@ -114,6 +117,7 @@ class LogWriter:
         self._control_s = config.control_interval_ms / 1000.0
         self._entry_max = client.payload_bytes_max
         self._tagged = tagged
+        self._driven = driven  # the caller sends the buffer (send_if_idle): no flush timer
         self._record_overhead = RECORD_OVERHEAD + (TAG_BYTES if tagged else 0)
         self.record_bytes_max = self._entry_max - HEADER_BYTES - self._record_overhead
         self._lock = threading.Lock()
@@ -132,6 +136,7 @@ class LogWriter:
         self._last_add: Future | None = None
         self._control_due = False  # an entry with records was sent; no entry after it yet
         self._acked_at = 0.0
+        self._acked_hook: Future | None = None  # the add send_if_idle waits on
         self.stats = {"entries": 0, "control_entries": 0, "segments_started": 0}
 
         logs.create_log(name)
@@ -291,7 +296,8 @@ class LogWriter:
                              f"{last}")
         if not self._buf_payloads and payloads:
             self._buf_since = time.monotonic()
-            self._wake.notify()
+            if not self._driven:
+                self._wake.notify()
         room = self._entry_max - HEADER_BYTES
         flush_bytes = self._flush_bytes
         buf_t, buf_p, buf_f = self._buf_txids, self._buf_payloads, self._buf_futures
@@ -398,7 +404,7 @@ class LogWriter:
                 now = time.monotonic()
                 wait = IDLE_WAIT_S
                 try:
-                    if self._buf_payloads:
+                    if self._buf_payloads and not self._driven:
                         due = self._buf_since + self._flush_s
                         if now >= due:
                             self._flush_locked()
@@ -420,6 +426,27 @@ class LogWriter:
                 self._wake.wait(max(wait, 0.0001))
 
     # -- flush and close ------------------------------------------------------------------
+    def send_if_idle(self, on_acked=None) -> bool:
+        """Send the buffered records as an entry now if no entry of this
+        writer awaits its ack; True once nothing is left buffered.  Else
+        ``on_acked()`` is called (once per entry, on the ledger's thread)
+        when the entry in flight is acknowledged: call again then.  Group
+        commit without a timer (the log service's owner calls it after each
+        turn of its loop): a lone record leaves at once, and the records
+        that arrive while an entry is in flight leave together when it is
+        acknowledged, instead of waiting out ``flush_interval_us``."""
+        with self._lock:
+            if not self._buf_payloads or self._closed:
+                return True
+            last = self._last_add
+            if last is None or last.done():
+                self._flush_locked()
+                return True
+            if on_acked is not None and self._acked_hook is not last:
+                self._acked_hook = last
+                last.add_done_callback(lambda _f: on_acked())
+            return False
+
     def flush(self) -> None:
         """Send what is buffered and wait until everything written so far is
         durable (or raise the writer's error)."""

@@ -28,10 +28,11 @@ import threading
 import time
 from concurrent.futures import Future
 
+from appliance.client.add_future import outcome
 from appliance.logs.writer import LogWriter
 from appliance.protocol import limits
 from appliance.protocol.log_entry import unpack_tags
-from appliance.protocol.log_service import DUPLICATE, FULL, GAP, NEW, DedupTable
+from appliance.protocol.log_service import DUPLICATE, FULL, GAP, NEW, DedupTable, dlsn_runs
 from appliance.protocol.logs import COMPLETED, DLSN
 
 log = logging.getLogger("appliance.logservice")
@@ -91,7 +92,7 @@ class OwnedLog:
     def _open(self) -> None:
         try:
             writer = LogWriter(self.client, self.client.logs, self.name, b"",
-                               self.client.log_config, self.owner, tagged=True)
+                               self.client.log_config, self.owner, tagged=True, driven=True)
             md, _ = self.client.logs.read_log(self.name)
             learnt = rebuild_filter(self.client, md, self.table, self._clock_ms(), b"")
         except Exception as exc:  # noqa: BLE001 - the log is dropped and retried by producers
@@ -114,9 +115,11 @@ class OwnedLog:
         (the reply follows once every record has a position)."""
         now = self._clock_ms()
         t0 = time.perf_counter()
+        self.stats["requests"] += 1
+        if self.table.admit_run(producer_id, seq, len(payloads), now):
+            return self._write_new(identity, head, producer_id, seq, payloads, t0)
         answers: list = []
         new_payloads, new_tags = [], []
-        self.stats["requests"] += 1
         for i, payload in enumerate(payloads):
             verdict = self.table.admit(producer_id, seq + i, now, oldest)
             if verdict.kind == NEW:
@@ -149,6 +152,33 @@ class OwnedLog:
         self._answer_when_done(identity, head, answers, t0)
         return None
 
+    def _write_new(self, identity: bytes, head: dict, producer_id: bytes, seq: int,
+                   payloads: list, t0: float) -> dict | None:
+        """``write`` when every record is new (``DedupTable.admit_run``)."""
+        try:
+            futures = self.writer.write_many_async(
+                payloads, tags=[(producer_id, s) for s in range(seq, seq + len(payloads))])
+        except Exception as exc:  # noqa: BLE001 - the writer is broken: drop the log
+            self._fail(exc)
+            return {"op": "error", "code": "retry", "message": str(exc)}
+        self.table.store_many(producer_id, seq, futures)
+        self._count("records", len(futures))
+        self._answer_when_done(identity, head, futures, t0)
+        return None
+
+    def send_buffered(self) -> bool:
+        """The server's thread, after a turn of its loop: the records buffered
+        leave now unless an entry is in flight (``LogWriter.send_if_idle``:
+        the server is woken when it is acknowledged); True once nothing is
+        left buffered."""
+        if self.state != OPEN:
+            return True
+        try:
+            return self.writer.send_if_idle(self._wake)
+        except Exception as exc:  # noqa: BLE001 - the writer is broken: drop the log
+            self._fail(exc)
+            return True
+
     def _count(self, name: str, n: int) -> None:
         self.stats[name] = self.stats.get(name, 0) + n
         self._totals[name] = self._totals.get(name, 0) + n
@@ -164,19 +194,20 @@ class OwnedLog:
             last.add_done_callback(lambda _f: self._send_answers(identity, head, answers, t0))
 
     def _send_answers(self, identity: bytes, head: dict, answers: list, t0: float) -> None:
-        dlsns = []
+        positions = []
         for answer in answers:
             if isinstance(answer, Future):
-                error = answer.exception() if answer.done() else self.error or \
-                    RuntimeError("a record settled out of order")
+                done = outcome(answer)
+                error = (self.error or RuntimeError("a record settled out of order")) \
+                    if done is None else done[1]
                 if error is not None:
                     self._fail(error)
                     self._reply(identity, {**head, "op": "error", "code": "retry",
                                            "message": str(error)})
                     return
-                answer = answer.result()
-            dlsns.append(None if answer == "old" else list(answer))
-        self._reply(identity, {**head, "op": "written", "dlsns": dlsns})
+                answer = done[0]
+            positions.append(None if answer == "old" else answer)
+        self._reply(identity, {**head, "op": "written", "runs": dlsn_runs(positions)})
         if self._observe is not None:
             self._observe(time.perf_counter() - t0)
 

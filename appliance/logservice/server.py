@@ -45,6 +45,7 @@ from appliance.protocol.log_service import (
     decode_header,
     encode_header,
     owner_of,
+    unpack_records,
 )
 
 log = logging.getLogger("appliance.logservice")
@@ -74,7 +75,10 @@ class LogServer:
         self._stale_wait_ms = stale_wait_ms
         self.owned: dict[str, OwnedLog] = {}
         self._lease_sessions: dict[str, str] = {}  # log -> the session its lease is on
+        self._buffered: set[OwnedLog] = set()  # logs with records this loop has not sent
         self._replies: collections.deque = collections.deque()
+        self._replies_lock = threading.Lock()
+        self._replies_woken = False  # a wake is on its way for the queued replies
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -115,6 +119,7 @@ class LogServer:
                 if self._sock in events:
                     self._serve_some()
                 self._send_replies()
+                self._send_buffered()
                 if time.monotonic() >= next_check:
                     self._check_owned()
                     next_check = time.monotonic() + limits.LOG_SERVICE_CHECK_INTERVAL_MS / 1000
@@ -155,16 +160,20 @@ class LogServer:
     # -- requests ----------------------------------------------------------------------------
     def _serve_some(self) -> None:
         for _ in range(limits.LOG_PRODUCER_BATCH_RECORDS_MAX):
-            try:
-                frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=True)
-            except zmq.Again:
+            if not self._sock.get(zmq.EVENTS) & zmq.POLLIN:  # no exception per empty read
                 return
+            frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=True)
             if len(frames) < 2:
                 continue  # no header: nothing to answer
             identity, head_frame, payloads = frames[0], frames[1], frames[2:]
             try:
                 doc = decode_header(head_frame)
-                if len(frames) > limits.LOG_SERVICE_REQUEST_FRAMES_MAX + 1:
+                if doc.get("packed") and len(payloads) == 2:
+                    payloads = unpack_records(*payloads)
+                elif doc.get("packed"):
+                    raise BadRequestError("log service: a packed write has two frames")
+                if len(frames) > limits.LOG_SERVICE_REQUEST_FRAMES_MAX + 1 or \
+                        len(payloads) > limits.LOG_PRODUCER_BATCH_RECORDS_MAX:
                     raise BadRequestError(f"log service: more than "
                                           f"{limits.LOG_PRODUCER_BATCH_RECORDS_MAX} records in "
                                           "one request")
@@ -175,12 +184,28 @@ class LogServer:
             if answer is not None:
                 self.queue_reply(identity, {**_echo(doc), **answer})
 
+    def _send_buffered(self) -> None:
+        """Group commit: the records this turn buffered leave as one entry per
+        log, at once if the log has no entry in flight, else when one of the
+        next turns finds it acknowledged (its replies wake the loop)."""
+        for owned in list(self._buffered):
+            if owned.send_buffered():
+                self._buffered.discard(owned)
+
     def queue_reply(self, identity: bytes, doc: dict) -> None:
-        self._replies.append((identity, encode_header(doc)))
-        if threading.get_ident() != self._loop_thread:
+        frame = encode_header(doc)
+        if threading.get_ident() == self._loop_thread:
+            self._replies.append((identity, frame))
+            return
+        with self._replies_lock:  # one wake for the replies of one ack (not one each)
+            self._replies.append((identity, frame))
+            woken, self._replies_woken = self._replies_woken, True
+        if not woken:
             self.wake()
 
     def _send_replies(self) -> None:
+        with self._replies_lock:  # a reply queued from here on wakes the loop again
+            self._replies_woken = False
         while self._replies:
             identity, frame = self._replies.popleft()
             try:
@@ -205,7 +230,10 @@ class LogServer:
             return {"op": "error", "code": RETRY, "message": f"log {name} is {owned.state}"}
         if op == "hello":
             return {"op": "hello", "next_seq": owned.hello(producer_id)}
-        return owned.write(identity, _echo(doc), producer_id, seq, oldest, payloads)
+        answer = owned.write(identity, _echo(doc), producer_id, seq, oldest, payloads)
+        if answer is None:
+            self._buffered.add(owned)
+        return answer
 
     def _route(self, name: str) -> dict:
         """A request for a log this server does not own: redirect, wait, or

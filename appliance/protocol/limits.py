@@ -229,6 +229,12 @@ LOG_PRODUCER_REQUEST_TIMEOUT_MS = 5_000
 # write_async blocks (up to the deadline) while it is full: back-pressure.
 LOG_PRODUCER_INFLIGHT_RECORDS_MAX = 4_096
 LOG_PRODUCER_INFLIGHT_BYTES_MAX = 8 * MiB
+# Write requests a producer has awaiting their reply: the records written
+# meanwhile leave together in the next request once one is answered
+# (adaptive batching: an idle producer sends at once, a busy one sends fewer,
+# fuller requests; the owner's cost is mostly per request).  More: less
+# waiting per record under moderate load, more requests for the owner.
+LOG_PRODUCER_REQUESTS_INFLIGHT_MAX = 1
 LOG_PRODUCER_BATCH_RECORDS_MAX = 1_024  # records in one write request
 LOG_PRODUCER_BATCH_BYTES_MAX = 1 * MiB  # payload bytes in one write request
 # The owner's duplicate filter, per log: producers it tracks (a new one is

@@ -39,8 +39,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import struct
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 from appliance.protocol.errors import BadRequestError
 
@@ -122,6 +124,30 @@ class DedupTable:
             return Verdict(DUPLICATE, position=p.recent[seq])
         return Verdict(OLD)
 
+    def admit_run(self, producer_id: bytes, seq: int, n: int, now_ms: int) -> int:
+        """The common case in one step: a known producer's next ``n``
+        records (``seq`` is the next expected) are all NEW and reserved
+        (``next = seq + n``); returns ``n``.  Otherwise 0 and nothing
+        changes: judge the records one by one with ``admit``."""
+        p = self._producers.get(producer_id)
+        if p is None or self.break_dedup or seq != p.next_seq or n < 1:
+            return 0
+        self._producers.move_to_end(producer_id)
+        p.used_ms = now_ms
+        p.next_seq = seq + n
+        return n
+
+    def store_many(self, producer_id: bytes, seq: int, positions: list) -> None:
+        """``store`` of consecutive records ``seq, seq + 1, ...`` just
+        admitted."""
+        p = self._producers.get(producer_id)
+        if p is None:
+            return
+        recent = p.recent
+        recent.update(zip(range(seq, seq + len(positions)), positions, strict=True))
+        for _ in range(len(recent) - self.recent_max):
+            recent.popitem(last=False)
+
     def store(self, producer_id: bytes, seq: int, position: object) -> None:
         """Keep the position of a record (a pending write's future first,
         its DLSN later: either is an answer to a retry)."""
@@ -163,10 +189,17 @@ class DedupTable:
 #   producer -> server   {"op": "write", "log", "pid" (hex), "seq" (first), "gen",
 #                         "oldest": the producer's oldest unacknowledged seq}
 #                        + n payload frames: records seq .. seq + n - 1
+#                        or, with "packed": 1 in the header, two frames: the n
+#                        records' sizes (u32 big-endian each) and their bytes
+#                        back to back (``pack_records``: a frame per record cost
+#                        more than the rest of a record's handling)
 #                        {"op": "hello", "log", "pid", "gen"}: the next seq expected
 #                        {"op": "ping"}
 #   server -> producer   {"op": "written", "log", "pid", "seq", "gen",
-#                         "dlsns": [[seg, entry, slot] or null, ...]}
+#                         "runs": [[seg, entry, first slot, n], ...]}: the request's
+#                         records in order, n at a time at consecutive slots of
+#                         one entry ([null, null, null, n]: stored, position
+#                         forgotten); ``dlsn_runs`` / ``runs_dlsns``
 #                        {"op": "hello", "log", "pid", "gen", "next_seq": int or null}
 #                        {"op": "error", "code", "log", "seq", "gen", "message",
 #                         "owner", "endpoint", "expected"}
@@ -217,3 +250,52 @@ def check_write(doc: dict, records: int) -> tuple[str, bytes, int, int]:
     if doc["op"] == "write" and records < 1:
         raise BadRequestError("log service: a write carries at least one record")
     return log, producer_id, seq, oldest
+
+
+def pack_records(payloads: list) -> list[bytes]:
+    """The two frames of a packed WRITE: the sizes, then the bytes."""
+    return [struct.pack(f"!{len(payloads)}I", *map(len, payloads)), b"".join(payloads)]
+
+
+def unpack_records(sizes: bytes, blob: bytes) -> list[bytes]:
+    """The records of a packed WRITE; ``BadRequestError`` if the frames
+    disagree."""
+    count, rest = divmod(len(sizes), 4)
+    if rest or not count:
+        raise BadRequestError("log service: a packed write's sizes frame is n x 4 bytes, n >= 1")
+    ends = list(accumulate(struct.unpack(f"!{count}I", sizes), initial=0))
+    if ends[-1] != len(blob):
+        raise BadRequestError(f"log service: {count} records of {ends[-1]} bytes in a frame of "
+                              f"{len(blob)}")
+    return [blob[a:b] for a, b in zip(ends, ends[1:], strict=False)]
+
+
+def dlsn_runs(positions) -> list[list]:
+    """Positions ((seg, entry, slot) tuples, or None) as runs
+    ``[seg, entry, first slot, n]`` of consecutive slots in one entry."""
+    runs: list[list] = []
+    last = None
+    for pos in positions:
+        if last is not None and (pos is None and last[0] is None or pos is not None and
+                                 last[0] == pos[0] and last[1] == pos[1] and
+                                 last[2] + last[3] == pos[2]):
+            last[3] += 1
+            continue
+        last = [None, None, None, 1] if pos is None else [pos[0], pos[1], pos[2], 1]
+        runs.append(last)
+    return runs
+
+
+def runs_dlsns(runs) -> list:
+    """``dlsn_runs`` back: one (seg, entry, slot) tuple or None per record;
+    ``BadRequestError`` for a malformed run."""
+    out: list = []
+    try:
+        for seg, entry, slot, n in runs:
+            if seg is None:
+                out.extend([None] * n)
+            else:
+                out.extend((seg, entry, slot + k) for k in range(n))
+    except (TypeError, ValueError) as exc:
+        raise BadRequestError(f"log service: bad position runs ({exc})") from exc
+    return out

@@ -139,3 +139,37 @@ def test_a_log_moves_to_a_server_that_joins_and_its_producer_follows(service):
     records = _read_all(bk, name, len(positions))
     assert [r.payload for r in records] == [b"r%d" % i for i in range(len(positions))]
     assert [r.dlsn for r in records] == positions
+
+
+def test_writes_never_wait_for_the_flush_timer(make_cluster):
+    """The owner sends what a turn of its loop buffered at once, or when the
+    entry in flight is acknowledged (group commit without a timer): with a
+    flush timer of 60 s, sync writes of 8 producers at once are all stored
+    (before the change each waited out the timer, past the producers'
+    deadline)."""
+    cluster = make_cluster(3, quorums=(3, 3, 2), autorecovery={"enabled": False},
+                           log={"flush_interval_us": 60_000_000})
+    with appliance.connect(str(cluster.config_path)) as bk:
+        wait_registered(bk, 3)
+        servers = LogServers(cluster, bk)
+        try:
+            servers.start("logserver-1")
+            positions, errors = [], []
+
+            def produce(i: int) -> None:
+                try:
+                    with bk.log("untimed").producer() as p:
+                        positions.extend(p.write(b"%d:%d" % (i, j)) for j in range(30))
+                except Exception as exc:  # noqa: BLE001 - reported by the test
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=produce, args=(i,)) for i in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(120)
+            assert errors == [] and len(set(positions)) == 240
+            records = _read_all(bk, "untimed", 240)
+            assert sorted(r.dlsn for r in records) == sorted(positions)
+        finally:
+            servers.kill_all()

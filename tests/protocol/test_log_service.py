@@ -1,6 +1,6 @@
 """The log service's pure rules: the duplicate filter, the spread of logs
 over servers, the tagged entry format (and that untagged entries read as
-before)."""
+before), the packed records and position runs of the wire."""
 
 from __future__ import annotations
 
@@ -15,9 +15,14 @@ from appliance.protocol.log_service import (
     NEW,
     OLD,
     DedupTable,
+    Verdict,
     check_write,
     decode_header,
+    dlsn_runs,
     owner_of,
+    pack_records,
+    runs_dlsns,
+    unpack_records,
 )
 
 A, B, C = b"a" * 16, b"b" * 16, b"c" * 16
@@ -123,3 +128,34 @@ def test_bad_requests_are_refused_with_one_clear_error():
             check_write(doc, 1)
     with pytest.raises(BadRequestError):
         check_write({"op": "write", "log": "l", "pid": A.hex(), "seq": 1}, 0)
+
+
+def test_packed_records_and_position_runs_round_trip():
+    records = [b"a", b"", b"xyz" * 100]
+    assert unpack_records(*pack_records(records)) == records
+    sizes, blob = pack_records(records)
+    for bad in ((sizes, blob + b"!"), (sizes[:-1], blob), (b"", b"")):
+        with pytest.raises(BadRequestError):
+            unpack_records(*bad)
+    positions = [(1, 2, 0), (1, 2, 1), (1, 3, 0), None, None, (1, 3, 1), (2, 0, 5)]
+    runs = dlsn_runs(positions)
+    assert runs == [[1, 2, 0, 2], [1, 3, 0, 1], [None, None, None, 2], [1, 3, 1, 1],
+                    [2, 0, 5, 1]]
+    assert runs_dlsns(runs) == positions
+    assert dlsn_runs([(1, 0, k) for k in range(1000)]) == [[1, 0, 0, 1000]]
+    with pytest.raises(BadRequestError):
+        runs_dlsns([[1, 2]])
+
+
+def test_admit_run_takes_a_known_producers_next_records_in_one_step():
+    table = DedupTable(4, 3, 1000)
+    assert table.admit_run(A, 1, 5, 0) == 0  # unknown producer: one by one
+    assert table.admit(A, 1, 0).kind == NEW
+    table.store(A, 1, "p1")
+    assert table.admit_run(A, 3, 2, 0) == 0  # a gap: one by one
+    assert table.admit_run(A, 2, 4, 0) == 4 and table.next_seq(A) == 6
+    table.store_many(A, 2, ["p2", "p3", "p4", "p5"])
+    assert table.admit(A, 5, 0) == Verdict(DUPLICATE, position="p5")
+    assert table.admit(A, 2, 0).kind == OLD  # only the last 3 positions are kept
+    table.break_dedup = True  # the simulation's switch: never a shortcut
+    assert table.admit_run(A, 6, 2, 0) == 0

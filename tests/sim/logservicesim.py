@@ -54,9 +54,10 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field
 
-from appliance.protocol.log_service import DUPLICATE, GAP, NEW, DedupTable, owner_of
+from appliance.protocol.log_service import DUPLICATE, GAP, NEW, DedupTable, Verdict, owner_of
 
 LOG = "orders"
+ADMITTED = Verdict(NEW)  # a record of a run DedupTable.admit_run admitted
 END_MS = 120_000  # simulated time limit: faults stop at half of it
 
 
@@ -240,9 +241,10 @@ class World:
         owned = server.owned
         request = {"producer": producer, "gen": gen, "seq": seq0, "answers": [None] * n,
                    "open": 0}
+        run = owned.table.admit_run(producer.pid, seq0, n, self.now)  # as the owner does
         for i in range(n):
-            verdict = owned.table.admit(producer.pid, seq0 + i, self.now,
-                                        None if self.cfg.break_oldest else oldest)
+            verdict = ADMITTED if i < run else owned.table.admit(
+                producer.pid, seq0 + i, self.now, None if self.cfg.break_oldest else oldest)
             if verdict.kind == GAP and i == 0:
                 self.send(self.producer_receive, producer, gen, "gap", None, verdict.expected)
                 return

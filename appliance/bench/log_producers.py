@@ -1,0 +1,298 @@
+"""``bkctl bench log --producers N``: many producer processes writing one log
+through the log service, against a durable Redis Stream with as many
+clients in the same run (``../shared/peers/redis_stream.sh``).
+
+How it is counted (per mode):
+
+* **sync**: N producer processes, each writing ``records / N`` records of
+  ``size`` bytes with ``Producer.write`` (each write waits for its DLSN, so
+  the record is on an ack quorum before the next leaves).
+* **async**: the same with ``write_async``, at most ``window`` records in
+  flight per producer (pipelined).
+* Each producer first writes one record that is not counted (it finds the
+  owner; the owner takes the log over), then every producer starts at one
+  signal.  ``records_per_s``: records stored / seconds from the first
+  producer's start to the last producer's last DLSN.
+* **latency** of a record: from its *intended* send time to its DLSN.  With
+  ``rate`` (records/s offered in total, open loop: each producer sends
+  ``rate / N`` records/s on a fixed schedule, whether or not earlier writes
+  were answered) the intended time is the schedule's, so a stall counts for
+  every record it delayed; without it, the time the write was called.
+  p50 / p99 / p99.9 over every record.  ``errors``: records not stored.
+* **cpu_us_per_record**: CPU (user + system) of the producer processes
+  (while writing), the log servers and the bookies, over the mode's run,
+  per record.
+* **writer**: one exclusive writer (``Log.writer()``, ``write_async``) of
+  the same records on another log, in the bench's own process: the rate the
+  producers are compared with (``vs_writer``).
+* **peer**: the Redis script with the same records, size and client count,
+  PIPELINE 1 for sync (each XADD waits for its reply) and ``window`` for
+  async; ``vs_peer`` = records_per_s / the peer's.
+"""
+
+from __future__ import annotations
+
+import collections
+import multiprocessing
+import os
+import queue
+import re
+import subprocess
+import time
+from array import array
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+import appliance
+from appliance.bench.launcher import (
+    bookie_pids,
+    check_free_space,
+    reap,
+    temporary_appliance,
+    wait_for,
+)
+from appliance.config import load_config
+from appliance.meta.logservice import LogServiceRegistry
+
+MODES = ("sync", "async")
+START_TIMEOUT_S = 120  # every producer connected and its first record stored
+PEER_TIMEOUT_S = 600
+SERVERS_TIMEOUT_S = 60
+
+
+def run_producers_bench(producers: int, records: int, size: int, modes: list[str],
+                        rate: int | None, window: int, peer: str | None,
+                        workdir: str | None = None, on_progress=lambda line: None) -> dict:
+    check_free_space(records * (size + 80) * 3 * (len(modes) + 1) + (1 << 30),
+                     workdir or "/tmp")
+    runs = []
+    with temporary_appliance(3, workdir, client={"ensemble": 3, "write_quorum": 3,
+                                                 "ack_quorum": 2}) as (config, _):
+        servers = load_config(config).log.servers
+        if servers < 1:
+            raise ValueError("the log service is off ([log] servers = 0)")
+        with appliance.connect(str(config)) as bk:
+            registry = LogServiceRegistry(bk.logs.store)
+            wait_for(lambda: len(registry.servers()) >= servers,
+                     SERVERS_TIMEOUT_S, 0.05, "the log servers")
+            pids = {"bookies": bookie_pids(str(config)),
+                    "log_servers": {sid: doc["pid"] for sid, doc in registry.servers().items()
+                                    if doc.get("pid")}}
+            on_progress(f"one exclusive writer: {records:,} records")
+            writer_rate = _exclusive_writer(bk, "bench-writer", records, size)
+        for mode in modes:
+            on_progress(f"{mode}: {producers} producers, {records:,} records"
+                        + (f" at {rate:,}/s" if rate else ""))
+            cpu0 = {role: _cpu_s(p) for role, p in pids.items()}
+            doc = _run_mode(str(config), f"bench-{mode}", producers, records, size, mode,
+                            rate, window)
+            doc["cpu_us_per_record"] = {
+                "producers": doc.pop("producer_cpu_us_per_record"),
+                **{role: round((_cpu_s(p) - cpu0[role]) / records * 1e6, 1)
+                   for role, p in pids.items()}}
+            doc["vs_writer"] = round(doc["records_per_s"] / writer_rate, 2)
+            if peer:
+                pipeline = 1 if mode == "sync" else window
+                on_progress(f"{mode}: the Redis Stream peer, {producers} clients, "
+                            f"pipeline {pipeline}")
+                doc["peer"] = run_peer(peer, records, size, pipeline, producers)
+                if doc["peer"].get("records_per_s"):
+                    doc["vs_peer"] = round(doc["records_per_s"]
+                                           / doc["peer"]["records_per_s"], 2)
+            runs.append(doc)
+    out = {**runs[0], "producers": producers, "size": size, "records": records,
+           "rate": rate, "window": window, "writer_records_per_s": writer_rate, "runs": runs,
+           "load_average": [round(x, 2) for x in os.getloadavg()]}
+    return out
+
+
+def _exclusive_writer(bk, name: str, records: int, size: int) -> int:
+    payload = os.urandom(size)
+    with bk.log(name).writer() as w:
+        start = time.perf_counter()
+        write = w.write_async
+        for _ in range(records - 1):
+            write(payload)
+        last = write(payload)
+        w.flush()
+        last.result()
+        return round(records / (time.perf_counter() - start))
+
+
+def _run_mode(config: str, name: str, producers: int, records: int, size: int, mode: str,
+              rate: int | None, window: int) -> dict:
+    ctx = multiprocessing.get_context("spawn")
+    results, go = ctx.Queue(), ctx.Event()
+    counts = [records // producers + (1 if i < records % producers else 0)
+              for i in range(producers)]
+    per_rate = rate / producers if rate else 0.0
+    procs = [ctx.Process(target=_producer_main, daemon=True,
+                         args=(config, name, n, size, mode, per_rate, window, results, go))
+             for n in counts]
+    for p in procs:
+        p.start()
+    try:
+        _gather(results, procs, producers, "ready")
+        go.set()
+        docs = _gather(results, procs, producers, "done")
+    finally:
+        go.set()
+        reap(procs)
+    lat = np.concatenate([np.frombuffer(d["lat"], dtype=np.float64) for d in docs]) * 1000
+    stored = sum(d["stored"] for d in docs)
+    wall = max(d["end"] for d in docs) - min(d["start"] for d in docs)
+    return {"mode": mode, "records_per_s": round(stored / wall), "wall_s": round(wall, 3),
+            "p50_ms": _pct(lat, 50), "p99_ms": _pct(lat, 99), "p999_ms": _pct(lat, 99.9),
+            "max_ms": round(float(lat.max()), 3) if lat.size else None,
+            "errors": records - stored, "error": next((d["error"] for d in docs
+                                                       if d["error"]), None),
+            "producer_cpu_us_per_record": round(sum(d["cpu_s"] for d in docs) / records * 1e6,
+                                                1),
+            "retries": sum(d["stats"].get("retries", 0) for d in docs),
+            "redirects": sum(d["stats"].get("redirects", 0) for d in docs)}
+
+
+def _cpu_s(pids: dict[str, int]) -> float:
+    """User + system CPU seconds of these processes so far."""
+    total = 0.0
+    for pid in pids.values():
+        try:
+            times = psutil.Process(pid).cpu_times()
+            total += times.user + times.system
+        except psutil.Error:
+            continue  # a process that died: the producers' errors say so
+    return total
+
+
+def _pct(lat, q: float):
+    return round(float(np.percentile(lat, q)), 3) if lat.size else None
+
+
+def _gather(results, procs, n: int, what: str) -> list:
+    """``n`` messages of kind ``what`` from the producers; a producer that
+    dies or reports a failure ends the run."""
+    got = []
+    deadline = time.monotonic() + START_TIMEOUT_S if what == "ready" else None
+    while len(got) < n:
+        try:
+            kind, doc = results.get(timeout=0.5)
+        except queue.Empty:
+            dead = [p.exitcode for p in procs if not p.is_alive() and p.exitcode]
+            if dead:
+                raise RuntimeError(f"a producer process exited {dead[0]}") from None
+            if deadline is not None and time.monotonic() > deadline:
+                raise RuntimeError(f"the producers were not ready within "
+                                   f"{START_TIMEOUT_S} s") from None
+            continue
+        if kind == "failed":
+            raise RuntimeError(f"a producer failed: {doc}")
+        got.append(doc)
+    return got
+
+
+def _producer_main(config: str, name: str, count: int, size: int, mode: str,
+                   per_rate: float, window: int, results, go) -> None:
+    try:
+        with appliance.connect(config) as bk, bk.log(name).producer() as p:
+            payload = os.urandom(size)
+            p.write(payload)  # not counted: finds the owner, which takes the log
+            results.put(("ready", None))
+            go.wait()
+            cpu0 = time.process_time()
+            doc = (_write_sync if mode == "sync" else _write_async)(p, payload, count,
+                                                                   per_rate, window)
+            doc["stats"] = dict(p.stats)
+            doc["cpu_s"] = time.process_time() - cpu0
+        results.put(("done", doc))
+    except Exception as exc:  # noqa: BLE001 - reported to the parent
+        results.put(("failed", f"{type(exc).__name__}: {exc}"))
+
+
+def _pace(start: float, i: int, per_rate: float) -> float:
+    """The intended send time of record ``i`` (now, without a rate)."""
+    if not per_rate:
+        return time.monotonic()
+    due = start + i / per_rate
+    pause = due - time.monotonic()
+    if pause > 0:
+        time.sleep(pause)  # pacing the open loop, not waiting for a condition
+    return due
+
+
+def _write_sync(p, payload: bytes, count: int, per_rate: float, _window: int) -> dict:
+    lat, stored, error = array("d"), 0, None
+    clock = time.monotonic
+    start = clock()
+    for i in range(count):
+        sent = _pace(start, i, per_rate)
+        try:
+            p.write(payload)
+        except Exception as exc:  # noqa: BLE001 - counted; errors are sticky
+            error = f"{type(exc).__name__}: {exc}"
+            break
+        lat.append(clock() - sent)
+        stored += 1
+    return {"start": start, "end": clock(), "lat": lat.tobytes(), "stored": stored,
+            "error": error}
+
+
+def _write_async(p, payload: bytes, count: int, per_rate: float, window: int) -> dict:
+    lat, failed = array("d"), []
+    clock = time.monotonic
+    inflight: collections.deque = collections.deque()
+    error, issued = None, 0
+
+    def done(fut, sent):
+        if fut.exception() is None:
+            lat.append(clock() - sent)
+        else:
+            failed.append(fut.exception())
+
+    start = clock()
+    for i in range(count):
+        sent = _pace(start, i, per_rate)
+        if len(inflight) >= window:
+            inflight.popleft().exception()  # waits: the window is full
+        try:
+            fut = p.write_async(payload)
+        except Exception as exc:  # noqa: BLE001 - counted; errors are sticky
+            error = f"{type(exc).__name__}: {exc}"
+            break
+        fut.add_done_callback(lambda f, sent=sent: done(f, sent))
+        inflight.append(fut)
+        issued += 1
+    try:
+        p.flush()
+    except Exception as exc:  # noqa: BLE001 - counted
+        error = error or f"{type(exc).__name__}: {exc}"
+    deadline = clock() + 60
+    while len(lat) + len(failed) < issued and clock() < deadline:
+        time.sleep(0.001)  # the last callbacks run on the producer's thread just after
+    if failed and error is None:
+        error = f"{type(failed[0]).__name__}: {failed[0]}"
+    return {"start": start, "end": clock(), "lat": lat.tobytes(), "stored": len(lat),
+            "error": error}
+
+
+def run_peer(script: str, records: int, size: int, pipeline: int, clients: int) -> dict:
+    """The Redis Stream peer's rate and latency, or the reason it did not run."""
+    if not Path(script).exists():
+        return {"error": f"{script} not found"}
+    try:
+        done = subprocess.run(["bash", script, str(records), str(size), str(pipeline),
+                               str(clients)], capture_output=True, text=True,
+                              timeout=PEER_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {PEER_TIMEOUT_S} s"}
+    found = re.search(r"redis_stream (\d+) records/s write (\d+) records/s read"
+                      r"(?: p50 ([\d.]+) p99 ([\d.]+))?", done.stdout)
+    if done.returncode != 0 or not found:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        return {"error": f"exit {done.returncode}: {tail[0]}"}
+    doc = {"name": "redis_stream (AOF, appendfsync always)", "clients": clients,
+           "pipeline": pipeline, "records_per_s": int(found.group(1))}
+    if found.group(3):
+        doc.update(p50_ms=float(found.group(3)), p99_ms=float(found.group(4)))
+    return doc
