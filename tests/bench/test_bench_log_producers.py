@@ -35,7 +35,9 @@ def test_producers_sync_and_async_on_a_temporary_appliance(tmp_path):
         assert run["errors"] == 0 and run["records_per_s"] > 0
         assert 0 < run["p50_ms"] <= run["p99_ms"] <= run["p999_ms"]
         assert set(run["cpu_us_per_record"]) == {"producers", "log_servers", "bookies"}
-        assert all(v > 0 for v in run["cpu_us_per_record"].values())
+        # CPU times tick in 10 ms steps: a role of a 300-record run may show 0
+        assert all(isinstance(v, (int, float)) and v >= 0
+                   for v in run["cpu_us_per_record"].values())
         assert run["peer"]["records_per_s"] == 1000 and run["peer"]["p99_ms"] == 2.5
         assert run["vs_peer"] == round(run["records_per_s"] / 1000, 2)
     # the peer ran with the producers' client count, pipeline 1 for sync
