@@ -9,21 +9,23 @@ Guarantees:
   bytes); any other column, a missing ``payload`` or mode ``overwrite`` is
   one ``ValueError`` of ours before anything runs.  A null payload fails
   the task naming the row.
-* Each task writes its partition's rows in order through one producer
-  whose id is derived from (the query's id, which its checkpoint keeps, the
-  micro-batch id, the partition id) for a stream, or (a random id of the
-  ``save()``, the partition id) for a batch write, with sequence numbers
-  1..n in row order.  A task that runs again with the same rows (a task
-  retry, or a micro-batch Spark replays from its checkpoint after a crash)
-  writes the same (producer id, sequence number) pairs, and the log's owner
-  stores each pair once (it answers a repeated one with the first copy's
-  position): every row is in the log once, in its partition's order.  The
-  owner recognises a repeat while it tracks the producer (module
-  docstring of ``appliance.protocol.log_service``): always on the same
-  owner unless the producer was forgotten (silent 10 minutes while the log
-  had 1,024 others), and on a new owner for records written during its
-  last ``LOG_SERVICE_REBUILD_MS`` before it took the log; docs/SPARK.md,
-  "Writing to a log (sink)", says what a late replay may do.
+* Each task writes its partition's rows in order through one producer with
+  consecutive sequence numbers.  A stream's producer id is derived from
+  (the query's id, which its checkpoint keeps, the partition id): one
+  producer per partition for the query's life; where each micro-batch's
+  numbers start is recorded before its first row is written
+  (``sink_seq``).  A batch write's is derived from (a random id of the
+  ``save()``, the partition id), numbers from 1.  A task that runs again
+  with the same rows (a task retry, or a micro-batch Spark replays from its
+  checkpoint after a crash) writes the same (producer id, sequence number)
+  pairs, and the log's owner stores each pair once (it answers a repeated
+  one with the first copy's position): every row is in the log once, in
+  its partition's order.  The owner recognises a repeat while it tracks the
+  producer (``appliance.protocol.log_service``): on the same owner unless
+  the producer was forgotten (silent 10 minutes while the log had 1,024
+  others), and on a new owner if the producer wrote during the last
+  ``LOG_SERVICE_REBUILD_MS`` before it took the log; docs/SPARK.md,
+  "Writing to a log (sink)", says what a later replay may do.
 * A task returns (its commit message) only once every row it wrote is
   durable (the producer's ``flush``); commit then has nothing left to do.
   Abort removes nothing: a log cannot unwrite, and a reader sees a batch's
@@ -53,6 +55,7 @@ from appliance.protocol import limits
 from appliance.protocol.invariant import invariant
 from appliance.protocol.log_service import PRODUCER_ID_BYTES
 from appliance.protocol.logs import check_log_name
+from appliance.spark.sink_seq import batch_done, batch_start
 
 # Spark's local properties on the tasks of a micro-batch (MicroBatchExecution,
 # StreamExecution): the batch id and the query id kept in the checkpoint.
@@ -185,8 +188,12 @@ class BookKeeperStreamWriter(DataSourceStreamArrowWriter):
             ctx.getLocalProperty(BATCH_ID_PROPERTY)
         invariant(query is not None and batch is not None,
                   "a streaming sink task without Spark's query id or batch id")
-        pid = producer_id("stream", query, batch, ctx.partitionId())
-        return write_partition(self.options, self.string, pid, ctx.partitionId(), iterator)
+        partition, batch = ctx.partitionId(), int(batch)
+        pid = producer_id("stream", query, partition)
+        return write_partition(
+            self.options, self.string, pid, partition, iterator,
+            start=lambda store: batch_start(store, pid, batch),
+            done=lambda store, first, rows: batch_done(store, pid, batch, first, rows))
 
     def commit(self, messages, batchId) -> None:  # noqa: N803 - Spark's name
         """Nothing left: every task's rows were durable when it returned."""
@@ -197,32 +204,41 @@ class BookKeeperStreamWriter(DataSourceStreamArrowWriter):
 
 
 def write_partition(options: SinkOptions, string: bool, pid: bytes, partition: int,
-                    iterator) -> SinkCommitMessage:
-    """Executor side: the partition's rows, in order, sequence numbers 1..n;
-    returns once all are durable."""
+                    iterator, start=None, done=None) -> SinkCommitMessage:
+    """Executor side: the partition's rows, in order, with sequence numbers
+    from ``start(store)`` (default 1) up; returns once all are durable (and
+    ``done(store, first, rows)`` has recorded it)."""
+    with appliance.connect(options.target) as client:
+        first_seq = 1 if start is None else start(client.logs.store)
+        producer = client.log(options.log).producer(pid, resume=False)
+        try:
+            rows, size, first, last = _write_rows(producer, string, iterator, first_seq)
+        finally:
+            producer.close()
+        if done is not None:
+            done(client.logs.store, first_seq, rows)
+    return SinkCommitMessage(partition, rows, size, None if first is None else str(first),
+                             None if last is None else str(last))
+
+
+def _write_rows(producer, string: bool, iterator, first_seq: int):
+    """(rows, bytes, first DLSN, last DLSN) once every row is durable."""
     rows = size = 0
     first = last = None
     pending: collections.deque = collections.deque()
-    with appliance.connect(options.target) as client:
-        producer = client.log(options.log).producer(pid, resume=True)
-        try:
-            for batch in iterator:
-                payloads = _payloads(batch, string, rows)
-                for payload in payloads:
-                    rows += 1
-                    size += len(payload)
-                    pending.append(producer.write_async(payload, rows))
-                    while len(pending) > PENDING_MAX or (pending and pending[0].done()):
-                        dlsn = pending.popleft().result()
-                        first, last = first or dlsn, dlsn or last
-            producer.flush()
-            while pending:
+    for batch in iterator:
+        for payload in _payloads(batch, string, rows):
+            pending.append(producer.write_async(payload, first_seq + rows))
+            rows += 1
+            size += len(payload)
+            while len(pending) > PENDING_MAX or (pending and pending[0].done()):
                 dlsn = pending.popleft().result()
                 first, last = first or dlsn, dlsn or last
-        finally:
-            producer.close()
-    return SinkCommitMessage(partition, rows, size, None if first is None else str(first),
-                             None if last is None else str(last))
+    producer.flush()
+    while pending:
+        dlsn = pending.popleft().result()
+        first, last = first or dlsn, dlsn or last
+    return rows, size, first, last
 
 
 def _payloads(batch: pa.RecordBatch, string: bool, before: int) -> list[bytes]:

@@ -181,3 +181,19 @@ def _stderr(driver: subprocess.Popen) -> str:
     if driver.poll() is None:
         return "driver still running"
     return driver.err_path.read_bytes().decode(errors="replace")[-3000:]
+
+
+def test_a_micro_batch_numbers_its_rows_the_same_in_every_attempt(service):
+    from appliance.spark.sink import producer_id
+    from appliance.spark.sink_seq import batch_done, batch_start
+
+    store, pid = service.client.logs.store, producer_id("stream", "a-query", 0)
+    assert batch_start(store, pid, 0) == 1
+    assert batch_start(store, pid, 0) == 1  # a retry, a replay: the same numbers
+    batch_done(store, pid, 0, 1, 10)
+    assert batch_start(store, pid, 0) == 1
+    assert batch_start(store, pid, 1) == 11  # the next batch follows without a gap
+    batch_done(store, pid, 1, 11, 5)
+    assert batch_start(store, pid, 3) == 16  # the partition had no rows in batch 2
+    with pytest.raises(ValueError, match="already wrote micro-batch 3 and now runs batch 2"):
+        batch_start(store, pid, 2)
