@@ -197,3 +197,51 @@ def test_a_micro_batch_numbers_its_rows_the_same_in_every_attempt(service):
     assert batch_start(store, pid, 3) == 16  # the partition had no rows in batch 2
     with pytest.raises(ValueError, match="already wrote micro-batch 3 and now runs batch 2"):
         batch_start(store, pid, 2)
+
+
+def test_the_worked_pipeline_of_the_docs(spark, service, tmp_path):
+    """docs/SPARK.md, "A pipeline": orders -> per-minute totals per customer
+    (a streaming aggregation with a watermark) -> the totals log -> Parquet."""
+    from pyspark.sql.functions import col, count, from_json, window
+    from pyspark.sql.functions import sum as sum_
+
+    app, config, where = service, service.config, tmp_path
+    orders_in = [(f"c{i % 3}", i, i * 3) for i in range(60)]  # 3 minutes of orders
+    with app.client.log("orders").producer() as p:
+        for customer, amount, second in orders_in + [("late", 0, 600)]:  # moves the watermark
+            p.write(b'{"customer": "%s", "amount": %d, "ts": "2026-01-01T00:%02d:%02d"}'
+                    % (customer.encode(), amount, second // 60, second % 60))
+
+    orders = (spark.readStream.format("bookkeeper").option("config", config)
+              .option("log", "orders").option("maxRecordsPerTrigger", "25").load())
+    per_minute = (orders
+                  .select(from_json(col("payload").cast("string"),
+                                    "customer string, amount long, ts timestamp").alias("o"))
+                  .select("o.*")
+                  .withWatermark("ts", "30 seconds")
+                  .groupBy(window("ts", "1 minute"), "customer")
+                  .agg(sum_("amount").alias("total"), count("*").alias("orders")))
+    to_log = (per_minute.selectExpr("to_json(struct(*)) AS payload")
+              .writeStream.format("bookkeeper")
+              .option("config", config).option("log", "totals")
+              .option("checkpointLocation", str(where / "chk-totals"))
+              .trigger(availableNow=True).start())
+    assert to_log.awaitTermination(QUERY_TIMEOUT_S) and to_log.exception() is None
+
+    to_parquet = (spark.readStream.format("bookkeeper").option("config", config)
+                  .option("log", "totals").load()
+                  .select(from_json(col("payload").cast("string"),
+                                    "window struct<start: timestamp, end: timestamp>, "
+                                    "customer string, total long, orders long").alias("t"))
+                  .select("t.window.start", "t.customer", "t.total", "t.orders")
+                  .writeStream.format("parquet")
+                  .option("checkpointLocation", str(where / "chk-parquet"))
+                  .trigger(availableNow=True).start(str(where / "totals")))
+    assert to_parquet.awaitTermination(QUERY_TIMEOUT_S) and to_parquet.exception() is None
+
+    got = sorted((r.start.minute, r.customer, r.total, r.orders)
+                 for r in spark.read.parquet(str(where / "totals")).collect())
+    expected = sorted((m, c, sum(a for k, a, s in orders_in if k == c and s // 60 == m),
+                       sum(1 for k, a, s in orders_in if k == c and s // 60 == m))
+                      for m in range(3) for c in ("c0", "c1", "c2"))
+    assert got == expected  # each closed minute once; the late order's minute is still open
