@@ -245,3 +245,18 @@ def test_the_worked_pipeline_of_the_docs(spark, service, tmp_path):
                        sum(1 for k, a, s in orders_in if k == c and s // 60 == m))
                       for m in range(3) for c in ("c0", "c1", "c2"))
     assert got == expected  # each closed minute once; the late order's minute is still open
+
+
+@pytest.mark.parametrize("mode", ["update", "complete"])
+def test_a_stream_appends_only(spark, service, tmp_path, mode):
+    counts = (spark.readStream.format("rate").load().groupBy("value").count()
+              .selectExpr("to_json(struct(*)) AS payload"))
+    query = (counts.writeStream.format("bookkeeper").outputMode(mode)
+             .option("config", service.config).option("log", "never")
+             .option("checkpointLocation", str(tmp_path / mode)).start())
+    try:
+        with pytest.raises(Exception, match="not support|only appended to"):
+            query.awaitTermination(QUERY_TIMEOUT_S)
+    finally:
+        query.stop()
+    assert payloads_of(service, "never") == []
