@@ -99,6 +99,12 @@ def test_other_columns_are_one_line_naming_them(spark, service, columns, message
     assert payloads_of(service, "bad") == []
 
 
+def test_a_null_payload_fails_the_task_naming_the_row(spark, service):
+    df = spark.createDataFrame([(b"a",), (b"b",), (None,)], "payload binary").coalesce(1)
+    with pytest.raises(Exception, match="row 2 of this partition has a null payload"):
+        sink_write(df, service, "nulls")
+
+
 def test_overwrite_is_refused(spark, service):
     df = spark.range(1).selectExpr("CAST(CAST(id AS STRING) AS BINARY) AS payload")
     with pytest.raises(Exception, match=r"only appended to: use mode\(\"append\"\)"):
