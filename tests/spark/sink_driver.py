@@ -1,6 +1,7 @@
 """A Spark driver of its own for the sink tests (a process the test can kill
-with -9): streams log SOURCE into log TARGET through a slow map (rows reach
-the sink a few at a time), ``BATCH`` records per trigger, with a checkpoint,
+with -9): streams log SOURCE into log TARGET through a slow map, ``BATCH``
+records per trigger in 3 partitions (on 2 cores, so the target holds part
+of a batch while its last partition runs), with a checkpoint,
 until everything there at its start is written (``availableNow``).
 
     python -m tests.spark.sink_driver CONFIG SOURCE TARGET CHECKPOINT BATCH
@@ -39,7 +40,8 @@ def main(config: str, source: str, target: str, checkpoint: str, batch: int) -> 
         return b"copied " + bytes(payload)
 
     stream = (spark.readStream.format("bookkeeper").option("config", config)
-              .option("log", source).option("maxRecordsPerTrigger", str(batch)).load())
+              .option("log", source).option("maxRecordsPerTrigger", str(batch))
+              .option("minPartitions", "3").load())  # 3 tasks on 2 cores: one runs last
     query = (stream.select(slow("payload").alias("payload")).writeStream.format("bookkeeper")
              .option("config", config).option("log", target)
              .option("checkpointLocation", checkpoint)
