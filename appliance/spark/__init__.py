@@ -13,7 +13,9 @@ planning (``planner``); each task reads its ranges straight from the bookies
 with batched, verified, failing-over reads (``appliance.client.bulk_read``) and
 yields Arrow record batches (``source``).  Options: ``options``; filter
 pushdown: ``filters``; usage and numbers: ``docs/SPARK.md``.  A log is also
-read as a stream (``spark.readStream``, option ``log``): ``stream``.
+read as a stream (``spark.readStream``, option ``log``): ``stream``; and a
+DataFrame's ``payload`` column is written to a log (``df.write`` /
+``df.writeStream``, option ``log``, through the log service): ``sink``.
 """
 
 from __future__ import annotations
@@ -73,7 +75,8 @@ def register(spark, *, filter_pushdown: bool | None = None) -> None:
     ``RuntimeWarning`` says so, whatever ``filter_pushdown`` asks.
 
     The same format reads a log as a stream (``spark.readStream``, option
-    ``log``: ``appliance.spark.stream``)."""
+    ``log``: ``appliance.spark.stream``) and writes to a log (``df.write`` /
+    ``df.writeStream``, option ``log``: ``appliance.spark.sink``)."""
     if filter_pushdown is None:
         filter_pushdown = str(spark.conf.get(PUSHDOWN_CONF, "false")).lower() == "true"
     if filter_pushdown and pushdown_read_shared(spark):

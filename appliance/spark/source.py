@@ -30,6 +30,13 @@ from appliance.spark.logs import read_cold_partition, read_log_partition
 from appliance.spark.one_line import planning_errors
 from appliance.spark.options import parse_options
 from appliance.spark.planner import BookKeeperPartition, ColdSegmentPartition, plan_partitions
+from appliance.spark.sink import (
+    BookKeeperBatchWriter,
+    BookKeeperStreamWriter,
+    check_service,
+    check_sink_schema,
+    parse_sink_options,
+)
 from appliance.spark.stream import BookKeeperStreamReader
 
 SCHEMA_DDL = "ledger_id long not null, entry_id long not null, payload binary not null"
@@ -69,6 +76,29 @@ class BookKeeperDataSource(DataSource):
         except ValueError as exc:
             error = exc
         return BookKeeperStreamReader(dict(self.options), error)
+
+    @planning_errors
+    def writer(self, schema, overwrite: bool) -> BookKeeperBatchWriter:
+        """``df.write.format("bookkeeper").option("log", NAME).mode("append")``
+        (``appliance.spark.sink``)."""
+        return BookKeeperBatchWriter(*_sink(self.options, schema, overwrite))
+
+    @planning_errors
+    def streamWriter(self, schema, overwrite: bool) -> BookKeeperStreamWriter:  # noqa: N802
+        """``df.writeStream.format("bookkeeper").option("log", NAME)``."""
+        return BookKeeperStreamWriter(*_sink(self.options, schema, overwrite))
+
+
+def _sink(options, schema, overwrite: bool):
+    """The sink's options and whether its payload is a string, checked on
+    the driver: options, then the schema, then the log service."""
+    sink = parse_sink_options(dict(options))
+    if overwrite:
+        raise ValueError("bookkeeper sink: a log is only appended to: use mode(\"append\") "
+                         "(streaming: outputMode append or update)")
+    string = check_sink_schema(schema)
+    check_service(sink)
+    return sink, string
 
 
 class BookKeeperPushdownDataSource(BookKeeperDataSource):
