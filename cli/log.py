@@ -12,6 +12,7 @@ import sys
 
 import click
 
+from appliance.errors import BKError
 from cli.common import (
     PayloadLines,
     config_option,
@@ -83,21 +84,48 @@ def describe(name, as_json, config_path):
     from appliance.logs.log import describe as describe_log
 
     with _connect(config_path) as bk:
-        doc = describe_log(bk.logs.read_log(name)[0])
-        doc["log_server"] = bk.log(name).log_server()
+        md = bk.logs.read_log(name)[0]
+        doc = describe_log(md)
+        handle = bk.log(name)
+        doc["log_server"] = handle.log_server()
+        for seg, out in zip(md.segments, doc["segments"], strict=True):
+            if seg.state != "COMPLETED" and out.get("tier", "hot") == "hot":
+                out["confirmed"] = _confirmed_tail(handle, seg)
+    doc["readable"] = doc["records"] + sum((s.get("confirmed") or {}).get("records", 0)
+                                           for s in doc["segments"])
     if as_json:
         echo_json(doc)
         return
     click.echo(f"log {doc['name']}: {len(doc['segments'])} segment(s), "
-               f"{doc['records']} record(s) in completed segments, last txid "
+               f"{doc['readable']} record(s) readable ({doc['records']} in completed "
+               f"segments), last txid "
                f"{doc['last_txid']}, writer epoch {doc['epoch']} ({doc['owner'] or 'none'}), "
                f"truncated before {doc['truncated_before']}, log server "
                f"{doc['log_server'] or 'none'}")
     for s in doc["segments"]:
         cold = f" cold {s['cold']['uri']}" if s.get("cold") else ""
+        seen = s.get("confirmed")
+        if seen and "error" in seen:
+            click.echo(f"  segment {s['seq']}: ledger {s['ledger_id']} {s['state']:<11} "
+                       f"{s['tier']:<4} records unknown now ({seen['error']})")
+            continue
+        if seen:  # an open segment: what readers see now
+            click.echo(f"  segment {s['seq']}: ledger {s['ledger_id']} {s['state']:<11} "
+                       f"{s['tier']:<4} records {seen['records']:<8} (confirmed so far) "
+                       f"last txid {seen['last_txid']} last {seen['last_dlsn']}")
+            continue
         click.echo(f"  segment {s['seq']}: ledger {s['ledger_id']} {s['state']:<11} "
                    f"{s['tier']:<4} records {s['records']:<8} "
                    f"txids {s['first_txid']}..{s['last_txid']} last {s['last_dlsn']}{cold}")
+
+
+def _confirmed_tail(handle, seg) -> dict | None:
+    """The open segment's confirmed records, or None when its ledger cannot
+    be read now (no bookie answers, another password): describe still works."""
+    try:
+        return handle.confirmed_tail(seg)
+    except BKError as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 @log.command(short_help="Write the lines of a file to a log.")

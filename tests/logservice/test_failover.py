@@ -160,6 +160,16 @@ def test_bkctl_log_append_during_producers_fences_nobody(appliance_up, short_tmp
         [f"cli:{i}".encode() for i in range(50)]
     described = json.loads(bkctl("log", "describe", "events", "--json", config=config).stdout)
     assert described["log_server"] in ("logserver-1", "logserver-2")
+    # the open segment's records count as readers see them (its metadata says
+    # nothing until it completes); the last entry's LAC may come a moment later
+    described = wait_for(
+        lambda: (d := json.loads(bkctl("log", "describe", "events", "--json",
+                                       config=config).stdout))["readable"] == 650 and d,
+        30, what="describe counting all 650 records")
+    open_segments = [s for s in described["segments"] if s["state"] == "IN_PROGRESS"]
+    assert open_segments and open_segments[-1]["confirmed"]["records"] > 0
+    text = bkctl("log", "describe", "events", config=config, text=True).stdout
+    assert "650 record(s) readable" in text and "(confirmed so far)" in text
 
 
 def test_a_producer_killed_and_started_again_with_its_id_stores_nothing_twice(
