@@ -269,6 +269,9 @@ SPARK_RANGES_PER_PARTITION_MAX = 1_024  # small ledgers packed together, up to t
 # A streaming read keeps this many log entry headers (records per entry, txids)
 # on the driver to plan its micro-batches without reading entries again.
 SPARK_STREAM_HEADERS_CACHED = 65_536
+# ... and the record positions (entry, slot, txid, size; no payloads) of this
+# many cold segments, each loaded once from its file to cut batches inside it.
+SPARK_STREAM_COLD_SEGMENTS_CACHED = 4
 
 # -- re-replication (appliance.rereplication) -------------------------------------------
 # One copy batch read from a surviving replica: entries and bytes bound the

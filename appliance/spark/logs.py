@@ -6,7 +6,8 @@ Each entry is read verified by ``BulkReader`` exactly as for ledgers; the
 records inside are cut out by ``appliance.protocol.log_entry``, so every
 record of the planned entries comes out once, in DLSN order within the
 partition.  A cold segment (``appliance.cold``) is one partition of its own,
-read from its verified Parquet file with the same DLSNs, txids and payloads.
+read from its verified Parquet file with the same DLSNs, txids and payloads
+(a stream's batch: only its records inside the batch's bounds).
 """
 
 from __future__ import annotations
@@ -70,10 +71,29 @@ def _slots(bounds, seq: int, entry_id: int, count: int) -> tuple[int, int]:
 
 def read_cold_partition(partition):
     """A cold segment's records, from its verified Parquet file (a damaged
-    file fails the task naming the segment, never yields rows)."""
+    file fails the task naming the segment, never yields rows); a stream's
+    partition carries its batch's ``bounds``: only records inside them."""
     table = load_segment(partition.cold_config, partition.log_name, partition.segment)
+    bounds = getattr(partition, "bounds", None)
+    if bounds is not None:
+        table = table.filter(pa.array(_cold_mask(bounds, partition.segment.seq, table)))
     table = table.select(LOG_ARROW_SCHEMA.names).cast(LOG_ARROW_SCHEMA)
     yield from table.to_batches(max_chunksize=limits.SPARK_BATCH_ROWS_MAX)
+
+
+def _cold_mask(bounds, seq: int, table) -> np.ndarray:
+    """Which records of cold segment ``seq`` lie in ``bounds`` ``[start, end)``."""
+    entries = table.column("entry_id").to_numpy()
+    slots = table.column("slot").to_numpy()
+    (s_seq, s_entry, s_slot), (e_seq, e_entry, e_slot) = bounds
+    keep = np.ones(len(entries), dtype=bool)
+    if s_seq > seq or e_seq < seq:
+        return ~keep
+    if s_seq == seq:
+        keep &= (entries > s_entry) | ((entries == s_entry) & (slots >= s_slot))
+    if e_seq == seq:
+        keep &= (entries < e_entry) | ((entries == e_entry) & (slots < e_slot))
+    return keep
 
 
 def _batch(rows) -> pa.RecordBatch:

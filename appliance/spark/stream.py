@@ -15,7 +15,10 @@ Guarantees:
   a trigger that asks for everything) is respected.
 * A batch is planned per segment range like the batch source (``planner``)
   and read by the same per-segment path (``logs.read_log_partition``),
-  clipped to the batch's DLSN bounds on its first and last entries.
+  clipped to the batch's DLSN bounds on its first and last entries.  A cold
+  segment (``appliance.cold``; its ledger may be deleted) is read from its
+  verified file (``logs.read_cold_partition``), clipped to the same bounds:
+  the same DLSNs, txids and payloads as when it was hot, each record once.
 * Records the query still needs that were truncated: ``LogTruncatedError``
   naming the first lost DLSN (``failOnDataLoss`` true, the default), or a
   warning and the query goes on from the truncation point (false); checked
@@ -41,14 +44,16 @@ from pyspark.sql.streaming.datasource import (
 
 import appliance
 from appliance.config import load_config
-from appliance.errors import BKError, LogTruncatedError, NoSuchLedgerError
+from appliance.errors import BKError, LogTruncatedError, NoSuchLedgerError, UnauthorizedError
 from appliance.protocol.invariant import invariant
-from appliance.protocol.logs import COMPLETED, DLSN
-from appliance.spark.logs import read_log_partition
+from appliance.protocol.keys import check_password, master_key
+from appliance.protocol.logs import COLD, COMPLETED, DLSN
+from appliance.spark.logs import read_cold_partition, read_log_partition
 from appliance.spark.one_line import planning_errors
 from appliance.spark.planner import (
     DEFAULT_SPLIT_ENTRIES_MIN,
     BookKeeperPartition,
+    ColdSegmentPartition,
     LedgerRange,
     _endpoints,
     bulk_read_config,
@@ -191,7 +196,7 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return point
 
     def _plan(self, view: LogView, start: DLSN, end: DLSN) -> list:
-        ranges, segments = [], {}
+        ranges, segments, cold = [], {}, []
         for seg in view.segments_from(start):
             if seg.seq > end.seq:
                 break
@@ -203,6 +208,10 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                           f"{end} is not completed")
                 last = seg.last_entry_id
             if last < first:
+                continue
+            if seg.tier == COLD:
+                self._check_cold_password(seg)
+                cold.append(seg)
                 continue
             try:
                 ledger = view.client.ledger_metadata(seg.ledger_id)
@@ -216,9 +225,23 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                 continue
             ranges.append(LedgerRange(ledger, first, last))
             segments[seg.ledger_id] = seg.seq
-        return self._partitions(view, ranges, segments, (start, end))
+        hot = self._partitions(view, ranges, segments, (start, end), first_index=len(cold))
+        return self._cold_partitions(view, cold, (start, end)) + hot
 
-    def _partitions(self, view: LogView, ranges, segments, bounds) -> list:
+    def _check_cold_password(self, seg) -> None:
+        if not check_password(seg.cold.password_hash, master_key(self.options.scan.password)):
+            raise UnauthorizedError(f"bookkeeper source: wrong password for log "
+                                    f"{self.options.log!r}")
+
+    def _cold_partitions(self, view: LogView, cold, bounds) -> list:
+        out = []
+        for i, seg in enumerate(cold):
+            part = ColdSegmentPartition(i, self.options.log, seg, view.client.cold_config)
+            part.bounds = bounds
+            out.append(part)
+        return out
+
+    def _partitions(self, view: LogView, ranges, segments, bounds, first_index=0) -> list:
         scan = self.options.scan
         endpoints, server_keys = _endpoints(view.client, self._config)
         security = self._config.security if self._config is not None else None
@@ -231,7 +254,7 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         else:
             pieces = split_ranges(ranges, scan.max_entries_per_partition, scan.min_partitions)
         out = []
-        for i, piece in enumerate(pieces):
+        for i, piece in enumerate(pieces, start=first_index):
             part = BookKeeperPartition(i, tuple(piece), endpoints, read_config,
                                        {r.metadata.ledger_id: segments[r.metadata.ledger_id]
                                         for r in piece}, key_file, server_keys)
@@ -250,9 +273,24 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     # -- executors ----------------------------------------------------------------------
     def read(self, partition):
+        if isinstance(partition, ColdSegmentPartition):
+            return read_cold_stream_partition(partition, self.options)
         if not isinstance(partition, BookKeeperPartition):
             return iter(())
         return read_stream_partition(partition, self.options)
+
+
+def read_cold_stream_partition(partition: ColdSegmentPartition, options: StreamOptions):
+    """A batch's cold segment; its file gone because the segment was
+    truncated since planning: as for a hot segment (``read_stream_partition``)."""
+    try:
+        yield from read_cold_partition(partition)
+    except BKError:
+        seq = partition.segment.seq
+        if not _truncated(options, seq):
+            raise
+        first = max(partition.bounds[0], DLSN(seq, 0, 0))
+        _lost(options, first, seq)
 
 
 def read_stream_partition(partition: BookKeeperPartition, options: StreamOptions):
@@ -269,11 +307,17 @@ def read_stream_partition(partition: BookKeeperPartition, options: StreamOptions
             if not _truncated(options, seq):
                 raise
             first = max(partition.bounds[0], DLSN(seq, part.ranges[0].first_entry_id, 0))
-            message = (f"bookkeeper source: log {options.log!r}: records from {first} on "
-                       f"(segment {seq}) were truncated while this batch read them")
-            if options.fail_on_data_loss:
-                raise LogTruncatedError(f"{message} (failOnDataLoss is true)") from None
-            log.warning("%s; skipped (failOnDataLoss is false)", message)
+            _lost(options, first, seq)
+
+
+def _lost(options: StreamOptions, first: DLSN, seq: int) -> None:
+    """Records from ``first`` (segment ``seq``) were truncated while a task
+    read them: fail it, or warn and go on (``failOnDataLoss`` false)."""
+    message = (f"bookkeeper source: log {options.log!r}: records from {first} on "
+               f"(segment {seq}) were truncated while this batch read them")
+    if options.fail_on_data_loss:
+        raise LogTruncatedError(f"{message} (failOnDataLoss is true)") from None
+    log.warning("%s; skipped (failOnDataLoss is false)", message)
 
 
 def _truncated(options: StreamOptions, seq: int) -> bool:

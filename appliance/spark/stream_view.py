@@ -12,7 +12,12 @@ far, last txid, last data record: ``appliance.protocol.log_entry``), so:
 * the position of the N-th record of a segment is a binary search over the
   entries' headers (record counts only grow), a few entry reads, each
   header kept (``limits.SPARK_STREAM_HEADERS_CACHED``): entries at or below
-  a LAC never change, so a header once read is right for good.
+  a LAC never change, so a header once read is right for good;
+* a cold segment (``appliance.cold``: its ledger may be deleted) is never
+  asked for headers or entries: its counts come from the metadata, and a
+  position inside it from its verified file, loaded once (record positions,
+  txids and sizes kept, not payloads:
+  ``limits.SPARK_STREAM_COLD_SEGMENTS_CACHED`` segments).
 
 Nothing here writes or fences: ledgers are opened without recovery.
 """
@@ -21,10 +26,46 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+import numpy as np
+import pyarrow.compute as pc
+
+from appliance.cold.reading import load_segment
 from appliance.errors import NoSuchLogError
 from appliance.protocol import limits
 from appliance.protocol.log_entry import read_header, unpack_entry
-from appliance.protocol.logs import COMPLETED, DLSN, LogMetadata, Segment
+from appliance.protocol.logs import COLD, COMPLETED, DLSN, LogMetadata, Segment
+
+
+class ColdPositions:
+    """A cold segment's records in order: entry ids, slots, txids and payload
+    sizes (from its verified file)."""
+
+    def __init__(self, table):
+        self.entries = table.column("entry_id").to_numpy()
+        self.slots = table.column("slot").to_numpy().astype(np.int64)
+        self.txids = table.column("txid").to_numpy()
+        self.sizes = pc.binary_length(table.column("payload")).to_numpy()
+
+    def before(self, entry_id: int, slot: int) -> int:
+        """Records before position ``(entry_id, slot)``."""
+        at = int(np.searchsorted(self.entries, entry_id, side="left"))
+        within = np.searchsorted(self.slots[at:int(np.searchsorted(self.entries, entry_id,
+                                                                   side="right"))], slot)
+        return at + int(within)
+
+    def groups(self, first: int, stop: int):
+        """``(entry_id, [(slot, size)])`` of entries ``first..stop`` holding records."""
+        lo = int(np.searchsorted(self.entries, first, side="left"))
+        hi = int(np.searchsorted(self.entries, stop, side="right"))
+        entries, slots, sizes = (self.entries[lo:hi].tolist(), self.slots[lo:hi].tolist(),
+                                 self.sizes[lo:hi].tolist())
+        i = 0
+        while i < len(entries):
+            j = i
+            while j < len(entries) and entries[j] == entries[i]:
+                j += 1
+            yield entries[i], list(zip(slots[i:j], sizes[i:j], strict=True))
+            i = j
 
 
 class LogView:
@@ -38,6 +79,7 @@ class LogView:
         self._headers: OrderedDict = OrderedDict()  # (ledger id, entry id) -> EntryHeader
         self._handles: dict = {}  # ledger id -> (ReadHandle, opened while COMPLETED)
         self._lac: dict[int, int] = {}  # in-progress ledger id -> LAC read at refresh
+        self._cold: OrderedDict = OrderedDict()  # seq -> ColdPositions
 
     # -- metadata -----------------------------------------------------------------------
     def refresh(self) -> LogMetadata:
@@ -48,7 +90,7 @@ class LogView:
             raise NoSuchLogError(f"bookkeeper source: log {self.name!r} does not exist "
                                  f"({self.where})") from None
         live = {s.ledger_id: s for s in self.md.live_segments}
-        for ledger_id in [i for i in self._handles if i not in live]:
+        for ledger_id in [i for i in self._handles if i not in live or live[i].tier == COLD]:
             self._handles.pop(ledger_id)[0].close()
         self._lac = {}
         seg = self.md.in_progress
@@ -94,6 +136,18 @@ class LogView:
             self._headers.popitem(last=False)
         return header
 
+    def cold(self, seg: Segment) -> ColdPositions:
+        """A cold segment's record positions, its file read once."""
+        held = self._cold.get(seg.seq)
+        if held is not None:
+            self._cold.move_to_end(seg.seq)
+            return held
+        positions = ColdPositions(load_segment(self.client.cold_config, self.name, seg))
+        self._cold[seg.seq] = positions
+        if len(self._cold) > limits.SPARK_STREAM_COLD_SEGMENTS_CACHED:
+            self._cold.popitem(last=False)
+        return positions
+
     def entries(self, seg: Segment, first: int, last: int):
         """Entries ``first..last`` of the segment, read now."""
         return self._handle(seg).read(first, last)
@@ -116,6 +170,8 @@ class LogView:
             return 0
         if position.entry_id > self.last_entry(seg):
             return self.records_in(seg)
+        if seg.tier == COLD:
+            return self.cold(seg).before(position.entry_id, position.slot)
         h = self.header(seg, position.entry_id)
         return h.records - h.count + min(position.slot, h.count)
 
@@ -152,6 +208,9 @@ class LogView:
 
     def _record_at(self, seg: Segment, index: int) -> DLSN:
         """The DLSN of the segment's record number ``index`` (from 0)."""
+        if seg.tier == COLD:
+            cold = self.cold(seg)
+            return DLSN(seg.seq, int(cold.entries[index]), int(cold.slots[index]))
         lo, hi = 0, self.last_entry(seg)
         while lo < hi:  # the first entry whose running total passes index
             mid = (lo + hi) // 2
@@ -172,19 +231,27 @@ class LogView:
                 break
             first = start.entry_id if seg.seq == start.seq else 0
             stop = min(self.last_entry(seg), end.entry_id if seg.seq == end.seq else 2**63)
-            for entry_id in range(first, stop + 1, limits.LOG_READ_ENTRIES_MAX):
-                chunk_last = min(stop, entry_id + limits.LOG_READ_ENTRIES_MAX - 1)
-                for entry in self.entries(seg, entry_id, chunk_last):
-                    header, _, payloads = unpack_entry(entry.payload)
-                    slots = [DLSN(seg.seq, entry.entry_id, s) for s in range(header.count)]
-                    kept = [(d, len(p)) for d, p in zip(slots, payloads, strict=True)
-                            if start <= d < end]
-                    size = sum(n for _, n in kept)
-                    if kept and last is not None and taken + size > budget:
-                        return last
-                    if kept:
-                        taken, last = taken + size, kept[-1][0].next()
+            for entry_id, records in self._entry_sizes(seg, first, stop):
+                kept = [(d, n) for d, n in ((DLSN(seg.seq, entry_id, s), n) for s, n in records)
+                        if start <= d < end]
+                size = sum(n for _, n in kept)
+                if kept and last is not None and taken + size > budget:
+                    return last
+                if kept:
+                    taken, last = taken + size, kept[-1][0].next()
         return end if last is None else last
+
+    def _entry_sizes(self, seg: Segment, first: int, stop: int):
+        """``(entry_id, [(slot, payload size)])`` of the segment's entries
+        ``first..stop``: read from the bookies, or a cold segment's file."""
+        if seg.tier == COLD:
+            yield from self.cold(seg).groups(first, stop)
+            return
+        for entry_id in range(first, stop + 1, limits.LOG_READ_ENTRIES_MAX):
+            chunk_last = min(stop, entry_id + limits.LOG_READ_ENTRIES_MAX - 1)
+            for entry in self.entries(seg, entry_id, chunk_last):
+                _, _, payloads = unpack_entry(entry.payload)
+                yield entry.entry_id, [(s, len(p)) for s, p in enumerate(payloads)]
 
     def txid_position(self, txid: int) -> DLSN | None:
         """The first record whose txid is >= ``txid`` (None: none yet)."""
@@ -195,6 +262,10 @@ class LogView:
             top = seg.last_txid if seg.state == COMPLETED else self.header(seg, last).last_txid
             if top < txid:
                 continue
+            if seg.tier == COLD:  # txids grow along the log: the first one reaching txid
+                cold = self.cold(seg)
+                i = int(np.argmax(cold.txids >= txid))
+                return DLSN(seg.seq, int(cold.entries[i]), int(cold.slots[i]))
             lo, hi = 0, last  # the first entry whose running last txid reaches txid
             while lo < hi:
                 mid = (lo + hi) // 2
