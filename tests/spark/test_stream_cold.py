@@ -103,3 +103,47 @@ def test_cold_segments_stream_by_bytes_and_from_positions_inside_them(
 def _next(dlsn: str) -> str:
     seq, entry, slot = dlsn.split("/")
     return f"{seq}/{entry}/{int(slot) + 1}"
+
+
+def test_a_query_goes_on_into_segments_moved_to_cold_since_its_last_batch(
+        spark, app, tmp_path):
+    """A Parquet sink's query reads a hot log, stops; segments it has read
+    and one it has not are moved to cold storage, their ledgers deleted;
+    restarted from its checkpoint it writes exactly the new records."""
+    from appliance.cold.mover import offloader
+
+    log = app.client.log("movedlater", PASSWORD)
+    rows = []
+    for first, count in ((0, 120), (120, 80)):
+        writer = log.writer()
+        futures = [writer.write_async(b"later %d" % i) for i in range(first, first + count)]
+        writer.flush()
+        rows += [(str(f.result(timeout=60)), first + i + 1, b"later %d" % (first + i))
+                 for i, f in enumerate(futures)]
+        writer.close()
+        if first == 0:
+            _to_parquet(spark, app, tmp_path)
+            assert sorted(_parquet_rows(spark, tmp_path), key=lambda r: r[1]) == rows
+    unread = next(s for s in log.metadata().live_segments if s.first_txid > 120)
+    moved = offloader(app.client, PASSWORD).offload("movedlater", before=unread.last_dlsn.next())
+    assert unread.seq in moved.moved and len(moved.ledgers_deleted) == len(moved.moved)
+    _to_parquet(spark, app, tmp_path)
+    assert sorted(_parquet_rows(spark, tmp_path), key=lambda r: r[1]) == rows
+
+
+def _to_parquet(spark, app, tmp_path: Path) -> None:
+    query = (spark.readStream.format("bookkeeper").option("config", app.config)
+             .option("password", PASSWORD.decode()).option("log", "movedlater")
+             .option("maxRecordsPerTrigger", "33").load()
+             .writeStream.format("parquet").option("checkpointLocation", str(tmp_path / "ck"))
+             .trigger(availableNow=True).start(str(tmp_path / "out")))
+    try:
+        assert query.awaitTermination(QUERY_TIMEOUT_S)
+        assert query.exception() is None
+    finally:
+        query.stop()
+
+
+def _parquet_rows(spark, tmp_path: Path) -> list:
+    return [(r.dlsn, r.txid, bytes(r.payload))
+            for r in spark.read.parquet(str(tmp_path / "out")).collect()]
