@@ -28,7 +28,7 @@ from appliance.protocol.core import CoreBase
 from appliance.protocol.errors import OK, BKTimeoutError, LedgerFencedError, UnauthorizedError
 from appliance.protocol.invariant import invariant
 from appliance.protocol.quorum import in_write_set
-from appliance.protocol.writer_states import FAILED, FENCED, OPEN_STATE
+from appliance.protocol.writer_states import CLOSING, FAILED, FENCED, OPEN_STATE
 
 
 class WriterAcks(CoreBase):
@@ -43,6 +43,12 @@ class WriterAcks(CoreBase):
                 return
         acks = self._acks.get(event.entry_id)
         pos = self._ws.index.get(event.bookie_id)
+        if acks is None and event.code == OK and pos is not None and self._trail \
+                and self._state == CLOSING:
+            # the slow copy of an entry acknowledged before close() began: it
+            # ends that entry's trail, and the close waits for nothing more
+            self._trail_acks(1 << pos, (event.entry_id,), event.now_ms)
+            return
         if (self._state != OPEN_STATE or pos is None
                 or not in_write_set(pos, event.entry_id, self._size, self._qw)):
             self._stale()

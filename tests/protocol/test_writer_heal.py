@@ -143,3 +143,19 @@ def test_a_change_that_gives_way_to_the_close_still_waits_for_the_heal():
     probe = sends_to(w.handle(ev.TimerFired(w._tick, 200)), "b3")
     close = one(ev.WriteMetadata, ack(w, probe[0], now_ms=210))
     assert close.metadata.state == "CLOSED" and close.metadata.last_entry_id == 0
+
+
+def test_the_third_ack_arriving_while_closing_ends_the_trail_without_a_resend():
+    # b1 and b2 confirm entry 0; close() starts; only then does b3's ack come
+    # (a slow third copy): it clears the trail, the close goes on at once and
+    # nothing is sent to b3 again (before: the ack was dropped as stale while
+    # CLOSING, and the heal resent every trailing entry to b3 an add timeout later)
+    w = writer()
+    sends = {s.bookie_id: s for s in of(ev.SendAdd, w.add(b"0", 0))}
+    ack(w, sends["b1"]) + ack(w, sends["b2"])
+    assert w._trail == {0: 0b100}
+    assert not of(ev.WriteMetadata, w.close(10))  # waits for b3's copy
+    close = one(ev.WriteMetadata, ack(w, sends["b3"], now_ms=20))
+    assert w._trail == {} and close.metadata.last_entry_id == 0
+    later = w.handle(ev.TimerFired(w._tick, 500)) if w._tick is not None else []
+    assert not sends_to(later, "b3")
