@@ -39,8 +39,14 @@ def service(app):
         servers.kill_all()
 
 
+LAST_ENTRY_VISIBLE_S = 3.0  # > client.explicit_lac_interval_ms (1 s), with room for a busy machine
+
+
 def payloads_of(app, name: str) -> list[bytes]:
-    """Every record of the log now, in log order."""
+    """Every record of the log now, in log order.  A reader sees an open
+    segment up to its last add confirmed: the last entry's LAC reaches the
+    bookies once the owner has been idle for client.explicit_lac_interval_ms
+    (1 s), so the read ends only after a silence longer than that."""
     out: list[bytes] = []
     try:
         if not app.client.log(name).metadata().live_segments:
@@ -49,7 +55,7 @@ def payloads_of(app, name: str) -> list[bytes]:
         return out
     with app.client.log(name).reader() as reader:
         while True:
-            got = reader.read(max_records=1000, timeout_s=0.5)
+            got = reader.read(max_records=1000, timeout_s=LAST_ENTRY_VISIBLE_S)
             if not got:
                 return out
             out += [bytes(r.payload) for r in got]
