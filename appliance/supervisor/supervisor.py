@@ -247,17 +247,20 @@ class Supervisor:
             self.stop_all()
 
     def watch_once(self) -> None:
+        """One look at every process.  A change of one process's run (an
+        exit seen, a new process) is written to the state file at once,
+        before the next process is pinged: a ping can take up to a second,
+        and a restarted bookie that answers ``bkctl status`` before its run
+        record is written would show its new pid with the old restart
+        count."""
         now = self.clock()
-        changed = False
         for b in self._processes():
             if b.given_up:
                 continue
             if b.alive():
                 self._check_alive(b, now)
-                continue
-            changed |= self._maybe_restart(b, now)
-        if changed:
-            self._write_state()
+            elif self._maybe_restart(b, now):
+                self._write_state()
 
     def _check_alive(self, b: _Bookie, now: float) -> None:
         """A starting bookie (replaying its journal, BP-46 phase one) is

@@ -153,3 +153,39 @@ def test_exits_read_as_people_say_them():
         "SIGTERM at 2026-12-04T08:00:00+00:00"
     assert runs.describe_exit(runs.exit_record(2, WALL_T0)).startswith("code 2 at ")
     assert "code unknown" in runs.describe_exit(runs.exit_record(None, WALL_T0))
+
+
+def test_a_restart_is_on_record_before_the_next_process_is_pinged(tmp_path, monkeypatch):
+    """`bkctl status` pairs a bookie's live pid with the state file's run
+    record: a restarted bookie must not answer with its new pid while the
+    file still holds the old count.  A ping of another process (up to a
+    second) used to come between the spawn and the write."""
+    path = write_config(tmp_path, 2, quorums=(1, 1, 1), log={"servers": 0},
+                        supervisor={"restart_backoff_min_ms": 100})
+    clock, wall = Clock(100.0), Clock(WALL_T0)
+    config = load_config(path)
+    sup = sup_mod.Supervisor(config, clock=clock, wall_clock=wall)
+    config.run_path.mkdir(parents=True, exist_ok=True)
+    children: list[FakeChild] = []
+    seen_at_ping: list[dict] = []
+
+    def spawn(b):
+        b.popen = FakeChild(1000 + len(children))
+        children.append(b.popen)
+        b.pid, b.started_s, b.last_answer_s = b.popen.pid, clock.now, clock.now
+        b.started_at = wall.now
+
+    def ping(endpoint, *a, **k):  # bookie-2 is pinged after bookie-1 is looked at
+        if endpoint == config.bookies[1].endpoint:
+            seen_at_ping.append(dict(_state(config)["runs"]["bookie-1"]))
+        return {"pid": 1}
+
+    monkeypatch.setattr(sup, "_spawn", spawn)
+    monkeypatch.setattr(sup_mod, "bookie_info", ping)
+    sup.start_all()
+    children[0].end(-signal.SIGKILL)
+    sup.watch_once()  # the exit
+    clock.now += 0.2
+    wall.now += 0.2
+    sup.watch_once()  # the restart of bookie-1, then the ping of bookie-2
+    assert (seen_at_ping[-1]["pid"], seen_at_ping[-1]["restarts"]) == (1002, 1)
