@@ -91,7 +91,11 @@ def handles():
     driver.transport = _SilentTransport()
     driver.start()
     try:
-        client = types.SimpleNamespace(config=ClientConfig(), driver=driver,
+        # nothing on a timer may add objects while the test counts them: no
+        # explicit LACs of the idle ledgers (1 s) and no add timeouts (5 s),
+        # which a loaded machine reached between the two counts
+        config = ClientConfig(explicit_lac_interval_ms=0, add_timeout_ms=3_600_000)
+        client = types.SimpleNamespace(config=config, driver=driver,
                                        payload_bytes_max=1 << 20, metrics=None)
         key = master_key(b"pw")
         out = []
@@ -127,6 +131,10 @@ def test_an_add_in_flight_keeps_about_one_tracked_object(handles, adds_per_batch
     before = _tracked()
     sent = driver.transport.requests
     driver.call(add, adds_per_batch).result(timeout=60)
+    # each handle's first add posted a flush (a bound method and its args)
+    # that finds nothing left to send; queued behind it, this call returns
+    # once they have run (under load the count came before: +2 per ledger)
+    driver.call(lambda: None).result(timeout=60)
     assert driver.transport.requests > sent  # they did leave for the bookies
     per_add = (_tracked() - before) / (adds_per_batch * len(hs))
     # the future (1) and each handle's dict of futures, which the collector
