@@ -46,7 +46,6 @@ from appliance.protocol import limits
 from appliance.protocol.log_service import (
     NOT_OWNER,
     decode_header,
-    dlsn_runs,
     encode_header,
     pack_records,
     runs_dlsns,
@@ -82,12 +81,18 @@ def _int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def encode_records(rid, positions: list, txids: list, payloads: list) -> list[bytes]:
-    """A RECORDS reply's frames (positions: (seg, entry, slot) tuples)."""
-    head = encode_header({"op": "records", "rid": rid, "runs": dlsn_runs(positions)})
+def encode_records(rid, runs: list, txids: list, payloads: list) -> list[bytes]:
+    """A RECORDS reply's frames (``runs``: ``[seg, entry, first slot, n]``
+    of consecutive records, as ``dlsn_runs`` makes them)."""
+    return [encode_header({"op": "records", "rid": rid, "runs": runs}),
+            *encode_payloads(txids, payloads)]
+
+
+def encode_payloads(txids: list, payloads: list) -> list[bytes]:
+    """The frames after a RECORDS header (none when there is no record)."""
     if not payloads:
-        return [head]
-    return [head, *pack_records(payloads), struct.pack(f"!{len(txids)}q", *txids)]
+        return []
+    return [*pack_records(payloads), struct.pack(f"!{len(txids)}q", *txids)]
 
 
 def decode_records(doc: dict, frames: list, make) -> list:

@@ -20,6 +20,12 @@ Guarantees:
   ``LOG_READ_CACHE_RECORDS_MAX`` records.  A log gets a cache when a reader
   first asks for it; one no reader asked for in ``LOG_READ_CACHE_IDLE_MS``
   is dropped, and so is one whose log this server no longer writes.
+* Superseded writers: an exclusive writer (``Log.writer()``) that takes
+  the log fences the owner's segment, which the owner only learns on its
+  next write.  So for every log with readers waiting, the log's metadata
+  is read every ``LOG_SERVICE_CHECK_INTERVAL_MS``: once its epoch is not
+  the owner's writer's, the cache is dropped and the readers sent to the
+  bookies (which show the new writer's records).
 * Long polls: a read with nothing new waits up to its ``wait_ms`` (at most
   ``LOG_READ_SERVICE_WAIT_MS_MAX``) and is answered as soon as an entry is
   acknowledged.  A log this server does not own (any more) is answered
@@ -43,7 +49,7 @@ import time
 import zmq
 
 from appliance.errors import BKError
-from appliance.logs.tail import MISS, check_read, encode_records
+from appliance.logs.tail import MISS, check_read, encode_payloads
 from appliance.meta.logservice import LogServiceRegistry
 from appliance.protocol import limits
 from appliance.protocol.invariant import invariant
@@ -109,31 +115,34 @@ class RecentRecords:
             del self._keys[:drop], self._entries[:drop], self._sizes[:drop]
 
     def read(self, pos: DLSN, max_records: int, max_bytes: int):
-        """(positions, txids, payloads) of the records from ``pos`` on (empty:
-        none yet), or None if the cache does not hold ``pos``."""
+        """(runs ``[seg, entry, first slot, n]``, txids, payloads) of the
+        records from ``pos`` on (empty: none yet), or None if the cache does
+        not hold ``pos``.  Whole entries where they fit (``max_bytes`` is
+        checked between entries)."""
         with self._lock:
             self.used_at = time.monotonic()
             if pos < self.start:
                 return None
-            positions, txids, payloads = [], [], []
-            size = 0
+            runs, txids, payloads = [], [], []
             i = bisect.bisect_left(self._keys, (pos.seq, pos.entry_id))
-            for (seq, entry_id), (e_txids, e_payloads) in zip(self._keys[i:], self._entries[i:],
-                                                              strict=True):
+            size = 0
+            for j in range(i, len(self._keys)):
+                room = max_records - len(payloads)
+                if room <= 0 or (payloads and size >= max_bytes):
+                    break
+                seq, entry_id = self._keys[j]
+                e_txids, e_payloads = self._entries[j]
                 first = pos.slot if (seq, entry_id) == (pos.seq, pos.entry_id) else 0
-                for slot in range(first, len(e_payloads)):
-                    if len(payloads) >= max_records or (payloads and size >= max_bytes):
-                        break
-                    positions.append((seq, entry_id, slot))
-                    txids.append(e_txids[slot])
-                    payloads.append(e_payloads[slot])
-                    size += len(e_payloads[slot])
-                else:
+                last = min(len(e_payloads), first + room)
+                if first >= last:
                     continue
-                break
-            invariant(not positions or DLSN(*positions[0]) >= pos,
+                runs.append([seq, entry_id, first, last - first])
+                txids += e_txids[first:last]
+                payloads += e_payloads[first:last]
+                size += self._sizes[j]
+            invariant(not runs or DLSN(*runs[0][:3]) >= pos,
                       "read cache: a record before the position asked for")
-            return positions, txids, payloads
+            return runs, txids, payloads
 
 
 def read_endpoint_for(endpoint: str) -> str:
@@ -154,6 +163,7 @@ class ReadService:
         self.bytes_max = bytes_max
         self.registry = LogServiceRegistry(server.client.logs.store)
         self._caches: dict[str, tuple[object, RecentRecords]] = {}  # log -> (writer, cache)
+        self._superseded: set = set()  # writers whose log another writer took
         self._waiters: list[tuple[bytes, dict, str, DLSN, int, float]] = []
         self._stop = threading.Event()
         self._wake_r, self._wake_w = os.pipe()
@@ -162,20 +172,27 @@ class ReadService:
         self._ctx = zmq.Context()
         self._sock = self._ctx.socket(zmq.ROUTER)
         self._sock.linger = 0
-        self._sock.bind(read_endpoint_for(server.endpoint))
-        self.endpoint = self._sock.get(zmq.LAST_ENDPOINT).decode()
+        self.endpoint: str | None = None  # None: no read service (readers read the bookies)
+        try:
+            self._sock.bind(read_endpoint_for(server.endpoint))
+            self.endpoint = self._sock.get(zmq.LAST_ENDPOINT).decode()
+        except zmq.ZMQError as exc:
+            log.warning("read cache off: cannot bind %s: %s", read_endpoint_for(server.endpoint),
+                        exc)
         self.stats = {"read_requests": 0, "read_hits": 0, "read_misses": 0,
                       "read_records": 0, "read_redirects": 0}
         self._thread = threading.Thread(target=self._run, name="read-cache", daemon=True)
 
     def start(self) -> ReadService:
-        self._thread.start()
+        if self.endpoint is not None:
+            self._thread.start()
         return self
 
     def stop(self) -> None:
         self._stop.set()
         self._wake()
-        self._thread.join(timeout=10)
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
 
     def _wake(self) -> None:
         try:
@@ -262,19 +279,24 @@ class ReadService:
             self._not_here(identity, rid, name)
             return True
         key = (name, pos, max_records)
-        got = memo.get(key) if memo is not None else None
-        if got is None:
+        if memo is not None and key in memo:
+            got = memo[key]
+        else:
             got = cache.read(pos, max_records, limits.LOG_READ_CACHE_REPLY_BYTES_MAX)
+            if got is not None:  # (runs, records, payload frames): one encoding for all
+                got = (got[0], len(got[2]), encode_payloads(got[1], got[2]))
             if memo is not None:
                 memo[key] = got
         if got is None:
             self._reply_miss(identity, rid)
             return True
-        if not got[0] and not empty_ok:
+        runs, records, frames = got
+        if not records and not empty_ok:
             return False
         self.stats["read_hits"] += 1
-        self.stats["read_records"] += len(got[0])
-        self._send(identity, encode_records(rid, *got))
+        self.stats["read_records"] += records
+        self._send(identity, [encode_header({"op": "records", "rid": rid, "runs": runs}),
+                              *frames])
         return True
 
     def _answer_waiters(self) -> None:
@@ -298,6 +320,8 @@ class ReadService:
         held = self._caches.get(name)
         if held is not None and held[0] is writer:
             return held[1]
+        if writer in self._superseded:
+            return None
         if held is not None:
             held[0].listen(None)
         cache = RecentRecords(self.bytes_max, self._wake)
@@ -334,16 +358,33 @@ class ReadService:
             pass  # the reader is gone or slow: it asks again after its timeout
 
     def _drop_stale(self) -> None:
-        """Drop the caches of logs this server no longer writes and those no
-        reader asked for in ``LOG_READ_CACHE_IDLE_MS``."""
+        """Drop the caches of logs this server no longer writes, those whose
+        writer was superseded, and those no reader asked for in
+        ``LOG_READ_CACHE_IDLE_MS``."""
         now = time.monotonic()
+        waited = {w[2] for w in self._waiters}
         for name, (writer, cache) in list(self._caches.items()):
             owned = self.server.owned.get(name)
             if owned is None or getattr(owned, "writer", None) is not writer or \
                     owned.state != "open" or \
-                    now - cache.used_at > limits.LOG_READ_CACHE_IDLE_MS / 1000:
+                    now - cache.used_at > limits.LOG_READ_CACHE_IDLE_MS / 1000 or \
+                    (name in waited and self._superseded_now(name, writer)):
                 writer.listen(None)
                 del self._caches[name]
+        self._superseded &= {getattr(o, "writer", None) for o in list(self.server.owned.values())}
+
+    def _superseded_now(self, name: str, writer) -> bool:
+        """Has another writer taken the log (its epoch is not ``writer``'s)?"""
+        try:
+            md, _ = self.server.client.logs.read_log(name)
+        except BKError:
+            return False  # the next check looks again
+        if md.epoch == writer.epoch:
+            return False
+        log.info("log %s: taken by another writer (epoch %d): readers to the bookies", name,
+                 md.epoch)
+        self._superseded.add(writer)
+        return True
 
 
 def start_read_service(server) -> ReadService:

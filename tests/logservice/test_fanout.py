@@ -208,3 +208,24 @@ def test_a_reader_far_behind_reads_the_bookies_then_the_owner(service):
     m = _metrics(servers, owner)
     assert m["bookkeeper_logserver_read_misses_total"] >= 1
     assert m["bookkeeper_logserver_read_records_total"] >= 1
+
+
+def test_readers_see_an_exclusive_writer_that_takes_the_log(service):
+    """The owner learns of the exclusive writer only when it writes again:
+    its readers must not wait on it meanwhile."""
+    cluster, bk, readers_bk, servers = service
+    name = "tail-taken"
+    positions = _produce(bk, name, 0, 10)
+    tailers = Tailers(readers_bk, name, positions[0].next(), 5, 29)
+    wait_for(lambda: min(len(g) for g in tailers.got) >= 9, 60, what="the readers at the end")
+    owner = servers.owner(name)
+    wait_for(lambda: _metrics(servers, owner)["bookkeeper_logserver_read_waiting"] >= 5, 60,
+             what="the readers waiting at the owner")
+    with bk.log(name).writer() as w:
+        positions += [w.write(b"w%d" % i) for i in range(20)]
+    tailers.join()
+    assert tailers.errors == []
+    want = [(pos, b"r%d" % i) for i, pos in enumerate(positions[:10])][1:] + \
+        [(pos, b"w%d" % i) for i, pos in enumerate(positions[10:])]
+    for got in tailers.got:
+        assert [(r.dlsn, r.payload) for r in got] == want

@@ -9,7 +9,7 @@ from appliance.errors import BadRequestError
 from appliance.logs.reader import LogRecord
 from appliance.logs.tail import check_read, decode_records, encode_read, encode_records
 from appliance.logservice.readcache import RecentRecords, read_endpoint_for
-from appliance.protocol.log_service import decode_header
+from appliance.protocol.log_service import decode_header, runs_dlsns
 from appliance.protocol.logs import DLSN
 
 
@@ -30,6 +30,12 @@ def _entry(cache, seq, entry, n, first_txid=1, size=10):
                  [bytes([entry % 256]) * size for _ in range(n)])
 
 
+def _read(cache, pos, max_records=100):
+    """The positions and txids ``cache.read`` gives (None: a miss)."""
+    got = cache.read(pos, max_records, 1 << 20)
+    return None if got is None else (runs_dlsns(got[0]), got[1])
+
+
 def _cache(bytes_max=1 << 20, seq=3, next_entry=5):
     woken = []
     cache = RecentRecords(bytes_max, lambda: woken.append(1))
@@ -45,14 +51,14 @@ def test_records_from_a_position_across_entries_and_a_rollover():
     _entry(cache, 3, 7, 2, first_txid=13)
     _entry(cache, 4, 0, 1, first_txid=15)  # the next segment
     assert len(woken) == 3
-    positions, txids, _ = cache.read(DLSN(3, 5, 1), 100, 1 << 20)
+    positions, txids = _read(cache, DLSN(3, 5, 1))
     assert positions == [(3, 5, 1), (3, 5, 2), (3, 7, 0), (3, 7, 1), (4, 0, 0)]
     assert txids == [11, 12, 13, 14, 15]
-    assert cache.read(DLSN(3, 7, 2), 100, 1 << 20)[0] == [(4, 0, 0)]  # after 3/7's last
-    assert cache.read(DLSN(4, 0, 1), 100, 1 << 20)[0] == []  # nothing yet: wait
-    assert cache.read(DLSN(3, 5, 0), 2, 1 << 20)[0] == [(3, 5, 0), (3, 5, 1)]  # max records
-    assert cache.read(DLSN(3, 4, 2), 1, 1 << 20)[0] == [(3, 5, 0)]  # after 3/4's last record
-    assert cache.read(DLSN(3, 4, 1), 10, 1 << 20) is None  # before the cache: a miss
+    assert _read(cache, DLSN(3, 7, 2), 100)[0] == [(4, 0, 0)]  # after 3/7's last
+    assert _read(cache, DLSN(4, 0, 1), 100)[0] == []  # nothing yet: wait
+    assert _read(cache, DLSN(3, 5, 0), 2)[0] == [(3, 5, 0), (3, 5, 1)]  # max records
+    assert _read(cache, DLSN(3, 4, 2), 1)[0] == [(3, 5, 0)]  # after 3/4's last record
+    assert _read(cache, DLSN(3, 4, 1), 10) is None  # before the cache: a miss
 
 
 def test_eviction_moves_the_start_and_a_gap_starts_again():
@@ -60,18 +66,18 @@ def test_eviction_moves_the_start_and_a_gap_starts_again():
     for e in range(4):
         _entry(cache, 1, e, 2, first_txid=2 * e + 1, size=10)  # 20 bytes each
     assert cache.bytes <= 50 and cache.start == DLSN(1, 1, 2)  # after 1/1's last record
-    assert cache.read(DLSN(1, 1, 1), 10, 1 << 20) is None
-    assert cache.read(DLSN(1, 2, 0), 10, 1 << 20)[0][0] == (1, 2, 0)
+    assert _read(cache, DLSN(1, 1, 1), 10) is None
+    assert _read(cache, DLSN(1, 2, 0), 10)[0][0] == (1, 2, 0)
     _entry(cache, 1, 6, 1, first_txid=20)  # entries 4 and 5 never came
     assert cache.start == DLSN(1, 6, 0)
-    assert cache.read(DLSN(1, 3, 0), 10, 1 << 20) is None
-    assert cache.read(DLSN(1, 6, 0), 10, 1 << 20)[0] == [(1, 6, 0)]
+    assert _read(cache, DLSN(1, 3, 0), 10) is None
+    assert _read(cache, DLSN(1, 6, 0), 10)[0] == [(1, 6, 0)]
 
 
 def test_the_wire_round_trip_and_bad_reads():
     doc = decode_header(encode_read("orders", DLSN(2, 3, 4), 500, 300, 7))
     assert check_read(doc) == ("orders", DLSN(2, 3, 4), 500, 300)
-    frames = encode_records(7, [(2, 3, 4), (2, 4, 0)], [9, 10], [b"a", b"bc"])
+    frames = encode_records(7, [[2, 3, 4, 1], [2, 4, 0, 1]], [9, 10], [b"a", b"bc"])
     records = decode_records(decode_header(frames[0]), frames[1:], LogRecord._make)
     assert records == [LogRecord(DLSN(2, 3, 4), 9, b"a"), LogRecord(DLSN(2, 4, 0), 10, b"bc")]
     empty = encode_records(7, [], [], [])
