@@ -47,6 +47,7 @@ import threading
 import time
 
 import zmq
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from appliance.errors import BKError
 from appliance.logs.tail import MISS, check_read, encode_payloads
@@ -394,9 +395,6 @@ def start_read_service(server) -> ReadService:
 
 def read_metrics(reads: ReadService | None):
     """The read cache's Prometheus families (none when it is off)."""
-    # on use: prometheus_client is loaded by the metrics module that calls this
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
     if reads is None:
         return
     docs = {"read_requests": "Reads from tailing readers.",
