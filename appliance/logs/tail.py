@@ -144,7 +144,7 @@ class ServiceTail:
             reply = self._ask(pos, max_records, wait_ms)
             if reply is None:
                 self.stats["timeouts"] += 1
-                self._drop(forget=True)
+                self._drop()
                 return self._miss()
             doc, frames = reply
             if doc["op"] == "records":
@@ -154,7 +154,7 @@ class ServiceTail:
             if doc.get("code") != NOT_OWNER:  # miss, or an error: the bookies have it all
                 return self._miss()
             self.stats["redirects"] += 1
-            self._drop(forget=True)
+            self._drop()
             self._endpoint = doc.get("endpoint") if isinstance(doc.get("endpoint"), str) \
                 else None
         return self._miss()
@@ -201,12 +201,12 @@ class ServiceTail:
         self._retry_at = self._clock() + limits.LOG_READ_SERVICE_RECHECK_MS / 1000
         return None
 
-    def _drop(self, forget: bool) -> None:
+    def _drop(self) -> None:
+        """Close the socket and forget the owner (looked up again next time)."""
         if self._sock is not None:
             self._sock.close(linger=0)
             self._sock = None
-        if forget:
-            self._endpoint = None
+        self._endpoint = None
 
     def close(self) -> None:
-        self._drop(forget=True)
+        self._drop()

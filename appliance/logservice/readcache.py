@@ -277,7 +277,7 @@ class ReadService:
         owner), or an empty one if ``empty_ok``; False: park it."""
         cache = self._cache_for(name)
         if cache is None:
-            self._not_here(identity, rid, name)
+            self._not_here(identity, rid, name, memo)
             return True
         key = (name, pos, max_records)
         if memo is not None and key in memo:
@@ -331,22 +331,33 @@ class ReadService:
         log.info("log %s: read cache from %s", name, cache.start)
         return cache
 
-    def _not_here(self, identity: bytes, rid, name: str) -> None:
+    def _not_here(self, identity: bytes, rid, name: str, memo: dict | None) -> None:
         """A read of a log this server does not write: to its owner, or the
-        bookies."""
+        bookies (looked up once per log per turn: ``memo``)."""
+        route = memo.get(("route", name)) if memo is not None else None
+        if route is None:
+            route = self._route(name)
+            if memo is not None:
+                memo[("route", name)] = route
+        if route[0] is None:
+            self._reply_miss(identity, rid)
+            return
+        self.stats["read_redirects"] += 1
+        self._send(identity, [encode_header({"op": "error", "code": NOT_OWNER, "rid": rid,
+                                             "owner": route[0], "endpoint": route[1]})])
+
+    def _route(self, name: str) -> tuple:
+        """(owner, its read endpoint) of a log another server owns, else
+        (None, None)."""
         try:
             lease = self.registry.owner(name)
             info = self.registry.servers().get(lease["server"], {}) if lease else {}
         except BKError:
-            lease, info = None, {}
-        if lease is not None and lease.get("server") != self.server.id and \
-                isinstance(info.get("read_endpoint"), str):
-            self.stats["read_redirects"] += 1
-            self._send(identity, [encode_header({"op": "error", "code": NOT_OWNER, "rid": rid,
-                                                 "owner": lease["server"],
-                                                 "endpoint": info["read_endpoint"]})])
-            return
-        self._reply_miss(identity, rid)
+            return None, None
+        if lease is None or lease.get("server") == self.server.id or \
+                not isinstance(info.get("read_endpoint"), str):
+            return None, None
+        return lease["server"], info["read_endpoint"]
 
     def _reply_miss(self, identity: bytes, rid) -> None:
         self.stats["read_misses"] += 1

@@ -3,13 +3,23 @@ and the read wire (``appliance.logs.tail``), without processes."""
 
 from __future__ import annotations
 
+import threading
+from types import SimpleNamespace
+
 import pytest
+import zmq
 
 from appliance.errors import BadRequestError
 from appliance.logs.reader import LogRecord
-from appliance.logs.tail import check_read, decode_records, encode_read, encode_records
+from appliance.logs.tail import (
+    ServiceTail,
+    check_read,
+    decode_records,
+    encode_read,
+    encode_records,
+)
 from appliance.logservice.readcache import RecentRecords, read_endpoint_for
-from appliance.protocol.log_service import decode_header, runs_dlsns
+from appliance.protocol.log_service import decode_header, encode_header, runs_dlsns
 from appliance.protocol.logs import DLSN
 
 
@@ -94,3 +104,70 @@ def test_the_wire_round_trip_and_bad_reads():
 def test_read_endpoints():
     assert read_endpoint_for("ipc:///run/logserver-1.sock") == "ipc:///run/logserver-1.sock.read"
     assert read_endpoint_for("tcp://127.0.0.1:7000") == "tcp://127.0.0.1:*"
+
+
+class FakeRegistry:
+    def __init__(self, owner: str, endpoints: dict):
+        self.lease = {"server": owner, "endpoint": "unused"}
+        self.endpoints = endpoints
+
+    def owner(self, _name):
+        return self.lease
+
+    def servers(self):
+        return {s: {"read_endpoint": e} for s, e in self.endpoints.items()}
+
+
+class FakeServer:
+    """A read socket answering each READ with ``answer(doc) -> frames``."""
+
+    def __init__(self, ctx, path, answer):
+        self.sock = ctx.socket(zmq.ROUTER)
+        self.sock.linger = 0
+        self.endpoint = f"ipc://{path}"
+        self.sock.bind(self.endpoint)
+        self.answer = answer
+        self.asked: list[dict] = []
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._stop = False
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop:
+            if self.sock.poll(20):
+                identity, head = self.sock.recv_multipart()
+                doc = decode_header(head)
+                self.asked.append(doc)
+                frames = self.answer(doc)
+                if frames is not None:
+                    self.sock.send_multipart([identity, *frames])
+
+    def close(self):
+        self._stop = True
+        self._thread.join(5)
+        self.sock.close(linger=0)
+
+
+def test_the_reader_follows_a_redirect_and_a_silent_owner_sends_it_to_the_bookies(tmp_path):
+    ctx = zmq.Context.instance()
+    new = FakeServer(ctx, tmp_path / "new.read", lambda doc: encode_records(
+        doc["rid"], [[*doc["from"], 1]], [5], [b"x"]))
+    old = FakeServer(ctx, tmp_path / "old.read", lambda doc: [encode_header(
+        {"op": "error", "code": "not_owner", "rid": doc["rid"], "owner": "new",
+         "endpoint": new.endpoint})])
+    silent = FakeServer(ctx, tmp_path / "silent.read", lambda doc: None)
+    tail = ServiceTail(SimpleNamespace(logs=SimpleNamespace(store=None)), "orders")
+    tail._registry = FakeRegistry("old", {"old": old.endpoint, "new": new.endpoint})
+    try:
+        got = tail.fetch(DLSN(2, 3, 4), 10, 0.0, LogRecord._make)
+        assert got == [LogRecord(DLSN(2, 3, 4), 5, b"x")]
+        assert tail.stats["redirects"] == 1 and tail.serving and tail.due()
+        tail._drop()
+        tail._registry = FakeRegistry("silent", {"silent": silent.endpoint})
+        assert tail.fetch(DLSN(2, 3, 5), 10, 0.0, LogRecord._make) is None  # after the grace
+        assert silent.asked and tail.stats["timeouts"] == 1
+        assert not tail.due()  # asks again only after the recheck interval
+    finally:
+        tail.close()
+        for server in (old, new, silent):
+            server.close()
