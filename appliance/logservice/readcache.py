@@ -71,6 +71,7 @@ class RecentRecords:
         self._lock = threading.Lock()
         self.start = DLSN.FIRST  # every record of the log from here on is held
         self._next: tuple[int, int] | None = None  # the entry expected next (None: not begun)
+        self._first: tuple[int, int] = (0, 0)  # the first entry the writer tells of
         self._keys: list[tuple[int, int]] = []  # (seg, entry) of the entries held
         self._entries: list[tuple[list, list]] = []  # (txids, payloads)
         self._sizes: list[int] = []
@@ -83,18 +84,22 @@ class RecentRecords:
         """Be told of ``writer``'s entries from now on (``LogWriter.listen``)."""
         with self._lock:  # an entry acknowledged meanwhile waits for ``start``
             self.start, next_entry = writer.listen(self.append)
-            self._next = (self.start.seq, next_entry)
+            self._next = self._first = (self.start.seq, next_entry)
 
     def append(self, seq: int, entry_id: int, txids: list, payloads: list) -> None:
         """One acknowledged entry (a control entry has no records)."""
         with self._lock:
             key = (seq, entry_id)
-            if self._next is None or key < self._next:
+            if self._next is None or key < self._first:
                 return  # sent before the cache began
+            if key < self._next:  # out of order (the last entry of a segment after the
+                # next segment's first): what is held may lack it; hold nothing before
+                self._restart(DLSN(*self._next, 0), key)
+                return
+            # the next entry, or a new segment's first (the ledger client settles
+            # one segment's adds before the writer sends the next segment's)
             if key != self._next and not (seq > self._next[0] and entry_id == 0):
-                log.warning("read cache: entry %s after %s: starting again", key, self._next)
-                self._keys, self._entries, self._sizes, self.bytes = [], [], [], 0
-                self.start = DLSN(seq, entry_id, 0)
+                self._restart(DLSN(seq, entry_id, 0), key)
             self._next = (seq, entry_id + 1)
             if payloads:
                 size = sum(map(len, payloads))
@@ -105,6 +110,13 @@ class RecentRecords:
                 self._evict()
         if payloads:
             self._on_new()
+
+    def _restart(self, start: DLSN, key: tuple) -> None:
+        """An entry that does not follow: drop everything, hold from ``start``."""
+        log.warning("read cache: entry %s after %s: starting again from %s", key, self._next,
+                    start)
+        self._keys, self._entries, self._sizes, self.bytes = [], [], [], 0
+        self.start = start
 
     def _evict(self) -> None:
         drop = 0

@@ -84,6 +84,17 @@ def test_eviction_moves_the_start_and_a_gap_starts_again():
     assert _read(cache, DLSN(1, 6, 0), 10)[0] == [(1, 6, 0)]
 
 
+def test_an_entry_out_of_order_empties_the_cache():
+    cache, _ = _cache(seq=1, next_entry=0)
+    _entry(cache, 1, 0, 2)
+    _entry(cache, 2, 0, 2, first_txid=4)  # the next segment's first entry ...
+    _entry(cache, 1, 1, 1, first_txid=3)  # ... before the last of this one
+    assert _read(cache, DLSN(1, 0, 0)) is None and _read(cache, DLSN(2, 0, 0)) is None
+    assert cache.start == DLSN(2, 1, 0)
+    _entry(cache, 2, 1, 1, first_txid=6)
+    assert _read(cache, DLSN(2, 1, 0))[0] == [(2, 1, 0)]
+
+
 def test_the_wire_round_trip_and_bad_reads():
     doc = decode_header(encode_read("orders", DLSN(2, 3, 4), 500, 300, 7))
     assert check_read(doc) == ("orders", DLSN(2, 3, 4), 500, 300)
