@@ -174,6 +174,14 @@ class LogConfig:
     # free port each; the URL is in bkctl status --json); "" = off.  An
     # unauthenticated HTTP port: bind it to 127.0.0.1 unless scraped remotely.
     metrics_address: str = _key("")
+    # Bytes of recent acknowledged records a log server keeps per owned log
+    # that tailing readers read (docs/LOGS.md, "Tailing readers"): readers
+    # within it are served from memory, so many readers cost the bookies
+    # about what one costs; more serves readers further behind, for memory.
+    read_cache_bytes: int = _key(limits.LOG_READ_CACHE_BYTES, 64 * 1024, 1024 * MiB)
+    # Readers (Log.reader) of a log a log server owns read its recent
+    # records from the owner's cache (false: always from the bookies).
+    read_via_service: bool = _key(True)
 
 
 @dataclass(frozen=True)

@@ -60,16 +60,22 @@ class Log:
         """Is a log server registered (the log service runs)?"""
         return bool(LogServiceRegistry(self._logs.store).servers())
 
-    def reader(self, start: DLSN | str | None = None, start_txid: int | None = None) -> LogReader:
+    def reader(self, start: DLSN | str | None = None, start_txid: int | None = None, *,
+               via_service: bool | None = None) -> LogReader:
         """A reader from ``start`` (a DLSN, default ``DLSN.FIRST``) or from the
         first record whose txid is >= ``start_txid``.  ``NoSuchLogError`` if
-        the log does not exist."""
+        the log does not exist.  ``via_service``: read the records a log
+        server owning the log still holds from its read cache (default:
+        ``[log] read_via_service``, true); the bookies otherwise."""
         if isinstance(start, str):
             start = DLSN.parse(start)
         elif start is not None and not isinstance(start, DLSN):
             raise TypeError(f"start must be a DLSN or 'seq/entry/slot', got "
                             f"{type(start).__name__}")
-        return LogReader(self._client, self._logs, self.name, self._password, start, start_txid)
+        if via_service is None:
+            via_service = self._config.read_via_service
+        return LogReader(self._client, self._logs, self.name, self._password, start, start_txid,
+                         via_service=bool(via_service) and not self._password)
 
     def metadata(self) -> LogMetadata:
         return self._logs.read_log(self.name)[0]

@@ -14,6 +14,15 @@ segments, tailing the in-progress one.
   its file, verified whole before any of its records is delivered, with the
   same DLSNs and txids; a reader whose hot segment moves and loses its
   ledger under it goes on from the file at the same position.
+* Through the log service (``via_service``, docs/LOGS.md "Tailing
+  readers"): while a log server owns the log, records the owner still holds
+  in its read cache come from there (``appliance.logs.tail``), one long
+  poll per read, so many tailing readers cost the bookies about what one
+  costs; everything else (older records, no owner, a cache miss, an owner
+  that stopped answering) from the bookies as above.  The reader's position
+  decides both, so it never repeats or skips a record when it moves
+  between them.  A record served by the owner may belong to a segment
+  truncated a moment before (as a record already read would).
 * ``DLSN.FIRST`` (the default) is before every record: a reader from it
   starts at the first record still there, also after a truncation made
   before its first record was delivered.  A
@@ -39,6 +48,8 @@ from appliance.protocol.keys import check_password, master_key
 from appliance.protocol.log_entry import unpack_entry
 from appliance.protocol.logs import COLD, COMPLETED, DLSN, check_txid, dlsn_of
 
+from .tail import ServiceTail
+
 POLL_S = 0.2  # longest LAC wait before the log's metadata is looked at again
 
 
@@ -50,7 +61,7 @@ class LogRecord(NamedTuple):
 
 class LogReader:
     def __init__(self, client, logs, name: str, password: bytes, start: DLSN | None = None,
-                 start_txid: int | None = None):
+                 start_txid: int | None = None, via_service: bool = False):
         if start is not None and start_txid is not None:
             raise ValueError("give start or start_txid, not both")
         self._client = client
@@ -76,6 +87,7 @@ class LogReader:
         self._taken = 0  # of _pending, delivered already
         self._cold_queued = False  # a cold segment's records were just queued
         self._closed = False
+        self._tail = ServiceTail(client, name) if via_service else None
 
     @property
     def position(self) -> DLSN:
@@ -107,13 +119,13 @@ class LogReader:
                 take = pending[taken:taken + max_records - len(out)]
                 out += take
                 self._at_start = False
+                self._pos = take[-1].dlsn.next()
                 self._taken = taken = taken + len(take)
                 if taken >= len(pending):
                     self._pending, self._taken = [], 0
-            if len(out) >= max_records or not self._fetch(not out, deadline):
+            if len(out) >= max_records or \
+                    not self._fetch(not out, deadline, max_records - len(out)):
                 break
-        if out:
-            self._pos = out[-1].dlsn.next()
         return out
 
     def __iter__(self):
@@ -124,9 +136,13 @@ class LogReader:
     def _refresh(self) -> None:
         self._md, self._version = self._logs.read_log(self.name)
 
-    def _fetch(self, wait: bool, deadline: float) -> bool:
+    def _fetch(self, wait: bool, deadline: float, want: int = 1) -> bool:
         """Decode more records into the pending queue; False when there is
         nothing more now (after waiting until ``deadline`` if ``wait``)."""
+        if self._tail_due():
+            got = self._fetch_service(wait, deadline, want)
+            if got is not None:
+                return got
         while True:
             seg = self._segment()
             if self._cold_queued:
@@ -136,6 +152,11 @@ class LogReader:
                 remaining = deadline - time.monotonic()
                 if not wait or remaining <= 0:
                     return False
+                if self._tail_due():
+                    got = self._fetch_service(wait, deadline, want)
+                    if got is not None:
+                        return got
+                    continue
                 changed = self._logs.wait_for_change(self.name, self._version,
                                                      min(remaining, POLL_S))
                 if changed is not None:
@@ -154,6 +175,11 @@ class LogReader:
             remaining = deadline - time.monotonic()
             if not wait or remaining <= 0:
                 return False
+            if self._tail_due():
+                got = self._fetch_service(wait, deadline, want)
+                if got is not None:
+                    return got
+                continue
             lac = self._rh.wait_for_lac(self._next_entry - 1, min(remaining, POLL_S))
             if lac < self._next_entry:  # nothing new: has the segment been completed?
                 self._refresh()
@@ -162,6 +188,35 @@ class LogReader:
                 if current is not None and current.state == COMPLETED:
                     self._seg = current
                     self._reopen(closed=True)
+
+    def _tail_due(self) -> bool:
+        """At the bookies' tail: ask the log's owner now?"""
+        return self._tail is not None and self._min_txid is None and self._tail.due()
+
+    def _fetch_service(self, wait: bool, deadline: float, want: int) -> bool | None:
+        """Records from the owner's read cache (``appliance.logs.tail``): True
+        if some were queued, False if none came until ``deadline``, None if
+        the owner does not have them (read the bookies: they go on from the
+        position, their segment opened again)."""
+        while True:
+            remaining = deadline - time.monotonic() if wait else 0.0
+            records = self._tail.fetch(self._pos, max(want, 1), remaining, LogRecord._make)
+            if records is None:
+                return None
+            self._drop_segment()
+            if records:
+                self._pending.extend(records)
+                return True
+            if deadline - time.monotonic() <= 0 or not wait:
+                return False
+
+    def _drop_segment(self) -> None:
+        """Forget the segment being read from the bookies (read from the
+        position again when they are needed)."""
+        if self._rh is not None:
+            self._rh.close()
+            self._rh = None
+        self._seg = None
 
     def _check_position(self) -> None:
         """``LogTruncatedError`` if the position was truncated; a reader from
@@ -290,6 +345,8 @@ class LogReader:
 
     def close(self) -> None:
         self._closed = True
+        if self._tail is not None:
+            self._tail.close()
         if self._rh is not None:
             self._rh.close()
             self._rh = None

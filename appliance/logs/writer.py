@@ -26,6 +26,11 @@ writers (``driven=True``, the owners too) have no flush timer: the caller
 sends the buffer with ``send_if_idle`` (at once when no entry is in
 flight, else when it is acknowledged); ``flush_bytes`` still applies.
 
+Listening (``listen``, the log service's read cache): a callback is told
+of every entry the ledger acknowledged (its ack quorum durable, so the
+records are in the log at those DLSNs for good), in entry order, control
+entries included (no records), on the ledger's completion thread.
+
 Errors are sticky: once a write fails (``LogFencedError`` when a newer writer
 took over; any other ledger error as it came), that write and every later
 one fail with the same error; open a new writer to go on.
@@ -137,6 +142,7 @@ class LogWriter:
         self._control_due = False  # an entry with records was sent; no entry after it yet
         self._acked_at = 0.0
         self._acked_hook: Future | None = None  # the add send_if_idle waits on
+        self._listener = None  # (seq, entry_id, txids, payloads) of each acknowledged entry
         self.stats = {"entries": 0, "control_entries": 0, "segments_started": 0}
 
         logs.create_log(name)
@@ -374,7 +380,8 @@ class LogWriter:
         self._control_due = bool(payloads)
         self.stats["entries" if payloads else "control_entries"] += 1
         seq = self._seg.seq
-        add.add_done_callback(lambda f: self._on_added(f, seq, entry_id, futures))
+        add.add_done_callback(
+            lambda f: self._on_added(f, seq, entry_id, futures, txids, payloads))
 
     def _fail_buffer(self, err: BaseException) -> None:
         futures, self._buf_futures = self._buf_futures, []
@@ -383,7 +390,8 @@ class LogWriter:
             self._buf_tags = []
         complete_futures(self._futures_done, [(None, f) for f in futures], err)
 
-    def _on_added(self, add: Future, seq: int, entry_id: int, futures: list[Future]) -> None:
+    def _on_added(self, add: Future, seq: int, entry_id: int, futures: list[Future],
+                  txids: list, payloads: list) -> None:
         """Driver thread (no lock taken): settle the records of one entry."""
         exc = add.exception()
         if exc is None and add.result() != entry_id:
@@ -394,6 +402,9 @@ class LogWriter:
             complete_futures(self._futures_done, [(None, f) for f in futures], err)
             return
         self._acked_at = time.monotonic()
+        listener = self._listener
+        if listener is not None:
+            listener(seq, entry_id, txids, payloads)
         complete_futures(self._futures_done, [(dlsn_of(seq, entry_id, slot), fut)
                                               for slot, fut in enumerate(futures)], None)
 
@@ -424,6 +435,20 @@ class LogWriter:
                     self._fail(exc)
                     log.warning("log %s: flush failed: %s", self.name, exc)
                 self._wake.wait(max(wait, 0.0001))
+
+    def listen(self, listener) -> tuple[DLSN, int]:
+        """Call ``listener(seq, entry_id, txids, payloads)`` for every entry
+        acknowledged from now on (None: stop).  Returns where that begins:
+        the position after the last record sent so far (every later record
+        is in an entry the listener is told of), and the id of the first
+        such entry in this segment (an entry sent before may still be
+        acknowledged after: the listener ignores those)."""
+        with self._lock:
+            self._listener = listener
+            last_entry, last_slot = self._seg_last_data
+            start = DLSN(self._seg.seq, last_entry, last_slot + 1) if last_entry >= 0 \
+                else DLSN(self._seg.seq, 0, 0)
+            return start, self._next_entry
 
     # -- flush and close ------------------------------------------------------------------
     def send_if_idle(self, on_acked=None) -> bool:

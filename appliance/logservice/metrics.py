@@ -29,6 +29,7 @@ from prometheus_client import CollectorRegistry, Histogram, ProcessCollector, st
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from appliance.config import parse_host_port
+from appliance.logservice.readcache import read_metrics
 
 log = logging.getLogger("appliance.logservice")
 
@@ -54,6 +55,7 @@ class LogServerCollector:
         yield GaugeMetricFamily("bookkeeper_logserver_producers",
                                 "Producers the owned logs' duplicate filters track.",
                                 value=sum(len(o.table) for o in owned))
+        yield from read_metrics(server.reads)
 
 
 def start_metrics(address: str, server) -> tuple[object, str, Histogram]:

@@ -34,6 +34,7 @@ import zmq
 from appliance.errors import BadRequestError, BKError, NoSuchLogError
 from appliance.logservice.metrics import start_metrics
 from appliance.logservice.owned import CLOSED, CLOSING, FAILED, OPEN, OPENING, OwnedLog
+from appliance.logservice.readcache import start_read_service
 from appliance.meta.logservice import LogServiceRegistry
 from appliance.protocol import limits
 from appliance.protocol.log_service import (
@@ -96,6 +97,7 @@ class LogServer:
         self.metrics_url: str | None = None
         self._httpd = self._latency = None
         self._loop_thread = None
+        self.reads = None  # the read cache for tailing readers (readcache.py)
 
     # -- life -------------------------------------------------------------------------
     def run(self) -> None:
@@ -103,8 +105,10 @@ class LogServer:
         if self._metrics_address:
             self._httpd, self.metrics_url, self._latency = start_metrics(
                 self._metrics_address, self)
+        self.reads = start_read_service(self)
         self.registry.register(self.id, self.endpoint, {"pid": os.getpid(),
-                                                        "metrics_url": self.metrics_url},
+                                                        "metrics_url": self.metrics_url,
+                                                        "read_endpoint": self.reads.endpoint},
                                self._stale_wait_ms)
         log.info("log server %s serving at %s", self.id, self.endpoint)
         poller = zmq.Poller()
@@ -145,6 +149,8 @@ class LogServer:
             pass
 
     def _shutdown(self) -> None:
+        if self.reads is not None:
+            self.reads.stop()
         for owned in list(self.owned.values()):
             owned.close()
             self.registry.release(owned.name)

@@ -250,6 +250,26 @@ LOG_SERVICE_RECENT_MAX = LOG_PRODUCER_INFLIGHT_RECORDS_MAX
 LOG_SERVICE_REBUILD_MS = 2 * LOG_PRODUCER_DEADLINE_MS
 LOG_SERVICE_REQUEST_FRAMES_MAX = LOG_PRODUCER_BATCH_RECORDS_MAX + 1  # header + records
 LOG_SERVICE_CHECK_INTERVAL_MS = 500  # owned logs re-checked (lease held, still ours)
+# The read cache ([log] read_cache_bytes, appliance.logservice.readcache): the
+# owner keeps this many bytes of a log's most recent acknowledged records
+# (per log with tailing readers) and serves them to the readers
+# (appliance.logs.tail), so N tailing readers cost the bookies about one.
+# More: a reader further behind is still served from memory; costs the
+# server's memory per log read through it.
+LOG_READ_CACHE_BYTES = 8 * MiB
+LOG_READ_CACHE_IDLE_MS = 60_000  # a log's cache no reader asked for this long is dropped
+LOG_READ_CACHE_WAITERS_MAX = 10_000  # long polls parked per server (beyond: read the bookies)
+LOG_READ_CACHE_RECORDS_MAX = 4_096  # records in one read reply
+LOG_READ_CACHE_REPLY_BYTES_MAX = 4 * MiB  # payload bytes in one read reply (one record beyond)
+# A reader's long poll at the owner waits at most this long before it is
+# answered (empty): the reader then asks again, so an owner that stopped
+# answering (kill -9) is noticed within this plus the grace below.
+LOG_READ_SERVICE_WAIT_MS_MAX = 1_000
+LOG_READ_SERVICE_REPLY_GRACE_MS = 2_000  # beyond its wait: no answer means read the bookies
+# A reader that read from the bookies (no owner, a cache miss, an owner that
+# did not answer) asks the owner again after this long, and only at the tail.
+LOG_READ_SERVICE_RECHECK_MS = 1_000
+LOG_READ_SERVICE_REDIRECTS_MAX = 3  # "not owner" answers followed in one read
 
 # -- cold storage ([cold_storage], appliance.cold) -----------------------------------
 COLD_STORAGE_OFFLOAD_AFTER_MS = 3_600_000  # sealed segments older than this move by themselves

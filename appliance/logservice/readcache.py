@@ -1,0 +1,440 @@
+"""The log server's read cache (seed 003's read proxy): tailing readers of a
+log are served by its owner from the records it wrote, so N readers cost
+the bookies about what one costs.
+
+Guarantees:
+
+* Only acknowledged records: the cache of an owned log is fed by its
+  writer's ``listen`` hook, entry by entry once the ledger acknowledged it
+  (durable on its ack quorum: those records are in the log at those DLSNs
+  for good, whatever happens to this process), in entry order.
+* Whole or nothing: a cache covers every record of the log from its
+  ``start`` on (its entries are consecutive; a gap found makes it start
+  again after the gap).  A read from a position before ``start``
+  (a reader far behind, records evicted, segments of an earlier owner) is
+  answered ``miss``: the reader reads those from the bookies.  So a reader
+  is never given a record twice nor made to skip one.
+* Bounded: ``[log] read_cache_bytes`` of payloads per log (the oldest
+  entries go first, ``start`` moves past them), at most
+  ``LOG_READ_CACHE_WAITERS_MAX`` long polls parked, a reply at most
+  ``LOG_READ_CACHE_RECORDS_MAX`` records.  A log gets a cache when a reader
+  first asks for it; one no reader asked for in ``LOG_READ_CACHE_IDLE_MS``
+  is dropped, and so is one whose log this server no longer writes.
+* Superseded writers: an exclusive writer (``Log.writer()``) that takes
+  the log fences the owner's segment, which the owner only learns on its
+  next write.  So for every log with readers waiting, the log's metadata
+  is read every ``LOG_SERVICE_CHECK_INTERVAL_MS``: once its epoch is not
+  the owner's writer's, the cache is dropped and the readers sent to the
+  bookies (which show the new writer's records).
+* Long polls: a read with nothing new waits up to its ``wait_ms`` (at most
+  ``LOG_READ_SERVICE_WAIT_MS_MAX``) and is answered as soon as an entry is
+  acknowledged.  A log this server does not own (any more) is answered
+  "not owner" with the owner's read endpoint, or ``miss`` when none holds
+  it.
+
+The service has its own ROUTER socket (``<endpoint>.read`` for ipc, a free
+port for tcp; registered as the server's ``read_endpoint``) and thread, so
+reads never wait behind the write path's loop.  Wire:
+``appliance.logs.tail``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import threading
+import time
+
+import zmq
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from appliance.errors import BKError
+from appliance.logs.tail import MISS, check_read, encode_payloads
+from appliance.meta.logservice import LogServiceRegistry
+from appliance.protocol import limits
+from appliance.protocol.invariant import invariant
+from appliance.protocol.log_service import BAD, NOT_OWNER, decode_header, encode_header
+from appliance.protocol.logs import DLSN
+
+log = logging.getLogger("appliance.logservice")
+
+CHECK_INTERVAL_S = limits.LOG_SERVICE_CHECK_INTERVAL_MS / 1000
+
+
+class RecentRecords:
+    """The recent acknowledged records of one log writer (see the module
+    docstring).  ``append`` runs on the ledger's completion thread,
+    ``read`` on the read service's: one lock."""
+
+    def __init__(self, bytes_max: int, on_new=lambda: None):
+        self._lock = threading.Lock()
+        self.start = DLSN.FIRST  # every record of the log from here on is held
+        self._next: tuple[int, int] | None = None  # the entry expected next (None: not begun)
+        self._first: tuple[int, int] = (0, 0)  # the first entry the writer tells of
+        self._keys: list[tuple[int, int]] = []  # (seg, entry) of the entries held
+        self._entries: list[tuple[list, list]] = []  # (txids, payloads)
+        self._sizes: list[int] = []
+        self.bytes = 0
+        self.bytes_max = bytes_max
+        self._on_new = on_new
+        self.used_at = time.monotonic()
+
+    def attach(self, writer) -> None:
+        """Be told of ``writer``'s entries from now on (``LogWriter.listen``)."""
+        with self._lock:  # an entry acknowledged meanwhile waits for ``start``
+            self.start, next_entry = writer.listen(self.append)
+            self._next = self._first = (self.start.seq, next_entry)
+
+    def append(self, seq: int, entry_id: int, txids: list, payloads: list) -> None:
+        """One acknowledged entry (a control entry has no records)."""
+        with self._lock:
+            key = (seq, entry_id)
+            if self._next is None or key < self._first:
+                return  # sent before the cache began
+            if key < self._next:  # out of order (the last entry of a segment after the
+                # next segment's first): what is held may lack it; hold nothing before
+                self._restart(DLSN(*self._next, 0), key)
+                return
+            # the next entry, or a new segment's first (the ledger client settles
+            # one segment's adds before the writer sends the next segment's)
+            if key != self._next and not (seq > self._next[0] and entry_id == 0):
+                self._restart(DLSN(seq, entry_id, 0), key)
+            self._next = (seq, entry_id + 1)
+            if payloads:
+                size = sum(map(len, payloads))
+                self._keys.append(key)
+                self._entries.append((txids, payloads))
+                self._sizes.append(size)
+                self.bytes += size
+                self._evict()
+        if payloads:
+            self._on_new()
+
+    def _restart(self, start: DLSN, key: tuple) -> None:
+        """An entry that does not follow: drop everything, hold from ``start``."""
+        log.warning("read cache: entry %s after %s: starting again from %s", key, self._next,
+                    start)
+        self._keys, self._entries, self._sizes, self.bytes = [], [], [], 0
+        self.start = start
+
+    def _evict(self) -> None:
+        drop = 0
+        while self.bytes > self.bytes_max and drop < len(self._keys) - 1:
+            self.bytes -= self._sizes[drop]
+            drop += 1
+        if drop:  # from just after the last record dropped
+            self.start = DLSN(*self._keys[drop - 1], len(self._entries[drop - 1][1]))
+            del self._keys[:drop], self._entries[:drop], self._sizes[:drop]
+
+    def read(self, pos: DLSN, max_records: int, max_bytes: int):
+        """(runs ``[seg, entry, first slot, n]``, txids, payloads) of the
+        records from ``pos`` on (empty: none yet), or None if the cache does
+        not hold ``pos``.  Whole entries where they fit (``max_bytes`` is
+        checked between entries)."""
+        with self._lock:
+            self.used_at = time.monotonic()
+            if pos < self.start:
+                return None
+            runs, txids, payloads = [], [], []
+            i = bisect.bisect_left(self._keys, (pos.seq, pos.entry_id))
+            size = 0
+            for j in range(i, len(self._keys)):
+                room = max_records - len(payloads)
+                if room <= 0 or (payloads and size >= max_bytes):
+                    break
+                seq, entry_id = self._keys[j]
+                e_txids, e_payloads = self._entries[j]
+                first = pos.slot if (seq, entry_id) == (pos.seq, pos.entry_id) else 0
+                last = min(len(e_payloads), first + room)
+                if first >= last:
+                    continue
+                runs.append([seq, entry_id, first, last - first])
+                txids += e_txids[first:last]
+                payloads += e_payloads[first:last]
+                size += self._sizes[j]
+            invariant(not runs or DLSN(*runs[0][:3]) >= pos,
+                      "read cache: a record before the position asked for")
+            return runs, txids, payloads
+
+
+def read_endpoint_for(endpoint: str) -> str:
+    """The read socket's endpoint beside a write endpoint."""
+    if endpoint.startswith("ipc://"):
+        return endpoint + ".read"
+    if endpoint.startswith("tcp://"):
+        return endpoint.rsplit(":", 1)[0] + ":*"
+    return endpoint + "-read"
+
+
+class ReadService:
+    """The read socket and thread of one log server (``server``: its
+    ``owned`` logs are read, never changed)."""
+
+    def __init__(self, server, bytes_max: int):
+        self.server = server
+        self.bytes_max = bytes_max
+        self.registry = LogServiceRegistry(server.client.logs.store)
+        self._caches: dict[str, tuple[object, RecentRecords]] = {}  # log -> (writer, cache)
+        self._superseded: set = set()  # writers whose log another writer took
+        self._waiters: list[tuple[bytes, dict, str, DLSN, int, float]] = []
+        self._stop = threading.Event()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._ctx = zmq.Context()
+        self._sock = self._ctx.socket(zmq.ROUTER)
+        self._sock.linger = 0
+        self.endpoint: str | None = None  # None: no read service (readers read the bookies)
+        try:
+            self._sock.bind(read_endpoint_for(server.endpoint))
+            self.endpoint = self._sock.get(zmq.LAST_ENDPOINT).decode()
+        except zmq.ZMQError as exc:
+            log.warning("read cache off: cannot bind %s: %s", read_endpoint_for(server.endpoint),
+                        exc)
+        self.stats = {"read_requests": 0, "read_hits": 0, "read_misses": 0,
+                      "read_records": 0, "read_redirects": 0}
+        self._thread = threading.Thread(target=self._run, name="read-cache", daemon=True)
+
+    def start(self) -> ReadService:
+        if self.endpoint is not None:
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except (BlockingIOError, OSError):
+            pass
+
+    def gauges(self) -> dict:
+        caches = [c for _w, c in list(self._caches.values())]
+        return {"read_cache_logs": len(caches), "read_cache_bytes": sum(c.bytes for c in caches),
+                "read_waiting": len(self._waiters)}
+
+    # -- the thread -------------------------------------------------------------------
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._sock, zmq.POLLIN)
+        poller.register(self._wake_r, zmq.POLLIN)
+        next_check = 0.0
+        try:
+            while not self._stop.is_set():
+                timeout = CHECK_INTERVAL_S
+                if self._waiters:
+                    timeout = min(timeout, max(0.0, min(w[5] for w in self._waiters)
+                                               - time.monotonic()))
+                events = dict(poller.poll(int(timeout * 1000) + 1))
+                if self._wake_r in events:
+                    self._drain_wake()
+                if self._sock in events:
+                    self._serve_some()
+                self._answer_waiters()
+                if time.monotonic() >= next_check:
+                    self._drop_stale()
+                    next_check = time.monotonic() + CHECK_INTERVAL_S
+        except Exception:  # noqa: BLE001 - reads go to the bookies; the writes go on
+            log.exception("read cache stopped")
+        finally:
+            for writer, _cache in self._caches.values():
+                writer.listen(None)
+            self._sock.close(linger=0)
+            self._ctx.term()
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+
+    def _drain_wake(self) -> None:
+        try:
+            while os.read(self._wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def _serve_some(self) -> None:
+        for _ in range(limits.LOG_PRODUCER_BATCH_RECORDS_MAX):
+            if not self._sock.get(zmq.EVENTS) & zmq.POLLIN:
+                return
+            frames = self._sock.recv_multipart(zmq.NOBLOCK)
+            if len(frames) < 2:
+                continue
+            identity, doc = frames[0], {}
+            try:
+                doc = decode_header(frames[1])
+                if doc["op"] != "read":
+                    raise BKError(f"unknown op {doc['op']!r}")
+                name, pos, max_records, wait_ms = check_read(doc)
+            except BKError as exc:
+                self._send(identity, [encode_header({"op": "error", "code": BAD,
+                                                     "rid": doc.get("rid"),
+                                                     "message": str(exc)})])
+                continue
+            self.stats["read_requests"] += 1
+            deadline = time.monotonic() + wait_ms / 1000
+            if not self._answer(identity, doc.get("rid"), name, pos, max_records, wait_ms == 0):
+                if len(self._waiters) >= limits.LOG_READ_CACHE_WAITERS_MAX:
+                    self._reply_miss(identity, doc.get("rid"))
+                else:
+                    self._waiters.append((identity, doc.get("rid"), name, pos, max_records,
+                                          deadline))
+
+    def _answer(self, identity: bytes, rid, name: str, pos: DLSN, max_records: int,
+                empty_ok: bool, memo: dict | None = None) -> bool:
+        """Answer a read now if there is something to say (records, miss, not
+        owner), or an empty one if ``empty_ok``; False: park it."""
+        cache = self._cache_for(name)
+        if cache is None:
+            self._not_here(identity, rid, name, memo)
+            return True
+        key = (name, pos, max_records)
+        if memo is not None and key in memo:
+            got = memo[key]
+        else:
+            got = cache.read(pos, max_records, limits.LOG_READ_CACHE_REPLY_BYTES_MAX)
+            if got is not None:  # (runs, records, payload frames): one encoding for all
+                got = (got[0], len(got[2]), encode_payloads(got[1], got[2]))
+            if memo is not None:
+                memo[key] = got
+        if got is None:
+            self._reply_miss(identity, rid)
+            return True
+        runs, records, frames = got
+        if not records and not empty_ok:
+            return False
+        self.stats["read_hits"] += 1
+        self.stats["read_records"] += records
+        self._send(identity, [encode_header({"op": "records", "rid": rid, "runs": runs}),
+                              *frames])
+        return True
+
+    def _answer_waiters(self) -> None:
+        if not self._waiters:
+            return
+        now = time.monotonic()
+        memo: dict = {}  # readers at one position share one read of the cache
+        keep = []
+        for w in self._waiters:
+            identity, rid, name, pos, max_records, deadline = w
+            if not self._answer(identity, rid, name, pos, max_records, now >= deadline, memo):
+                keep.append(w)
+        self._waiters = keep
+
+    def _cache_for(self, name: str) -> RecentRecords | None:
+        """The cache of a log this server writes now (made on first use)."""
+        owned = self.server.owned.get(name)
+        writer = getattr(owned, "writer", None)
+        if owned is None or owned.state != "open" or writer is None:
+            return None
+        held = self._caches.get(name)
+        if held is not None and held[0] is writer:
+            return held[1]
+        if writer in self._superseded:
+            return None
+        if held is not None:
+            held[0].listen(None)
+        cache = RecentRecords(self.bytes_max, self._wake)
+        cache.attach(writer)
+        self._caches[name] = (writer, cache)
+        log.info("log %s: read cache from %s", name, cache.start)
+        return cache
+
+    def _not_here(self, identity: bytes, rid, name: str, memo: dict | None) -> None:
+        """A read of a log this server does not write: to its owner, or the
+        bookies (looked up once per log per turn: ``memo``)."""
+        route = memo.get(("route", name)) if memo is not None else None
+        if route is None:
+            route = self._route(name)
+            if memo is not None:
+                memo[("route", name)] = route
+        if route[0] is None:
+            self._reply_miss(identity, rid)
+            return
+        self.stats["read_redirects"] += 1
+        self._send(identity, [encode_header({"op": "error", "code": NOT_OWNER, "rid": rid,
+                                             "owner": route[0], "endpoint": route[1]})])
+
+    def _route(self, name: str) -> tuple:
+        """(owner, its read endpoint) of a log another server owns, else
+        (None, None)."""
+        try:
+            lease = self.registry.owner(name)
+            info = self.registry.servers().get(lease["server"], {}) if lease else {}
+        except BKError:
+            return None, None
+        if lease is None or lease.get("server") == self.server.id or \
+                not isinstance(info.get("read_endpoint"), str):
+            return None, None
+        return lease["server"], info["read_endpoint"]
+
+    def _reply_miss(self, identity: bytes, rid) -> None:
+        self.stats["read_misses"] += 1
+        self._send(identity, [encode_header({"op": MISS, "rid": rid})])
+
+    def _send(self, identity: bytes, frames: list) -> None:
+        try:
+            self._sock.send_multipart([identity, *frames], zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass  # the reader is gone or slow: it asks again after its timeout
+
+    def _drop_stale(self) -> None:
+        """Drop the caches of logs this server no longer writes, those whose
+        writer was superseded, and those no reader asked for in
+        ``LOG_READ_CACHE_IDLE_MS``."""
+        now = time.monotonic()
+        waited = {w[2] for w in self._waiters}
+        for name, (writer, cache) in list(self._caches.items()):
+            owned = self.server.owned.get(name)
+            if owned is None or getattr(owned, "writer", None) is not writer or \
+                    owned.state != "open" or \
+                    now - cache.used_at > limits.LOG_READ_CACHE_IDLE_MS / 1000 or \
+                    (name in waited and self._superseded_now(name, writer)):
+                writer.listen(None)
+                del self._caches[name]
+        self._superseded &= {getattr(o, "writer", None) for o in list(self.server.owned.values())}
+
+    def _superseded_now(self, name: str, writer) -> bool:
+        """Has another writer taken the log (its epoch is not ``writer``'s)?"""
+        try:
+            md, _ = self.server.client.logs.read_log(name)
+        except BKError:
+            return False  # the next check looks again
+        if md.epoch == writer.epoch:
+            return False
+        log.info("log %s: taken by another writer (epoch %d): readers to the bookies", name,
+                 md.epoch)
+        self._superseded.add(writer)
+        return True
+
+
+def start_read_service(server) -> ReadService:
+    """Bind and start the read cache of ``server`` (a ``LogServer``)."""
+    return ReadService(server, server.client.log_config.read_cache_bytes).start()
+
+
+def read_metrics(reads: ReadService | None):
+    """The read cache's Prometheus families (none when it is off)."""
+    if reads is None:
+        return
+    docs = {"read_requests": "Reads from tailing readers.",
+            "read_hits": "Reads answered from the read cache (records, or none yet after "
+                         "the long poll).",
+            "read_misses": "Reads answered 'miss' (read the bookies): before the cache, or a "
+                           "log not owned here.",
+            "read_records": "Records served from the read cache.",
+            "read_redirects": "Reads answered 'not owner' (sent to the owner)."}
+    for name, text in docs.items():
+        yield CounterMetricFamily(f"bookkeeper_logserver_{name}", text,
+                                  value=reads.stats[name])
+    gauges = reads.gauges()
+    yield GaugeMetricFamily("bookkeeper_logserver_read_cache_logs", "Logs with a read cache.",
+                            value=gauges["read_cache_logs"])
+    yield GaugeMetricFamily("bookkeeper_logserver_read_cache_bytes",
+                            "Payload bytes in the read caches.", value=gauges["read_cache_bytes"])
+    yield GaugeMetricFamily("bookkeeper_logserver_read_waiting",
+                            "Tailing readers' long polls waiting for a record.",
+                            value=gauges["read_waiting"])

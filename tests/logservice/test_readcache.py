@@ -1,0 +1,184 @@
+"""The owner's read cache (``appliance.logservice.readcache.RecentRecords``)
+and the read wire (``appliance.logs.tail``), without processes."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+import pytest
+import zmq
+
+from appliance.errors import BadRequestError
+from appliance.logs.reader import LogRecord
+from appliance.logs.tail import (
+    ServiceTail,
+    check_read,
+    decode_records,
+    encode_read,
+    encode_records,
+)
+from appliance.logservice.readcache import RecentRecords, read_endpoint_for
+from appliance.protocol.log_service import decode_header, encode_header, runs_dlsns
+from appliance.protocol.logs import DLSN
+
+
+class FakeWriter:
+    def __init__(self, seq: int, next_entry: int):
+        # the last record sent: slot 1 of the entry before (a control entry none)
+        self.at = DLSN(seq, next_entry - 1, 2) if next_entry else DLSN(seq, 0, 0)
+        self.next_entry = next_entry
+        self.listener = None
+
+    def listen(self, listener):
+        self.listener = listener
+        return self.at, self.next_entry
+
+
+def _entry(cache, seq, entry, n, first_txid=1, size=10):
+    cache.append(seq, entry, list(range(first_txid, first_txid + n)),
+                 [bytes([entry % 256]) * size for _ in range(n)])
+
+
+def _read(cache, pos, max_records=100):
+    """The positions and txids ``cache.read`` gives (None: a miss)."""
+    got = cache.read(pos, max_records, 1 << 20)
+    return None if got is None else (runs_dlsns(got[0]), got[1])
+
+
+def _cache(bytes_max=1 << 20, seq=3, next_entry=5):
+    woken = []
+    cache = RecentRecords(bytes_max, lambda: woken.append(1))
+    cache.attach(FakeWriter(seq, next_entry))
+    return cache, woken
+
+
+def test_records_from_a_position_across_entries_and_a_rollover():
+    cache, woken = _cache()
+    _entry(cache, 3, 4, 2)  # sent before the cache began: ignored
+    _entry(cache, 3, 5, 3, first_txid=10)
+    cache.append(3, 6, [], [])  # a control entry
+    _entry(cache, 3, 7, 2, first_txid=13)
+    _entry(cache, 4, 0, 1, first_txid=15)  # the next segment
+    assert len(woken) == 3
+    positions, txids = _read(cache, DLSN(3, 5, 1))
+    assert positions == [(3, 5, 1), (3, 5, 2), (3, 7, 0), (3, 7, 1), (4, 0, 0)]
+    assert txids == [11, 12, 13, 14, 15]
+    assert _read(cache, DLSN(3, 7, 2), 100)[0] == [(4, 0, 0)]  # after 3/7's last
+    assert _read(cache, DLSN(4, 0, 1), 100)[0] == []  # nothing yet: wait
+    assert _read(cache, DLSN(3, 5, 0), 2)[0] == [(3, 5, 0), (3, 5, 1)]  # max records
+    assert _read(cache, DLSN(3, 4, 2), 1)[0] == [(3, 5, 0)]  # after 3/4's last record
+    assert _read(cache, DLSN(3, 4, 1), 10) is None  # before the cache: a miss
+
+
+def test_eviction_moves_the_start_and_a_gap_starts_again():
+    cache, _ = _cache(bytes_max=50, seq=1, next_entry=0)
+    for e in range(4):
+        _entry(cache, 1, e, 2, first_txid=2 * e + 1, size=10)  # 20 bytes each
+    assert cache.bytes <= 50 and cache.start == DLSN(1, 1, 2)  # after 1/1's last record
+    assert _read(cache, DLSN(1, 1, 1), 10) is None
+    assert _read(cache, DLSN(1, 2, 0), 10)[0][0] == (1, 2, 0)
+    _entry(cache, 1, 6, 1, first_txid=20)  # entries 4 and 5 never came
+    assert cache.start == DLSN(1, 6, 0)
+    assert _read(cache, DLSN(1, 3, 0), 10) is None
+    assert _read(cache, DLSN(1, 6, 0), 10)[0] == [(1, 6, 0)]
+
+
+def test_an_entry_out_of_order_empties_the_cache():
+    cache, _ = _cache(seq=1, next_entry=0)
+    _entry(cache, 1, 0, 2)
+    _entry(cache, 2, 0, 2, first_txid=4)  # the next segment's first entry ...
+    _entry(cache, 1, 1, 1, first_txid=3)  # ... before the last of this one
+    assert _read(cache, DLSN(1, 0, 0)) is None and _read(cache, DLSN(2, 0, 0)) is None
+    assert cache.start == DLSN(2, 1, 0)
+    _entry(cache, 2, 1, 1, first_txid=6)
+    assert _read(cache, DLSN(2, 1, 0))[0] == [(2, 1, 0)]
+
+
+def test_the_wire_round_trip_and_bad_reads():
+    doc = decode_header(encode_read("orders", DLSN(2, 3, 4), 500, 300, 7))
+    assert check_read(doc) == ("orders", DLSN(2, 3, 4), 500, 300)
+    frames = encode_records(7, [[2, 3, 4, 1], [2, 4, 0, 1]], [9, 10], [b"a", b"bc"])
+    records = decode_records(decode_header(frames[0]), frames[1:], LogRecord._make)
+    assert records == [LogRecord(DLSN(2, 3, 4), 9, b"a"), LogRecord(DLSN(2, 4, 0), 10, b"bc")]
+    empty = encode_records(7, [], [], [])
+    assert decode_records(decode_header(empty[0]), empty[1:], LogRecord._make) == []
+    for bad in ({"op": "read", "log": "x", "from": [1, 2], "max": 1},
+                {"op": "read", "log": "x", "from": [1, 2, 3], "max": 0},
+                {"op": "read", "log": 5, "from": [1, 2, 3], "max": 1}):
+        with pytest.raises(BadRequestError):
+            check_read(bad)
+    with pytest.raises(BadRequestError):
+        decode_records(decode_header(frames[0]), frames[1:2], LogRecord._make)
+
+
+def test_read_endpoints():
+    assert read_endpoint_for("ipc:///run/logserver-1.sock") == "ipc:///run/logserver-1.sock.read"
+    assert read_endpoint_for("tcp://127.0.0.1:7000") == "tcp://127.0.0.1:*"
+
+
+class FakeRegistry:
+    def __init__(self, owner: str, endpoints: dict):
+        self.lease = {"server": owner, "endpoint": "unused"}
+        self.endpoints = endpoints
+
+    def owner(self, _name):
+        return self.lease
+
+    def servers(self):
+        return {s: {"read_endpoint": e} for s, e in self.endpoints.items()}
+
+
+class FakeServer:
+    """A read socket answering each READ with ``answer(doc) -> frames``."""
+
+    def __init__(self, ctx, path, answer):
+        self.sock = ctx.socket(zmq.ROUTER)
+        self.sock.linger = 0
+        self.endpoint = f"ipc://{path}"
+        self.sock.bind(self.endpoint)
+        self.answer = answer
+        self.asked: list[dict] = []
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._stop = False
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop:
+            if self.sock.poll(20):
+                identity, head = self.sock.recv_multipart()
+                doc = decode_header(head)
+                self.asked.append(doc)
+                frames = self.answer(doc)
+                if frames is not None:
+                    self.sock.send_multipart([identity, *frames])
+
+    def close(self):
+        self._stop = True
+        self._thread.join(5)
+        self.sock.close(linger=0)
+
+
+def test_the_reader_follows_a_redirect_and_a_silent_owner_sends_it_to_the_bookies(tmp_path):
+    ctx = zmq.Context.instance()
+    new = FakeServer(ctx, tmp_path / "new.read", lambda doc: encode_records(
+        doc["rid"], [[*doc["from"], 1]], [5], [b"x"]))
+    old = FakeServer(ctx, tmp_path / "old.read", lambda doc: [encode_header(
+        {"op": "error", "code": "not_owner", "rid": doc["rid"], "owner": "new",
+         "endpoint": new.endpoint})])
+    silent = FakeServer(ctx, tmp_path / "silent.read", lambda doc: None)
+    tail = ServiceTail(SimpleNamespace(logs=SimpleNamespace(store=None)), "orders")
+    tail._registry = FakeRegistry("old", {"old": old.endpoint, "new": new.endpoint})
+    try:
+        got = tail.fetch(DLSN(2, 3, 4), 10, 0.0, LogRecord._make)
+        assert got == [LogRecord(DLSN(2, 3, 4), 5, b"x")]
+        assert tail.stats["redirects"] == 1 and tail.serving and tail.due()
+        tail._drop()
+        tail._registry = FakeRegistry("silent", {"silent": silent.endpoint})
+        assert tail.fetch(DLSN(2, 3, 5), 10, 0.0, LogRecord._make) is None  # after the grace
+        assert silent.asked and tail.stats["timeouts"] == 1
+        assert not tail.due()  # asks again only after the recheck interval
+    finally:
+        tail.close()
+        for server in (old, new, silent):
+            server.close()
