@@ -99,10 +99,11 @@ class CoreBase:
             self._on_add_response(ev.AddResponse(event.request_id, event.bookie_id,
                                                  event.ledger_id, entry_id, code, event.now_ms))
 
-    def add_rows(self, request_id: int, bookie_id: str, entry_ids, codes, now_ms: int) -> None:
+    def add_rows(self, request_id: int, bookie_id: str, ledger_id: int, entry_ids, codes,
+                 now_ms: int) -> None:
         """Replies to adds of this core's ledger as plain values (a part of a
         multi-ledger reply, ``writer_multi``): as their ``AddResponses``."""
-        self._on_add_responses(ev.AddResponses(request_id, bookie_id, self.ledger_id,
+        self._on_add_responses(ev.AddResponses(request_id, bookie_id, ledger_id,
                                                tuple(entry_ids), tuple(codes), now_ms))
 
     def _on_available_bookies(self, event: ev.AvailableBookies) -> None:

@@ -89,10 +89,11 @@ class WriterAcks(CoreBase):
             self._bookie_failed(pos, now_ms)
 
     def _on_add_responses(self, event: ev.AddResponses) -> None:
-        self.add_rows(event.request_id, event.bookie_id, event.entry_ids, event.codes,
-                      event.now_ms)
+        self.add_rows(event.request_id, event.bookie_id, event.ledger_id, event.entry_ids,
+                      event.codes, event.now_ms)
 
-    def add_rows(self, request_id: int, bookie_id: str, entry_ids, codes, now_ms: int) -> None:
+    def add_rows(self, request_id: int, bookie_id: str, ledger_id: int, entry_ids, codes,
+                 now_ms: int) -> None:
         """The batch path (an ``AddResponses``, or a part of a multi-ledger
         reply applied by ``writer_multi`` without an event object): the
         checks that hold for the whole batch once, then a tight loop;
@@ -105,7 +106,7 @@ class WriterAcks(CoreBase):
         if self._state != OPEN_STATE or pos is None or pos in self._failed \
                 or pos in self._lagging:
             for entry_id, code in zip(entry_ids, codes, strict=True):
-                self._on_add_response(ev.AddResponse(request_id, bookie_id, self.ledger_id,
+                self._on_add_response(ev.AddResponse(request_id, bookie_id, ledger_id,
                                                      entry_id, code, now_ms))
             return
         if entry_ids and max(entry_ids) <= self.last_add_confirmed and \
@@ -119,7 +120,7 @@ class WriterAcks(CoreBase):
         next_id = self.last_add_confirmed + 1
         for entry_id, code in zip(entry_ids, codes, strict=True):
             if code != OK:
-                self._on_add_response(ev.AddResponse(request_id, bookie_id, self.ledger_id,
+                self._on_add_response(ev.AddResponse(request_id, bookie_id, ledger_id,
                                                      entry_id, code, now_ms))
                 if self._state != OPEN_STATE or pos in self._failed:
                     break  # this bookie's remaining acks no longer count

@@ -53,7 +53,7 @@ def apply_multi_reply(writers: Sequence, heads: Sequence[tuple], row_ids: Sequen
     out = []
     pos = 0
     for writer, head in zip(writers, heads, strict=True):
-        request_id, bookie_id, _ledger_id, entry_ids = head
+        request_id, bookie_id, ledger_id, entry_ids = head
         end = pos + len(entry_ids)
         if writer is not None:
             ids = tuple(row_ids[pos:end])
@@ -63,7 +63,7 @@ def apply_multi_reply(writers: Sequence, heads: Sequence[tuple], row_ids: Sequen
                 codes = tuple(row_codes[pos:end])
             else:  # not answered row for row: no ack (a refusal of each entry)
                 codes = (BadRequestError.code,) * len(entry_ids)
-            writer.add_rows(request_id, bookie_id, entry_ids, codes, now_ms)
+            writer.add_rows(request_id, bookie_id, ledger_id, entry_ids, codes, now_ms)
             actions = writer.take_actions()
             if actions is not None:
                 out.append((writer, actions))
