@@ -28,8 +28,10 @@ the wrong entries, and the checker must catch the false acks.
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import random
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -247,3 +249,26 @@ def run_multi_seed(seed: int, break_rows: bool = False) -> MultiResult:
     result.stats = sim.stats
     result.stats["ensemble_changes"] = sum(w.ensemble_changes for w in sim.writers)
     return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.sim.multisim", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, default=300)
+    parser.add_argument("--first", type=int, default=0, help="first seed (default 0)")
+    parser.add_argument("--break-rows", action="store_true",
+                        help="take reply rows by position, unmatched (the checker must fail)")
+    args = parser.parse_args(argv)
+    failures, totals = [], Counter()
+    for seed in range(args.first, args.first + args.seeds):
+        result = run_multi_seed(seed, args.break_rows)
+        totals.update(result.stats)
+        if result.violation:
+            failures.append(f"seed {seed}: {result.violation} ({random_config(seed)})")
+    print(f"{args.seeds} seeds: {len(failures)} violation(s); {dict(totals)}")
+    print("\n".join(failures[:10]))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
