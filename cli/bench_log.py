@@ -26,6 +26,10 @@ from cli.common import echo_json, json_option, library_errors
 @click.option("--producers", type=click.IntRange(min=1, max=256), default=None,
               help="Run N producer processes writing one log through the log service "
                    "instead of one exclusive writer.")
+@click.option("--logs", type=click.IntRange(min=1, max=10_000), default=1, show_default=True,
+              help="With --producers: the producers write N logs (spread over them), all "
+                   "owned by one log server ([log] servers = 1: N ledgers written at once); "
+                   "each mode also runs with one log first, for vs_one_log.")
 @click.option("--sync", "sync_mode", is_flag=True,
               help="With --producers: each write waits for its DLSN (the Redis peer at "
                    "pipeline 1).")
@@ -45,8 +49,8 @@ from cli.common import echo_json, json_option, library_errors
               help="Where the temporary appliance lives (default: the temp dir).")
 @json_option
 @library_errors
-def log(sizes, records, rate, producers, sync_mode, async_mode, window, tail_seconds, peer,
-        no_peer, workdir, as_json):
+def log(sizes, records, rate, producers, logs, sync_mode, async_mode, window, tail_seconds,
+        peer, no_peer, workdir, as_json):
     """Write, catch-up read and tail a log (E3/W3/A2, one writer) on a
     temporary appliance of its own; compare with a durable Redis Stream.
     With --producers N: N producer processes write one log through the log
@@ -59,6 +63,7 @@ def log(sizes, records, rate, producers, sync_mode, async_mode, window, tail_sec
       bkctl bench log --size 100 --size 1024 --records 200000
       bkctl bench log --producers 8 --records 100000 --json
       bkctl bench log --producers 8 --sync --rate 10000 --records 50000
+      bkctl bench log --producers 8 --async --logs 1000 --no-peer   # vs one log
     """
     # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.bench.logs import default_peer, run_log_bench
@@ -66,10 +71,10 @@ def log(sizes, records, rate, producers, sync_mode, async_mode, window, tail_sec
     script = None if no_peer else (peer or str(default_peer()))
     if producers:
         _producers(producers, records, sizes, rate, sync_mode, async_mode, window, script,
-                   workdir, as_json)
+                   workdir, as_json, logs)
         return
-    if sync_mode or async_mode:
-        raise click.UsageError("--sync and --async go with --producers")
+    if sync_mode or async_mode or logs != 1:
+        raise click.UsageError("--sync, --async and --logs go with --producers")
     doc = run_log_bench(list(sizes), records or 500_000, rate or 10_000, tail_seconds, script,
                         workdir, on_progress=lambda line: click.echo(line, err=True))
     if as_json:
@@ -92,7 +97,7 @@ def log(sizes, records, rate, producers, sync_mode, async_mode, window, tail_sec
 
 
 def _producers(producers, records, sizes, rate, sync_mode, async_mode, window, script, workdir,
-               as_json) -> None:
+               as_json, logs) -> None:
     # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.bench.log_producers import run_producers_bench
 
@@ -102,7 +107,7 @@ def _producers(producers, records, sizes, rate, sync_mode, async_mode, window, s
         ["sync", "async"]
     doc = run_producers_bench(producers, records or 100_000, sizes[0], modes, rate, window,
                               script, workdir,
-                              on_progress=lambda line: click.echo(line, err=True))
+                              on_progress=lambda line: click.echo(line, err=True), logs=logs)
     if as_json:
         echo_json(doc)
         return
@@ -111,6 +116,12 @@ def _producers(producers, records, sizes, rate, sync_mode, async_mode, window, s
         click.echo(f"{r['mode']}: {producers} producers, {r['records_per_s']:,} records/s "
                    f"({r['vs_writer']}x the writer), p50 {r['p50_ms']} ms, p99 {r['p99_ms']} "
                    f"ms, p99.9 {r['p999_ms']} ms, {r['errors']} errors")
+        if "one_log" in r:
+            one = r["one_log"]
+            click.echo(f"  {logs:,} logs (one log server) against one log "
+                       f"({one['records_per_s']:,} records/s, load "
+                       f"{one['load_average'][0]}): {r['vs_one_log']}x; load "
+                       f"{r['load_average'][0]}")
         p = r.get("peer")
         if p and "records_per_s" in p:
             click.echo(f"  redis stream, {p['clients']} clients, pipeline {p['pipeline']}: "

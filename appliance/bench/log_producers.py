@@ -22,6 +22,12 @@ How it is counted (per mode):
 * **cpu_us_per_record**: CPU (user + system) of the producer processes
   (while writing), the log servers and the bookies, over the mode's run,
   per record.
+* **logs** (``--logs N``): the producers write N logs instead of one (log
+  ``i`` written by producer ``i % producers``, each producer process
+  round robin over its logs, ``records`` shared by all), every log owned
+  by the appliance's one log server (``[log] servers = 1``, so it writes N
+  ledgers at once); the same mode first runs with one log on the same
+  appliance, and ``vs_one_log`` = records_per_s / that run's.
 * **writer**: one exclusive writer (``Log.writer()``, ``write_async``) of
   the same records on another log, in the bench's own process: the rate the
   producers are compared with (``vs_writer``).
@@ -33,6 +39,7 @@ How it is counted (per mode):
 from __future__ import annotations
 
 import collections
+import contextlib
 import multiprocessing
 import os
 import queue
@@ -57,19 +64,22 @@ from appliance.config import load_config
 from appliance.meta.logservice import LogServiceRegistry
 
 MODES = ("sync", "async")
-START_TIMEOUT_S = 120  # every producer connected and its first record stored
+START_TIMEOUT_S = 120  # every producer connected and its first record stored (--logs: x logs/100)
 PEER_TIMEOUT_S = 600
 SERVERS_TIMEOUT_S = 60
+WARM_LOGS_AT_ONCE = 8  # logs each producer process has taken over at a time (--logs)
 
 
 def run_producers_bench(producers: int, records: int, size: int, modes: list[str],
                         rate: int | None, window: int, peer: str | None,
-                        workdir: str | None = None, on_progress=lambda line: None) -> dict:
-    check_free_space(records * (size + 80) * 3 * (len(modes) + 1) + (1 << 30),
-                     workdir or "/tmp")
+                        workdir: str | None = None, on_progress=lambda line: None,
+                        logs: int = 1) -> dict:
+    check_free_space(records * (size + 80) * 3 * (len(modes) + 1) * (2 if logs > 1 else 1)
+                     + (1 << 30), workdir or "/tmp")
     runs = []
+    sections = {"log": {"servers": 1}} if logs > 1 else {}
     with temporary_appliance(3, workdir, client={"ensemble": 3, "write_quorum": 3,
-                                                 "ack_quorum": 2}) as (config, _):
+                                                 "ack_quorum": 2}, **sections) as (config, _):
         servers = load_config(config).log.servers
         if servers < 1:
             raise ValueError("the log service is off ([log] servers = 0)")
@@ -83,15 +93,18 @@ def run_producers_bench(producers: int, records: int, size: int, modes: list[str
             on_progress(f"one exclusive writer: {records:,} records")
             writer_rate = _exclusive_writer(bk, "bench-writer", records, size)
         for mode in modes:
-            on_progress(f"{mode}: {producers} producers, {records:,} records"
+            one_log = None
+            if logs > 1:  # the same mode with one log first, on the same appliance
+                on_progress(f"{mode}: {producers} producers, one log, {records:,} records")
+                one_log = _measured(pids, str(config), f"bench-{mode}-one", producers,
+                                    records, size, mode, rate, window, 1)
+            on_progress(f"{mode}: {producers} producers, {logs:,} log(s), {records:,} records"
                         + (f" at {rate:,}/s" if rate else ""))
-            cpu0 = {role: _cpu_s(p) for role, p in pids.items()}
-            doc = _run_mode(str(config), f"bench-{mode}", producers, records, size, mode,
-                            rate, window)
-            doc["cpu_us_per_record"] = {
-                "producers": doc.pop("producer_cpu_us_per_record"),
-                **{role: round((_cpu_s(p) - cpu0[role]) / records * 1e6, 1)
-                   for role, p in pids.items()}}
+            doc = _measured(pids, str(config), f"bench-{mode}", producers, records, size,
+                            mode, rate, window, logs)
+            if one_log is not None:
+                doc["one_log"] = one_log
+                doc["vs_one_log"] = round(doc["records_per_s"] / one_log["records_per_s"], 2)
             doc["vs_writer"] = round(doc["records_per_s"] / writer_rate, 2)
             if peer:
                 pipeline = 1 if mode == "sync" else window
@@ -102,10 +115,35 @@ def run_producers_bench(producers: int, records: int, size: int, modes: list[str
                     doc["vs_peer"] = round(doc["records_per_s"]
                                            / doc["peer"]["records_per_s"], 2)
             runs.append(doc)
-    out = {**runs[0], "producers": producers, "size": size, "records": records,
+    out = {**runs[0], "producers": producers, "logs": logs, "size": size, "records": records,
            "rate": rate, "window": window, "writer_records_per_s": writer_rate, "runs": runs,
            "load_average": [round(x, 2) for x in os.getloadavg()]}
     return out
+
+
+def _measured(pids: dict, config: str, name: str, producers: int, records: int, size: int,
+              mode: str, rate: int | None, window: int, logs: int) -> dict:
+    """One mode's run, with the CPU per record of every role."""
+    cpu0 = {role: _cpu_s(p) for role, p in pids.items()}
+    doc = _run_mode(config, name, producers, records, size, mode, rate, window, logs)
+    doc["cpu_us_per_record"] = {
+        "producers": doc.pop("producer_cpu_us_per_record"),
+        **{role: round((_cpu_s(p) - cpu0[role]) / records * 1e6, 1)
+           for role, p in pids.items()}}
+    doc["logs"] = logs
+    doc["load_average"] = [round(x, 2) for x in os.getloadavg()]
+    return doc
+
+
+def _log_names(name: str, logs: int, producers: int, index: int) -> list[str]:
+    """The logs producer ``index`` writes: ``name`` itself when there is one;
+    else log ``i`` is written by producer ``i % producers`` (each by one
+    producer when there are more logs than producers)."""
+    if logs == 1:
+        return [name]
+    if logs < producers:
+        return [f"{name}-{index % logs}"]
+    return [f"{name}-{i}" for i in range(index, logs, producers)]
 
 
 def _exclusive_writer(bk, name: str, records: int, size: int) -> int:
@@ -122,19 +160,20 @@ def _exclusive_writer(bk, name: str, records: int, size: int) -> int:
 
 
 def _run_mode(config: str, name: str, producers: int, records: int, size: int, mode: str,
-              rate: int | None, window: int) -> dict:
+              rate: int | None, window: int, logs: int = 1) -> dict:
     ctx = multiprocessing.get_context("spawn")
     results, go = ctx.Queue(), ctx.Event()
     counts = [records // producers + (1 if i < records % producers else 0)
               for i in range(producers)]
     per_rate = rate / producers if rate else 0.0
     procs = [ctx.Process(target=_producer_main, daemon=True,
-                         args=(config, name, n, size, mode, per_rate, window, results, go))
-             for n in counts]
+                         args=(config, _log_names(name, logs, producers, i), n, size, mode,
+                               per_rate, window, results, go))
+             for i, n in enumerate(counts)]
     for p in procs:
         p.start()
     try:
-        _gather(results, procs, producers, "ready")
+        _gather(results, procs, producers, "ready", logs)
         go.set()
         docs = _gather(results, procs, producers, "done")
     finally:
@@ -170,11 +209,12 @@ def _pct(lat, q: float):
     return round(float(np.percentile(lat, q)), 3) if lat.size else None
 
 
-def _gather(results, procs, n: int, what: str) -> list:
+def _gather(results, procs, n: int, what: str, n_logs: int = 1) -> list:
     """``n`` messages of kind ``what`` from the producers; a producer that
     dies or reports a failure ends the run."""
     got = []
-    deadline = time.monotonic() + START_TIMEOUT_S if what == "ready" else None
+    start_s = START_TIMEOUT_S * max(1, n_logs // 100)
+    deadline = time.monotonic() + start_s if what == "ready" else None
     while len(got) < n:
         try:
             kind, doc = results.get(timeout=0.5)
@@ -184,7 +224,7 @@ def _gather(results, procs, n: int, what: str) -> list:
                 raise RuntimeError(f"a producer process exited {dead[0]}") from None
             if deadline is not None and time.monotonic() > deadline:
                 raise RuntimeError(f"the producers were not ready within "
-                                   f"{START_TIMEOUT_S} s") from None
+                                   f"{start_s} s") from None
             continue
         if kind == "failed":
             raise RuntimeError(f"a producer failed: {doc}")
@@ -192,22 +232,55 @@ def _gather(results, procs, n: int, what: str) -> list:
     return got
 
 
-def _producer_main(config: str, name: str, count: int, size: int, mode: str,
+def _producer_main(config: str, names: list[str], count: int, size: int, mode: str,
                    per_rate: float, window: int, results, go) -> None:
     try:
-        with appliance.connect(config) as bk, bk.log(name).producer() as p:
+        with appliance.connect(config) as bk, contextlib.ExitStack() as stack:
+            ps = [stack.enter_context(bk.log(name).producer()) for name in names]
             payload = os.urandom(size)
-            p.write(payload)  # not counted: finds the owner, which takes the log
+            # not counted: each producer finds its owner, which takes the log (a
+            # few logs at a time: a server takes each with metadata round trips)
+            for lo in range(0, len(ps), WARM_LOGS_AT_ONCE):
+                for p in ps[lo:lo + WARM_LOGS_AT_ONCE]:
+                    p.write_async(payload)
+                for p in ps[lo:lo + WARM_LOGS_AT_ONCE]:
+                    p.flush()
             results.put(("ready", None))
             go.wait()
             cpu0 = time.process_time()
-            doc = (_write_sync if mode == "sync" else _write_async)(p, payload, count,
-                                                                   per_rate, window)
-            doc["stats"] = dict(p.stats)
+            doc = (_write_sync if mode == "sync" else _write_async)(
+                ps[0] if len(ps) == 1 else _RoundRobin(ps), payload, count, per_rate, window)
+            stats = collections.Counter()
+            for p in ps:
+                stats.update(p.stats)
+            doc["stats"] = dict(stats)
             doc["cpu_s"] = time.process_time() - cpu0
         results.put(("done", doc))
     except Exception as exc:  # noqa: BLE001 - reported to the parent
         results.put(("failed", f"{type(exc).__name__}: {exc}"))
+
+
+class _RoundRobin:
+    """Several producers (one per log) as one for the write loops: each
+    write goes to the next log in turn."""
+
+    def __init__(self, producers: list):
+        self._ps, self._next = producers, 0
+
+    def _take(self):
+        p = self._ps[self._next]
+        self._next = (self._next + 1) % len(self._ps)
+        return p
+
+    def write(self, payload):
+        return self._take().write(payload)
+
+    def write_async(self, payload):
+        return self._take().write_async(payload)
+
+    def flush(self) -> None:
+        for p in self._ps:
+            p.flush()
 
 
 def _pace(start: float, i: int, per_rate: float) -> float:

@@ -44,8 +44,9 @@ import dataclasses
 import logging
 import time
 
-from appliance.errors import BadRequestError, BKError, BKTimeoutError, BookieUnavailableError
+from appliance.errors import OK, BadRequestError, BKError, BKTimeoutError, BookieUnavailableError
 from appliance.protocol import events as ev
+from appliance.protocol.writer_multi import apply_multi_reply
 from ipc.packed import AddMultiReply, AddMultiRequest, AddPackedRequest
 from ipc.replies import ErrorReply
 from ipc.requests import AddBatchRequest, AddItem, WriteLacMultiRequest, WriteLacRequest
@@ -63,7 +64,7 @@ def _no_op() -> None:
 
 class Outbound:
     """See the module docstring.  ``driver``: the ``Driver`` that owns it;
-    only its ``send``, ``send_routed``, ``fail_next_turn``, ``feed``,
+    only its ``send``, ``send_routed``, ``fail_next_turn``, ``feed``, ``run``,
     ``is_registered`` and ``call_later_s`` are used (bound once here).
     ``coalesced_route`` / ``lac_multi_route``: the driver's route markers
     for an ``ADD_MULTI`` / ``ADD_BATCH`` and a ``WRITE_LAC_MULTI``, whose
@@ -78,6 +79,7 @@ class Outbound:
         self._send_routed = driver.send_routed
         self._fail = driver.fail_next_turn
         self._feed = driver.feed
+        self._run = driver.run
         self._is_registered = driver.is_registered
         self._call_later_s = driver.call_later_s
         self.add_batch_entries_max = add_batch_entries_max
@@ -267,8 +269,24 @@ class Outbound:
             event = dataclasses.replace(event, status=BKTimeoutError.code, reply=None)
         elif multi and type(reply) is AddMultiReply:
             self._multi_ok.add(bookie_id)
+            if event.status == OK:  # the usual case: one core step for every ledger
+                self._apply_multi(cores, parts, reply, now)
+                return
         for core, core_event in coalesced_events(cores, parts, event, now):
             self._feed(core, core_event)
+
+    def _apply_multi(self, cores: list, parts, reply: AddMultiReply, now: int) -> None:
+        """An ``ADD_MULTI`` reply applied to every part's writer in one step
+        (``writer_multi``): no event and no core step per part; only the
+        writers that made actions (acks complete, a ledger stops, ...) have
+        them carried out.  A handle closed meanwhile is skipped."""
+        heads = parts if type(parts) is tuple else [add_head(part) for part in parts]
+        is_registered = self._is_registered
+        writers = [core if is_registered(core) else None for core in cores]
+        run = self._run
+        for core, actions in apply_multi_reply(writers, heads, reply.entry_ids, reply.statuses,
+                                               now):
+            run(core, actions)
 
     # -- explicit LACs ----------------------------------------------------------
     def write_lac(self, core, action: ev.SendWriteLac) -> None:

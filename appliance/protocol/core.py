@@ -64,6 +64,16 @@ class CoreBase:
         out, self._out = self._out, []
         return out
 
+    def take_actions(self) -> list | None:
+        """The actions made since the last step (``None``: none, and no new
+        list is made), for a step that drives several cores at once
+        (``writer_multi``)."""
+        out = self._out
+        if not out:
+            return None
+        self._out = []
+        return out
+
     def _next_id(self) -> int:
         return next(self._ids)
 
@@ -88,6 +98,13 @@ class CoreBase:
         for entry_id, code in zip(event.entry_ids, event.codes, strict=True):
             self._on_add_response(ev.AddResponse(event.request_id, event.bookie_id,
                                                  event.ledger_id, entry_id, code, event.now_ms))
+
+    def add_rows(self, request_id: int, bookie_id: str, ledger_id: int, entry_ids, codes,
+                 now_ms: int) -> None:
+        """Replies to adds of this core's ledger as plain values (a part of a
+        multi-ledger reply, ``writer_multi``): as their ``AddResponses``."""
+        self._on_add_responses(ev.AddResponses(request_id, bookie_id, ledger_id,
+                                               tuple(entry_ids), tuple(codes), now_ms))
 
     def _on_available_bookies(self, event: ev.AvailableBookies) -> None:
         self.available_bookies = tuple(event.bookie_ids)

@@ -43,21 +43,20 @@ class WriterAcks(CoreBase):
                 return
         acks = self._acks.get(event.entry_id)
         pos = self._ws.index.get(event.bookie_id)
-        if acks is None and event.code == OK and pos is not None and self._trail \
-                and self._state == CLOSING:
-            # the slow copy of an entry acknowledged before close() began: it
-            # ends that entry's trail, and the close waits for nothing more
+        code = event.code
+        if acks is None and code == OK and pos is not None and self._trail \
+                and (self._state == OPEN_STATE or self._state == CLOSING):
+            # the slow copy of an entry acknowledged already (also before
+            # close() began): it ends that entry's trail (one outside the
+            # entry's write set is stale there), and a close waits for
+            # nothing more
             self._trail_acks(1 << pos, (event.entry_id,), event.now_ms)
             return
         if (self._state != OPEN_STATE or pos is None
                 or not in_write_set(pos, event.entry_id, self._size, self._qw)):
             self._stale()
             return
-        code = event.code
         if acks is None or event.entry_id in self._held:
-            if acks is None and code == OK and self._trail:  # the ack of a trailing entry
-                self._trail_acks(1 << pos, (event.entry_id,), event.now_ms)
-                return
             if acks is None and code != OK and event.entry_id <= self.last_add_confirmed \
                     and self._late_refusal:
                 # The ack quorum confirmed the entry before this bookie
@@ -90,38 +89,46 @@ class WriterAcks(CoreBase):
             self._bookie_failed(pos, now_ms)
 
     def _on_add_responses(self, event: ev.AddResponses) -> None:
-        """The batch path: the checks that hold for the whole batch once, then
-        a tight loop; anything but OK falls back to the one-reply path."""
-        if self._short and event.bookie_id in self._short and self._heal_reply(
-                event.bookie_id, event.entry_ids, event.codes, event.now_ms):
+        self.add_rows(event.request_id, event.bookie_id, event.ledger_id, event.entry_ids,
+                      event.codes, event.now_ms)
+
+    def add_rows(self, request_id: int, bookie_id: str, ledger_id: int, entry_ids, codes,
+                 now_ms: int) -> None:
+        """The batch path (an ``AddResponses``, or a part of a multi-ledger
+        reply applied by ``writer_multi`` without an event object): the
+        checks that hold for the whole batch once, then a tight loop;
+        anything but OK falls back to the one-reply path.  ``codes[i]``
+        answers ``entry_ids[i]`` (the caller matched them)."""
+        if self._short and bookie_id in self._short and self._heal_reply(
+                bookie_id, entry_ids, codes, now_ms):
             return  # every entry was a short one (writer_heal)
-        pos = self._ws.index.get(event.bookie_id)
+        pos = self._ws.index.get(bookie_id)
         if self._state != OPEN_STATE or pos is None or pos in self._failed \
                 or pos in self._lagging:
-            super()._on_add_responses(event)
+            for entry_id, code in zip(entry_ids, codes, strict=True):
+                self._on_add_response(ev.AddResponse(request_id, bookie_id, ledger_id,
+                                                     entry_id, code, now_ms))
             return
-        entry_ids, codes = event.entry_ids, event.codes
         if entry_ids and max(entry_ids) <= self.last_add_confirmed and \
                 codes.count(OK) == len(codes) == len(entry_ids):
             # the usual last reply of a write quorum wider than the ack quorum:
             # every entry acknowledged already, each a trailing one (writer_heal)
-            self._trail_acks(1 << pos, entry_ids, event.now_ms)
+            self._trail_acks(1 << pos, entry_ids, now_ms)
             return
         bit, size, qw, qa = 1 << pos, self._size, self._qw, self._qa
         acks_map, held, advance = self._acks, self._held, False
         next_id = self.last_add_confirmed + 1
-        for entry_id, code in zip(event.entry_ids, event.codes, strict=True):
+        for entry_id, code in zip(entry_ids, codes, strict=True):
             if code != OK:
-                self._on_add_response(ev.AddResponse(event.request_id, event.bookie_id,
-                                                     event.ledger_id, entry_id, code,
-                                                     event.now_ms))
+                self._on_add_response(ev.AddResponse(request_id, bookie_id, ledger_id,
+                                                     entry_id, code, now_ms))
                 if self._state != OPEN_STATE or pos in self._failed:
                     break  # this bookie's remaining acks no longer count
                 continue
             acks = acks_map.get(entry_id)
             if acks is None or (held and entry_id in held):  # acknowledged already (the
                 if acks is None:  # late ack of a quorum: trailing), or never sent: as
-                    self._trail_acks(bit, (entry_id,), event.now_ms)  # _on_add_response
+                    self._trail_acks(bit, (entry_id,), now_ms)  # _on_add_response
                 else:
                     self.stale_replies += 1
                 continue
@@ -132,7 +139,7 @@ class WriterAcks(CoreBase):
             if entry_id == next_id and acks.bit_count() >= qa:
                 advance = True
         if advance and self._state == OPEN_STATE:
-            self._advance(event.now_ms)
+            self._advance(now_ms)
 
     def _advance(self, now_ms: int) -> None:
         op = self._op

@@ -59,3 +59,20 @@ def test_async_at_an_offered_rate_without_the_peer(tmp_path):
 def test_sync_and_async_need_producers():
     result = CliRunner().invoke(cli, ["bench", "log", "--sync"])
     assert result.exit_code == 2 and "--producers" in result.output
+
+
+def test_many_logs_against_one_log_through_one_log_server(tmp_path):
+    doc = _bench("--producers", "2", "--async", "--logs", "5", "--window", "8",
+                 "--records", "300", "--no-peer", "--dir", str(tmp_path))
+    (run,) = doc["runs"]
+    assert doc["logs"] == 5 and run["logs"] == 5 and run["errors"] == 0
+    one = run["one_log"]  # the same mode with one log, first, on the same appliance
+    assert one["logs"] == 1 and one["errors"] == 0 and one["records_per_s"] > 0
+    assert run["vs_one_log"] == round(run["records_per_s"] / one["records_per_s"], 2)
+    assert len(run["load_average"]) == len(one["load_average"]) == 3
+    assert list(tmp_path.iterdir()) == []  # the temporary appliance is gone
+
+
+def test_logs_needs_producers():
+    result = CliRunner().invoke(cli, ["bench", "log", "--logs", "3"])
+    assert result.exit_code != 0 and "--logs go with --producers" in result.output

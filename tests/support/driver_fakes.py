@@ -7,6 +7,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 from appliance.client.driver import Driver
+from appliance.protocol import events as ev
 
 
 class FakeRegistry:
@@ -40,6 +41,15 @@ class FakeCore:
     def handle(self, event):
         self.events.append(event)
         return []
+
+    def add_rows(self, request_id, bookie_id, ledger_id, entry_ids, codes, now_ms):
+        """A part of a multi-ledger reply (``writer_multi``): kept as the
+        ``AddResponses`` it stands for."""
+        self.events.append(ev.AddResponses(request_id, bookie_id, ledger_id, tuple(entry_ids),
+                                           tuple(codes), now_ms))
+
+    def take_actions(self):
+        return None
 
 
 @contextmanager
