@@ -23,8 +23,10 @@ Tagged writers (the log service's owners, ``tagged=True``): every record
 carries its producer's ``(producer_id, seq)`` in the entry's tags column
 (``appliance.protocol.log_entry``), given to ``write_many_async``.  Driven
 writers (``driven=True``, the owners too) have no flush timer: the caller
-sends the buffer with ``send_if_idle`` (at once when no entry is in
-flight, else when it is acknowledged); ``flush_bytes`` still applies.
+sends the buffer with ``send_if_idle`` (at once when fewer than the
+caller's number of entries are in flight, else when one is acknowledged),
+and their entries are never held by the ledger handle (the caller batches);
+``flush_bytes`` still applies.
 
 Errors are sticky: once a write fails (``LogFencedError`` when a newer writer
 took over; any other ledger error as it came), that write and every later
@@ -33,6 +35,7 @@ one fail with the same error; open a new writer to go on.
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
@@ -137,6 +140,7 @@ class LogWriter:
         self._control_due = False  # an entry with records was sent; no entry after it yet
         self._acked_at = 0.0
         self._acked_hook: Future | None = None  # the add send_if_idle waits on
+        self._inflight: collections.deque[Future] = collections.deque()  # adds not yet acked
         self.stats = {"entries": 0, "control_entries": 0, "segments_started": 0}
 
         logs.create_log(name)
@@ -362,7 +366,7 @@ class LogWriter:
             header = EntryHeader(control and not payloads, len(payloads), self._seg_records,
                                  self._seg_first, self._seg_last, *self._seg_last_data)
             data = pack_entry(header, txids, payloads, tags if payloads else None)
-            add = self._wh.add_async(data)
+            add = self._wh.add_async(data, linger=not self._driven)  # driven: batched here
         except BaseException as exc:
             err = self._fail(as_log_error(exc, self.name))
             complete_futures(self._futures_done, [(None, f) for f in futures], err)
@@ -371,6 +375,7 @@ class LogWriter:
             raise
         self._next_entry += 1
         self._last_add = add
+        self._inflight.append(add)
         self._control_due = bool(payloads)
         self.stats["entries" if payloads else "control_entries"] += 1
         seq = self._seg.seq
@@ -385,6 +390,8 @@ class LogWriter:
 
     def _on_added(self, add: Future, seq: int, entry_id: int, futures: list[Future]) -> None:
         """Driver thread (no lock taken): settle the records of one entry."""
+        if self._inflight:  # entries are acknowledged in order
+            self._inflight.popleft()
         exc = add.exception()
         if exc is None and add.result() != entry_id:
             exc = BKError(f"log {self.name!r}: entry {add.result()} acknowledged where "
@@ -426,25 +433,33 @@ class LogWriter:
                 self._wake.wait(max(wait, 0.0001))
 
     # -- flush and close ------------------------------------------------------------------
-    def send_if_idle(self, on_acked=None) -> bool:
-        """Send the buffered records as an entry now if no entry of this
-        writer awaits its ack; True once nothing is left buffered.  Else
-        ``on_acked()`` is called (once per entry, on the ledger's thread)
-        when the entry in flight is acknowledged: call again then.  Group
-        commit without a timer (the log service's owner calls it after each
-        turn of its loop): a lone record leaves at once, and the records
-        that arrive while an entry is in flight leave together when it is
-        acknowledged, instead of waiting out ``flush_interval_us``."""
+    def send_if_idle(self, on_acked=None, entries_max: int = 1) -> bool:
+        """Send the buffered records as an entry now if fewer than
+        ``entries_max`` entries of this writer await their ack; True once
+        nothing is left buffered.  Else ``on_acked()`` is called (on the
+        ledger's thread) when the entry whose ack makes room is
+        acknowledged: call again then.  Group commit without a timer (the
+        log service's owner calls it after each turn of its loop, with
+        ``entries_max`` 1, and with more once the buffered records waited
+        its linger): a lone record leaves at once, and the records that
+        arrive while an entry is in flight leave together when it is
+        acknowledged (or when the caller's linger ends), instead of waiting
+        out ``flush_interval_us``."""
         with self._lock:
             if not self._buf_payloads or self._closed:
                 return True
-            last = self._last_add
-            if last is None or last.done():
+            inflight = self._inflight
+            count = len(inflight)
+            try:
+                target = inflight[count - entries_max] if count >= entries_max else None
+            except IndexError:  # acknowledged meanwhile (the ledger's thread)
+                target = None
+            if target is None or target.done():
                 self._flush_locked()
                 return True
-            if on_acked is not None and self._acked_hook is not last:
-                self._acked_hook = last
-                last.add_done_callback(lambda _f: on_acked())
+            if on_acked is not None and self._acked_hook is not target:
+                self._acked_hook = target
+                target.add_done_callback(lambda _f: on_acked())
             return False
 
     def flush(self) -> None:

@@ -24,6 +24,7 @@ the filter from the log itself.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from concurrent.futures import Future
@@ -87,6 +88,7 @@ class OwnedLog:
         self._totals = totals if totals is not None else {}  # the server's, for its metrics
         self._observe = observe  # a write request's latency (s), or None
         self._lock = threading.Lock()
+        self._held_since: float | None = None  # buffered records wait since (send_buffered)
         threading.Thread(target=self._open, name=f"open-{name}", daemon=True).start()
 
     def _open(self) -> None:
@@ -166,18 +168,28 @@ class OwnedLog:
         self._answer_when_done(identity, head, futures, t0)
         return None
 
-    def send_buffered(self) -> bool:
+    def send_buffered(self, now: float, linger_s: float, entries_max: int) -> float | None:
         """The server's thread, after a turn of its loop: the records buffered
         leave now unless an entry is in flight (``LogWriter.send_if_idle``:
-        the server is woken when it is acknowledged); True once nothing is
-        left buffered."""
+        the server is woken when it is acknowledged), or once they waited
+        ``linger_s`` (then with up to ``entries_max`` entries in flight).
+        None once nothing is left buffered, else when to call again."""
         if self.state != OPEN:
-            return True
+            return None
         try:
-            return self.writer.send_if_idle(self._wake)
+            if self.writer.send_if_idle(self._wake):
+                self._held_since = None
+                return None
+            if self._held_since is None:
+                self._held_since = now
+            due = self._held_since + linger_s
+            if now >= due and self.writer.send_if_idle(self._wake, entries_max):
+                self._held_since = None
+                return None
         except Exception as exc:  # noqa: BLE001 - the writer is broken: drop the log
             self._fail(exc)
-            return True
+            return None
+        return due if now < due else math.inf  # woken by the ack that makes room
 
     def _count(self, name: str, n: int) -> None:
         self.stats[name] = self.stats.get(name, 0) + n
