@@ -21,7 +21,9 @@ one started.
 
 Tagged writers (the log service's owners, ``tagged=True``): every record
 carries its producer's ``(producer_id, seq)`` in the entry's tags column
-(``appliance.protocol.log_entry``), given to ``write_many_async``.  Driven
+(``appliance.protocol.log_entry``), given to ``write_many_async`` or
+``write_run_async`` (one future for a request's records, resolved to their
+position runs once the last is acknowledged).  Driven
 writers (``driven=True``, the owners too) have no flush timer: the caller
 sends the buffer with ``send_if_idle`` (at once when fewer than the
 caller's number of entries are in flight, else when one is acknowledged),
@@ -36,6 +38,7 @@ one fail with the same error; open a new writer to go on.
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 import threading
 import time
@@ -76,6 +79,22 @@ from appliance.protocol.logs import (
 log = logging.getLogger("appliance.logs")
 
 IDLE_WAIT_S = 1.0  # the flusher's longest sleep with nothing to do
+
+
+class RecordRun:
+    """The records of one ``write_run_async`` call: one future for all of
+    them (no future per record).  Its result: their positions as runs
+    ``[segment seq, entry id, first slot, n]`` in order."""
+
+    __slots__ = ("future", "parts", "left")
+
+    def __init__(self, future: Future, records: int):
+        self.future, self.parts, self.left = future, [], records
+
+
+def settlers(futures: list) -> list:
+    """The futures to fail for an entry's record slots (a run's once)."""
+    return [f.future if f.__class__ is RecordRun else f for f in futures]
 
 
 def as_log_error(exc: BaseException, name: str) -> BaseException:
@@ -277,6 +296,20 @@ class LogWriter:
             self._append_locked(batch, txids, futures, tags)
         return futures
 
+    def write_run_async(self, payloads, tags) -> Future:
+        """``write_many_async`` of a tagged writer with one future for the
+        whole run: its result is the records' positions as runs
+        ``[segment seq, entry id, first slot, n]`` (``RecordRun``); a
+        future per record cost the log service's owner more than the rest
+        of a record's handling."""
+        batch = [self._checked(p) for p in payloads]
+        if not self._tagged or len(tags) != len(batch) or not batch:
+            raise ValueError("write_run_async: a tagged writer, one tag per payload, >= 1")
+        run = RecordRun(AddFuture(self._futures_done), len(batch))
+        with self._lock:
+            self._append_locked(batch, None, itertools.repeat(run, len(batch)), tags)
+        return run.future
+
     def _checked(self, payload) -> bytes:
         if type(payload) is not bytes:
             if not isinstance(payload, bytes | bytearray | memoryview):
@@ -369,7 +402,7 @@ class LogWriter:
             add = self._wh.add_async(data, linger=not self._driven)  # driven: batched here
         except BaseException as exc:
             err = self._fail(as_log_error(exc, self.name))
-            complete_futures(self._futures_done, [(None, f) for f in futures], err)
+            complete_futures(self._futures_done, [(None, f) for f in settlers(futures)], err)
             if isinstance(exc, BKError):
                 return
             raise
@@ -386,7 +419,7 @@ class LogWriter:
         self._buf_txids, self._buf_payloads, self._buf_bytes = [], [], 0
         if self._buf_tags is not None:
             self._buf_tags = []
-        complete_futures(self._futures_done, [(None, f) for f in futures], err)
+        complete_futures(self._futures_done, [(None, f) for f in settlers(futures)], err)
 
     def _on_added(self, add: Future, seq: int, entry_id: int, futures: list[Future]) -> None:
         """Driver thread (no lock taken): settle the records of one entry."""
@@ -398,11 +431,24 @@ class LogWriter:
                           f"{entry_id} was expected")
         if exc is not None:
             err = self._fail(as_log_error(exc, self.name))
-            complete_futures(self._futures_done, [(None, f) for f in futures], err)
+            complete_futures(self._futures_done, [(None, f) for f in settlers(futures)], err)
             return
         self._acked_at = time.monotonic()
-        complete_futures(self._futures_done, [(dlsn_of(seq, entry_id, slot), fut)
-                                              for slot, fut in enumerate(futures)], None)
+        singles, runs, run, part = [], [], None, None
+        for slot, fut in enumerate(futures):
+            if fut.__class__ is not RecordRun:
+                singles.append((dlsn_of(seq, entry_id, slot), fut))
+            elif fut is run:
+                part[3] += 1
+            else:
+                run, part = fut, [seq, entry_id, slot, 1]
+                fut.parts.append(part)
+                runs.append((fut, part))
+        for run, part in runs:  # a run whose last records these are is done
+            run.left -= part[3]
+            if not run.left:
+                singles.append((run.parts, run.future))
+        complete_futures(self._futures_done, singles, None)
 
     # -- the flusher: time-based flushes and control entries ---------------------------
     def _run(self) -> None:

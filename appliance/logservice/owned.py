@@ -41,6 +41,26 @@ log = logging.getLogger("appliance.logservice")
 OPENING, OPEN, CLOSING, FAILED, CLOSED = "opening", "open", "closing", "failed", "closed"
 
 
+class _Run:
+    """The duplicate filter's position for each record of a request written
+    as one run (one object for all of them): the run's future (its result:
+    position runs ``[seg, entry, first slot, n]``) and its first ``seq``."""
+
+    __slots__ = ("future", "seq")
+
+    def __init__(self, future: Future, seq: int):
+        self.future, self.seq = future, seq
+
+    def position(self, seq: int) -> tuple:
+        """Record ``seq``'s (seg, entry, slot), once the future is done."""
+        k = seq - self.seq
+        for seg, entry, slot, n in outcome(self.future)[0]:
+            if k < n:
+                return seg, entry, slot + k
+            k -= n
+        raise ValueError(f"seq {seq} is not in this run")
+
+
 def rebuild_filter(client, md, table: DedupTable, now_ms: int, password: bytes) -> int:
     """Learn every tagged record of the completed segments written during the
     last ``LOG_SERVICE_REBUILD_MS``; the number of records learnt."""
@@ -151,22 +171,34 @@ class OwnedLog:
                 answers[i] = fut
                 self.table.store(producer_id, seq + i, fut)
         self._count("records", len(futures))
-        self._answer_when_done(identity, head, answers, t0)
+        self._answer_when_done(identity, head, answers, t0, seq)
         return None
 
     def _write_new(self, identity: bytes, head: dict, producer_id: bytes, seq: int,
                    payloads: list, t0: float) -> dict | None:
-        """``write`` when every record is new (``DedupTable.admit_run``)."""
+        """``write`` when every record is new (``DedupTable.admit_run``): one
+        future for the request's records (``LogWriter.write_run_async``)."""
         try:
-            futures = self.writer.write_many_async(
-                payloads, tags=[(producer_id, s) for s in range(seq, seq + len(payloads))])
+            fut = self.writer.write_run_async(
+                payloads, [(producer_id, s) for s in range(seq, seq + len(payloads))])
         except Exception as exc:  # noqa: BLE001 - the writer is broken: drop the log
             self._fail(exc)
             return {"op": "error", "code": "retry", "message": str(exc)}
-        self.table.store_many(producer_id, seq, futures)
-        self._count("records", len(futures))
-        self._answer_when_done(identity, head, futures, t0)
+        self.table.store_many(producer_id, seq, [_Run(fut, seq)] * len(payloads))
+        self._count("records", len(payloads))
+        fut.add_done_callback(lambda f: self._send_runs(identity, head, f, t0))
         return None
+
+    def _send_runs(self, identity: bytes, head: dict, fut: Future, t0: float) -> None:
+        """The ledger's thread: the reply to a request written as one run."""
+        runs, error = outcome(fut)
+        if error is not None:
+            self._fail(error)
+            self._reply(identity, {**head, "op": "error", "code": "retry", "message": str(error)})
+            return
+        self._reply(identity, {**head, "op": "written", "runs": runs})
+        if self._observe is not None:
+            self._observe(time.perf_counter() - t0)
 
     def send_buffered(self, now: float, linger_s: float, entries_max: int) -> float | None:
         """The server's thread, after a turn of its loop: the records buffered
@@ -195,21 +227,30 @@ class OwnedLog:
         self.stats[name] = self.stats.get(name, 0) + n
         self._totals[name] = self._totals.get(name, 0) + n
 
-    def _answer_when_done(self, identity: bytes, head: dict, answers: list, t0: float) -> None:
+    def _answer_when_done(self, identity: bytes, head: dict, answers: list, t0: float,
+                          seq: int) -> None:
         """Answer once the request's last pending record is stored: the writer
         settles records in the order it took them (entries are acknowledged
         in order), so the last one settles last (one callback per request)."""
-        last = next((a for a in reversed(answers) if isinstance(a, Future)), None)
+        last = next((a.future if isinstance(a, _Run) else a for a in reversed(answers)
+                     if isinstance(a, Future | _Run)), None)
         if last is None:
-            self._send_answers(identity, head, answers, t0)
+            self._send_answers(identity, head, answers, t0, seq)
         else:
-            last.add_done_callback(lambda _f: self._send_answers(identity, head, answers, t0))
+            last.add_done_callback(
+                lambda _f: self._send_answers(identity, head, answers, t0, seq))
 
-    def _send_answers(self, identity: bytes, head: dict, answers: list, t0: float) -> None:
+    def _send_answers(self, identity: bytes, head: dict, answers: list, t0: float,
+                      seq: int) -> None:
         positions = []
-        for answer in answers:
-            if isinstance(answer, Future):
+        for i, answer in enumerate(answers):
+            if isinstance(answer, _Run):  # a retry of a record still pending (or just stored)
+                done = outcome(answer.future)
+                if done is not None and done[1] is None:
+                    done = (answer.position(seq + i), None)
+            elif isinstance(answer, Future):
                 done = outcome(answer)
+            if isinstance(answer, Future | _Run):
                 error = (self.error or RuntimeError("a record settled out of order")) \
                     if done is None else done[1]
                 if error is not None:

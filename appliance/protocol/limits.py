@@ -255,8 +255,8 @@ LOG_SERVICE_CHECK_INTERVAL_MS = 500  # owned logs re-checked (lease held, still 
 # long, whichever comes first, and then leave as one entry while fewer than
 # LOG_SERVICE_ENTRIES_INFLIGHT entries await their ack.  Longer: fuller
 # entries (less bookie CPU per record); shorter: less waiting per write.
-LOG_SERVICE_LINGER_US = 1_000
-LOG_SERVICE_ENTRIES_INFLIGHT = 4
+LOG_SERVICE_LINGER_US = 2_000
+LOG_SERVICE_ENTRIES_INFLIGHT = 2
 
 # -- cold storage ([cold_storage], appliance.cold) -----------------------------------
 COLD_STORAGE_OFFLOAD_AFTER_MS = 3_600_000  # sealed segments older than this move by themselves
