@@ -110,7 +110,8 @@ def _producers(producers, records, sizes, rate, sync_mode, async_mode, window, s
     for r in doc["runs"]:
         click.echo(f"{r['mode']}: {producers} producers, {r['records_per_s']:,} records/s "
                    f"({r['vs_writer']}x the writer), p50 {r['p50_ms']} ms, p99 {r['p99_ms']} "
-                   f"ms, p99.9 {r['p999_ms']} ms, {r['errors']} errors")
+                   f"ms, p99.9 {r['p999_ms']} ms, {r['errors']} errors, "
+                   f"{r.get('records_per_entry')} records per entry")
         p = r.get("peer")
         if p and "records_per_s" in p:
             click.echo(f"  redis stream, {p['clients']} clients, pipeline {p['pipeline']}: "

@@ -22,6 +22,9 @@ How it is counted (per mode):
 * **cpu_us_per_record**: CPU (user + system) of the producer processes
   (while writing), the log servers and the bookies, over the mode's run,
   per record.
+* **records_per_entry**: records the log servers wrote / ledger entries
+  they sent over the mode's run (their ``/metrics`` counters): how much
+  group commit the owner found.
 * **writer**: one exclusive writer (``Log.writer()``, ``write_async``) of
   the same records on another log, in the bench's own process: the rate the
   producers are compared with (``vs_writer``).
@@ -39,6 +42,7 @@ import queue
 import re
 import subprocess
 import time
+import urllib.request
 from array import array
 from pathlib import Path
 
@@ -69,7 +73,8 @@ def run_producers_bench(producers: int, records: int, size: int, modes: list[str
                      workdir or "/tmp")
     runs = []
     with temporary_appliance(3, workdir, client={"ensemble": 3, "write_quorum": 3,
-                                                 "ack_quorum": 2}) as (config, _):
+                                                 "ack_quorum": 2},
+                             log={"metrics_address": "127.0.0.1:0"}) as (config, _):
         servers = load_config(config).log.servers
         if servers < 1:
             raise ValueError("the log service is off ([log] servers = 0)")
@@ -80,14 +85,19 @@ def run_producers_bench(producers: int, records: int, size: int, modes: list[str
             pids = {"bookies": bookie_pids(str(config)),
                     "log_servers": {sid: doc["pid"] for sid, doc in registry.servers().items()
                                     if doc.get("pid")}}
+            urls = [doc["metrics_url"] for doc in registry.servers().values()
+                    if doc.get("metrics_url")]
             on_progress(f"one exclusive writer: {records:,} records")
             writer_rate = _exclusive_writer(bk, "bench-writer", records, size)
         for mode in modes:
             on_progress(f"{mode}: {producers} producers, {records:,} records"
                         + (f" at {rate:,}/s" if rate else ""))
             cpu0 = {role: _cpu_s(p) for role, p in pids.items()}
+            written0 = _written(urls)
             doc = _run_mode(str(config), f"bench-{mode}", producers, records, size, mode,
                             rate, window)
+            written = [b - a for a, b in zip(written0, _written(urls), strict=True)]
+            doc["records_per_entry"] = round(written[0] / written[1], 2) if written[1] else None
             doc["cpu_us_per_record"] = {
                 "producers": doc.pop("producer_cpu_us_per_record"),
                 **{role: round((_cpu_s(p) - cpu0[role]) / records * 1e6, 1)
@@ -152,6 +162,20 @@ def _run_mode(config: str, name: str, producers: int, records: int, size: int, m
                                                 1),
             "retries": sum(d["stats"].get("retries", 0) for d in docs),
             "redirects": sum(d["stats"].get("redirects", 0) for d in docs)}
+
+
+def _written(urls: list[str]) -> tuple[float, float]:
+    """(records, entries) the log servers wrote so far (their /metrics)."""
+    records = entries = 0.0
+    for url in urls:
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            for line in reply.read().decode().splitlines():
+                name, _, value = line.partition(" ")
+                if name == "bookkeeper_logserver_records_total":
+                    records += float(value)
+                elif name == "bookkeeper_logserver_entries_total":
+                    entries += float(value)
+    return records, entries
 
 
 def _cpu_s(pids: dict[str, int]) -> float:
