@@ -115,7 +115,8 @@ def _producers(producers, records, sizes, rate, sync_mode, async_mode, window, s
     for r in doc["runs"]:
         click.echo(f"{r['mode']}: {producers} producers, {r['records_per_s']:,} records/s "
                    f"({r['vs_writer']}x the writer), p50 {r['p50_ms']} ms, p99 {r['p99_ms']} "
-                   f"ms, p99.9 {r['p999_ms']} ms, {r['errors']} errors")
+                   f"ms, p99.9 {r['p999_ms']} ms, {r['errors']} errors, "
+                   f"{r.get('records_per_entry')} records per entry")
         if "one_log" in r:
             one = r["one_log"]
             click.echo(f"  {logs:,} logs (one log server) against one log "

@@ -28,6 +28,9 @@ How it is counted (per mode):
   by the appliance's one log server (``[log] servers = 1``, so it writes N
   ledgers at once); the same mode first runs with one log on the same
   appliance, and ``vs_one_log`` = records_per_s / that run's.
+* **records_per_entry**: records the log servers wrote / ledger entries
+  they sent over the mode's run (their ``/metrics`` counters): how much
+  group commit the owner found.
 * **writer**: one exclusive writer (``Log.writer()``, ``write_async``) of
   the same records on another log, in the bench's own process: the rate the
   producers are compared with (``vs_writer``).
@@ -46,6 +49,7 @@ import queue
 import re
 import subprocess
 import time
+import urllib.request
 from array import array
 from pathlib import Path
 
@@ -77,9 +81,11 @@ def run_producers_bench(producers: int, records: int, size: int, modes: list[str
     check_free_space(records * (size + 80) * 3 * (len(modes) + 1) * (2 if logs > 1 else 1)
                      + (1 << 30), workdir or "/tmp")
     runs = []
-    sections = {"log": {"servers": 1}} if logs > 1 else {}
+    # the servers' /metrics give records per entry; one server owns every log
+    log_section = {"metrics_address": "127.0.0.1:0", **({"servers": 1} if logs > 1 else {})}
     with temporary_appliance(3, workdir, client={"ensemble": 3, "write_quorum": 3,
-                                                 "ack_quorum": 2}, **sections) as (config, _):
+                                                 "ack_quorum": 2},
+                             log=log_section) as (config, _):
         servers = load_config(config).log.servers
         if servers < 1:
             raise ValueError("the log service is off ([log] servers = 0)")
@@ -90,6 +96,8 @@ def run_producers_bench(producers: int, records: int, size: int, modes: list[str
             pids = {"bookies": bookie_pids(str(config)),
                     "log_servers": {sid: doc["pid"] for sid, doc in registry.servers().items()
                                     if doc.get("pid")}}
+            urls = [doc["metrics_url"] for doc in registry.servers().values()
+                    if doc.get("metrics_url")]
             on_progress(f"one exclusive writer: {records:,} records")
             writer_rate = _exclusive_writer(bk, "bench-writer", records, size)
         for mode in modes:
@@ -97,11 +105,11 @@ def run_producers_bench(producers: int, records: int, size: int, modes: list[str
             if logs > 1:  # the same mode with one log first, on the same appliance
                 on_progress(f"{mode}: {producers} producers, one log, {records:,} records")
                 one_log = _measured(pids, str(config), f"bench-{mode}-one", producers,
-                                    records, size, mode, rate, window, 1)
+                                    records, size, mode, rate, window, 1, urls)
             on_progress(f"{mode}: {producers} producers, {logs:,} log(s), {records:,} records"
                         + (f" at {rate:,}/s" if rate else ""))
             doc = _measured(pids, str(config), f"bench-{mode}", producers, records, size,
-                            mode, rate, window, logs)
+                            mode, rate, window, logs, urls)
             if one_log is not None:
                 doc["one_log"] = one_log
                 doc["vs_one_log"] = round(doc["records_per_s"] / one_log["records_per_s"], 2)
@@ -122,10 +130,14 @@ def run_producers_bench(producers: int, records: int, size: int, modes: list[str
 
 
 def _measured(pids: dict, config: str, name: str, producers: int, records: int, size: int,
-              mode: str, rate: int | None, window: int, logs: int) -> dict:
-    """One mode's run, with the CPU per record of every role."""
+              mode: str, rate: int | None, window: int, logs: int, urls: list[str]) -> dict:
+    """One mode's run, with the CPU per record of every role and the
+    records per entry the log servers wrote (their ``/metrics``)."""
     cpu0 = {role: _cpu_s(p) for role, p in pids.items()}
+    written0 = _written(urls)
     doc = _run_mode(config, name, producers, records, size, mode, rate, window, logs)
+    written = [b - a for a, b in zip(written0, _written(urls), strict=True)]
+    doc["records_per_entry"] = round(written[0] / written[1], 2) if written[1] else None
     doc["cpu_us_per_record"] = {
         "producers": doc.pop("producer_cpu_us_per_record"),
         **{role: round((_cpu_s(p) - cpu0[role]) / records * 1e6, 1)
@@ -191,6 +203,20 @@ def _run_mode(config: str, name: str, producers: int, records: int, size: int, m
                                                 1),
             "retries": sum(d["stats"].get("retries", 0) for d in docs),
             "redirects": sum(d["stats"].get("redirects", 0) for d in docs)}
+
+
+def _written(urls: list[str]) -> tuple[float, float]:
+    """(records, entries) the log servers wrote so far (their /metrics)."""
+    records = entries = 0.0
+    for url in urls:
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            for line in reply.read().decode().splitlines():
+                name, _, value = line.partition(" ")
+                if name == "bookkeeper_logserver_records_total":
+                    records += float(value)
+                elif name == "bookkeeper_logserver_entries_total":
+                    entries += float(value)
+    return records, entries
 
 
 def _cpu_s(pids: dict[str, int]) -> float:

@@ -98,9 +98,11 @@ class WriteHandle:
         fut = self._add(payload, linger=False)
         return wait_result(fut, limits.CLIENT_CALL_TIMEOUT_S_MAX, f"add to ledger {self.id}")
 
-    def add_async(self, payload: bytes) -> Future:
-        """Append ``payload``; the future's result is the entry id."""
-        return self._add(payload, linger=True)
+    def add_async(self, payload: bytes, *, linger: bool = True) -> Future:
+        """Append ``payload``; the future's result is the entry id.
+        ``linger=False``: never held for company (``add_linger_us``), for a
+        caller that batches its adds itself."""
+        return self._add(payload, linger=linger)
 
     def add_many_async(self, payloads) -> list[Future]:
         """Append every payload of ``payloads``, in order, as consecutive

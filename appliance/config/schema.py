@@ -182,6 +182,14 @@ class LogConfig:
     # Readers (Log.reader) of a log a log server owns read its recent
     # records from the owner's cache (false: always from the bookies).
     read_via_service: bool = _key(True)
+    # A log server's group commit: records that arrive while one of the log's
+    # entries awaits its ack wait for that ack, or this long, whichever comes
+    # first, and leave together as one entry.  Longer: fuller entries (less
+    # bookie CPU per record); shorter: less waiting per write.  0 = never wait.
+    service_linger_us: int = _key(limits.LOG_SERVICE_LINGER_US, 0, 1_000_000)
+    # ... while fewer than this many of the log's entries await their ack
+    # (then the next leaves when one is acknowledged).  1 = one at a time.
+    service_entries_inflight: int = _key(limits.LOG_SERVICE_ENTRIES_INFLIGHT, 1, 1_000)
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,13 @@ Guarantees:
   ``LOG_PRODUCER_INFLIGHT_BYTES_MAX`` bytes unacknowledged; ``write_async``
   blocks while the window is full (up to the deadline).
 
-One I/O thread per producer owns its ZeroMQ DEALER socket; writers only
-queue records and wake it.
+The ZeroMQ DEALER socket is used by whichever thread holds ``_io_lock``:
+a writer sends its record itself when the socket is free and no request
+awaits its reply (else whoever receives that reply sends it), and a
+blocking ``write`` receives the replies itself while it waits, so a write
+costs no hand-off between threads.  The producer's I/O thread receives
+the rest (pipelined writes), connects, redirects, and checks timeouts and
+deadlines every ``POLL_MS``.
 """
 
 from __future__ import annotations
@@ -31,9 +36,11 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import select
 import threading
 import time
 from concurrent.futures import Future
+from concurrent.futures import wait as futures_wait
 
 import zmq
 
@@ -64,6 +71,7 @@ from appliance.protocol.logs import DLSN, dlsn_of
 
 log = logging.getLogger("appliance.logs")
 
+COPY_BYTES_MIN = 65_536  # a smaller request is copied into its message (zero-copy costs more)
 POLL_MS = 50  # the I/O thread's longest wait: deadlines are checked this often
 BACKOFF_MIN_S, BACKOFF_MAX_S = 0.02, 0.5  # between tries while the log has no owner
 
@@ -81,6 +89,17 @@ def check_producer_id(producer_id) -> bytes:
         raise ValueError(f"producer_id must be {PRODUCER_ID_BYTES} bytes (or "
                          f"{2 * PRODUCER_ID_BYTES} hex digits)")
     return producer_id
+
+
+def wait_readable(fd: int, timeout_ms: int, other: int | None = None) -> bool:
+    """Wait until ``fd`` or ``other`` is readable (or ``timeout_ms``);
+    whether ``fd`` is.  A ZeroMQ socket's descriptor is edge-triggered: look
+    at the socket (``zmq.EVENTS``) after every use before waiting here."""
+    poll = select.poll()
+    poll.register(fd, select.POLLIN)
+    if other is not None:
+        poll.register(other, select.POLLIN)
+    return any(ready == fd for ready, _ in poll.poll(timeout_ms))
 
 
 class _Write:
@@ -116,7 +135,11 @@ class Producer:
         self._backoff = BACKOFF_MIN_S
         self._hello_gen = -1
         self._awaiting = 0  # write requests of this generation awaiting their reply
-        self._poller = None
+        self._io_lock = threading.RLock()  # the socket: whichever thread holds this uses it
+        self._kick = False  # a writer found _io_lock taken: its holder sends as it lets go
+        self._sock_fd: int | None = None  # the socket's descriptor (readable: look at it)
+        self._receivers = 0  # blocking writes receiving replies themselves (_await)
+        self._deferred: collections.deque[dict] = collections.deque()  # replies for the I/O thread
         self.stats = {"requests": 0, "redirects": 0, "retries": 0, "timeouts": 0}
         self._ctx = zmq.Context()
         self._wake_r, self._wake_w = os.pipe()
@@ -128,9 +151,8 @@ class Producer:
     # -- the user's side ------------------------------------------------------------------
     def write(self, payload, seq: int | None = None) -> DLSN | None:
         """Append one record; blocks until it is stored; its DLSN."""
-        return wait_result(self.write_async(payload, seq),
-                           limits.LOG_PRODUCER_DEADLINE_MS / 1000 + 5,
-                           f"write to log {self.name!r}")
+        return self._await(self.write_async(payload, seq),
+                           limits.LOG_PRODUCER_DEADLINE_MS / 1000 + 5)
 
     def write_async(self, payload, seq: int | None = None) -> Future:
         """Append one record; the future's result is its DLSN.  Blocks while
@@ -167,11 +189,9 @@ class Producer:
             write = _Write(self._next_seq, payload, fut, self._clock())
             self._next_seq += 1
             self._pending[write.seq] = write
-            wake = not self._unsent  # the I/O thread sends all that is queued when it wakes
             self._unsent.append(write)
             self._inflight_bytes += len(payload)
-        if wake:
-            self._wake()
+        self._try_send()
         return fut
 
     def _has_room(self, size: int) -> bool:
@@ -232,47 +252,119 @@ class Producer:
         except (BlockingIOError, OSError):
             pass
 
+    # -- the socket: whichever thread holds _io_lock --------------------------------------
+    def _try_send(self) -> None:
+        """A writer's thread: send what is queued itself if the socket is
+        free and ready (no hand-off to the I/O thread); if another thread
+        holds it, that one sends it as it lets go (``_kick``)."""
+        if self._awaiting >= limits.LOG_PRODUCER_REQUESTS_INFLIGHT_MAX:
+            return  # the reply that frees room sends it (whoever receives it)
+        self._kick = True  # before trying: a holder that lets go after this sees it
+        if not self._io_lock.acquire(blocking=False):
+            return
+        self._kick = False
+        ready = self._sock is not None and self._next_seq is not None
+        if ready:
+            self._pump(defer=True)
+        self._let_go()
+        if not ready:
+            self._wake()
+
+    def _let_go(self) -> None:
+        """Release ``_io_lock``; pump again for a writer that found it taken
+        meanwhile (unless someone else holds it now: they will)."""
+        while True:
+            self._io_lock.release()
+            if not self._kick or not self._io_lock.acquire(blocking=False):
+                return
+            self._kick = False
+            if self._sock is not None and self._next_seq is not None:
+                self._pump(defer=True)
+
+    def _await(self, fut: Future, timeout_s: float):
+        """A blocking write's wait: this thread receives the replies itself
+        while the socket is ready (no hand-off from the I/O thread), else
+        waits for the I/O thread to settle ``fut``."""
+        deadline = self._clock() + timeout_s
+        with self._cond:
+            self._receivers += 1
+        try:
+            while not fut.done() and self._clock() < deadline:
+                self._io_lock.acquire()
+                fd = self._sock_fd if self._sock is not None else None
+                if fd is not None:
+                    self._pump(defer=True)
+                self._let_go()
+                if fut.done():
+                    break
+                if fd is None:
+                    futures_wait([fut], POLL_MS / 1000)
+                else:
+                    wait_readable(fd, POLL_MS)
+        finally:
+            with self._cond:
+                self._receivers -= 1
+                wake = not self._receivers and bool(self._pending)
+            if wake:
+                self._wake()  # the I/O thread receives again
+        return wait_result(fut, 0, f"write to log {self.name!r}")
+
+    def _pump(self, defer: bool) -> None:
+        """Holding ``_io_lock``: send what is queued and receive what
+        arrived until neither does anything.  Ends with a receive attempt,
+        so the socket's edge-triggered descriptor is re-armed before anyone
+        waits on it.  ``defer``: replies other than ``written`` are left to
+        the I/O thread (they may close the socket)."""
+        while True:
+            if self._next_seq is None:
+                self._send_hello()
+            else:
+                self._send_unsent()
+            if not self._receive(defer) or self._sock is None:
+                return
+
     # -- the I/O thread ---------------------------------------------------------------------
     def _run(self) -> None:
-        poller = self._poller = zmq.Poller()
-        poller.register(self._wake_r, zmq.POLLIN)
         try:
             while True:
                 with self._cond:
                     if (self._closed and not self._pending) or self._error is not None:
                         return
-                self._step(poller)
+                self._step()
         except Exception as exc:  # noqa: BLE001 - kept as the producer's error
             log.exception("producer of log %s failed", self.name)
             self._fail(exc if isinstance(exc, BKError) else
                        LogServiceUnavailableError(f"log {self.name!r}: {exc}"))
         finally:
-            self._drop_socket(poller)
+            with self._io_lock:
+                self._drop_socket()
 
-    def _step(self, poller) -> None:
-        if self._sock is None and not self._connect(poller):
+    def _step(self) -> None:
+        self._io_lock.acquire()
+        try:
+            connected = self._sock is not None or self._connect()
+            if connected:
+                while self._deferred:
+                    self._handle(self._deferred.popleft())
+                if self._sock is not None:
+                    self._pump(defer=False)
+                    self._check_timeout()
             self._check_deadline()
+            with self._cond:  # a blocking writer receives: leave the socket to it
+                fd = self._sock_fd if self._sock is not None and not self._receivers else None
+        finally:
+            self._let_go()
+        if not connected:
             time.sleep(self._next_backoff())
             return
-        if self._next_seq is None:
-            self._send_hello()
-        else:
-            self._send_unsent()
-        events = dict(poller.poll(POLL_MS))
-        if self._wake_r in events:
+        if wait_readable(self._wake_r, POLL_MS, fd):
             try:
                 while os.read(self._wake_r, 4096):
                     pass
             except BlockingIOError:
                 pass
-            if self._next_seq is not None:
-                self._send_unsent()  # what woke us leaves now, not after another poll
-        if self._sock in events:
-            self._receive()
-        self._check_timeout(poller)
-        self._check_deadline()
 
-    def _connect(self, poller) -> bool:
+    def _connect(self) -> bool:
         endpoint = self._endpoint or self._find_owner()
         if endpoint is None:
             return False
@@ -280,7 +372,7 @@ class Producer:
         self._sock = self._ctx.socket(zmq.DEALER)
         self._sock.linger = 0
         self._sock.connect(endpoint)
-        poller.register(self._sock, zmq.POLLIN)
+        self._sock_fd = self._sock.getsockopt(zmq.FD)
         self._restart_sends()
         return True
 
@@ -293,11 +385,10 @@ class Producer:
         target = owner_of(self.name, servers)
         return None if target is None else servers[target]["endpoint"]
 
-    def _drop_socket(self, poller, forget_endpoint: bool = True) -> None:
+    def _drop_socket(self, forget_endpoint: bool = True) -> None:
         if self._sock is not None:
-            poller.unregister(self._sock)
             self._sock.close(linger=0)
-            self._sock = None
+            self._sock = self._sock_fd = None
         if forget_endpoint:
             self._endpoint = None
 
@@ -341,31 +432,44 @@ class Producer:
             head = {"op": "write", "log": self.name, "pid": self._pid_hex,
                     "seq": batch[0].seq, "gen": gen, "oldest": oldest, "packed": 1}
             self._sock.send_multipart([encode_header(head),
-                                       *pack_records([w.payload for w in batch])], copy=False)
+                                       *pack_records([w.payload for w in batch])],
+                                      copy=size < COPY_BYTES_MIN)
             self.stats["requests"] += 1
             self._awaiting += 1
 
-    def _receive(self) -> None:
+    def _receive(self, defer: bool) -> bool:
+        """Holding ``_io_lock``: handle every reply that arrived; whether
+        there was one."""
+        got = False
         while self._sock.get(zmq.EVENTS) & zmq.POLLIN:  # no exception per empty read
             frames = self._sock.recv_multipart(zmq.NOBLOCK)
+            got = True
             try:
                 doc = decode_header(frames[0])
             except BKError:
                 continue
             self._last_reply = self._clock()
-            op = doc["op"]
-            if op == "written":
+            if doc["op"] == "written":
                 if doc.get("gen") == self._gen and self._awaiting:
                     self._awaiting -= 1
                 self._settle(doc)
-            elif op == "hello" and doc.get("gen") == self._gen:
-                with self._cond:
-                    self._next_seq = doc.get("next_seq") or 1
-                    self._cond.notify_all()
-            elif op == "error" and doc.get("gen") == self._gen:
-                self._on_error(doc)
+            elif defer:
+                self._deferred.append(doc)
+                self._wake()
+            else:
+                self._handle(doc)
                 if self._sock is None:
-                    return
+                    break
+        return got
+
+    def _handle(self, doc: dict) -> None:
+        """The I/O thread, holding ``_io_lock``: a reply other than ``written``."""
+        if doc["op"] == "hello" and doc.get("gen") == self._gen:
+            with self._cond:
+                self._next_seq = doc.get("next_seq") or 1
+                self._cond.notify_all()
+        elif doc["op"] == "error" and doc.get("gen") == self._gen:
+            self._on_error(doc)
 
     def _settle(self, doc: dict) -> None:
         first = doc.get("seq")
@@ -411,11 +515,11 @@ class Producer:
     def _sock_close_for(self, endpoint: str | None) -> None:
         """Leave this server; the next step connects to ``endpoint`` (or
         looks the owner up again)."""
-        self._drop_socket(self._poller)
+        self._drop_socket()
         self._endpoint = endpoint
         self._hello_gen = -1
 
-    def _check_timeout(self, poller) -> None:
+    def _check_timeout(self) -> None:
         with self._cond:
             waiting = bool(self._pending) or self._next_seq is None
         if not waiting or self._sock is None:
@@ -424,7 +528,7 @@ class Producer:
             self.stats["timeouts"] += 1
             log.info("log %s: no answer from %s for %d ms; finding the owner again", self.name,
                      self._endpoint, limits.LOG_PRODUCER_REQUEST_TIMEOUT_MS)
-            self._drop_socket(poller)
+            self._drop_socket()
             self._hello_gen = -1
 
     def _check_deadline(self) -> None:

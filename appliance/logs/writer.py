@@ -21,10 +21,14 @@ one started.
 
 Tagged writers (the log service's owners, ``tagged=True``): every record
 carries its producer's ``(producer_id, seq)`` in the entry's tags column
-(``appliance.protocol.log_entry``), given to ``write_many_async``.  Driven
+(``appliance.protocol.log_entry``), given to ``write_many_async`` or
+``write_run_async`` (one future for a request's records, resolved to their
+position runs once the last is acknowledged).  Driven
 writers (``driven=True``, the owners too) have no flush timer: the caller
-sends the buffer with ``send_if_idle`` (at once when no entry is in
-flight, else when it is acknowledged); ``flush_bytes`` still applies.
+sends the buffer with ``send_if_idle`` (at once when fewer than the
+caller's number of entries are in flight, else when one is acknowledged),
+and their entries are never held by the ledger handle (the caller batches);
+``flush_bytes`` still applies.
 
 Listening (``listen``, the log service's read cache): a callback is told
 of every entry the ledger acknowledged (its ack quorum durable, so the
@@ -38,6 +42,8 @@ one fail with the same error; open a new writer to go on.
 
 from __future__ import annotations
 
+import collections
+import itertools
 import logging
 import threading
 import time
@@ -78,6 +84,22 @@ from appliance.protocol.logs import (
 log = logging.getLogger("appliance.logs")
 
 IDLE_WAIT_S = 1.0  # the flusher's longest sleep with nothing to do
+
+
+class RecordRun:
+    """The records of one ``write_run_async`` call: one future for all of
+    them (no future per record).  Its result: their positions as runs
+    ``[segment seq, entry id, first slot, n]`` in order."""
+
+    __slots__ = ("future", "parts", "left")
+
+    def __init__(self, future: Future, records: int):
+        self.future, self.parts, self.left = future, [], records
+
+
+def settlers(futures: list) -> list:
+    """The futures to fail for an entry's record slots (a run's once)."""
+    return [f.future if f.__class__ is RecordRun else f for f in futures]
 
 
 def as_log_error(exc: BaseException, name: str) -> BaseException:
@@ -143,6 +165,7 @@ class LogWriter:
         self._acked_at = 0.0
         self._acked_hook: Future | None = None  # the add send_if_idle waits on
         self._listener = None  # (seq, entry_id, txids, payloads) of each acknowledged entry
+        self._inflight: collections.deque[Future] = collections.deque()  # adds not yet acked
         self.stats = {"entries": 0, "control_entries": 0, "segments_started": 0}
 
         logs.create_log(name)
@@ -279,6 +302,20 @@ class LogWriter:
             self._append_locked(batch, txids, futures, tags)
         return futures
 
+    def write_run_async(self, payloads, tags) -> Future:
+        """``write_many_async`` of a tagged writer with one future for the
+        whole run: its result is the records' positions as runs
+        ``[segment seq, entry id, first slot, n]`` (``RecordRun``); a
+        future per record cost the log service's owner more than the rest
+        of a record's handling."""
+        batch = [self._checked(p) for p in payloads]
+        if not self._tagged or len(tags) != len(batch) or not batch:
+            raise ValueError("write_run_async: a tagged writer, one tag per payload, >= 1")
+        run = RecordRun(AddFuture(self._futures_done), len(batch))
+        with self._lock:
+            self._append_locked(batch, None, itertools.repeat(run, len(batch)), tags)
+        return run.future
+
     def _checked(self, payload) -> bytes:
         if type(payload) is not bytes:
             if not isinstance(payload, bytes | bytearray | memoryview):
@@ -368,15 +405,16 @@ class LogWriter:
             header = EntryHeader(control and not payloads, len(payloads), self._seg_records,
                                  self._seg_first, self._seg_last, *self._seg_last_data)
             data = pack_entry(header, txids, payloads, tags if payloads else None)
-            add = self._wh.add_async(data)
+            add = self._wh.add_async(data, linger=not self._driven)  # driven: batched here
         except BaseException as exc:
             err = self._fail(as_log_error(exc, self.name))
-            complete_futures(self._futures_done, [(None, f) for f in futures], err)
+            complete_futures(self._futures_done, [(None, f) for f in settlers(futures)], err)
             if isinstance(exc, BKError):
                 return
             raise
         self._next_entry += 1
         self._last_add = add
+        self._inflight.append(add)
         self._control_due = bool(payloads)
         self.stats["entries" if payloads else "control_entries"] += 1
         seq = self._seg.seq
@@ -388,25 +426,40 @@ class LogWriter:
         self._buf_txids, self._buf_payloads, self._buf_bytes = [], [], 0
         if self._buf_tags is not None:
             self._buf_tags = []
-        complete_futures(self._futures_done, [(None, f) for f in futures], err)
+        complete_futures(self._futures_done, [(None, f) for f in settlers(futures)], err)
 
     def _on_added(self, add: Future, seq: int, entry_id: int, futures: list[Future],
                   txids: list, payloads: list) -> None:
         """Driver thread (no lock taken): settle the records of one entry."""
+        if self._inflight:  # entries are acknowledged in order
+            self._inflight.popleft()
         exc = add.exception()
         if exc is None and add.result() != entry_id:
             exc = BKError(f"log {self.name!r}: entry {add.result()} acknowledged where "
                           f"{entry_id} was expected")
         if exc is not None:
             err = self._fail(as_log_error(exc, self.name))
-            complete_futures(self._futures_done, [(None, f) for f in futures], err)
+            complete_futures(self._futures_done, [(None, f) for f in settlers(futures)], err)
             return
         self._acked_at = time.monotonic()
         listener = self._listener
         if listener is not None:
             listener(seq, entry_id, txids, payloads)
-        complete_futures(self._futures_done, [(dlsn_of(seq, entry_id, slot), fut)
-                                              for slot, fut in enumerate(futures)], None)
+        singles, runs, run, part = [], [], None, None
+        for slot, fut in enumerate(futures):
+            if fut.__class__ is not RecordRun:
+                singles.append((dlsn_of(seq, entry_id, slot), fut))
+            elif fut is run:
+                part[3] += 1
+            else:
+                run, part = fut, [seq, entry_id, slot, 1]
+                fut.parts.append(part)
+                runs.append((fut, part))
+        for run, part in runs:  # a run whose last records these are is done
+            run.left -= part[3]
+            if not run.left:
+                singles.append((run.parts, run.future))
+        complete_futures(self._futures_done, singles, None)
 
     # -- the flusher: time-based flushes and control entries ---------------------------
     def _run(self) -> None:
@@ -451,25 +504,33 @@ class LogWriter:
             return start, self._next_entry
 
     # -- flush and close ------------------------------------------------------------------
-    def send_if_idle(self, on_acked=None) -> bool:
-        """Send the buffered records as an entry now if no entry of this
-        writer awaits its ack; True once nothing is left buffered.  Else
-        ``on_acked()`` is called (once per entry, on the ledger's thread)
-        when the entry in flight is acknowledged: call again then.  Group
-        commit without a timer (the log service's owner calls it after each
-        turn of its loop): a lone record leaves at once, and the records
-        that arrive while an entry is in flight leave together when it is
-        acknowledged, instead of waiting out ``flush_interval_us``."""
+    def send_if_idle(self, on_acked=None, entries_max: int = 1) -> bool:
+        """Send the buffered records as an entry now if fewer than
+        ``entries_max`` entries of this writer await their ack; True once
+        nothing is left buffered.  Else ``on_acked()`` is called (on the
+        ledger's thread) when the entry whose ack makes room is
+        acknowledged: call again then.  Group commit without a timer (the
+        log service's owner calls it after each turn of its loop, with
+        ``entries_max`` 1, and with more once the buffered records waited
+        its linger): a lone record leaves at once, and the records that
+        arrive while an entry is in flight leave together when it is
+        acknowledged (or when the caller's linger ends), instead of waiting
+        out ``flush_interval_us``."""
         with self._lock:
             if not self._buf_payloads or self._closed:
                 return True
-            last = self._last_add
-            if last is None or last.done():
+            inflight = self._inflight
+            count = len(inflight)
+            try:
+                target = inflight[count - entries_max] if count >= entries_max else None
+            except IndexError:  # acknowledged meanwhile (the ledger's thread)
+                target = None
+            if target is None or target.done():
                 self._flush_locked()
                 return True
-            if on_acked is not None and self._acked_hook is not last:
-                self._acked_hook = last
-                last.add_done_callback(lambda _f: on_acked())
+            if on_acked is not None and self._acked_hook is not target:
+                self._acked_hook = target
+                target.add_done_callback(lambda _f: on_acked())
             return False
 
     def flush(self) -> None:

@@ -24,6 +24,7 @@ the filter from the log itself.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from concurrent.futures import Future
@@ -38,6 +39,26 @@ from appliance.protocol.logs import COMPLETED, DLSN
 log = logging.getLogger("appliance.logservice")
 
 OPENING, OPEN, CLOSING, FAILED, CLOSED = "opening", "open", "closing", "failed", "closed"
+
+
+class _Run:
+    """The duplicate filter's position for each record of a request written
+    as one run (one object for all of them): the run's future (its result:
+    position runs ``[seg, entry, first slot, n]``) and its first ``seq``."""
+
+    __slots__ = ("future", "seq")
+
+    def __init__(self, future: Future, seq: int):
+        self.future, self.seq = future, seq
+
+    def position(self, seq: int) -> tuple:
+        """Record ``seq``'s (seg, entry, slot), once the future is done."""
+        k = seq - self.seq
+        for seg, entry, slot, n in outcome(self.future)[0]:
+            if k < n:
+                return seg, entry, slot + k
+            k -= n
+        raise ValueError(f"seq {seq} is not in this run")
 
 
 def rebuild_filter(client, md, table: DedupTable, now_ms: int, password: bytes) -> int:
@@ -87,6 +108,7 @@ class OwnedLog:
         self._totals = totals if totals is not None else {}  # the server's, for its metrics
         self._observe = observe  # a write request's latency (s), or None
         self._lock = threading.Lock()
+        self._held_since: float | None = None  # buffered records wait since (send_buffered)
         threading.Thread(target=self._open, name=f"open-{name}", daemon=True).start()
 
     def _open(self) -> None:
@@ -149,55 +171,86 @@ class OwnedLog:
                 answers[i] = fut
                 self.table.store(producer_id, seq + i, fut)
         self._count("records", len(futures))
-        self._answer_when_done(identity, head, answers, t0)
+        self._answer_when_done(identity, head, answers, t0, seq)
         return None
 
     def _write_new(self, identity: bytes, head: dict, producer_id: bytes, seq: int,
                    payloads: list, t0: float) -> dict | None:
-        """``write`` when every record is new (``DedupTable.admit_run``)."""
+        """``write`` when every record is new (``DedupTable.admit_run``): one
+        future for the request's records (``LogWriter.write_run_async``)."""
         try:
-            futures = self.writer.write_many_async(
-                payloads, tags=[(producer_id, s) for s in range(seq, seq + len(payloads))])
+            fut = self.writer.write_run_async(
+                payloads, [(producer_id, s) for s in range(seq, seq + len(payloads))])
         except Exception as exc:  # noqa: BLE001 - the writer is broken: drop the log
             self._fail(exc)
             return {"op": "error", "code": "retry", "message": str(exc)}
-        self.table.store_many(producer_id, seq, futures)
-        self._count("records", len(futures))
-        self._answer_when_done(identity, head, futures, t0)
+        self.table.store_many(producer_id, seq, [_Run(fut, seq)] * len(payloads))
+        self._count("records", len(payloads))
+        fut.add_done_callback(lambda f: self._send_runs(identity, head, f, t0))
         return None
 
-    def send_buffered(self) -> bool:
+    def _send_runs(self, identity: bytes, head: dict, fut: Future, t0: float) -> None:
+        """The ledger's thread: the reply to a request written as one run."""
+        runs, error = outcome(fut)
+        if error is not None:
+            self._fail(error)
+            self._reply(identity, {**head, "op": "error", "code": "retry", "message": str(error)})
+            return
+        self._reply(identity, {**head, "op": "written", "runs": runs})
+        if self._observe is not None:
+            self._observe(time.perf_counter() - t0)
+
+    def send_buffered(self, now: float, linger_s: float, entries_max: int) -> float | None:
         """The server's thread, after a turn of its loop: the records buffered
         leave now unless an entry is in flight (``LogWriter.send_if_idle``:
-        the server is woken when it is acknowledged); True once nothing is
-        left buffered."""
+        the server is woken when it is acknowledged), or once they waited
+        ``linger_s`` (then with up to ``entries_max`` entries in flight).
+        None once nothing is left buffered, else when to call again."""
         if self.state != OPEN:
-            return True
+            return None
         try:
-            return self.writer.send_if_idle(self._wake)
+            if self.writer.send_if_idle(self._wake):
+                self._held_since = None
+                return None
+            if self._held_since is None:
+                self._held_since = now
+            due = self._held_since + linger_s
+            if now >= due and self.writer.send_if_idle(self._wake, entries_max):
+                self._held_since = None
+                return None
         except Exception as exc:  # noqa: BLE001 - the writer is broken: drop the log
             self._fail(exc)
-            return True
+            return None
+        return due if now < due else math.inf  # woken by the ack that makes room
 
     def _count(self, name: str, n: int) -> None:
         self.stats[name] = self.stats.get(name, 0) + n
         self._totals[name] = self._totals.get(name, 0) + n
 
-    def _answer_when_done(self, identity: bytes, head: dict, answers: list, t0: float) -> None:
+    def _answer_when_done(self, identity: bytes, head: dict, answers: list, t0: float,
+                          seq: int) -> None:
         """Answer once the request's last pending record is stored: the writer
         settles records in the order it took them (entries are acknowledged
         in order), so the last one settles last (one callback per request)."""
-        last = next((a for a in reversed(answers) if isinstance(a, Future)), None)
+        last = next((a.future if isinstance(a, _Run) else a for a in reversed(answers)
+                     if isinstance(a, Future | _Run)), None)
         if last is None:
-            self._send_answers(identity, head, answers, t0)
+            self._send_answers(identity, head, answers, t0, seq)
         else:
-            last.add_done_callback(lambda _f: self._send_answers(identity, head, answers, t0))
+            last.add_done_callback(
+                lambda _f: self._send_answers(identity, head, answers, t0, seq))
 
-    def _send_answers(self, identity: bytes, head: dict, answers: list, t0: float) -> None:
+    def _send_answers(self, identity: bytes, head: dict, answers: list, t0: float,
+                      seq: int) -> None:
         positions = []
-        for answer in answers:
-            if isinstance(answer, Future):
+        for i, answer in enumerate(answers):
+            if isinstance(answer, _Run):  # a retry of a record still pending (or just stored)
+                done = outcome(answer.future)
+                if done is not None and done[1] is None:
+                    done = (answer.position(seq + i), None)
+            elif isinstance(answer, Future):
                 done = outcome(answer)
+            if isinstance(answer, Future | _Run):
                 error = (self.error or RuntimeError("a record settled out of order")) \
                     if done is None else done[1]
                 if error is not None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import os
 import threading
 import time
@@ -74,6 +75,8 @@ class LogServer:
         self.endpoint = endpoint
         self.registry = LogServiceRegistry(client.logs.store)
         self._stale_wait_ms = stale_wait_ms
+        self._linger_s = client.log_config.service_linger_us / 1e6
+        self._entries_max = client.log_config.service_entries_inflight
         self.owned: dict[str, OwnedLog] = {}
         self._lease_sessions: dict[str, str] = {}  # log -> the session its lease is on
         self._buffered: set[OwnedLog] = set()  # logs with records this loop has not sent
@@ -115,15 +118,16 @@ class LogServer:
         poller.register(self._sock, zmq.POLLIN)
         poller.register(self._wake_r, zmq.POLLIN)
         next_check = 0.0
+        due = math.inf  # the next group commit's linger deadline
         try:
             while not self._stop.is_set():
-                events = dict(poller.poll(limits.LOG_SERVICE_CHECK_INTERVAL_MS))
+                events = dict(poller.poll(_timeout_ms(due)))
                 if self._wake_r in events:
                     self._drain_wake()
                 if self._sock in events:
                     self._serve_some()
                 self._send_replies()
-                self._send_buffered()
+                due = self._send_buffered()
                 if time.monotonic() >= next_check:
                     self._check_owned()
                     next_check = time.monotonic() + limits.LOG_SERVICE_CHECK_INTERVAL_MS / 1000
@@ -190,13 +194,19 @@ class LogServer:
             if answer is not None:
                 self.queue_reply(identity, {**_echo(doc), **answer})
 
-    def _send_buffered(self) -> None:
+    def _send_buffered(self) -> float:
         """Group commit: the records this turn buffered leave as one entry per
         log, at once if the log has no entry in flight, else when one of the
-        next turns finds it acknowledged (its replies wake the loop)."""
+        next turns finds it acknowledged (its replies wake the loop) or
+        their linger ended; the next linger deadline (monotonic)."""
+        due, now = math.inf, time.monotonic()
         for owned in list(self._buffered):
-            if owned.send_buffered():
+            again = owned.send_buffered(now, self._linger_s, self._entries_max)
+            if again is None:
                 self._buffered.discard(owned)
+            else:
+                due = min(due, again)
+        return due
 
     def queue_reply(self, identity: bytes, doc: dict) -> None:
         frame = encode_header(doc)
@@ -319,6 +329,15 @@ class LogServer:
         except BKError as exc:
             log.warning("log %s: could not release its lease: %s", owned.name, exc)
         self.wake()
+
+
+def _timeout_ms(due: float) -> int:
+    """The loop's poll timeout: the next linger deadline (whole ms, rounded
+    up: zmq's unit), at most the check interval."""
+    if due == math.inf:
+        return limits.LOG_SERVICE_CHECK_INTERVAL_MS
+    return min(limits.LOG_SERVICE_CHECK_INTERVAL_MS,
+               max(0, math.ceil((due - time.monotonic()) * 1000)))
 
 
 def _echo(doc: dict) -> dict:

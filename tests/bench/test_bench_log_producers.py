@@ -40,6 +40,7 @@ def test_producers_sync_and_async_on_a_temporary_appliance(tmp_path):
                    for v in run["cpu_us_per_record"].values())
         assert run["peer"]["records_per_s"] == 1000 and run["peer"]["p99_ms"] == 2.5
         assert run["vs_peer"] == round(run["records_per_s"] / 1000, 2)
+        assert 1 <= run["records_per_entry"] <= 300  # from the log servers' counters
     # the peer ran with the producers' client count, pipeline 1 for sync
     assert [(r["peer"]["clients"], r["peer"]["pipeline"]) for r in doc["runs"]] == \
         [(2, 1), (2, 1000)]

@@ -141,25 +141,35 @@ def test_a_log_moves_to_a_server_that_joins_and_its_producer_follows(service):
     assert [r.dlsn for r in records] == positions
 
 
-def test_writes_never_wait_for_the_flush_timer(make_cluster):
-    """The owner sends what a turn of its loop buffered at once, or when the
-    entry in flight is acknowledged (group commit without a timer): with a
-    flush timer of 60 s, sync writes of 8 producers at once are all stored
-    (before the change each waited out the timer, past the producers'
-    deadline)."""
+@pytest.mark.parametrize("knobs", [
+    # only an ack releases what waits (flush timer 60 s, linger 1 s, one entry at a time)
+    {"flush_interval_us": 60_000_000, "service_linger_us": 1_000_000,
+     "service_entries_inflight": 1},
+    # no linger, up to four entries awaiting their ack at once
+    {"service_linger_us": 0, "service_entries_inflight": 4},
+], ids=["acks-release", "pipelined-entries"])
+def test_concurrent_sync_writes_share_entries_and_keep_each_producers_order(make_cluster,
+                                                                           knobs):
+    """Group commit: 8 producers writing synchronously at once are all
+    stored, their records share entries (fewer entries than records), each
+    producer's records are in its order, and every DLSN returned is where
+    its record is; with records waiting only for acks (before the linger,
+    each write waited out the 60 s flush timer, past the producers'
+    deadline), and with several entries in flight at once."""
     cluster = make_cluster(3, quorums=(3, 3, 2), autorecovery={"enabled": False},
-                           log={"flush_interval_us": 60_000_000})
+                           log={"metrics_address": "127.0.0.1:0", **knobs})
     with appliance.connect(str(cluster.config_path)) as bk:
         wait_registered(bk, 3)
         servers = LogServers(cluster, bk)
         try:
             servers.start("logserver-1")
-            positions, errors = [], []
+            positions: dict[int, list] = {i: [] for i in range(8)}
+            errors = []
 
             def produce(i: int) -> None:
                 try:
                     with bk.log("untimed").producer() as p:
-                        positions.extend(p.write(b"%d:%d" % (i, j)) for j in range(30))
+                        positions[i].extend(p.write(b"%d:%d" % (i, j)) for j in range(30))
                 except Exception as exc:  # noqa: BLE001 - reported by the test
                     errors.append(exc)
 
@@ -168,8 +178,17 @@ def test_writes_never_wait_for_the_flush_timer(make_cluster):
                 t.start()
             for t in threads:
                 t.join(120)
-            assert errors == [] and len(set(positions)) == 240
+            assert errors == [] and sum(len(v) for v in positions.values()) == 240
             records = _read_all(bk, "untimed", 240)
-            assert sorted(r.dlsn for r in records) == sorted(positions)
+            at = {r.dlsn: r.payload for r in records}
+            for i, dlsns in positions.items():
+                assert dlsns == sorted(dlsns)  # this producer's order
+                assert [at[d] for d in dlsns] == [b"%d:%d" % (i, j) for j in range(30)]
+            url = servers.registry.servers()["logserver-1"]["metrics_url"]
+            text = urllib.request.urlopen(url, timeout=10).read().decode()
+            values = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+                      if line.startswith("bookkeeper_logserver")}
+            assert values["bookkeeper_logserver_records_total"] == 240
+            assert values["bookkeeper_logserver_entries_total"] < 240  # shared entries
         finally:
             servers.kill_all()

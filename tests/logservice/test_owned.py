@@ -1,0 +1,69 @@
+"""An owned log's answers with its writer stood in for: a request written as
+one run is answered with its records' positions once the run is stored,
+and a retry of records still being stored waits for them and gets the
+same positions (no second copy)."""
+
+from __future__ import annotations
+
+import threading
+import types
+
+from appliance.client.add_future import AddFuture, complete_futures
+from appliance.logservice.owned import OPEN, OwnedLog
+from appliance.protocol.log_service import runs_dlsns
+from appliance.protocol.logs import DLSN
+from tests.support.launch import wait_for
+
+PID = bytes(range(16))
+
+
+class FakeWriter:
+    """Takes runs and records; the test stores them (``settle``)."""
+
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.runs: list[tuple[AddFuture, int]] = []
+        self.written = 0
+
+    def write_run_async(self, payloads, tags):
+        fut = AddFuture(self.cond)
+        self.runs.append((fut, len(payloads)))
+        self.written += len(payloads)
+        return fut
+
+    def write_many_async(self, payloads, tags):  # a producer's first request
+        futures = [AddFuture(self.cond) for _ in payloads]
+        self.runs += [(f, 1) for f in futures]
+        self.written += len(payloads)
+        return futures
+
+    def settle(self, run: int, result) -> None:
+        complete_futures(self.cond, [(result, self.runs[run][0])], None)
+
+
+def _owned():
+    replies = []
+    owned = OwnedLog(types.SimpleNamespace(), "fake", "test", lambda i, d: replies.append(d),
+                     lambda: None)
+    wait_for(lambda: owned.state != "opening", 10)  # its opening fails: no real client
+    owned.writer, owned.state, owned.error = FakeWriter(), OPEN, None
+    return owned, replies
+
+
+def test_a_run_is_answered_once_stored_and_a_retry_meanwhile_gets_the_same_positions():
+    owned, replies = _owned()
+    head = {"log": "fake", "pid": PID.hex(), "seq": 1, "gen": 1}
+    assert owned.write(b"p", head, PID, 1, 1, [b"a"]) is None  # a new producer: one by one
+    owned.writer.settle(0, DLSN(1, 6, 0))
+    assert runs_dlsns(replies.pop()["runs"]) == [(1, 6, 0)]
+    assert owned.write(b"p", {**head, "seq": 2}, PID, 2, 2, [b"b", b"c", b"d"]) is None
+    # the producer timed out and sends records 3 and 4 again, before the run is stored
+    assert owned.write(b"p", {**head, "seq": 3, "gen": 2}, PID, 3, 2, [b"c", b"d"]) is None
+    assert replies == [] and owned.writer.written == 4  # nothing stored twice
+    owned.writer.settle(1, [[1, 7, 0, 2], [1, 8, 0, 1]])  # split over two entries
+    first, retry = replies
+    assert runs_dlsns(first["runs"]) == [(1, 7, 0), (1, 7, 1), (1, 8, 0)]
+    assert retry["seq"] == 3 and runs_dlsns(retry["runs"]) == [(1, 7, 1), (1, 8, 0)]
+    # a retry after the run was stored is answered at once
+    assert owned.write(b"p", {**head, "seq": 4, "gen": 3}, PID, 4, 2, [b"d"]) is None
+    assert runs_dlsns(replies[-1]["runs"]) == [(1, 8, 0)]
