@@ -7,6 +7,7 @@ restarted from its checkpoint (a Spark driver process of its own:
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from appliance.errors import NoSuchLogError
-from appliance.spark import register
+from appliance.spark import observe_log_metrics, register
 from tests.logservice.support import LogServers
 from tests.support.launch import wait_for
 
@@ -265,12 +266,17 @@ def test_the_worked_pipeline_of_the_docs(spark, service, tmp_path):
                   .withWatermark("ts", "30 seconds")
                   .groupBy(window("ts", "1 minute"), "customer")
                   .agg(sum_("amount").alias("total"), count("*").alias("orders")))
-    to_log = (per_minute.selectExpr("to_json(struct(*)) AS payload")
+    to_log = (observe_log_metrics(per_minute.selectExpr("to_json(struct(*)) AS payload"))
               .writeStream.format("bookkeeper")
               .option("config", config).option("log", "totals")
               .option("checkpointLocation", str(where / "chk-totals"))
               .trigger(availableNow=True).start())
     assert to_log.awaitTermination(QUERY_TIMEOUT_S) and to_log.exception() is None
+    sent = [json.loads(p.json).get("observedMetrics", {}).get("bookkeeper")
+            for p in to_log.recentProgress]
+    stored = payloads_of(app, "totals")  # the progress reports count what the log holds
+    assert sum(m["records"] for m in sent if m) == len(stored) == 9
+    assert sum(m["bytes"] for m in sent if m) == sum(map(len, stored))
 
     to_parquet = (spark.readStream.format("bookkeeper").option("config", config)
                   .option("log", "totals").load()
