@@ -15,7 +15,11 @@ Guarantees:
   counts the records tagged with the producer's id and a sequence number of
   the batch.  The owner stores a producer's records in its order without a
   gap, so they are the batch's first rows, numbered ``first`` on; a gap is
-  an ``invariant`` failure, never a skipped row.
+  an ``invariant`` failure, never a skipped row.  Rows missing at the start
+  of the run are stored rows truncated away since (a truncation drops whole
+  segments from the log's start) or sit in a segment that could not be
+  read (below): allowed only then.  If all of them are gone, none is found
+  and the batch's rows are written again.
 * What the scan may not see: records past the LAC of a segment still being
   written.  The owner that stored them still tracks the producer (it
   answers those rows as duplicates), and an owner that takes the log over
@@ -23,8 +27,9 @@ Guarantees:
   write (the last completed segment is always in its rebuild:
   ``appliance.logservice.owned.rebuild_filter``).  A segment in the range
   whose ledger was deleted after it moved to cold storage has no tags left
-  (cold files keep none): it is skipped with a warning, and rows of the
-  batch stored only there would be written again.
+  (cold files keep none): it is skipped with a warning; rows of the batch
+  there are known to be stored only when a later row of the batch is
+  found, else they are written again.
 """
 
 from __future__ import annotations
@@ -70,10 +75,12 @@ def stored_rows(client, name: str, pid: bytes, first: int, since: DLSN) -> int:
     except NoSuchLogError:
         return 0
     found: set[int] = set()
+    unread = md.truncated_before > since  # rows at the run's start may be gone
     for seg in md.live_segments:
         if seg.seq < since.seq:
             continue
         if seg.ledger_deleted:
+            unread = True
             log.warning("bookkeeper sink: log %r segment %d moved to cold storage and its "
                         "ledger is gone: rows of this batch stored only there are written "
                         "again", name, seg.seq)
@@ -82,11 +89,11 @@ def stored_rows(client, name: str, pid: bytes, first: int, since: DLSN) -> int:
         found |= _tagged_seqs(client, seg, start, pid, first)
     if not found:
         return 0
-    top = max(found)
-    invariant(len(found) == top - first + 1,
-              f"log {name!r} holds rows {sorted(found)[:5]}... of producer {pid.hex()} from "
-              f"{first}: not one run from {first} to {top}")
-    return len(found)
+    low, top = min(found), max(found)
+    invariant(len(found) == top - low + 1 and (low == first or unread),
+              f"log {name!r} holds rows {low}..{top} of producer {pid.hex()} from {first} "
+              f"({len(found)} of them), and all it holds since {since} was read")
+    return top - first + 1  # rows before low were stored (truncated, or in an unread segment)
 
 
 def _tagged_seqs(client, seg, start: int, pid: bytes, first: int) -> set[int]:
