@@ -15,13 +15,16 @@ yields Arrow record batches (``source``).  Options: ``options``; filter
 pushdown: ``filters``; usage and numbers: ``docs/SPARK.md``.  A log is also
 read as a stream (``spark.readStream``, option ``log``): ``stream``; and a
 DataFrame's ``payload`` column is written to a log (``df.write`` /
-``df.writeStream``, option ``log``, through the log service): ``sink``.
+``df.writeStream``, option ``log``, through the log service): ``sink``;
+records and bytes per micro-batch in Spark's progress reports:
+``observe_log_metrics`` (``metrics``).
 """
 
 from __future__ import annotations
 
 import warnings
 
+from appliance.spark.metrics import METRICS_NAME, observe_log_metrics
 from appliance.spark.source import (
     ARROW_SCHEMA,
     SCHEMA_DDL,
@@ -30,7 +33,8 @@ from appliance.spark.source import (
 )
 
 __all__ = ["register", "BookKeeperDataSource", "BookKeeperPushdownDataSource", "SCHEMA_DDL",
-           "ARROW_SCHEMA", "PUSHDOWN_CONF", "pushdown_read_shared"]
+           "ARROW_SCHEMA", "PUSHDOWN_CONF", "pushdown_read_shared", "observe_log_metrics",
+           "METRICS_NAME"]
 
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 

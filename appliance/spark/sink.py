@@ -18,14 +18,14 @@ Guarantees:
   ``save()``, the partition id), numbers from 1.  A task that runs again
   with the same rows (a task retry, or a micro-batch Spark replays from its
   checkpoint after a crash) writes the same (producer id, sequence number)
-  pairs, and the log's owner stores each pair once (it answers a repeated
-  one with the first copy's position): every row is in the log once, in
-  its partition's order.  The owner recognises a repeat while it tracks the
-  producer (``appliance.protocol.log_service``): on the same owner unless
-  the producer was forgotten (silent 10 minutes while the log had 1,024
-  others), and on a new owner if the producer wrote during the last
-  ``LOG_SERVICE_REBUILD_MS`` before it took the log; docs/SPARK.md,
-  "Writing to a log (sink)", says what a later replay may do.
+  pairs.  A later attempt of a micro-batch first reads what the target log
+  holds of it from the position recorded with its first number
+  (``sink_scan``) and skips those rows; the log's owner stores the rest
+  once (it answers a repeated pair, e.g. a row past the log's last
+  confirmed entry, with the first copy's position).  So every row is in
+  the log once, in its partition's order, whichever log server owns the log
+  and however long after the crash the batch runs again.  A batch write's
+  retried task relies on the owner alone (a task retry follows at once).
 * A task returns (its commit message) only once every row it wrote is
   durable (the producer's ``flush``); commit then has nothing left to do.
   Abort removes nothing: a log cannot unwrite, and a reader sees a batch's
@@ -55,7 +55,8 @@ from appliance.protocol import limits
 from appliance.protocol.invariant import invariant
 from appliance.protocol.log_service import PRODUCER_ID_BYTES
 from appliance.protocol.logs import check_log_name
-from appliance.spark.sink_seq import batch_done, batch_start
+from appliance.spark.sink_scan import log_end, stored_rows
+from appliance.spark.sink_seq import BatchStart, batch_done, batch_start
 
 # Spark's local properties on the tasks of a micro-batch (MicroBatchExecution,
 # StreamExecution): the batch id and the query id kept in the checkpoint.
@@ -190,9 +191,11 @@ class BookKeeperStreamWriter(DataSourceStreamArrowWriter):
                   "a streaming sink task without Spark's query id or batch id")
         partition, batch = ctx.partitionId(), int(batch)
         pid = producer_id("stream", query, partition)
+        log_name = self.options.log
         return write_partition(
             self.options, self.string, pid, partition, iterator,
-            start=lambda store: batch_start(store, pid, batch),
+            start=lambda client: batch_start(client.logs.store, pid, batch,
+                                             lambda: log_end(client, log_name)),
             done=lambda store, first, rows: batch_done(store, pid, batch, first, rows))
 
     def commit(self, messages, batchId) -> None:  # noqa: N803 - Spark's name
@@ -206,31 +209,43 @@ class BookKeeperStreamWriter(DataSourceStreamArrowWriter):
 def write_partition(options: SinkOptions, string: bool, pid: bytes, partition: int,
                     iterator, start=None, done=None) -> SinkCommitMessage:
     """Executor side: the partition's rows, in order, with sequence numbers
-    from ``start(store)`` (default 1) up; returns once all are durable (and
-    ``done(store, first, rows)`` has recorded it)."""
+    from ``start(client)`` (a ``BatchStart``; default: 1, a first attempt)
+    up, skipping those a log already holds from an earlier attempt; returns
+    once all are durable (and ``done(store, first, rows)`` has recorded it)."""
     with appliance.connect(options.target) as client:
-        first_seq = 1 if start is None else start(client.logs.store)
+        begin = BatchStart(1, None, False) if start is None else start(client)
+        skip = 0
+        if begin.again and begin.since is not None:  # None: recorded by an older sink
+            skip = stored_rows(client, options.log, pid, begin.first, begin.since)
         producer = client.log(options.log).producer(pid, resume=False)
         try:
-            rows, size, first, last = _write_rows(producer, string, iterator, first_seq)
+            rows, size, first, last = _write_rows(producer, string, iterator, begin.first, skip)
         finally:
             producer.close()
+        if rows < skip:
+            raise ValueError(f"bookkeeper sink: log {options.log!r} holds {skip} rows of this "
+                             f"batch's partition {partition} from an earlier attempt, and this "
+                             f"attempt has {rows}: the query's input is not deterministic "
+                             "(docs/SPARK.md, Writing to a log)")
         if done is not None:
-            done(client.logs.store, first_seq, rows)
+            done(client.logs.store, begin.first, rows)
     return SinkCommitMessage(partition, rows, size, None if first is None else str(first),
                              None if last is None else str(last))
 
 
-def _write_rows(producer, string: bool, iterator, first_seq: int):
-    """(rows, bytes, first DLSN, last DLSN) once every row is durable."""
+def _write_rows(producer, string: bool, iterator, first_seq: int, skip: int = 0):
+    """(rows, bytes, first DLSN, last DLSN) once every row is durable; the
+    first ``skip`` rows (stored by an earlier attempt) are counted, not sent."""
     rows = size = 0
     first = last = None
     pending: collections.deque = collections.deque()
     for batch in iterator:
         for payload in _payloads(batch, string, rows):
-            pending.append(producer.write_async(payload, first_seq + rows))
             rows += 1
             size += len(payload)
+            if rows <= skip:
+                continue
+            pending.append(producer.write_async(payload, first_seq + rows - 1))
             while len(pending) > PENDING_MAX or (pending and pending[0].done()):
                 dlsn = pending.popleft().result()
                 first, last = first or dlsn, dlsn or last

@@ -7,6 +7,7 @@ restarted from its checkpoint (a Spark driver process of its own:
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -17,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from appliance.errors import NoSuchLogError
-from appliance.spark import register
+from appliance.spark import observe_log_metrics, register
 from tests.logservice.support import LogServers
+from tests.support.launch import wait_for
 
 QUERY_TIMEOUT_S = 300
 
@@ -196,19 +198,50 @@ def _stderr(driver: subprocess.Popen) -> str:
 
 
 def test_a_micro_batch_numbers_its_rows_the_same_in_every_attempt(service):
+    from appliance.protocol.logs import DLSN
     from appliance.spark.sink import producer_id
     from appliance.spark.sink_seq import batch_done, batch_start
 
     store, pid = service.client.logs.store, producer_id("stream", "a-query", 0)
-    assert batch_start(store, pid, 0) == 1
-    assert batch_start(store, pid, 0) == 1  # a retry, a replay: the same numbers
+    at = DLSN(3, 7, 0)
+    assert batch_start(store, pid, 0, lambda: at) == (1, at, False)
+    # a retry, a replay: the same numbers, and where the first attempt's rows can be
+    assert batch_start(store, pid, 0, lambda: DLSN(9, 9, 9)) == (1, at, True)
     batch_done(store, pid, 0, 1, 10)
-    assert batch_start(store, pid, 0) == 1
-    assert batch_start(store, pid, 1) == 11  # the next batch follows without a gap
+    assert batch_start(store, pid, 0) == (1, at, True)
+    assert batch_start(store, pid, 1).first == 11  # the next batch follows without a gap
     batch_done(store, pid, 1, 11, 5)
-    assert batch_start(store, pid, 3) == 16  # the partition had no rows in batch 2
+    assert batch_start(store, pid, 3).first == 16  # the partition had no rows in batch 2
     with pytest.raises(ValueError, match="already wrote micro-batch 3 and now runs batch 2"):
         batch_start(store, pid, 2)
+
+
+def test_a_replayed_batch_finds_the_rows_an_earlier_attempt_stored(service):
+    """What a later attempt of a micro-batch skips: the producer's rows of the
+    batch the log holds from the recorded position on, among other
+    producers' rows, and none of an earlier batch's."""
+    from appliance.spark.sink import producer_id
+    from appliance.spark.sink_scan import log_end, stored_rows
+
+    client, name = service.client, "scanned"
+    pid, other = producer_id("stream", "q", 0), producer_id("stream", "q", 1)
+    mine, theirs = client.log(name).producer(pid, resume=False), \
+        client.log(name).producer(other, resume=False)
+    try:
+        for seq in (1, 2, 3):  # an earlier batch: rows 1..3
+            mine.write(b"old %d" % seq, seq)
+        since = log_end(client, name)
+        for seq in (4, 5, 6, 7):  # this batch: rows 4.. (the attempt wrote 4 of them)
+            mine.write(b"new %d" % seq, seq)
+            theirs.write(b"other %d" % seq, seq)
+    finally:
+        mine.close()
+        theirs.close()
+    # the last entry is readable once its LAC is published (the owner then knows the rows)
+    assert wait_for(lambda: stored_rows(client, name, pid, 4, since) == 4,
+                    LAST_ENTRY_VISIBLE_S * 10, 0.1, what="rows 4..7 found")
+    assert stored_rows(client, name, other, 8, since) == 0
+    assert stored_rows(client, name, pid, 8, log_end(client, name)) == 0
 
 
 def test_the_worked_pipeline_of_the_docs(spark, service, tmp_path):
@@ -233,12 +266,17 @@ def test_the_worked_pipeline_of_the_docs(spark, service, tmp_path):
                   .withWatermark("ts", "30 seconds")
                   .groupBy(window("ts", "1 minute"), "customer")
                   .agg(sum_("amount").alias("total"), count("*").alias("orders")))
-    to_log = (per_minute.selectExpr("to_json(struct(*)) AS payload")
+    to_log = (observe_log_metrics(per_minute.selectExpr("to_json(struct(*)) AS payload"))
               .writeStream.format("bookkeeper")
               .option("config", config).option("log", "totals")
               .option("checkpointLocation", str(where / "chk-totals"))
               .trigger(availableNow=True).start())
     assert to_log.awaitTermination(QUERY_TIMEOUT_S) and to_log.exception() is None
+    sent = [json.loads(p.json).get("observedMetrics", {}).get("bookkeeper")
+            for p in to_log.recentProgress]
+    stored = payloads_of(app, "totals")  # the progress reports count what the log holds
+    assert sum(m["records"] for m in sent if m) == len(stored) == 9
+    assert sum(m["bytes"] for m in sent if m) == sum(map(len, stored))
 
     to_parquet = (spark.readStream.format("bookkeeper").option("config", config)
                   .option("log", "totals").load()

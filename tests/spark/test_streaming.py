@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance.spark import register
+from appliance.spark import observe_log_metrics, register
 from tests.spark.conftest import PASSWORD
 
 SEGMENT_RECORDS = 700  # a few segments per log
@@ -82,9 +82,14 @@ def test_a_log_streams_in_batches_of_max_records_from_every_starting_position(
         spark, app, tmp_path):
     written, _ = write(app, "positions", 2000)
     got, sizes, progress = run_available_now(
-        spark, stream(spark, app, "positions", maxRecordsPerTrigger=400), "earliest", tmp_path)
+        spark, observe_log_metrics(stream(spark, app, "positions", maxRecordsPerTrigger=400)),
+        "earliest", tmp_path)
     assert got == written
     assert sizes == [400] * 5
+    reported = [json.loads(p.json)["observedMetrics"]["bookkeeper"] for p in progress
+                if p["numInputRows"]]  # what a user reads in lastProgress: records and bytes
+    assert reported == [{"records": 400, "bytes": sum(len(r[2]) for r in written[i:i + 400])}
+                        for i in range(0, 2000, 400)]
     offsets = [json.loads(p["sources"][0]["endOffset"]) for p in progress if p["numInputRows"]]
     assert offsets[-1] == {"log": "positions", "dlsn": str(_next(written[-1][0]))}
     assert offsets[0]["dlsn"] == str(_next(written[399][0]))  # a batch ends at a record
