@@ -17,7 +17,8 @@ old one is synced by the checkpoint that follows), a checkpoint moves the
 mark past it and forgets the deleted ledgers, the logs holding only deleted
 ledgers are removed, and a minor compaction is started at once when a
 sealed log's live share is under ``compaction_minor_threshold`` (its usual
-rules: rate limit, checkpoint before removal), not at its next interval.
+rules: rate limit, checkpoint before removal), not at its next interval
+(unless ``compaction_minor_interval_s`` is 0: no minor run by itself).
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ class SpaceOps:
         if changed:
             self.checkpoint()  # the mark passes the rotated log; the snapshot forgets
         removed, freed = self.reclaim_entry_logs()  # the deleted ledgers
-        woken = changed and self._has_sparse_sealed_log()
+        woken = bool(changed and self.options.compaction_minor_interval_s
+                     and self._has_sparse_sealed_log())  # interval 0: never by itself
         if woken:
             self._compactor.run_soon()
         return {"rotated_garbage_bytes": garbage, "logs_removed": removed,
@@ -88,7 +90,11 @@ class SpaceOps:
             garbage = self._active_garbage_locked()
             if garbage < limit:
                 return 0
-            self._logs.rotate()
+            try:
+                self._logs.rotate()
+            except BaseException as exc:  # no new log (a full disk): stop writes, as an
+                self._failure = exc       # append that fails to rotate does
+                raise
         self.counters["gc_rotations"] = self.counters.get("gc_rotations", 0) + 1
         return garbage
 

@@ -19,6 +19,7 @@ A, B = 7, 8  # A is deleted, B lives on
 KiB = 1024
 BIG_LOGS = dict(entry_log_rotate_bytes=64 * 1024 * KiB,  # nothing rotates by size here
                 entry_log_rotate_garbage_bytes=256 * KiB)
+NO_TIMED_RUNS = dict(compaction_minor_interval_s=3600.0, compaction_major_interval_s=86400.0)
 
 
 def _fill(st, ledger_id: int, first: int, count: int, size: int = 1000) -> list[bytes]:
@@ -59,7 +60,7 @@ def test_a_deleted_ledger_alone_in_the_active_log_is_given_back_by_the_pass(open
 
 
 def test_a_log_shared_with_a_live_ledger_is_compacted_at_once(opener, log_mode, dirs):
-    st = opener(**BIG_LOGS, compaction_minor_interval_s=0, compaction_major_interval_s=0)
+    st = opener(**BIG_LOGS, **NO_TIMED_RUNS)
     a_data, b_data = [], []
     for round_ in range(10):  # interleaved: 9 parts A to 1 part B in the same log
         a_data += _fill(st, A, 90 * round_, 90)
@@ -99,7 +100,7 @@ def test_the_active_log_is_kept_below_the_garbage_limit_or_when_off(opener, log_
 def test_a_suspended_compactor_runs_the_pass_s_compaction_only_after_resume(opener, log_mode):
     if log_mode != "interleaved":
         pytest.skip("per-ledger logs hold one ledger each: nothing to compact")
-    st = opener(**BIG_LOGS, compaction_minor_interval_s=0, compaction_major_interval_s=0)
+    st = opener(**BIG_LOGS, **NO_TIMED_RUNS)
     _fill(st, A, 0, 900)
     b_data = _fill(st, B, 0, 100)
     st.suspend_compaction()
@@ -111,3 +112,14 @@ def test_a_suspended_compactor_runs_the_pass_s_compaction_only_after_resume(open
     status = _wait_compacted(st, runs)
     assert status["last"]["logs_compacted"] >= 1
     assert st.read_entries(B, 0, 99) == b_data
+
+
+def test_no_compaction_starts_by_itself_when_minor_runs_are_off(opener, log_mode):
+    if log_mode != "interleaved":
+        pytest.skip("per-ledger logs hold one ledger each: nothing to compact")
+    st = opener(**BIG_LOGS, compaction_minor_interval_s=0, compaction_major_interval_s=0)
+    _fill(st, A, 0, 900)
+    _fill(st, B, 0, 100)
+    st.delete_ledger(A)
+    done = st.give_back_space(1)
+    assert done["rotated_garbage_bytes"] and not done["compaction"]
