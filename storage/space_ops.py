@@ -8,17 +8,19 @@ accounting the supervisor asks for every second (``disk_usage``, cached).
 Nothing here changes what a read returns.
 
 ``give_back_space`` is the bookie GC pass's part, which bounds how long a
-deleted ledger's space waits (docs/OPERATIONS.md): the active entry log is
-never removed or compacted (only sealed logs below the persisted mark are),
-and it is sealed by size only every ``entry_log_rotate_bytes``; so once
-``entry_log_rotate_garbage_bytes`` of it belong to deleted ledgers it is
-rotated (as a size rotation would: the next block goes to a new log, the
-old one is synced by the checkpoint that follows), a checkpoint moves the
-mark past it and forgets the deleted ledgers, the logs holding only deleted
-ledgers are removed, and a minor compaction is started at once when a
-sealed log's live share is under ``compaction_minor_threshold`` (its usual
-rules: rate limit, checkpoint before removal), not at its next interval
-(unless ``compaction_minor_interval_s`` is 0: no minor run by itself).
+deleted ledger's space waits (docs/OPERATIONS.md).  The active entry log is
+never removed or compacted (only sealed logs below the persisted mark are)
+and is sealed by size only every ``entry_log_rotate_bytes``.  So once
+``entry_log_rotate_garbage_bytes`` of it belong to deleted ledgers, or its
+live share is under ``compaction_minor_threshold`` (a mostly deleted log of
+any size), it is rotated as a size rotation would (the next block goes to a
+new log; the old one is synced by the checkpoint that follows).  Then a
+checkpoint moves the mark past it and forgets the deleted ledgers, the logs
+holding only deleted ledgers are removed, and a minor compaction starts at
+once when a sealed log's live share is under ``compaction_minor_threshold``
+(its usual rules: rate limit, checkpoint before removal), not at its next
+interval (unless ``compaction_minor_interval_s`` is 0: no minor run by
+itself).
 """
 
 from __future__ import annotations
@@ -71,24 +73,30 @@ class SpaceOps:
             self._check_usable()
             return self._active_garbage_locked()
 
-    def _active_garbage_locked(self) -> int:
+    def _active_garbage_locked(self, with_total: bool = False):
+        """Deleted ledgers' bytes in the active log (and, ``with_total``, all
+        its bytes on record)."""
         logs = self._logs
         if not isinstance(logs, EntryLogger):
-            return 0
+            return (0, 0) if with_total else 0
         per = logs.ledger_bytes.get(logs.log_id, {})
         live = self._index.ledgers
-        return sum(nbytes for ledger, nbytes in per.items() if ledger not in live)
+        garbage = sum(nbytes for ledger, nbytes in per.items() if ledger not in live)
+        return (garbage, sum(per.values())) if with_total else garbage
 
     def _rotate_if_garbage(self) -> int:
         """Rotate the active log once ``entry_log_rotate_garbage_bytes`` of it
-        are deleted ledgers'; returns those bytes (0: not rotated)."""
+        are deleted ledgers', or once its live share (on record) is under
+        ``compaction_minor_threshold`` (a quiet log mostly deleted: it is
+        then compacted at once); returns the deleted bytes (0: not rotated)."""
         limit = self.options.entry_log_rotate_garbage_bytes
         if not limit:
             return 0
         with self._lock:
             self._check_usable()
-            garbage = self._active_garbage_locked()
-            if garbage < limit:
+            garbage, total = self._active_garbage_locked(with_total=True)
+            sparse = total - garbage < self.options.compaction_minor_threshold * total
+            if not garbage or (garbage < limit and not sparse):
                 return 0
             try:
                 self._logs.rotate()
