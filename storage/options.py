@@ -65,7 +65,8 @@ class StorageOptions:
 
     entry_log_rotate_garbage_bytes: int = limits.STORAGE_ENTRY_LOG_ROTATE_GARBAGE_BYTES
     """The bookie's GC pass rotates the active entry log once this many of
-    its bytes belong to deleted ledgers, so they can be given back (only a
+    its bytes belong to deleted ledgers, or its live share is under
+    ``compaction_minor_threshold``, so they can be given back (only a
     sealed log is removed or compacted); 0 = rotate only by size.  Lower:
     less deleted data waits in the active log; higher: fewer, larger logs
     (a rotation costs a new file and a checkpoint, at most once a pass)."""

@@ -5,15 +5,17 @@ removes its metadata.  Every ``server.gc_interval_ms`` each bookie compares
 the ledgers it stores with the metadata store and deletes, locally, the ones
 whose metadata is gone; then it gives their space back
 (``LedgerStorage.give_back_space``): the active entry log is rotated once
-``storage.entry_log_rotate_garbage_bytes`` of it are deleted ledgers', a
-checkpoint makes the snapshot forget them (and frees the journal segments
-before it), the entry logs that hold nothing but deleted ledgers are
-removed (``storage.gc``: only logs no snapshot references any more) and,
-if a sealed log's live share is under ``storage.compaction_minor_threshold``,
-a minor compaction starts at once.  So a deleted ledger's space is back at most two intervals
-after its metadata went (plus the checkpoint, and the compaction's copying
-at ``storage.compaction_rate_bytes_per_s``); data sharing a log with more
-live data than the minor threshold waits for the timed compactions.
+``storage.entry_log_rotate_garbage_bytes`` of it are deleted ledgers' (or
+under ``storage.compaction_minor_threshold`` of it is live), a checkpoint
+makes the snapshot forget them (and frees the journal segments before it),
+the entry logs that hold nothing but deleted ledgers are removed
+(``storage.gc``: only logs no snapshot references any more) and, if a
+sealed log's live share is under ``storage.compaction_minor_threshold``, a
+minor compaction starts at once.  So a deleted ledger's space is back at
+most two intervals after its metadata went (plus the checkpoint, and the
+compaction's copying at ``storage.compaction_rate_bytes_per_s``); data
+sharing a log with more live data than the minor threshold waits for the
+timed compactions.
 
 Why this never deletes a live ledger:
 

@@ -154,7 +154,8 @@ STORAGE_RESERVE_BYTES = 8 * MiB
 # MiB/s (which the disk never reached: no wait), 436 ms unlimited.
 STORAGE_COMPACTION_RATE_MAX = 16 * MiB
 # The GC rotates the active entry log once this many of its bytes belong to
-# deleted ledgers ([storage] entry_log_rotate_garbage_bytes, 0 = only by size):
+# deleted ledgers, or its live share is under the minor compaction threshold
+# ([storage] entry_log_rotate_garbage_bytes, 0 = only by size):
 # only a sealed log can be removed or compacted, and the active one is sealed
 # by size only every entry_log_rotate_bytes (1 GiB).  Lower: less of a deleted
 # ledger's data waits in the active log; higher: fewer, larger entry logs
