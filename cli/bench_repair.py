@@ -114,18 +114,28 @@ def autorecovery(mb, delay_ms, entry_bytes, workdir, as_json):
               show_default=True, help="Share of the bytes in the ledger that is kept.")
 @click.option("--gc-interval-ms", type=click.IntRange(min=100), default=None,
               help="server.gc_interval_ms for the run (default: the product default).")
+@click.option("--cold", is_flag=True,
+              help="Write a log of --mb instead, move its sealed segments to cold storage "
+                   "and time until the bookies' disk is back, nobody asking.")
 @_common
 @library_errors
-def reclaim(mb, keep_share, gc_interval_ms, entry_bytes, workdir, as_json):
+def reclaim(mb, keep_share, gc_interval_ms, cold, entry_bytes, workdir, as_json):
     """Time for a deleted ledger's space to come back: a ledger written
     interleaved with one that is kept is deleted; time until every bookie's
     GC forgot it, then for a compaction asked of every bookie, and the
-    ledger directories' size after it over the live data.
+    ledger directories' size after it over the live data.  With --cold: a
+    log's sealed segments are moved to cold storage (their ledgers deleted)
+    and the bookies' ledger directories are watched until the moved data is
+    gone from them; the sizes before and after.
 
     \b
     Example:
       bkctl bench reclaim --mb 256 --keep 0.1 --json
+      bkctl bench reclaim --cold --mb 100 --entry-bytes 1024
     """
+    if cold:
+        _reclaim_cold(mb, gc_interval_ms, entry_bytes, workdir, as_json)
+        return
     # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.bench.reclaim import run_reclaim_bench
 
@@ -139,3 +149,20 @@ def reclaim(mb, keep_share, gc_interval_ms, entry_bytes, workdir, as_json):
                f"{doc['gc_interval_ms']}), {doc['compaction']} compaction {doc['compact_s']:.1f} s "
                f"({doc['copy_mb_per_s']} MB/s copied); space back {doc['space_back_s']:.1f} s "
                f"after the delete; ledger dir / live data {doc['after_over_live']}")
+
+
+def _reclaim_cold(mb, gc_interval_ms, entry_bytes, workdir, as_json) -> None:
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
+    from appliance.bench.cold_reclaim import run_cold_reclaim_bench
+
+    doc = run_cold_reclaim_bench(mb * 1024 * 1024, entry_bytes, gc_interval_ms, workdir)
+    if as_json:
+        echo_json(doc)
+        return
+    mb_of = {b: f"{n / 1e6:,.1f}" for b, n in doc["ledger_dir_bytes_before"].items()}
+    after = {b: f"{n / 1e6:,.1f}" for b, n in doc["ledger_dir_bytes_after"].items()}
+    click.echo(f"reclaim --cold: {doc['segments_moved']} segments ({doc['bytes_moved'] / 1e6:,.1f}"
+               f" MB) moved in {doc['offload_s']:.1f} s ({doc['offload_mb_per_s']} MB/s); "
+               f"bookies' ledger dirs {mb_of} MB before, {after} MB "
+               f"{doc['space_back_s']:.1f} s after the move (gc_interval_ms "
+               f"{doc['gc_interval_ms']}); load {doc['load_average_before']}")

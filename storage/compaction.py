@@ -47,7 +47,9 @@ a live share of 0: they take the same path with nothing to copy.
 
 Runs: minor (``compaction_minor_threshold``, every
 ``compaction_minor_interval_s``) and major (``compaction_major_threshold``,
-every ``compaction_major_interval_s``) on the storage's compactor thread;
+every ``compaction_major_interval_s``) on the storage's compactor thread,
+and a minor one at once when the bookie's GC deleted ledgers and found a
+sparse sealed log (``run_soon``, ``LedgerStorage.give_back_space``);
 ``LedgerStorage.compact()`` runs one now (in the caller's thread) and
 ``request_compaction()`` asks the thread (``bkctl bookie compact``).  A
 requested run first lets the owner forget deleted ledgers
@@ -118,6 +120,7 @@ class Compactor:
         self._run_lock = threading.Lock()  # one run at a time
         self._wake = threading.Event()
         self._requested: str | None = None  # "minor" / "major" asked by request()
+        self._soon = False  # an automatic minor run asked by run_soon()
         self._request_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stop = False
@@ -385,6 +388,14 @@ class Compactor:
         self._wake.set()
         return ticket
 
+    def run_soon(self) -> None:
+        """An automatic minor run now rather than at its interval (the GC
+        found sparse sealed logs after deleting ledgers).  It is a timed
+        run's twin: rate-limited, and not while suspended (then it waits
+        for ``resume``)."""
+        self._soon = True
+        self._wake.set()
+
     def suspend(self) -> None:
         """No automatic run starts until ``resume``; a running one stops
         after the log it is copying.  Requested runs are not affected."""
@@ -423,9 +434,12 @@ class Compactor:
                 taking = self.status["requested_runs"]
             now = self.clock()
             kind = requested or (None if self.status["suspended"] else next(
-                (k for k in ("major", "minor") if due[k] is not None and due[k] <= now), None))
+                (k for k in ("major", "minor") if due[k] is not None and due[k] <= now),
+                "minor" if self._soon else None))
             if kind is None:
                 continue
+            if not self.status["suspended"]:
+                self._soon = False  # this run serves it
             if not self._run_from_loop(kind, requested is not None):
                 return
             if requested is not None:

@@ -63,6 +63,14 @@ class StorageOptions:
     logs are cheaper to garbage-collect/compact; larger means fewer files.
     Must stay below 4 GiB (offsets are stored as 32-bit)."""
 
+    entry_log_rotate_garbage_bytes: int = limits.STORAGE_ENTRY_LOG_ROTATE_GARBAGE_BYTES
+    """The bookie's GC pass rotates the active entry log once this many of
+    its bytes belong to deleted ledgers, or its live share is under
+    ``compaction_minor_threshold``, so they can be given back (only a
+    sealed log is removed or compacted); 0 = rotate only by size.  Lower:
+    less deleted data waits in the active log; higher: fewer, larger logs
+    (a rotation costs a new file and a checkpoint, at most once a pass)."""
+
     entry_log_buffer_bytes: int = 4 * MiB
     """Size of the page-aligned write buffer of the active entry log.  Larger
     means fewer, bigger direct writes; in journal_write_data=false mode it is
@@ -185,8 +193,9 @@ class StorageOptions:
         return self
 
 
-_ZERO_IS_OFF = ("compaction_minor_interval_s", "compaction_major_interval_s",
-                "compaction_rate_bytes_per_s", "journal_group_wait_us")
+_ZERO_IS_OFF = ("entry_log_rotate_garbage_bytes", "compaction_minor_interval_s",
+                "compaction_major_interval_s", "compaction_rate_bytes_per_s",
+                "journal_group_wait_us")
 
 
 def _align_up(n: int) -> int:

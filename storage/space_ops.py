@@ -6,6 +6,21 @@ removes them once the switch is durable (only logs the snapshot on disk
 calls garbage).  This mixin is the facade's door to them and the
 accounting the supervisor asks for every second (``disk_usage``, cached).
 Nothing here changes what a read returns.
+
+``give_back_space`` is the bookie GC pass's part, which bounds how long a
+deleted ledger's space waits (docs/OPERATIONS.md).  The active entry log is
+never removed or compacted (only sealed logs below the persisted mark are)
+and is sealed by size only every ``entry_log_rotate_bytes``.  So once
+``entry_log_rotate_garbage_bytes`` of it belong to deleted ledgers, or its
+live share is under ``compaction_minor_threshold`` (a mostly deleted log of
+any size), it is rotated as a size rotation would (the next block goes to a
+new log; the old one is synced by the checkpoint that follows).  Then a
+checkpoint moves the mark past it and forgets the deleted ledgers, the logs
+holding only deleted ledgers are removed, and a minor compaction starts at
+once when a sealed log's live share is under ``compaction_minor_threshold``
+(its usual rules: rate limit, checkpoint before removal), not at its next
+interval (unless ``compaction_minor_interval_s`` is 0: no minor run by
+itself).
 """
 
 from __future__ import annotations
@@ -15,7 +30,8 @@ import time
 
 from . import gc as entry_log_gc
 from .codec import RECORD_HEADER_BYTES
-from .entry_log import list_logs, log_path
+from .compaction import plan
+from .entry_log import EntryLogger, list_logs, log_path
 
 
 class SpaceOps:
@@ -31,6 +47,81 @@ class SpaceOps:
         if removed or compacted:
             self._disk_cache = None
         return sorted(removed + compacted), nbytes + freed
+
+    def give_back_space(self, deleted: int) -> dict:
+        """The GC pass after it deleted ``deleted`` ledgers (see the module
+        docstring): rotate the active log if enough of it is garbage,
+        checkpoint if anything was deleted or rotated, remove the logs of
+        deleted ledgers, start a minor compaction if a sealed log is sparse.
+        Returns {rotated_garbage_bytes, logs_removed, bytes_freed, compaction}."""
+        garbage = self._rotate_if_garbage()
+        changed = bool(deleted or garbage)
+        if changed:
+            self.checkpoint()  # the mark passes the rotated log; the snapshot forgets
+        removed, freed = self.reclaim_entry_logs()  # the deleted ledgers
+        woken = bool(changed and self.options.compaction_minor_interval_s
+                     and self._has_sparse_sealed_log())  # interval 0: never by itself
+        if woken:
+            self._compactor.run_soon()
+        return {"rotated_garbage_bytes": garbage, "logs_removed": removed,
+                "bytes_freed": freed, "compaction": woken}
+
+    def active_log_garbage_bytes(self) -> int:
+        """Bytes of the active entry log that belong to deleted ledgers (0 in
+        per-ledger mode, where every checkpoint rotates the open logs)."""
+        with self._lock:
+            self._check_usable()
+            return self._active_garbage_locked()
+
+    def _active_garbage_locked(self, with_total: bool = False):
+        """Deleted ledgers' bytes in the active log (and, ``with_total``, all
+        its bytes on record)."""
+        logs = self._logs
+        if not isinstance(logs, EntryLogger):
+            return (0, 0) if with_total else 0
+        per = logs.ledger_bytes.get(logs.log_id, {})
+        live = self._index.ledgers
+        garbage = sum(nbytes for ledger, nbytes in per.items() if ledger not in live)
+        return (garbage, sum(per.values())) if with_total else garbage
+
+    def _rotate_if_garbage(self) -> int:
+        """Rotate the active log once ``entry_log_rotate_garbage_bytes`` of it
+        are deleted ledgers', or once its live share (on record) is under
+        ``compaction_minor_threshold`` (a quiet log mostly deleted: it is
+        then compacted at once); returns the deleted bytes (0: not rotated)."""
+        limit = self.options.entry_log_rotate_garbage_bytes
+        if not limit:
+            return 0
+        with self._lock:
+            self._check_usable()
+            garbage, total = self._active_garbage_locked(with_total=True)
+            sparse = total - garbage < self.options.compaction_minor_threshold * total
+            if not garbage or (garbage < limit and not sparse):
+                return 0
+            try:
+                self._logs.rotate()
+            except BaseException as exc:  # no new log (a full disk): stop writes, as an
+                self._failure = exc       # append that fails to rotate does
+                raise
+        self.counters["gc_rotations"] = self.counters.get("gc_rotations", 0) + 1
+        return garbage
+
+    def _has_sparse_sealed_log(self) -> bool:
+        """Whether a minor compaction would rewrite a log now (``compaction.plan``)."""
+        with self._lock:
+            self._check_usable()
+            live = self._index.live_bytes_by_log(RECORD_HEADER_BYTES)
+            mark_log = self._persisted[1]
+            garbage = set(self._garbage)
+        sizes = {}
+        for log_id in list_logs(self.ledger_dir):
+            if log_id < mark_log and log_id not in garbage:
+                try:
+                    sizes[log_id] = os.stat(log_path(self.ledger_dir, log_id)).st_size
+                except FileNotFoundError:
+                    continue
+        return bool(plan(sizes, live, mark_log, garbage,
+                         self.options.compaction_minor_threshold))
 
     def compact(self, major: bool = False, rotate_active: bool = True,
                 collect: bool = False) -> dict:

@@ -3,8 +3,19 @@
 Deleting a ledger (``bkctl ledger delete``, ``Client.delete_ledger``) only
 removes its metadata.  Every ``server.gc_interval_ms`` each bookie compares
 the ledgers it stores with the metadata store and deletes, locally, the ones
-whose metadata is gone; then it removes the entry logs that hold nothing but
-deleted ledgers (``storage.gc``: only logs no snapshot references any more).
+whose metadata is gone; then it gives their space back
+(``LedgerStorage.give_back_space``): the active entry log is rotated once
+``storage.entry_log_rotate_garbage_bytes`` of it are deleted ledgers' (or
+under ``storage.compaction_minor_threshold`` of it is live), a checkpoint
+makes the snapshot forget them (and frees the journal segments before it),
+the entry logs that hold nothing but deleted ledgers are removed
+(``storage.gc``: only logs no snapshot references any more) and, if a
+sealed log's live share is under ``storage.compaction_minor_threshold``, a
+minor compaction starts at once.  So a deleted ledger's space is back at
+most two intervals after its metadata went (plus the checkpoint, and the
+compaction's copying at ``storage.compaction_rate_bytes_per_s``); data
+sharing a log with more live data than the minor threshold waits for the
+timed compactions.
 
 Why this never deletes a live ledger:
 
@@ -134,7 +145,8 @@ class LedgerGC:
         self.stats = {"passes": 0, "ledgers_deleted": 0, "logs_removed": 0, "bytes_freed": 0,
                       "failed_passes": 0, "overreplicated_deleted": 0,
                       "overreplicated_entries_deleted": 0, "overreplicated_kept": 0,
-                      "overreplicated_waiting": 0, "requests": 0, "requests_done": 0}
+                      "overreplicated_waiting": 0, "requests": 0, "requests_done": 0,
+                      "active_log_rotations": 0, "compactions_started": 0}
 
     def run_once(self) -> list[int]:
         """One pass; returns the ledgers deleted locally."""
@@ -145,10 +157,12 @@ class LedgerGC:
             deleted = self._delete_gone(missing & self._suspects)
             self._suspects = missing - set(deleted)
             self.last_overreplicated = self.collect_overreplicated(local & listed)
-            removed, freed = self.storage.reclaim_entry_logs()
+            space = self.storage.give_back_space(len(deleted) + len(self.last_overreplicated))
             self.stats["passes"] += 1
-            self.stats["logs_removed"] += len(removed)
-            self.stats["bytes_freed"] += freed
+            self.stats["logs_removed"] += len(space["logs_removed"])
+            self.stats["bytes_freed"] += space["bytes_freed"]
+            self.stats["active_log_rotations"] += bool(space["rotated_garbage_bytes"])
+            self.stats["compactions_started"] += space["compaction"]
         return deleted
 
     def collect_now(self) -> list[int]:

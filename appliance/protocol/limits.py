@@ -153,6 +153,14 @@ STORAGE_RESERVE_BYTES = 8 * MiB
 # bookie (docs/PERFORMANCE.md): add p99 79 ms at 16 MiB/s, 539 ms at 64
 # MiB/s (which the disk never reached: no wait), 436 ms unlimited.
 STORAGE_COMPACTION_RATE_MAX = 16 * MiB
+# The GC rotates the active entry log once this many of its bytes belong to
+# deleted ledgers, or its live share is under the minor compaction threshold
+# ([storage] entry_log_rotate_garbage_bytes, 0 = only by size):
+# only a sealed log can be removed or compacted, and the active one is sealed
+# by size only every entry_log_rotate_bytes (1 GiB).  Lower: less of a deleted
+# ledger's data waits in the active log; higher: fewer, larger entry logs
+# (a rotation costs one new file and a checkpoint, at most once a GC pass).
+STORAGE_ENTRY_LOG_ROTATE_GARBAGE_BYTES = 16 * MiB
 
 # -- metadata store ([metadata]; storage.metadata) -------------------------------------
 # How long a silent process keeps its ephemeral registrations: shorter, a

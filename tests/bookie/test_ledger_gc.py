@@ -3,6 +3,8 @@ metadata listing: what it deletes, and every case where it must not."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from appliance.bookie.ledger_gc import LedgerGC
@@ -334,3 +336,28 @@ def test_collect_now_changes_nothing_when_the_store_is_unreachable(storage):
     with pytest.raises(MetadataUnavailableError):
         gc.collect_now()
     assert storage.ledgers() == [6]
+
+
+def test_the_pass_that_deletes_a_ledger_gives_its_active_log_bytes_back(tmp_path):
+    opts = small_options(entry_log_rotate_bytes=64 << 20, entry_log_rotate_garbage_bytes=256 << 10)
+    j, d = tmp_path / "j", tmp_path / "d"
+    LedgerStorage.format("b", j, d, opts)
+    st = LedgerStorage.open("b", j, d, opts)
+    try:
+        for first in range(0, 1000, 50):  # ~1 MB of ledger 9, all in the active log
+            st.wait_durable(st.add_entries([9] * 50, list(range(first, first + 50)),
+                                           [b"y" * 1000] * 50), 10)
+        _add(st, 1)
+        before = st.disk_usage(0)["entry_log_bytes"]
+        md = FakeLedgers({1})
+        gc = LedgerGC(st, md, 1000)
+        assert gc.run_once() == [] and st.disk_usage(0)["entry_log_bytes"] == before
+        assert gc.run_once() == [9]
+        assert gc.stats["active_log_rotations"] == 1 and gc.stats["compactions_started"] == 1
+        deadline = time.monotonic() + 30  # the compaction it started (ledger 1 shared the log)
+        while st.disk_usage(0)["entry_log_bytes"] > before - 900_000:
+            assert time.monotonic() < deadline, (before, st.disk_usage(0))
+            time.sleep(0.01)
+        assert st.read_entries(1, 0, 2) == [b"x" * 100] * 3
+    finally:
+        st.abort()

@@ -13,6 +13,7 @@ Ack log lines (``os.write`` with O_APPEND, one write per group of acks)::
     F ledger key_hex      ledger fenced and its master key set, both durable
     D ledger              a doomed ledger's delete is durable (then GC ran: "G logs")
     G removed             entry logs garbage-collected by one reclaim_entry_logs()
+                          or give_back_space() (the GC pass: rotation, compaction)
     c                     a compaction starts (a "c" without its "C": killed inside it)
     C compacted copied removed   one compaction: logs rewritten, entries copied, logs removed
     X message             the writer saw something wrong (the test fails)
@@ -126,7 +127,8 @@ class Writer:
 
     def doom_a_ledger(self) -> None:
         """Write a ledger over two entry logs' worth of bytes (so at least one
-        log holds nothing else), delete it, checkpoint and collect garbage:
+        log holds nothing else), delete it, checkpoint and collect garbage
+        (half the time as the bookie's GC pass does, ``give_back_space``):
         the parent checks that no acknowledged entry of the data ledgers went
         with it and that the delete, once durable, stays."""
         led = DOOMED_LEDGER_BASE + self.rng.randrange(1 << 30)
@@ -137,8 +139,13 @@ class Writer:
             ids = list(range(first, min(total, first + per_batch)))
             self.st.add_entries([led] * len(ids), ids, [data] * len(ids))
         self.pending.append((self.st.delete_ledger(led), [f"D {led}"]))
-        self.st.checkpoint()
-        removed, _ = self.st.reclaim_entry_logs()
+        if self.rng.random() < 0.5:
+            # the bookie GC pass's way: the active log (holding the doomed
+            # tail) rotated, a checkpoint, removal, a minor compaction started
+            removed = self.st.give_back_space(1)["logs_removed"]
+        else:
+            self.st.checkpoint()
+            removed, _ = self.st.reclaim_entry_logs()
         os.write(self.ack_fd, f"G {len(removed)}\n".encode())
 
     def ack_durable(self) -> None:

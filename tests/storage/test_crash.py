@@ -57,7 +57,8 @@ def crash_options(**overrides):
     # often exist only in the journal when the kill lands.
     base = dict(journal_segment_bytes=256 * KiB, entry_log_rotate_bytes=768 * KiB,
                 entry_log_buffer_bytes=256 * KiB, checkpoint_interval_s=0.2,
-                checkpoint_bytes=600 * KiB, journal_group_wait_us=100)
+                checkpoint_bytes=600 * KiB, journal_group_wait_us=100,
+                entry_log_rotate_garbage_bytes=64 * KiB)  # the GC pass rotates
     base.update(overrides)
     return small_options(**base)
 
