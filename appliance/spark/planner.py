@@ -119,8 +119,9 @@ def cold_partitions(log_name: str, segments, cold_config, first_index: int = 0) 
     out = []
     for seg in segments:
         pieces = max(1, -(-seg.records // ROW_GROUP_ROWS))
-        out += [ColdSegmentPartition(first_index + len(out), log_name, seg, cold_config,
-                                     (k, pieces)) for k in range(pieces)]
+        base = first_index + len(out)
+        out += [ColdSegmentPartition(base + k, log_name, seg, cold_config, (k, pieces))
+                for k in range(pieces)]
     return out
 
 
