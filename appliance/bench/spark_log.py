@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import tempfile
 import time
 from contextlib import contextmanager
@@ -174,6 +173,3 @@ def _appliance(config_path: str | None, work: str, segment_records: int):
                              cold_storage={"uri": "cold"}) as (config, _root):
         yield str(config)
 
-
-if __name__ == "__main__":  # pragma: no cover - a quick manual run
-    print(run_spark_log_bench(None, 100, int(sys.argv[1]), 5, 2, "local[2]"))
