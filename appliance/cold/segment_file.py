@@ -205,11 +205,13 @@ def _where(log_name: str, seg: Segment, name: str) -> str:
     return f"log {log_name!r} segment {seg.seq}: cold file {name}"
 
 
-def _file_bytes(fs, path: str, where: str, file_crc: int | None) -> bytes:
-    """The whole file, its crc32c checked against ``file_crc`` (if given)."""
+def _file_bytes(fs, path: str, where: str, file_crc: int | None) -> pa.Buffer:
+    """The whole file, its crc32c checked against ``file_crc`` (if given).
+    One read of the file's size into one buffer (a stream's ``readall``
+    grows its buffer as it goes: 5-10x slower for a 20 MB file)."""
     try:
-        with fs.open_input_stream(path) as fh:
-            data = fh.readall()
+        with fs.open_input_file(path) as fh:
+            data = fh.read_buffer()
     except FileNotFoundError as exc:
         raise CorruptColdSegmentError(f"{where} is missing") from exc
     if file_crc is not None and crc32c.crc32c(data) != file_crc:
