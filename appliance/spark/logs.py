@@ -85,8 +85,9 @@ def read_cold_partition(partition):
     groups = piece_row_groups(pf.metadata.num_row_groups, *partition.piece)
     if not groups:
         return
+    # use_threads off: Spark runs a task per core already
     for batch in pf.iter_batches(batch_size=batch_rows(pf.metadata), row_groups=groups,
-                                 columns=columns):
+                                 columns=columns, use_threads=False):
         if bounds is not None:
             batch = batch.filter(pa.array(_cold_mask(bounds, seg.seq, batch)))
             if batch.num_rows == 0:
