@@ -89,7 +89,8 @@ def _tiers(ctx, param, value: str) -> tuple[str, ...]:
 @click.option("--size", type=click.IntRange(min=1), default=100, show_default=True,
               help="Record payload size in bytes.")
 @click.option("--segments", type=click.IntRange(min=1), default=5, show_default=True,
-              help="Segments the temporary appliance cuts the log into.")
+              help="About how many segments the temporary appliance cuts the log into "
+                   "(a segment rolls at records/segments records, at an entry's end).")
 @click.option("--tiers", default="hot,cold", show_default=True, callback=_tiers,
               help="What to measure, in order: hot (the bookies), cold (after moving every "
                    "sealed segment to cold storage).")
