@@ -1,5 +1,6 @@
 """``bkctl bench spark``: Spark ingest from the appliance (the ``bookkeeper``
-source) next to ``spark.read.parquet`` of the same rows, in the same run."""
+source) next to ``spark.read.parquet`` of the same rows, in the same run;
+``bkctl bench spark-log``: a log's records hot and then cold."""
 
 from __future__ import annotations
 
@@ -70,3 +71,66 @@ def spark(config_path, sizes, entries, ledgers, repeat, master, directory, read_
                        f"  (best of {m['runs_s']} s)")
         click.echo(f"  bookkeeper / parquet = {run['ratio_to_parquet']:.2f}, "
                    f"bookkeeper / in-memory source = {run['ratio_to_memory_source']:.2f}")
+
+
+def _tiers(ctx, param, value: str) -> tuple[str, ...]:
+    tiers = tuple(t.strip() for t in value.split(",") if t.strip())
+    if not tiers or set(tiers) - {"hot", "cold"}:
+        raise click.BadParameter("hot, cold or hot,cold")
+    return tiers
+
+
+@click.command("spark-log", short_help="Spark batch rows/s over a log, hot then cold.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, exists=True),
+              default=None, help="A running appliance with [cold_storage] (default: a "
+                                 "temporary one of its own).")
+@click.option("--records", type=click.IntRange(min=1), default=1_000_000, show_default=True,
+              help="Records in the log (written once; reused on a running appliance).")
+@click.option("--size", type=click.IntRange(min=1), default=100, show_default=True,
+              help="Record payload size in bytes.")
+@click.option("--segments", type=click.IntRange(min=1), default=5, show_default=True,
+              help="About how many segments the temporary appliance cuts the log into "
+                   "(a segment rolls at records/segments records, at an entry's end).")
+@click.option("--tiers", default="hot,cold", show_default=True, callback=_tiers,
+              help="What to measure, in order: hot (the bookies), cold (after moving every "
+                   "sealed segment to cold storage).")
+@click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Timed runs of each query; the best one is reported.")
+@click.option("--master", default="local[2]", show_default=True, help="Spark master.")
+@click.option("--dir", "directory", type=click.Path(file_okay=False, exists=True),
+              default=None, help="Temp files (appliance, cold files) under DIR.")
+@json_option
+@library_errors
+def spark_log(config_path, records, size, segments, tiers, repeat, master, directory,
+              as_json):
+    """Rows/s of spark.read.format("bookkeeper").option("log", NAME) over
+    the same log while it is on the bookies and after its segments moved to
+    cold storage, next to spark.read.parquet of the cold files; the load
+    average after each run.  Moving to cold storage cannot be undone: with
+    --config, measure hot before cold.
+
+    \b
+    Example:
+      bkctl bench spark-log
+      bkctl bench spark-log --records 200000 --size 1024 --json
+      bkctl bench spark-log --config configs/local.toml --tiers cold
+    """
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
+    from appliance.bench.spark_log import run_spark_log_bench
+
+    doc = run_spark_log_bench(config_path, size, records, segments, repeat, master, tiers,
+                              directory)
+    if as_json:
+        echo_json(doc)
+        return
+    click.echo(f"log {doc['log']}: {records:,} records of {size} B")
+    for tier in tiers:
+        run = doc[tier]
+        click.echo(f"  {tier}: {run['segments']} segments, {run['partitions']} partitions")
+        for name in ("bookkeeper", "parquet_direct"):
+            if name in run:
+                m = run[name]
+                click.echo(f"    {name:<15}{m['rows_per_s']:>12,.0f} rows/s  (runs {m['runs_s']} "
+                           f"s, load average {m['load_avg_1m']})")
+    if "cold_to_hot" in doc:
+        click.echo(f"  cold / hot = {doc['cold_to_hot']:.2f}")

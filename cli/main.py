@@ -52,6 +52,7 @@ BENCH_COMMANDS = (
     bench_appliance.write,
     bench_appliance.read,
     bench_spark.spark,
+    bench_spark.spark_log,
     bench_repair.autorecovery,
     bench_hosts.hosts,
     bench_log.log,

@@ -4,8 +4,9 @@
 (its endpoint and credentials) when the URI is under it, else with
 pyarrow's defaults for the URI (a reader connected without a config).
 ``segment_records`` verifies the whole file (``segment_file.read_segment``)
-before it returns a record: a damaged file is ``CorruptColdSegmentError``
-naming the segment, never served.
+before it returns a record, and ``open_checked_segment`` (Spark) the whole
+file's checksum and footer before a record is decoded: a damaged file is
+``CorruptColdSegmentError`` naming the segment, never served.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from itertools import repeat
 
 import pyarrow.fs as pafs
 
-from appliance.cold.segment_file import read_segment
+from appliance.cold.segment_file import open_segment, read_segment
 from appliance.cold.store import ColdStore
 from appliance.protocol.logs import DLSN, Segment
 
@@ -40,6 +41,14 @@ def load_segment(cold_config, log_name: str, seg: Segment):
     """The verified Arrow table of a cold segment."""
     fs, path = open_file(cold_config, seg.cold.uri)
     return read_segment(fs, path, log_name, seg, seg.cold.crc32c, seg.cold.file_crc32c,
+                        seg.cold.uri)
+
+
+def open_checked_segment(cold_config, log_name: str, seg: Segment):
+    """A cold segment's ``pyarrow.parquet.ParquetFile``, its whole file
+    checked (``segment_file.open_segment``) before a record is decoded."""
+    fs, path = open_file(cold_config, seg.cold.uri)
+    return open_segment(fs, path, log_name, seg, seg.cold.crc32c, seg.cold.file_crc32c,
                         seg.cold.uri)
 
 

@@ -5,9 +5,12 @@ entries, unpacked into records (control entries skipped), as Arrow batches of
 Each entry is read verified by ``BulkReader`` exactly as for ledgers; the
 records inside are cut out by ``appliance.protocol.log_entry``, so every
 record of the planned entries comes out once, in DLSN order within the
-partition.  A cold segment (``appliance.cold``) is one partition of its own,
-read from its verified Parquet file with the same DLSNs, txids and payloads
-(a stream's batch: only its records inside the batch's bounds).
+partition.  A cold segment (``appliance.cold``) is read from its Parquet
+file with the same DLSNs, txids and payloads (a stream's batch: only its
+records inside the batch's bounds): the whole file's checksum and footer are
+checked before a record is decoded, then its row groups (those of the
+partition's piece: a large segment is split by row groups) are decoded
+straight into Arrow batches of the source's schema, without per-row work.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from appliance.cold.reading import load_segment
+from appliance.cold.reading import open_checked_segment
 from appliance.protocol import limits
 from appliance.protocol.keys import master_key
 from appliance.protocol.log_entry import unpack_entry
@@ -70,19 +73,47 @@ def _slots(bounds, seq: int, entry_id: int, count: int) -> tuple[int, int]:
 
 
 def read_cold_partition(partition):
-    """A cold segment's records, from its verified Parquet file (a damaged
-    file fails the task naming the segment, never yields rows); a stream's
-    partition carries its batch's ``bounds``: only records inside them."""
-    table = load_segment(partition.cold_config, partition.log_name, partition.segment)
+    """A cold segment's records (the partition's share of its row groups),
+    decoded batch by batch from its file once the whole file is checked (a
+    damaged file fails the task naming the segment before any row); a
+    stream's partition carries its batch's ``bounds``: only records inside
+    them."""
+    seg = partition.segment
+    pf = open_checked_segment(partition.cold_config, partition.log_name, seg)
     bounds = getattr(partition, "bounds", None)
-    if bounds is not None:
-        table = table.filter(pa.array(_cold_mask(bounds, partition.segment.seq, table)))
-    table = table.select(LOG_ARROW_SCHEMA.names).cast(LOG_ARROW_SCHEMA)
-    yield from table.to_batches(max_chunksize=limits.SPARK_BATCH_ROWS_MAX)
+    columns = LOG_ARROW_SCHEMA.names + (["entry_id", "slot"] if bounds is not None else [])
+    groups = piece_row_groups(pf.metadata.num_row_groups, *partition.piece)
+    if not groups:
+        return
+    # use_threads off: Spark runs a task per core already
+    for batch in pf.iter_batches(batch_size=batch_rows(pf.metadata), row_groups=groups,
+                                 columns=columns, use_threads=False):
+        if bounds is not None:
+            batch = batch.filter(pa.array(_cold_mask(bounds, seg.seq, batch)))
+            if batch.num_rows == 0:
+                continue
+        yield pa.RecordBatch.from_arrays([batch.column(n) for n in LOG_ARROW_SCHEMA.names],
+                                        schema=LOG_ARROW_SCHEMA)
+
+
+def piece_row_groups(row_groups: int, index: int, pieces: int) -> list[int]:
+    """The row groups of piece ``index`` of ``pieces``: contiguous, each
+    group in exactly one piece (a piece may be empty)."""
+    return list(range(row_groups * index // pieces, row_groups * (index + 1) // pieces))
+
+
+def batch_rows(metadata) -> int:
+    """Rows per record batch: ``SPARK_BATCH_ROWS_MAX``, fewer for wide rows
+    (about ``SPARK_BATCH_BYTES_MAX`` a batch, from the file's row group sizes)."""
+    rows = max(1, metadata.num_rows)
+    size = sum(metadata.row_group(i).total_byte_size for i in range(metadata.num_row_groups))
+    return max(1, min(limits.SPARK_BATCH_ROWS_MAX, limits.SPARK_BATCH_BYTES_MAX * rows
+                      // max(1, size)))
 
 
 def _cold_mask(bounds, seq: int, table) -> np.ndarray:
-    """Which records of cold segment ``seq`` lie in ``bounds`` ``[start, end)``."""
+    """Which records of cold segment ``seq`` (a table or record batch with
+    its ``entry_id`` and ``slot`` columns) lie in ``bounds`` ``[start, end)``."""
     entries = table.column("entry_id").to_numpy()
     slots = table.column("slot").to_numpy()
     (s_seq, s_entry, s_slot), (e_seq, e_entry, e_slot) = bounds

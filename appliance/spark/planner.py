@@ -29,6 +29,7 @@ from pyspark.sql.datasource import InputPartition
 
 import appliance
 from appliance.client.bulk_read import BulkReadConfig, BulkReader
+from appliance.cold.segment_file import ROW_GROUP_ROWS
 from appliance.config import load_config
 from appliance.curve import bookie_routes
 from appliance.errors import BKError, NoSuchLedgerError, NoSuchLogError, UnauthorizedError
@@ -93,17 +94,35 @@ class BookKeeperPartition(InputPartition):
 
 
 class ColdSegmentPartition(InputPartition):
-    """One Spark task: a cold segment's Parquet file, read and verified whole
-    (``appliance.cold.reading``) by the executor."""
+    """One Spark task: piece ``piece[0]`` of ``piece[1]`` of a cold segment's
+    Parquet file (its row groups, cut in contiguous runs), the whole file
+    checked (``appliance.cold.reading``) by the executor first."""
 
-    def __init__(self, index: int, log_name: str, segment, cold_config):
+    def __init__(self, index: int, log_name: str, segment, cold_config,
+                 piece: tuple[int, int] = (0, 1)):
         super().__init__(index)
         self.log_name = log_name
         self.segment = segment
         self.cold_config = cold_config  # the store's uri and credentials file path
+        self.piece = piece
 
     def __repr__(self) -> str:
-        return f"ColdSegmentPartition({self.value}: {self.log_name} segment {self.segment.seq})"
+        part = f" piece {self.piece[0] + 1}/{self.piece[1]}" if self.piece[1] > 1 else ""
+        return (f"ColdSegmentPartition({self.value}: {self.log_name} segment "
+                f"{self.segment.seq}{part})")
+
+
+def cold_partitions(log_name: str, segments, cold_config, first_index: int = 0) -> list:
+    """A partition per row group of each cold segment's file as the mover
+    writes it (``segment_file.ROW_GROUP_ROWS`` records a group), so a large
+    segment is read in parallel; each piece checks the whole file."""
+    out = []
+    for seg in segments:
+        pieces = max(1, -(-seg.records // ROW_GROUP_ROWS))
+        base = first_index + len(out)
+        out += [ColdSegmentPartition(base + k, log_name, seg, cold_config, (k, pieces))
+                for k in range(pieces)]
+    return out
 
 
 def plan_partitions(options: ScanOptions, bounds: Bounds) -> list:
@@ -135,8 +154,7 @@ def plan_partitions(options: ScanOptions, bounds: Bounds) -> list:
                                 for r in p} if segments is not None else None,
                                key_file, server_keys)
            for i, p in enumerate(pieces)]
-    return [ColdSegmentPartition(len(hot) + i, options.log, seg, client.cold_config)
-            for i, seg in enumerate(cold)] + hot
+    return cold_partitions(options.log, cold, client.cold_config, len(hot)) + hot
 
 
 def bulk_read_config(options: ScanOptions, config) -> BulkReadConfig:
