@@ -14,9 +14,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -31,8 +28,8 @@ from tests.support.launch import (
     wait_registered,
     write_config,
 )
+from tests.support.small_fs import MiB, SmallFsError, ext4_fs
 
-MiB = 1 << 20
 ENTRY_BYTES = 64 * 1024  # as in the report of the crash loop
 ENTRIES = 50  # per ledger: 3.2 MB (the report's 6.4 MB ledgers, halved with the disks: CI time)
 PASSWORD = b"full"
@@ -40,70 +37,18 @@ LEDGERS_MAX = 200  # far more than any of these file systems holds
 VICTIM = "bookie-1"
 
 
-def _run(cmd: list[str]) -> str:
-    try:
-        return subprocess.run(cmd, check=True, capture_output=True, text=True,
-                              timeout=120).stdout
-    except (OSError, subprocess.SubprocessError) as exc:
-        detail = getattr(exc, "stderr", "") or exc
-        pytest.fail(f"cannot make the test's small file system: {' '.join(cmd)}: {detail}")
-
-
-MEMORY_DIR = Path("/dev/shm")
-
-
-@contextlib.contextmanager
-def image_file(root: Path, size_mb: int):
-    """The image's file: in memory (a tmpfs, all its room taken up front) when
-    there is room, so the loop device's writes and flushes cost no disk
-    time; else a sparse file under
-    ``root``.  Either way the bookie's writes, fsyncs and ENOSPC are the
-    ext4 file system's above it.  Removed afterwards."""
-    if MEMORY_DIR.is_dir() and os.access(MEMORY_DIR, os.W_OK):
-        folder = Path(tempfile.mkdtemp(prefix="bk-full-disk-", dir=MEMORY_DIR))
-        try:
-            image = folder / "small.img"
-            fd = os.open(image, os.O_CREAT | os.O_WRONLY, 0o600)
-            try:
-                os.posix_fallocate(fd, 0, size_mb * MiB)
-                allocated = True
-            except OSError:  # no room in memory: the file under root below
-                allocated = False
-            finally:
-                os.close(fd)
-            if allocated:
-                yield image
-                return
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
-    image = root / "small.img"
-    _run(["truncate", "-s", f"{size_mb}M", str(image)])
-    yield image
-
-
 @contextlib.contextmanager
 def small_fs(root: Path, size_mb: int):
-    """A ``size_mb`` ext4 file system (no blocks reserved for root: a root
-    process meets ENOSPC where ``df`` says 100%), mounted under ``root``;
-    unmounted and its loop device detached afterwards, also on failure."""
+    """A ``size_mb`` ext4 file system mounted under ``root`` (in memory when
+    there is room: ``tests.support.small_fs``), removed afterwards."""
     if os.geteuid() != 0:
         pytest.fail("these tests make a small ext4 file system (mkfs.ext4, losetup, mount "
                     "-o loop) and must run as root")
-    mount = root / "small"
-    mount.mkdir()
-    with image_file(root, size_mb) as image:
-        device = _run(["losetup", "--find", "--show", str(image)]).strip()
-        try:
-            # nodiscard: mkfs leaves the image's room allocated (a discard
-            # would punch holes in the tmpfs file the writes then need back)
-            _run(["mkfs.ext4", "-q", "-m", "0", "-E", "nodiscard", device])
-            _run(["mount", device, str(mount)])
-            try:
-                yield mount
-            finally:
-                _run(["umount", str(mount)])
-        finally:
-            subprocess.run(["losetup", "-d", device], check=False, capture_output=True)
+    try:
+        with ext4_fs(root, size_mb) as mount:
+            yield mount
+    except SmallFsError as exc:
+        pytest.fail(f"cannot make the test's small file system: {exc}")
 
 
 def put_on(cluster, fs: Path, keys: tuple[str, ...]) -> None:
