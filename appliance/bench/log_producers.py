@@ -64,6 +64,7 @@ from appliance.bench.launcher import (
     temporary_appliance,
     wait_for,
 )
+from appliance.bench.logs import timed_writes
 from appliance.config import load_config
 from appliance.meta.logservice import LogServiceRegistry
 
@@ -159,16 +160,8 @@ def _log_names(name: str, logs: int, producers: int, index: int) -> list[str]:
 
 
 def _exclusive_writer(bk, name: str, records: int, size: int) -> int:
-    payload = os.urandom(size)
-    with bk.log(name).writer() as w:
-        start = time.perf_counter()
-        write = w.write_async
-        for _ in range(records - 1):
-            write(payload)
-        last = write(payload)
-        w.flush()
-        last.result()
-        return round(records / (time.perf_counter() - start))
+    write_s, _ = timed_writes(bk, name, records, os.urandom(size))
+    return round(records / write_s)
 
 
 def _run_mode(config: str, name: str, producers: int, records: int, size: int, mode: str,

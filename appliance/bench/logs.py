@@ -76,8 +76,10 @@ def run_log_bench(sizes: list[int], records: int, rate: int, tail_s: float,
     return out
 
 
-def _write_and_read(bk, name: str, records: int, size: int) -> dict:
-    payload = os.urandom(size)
+def timed_writes(bk, name: str, records: int, payload: bytes) -> tuple[float, dict]:
+    """``records`` copies of ``payload`` written to log ``name`` by one
+    writer (write_async, one flush at the end): the seconds until the last
+    is acknowledged, and the writer's stats."""
     with bk.log(name).writer() as w:
         start = time.perf_counter()
         write = w.write_async
@@ -86,8 +88,12 @@ def _write_and_read(bk, name: str, records: int, size: int) -> dict:
         last = write(payload)
         w.flush()
         last.result()
-        write_s = time.perf_counter() - start
-        stats = dict(w.stats)
+        return time.perf_counter() - start, dict(w.stats)
+
+
+def _write_and_read(bk, name: str, records: int, size: int) -> dict:
+    payload = os.urandom(size)
+    write_s, stats = timed_writes(bk, name, records, payload)
     with bk.log(name).reader(start=DLSN.FIRST) as r:
         start = time.perf_counter()
         got = 0

@@ -34,7 +34,12 @@ from appliance.errors import (
     NodeExistsError,
     NoNodeError,
 )
-from appliance.meta.records import decode_record, encode_record
+from appliance.meta.records import (
+    decode_json_record,
+    decode_record,
+    encode_json_record,
+    encode_record,
+)
 from appliance.meta.update_loop import MetadataUpdateLoop
 from appliance.protocol import limits
 from appliance.protocol.placement import DEFAULT_RACK, Location
@@ -58,19 +63,36 @@ def check_bookie_id(bookie_id: object) -> str:
     return bookie_id
 
 
-def _encode(doc: dict) -> bytes:
-    return encode_record(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
-
-
 def _decode(data: bytes, path: str) -> dict:
-    body = decode_record(data, path)
-    try:
-        doc = json.loads(body)
-        if not isinstance(doc, dict) or not isinstance(doc.get("endpoint"), str):
-            raise ValueError("not a bookie registration")
-        return doc
-    except ValueError as exc:
-        raise CorruptMetadataError(f"{path}: cannot decode ({exc})") from exc
+    return decode_json_record(data, path, "a bookie registration", ("endpoint",))
+
+
+def publish_ephemeral(store: MetadataStore, path: str, record: bytes,
+                      stale_wait_ms: int) -> None:
+    """Create the ephemeral node ``path`` holding ``record`` on ``store``'s
+    session (updated in place if this session holds it already); waits up to
+    ``stale_wait_ms`` for a node of an earlier (dead) session to expire,
+    else ``NodeExistsError``."""
+    deadline = time.monotonic() + stale_wait_ms / 1000
+    for _ in range(limits.METADATA_PUBLISH_TRIES_MAX):
+        try:
+            store.create(path, record, ephemeral=True, make_parents=True)
+            return
+        except NodeExistsError:
+            pass
+        try:
+            if store.ephemeral_owner(path) == store.session_id:
+                store.set(path, record, ANY_VERSION)  # ours: update in place
+                return
+            _, version = store.get(path)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            store.wait_for_change(path, version, remaining)
+        except NoNodeError:
+            continue  # the old registration expired: create ours
+    raise NodeExistsError(f"{path}: registered by another live session (waited "
+                          f"{stale_wait_ms} ms for it to expire)")
 
 
 class BookieRegistry:
@@ -104,27 +126,7 @@ class BookieRegistry:
         self._publish(path, doc)
 
     def _publish(self, path: str, doc: dict) -> None:
-        record = _encode(doc)
-        deadline = time.monotonic() + self.stale_wait_ms / 1000
-        for _ in range(limits.METADATA_PUBLISH_TRIES_MAX):
-            try:
-                self.store.create(path, record, ephemeral=True, make_parents=True)
-                return
-            except NodeExistsError:
-                pass
-            try:
-                if self.store.ephemeral_owner(path) == self.store.session_id:
-                    self.store.set(path, record, ANY_VERSION)  # ours: update in place
-                    return
-                _, version = self.store.get(path)
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self.store.wait_for_change(path, version, remaining)
-            except NoNodeError:
-                continue  # the old registration expired: create ours
-        raise NodeExistsError(f"{path}: registered by another live session (waited "
-                              f"{self.stale_wait_ms} ms for it to expire)")
+        publish_ephemeral(self.store, path, encode_json_record(doc), self.stale_wait_ms)
 
     def _reregister(self) -> None:
         """Session listener: the old session's ephemeral nodes are gone."""
@@ -156,7 +158,7 @@ class BookieRegistry:
             return NoNodeError(f"{path}: bookie {bookie_id} is not registered")
 
         self._loop.update(path, lambda doc: {**doc, "read_only": bool(read_only)},
-                          decode=lambda data: _decode(data, path), encode=_encode,
+                          decode=lambda data: _decode(data, path), encode=encode_json_record,
                           retries_max=limits.METADATA_BOOKIE_UPDATE_RETRIES_MAX,
                           missing_error=not_registered)
         with self._lock:

@@ -22,16 +22,12 @@ skipped by ``servers()`` (with a warning) and read as no owner by
 
 from __future__ import annotations
 
-import json
 import logging
-import time
 
 from appliance.errors import CorruptMetadataError, NodeExistsError, NoNodeError
-from appliance.meta.bookies import check_bookie_id
-from appliance.meta.records import decode_record, encode_record
-from appliance.protocol import limits
+from appliance.meta.bookies import check_bookie_id, publish_ephemeral
+from appliance.meta.records import decode_json_record, encode_json_record
 from appliance.protocol.logs import check_log_name
-from storage.metadata.api import ANY_VERSION
 
 log = logging.getLogger(__name__)
 
@@ -39,18 +35,8 @@ SERVERS_ROOT = "/logservice/servers"
 OWNERS_ROOT = "/logservice/owners"
 
 
-def _encode(doc: dict) -> bytes:
-    return encode_record(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
-
-
 def _decode(data: bytes, path: str) -> dict:
-    try:
-        doc = json.loads(decode_record(data, path))
-        if not isinstance(doc, dict) or not isinstance(doc.get("endpoint"), str):
-            raise ValueError("not a log service record")
-        return doc
-    except ValueError as exc:
-        raise CorruptMetadataError(f"{path}: cannot decode ({exc})") from exc
+    return decode_json_record(data, path, "a log service record", ("endpoint",))
 
 
 class LogServiceRegistry:
@@ -65,27 +51,8 @@ class LogServiceRegistry:
         """Announce a live server; waits up to ``stale_wait_ms`` for a
         registration of the same id by an earlier (dead) session to expire."""
         path = f"{SERVERS_ROOT}/{check_bookie_id(server_id)}"
-        record = _encode({"endpoint": endpoint, **info})
-        deadline = time.monotonic() + stale_wait_ms / 1000
-        for _ in range(limits.METADATA_PUBLISH_TRIES_MAX):
-            try:
-                self.store.create(path, record, ephemeral=True, make_parents=True)
-                return
-            except NodeExistsError:
-                pass
-            try:
-                if self.store.ephemeral_owner(path) == self.store.session_id:
-                    self.store.set(path, record, ANY_VERSION)
-                    return
-                _, version = self.store.get(path)
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self.store.wait_for_change(path, version, remaining)
-            except NoNodeError:
-                continue
-        raise NodeExistsError(f"{path}: registered by another live session (waited "
-                              f"{stale_wait_ms} ms for it to expire)")
+        publish_ephemeral(self.store, path, encode_json_record({"endpoint": endpoint, **info}),
+                          stale_wait_ms)
 
     def unregister(self, server_id: str) -> None:
         try:
@@ -126,7 +93,7 @@ class LogServiceRegistry:
         """Take the lease (True), or find it held by another session (False)."""
         path = f"{OWNERS_ROOT}/{check_log_name(log_name)}"
         try:
-            self.store.create(path, _encode({"server": server_id, "endpoint": endpoint}),
+            self.store.create(path, encode_json_record({"server": server_id, "endpoint": endpoint}),
                               ephemeral=True, make_parents=True)
             return True
         except NodeExistsError:

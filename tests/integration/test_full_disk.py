@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -29,45 +28,27 @@ from tests.support.launch import (
     wait_registered,
     write_config,
 )
+from tests.support.small_fs import MiB, SmallFsError, ext4_fs
 
-MiB = 1 << 20
-ENTRY_BYTES = 64 * 1024
-ENTRIES = 100  # per ledger: 6.4 MB, as in the report of the crash loop
+ENTRY_BYTES = 64 * 1024  # as in the report of the crash loop
+ENTRIES = 50  # per ledger: 3.2 MB (the report's 6.4 MB ledgers, halved with the disks: CI time)
 PASSWORD = b"full"
 LEDGERS_MAX = 200  # far more than any of these file systems holds
 VICTIM = "bookie-1"
 
 
-def _run(cmd: list[str]) -> str:
-    try:
-        return subprocess.run(cmd, check=True, capture_output=True, text=True,
-                              timeout=120).stdout
-    except (OSError, subprocess.SubprocessError) as exc:
-        detail = getattr(exc, "stderr", "") or exc
-        pytest.fail(f"cannot make the test's small file system: {' '.join(cmd)}: {detail}")
-
-
 @contextlib.contextmanager
 def small_fs(root: Path, size_mb: int):
-    """A ``size_mb`` ext4 file system (no blocks reserved for root: a root
-    process meets ENOSPC where ``df`` says 100%), mounted under ``root``;
-    unmounted and its loop device detached afterwards, also on failure."""
+    """A ``size_mb`` ext4 file system mounted under ``root`` (in memory when
+    there is room: ``tests.support.small_fs``), removed afterwards."""
     if os.geteuid() != 0:
         pytest.fail("these tests make a small ext4 file system (mkfs.ext4, losetup, mount "
                     "-o loop) and must run as root")
-    image, mount = root / "small.img", root / "small"
-    mount.mkdir()
-    _run(["truncate", "-s", f"{size_mb}M", str(image)])
-    device = _run(["losetup", "--find", "--show", str(image)]).strip()
     try:
-        _run(["mkfs.ext4", "-q", "-m", "0", device])
-        _run(["mount", device, str(mount)])
-        try:
+        with ext4_fs(root, size_mb) as mount:
             yield mount
-        finally:
-            _run(["umount", str(mount)])
-    finally:
-        subprocess.run(["losetup", "-d", device], check=False, capture_output=True)
+    except SmallFsError as exc:
+        pytest.fail(f"cannot make the test's small file system: {exc}")
 
 
 def put_on(cluster, fs: Path, keys: tuple[str, ...]) -> None:
@@ -187,18 +168,26 @@ def full_disk_cycle(cluster, expect_out_of_space: bool) -> None:
         assert cluster.procs[VICTIM].poll() is None
 
 
-# Both directories on a 192 MB file system; adds go on until a write meets
+# The bytes written fill the disk, so they set these tests' time: the file
+# systems are as small as the two 8 MiB RESERVE files (one per directory,
+# limits.STORAGE_RESERVE_BYTES) and a 50% resume mark allow, and the files
+# on them shrink with them (segments, logs and batches half their earlier
+# size; entries up to 1 MiB, batches 2 MiB).
+SMALL_FILES = {"entry_log_rotate_bytes": 12 * MiB, "add_batch_bytes_max": 2 * MiB,
+               "entry_bytes_max": 1 * MiB, "journal_segment_bytes": 8 * MiB}
+LEDGER_DISK_MB = 96
+
+# Both directories on a 96 MB file system; adds go on until a write meets
 # ENOSPC (no usage threshold before it: disk_usage_max = 1).  It resumes at
 # 50%, which only the garbage collection reaches.
 LEDGER_DISK = {"server": {"disk_usage_max": 1.0, "disk_usage_resume": 0.5,
                           "disk_check_interval_ms": 500},
-               "storage": {"entry_log_rotate_bytes": 24 * MiB, "add_batch_bytes_max": 8 * MiB,
-                           "journal_segment_bytes": 16 * MiB, "checkpoint_interval_s": 1.0}}
+               "storage": {**SMALL_FILES, "checkpoint_interval_s": 1.0}}
 
 
 def test_a_full_ledger_disk_is_read_only_then_gc_makes_it_writable(make_cluster, short_tmp):
     cluster = make_cluster(4, start=False, **LEDGER_DISK)
-    with small_fs(short_tmp, 192) as fs:
+    with small_fs(short_tmp, LEDGER_DISK_MB) as fs:
         put_on(cluster, fs, ("journal_dir", "ledger_dir"))
         try:
             full_disk_cycle(cluster, expect_out_of_space=True)
@@ -214,7 +203,7 @@ def test_a_bookie_killed_on_a_full_disk_boots_and_serves(make_cluster, short_tmp
     import appliance
 
     cluster = make_cluster(4, start=False, **LEDGER_DISK)
-    with small_fs(short_tmp, 192) as fs:
+    with small_fs(short_tmp, LEDGER_DISK_MB) as fs:
         put_on(cluster, fs, ("journal_dir", "ledger_dir"))
         try:
             cluster.start()
@@ -233,15 +222,12 @@ def test_a_bookie_killed_on_a_full_disk_boots_and_serves(make_cluster, short_tmp
 
 
 def test_a_full_journal_disk_is_read_only_then_gc_makes_it_writable(make_cluster, short_tmp):
-    """Only the journal on a 96 MB file system, no checkpoint until gc
+    """Only the journal on a 48 MB file system, no checkpoint until gc
     asks: the journal fills it; defaults otherwise (disk checks every 500 ms)."""
     cluster = make_cluster(4, start=False,
                            server={"disk_check_interval_ms": 500},
-                           storage={"journal_segment_bytes": 16 * MiB,
-                                    "add_batch_bytes_max": 8 * MiB,
-                                    "entry_log_rotate_bytes": 24 * MiB,
-                                    "checkpoint_interval_s": 3600.0})
-    with small_fs(short_tmp, 96) as fs:
+                           storage={**SMALL_FILES, "checkpoint_interval_s": 3600.0})
+    with small_fs(short_tmp, 48) as fs:
         put_on(cluster, fs, ("journal_dir",))
         try:
             full_disk_cycle(cluster, expect_out_of_space=False)
@@ -269,7 +255,7 @@ def test_the_supervisor_leaves_a_full_bookie_up(short_tmp):
 
     config = write_config(short_tmp, 4, **LEDGER_DISK)
     seen: set[int] = set()
-    with small_fs(short_tmp, 192) as fs:
+    with small_fs(short_tmp, LEDGER_DISK_MB) as fs:
         sup = _Supervised(config)
         put_on(sup, fs, ("journal_dir", "ledger_dir"))
         try:

@@ -8,20 +8,29 @@ the next, so recoveries of recoveries are exercised too.
 
 ``BK_CRASH_POINTS`` (default 200) and ``BK_CRASH_SEED`` scale/replay it
 locally; ``BK_CRASH_POINTS_NO_JOURNAL`` (default 20) for the BP-46 mode.
+
+The directories are on an ext4 file system of the test's own, in memory
+when run as root with room in /dev/shm (``tests.support.small_fs``): the
+fsyncs of the writers (about 180 a crash point) then cost no disk time,
+and O_DIRECT and fsync are ext4's as on a disk (a kill -9 loses no page
+cache either way); else under ``tmp_path``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
 import traceback
+from pathlib import Path
 
 import pytest
 
 from appliance.errors import CorruptRecordError
 from storage import LedgerStorage, compaction
 from tests.support.launch import ForkedChild, fork_child, stop_process, wait_for
+from tests.support.small_fs import SmallFsError, ext4_fs
 
 from . import crash_writer as cw
 from .conftest import small_options
@@ -32,6 +41,7 @@ NO_JOURNAL_POINTS = int(os.environ.get("BK_CRASH_POINTS_NO_JOURNAL", "20"))
 FULL_CHECK_EVERY = 25
 MUTATION_POINTS_MAX = 150  # the mutation must be caught within this many points
 ACK_WAIT_S = 60.0
+CRASH_FS_MB = 256  # a 200-point run leaves about 20 MB
 
 
 # BP-32: both entry-log managers share the points (CI time): the interleaved
@@ -61,6 +71,23 @@ def crash_options(**overrides):
                 entry_log_rotate_garbage_bytes=64 * KiB)  # the GC pass rotates
     base.update(overrides)
     return small_options(**base)
+
+
+@pytest.fixture
+def crash_dir(tmp_path) -> Path:
+    """Where a crash test's directories go (see the module docstring)."""
+    with contextlib.ExitStack() as stack:
+        yield _memory_fs(stack, tmp_path)
+
+
+def _memory_fs(stack: contextlib.ExitStack, tmp_path: Path) -> Path:
+    if os.geteuid() != 0:
+        return tmp_path
+    try:
+        return stack.enter_context(ext4_fs(tmp_path, CRASH_FS_MB, mount_name="fs"))
+    except SmallFsError as exc:  # no loop device, no mkfs.ext4: the same test, slower
+        print(f"crash test directories under {tmp_path}: {exc}")
+        return tmp_path
 
 
 class AckBook:
@@ -227,8 +254,8 @@ def _seed() -> int:
 
 @pytest.mark.parametrize("mode", sorted(MODES))
 @pytest.mark.timeout(max(300, 2 * CRASH_POINTS))  # scaled up runs (BK_CRASH_POINTS) get time
-def test_kill_9_loses_no_acknowledged_entry(tmp_path, mode):
-    dirs = (tmp_path / "journal", tmp_path / "ledgers")
+def test_kill_9_loses_no_acknowledged_entry(tmp_path, crash_dir, mode):
+    dirs = (crash_dir / "journal", crash_dir / "ledgers")
     options = crash_options(**MODES[mode])
     LedgerStorage.format("bookie-1", *dirs, options)
     book = _run_crash_points(dirs, _points(CRASH_POINTS, mode), cw.run_writer, options,
@@ -245,12 +272,12 @@ def test_kill_9_loses_no_acknowledged_entry(tmp_path, mode):
 
 
 def test_the_crash_test_catches_removing_a_log_before_the_switch_is_durable(
-        tmp_path, monkeypatch):
+        tmp_path, crash_dir, monkeypatch):
     """The mutation: compaction removes the old log before the checkpoint that
     makes the switched index durable.  A kill in that window must show up as
     lost acknowledged entries (the snapshot points into a missing log)."""
     monkeypatch.setattr(compaction, "REMOVE_BEFORE_CHECKPOINT", True)  # inherited by fork
-    dirs = (tmp_path / "journal", tmp_path / "ledgers")
+    dirs = (crash_dir / "journal", crash_dir / "ledgers")
     options = crash_options()
     LedgerStorage.format("bookie-1", *dirs, options)
     # the check finds the loss, or the next writer's compaction trips over the
@@ -263,8 +290,8 @@ def test_the_crash_test_catches_removing_a_log_before_the_switch_is_durable(
 
 @pytest.mark.parametrize("mode", sorted(MODES))
 @pytest.mark.timeout(max(300, 2 * NO_JOURNAL_POINTS))
-def test_kill_9_without_journaled_data_keeps_flushed_entries(tmp_path, mode):
-    dirs = (tmp_path / "journal", tmp_path / "ledgers")
+def test_kill_9_without_journaled_data_keeps_flushed_entries(tmp_path, crash_dir, mode):
+    dirs = (crash_dir / "journal", crash_dir / "ledgers")
     options = crash_options(journal_write_data=False, **MODES[mode])
     LedgerStorage.format("bookie-1", *dirs, options)
     _run_crash_points(dirs, _points(NO_JOURNAL_POINTS, mode), cw.run_no_journal_writer,
