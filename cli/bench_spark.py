@@ -1,6 +1,7 @@
 """``bkctl bench spark``: Spark ingest from the appliance (the ``bookkeeper``
 source) next to ``spark.read.parquet`` of the same rows, in the same run;
-``bkctl bench spark-log``: a log's records hot and then cold."""
+``bkctl bench spark-log``: a log's records hot and then cold;
+``bkctl bench spark-stream``: Structured Streaming over logs."""
 
 from __future__ import annotations
 
@@ -134,3 +135,83 @@ def spark_log(config_path, records, size, segments, tiers, repeat, master, direc
                            f"s, load average {m['load_avg_1m']})")
     if "cold_to_hot" in doc:
         click.echo(f"  cold / hot = {doc['cold_to_hot']:.2f}")
+
+
+def _parts(ctx, param, value: str) -> tuple[str, ...]:
+    parts = tuple(p.strip() for p in value.split(",") if p.strip())
+    if not parts or set(parts) - {"backlog", "latency", "sink"}:
+        raise click.BadParameter("a comma-separated list of backlog, latency, sink")
+    return parts
+
+
+@click.command("spark-stream", short_help="Spark streaming: backlog rows/s, latency, sink.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, exists=True),
+              default=None, help="A running appliance with its log service (default: a "
+                                 "temporary one of its own).")
+@click.option("--records", type=click.IntRange(min=1), default=1_000_000, show_default=True,
+              help="Records in the backlog log (written once; reused on a running appliance).")
+@click.option("--size", type=click.IntRange(min=8), default=100, show_default=True,
+              help="Record payload size in bytes.")
+@click.option("--rate", type=click.IntRange(min=1), default=1_000, show_default=True,
+              help="Records/s the latency part's writer appends.")
+@click.option("--duration-s", type=click.FloatRange(min=0.1), default=20.0, show_default=True,
+              help="Seconds the latency part's writer runs.")
+@click.option("--parts", default="backlog,latency,sink", show_default=True, callback=_parts,
+              help="What to measure: backlog (streaming against batch read into noop), "
+                   "latency (write to foreachBatch, 100 ms trigger), sink (batch and "
+                   "streaming writes into a log).")
+@click.option("--master", default="local[2]", show_default=True, help="Spark master.")
+@click.option("--dir", "directory", type=click.Path(file_okay=False, exists=True),
+              default=None, help="Temp files (appliance, checkpoints) under DIR; keep its "
+                                 "path short: the log server's Unix socket lives under it.")
+@json_option
+@library_errors
+def spark_stream(config_path, records, size, rate, duration_s, parts, master, directory,
+                 as_json):
+    """Structured Streaming over logs, in one run: a backlog of --records
+    records read by a streaming query (availableNow) and by the batch source
+    into the noop sink (rows/s, and their ratio); the latency from a write
+    to the row in a foreachBatch function (100 ms trigger) at --rate
+    records/s for --duration-s seconds (p50, p99, after a warm-up of
+    min(5, duration / 4) s); rows/s of the batch sink and of a log-to-log
+    stream (availableNow) into new logs, whose records are then counted.
+    The 1-minute load average follows each part.
+
+    \b
+    Example:
+      bkctl bench spark-stream
+      bkctl bench spark-stream --records 200000 --parts backlog,sink --json
+      bkctl bench spark-stream --config configs/local.toml --parts latency --rate 5000
+    """
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
+    from appliance.bench.spark_stream import run_spark_stream_bench
+
+    doc = run_spark_stream_bench(config_path, records, size, rate, duration_s, master, parts,
+                                 directory)
+    if as_json:
+        echo_json(doc)
+        return
+    if "backlog" in doc:
+        b = doc["backlog"]
+        click.echo(f"backlog: log {doc['log']}, {records:,} records of {size} B, into noop")
+        click.echo(f"  batch source    {b['batch']['rows_per_s']:>12,.0f} rows/s "
+                   f"({b['batch']['s']} s)")
+        click.echo(f"  streaming query {b['stream']['rows_per_s']:>12,.0f} rows/s "
+                   f"({b['stream']['s']} s from start(), {b['stream']['batches']} batches, "
+                   f"addBatch {b['stream']['add_batch_s']:.2f} s)")
+        click.echo(f"  stream / batch = {b['stream_to_batch']:.2f}  "
+                   f"(load average {b['load_avg_1m']})")
+    if "latency" in doc:
+        m = doc["latency"]
+        click.echo(f"latency: {m['rate']:,} records/s for {m['duration_s']:g} s, trigger "
+                   f"{m['trigger']}, foreachBatch; first {m['warmup_s']:g} s skipped "
+                   f"({m['rows_measured']:,} rows)")
+        click.echo(f"  p50 {m['p50_ms']:,.1f} ms  p99 {m['p99_ms']:,.1f} ms  max "
+                   f"{m['max_ms']:,.1f} ms  (load average {m['load_avg_1m']})")
+    if "sink" in doc:
+        s = doc["sink"]
+        click.echo(f"sink: {records:,} records into a log")
+        for kind in ("batch", "stream"):
+            click.echo(f"  {kind:<6} {s[kind]['rows_per_s']:>12,.0f} rows/s ({s[kind]['s']} s, "
+                       f"log {s[kind]['log']} holds {s[kind]['records_in_log']:,})")
+        click.echo(f"  (load average {s['load_avg_1m']})")

@@ -53,6 +53,7 @@ BENCH_COMMANDS = (
     bench_appliance.read,
     bench_spark.spark,
     bench_spark.spark_log,
+    bench_spark.spark_stream,
     bench_repair.autorecovery,
     bench_hosts.hosts,
     bench_log.log,

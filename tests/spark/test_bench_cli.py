@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 
 import psutil
 import pytest
@@ -77,3 +79,49 @@ def test_bench_spark_log_reads_the_same_log_hot_then_cold(spark, tmp_path):
 def test_bench_spark_log_refuses_unknown_tiers():
     result = CliRunner().invoke(cli, ["bench", "spark-log", "--tiers", "warm"])
     assert result.exit_code != 0 and "hot, cold or hot,cold" in result.output
+
+
+@pytest.fixture
+def short_dir():
+    """A folder with a short path: the log server's ipc:// socket lives
+    under it (a Unix socket path has at most 107 bytes)."""
+    path = tempfile.mkdtemp(prefix="bkt")
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def test_bench_spark_stream_reports_every_figure(spark, short_dir):
+    result = CliRunner().invoke(cli, ["bench", "spark-stream", "--records", "3000", "--size",
+                                      "100", "--rate", "200", "--duration-s", "3", "--dir",
+                                      short_dir, "--json"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    doc = json.loads(result.output.strip().splitlines()[-1])
+    backlog, latency, sink = doc["backlog"], doc["latency"], doc["sink"]
+    figures = [backlog["batch"]["rows_per_s"], backlog["stream"]["rows_per_s"],
+               backlog["stream_to_batch"], latency["p50_ms"], latency["p99_ms"],
+               sink["batch"]["rows_per_s"], sink["stream"]["rows_per_s"]]
+    assert all(isinstance(f, float) and f > 0 for f in figures), figures
+    assert latency["p50_ms"] <= latency["p99_ms"] <= latency["max_ms"]
+    assert (latency["records"], latency["warmup_s"]) == (600, 0.75)
+    assert 0 < latency["rows_measured"] <= 600
+    assert backlog["stream_to_batch"] == backlog["stream"]["rows_per_s"] / \
+        backlog["batch"]["rows_per_s"]
+    # each target log holds every backlog record once (counted by a log reader)
+    assert sink["batch"]["records_in_log"] == sink["stream"]["records_in_log"] == 3000
+    assert sink["batch"]["log"] != sink["stream"]["log"]
+    for part in (backlog, latency, sink):
+        assert part["load_avg_1m"] >= 0
+    assert os.listdir(short_dir) == []  # appliance, checkpoints: all removed
+
+
+def test_bench_spark_stream_help_and_bad_parts():
+    result = CliRunner().invoke(cli, ["bench", "spark-stream", "--help"])
+    assert result.exit_code == 0
+    for option in ("--records", "--size", "--rate", "--duration-s", "--master", "--dir",
+                   "--config", "--parts", "--json"):
+        assert option in result.output
+    assert "foreachBatch" in result.output and "availableNow" in result.output
+    result = CliRunner().invoke(cli, ["bench", "spark-stream", "--parts", "backlog,warm"])
+    assert result.exit_code != 0 and "backlog, latency, sink" in result.output
