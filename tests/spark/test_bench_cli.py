@@ -1,7 +1,8 @@
 """``bkctl bench spark``, ``spark-log`` and ``spark-stream`` on tiny runs
 (their own temporary appliance): the JSON document has every figure, for
 every source, part and ceiling (``spark-stream``: its sink's target logs
-hold exactly the backlog's records), and the run cleans up.  Speed itself is measured by the bench, never asserted."""
+hold exactly the backlog's records), and the run cleans up.  Speed itself
+is measured by the bench, never asserted."""
 
 from __future__ import annotations
 
