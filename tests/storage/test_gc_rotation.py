@@ -83,9 +83,9 @@ def test_a_log_shared_with_a_live_ledger_is_compacted_at_once(opener, log_mode, 
     assert len(list_logs(str(dirs[1]))) <= 4
 
 
+# interleaved only: per-ledger mode has no shared active log (checkpoints rotate its logs)
+@pytest.mark.parametrize("log_mode", ["interleaved"], indirect=True)
 def test_the_active_log_is_kept_below_the_limits_or_when_off(opener, log_mode):
-    if log_mode != "interleaved":
-        pytest.skip("per-ledger mode has no shared active log (checkpoints rotate its logs)")
     st = opener(entry_log_rotate_bytes=64 * 1024 * KiB, entry_log_rotate_garbage_bytes=4096 * KiB)
     _fill(st, A, 0, 500)
     _fill(st, B, 0, 250)
@@ -102,9 +102,9 @@ def test_the_active_log_is_kept_below_the_limits_or_when_off(opener, log_mode):
     assert done["rotated_garbage_bytes"] >= 750 * 1000 and done["bytes_freed"] >= 750 * 1000
 
 
+# interleaved only: per-ledger logs hold one ledger each: nothing to compact
+@pytest.mark.parametrize("log_mode", ["interleaved"], indirect=True)
 def test_a_suspended_compactor_runs_the_pass_s_compaction_only_after_resume(opener, log_mode):
-    if log_mode != "interleaved":
-        pytest.skip("per-ledger logs hold one ledger each: nothing to compact")
     st = opener(**BIG_LOGS, **NO_TIMED_RUNS)
     _fill(st, A, 0, 900)
     b_data = _fill(st, B, 0, 100)
@@ -119,9 +119,9 @@ def test_a_suspended_compactor_runs_the_pass_s_compaction_only_after_resume(open
     assert st.read_entries(B, 0, 99) == b_data
 
 
+# interleaved only: per-ledger logs hold one ledger each: nothing to compact
+@pytest.mark.parametrize("log_mode", ["interleaved"], indirect=True)
 def test_no_compaction_starts_by_itself_when_minor_runs_are_off(opener, log_mode):
-    if log_mode != "interleaved":
-        pytest.skip("per-ledger logs hold one ledger each: nothing to compact")
     st = opener(**BIG_LOGS, compaction_minor_interval_s=0, compaction_major_interval_s=0)
     _fill(st, A, 0, 900)
     _fill(st, B, 0, 100)
