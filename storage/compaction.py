@@ -161,6 +161,23 @@ class Compactor:
             self.status["logs_removed_total"] += result["logs_removed"]
             return result
 
+    def planned(self, threshold: float) -> tuple[list[tuple[int, int, int]], int]:
+        """The logs a compaction at ``threshold`` would rewrite now
+        (``plan``), and how many entry logs it looked at."""
+        st = self.st
+        with st._lock:
+            st._check_usable()
+            live = st._index.live_bytes_by_log(RECORD_HEADER_BYTES)
+            mark_log = st._persisted[1]
+            garbage = set(st._garbage)
+        sizes = {}
+        for log_id in list_logs(st.ledger_dir):
+            try:
+                sizes[log_id] = os.stat(log_path(st.ledger_dir, log_id)).st_size
+            except FileNotFoundError:
+                continue
+        return plan(sizes, live, mark_log, garbage, threshold), len(sizes)
+
     def _run(self, major: bool, rotate_active: bool, collect: bool) -> dict:
         st = self.st
         opts = st.options
@@ -174,21 +191,10 @@ class Compactor:
                 st._logs.rotate()
         st.checkpoint()  # the persisted mark passes every log sealed so far
         removed, reclaimed = self.remove_garbage()
-        with st._lock:
-            st._check_usable()
-            live = st._index.live_bytes_by_log(RECORD_HEADER_BYTES)
-            mark_log = st._persisted[1]
-            garbage = set(st._garbage)
-        sizes = {}
-        for log_id in list_logs(st.ledger_dir):
-            try:
-                sizes[log_id] = os.stat(log_path(st.ledger_dir, log_id)).st_size
-            except FileNotFoundError:
-                continue
-        chosen = plan(sizes, live, mark_log, garbage, threshold)
+        chosen, examined = self.planned(threshold)
         result = {"kind": "major" if major else "minor", "threshold": threshold,
                   "ledgers_forgotten": forgotten, "gc_error": gc_error,
-                  "logs_examined": len(sizes), "logs_compacted": 0, "entries_copied": 0,
+                  "logs_examined": examined, "logs_compacted": 0, "entries_copied": 0,
                   "bytes_copied": 0, "logs_failed": 0, "stopped": None, "throttled_s": 0.0}
         self.status["progress"] = {"logs_total": len(chosen), "logs_done": 0,
                                    "bytes_to_copy": sum(c[1] for c in chosen),

@@ -30,7 +30,6 @@ import time
 
 from . import gc as entry_log_gc
 from .codec import RECORD_HEADER_BYTES
-from .compaction import plan
 from .entry_log import EntryLogger, list_logs, log_path
 
 
@@ -108,20 +107,7 @@ class SpaceOps:
 
     def _has_sparse_sealed_log(self) -> bool:
         """Whether a minor compaction would rewrite a log now (``compaction.plan``)."""
-        with self._lock:
-            self._check_usable()
-            live = self._index.live_bytes_by_log(RECORD_HEADER_BYTES)
-            mark_log = self._persisted[1]
-            garbage = set(self._garbage)
-        sizes = {}
-        for log_id in list_logs(self.ledger_dir):
-            if log_id < mark_log and log_id not in garbage:
-                try:
-                    sizes[log_id] = os.stat(log_path(self.ledger_dir, log_id)).st_size
-                except FileNotFoundError:
-                    continue
-        return bool(plan(sizes, live, mark_log, garbage,
-                         self.options.compaction_minor_threshold))
+        return bool(self._compactor.planned(self.options.compaction_minor_threshold)[0])
 
     def compact(self, major: bool = False, rotate_active: bool = True,
                 collect: bool = False) -> dict:
