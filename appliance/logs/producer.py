@@ -68,6 +68,7 @@ from appliance.protocol.log_service import (
     runs_dlsns,
 )
 from appliance.protocol.logs import DLSN, dlsn_of
+from ipc.wake import WakePipe
 
 log = logging.getLogger("appliance.logs")
 
@@ -142,9 +143,7 @@ class Producer:
         self._deferred: collections.deque[dict] = collections.deque()  # replies for the I/O thread
         self.stats = {"requests": 0, "redirects": 0, "retries": 0, "timeouts": 0}
         self._ctx = zmq.Context()
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
+        self._wakeup = WakePipe()
         self._thread = threading.Thread(target=self._run, name=f"producer-{name}", daemon=True)
         self._thread.start()
 
@@ -236,8 +235,7 @@ class Producer:
                 self._closed = True
             self._wake()
             self._thread.join(timeout=limits.LOG_PRODUCER_DEADLINE_MS / 1000)
-            os.close(self._wake_r)
-            os.close(self._wake_w)
+            self._wakeup.close()
             self._ctx.term()
 
     def __enter__(self):
@@ -247,10 +245,7 @@ class Producer:
         self.close()
 
     def _wake(self) -> None:
-        try:
-            os.write(self._wake_w, b"x")
-        except (BlockingIOError, OSError):
-            pass
+        self._wakeup.wake()
 
     # -- the socket: whichever thread holds _io_lock --------------------------------------
     def _try_send(self) -> None:
@@ -357,12 +352,8 @@ class Producer:
         if not connected:
             time.sleep(self._next_backoff())
             return
-        if wait_readable(self._wake_r, POLL_MS, fd):
-            try:
-                while os.read(self._wake_r, 4096):
-                    pass
-            except BlockingIOError:
-                pass
+        if wait_readable(self._wakeup.fd, POLL_MS, fd):
+            self._wakeup.drain()
 
     def _connect(self) -> bool:
         endpoint = self._endpoint or self._find_owner()

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import bisect
 import logging
-import os
 import threading
 import time
 
@@ -56,6 +55,7 @@ from appliance.protocol import limits
 from appliance.protocol.invariant import invariant
 from appliance.protocol.log_service import BAD, NOT_OWNER, decode_header, encode_header
 from appliance.protocol.logs import DLSN
+from ipc.wake import WakePipe
 
 log = logging.getLogger("appliance.logservice")
 
@@ -179,9 +179,7 @@ class ReadService:
         self._superseded: set = set()  # writers whose log another writer took
         self._waiters: list[tuple[bytes, dict, str, DLSN, int, float]] = []
         self._stop = threading.Event()
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
+        self._wakeup = WakePipe()
         self._ctx = zmq.Context()
         self._sock = self._ctx.socket(zmq.ROUTER)
         self._sock.linger = 0
@@ -208,10 +206,7 @@ class ReadService:
             self._thread.join(timeout=10)
 
     def _wake(self) -> None:
-        try:
-            os.write(self._wake_w, b"x")
-        except (BlockingIOError, OSError):
-            pass
+        self._wakeup.wake()
 
     def gauges(self) -> dict:
         caches = [c for _w, c in list(self._caches.values())]
@@ -222,7 +217,7 @@ class ReadService:
     def _run(self) -> None:
         poller = zmq.Poller()
         poller.register(self._sock, zmq.POLLIN)
-        poller.register(self._wake_r, zmq.POLLIN)
+        poller.register(self._wakeup.fd, zmq.POLLIN)
         next_check = 0.0
         try:
             while not self._stop.is_set():
@@ -231,8 +226,8 @@ class ReadService:
                     timeout = min(timeout, max(0.0, min(w[5] for w in self._waiters)
                                                - time.monotonic()))
                 events = dict(poller.poll(int(timeout * 1000) + 1))
-                if self._wake_r in events:
-                    self._drain_wake()
+                if self._wakeup.fd in events:
+                    self._wakeup.drain()
                 if self._sock in events:
                     self._serve_some()
                 self._answer_waiters()
@@ -246,15 +241,8 @@ class ReadService:
                 writer.listen(None)
             self._sock.close(linger=0)
             self._ctx.term()
-            os.close(self._wake_r)
-            os.close(self._wake_w)
+            self._wakeup.close()
 
-    def _drain_wake(self) -> None:
-        try:
-            while os.read(self._wake_r, 4096):
-                pass
-        except BlockingIOError:
-            pass
 
     def _serve_some(self) -> None:
         for _ in range(limits.LOG_PRODUCER_BATCH_RECORDS_MAX):

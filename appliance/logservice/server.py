@@ -49,6 +49,7 @@ from appliance.protocol.log_service import (
     owner_of,
     unpack_records,
 )
+from ipc.wake import WakePipe
 
 log = logging.getLogger("appliance.logservice")
 
@@ -83,9 +84,7 @@ class LogServer:
         self._replies: collections.deque = collections.deque()
         self._replies_lock = threading.Lock()
         self._replies_woken = False  # a wake is on its way for the queued replies
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
+        self._wakeup = WakePipe()
         self._stop = threading.Event()
         self._servers: dict[str, dict] = {}
         self._servers_at = 0.0
@@ -116,14 +115,14 @@ class LogServer:
         log.info("log server %s serving at %s", self.id, self.endpoint)
         poller = zmq.Poller()
         poller.register(self._sock, zmq.POLLIN)
-        poller.register(self._wake_r, zmq.POLLIN)
+        poller.register(self._wakeup.fd, zmq.POLLIN)
         next_check = 0.0
         due = math.inf  # the next group commit's linger deadline
         try:
             while not self._stop.is_set():
                 events = dict(poller.poll(_timeout_ms(due)))
-                if self._wake_r in events:
-                    self._drain_wake()
+                if self._wakeup.fd in events:
+                    self._wakeup.drain()
                 if self._sock in events:
                     self._serve_some()
                 self._send_replies()
@@ -140,17 +139,7 @@ class LogServer:
         self.wake()
 
     def wake(self) -> None:
-        try:
-            os.write(self._wake_w, b"x")
-        except BlockingIOError:
-            pass  # already awake
-
-    def _drain_wake(self) -> None:
-        try:
-            while os.read(self._wake_r, 4096):
-                pass
-        except BlockingIOError:
-            pass
+        self._wakeup.wake()
 
     def _shutdown(self) -> None:
         if self.reads is not None:
@@ -164,8 +153,7 @@ class LogServer:
             self._httpd.shutdown()
         self._sock.close(linger=0)
         self._ctx.term()
-        os.close(self._wake_r)
-        os.close(self._wake_w)
+        self._wakeup.close()
 
     # -- requests ----------------------------------------------------------------------------
     def _serve_some(self) -> None:
