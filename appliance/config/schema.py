@@ -190,6 +190,11 @@ class LogConfig:
     # ... while fewer than this many of the log's entries await their ack
     # (then the next leaves when one is acknowledged).  1 = one at a time.
     service_entries_inflight: int = _key(limits.LOG_SERVICE_ENTRIES_INFLIGHT, 1, 1_000)
+    # With no entry in flight, records wait at most this long for the producers
+    # the log server just answered (they write again at once when they write
+    # synchronously), so they share one entry.  Longer: fuller entries; shorter:
+    # less waiting after a producer stops.  0 = send at once.
+    service_gather_us: int = _key(limits.LOG_SERVICE_GATHER_US, 0, 1_000_000)
 
 
 @dataclass(frozen=True)

@@ -504,6 +504,11 @@ class LogWriter:
             return start, self._next_entry
 
     # -- flush and close ------------------------------------------------------------------
+    @property
+    def entries_inflight(self) -> int:
+        """Entries sent and not yet acknowledged."""
+        return len(self._inflight)
+
     def send_if_idle(self, on_acked=None, entries_max: int = 1) -> bool:
         """Send the buffered records as an entry now if fewer than
         ``entries_max`` entries of this writer await their ack; True once

@@ -32,6 +32,7 @@ from concurrent.futures import Future
 from appliance.client.add_future import outcome
 from appliance.logs.writer import LogWriter
 from appliance.protocol import limits
+from appliance.protocol.gather import GatherGate
 from appliance.protocol.log_entry import unpack_tags
 from appliance.protocol.log_service import DUPLICATE, FULL, GAP, NEW, DedupTable, dlsn_runs
 from appliance.protocol.logs import COMPLETED, DLSN
@@ -92,7 +93,8 @@ class OwnedLog:
     changed (opened, failed)."""
 
     def __init__(self, client, name: str, owner: str, reply, wake, totals: dict | None = None,
-                 observe=None, clock_ms=lambda: int(time.time() * 1000)):
+                 observe=None, clock_ms=lambda: int(time.time() * 1000), gather_s: float = 0.0,
+                 monotonic=time.monotonic):
         self.client = client
         self.name = name
         self.owner = owner
@@ -109,6 +111,8 @@ class OwnedLog:
         self._observe = observe  # a write request's latency (s), or None
         self._lock = threading.Lock()
         self._held_since: float | None = None  # buffered records wait since (send_buffered)
+        self.gate = GatherGate(gather_s)  # producers just answered, awaited (send_buffered)
+        self._monotonic = monotonic
         threading.Thread(target=self._open, name=f"open-{name}", daemon=True).start()
 
     def _open(self) -> None:
@@ -138,6 +142,7 @@ class OwnedLog:
         now = self._clock_ms()
         t0 = time.perf_counter()
         self.stats["requests"] += 1
+        self.gate.arrived(head.get("pid"))
         if self.table.admit_run(producer_id, seq, len(payloads), now):
             return self._write_new(identity, head, producer_id, seq, payloads, t0)
         answers: list = []
@@ -197,6 +202,7 @@ class OwnedLog:
             self._reply(identity, {**head, "op": "error", "code": "retry", "message": str(error)})
             return
         self._reply(identity, {**head, "op": "written", "runs": runs})
+        self.gate.answered(head.get("pid"), self._monotonic())
         if self._observe is not None:
             self._observe(time.perf_counter() - t0)
 
@@ -209,6 +215,11 @@ class OwnedLog:
         if self.state != OPEN:
             return None
         try:
+            if not self.writer.entries_inflight:  # gather the producers just answered
+                until = self.gate.hold_until(self._held_since or now, now)
+                if until is not None:
+                    self._held_since = self._held_since or now
+                    return until
             if self.writer.send_if_idle(self._wake):
                 self._held_since = None
                 return None
@@ -261,6 +272,7 @@ class OwnedLog:
                 answer = done[0]
             positions.append(None if answer == "old" else answer)
         self._reply(identity, {**head, "op": "written", "runs": dlsn_runs(positions)})
+        self.gate.answered(head.get("pid"), self._monotonic())
         if self._observe is not None:
             self._observe(time.perf_counter() - t0)
 

@@ -78,6 +78,7 @@ class LogServer:
         self._stale_wait_ms = stale_wait_ms
         self._linger_s = client.log_config.service_linger_us / 1e6
         self._entries_max = client.log_config.service_entries_inflight
+        self._gather_s = client.log_config.service_gather_us / 1e6
         self.owned: dict[str, OwnedLog] = {}
         self._lease_sessions: dict[str, str] = {}  # log -> the session its lease is on
         self._buffered: set[OwnedLog] = set()  # logs with records this loop has not sent
@@ -267,7 +268,8 @@ class LogServer:
         self._lease_sessions[name] = session
         self.owned[name] = OwnedLog(self.client, name, f"{SERVICE_OWNER_PREFIX}{self.id}:"
                                     f"{os.getpid()}", self.queue_reply, self.wake,
-                                    self.stats, self._latency.observe if self._latency else None)
+                                    self.stats, self._latency.observe if self._latency else None,
+                                    gather_s=self._gather_s)
         return {"op": "error", "code": RETRY, "message": f"log {name} is opening"}
 
     def totals(self) -> dict:

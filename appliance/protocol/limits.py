@@ -285,6 +285,10 @@ LOG_READ_SERVICE_REDIRECTS_MAX = 3  # "not owner" answers followed in one read
 # entries (less bookie CPU per record); shorter: less waiting per write.
 LOG_SERVICE_LINGER_US = 2_000
 LOG_SERVICE_ENTRIES_INFLIGHT = 2
+# ... and records held while the log has no entry in flight wait this long at
+# most for the producers just answered ([log] service_gather_us,
+# appliance.protocol.gather): fuller entries from synchronous producers.
+LOG_SERVICE_GATHER_US = 1_000
 
 # -- cold storage ([cold_storage], appliance.cold) -----------------------------------
 COLD_STORAGE_OFFLOAD_AFTER_MS = 3_600_000  # sealed segments older than this move by themselves

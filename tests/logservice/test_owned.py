@@ -41,10 +41,10 @@ class FakeWriter:
         complete_futures(self.cond, [(result, self.runs[run][0])], None)
 
 
-def _owned():
+def _owned(**options):
     replies = []
     owned = OwnedLog(types.SimpleNamespace(), "fake", "test", lambda i, d: replies.append(d),
-                     lambda: None)
+                     lambda: None, **options)
     wait_for(lambda: owned.state != "opening", 10)  # its opening fails: no real client
     owned.writer, owned.state, owned.error = FakeWriter(), OPEN, None
     return owned, replies
@@ -67,3 +67,25 @@ def test_a_run_is_answered_once_stored_and_a_retry_meanwhile_gets_the_same_posit
     # a retry after the run was stored is answered at once
     assert owned.write(b"p", {**head, "seq": 4, "gen": 3}, PID, 4, 2, [b"d"]) is None
     assert runs_dlsns(replies[-1]["runs"]) == [(1, 8, 0)]
+
+
+def test_held_records_wait_for_the_producers_just_answered_then_leave_in_one_entry():
+    owned, replies = _owned(gather_s=1.0, monotonic=lambda: 100.0)  # answers at 100 s
+    sent = []
+    owned.writer.entries_inflight = 0
+    owned.writer.send_if_idle = lambda wake, entries_max=1: sent.append(owned.writer.written) \
+        or True
+    other = bytes(16)
+    for pid, seq in ((PID, 1), (other, 1)):
+        head = {"log": "fake", "pid": pid.hex(), "seq": seq, "gen": 1}
+        assert owned.write(b"i", head, pid, seq, seq, [b"x"]) is None
+    for run in range(2):
+        owned.writer.settle(run, DLSN(1, run, 0))
+    assert len(replies) == 2 and len(owned.gate) == 2  # both answered: awaited
+    head = {"log": "fake", "pid": PID.hex(), "seq": 2, "gen": 1}
+    owned.write(b"i", head, PID, 2, 2, [b"y"])
+    due = owned.send_buffered(100.25, 2.0, 2)
+    assert due == 101.0 and sent == []  # the other producer is awaited (until 100 + 1 s)
+    owned.write(b"i", {**head, "pid": other.hex()}, other, 2, 2, [b"z"])
+    assert owned.send_buffered(100.5, 2.0, 2) is None
+    assert sent == [4]  # both records left together
