@@ -241,6 +241,7 @@ def _log_server_status(config, server_id: str, state: dict | None, now_s: float)
     return {"id": server_id, "state": "up" if info else "down", "pid": pid,
             "endpoint": endpoint, "logs": info.get("logs") if info else None,
             "metrics_url": info.get("metrics_url") if info else None,
+            "read_endpoint": info.get("read_endpoint") if info else None,
             **supervision(state, server_id, pid, now_s)}
 
 

@@ -20,6 +20,17 @@ def _sizes(ctx, param, value: str) -> list[int]:
     return sizes
 
 
+def _choices(allowed: set[str], message: str):
+    """A click callback: a comma-separated list of names from ``allowed``, in
+    the order given; ``message`` is the error for an empty list or another name."""
+    def callback(ctx, param, value: str) -> tuple[str, ...]:
+        names = tuple(n.strip() for n in value.split(",") if n.strip())
+        if not names or set(names) - allowed:
+            raise click.BadParameter(message)
+        return names
+    return callback
+
+
 @click.command("spark", short_help="Spark batch ingest rows/s and MB/s.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, exists=True),
               default=None, help="A running appliance (default: a temporary one of its own).")
@@ -74,13 +85,6 @@ def spark(config_path, sizes, entries, ledgers, repeat, master, directory, read_
                    f"bookkeeper / in-memory source = {run['ratio_to_memory_source']:.2f}")
 
 
-def _tiers(ctx, param, value: str) -> tuple[str, ...]:
-    tiers = tuple(t.strip() for t in value.split(",") if t.strip())
-    if not tiers or set(tiers) - {"hot", "cold"}:
-        raise click.BadParameter("hot, cold or hot,cold")
-    return tiers
-
-
 @click.command("spark-log", short_help="Spark batch rows/s over a log, hot then cold.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, exists=True),
               default=None, help="A running appliance with [cold_storage] (default: a "
@@ -92,7 +96,8 @@ def _tiers(ctx, param, value: str) -> tuple[str, ...]:
 @click.option("--segments", type=click.IntRange(min=1), default=5, show_default=True,
               help="About how many segments the temporary appliance cuts the log into "
                    "(a segment rolls at records/segments records, at an entry's end).")
-@click.option("--tiers", default="hot,cold", show_default=True, callback=_tiers,
+@click.option("--tiers", default="hot,cold", show_default=True,
+              callback=_choices({"hot", "cold"}, "hot, cold or hot,cold"),
               help="What to measure, in order: hot (the bookies), cold (after moving every "
                    "sealed segment to cold storage).")
 @click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True,
@@ -137,13 +142,6 @@ def spark_log(config_path, records, size, segments, tiers, repeat, master, direc
         click.echo(f"  cold / hot = {doc['cold_to_hot']:.2f}")
 
 
-def _parts(ctx, param, value: str) -> tuple[str, ...]:
-    parts = tuple(p.strip() for p in value.split(",") if p.strip())
-    if not parts or set(parts) - {"backlog", "latency", "sink"}:
-        raise click.BadParameter("a comma-separated list of backlog, latency, sink")
-    return parts
-
-
 @click.command("spark-stream", short_help="Spark streaming: backlog rows/s, latency, sink.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, exists=True),
               default=None, help="A running appliance with its log service (default: a "
@@ -156,7 +154,9 @@ def _parts(ctx, param, value: str) -> tuple[str, ...]:
               help="Records/s the latency part's writer appends.")
 @click.option("--duration-s", type=click.FloatRange(min=0.1), default=20.0, show_default=True,
               help="Seconds the latency part's writer runs.")
-@click.option("--parts", default="backlog,latency,sink", show_default=True, callback=_parts,
+@click.option("--parts", default="backlog,latency,sink", show_default=True,
+              callback=_choices({"backlog", "latency", "sink"},
+                                "a comma-separated list of backlog, latency, sink"),
               help="What to measure: backlog (streaming against batch read into noop), "
                    "latency (write to foreachBatch, 100 ms trigger), sink (batch and "
                    "streaming writes into a log).")

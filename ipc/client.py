@@ -59,6 +59,7 @@ from ipc.curve import KeyPair
 from ipc.frames import DEFAULT_LIMITS, WireLimits
 from ipc.request_table import Event, RequestTable
 from ipc.requests import Request, encode_request
+from ipc.wake import WakePipe
 from ipc.zmq_frames import recv_frames
 
 __all__ = ["Event", "Transport"]
@@ -107,9 +108,7 @@ class Transport:
         self._next_rid = 1
         self._closing = False
         self._failure: BaseException | None = None
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
+        self._wakeup = WakePipe()
         self._io = _IoLoop(self)
         self._owner: int | None = None  # io_thread=False: the thread that calls step()
         self._thread = None
@@ -187,12 +186,8 @@ class Transport:
         """Any thread: end the owner's current ``step`` wait (nothing once
         closed: the pipe's descriptors may already belong to someone else)."""
         with self._cond:
-            if self._closing:
-                return
-            try:
-                os.write(self._wake_w, b"\0")
-            except BlockingIOError:
-                pass  # a wakeup is already pending
+            if not self._closing:
+                self._wakeup.wake()
 
     def _on_owner(self) -> bool:
         return self._owner is not None and self._owner == threading.get_ident()
@@ -240,8 +235,7 @@ class Transport:
             self._thread.join()
         else:  # the owner has stopped stepping: finish its work here
             self._io.finish()
-        os.close(self._wake_r)
-        os.close(self._wake_w)
+        self._wakeup.close()
         if self._own_context:
             self._ctx.term()
 
@@ -262,10 +256,7 @@ class Transport:
         was_empty = not self._outbox
         self._outbox.append(item)
         if was_empty:
-            try:
-                os.write(self._wake_w, b"\0")
-            except BlockingIOError:
-                pass  # a wakeup is already pending
+            self._wakeup.wake()
 
     def _release(self, events: list[Event]) -> None:
         for event in events:
@@ -299,7 +290,8 @@ class _IoLoop:
     def __init__(self, t: Transport):
         self.t = t
         self.poller = zmq.Poller()
-        self.poller.register(t._wake_r, zmq.POLLIN)
+        self.wake_fd = t._wakeup.fd
+        self.poller.register(self.wake_fd, zmq.POLLIN)
         self.requests = RequestTable(t)
         self.connections = BookieConnections(t, self.poller, self.requests.fail_pending)
         self.requests.use_connections(self.connections)
@@ -347,7 +339,7 @@ class _IoLoop:
         if requests.events:  # the owner's own calls failed at once: no wait for those
             wait_ms = 0
         ready = dict(self.poller.poll(wait_ms))
-        if self.t._wake_r in ready and self._take_outbox():
+        if self.wake_fd in ready and self._take_outbox():
             return True
         for conn in list(self.conns.values()):
             if conn.monitor is not None and conn.monitor in ready:
@@ -362,11 +354,7 @@ class _IoLoop:
 
     def _take_outbox(self) -> bool:
         """Run queued work; True when asked to close."""
-        try:
-            while os.read(self.t._wake_r, 4096):
-                pass
-        except BlockingIOError:
-            pass
+        self.t._wakeup.drain()
         with self.t._cond:
             items, self.t._outbox = self.t._outbox, []
         for item in items:

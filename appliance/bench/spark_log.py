@@ -55,27 +55,39 @@ def run_spark_log_bench(config_path: str | None, size: int, records: int, segmen
     unknown = sorted(set(tiers) - set(TIERS))
     if unknown or not tiers:
         raise ValueError(f"tiers: pick from {', '.join(TIERS)} (got {', '.join(unknown)})")
-    work = tempfile.mkdtemp(prefix="bksparklog", dir=workdir)
+    name = log_name(size, records)
+    with log_bench(config_path, workdir, "bksparklog", -(-records // segments), master,
+                   (name, size, records)) as (config, _work, spark):
+        doc = {"master": master, "log": name, "size": size, "records": records,
+               "appliance": config_path or "temporary (3 bookies)", "source": _sources(spark)}
+        for tier in (t for t in TIERS if t in tiers):
+            doc[tier] = _measure_tier(spark, config, name, tier, records, repeat)
+    if "hot" in doc and "cold" in doc:
+        doc["cold_to_hot"] = (doc["cold"]["bookkeeper"]["rows_per_s"]
+                              / doc["hot"]["bookkeeper"]["rows_per_s"])
+    return doc
+
+
+@contextmanager
+def log_bench(config_path: str | None, workdir: str | None, prefix: str, segment_records: int,
+              master: str, log: tuple[str, int, int] | None = None):
+    """What the log benches share: a work folder (removed at exit), the
+    appliance (``_appliance``), the bench log ``log`` = (name, size, records)
+    written once when given, then a Spark session with the bookkeeper source
+    (stopped at exit when this made it).  Yields (config, work, spark)."""
+    work = tempfile.mkdtemp(prefix=prefix, dir=workdir)
     try:
-        with _appliance(config_path, work, -(-records // segments)) as config:
-            name = log_name(size, records)
-            with appliance.connect(config) as client:
-                _ensure_log(client, name, size, records)
+        with _appliance(config_path, work, segment_records) as config:
+            if log is not None:
+                with appliance.connect(config) as client:
+                    _ensure_log(client, *log)
             spark, owned = _session(master)
             try:
                 register(spark)
-                doc = {"master": master, "log": name, "size": size, "records": records,
-                       "appliance": config_path or "temporary (3 bookies)",
-                       "source": _sources(spark)}
-                for tier in (t for t in TIERS if t in tiers):
-                    doc[tier] = _measure_tier(spark, config, name, tier, records, repeat)
+                yield config, work, spark
             finally:
                 if owned:
                     spark.stop()
-        if "hot" in doc and "cold" in doc:
-            doc["cold_to_hot"] = (doc["cold"]["bookkeeper"]["rows_per_s"]
-                                  / doc["hot"]["bookkeeper"]["rows_per_s"])
-        return doc
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -29,9 +29,7 @@ logs get a fresh name per run.
 from __future__ import annotations
 
 import os
-import shutil
 import struct
-import tempfile
 import time
 import uuid
 
@@ -39,9 +37,7 @@ import numpy as np
 
 import appliance
 from appliance.bench.launcher import wait_for
-from appliance.bench.spark import _session
-from appliance.bench.spark_log import PASSWORD, _appliance, _ensure_log, _timed
-from appliance.spark import register
+from appliance.bench.spark_log import PASSWORD, _timed, log_bench
 
 PARTS = ("backlog", "latency", "sink")
 SEND_TIME = struct.Struct("<d")
@@ -60,37 +56,27 @@ def run_spark_stream_bench(config_path: str | None, records: int, size: int, rat
     unknown = sorted(set(parts) - set(PARTS))
     if unknown or not parts:
         raise ValueError(f"parts: pick from {', '.join(PARTS)} (got {', '.join(unknown)})")
-    # a short name: the log server's ipc:// socket lives under it
-    work = tempfile.mkdtemp(prefix="bkss", dir=workdir)
-    try:
-        with _appliance(config_path, work, -(-records // SEGMENTS)) as config:
-            name = f"bench-spark-stream-{size}b-{records}"
-            token = uuid.uuid4().hex[:8]
+    name = f"bench-spark-stream-{size}b-{records}"
+    token = uuid.uuid4().hex[:8]
+    backlog = (name, size, records) if {"backlog", "sink"} & set(parts) else None
+    # a short folder name: the log server's ipc:// socket lives under it
+    with log_bench(config_path, workdir, "bkss", -(-records // SEGMENTS), master,
+                   backlog) as (config, work, spark):
+        if "sink" in parts:  # the sink writes through a log server
             with appliance.connect(config) as client:
-                if {"backlog", "sink"} & set(parts):
-                    _ensure_log(client, name, size, records)
-                if "sink" in parts:  # the sink writes through a log server
-                    wait_for(client.log(name).service_running, SERVERS_TIMEOUT_S, 0.05,
-                             "a log server (the sink writes through the log service)")
-            spark, owned = _session(master)
-            try:
-                register(spark)
-                doc = {"master": master, "log": name, "size": size, "records": records,
-                       "appliance": config_path or "temporary (3 bookies)"}
-                q = _Queries(spark, config, work)
-                if "backlog" in parts:
-                    doc["backlog"] = _backlog(q, name, records)
-                if "latency" in parts:
-                    doc["latency"] = _latency(q, f"bench-spark-stream-latency-{token}", size,
-                                              rate, duration_s)
-                if "sink" in parts:
-                    doc["sink"] = _sink(q, name, records, token)
-            finally:
-                if owned:
-                    spark.stop()
-        return doc
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+                wait_for(client.log(name).service_running, SERVERS_TIMEOUT_S, 0.05,
+                         "a log server (the sink writes through the log service)")
+        doc = {"master": master, "log": name, "size": size, "records": records,
+               "appliance": config_path or "temporary (3 bookies)"}
+        q = _Queries(spark, config, work)
+        if "backlog" in parts:
+            doc["backlog"] = _backlog(q, name, records)
+        if "latency" in parts:
+            doc["latency"] = _latency(q, f"bench-spark-stream-latency-{token}", size, rate,
+                                      duration_s)
+        if "sink" in parts:
+            doc["sink"] = _sink(q, name, records, token)
+    return doc
 
 
 class _Queries:

@@ -14,8 +14,8 @@ from appliance.protocol.log_service import decode_header, encode_header
 
 def log_server_info(endpoint: str, timeout_ms: int,
                     context: zmq.Context | None = None) -> dict | None:
-    """The server's PONG ({"id", "pid", "logs"}), or None if it did not
-    answer within ``timeout_ms``."""
+    """The server's PONG ({"id", "pid", "metrics_url", "read_endpoint",
+    "logs"}), or None if it did not answer within ``timeout_ms``."""
     ctx = context or zmq.Context.instance()
     sock = ctx.socket(zmq.DEALER)
     sock.linger = 0

@@ -224,6 +224,7 @@ class LogServer:
         if op == "ping":
             return {"op": "pong", "id": self.id, "pid": os.getpid(),
                     "metrics_url": self.metrics_url,
+                    "read_endpoint": self.reads.endpoint if self.reads else None,
                     "logs": sorted(n for n, o in self.owned.items() if o.state == OPEN)}
         if op not in ("write", "hello"):
             return {"op": "error", "code": BAD, "message": f"unknown op {op!r}"}

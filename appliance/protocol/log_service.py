@@ -203,7 +203,8 @@ class DedupTable:
 #                        {"op": "hello", "log", "pid", "gen", "next_seq": int or null}
 #                        {"op": "error", "code", "log", "seq", "gen", "message",
 #                         "owner", "endpoint", "expected"}
-#                        {"op": "pong", "id", "pid", "logs": [owned log names]}
+#                        {"op": "pong", "id", "pid", "metrics_url", "read_endpoint",
+#                         "logs": [owned log names]}
 #
 # Error codes: "not_owner" (try "owner" at "endpoint"), "retry" (the owner is
 # opening, closing or waiting for a stale lease: resend soon), "held" (an

@@ -298,7 +298,7 @@ def test_a_wake_after_close_writes_nowhere(transport):
     import os
 
     t = transport(on_events=lambda events: None, io_thread=False)
-    reused = t._wake_w
+    reused = t._wakeup._w
     t.close()
     r, w = os.pipe()
     os.dup2(w, reused)  # someone else's file now has the closed pipe's number

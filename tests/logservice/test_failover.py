@@ -137,6 +137,11 @@ def _ride_over_a_kill_9(appliance_up, short_tmp, producers: int, records: int) -
     assert code == 0 and rows[owner]["last_exit"]["signal"] == "SIGKILL"
     assert rows[owner]["pid"] != pid and rows[owner]["uptime_s"] is not None
     assert sorted(rows) == ["logserver-1", "logserver-2"]
+    # where tailing readers read from: the endpoint each running server registered
+    registered = registry.servers()
+    assert {s: r["read_endpoint"] for s, r in rows.items()} == \
+        {s: registered[s]["read_endpoint"] for s in rows}
+    assert all(r["read_endpoint"] for r in rows.values())
 
 
 def test_bkctl_log_append_during_producers_fences_nobody(appliance_up, short_tmp):

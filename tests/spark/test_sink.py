@@ -8,21 +8,19 @@ restarted from its checkpoint (a Spark driver process of its own:
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 
-from appliance.errors import NoSuchLogError
 from appliance.spark import observe_log_metrics, register
 from tests.logservice.support import LogServers
+from tests.spark.support import (
+    BATCH,
+    LAST_ENTRY_VISIBLE_S,
+    QUERY_TIMEOUT_S,
+    kill_in_a_batch_then_rerun,
+    payloads_of,
+)
 from tests.support.launch import wait_for
-
-QUERY_TIMEOUT_S = 300
 
 
 @pytest.fixture(scope="module")
@@ -39,28 +37,6 @@ def service(app):
         yield app
     finally:
         servers.kill_all()
-
-
-LAST_ENTRY_VISIBLE_S = 3.0  # > client.explicit_lac_interval_ms (1 s), with room for a busy machine
-
-
-def payloads_of(app, name: str) -> list[bytes]:
-    """Every record of the log now, in log order.  A reader sees an open
-    segment up to its last add confirmed: the last entry's LAC reaches the
-    bookies once the owner has been idle for client.explicit_lac_interval_ms
-    (1 s), so the read ends only after a silence longer than that."""
-    out: list[bytes] = []
-    try:
-        if not app.client.log(name).metadata().live_segments:
-            return out
-    except NoSuchLogError:
-        return out
-    with app.client.log(name).reader() as reader:
-        while True:
-            got = reader.read(max_records=1000, timeout_s=LAST_ENTRY_VISIBLE_S)
-            if not got:
-                return out
-            out += [bytes(r.payload) for r in got]
 
 
 def sink_write(df, app, name: str, mode: str = "append"):
@@ -119,82 +95,10 @@ def test_overwrite_is_refused(spark, service):
         sink_write(df, service, "bad", mode="overwrite")
 
 
-BATCH = 600  # records per trigger of the killed query
-
-
 def test_a_log_to_log_query_killed_in_a_batch_stores_every_row_once(service, tmp_path):
-    app = service
-    writer = app.client.log("source").writer()
-    futures = []
-    for i in range(3 * BATCH):
-        futures.append(writer.write_async(b"record %d" % i, i + 1))
-        if i % 25 == 24:
-            writer.flush()
-    writer.close()
-    assert len({f.result(timeout=60) for f in futures}) == 3 * BATCH
-    checkpoint = tmp_path / "checkpoint"
-
-    driver = _driver(app, "source", "target", checkpoint)
-    try:
-        seen = _follow_until(app, "target", driver, lambda n: n % BATCH)  # a batch in part
-        assert driver.poll() is None and seen % BATCH, _stderr(driver)
-    finally:
-        os.killpg(driver.pid, signal.SIGKILL)
-        driver.wait()
-    # the batch being written when it was killed is planned and not committed: Spark runs
-    # it again on restart, writing its rows again
-    assert _batches(checkpoint / "offsets") == _batches(checkpoint / "commits") + 1
-
-    driver = _driver(app, "source", "target", checkpoint)
-    try:
-        assert driver.wait(QUERY_TIMEOUT_S) == 0, _stderr(driver)
-    finally:
-        if driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGKILL)
-            driver.wait()
-    got = payloads_of(app, "target")
+    kill_in_a_batch_then_rerun(service, tmp_path / "checkpoint")
+    got = payloads_of(service, "target")
     assert sorted(got) == sorted(b"copied record %d" % i for i in range(3 * BATCH))
-
-
-def _follow_until(app, name: str, driver, done) -> int:
-    """Follow log ``name`` while the driver runs until ``done(records so
-    far)``; the count then."""
-    deadline = time.monotonic() + QUERY_TIMEOUT_S
-    while time.monotonic() < deadline and driver.poll() is None:  # until the log exists
-        try:
-            reader = app.client.log(name).reader()
-            break
-        except NoSuchLogError:
-            time.sleep(0.05)  # polling the metadata, with a deadline
-    else:
-        return 0
-    seen = 0
-    with reader:
-        while time.monotonic() < deadline and driver.poll() is None and not done(seen):
-            seen += len(reader.read(max_records=10_000, timeout_s=0.02))
-    return seen
-
-
-def _driver(app, source: str, target: str, checkpoint: Path) -> subprocess.Popen:
-    root = Path(__file__).resolve().parents[2]
-    err_path = checkpoint.parent / "driver.err"
-    with open(err_path, "ab") as err:  # a file: a pipe could fill
-        driver = subprocess.Popen(
-            [sys.executable, "-m", "tests.spark.sink_driver", app.config, source, target,
-             str(checkpoint), str(BATCH)],
-            cwd=root, start_new_session=True, stdout=subprocess.DEVNULL, stderr=err)
-    driver.err_path = err_path
-    return driver
-
-
-def _batches(folder: Path) -> int:
-    return sum(1 for p in folder.iterdir() if p.name.isdigit()) if folder.exists() else 0
-
-
-def _stderr(driver: subprocess.Popen) -> str:
-    if driver.poll() is None:
-        return "driver still running"
-    return driver.err_path.read_bytes().decode(errors="replace")[-3000:]
 
 
 def test_a_micro_batch_numbers_its_rows_the_same_in_every_attempt(service):

@@ -5,23 +5,13 @@ longer knows the sink's producers (log servers whose rebuild window is 0:
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 
 import pytest
 
 from appliance.bench import launcher
 from tests.logservice.support import LogServers
-from tests.spark.test_sink import (
-    BATCH,
-    QUERY_TIMEOUT_S,
-    _batches,
-    _driver,
-    _follow_until,
-    _stderr,
-    payloads_of,
-)
+from tests.spark.support import BATCH, kill_in_a_batch_then_rerun, payloads_of
 from tests.support.launch import wait_for
 
 
@@ -58,46 +48,23 @@ def servers(app):
 def test_a_batch_replayed_after_its_log_moved_to_an_owner_that_forgot_it_is_stored_once(
         app, servers, tmp_path):
     servers.start("ls-1")
-    writer = app.client.log("source").writer()
-    futures = []
-    for i in range(3 * BATCH):  # entries of 25 records: a batch plans 3 tasks
-        futures.append(writer.write_async(b"record %d" % i, i + 1))
-        if i % 25 == 24:
-            writer.flush()
-    writer.close()
-    assert len({f.result(timeout=60) for f in futures}) == 3 * BATCH
-    checkpoint = tmp_path / "checkpoint"
-
-    driver = _driver(app, "source", "target", checkpoint)
-    try:
-        seen = _follow_until(app, "target", driver, lambda n: n % BATCH)  # a batch in part
-        assert driver.poll() is None and seen % BATCH, _stderr(driver)
-    finally:
-        os.killpg(driver.pid, signal.SIGKILL)
-        driver.wait()
-    assert _batches(checkpoint / "offsets") == _batches(checkpoint / "commits") + 1
-
-    # Two moves, each made by another producer's row: ls-2 takes the log over (and
-    # learns the batch's rows), then ls-3, which learns only ls-2's segment: the
-    # marker's producer, none of the sink's.
     markers = []
-    for before, server in (("ls-1", "ls-2"), ("ls-2", "ls-3")):
-        servers.kill(before)
-        servers.start(server)
-        markers.append(b"marker of " + server.encode())
-        with app.client.log("target").producer() as producer:
-            producer.write(markers[-1])
-        assert servers.owner("target") == server
-    assert wait_for(lambda: "log target: owned" in servers.log_path("ls-3").read_text(), 30,
-                    0.1, what="ls-3 took the log")
-    assert "1 records learnt for 1 producers" in servers.log_path("ls-3").read_text()
 
-    driver = _driver(app, "source", "target", checkpoint)
-    try:
-        assert driver.wait(QUERY_TIMEOUT_S) == 0, _stderr(driver)
-    finally:
-        if driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGKILL)
-            driver.wait()
+    def move_twice():
+        """Each move made by another producer's row: ls-2 takes the log over
+        (and learns the batch's rows), then ls-3, which learns only ls-2's
+        segment: the marker's producer, none of the sink's."""
+        for before, server in (("ls-1", "ls-2"), ("ls-2", "ls-3")):
+            servers.kill(before)
+            servers.start(server)
+            markers.append(b"marker of " + server.encode())
+            with app.client.log("target").producer() as producer:
+                producer.write(markers[-1])
+            assert servers.owner("target") == server
+        assert wait_for(lambda: "log target: owned" in servers.log_path("ls-3").read_text(),
+                        30, 0.1, what="ls-3 took the log")
+        assert "1 records learnt for 1 producers" in servers.log_path("ls-3").read_text()
+
+    kill_in_a_batch_then_rerun(app, tmp_path / "checkpoint", move_twice)
     got = payloads_of(app, "target")
     assert sorted(got) == sorted([b"copied record %d" % i for i in range(3 * BATCH)] + markers)
