@@ -17,7 +17,13 @@ acknowledged it adds one *control* entry (after ``log.control_interval_ms``)
 so the bookies learn the LAC and tailing readers see the last records.
 Rollover: before an entry leaves, a segment over ``log.segment_bytes_max`` /
 ``segment_records_max`` / ``segment_age_ms`` is closed, completed and a new
-one started.
+one started.  A driven writer (the log service's) rolls over on a pool
+thread (``LOG_ROLL_WORKERS`` per process), not on its caller's: the close
+waits for the segment's last entries (up to ``heal_close_wait_ms`` while a
+bookie is slow) and four metadata writes, and the log server's loop serving
+every other log must not wait with it.  Meanwhile the records sent are held
+as entries and leave, in order, in the new segment; ``flush`` and ``close``
+wait for the roll.
 
 Tagged writers (the log service's owners, ``tagged=True``): every record
 carries its producer's ``(producer_id, seq)`` in the entry's tags column
@@ -47,7 +53,7 @@ import itertools
 import logging
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from appliance.client.add_future import AddFuture, complete_futures
 from appliance.client.calls import wait_result
@@ -84,6 +90,19 @@ from appliance.protocol.logs import (
 log = logging.getLogger("appliance.logs")
 
 IDLE_WAIT_S = 1.0  # the flusher's longest sleep with nothing to do
+
+_roll_pool: ThreadPoolExecutor | None = None
+_roll_pool_lock = threading.Lock()
+
+
+def _roller() -> ThreadPoolExecutor:
+    """The process's threads that roll driven writers' segments over
+    (``LOG_ROLL_WORKERS``; made on first use)."""
+    global _roll_pool
+    with _roll_pool_lock:
+        if _roll_pool is None:
+            _roll_pool = ThreadPoolExecutor(limits.LOG_ROLL_WORKERS, "log-roll")
+        return _roll_pool
 
 
 class RecordRun:
@@ -166,6 +185,8 @@ class LogWriter:
         self._acked_hook: Future | None = None  # the add send_if_idle waits on
         self._listener = None  # (seq, entry_id, txids, payloads) of each acknowledged entry
         self._inflight: collections.deque[Future] = collections.deque()  # adds not yet acked
+        self._rolling = False  # a driven writer's segment is rolling over (_roll)
+        self._held: list[tuple] = []  # entries sent while it rolls (_take_buffer's)
         self.stats = {"entries": 0, "control_entries": 0, "segments_started": 0}
 
         logs.create_log(name)
@@ -196,6 +217,10 @@ class LogWriter:
         return md
 
     def _start_segment(self) -> None:
+        self._use_segment(*self._new_segment())
+
+    def _new_segment(self) -> tuple:
+        """A ledger and the log's new IN_PROGRESS segment on it (blocking)."""
         wh = self._client.create_ledger(password=self._password, custom={"log": self.name})
         try:
             md, _ = self._logs.update_log(self.name, lambda m: start_segment(
@@ -203,8 +228,11 @@ class LogWriter:
         except BaseException:
             self._discard(wh)
             raise
+        return wh, md.in_progress
+
+    def _use_segment(self, wh, seg) -> None:
         self._wh = wh
-        self._seg = md.in_progress
+        self._seg = seg
         self._next_entry = 0
         self._seg_records = self._seg_bytes = 0
         self._seg_first = self._seg_last = NO_TXID
@@ -383,15 +411,35 @@ class LogWriter:
         if self._error is not None:
             self._fail_buffer(self._error)
             return
+        if self._rolling or (self._driven and self._buf_payloads and self._roll_due()):
+            if self._buf_payloads:  # a control entry is not needed: the roll ends the segment
+                self._held.append(self._take_buffer())
+            if not self._rolling:
+                self._rolling = True
+                _roller().submit(self._roll)
+            return
+        self._send_entry(*self._take_buffer(), control)
+
+    def _roll_due(self) -> bool:
+        return self._policy.due(self._seg_bytes, self._seg_records,
+                                int((time.monotonic() - self._seg_started) * 1000))
+
+    def _take_buffer(self) -> tuple:
+        """Holding the lock: the buffered records, the buffer emptied."""
         txids, payloads, futures = self._buf_txids, self._buf_payloads, self._buf_futures
         self._buf_txids, self._buf_payloads, self._buf_futures = [], [], []
         tags = self._buf_tags
         if tags is not None:
             self._buf_tags = []
         size, self._buf_bytes = self._buf_bytes, 0
+        return txids, payloads, futures, tags, size
+
+    def _send_entry(self, txids, payloads, futures, tags, size, control: bool = False) -> None:
+        """Holding the lock: records (or none: a control entry) as the
+        segment's next entry, rolling over first if it is due (inline: a
+        driven writer's roll is ``_roll``)."""
         try:
-            if payloads and self._policy.due(self._seg_bytes, self._seg_records,
-                                             int((time.monotonic() - self._seg_started) * 1000)):
+            if payloads and not self._driven and self._roll_due():
                 self._complete_current()
                 self._start_segment()
             entry_id = self._next_entry
@@ -427,6 +475,41 @@ class LogWriter:
         if self._buf_tags is not None:
             self._buf_tags = []
         complete_futures(self._futures_done, [(None, f) for f in settlers(futures)], err)
+
+    def _roll(self) -> None:
+        """A pool thread, the lock not held (the caller's loop goes on):
+        close and complete the segment, start the next, then send the
+        entries held meanwhile.  Nothing else sends while ``_rolling``, so
+        the segment's fields are stable here."""
+        try:
+            self._complete_current()
+            wh, seg = self._new_segment()
+        except BaseException as exc:  # noqa: BLE001 - kept as the writer's error
+            log.warning("log %s: segment rollover failed: %s", self.name, exc)
+            with self._lock:
+                err = self._fail(as_log_error(exc, self.name) if isinstance(exc, BKError)
+                                 else exc)
+                held, self._held, self._rolling = self._held, [], False
+                self._wake.notify_all()
+            complete_futures(self._futures_done,
+                             [(None, f) for h in held for f in settlers(h[2])], err)
+            return
+        with self._lock:
+            self._use_segment(wh, seg)
+            held, self._held, self._rolling = self._held, [], False
+            for i, entry in enumerate(held):
+                if self._error is not None:  # an entry of the old segment failed meanwhile
+                    complete_futures(self._futures_done, [(None, f) for h in held[i:]
+                                                          for f in settlers(h[2])], self._error)
+                    break
+                self._send_entry(*entry)
+            self._wake.notify_all()  # flush() and close() wait for the roll
+
+    def _wait_roll_locked(self) -> None:
+        """Holding the lock: until no roll is under way (it always ends:
+        the ledger close and the metadata writes have their own timeouts)."""
+        while self._rolling:
+            self._wake.wait(IDLE_WAIT_S)
 
     def _on_added(self, add: Future, seq: int, entry_id: int, futures: list[Future],
                   txids: list, payloads: list) -> None:
@@ -543,6 +626,7 @@ class LogWriter:
         durable (or raise the writer's error)."""
         with self._lock:
             self._check_usable()
+            self._wait_roll_locked()
             self._flush_locked()
             last = self._last_add
         if last is not None:
@@ -560,6 +644,7 @@ class LogWriter:
         with self._lock:
             if self._closed:
                 return
+            self._wait_roll_locked()
             if self._error is None:
                 self._flush_locked()
             self._closed = True

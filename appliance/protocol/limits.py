@@ -223,6 +223,7 @@ CURVE_ZAP_REQUESTS_PER_WAKEUP_MAX = 256  # ZAP requests answered per wakeup
 LOG_SEGMENT_BYTES_MAX = 256 * MiB  # a segment rolls over past this (0: never by size)
 LOG_SEGMENT_RECORDS_MAX = 0  # ... or past this many records (0: never by count)
 LOG_READ_ENTRIES_MAX = 64  # entries a log reader fetches per ledger read
+LOG_ROLL_WORKERS = 4  # threads per process rolling log servers' segments over (at once)
 
 # -- the log service ([log] servers; appliance.logservice, appliance.logs.producer) ----------
 # A producer retries a write (same sequence number) through owner crashes,

@@ -1,0 +1,83 @@
+"""A log server rolls a log's segment over off its loop: while one log's
+rollover waits for a stalled bookie (its ledger close waits for the heal,
+up to heal_close_wait_ms), the server goes on writing its other logs, and
+the rolled log's held write lands in the next segment once the bookie
+answers again.  Every record is read back once, at the DLSN its write
+returned."""
+
+from __future__ import annotations
+
+import os
+import signal
+import urllib.request
+
+import appliance
+from tests.logservice.support import LogServers
+from tests.support.launch import wait_for, wait_registered
+
+SEGMENT_RECORDS = 20
+OTHER_WRITE_TIMEOUT_S = 30.0  # far below the heal wait: a blocked loop fails the test
+
+
+def _read_all(bk, name: str, expect: int) -> list:
+    out: list = []
+    with bk.log(name).reader() as r:
+        while len(out) < expect:
+            got = r.read(max_records=1000, timeout_s=30)
+            assert got, f"stalled after {len(out)} of {expect} records"
+            out += got
+    return out
+
+
+def _records_taken(servers, server_id: str) -> float:
+    url = servers.registry.servers()[server_id]["metrics_url"]
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    return next(float(line.split()[1]) for line in text.splitlines()
+                if line.startswith("bookkeeper_logserver_records_total"))
+
+
+def test_a_rollover_held_by_a_stalled_bookie_does_not_hold_the_servers_other_logs(make_cluster):
+    cluster = make_cluster(3, quorums=(3, 3, 2), autorecovery={"enabled": False},
+                           client={"add_timeout_ms": 1_000, "heal_close_wait_ms": 600_000},
+                           # the stalled bookie stays registered: the close waits for its heal
+                           metadata={"session_timeout_ms": 120_000},
+                           log={"segment_records_max": SEGMENT_RECORDS,
+                                "metrics_address": "127.0.0.1:0"})
+    with appliance.connect(str(cluster.config_path)) as bk:
+        wait_registered(bk, 3)
+        servers = LogServers(cluster, bk)
+        victim = None
+        try:
+            servers.start("logserver-1")
+            with bk.log("rolls").producer() as rolls, bk.log("other").producer() as other:
+                first = [rolls.write(b"r%d" % i) for i in range(SEGMENT_RECORDS - 5)]
+                before = [other.write(b"o%d" % i) for i in range(5)]
+                victim = "bookie-3"
+                os.kill(cluster.procs[victim].pid, signal.SIGSTOP)
+                # the segment's last records miss the stalled bookie: its close waits
+                first += [rolls.write(b"r%d" % i) for i in range(SEGMENT_RECORDS - 5,
+                                                                   SEGMENT_RECORDS)]
+                assert {d.seq for d in first} == {1}
+                held = rolls.write_async(b"r-held")  # the segment is full: it rolls over
+                # taken by the server: its rollover starts in the same turn of its loop
+                wait_for(lambda: _records_taken(servers, "logserver-1") == SEGMENT_RECORDS + 6,
+                         30, what="the server to take the record that rolls the segment")
+                # the roll waits for the stalled bookie; the server's other log does not
+                during = [other.write_async(b"o%d" % i) for i in range(5, 10)]
+                after = [f.result(timeout=OTHER_WRITE_TIMEOUT_S) for f in during]
+                assert not held.done()  # still waiting for the bookie (heal wait 10 min)
+                os.kill(cluster.procs[victim].pid, signal.SIGCONT)
+                victim = None
+                landed = held.result(timeout=120)
+                assert landed.seq == 2
+            records = _read_all(bk, "rolls", SEGMENT_RECORDS + 1)
+            assert [r.payload for r in records] == [b"r%d" % i for i in range(SEGMENT_RECORDS)] \
+                + [b"r-held"]
+            assert [r.dlsn for r in records] == first + [landed]
+            others = _read_all(bk, "other", 10)
+            assert [r.payload for r in others] == [b"o%d" % i for i in range(10)]
+            assert [r.dlsn for r in others] == before + after
+        finally:
+            if victim is not None:
+                os.kill(cluster.procs[victim].pid, signal.SIGCONT)
+            servers.kill_all()
