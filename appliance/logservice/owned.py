@@ -1,7 +1,8 @@
 """One log owned by this log server: its tagged log writer and its duplicate
 filter (``appliance.protocol.log_service.DedupTable``).
 
-Opening (on its own thread, the server keeps serving other logs): a
+Opening (on the server's pool of ``LOG_SERVICE_OPENS_MAX`` threads, the
+server keeps serving other logs): a
 ``LogWriter(tagged=True)`` takes the log over, which fences and recovers
 the previous owner's segment (so a stale owner cannot add a record after
 this point), then the filter is rebuilt from the tags of the records in the
@@ -92,7 +93,8 @@ class OwnedLog:
     changed (opened, failed)."""
 
     def __init__(self, client, name: str, owner: str, reply, wake, totals: dict | None = None,
-                 observe=None, clock_ms=lambda: int(time.time() * 1000)):
+                 observe=None, clock_ms=lambda: int(time.time() * 1000), *, acked=None,
+                 opener=None):
         self.client = client
         self.name = name
         self.owner = owner
@@ -109,7 +111,11 @@ class OwnedLog:
         self._observe = observe  # a write request's latency (s), or None
         self._lock = threading.Lock()
         self._held_since: float | None = None  # buffered records wait since (send_buffered)
-        threading.Thread(target=self._open, name=f"open-{name}", daemon=True).start()
+        self._acked = acked  # acked(self): an entry with records acknowledged (control entries)
+        if opener is None:
+            threading.Thread(target=self._open, name=f"open-{name}", daemon=True).start()
+        else:
+            opener.submit(self._open)
 
     def _open(self) -> None:
         try:
@@ -121,6 +127,8 @@ class OwnedLog:
             log.warning("log %s: could not take it over: %s", self.name, exc)
             self.error, self.state = exc, FAILED
         else:
+            if self._acked is not None:
+                writer.on_acked = lambda: self._acked(self)
             self.writer, self.state = writer, OPEN
             self._count("takeovers", 1)
             log.info("log %s: owned (epoch %d); %d records learnt for %d producers", self.name,
@@ -222,6 +230,18 @@ class OwnedLog:
             self._fail(exc)
             return None
         return due if now < due else math.inf  # woken by the ack that makes room
+
+    def control(self, now: float, interval_s: float) -> float | None:
+        """The server's thread: the writer's control entry once it was idle
+        ``interval_s`` (``LogWriter.control_if_due``); when to call again,
+        or None."""
+        if self.state != OPEN:
+            return None
+        try:
+            return self.writer.control_if_due(now, interval_s)
+        except Exception as exc:  # noqa: BLE001 - the writer is broken: drop the log
+            self._fail(exc)
+            return None
 
     def _count(self, name: str, n: int) -> None:
         self.stats[name] = self.stats.get(name, 0) + n
