@@ -94,7 +94,7 @@ class OwnedLog:
 
     def __init__(self, client, name: str, owner: str, reply, wake, totals: dict | None = None,
                  observe=None, clock_ms=lambda: int(time.time() * 1000), *, acked=None,
-                 opener=None):
+                 opener=None, ready=None):
         self.client = client
         self.name = name
         self.owner = owner
@@ -112,6 +112,8 @@ class OwnedLog:
         self._lock = threading.Lock()
         self._held_since: float | None = None  # buffered records wait since (send_buffered)
         self._acked = acked  # acked(self): an entry with records acknowledged (control entries)
+        # ready(self): the entry whose ack lets held records leave was acknowledged
+        self._on_room = (lambda: ready(self)) if ready is not None else wake
         if opener is None:
             threading.Thread(target=self._open, name=f"open-{name}", daemon=True).start()
         else:
@@ -213,17 +215,18 @@ class OwnedLog:
         leave now unless an entry is in flight (``LogWriter.send_if_idle``:
         the server is woken when it is acknowledged), or once they waited
         ``linger_s`` (then with up to ``entries_max`` entries in flight).
-        None once nothing is left buffered, else when to call again."""
+        None once nothing is left buffered, else when to call again (inf:
+        once ``ready`` is called, when the ack that makes room came)."""
         if self.state != OPEN:
             return None
         try:
-            if self.writer.send_if_idle(self._wake):
+            if self.writer.send_if_idle(self._on_room):
                 self._held_since = None
                 return None
             if self._held_since is None:
                 self._held_since = now
             due = self._held_since + linger_s
-            if now >= due and self.writer.send_if_idle(self._wake, entries_max):
+            if now >= due and self.writer.send_if_idle(self._on_room, entries_max):
                 self._held_since = None
                 return None
         except Exception as exc:  # noqa: BLE001 - the writer is broken: drop the log

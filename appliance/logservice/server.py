@@ -87,7 +87,13 @@ class LogServer:
         self._entries_max = client.log_config.service_entries_inflight
         self.owned: dict[str, OwnedLog] = {}
         self._lease_sessions: dict[str, str] = {}  # log -> the session its lease is on
-        self._buffered: set[OwnedLog] = set()  # logs with records this loop has not sent
+        # group commit (_send_buffered): the logs to try this turn (written to, or
+        # their ack came: appended by the ledger's thread), and those whose
+        # records wait out their linger (a heap of (due, n, log), latest due kept)
+        self._buffered: set[OwnedLog] = set()
+        self._ready: collections.deque[OwnedLog] = collections.deque()
+        self._lingering: list = []
+        self._linger_due: dict[OwnedLog, float] = {}
         # control entries of every owned log, driven by this loop (no thread per
         # log): logs whose entry was just acknowledged (appended by the ledger's
         # thread), and a heap of (due, n, log) with each log in it at most once
@@ -204,17 +210,32 @@ class LogServer:
 
     def _send_buffered(self) -> float:
         """Group commit: the records this turn buffered leave as one entry per
-        log, at once if the log has no entry in flight, else when one of the
-        next turns finds it acknowledged (its replies wake the loop) or
-        their linger ended; the next linger deadline (monotonic)."""
-        due, now = math.inf, time.monotonic()
-        for owned in list(self._buffered):
+        log, at once if the log has no entry in flight, else when its ack
+        comes (``_log_ready``) or their linger ended; the next linger
+        deadline (monotonic).  Only the logs written to, acknowledged or
+        due are looked at: a turn costs nothing per idle or waiting log."""
+        now = time.monotonic()
+        try_now, lingering, linger_due = self._buffered, self._lingering, self._linger_due
+        while self._ready:
+            try_now.add(self._ready.popleft())
+        while lingering and lingering[0][0] <= now:
+            due, _, owned = heapq.heappop(lingering)
+            if linger_due.get(owned) == due:  # else an older deadline of the log
+                del linger_due[owned]
+                try_now.add(owned)
+        for owned in try_now:
             again = owned.send_buffered(now, self._linger_s, self._entries_max)
-            if again is None:
-                self._buffered.discard(owned)
-            else:
-                due = min(due, again)
-        return due
+            if again is not None and again != math.inf and linger_due.get(owned) != again:
+                linger_due[owned] = again
+                heapq.heappush(lingering, (again, next(self._control_order), owned))
+        try_now.clear()
+        return lingering[0][0] if lingering else math.inf
+
+    def _log_ready(self, owned: OwnedLog) -> None:
+        """Any thread: ``owned``'s held records may leave now (the ack they
+        waited for came)."""
+        self._ready.append(owned)
+        self.wake()
 
     def _log_acked(self, owned: OwnedLog) -> None:
         """The ledger's thread: an entry of ``owned`` with records was
@@ -314,7 +335,7 @@ class LogServer:
                                     f"{os.getpid()}", self.queue_reply, self.wake,
                                     self.stats, self._latency.observe if self._latency else None,
                                     acked=self._log_acked if self._control_s else None,
-                                    opener=self._pool)
+                                    opener=self._pool, ready=self._log_ready)
         return {"op": "error", "code": RETRY, "message": f"log {name} is opening"}
 
     def totals(self) -> dict:
