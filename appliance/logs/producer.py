@@ -325,16 +325,41 @@ class Producer:
                 return
 
     # -- the I/O thread (appliance.logs.producer_loop) ------------------------------------------
-    def _turn(self) -> bool:
+    def _turn(self, tick: bool = False) -> bool:
         """One step of the process's producer I/O thread; True once this
-        producer is done with it (closed with nothing pending, or failed)."""
+        producer is done with it (closed with nothing pending, or failed).
+        ``tick``: the periodic visit (nothing woke this producer): only the
+        timeout and the deadline are checked, and the socket only looked at
+        (its replies wake the thread themselves), so a thousand idle or
+        waiting producers cost little."""
         with self._cond:
             if (self._closed and not self._pending) or self._error is not None:
                 return True
         if self._sock is None and time.monotonic() < self._connect_at:
             self._check_deadline()  # backing off: no owner found a moment ago
             return False
+        if tick and self._sock is not None and not self._deferred and self._resend_at is None:
+            return self._tick()
         self._step()
+        return False
+
+    def _tick(self) -> bool:
+        """``_turn`` at a tick, connected: the timeout and the deadline; a
+        full step only if a reply is there (never missed: every use of the
+        socket ends by looking at it, but it costs nothing to be sure)."""
+        if not self._io_lock.acquire(blocking=False):
+            self._check_deadline()
+            return False  # a writer uses the socket: it receives what came
+        try:
+            waiting = self._sock is not None and bool(self._sock.get(zmq.EVENTS) & zmq.POLLIN)
+            if not waiting and self._sock is not None:
+                self._check_timeout()
+        finally:
+            self._let_go()
+        if waiting:
+            self._step()
+        else:
+            self._check_deadline()
         return False
 
     def _fail_unexpected(self, exc: BaseException) -> None:

@@ -13,8 +13,9 @@ Guarantees:
   never closed under it (a socket is unwatched before it closes).
 * A producer is stepped when its socket is readable (unless a blocking
   write of its own is receiving: it leaves that socket alone), when it is
-  woken (``wake``), at the time it asked for (``call_at``: a backoff), and
-  every ``POLL_MS`` whatever happened.
+  woken (``wake``), at the time it asked for (``call_at``: a backoff); and
+  visited every ``POLL_MS`` whatever happened (``Producer._turn(tick)``:
+  its timeout and deadline checked, its socket looked at).
 * A producer whose step says it is finished (closed with nothing pending,
   or failed) is finished (``Producer._finish``) and forgotten; an exception
   from a step fails that producer only.
@@ -118,15 +119,16 @@ class ProducerLoop:
                     ready.add(heapq.heappop(self._timers)[2])
             ready.discard(None)
             self._producers |= ready
-            if now >= tick:
-                ready = self._producers.copy()
+            if now >= tick:  # everyone: the ones nothing woke only checked
+                for producer in self._producers - ready:
+                    self._step(producer, tick=True)
                 tick = now + POLL_MS / 1000
             for producer in ready:
                 self._step(producer)
 
-    def _step(self, producer) -> None:
+    def _step(self, producer, tick: bool = False) -> None:
         try:
-            finished = producer._turn()
+            finished = producer._turn(tick)
         except Exception as exc:  # noqa: BLE001 - fails that producer only
             log.exception("producer of log %s failed", producer.name)
             producer._fail_unexpected(exc)
