@@ -26,9 +26,12 @@ The ZeroMQ DEALER socket is used by whichever thread holds ``_io_lock``:
 a writer sends its record itself when the socket is free and no request
 awaits its reply (else whoever receives that reply sends it), and a
 blocking ``write`` receives the replies itself while it waits, so a write
-costs no hand-off between threads.  The producer's I/O thread receives
-the rest (pipelined writes), connects, redirects, and checks timeouts and
-deadlines every ``POLL_MS``.
+costs no hand-off between threads.  The process's one producer I/O thread
+(``appliance.logs.producer_loop``, shared by all its producers: a process
+writing a thousand logs has one, not a thousand) receives the rest
+(pipelined writes), connects, redirects, and checks timeouts and
+deadlines every ``POLL_MS``; every producer of the process shares one
+ZeroMQ context.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from appliance.errors import (
     LogServiceUnavailableError,
     TooManyProducersError,
 )
+from appliance.logs.producer_loop import POLL_MS, ProducerLoop
 from appliance.meta.logservice import LogServiceRegistry
 from appliance.protocol import limits
 from appliance.protocol.log_entry import HEADER_BYTES, RECORD_OVERHEAD, TAG_BYTES
@@ -68,12 +72,10 @@ from appliance.protocol.log_service import (
     runs_dlsns,
 )
 from appliance.protocol.logs import DLSN, dlsn_of
-from ipc.wake import WakePipe
 
 log = logging.getLogger("appliance.logs")
 
 COPY_BYTES_MIN = 65_536  # a smaller request is copied into its message (zero-copy costs more)
-POLL_MS = 50  # the I/O thread's longest wait: deadlines are checked this often
 BACKOFF_MIN_S, BACKOFF_MAX_S = 0.02, 0.5  # between tries while the log has no owner
 
 
@@ -141,11 +143,15 @@ class Producer:
         self._sock_fd: int | None = None  # the socket's descriptor (readable: look at it)
         self._receivers = 0  # blocking writes receiving replies themselves (_await)
         self._deferred: collections.deque[dict] = collections.deque()  # replies for the I/O thread
+        self._resend_at: float | None = None  # paused after a refusal: resend everything then
+        self._connect_at = 0.0  # no owner found: look again from then on
+        self._finished = threading.Event()  # the I/O thread let go of this producer
         self.stats = {"requests": 0, "redirects": 0, "retries": 0, "timeouts": 0}
-        self._ctx = zmq.Context()
-        self._wakeup = WakePipe()
-        self._thread = threading.Thread(target=self._run, name=f"producer-{name}", daemon=True)
-        self._thread.start()
+        # one context (one ZeroMQ I/O thread) for every producer of the process,
+        # as for readers (appliance.logs.tail): not one each
+        self._ctx = zmq.Context.instance()
+        self._loop = ProducerLoop.get()
+        self._loop.wake(self)
 
     # -- the user's side ------------------------------------------------------------------
     def write(self, payload, seq: int | None = None) -> DLSN | None:
@@ -234,9 +240,7 @@ class Producer:
             with self._cond:
                 self._closed = True
             self._wake()
-            self._thread.join(timeout=limits.LOG_PRODUCER_DEADLINE_MS / 1000)
-            self._wakeup.close()
-            self._ctx.term()
+            self._finished.wait(timeout=limits.LOG_PRODUCER_DEADLINE_MS / 1000)
 
     def __enter__(self):
         return self
@@ -245,7 +249,7 @@ class Producer:
         self.close()
 
     def _wake(self) -> None:
-        self._wakeup.wake()
+        self._loop.wake(self)
 
     # -- the socket: whichever thread holds _io_lock --------------------------------------
     def _try_send(self) -> None:
@@ -311,32 +315,75 @@ class Producer:
         waits on it.  ``defer``: replies other than ``written`` are left to
         the I/O thread (they may close the socket)."""
         while True:
-            if self._next_seq is None:
+            if self._resend_at is not None:
+                pass  # paused after a refusal: nothing leaves until the resend
+            elif self._next_seq is None:
                 self._send_hello()
             else:
                 self._send_unsent()
             if not self._receive(defer) or self._sock is None:
                 return
 
-    # -- the I/O thread ---------------------------------------------------------------------
-    def _run(self) -> None:
+    # -- the I/O thread (appliance.logs.producer_loop) ------------------------------------------
+    def _turn(self, tick: bool = False) -> bool:
+        """One step of the process's producer I/O thread; True once this
+        producer is done with it (closed with nothing pending, or failed).
+        ``tick``: the periodic visit (nothing woke this producer): only the
+        timeout and the deadline are checked, and the socket only looked at
+        (its replies wake the thread themselves), so a thousand idle or
+        waiting producers cost little."""
+        with self._cond:
+            if (self._closed and not self._pending) or self._error is not None:
+                return True
+        if self._sock is None and time.monotonic() < self._connect_at:
+            self._check_deadline()  # backing off: no owner found a moment ago
+            return False
+        if tick and self._sock is not None and not self._deferred and self._resend_at is None:
+            return self._tick()
+        self._step()
+        return False
+
+    def _tick(self) -> bool:
+        """``_turn`` at a tick, connected: the timeout and the deadline; a
+        full step only if a reply is there (never missed: every use of the
+        socket ends by looking at it, but it costs nothing to be sure)."""
+        if not self._io_lock.acquire(blocking=False):
+            self._check_deadline()
+            return False  # a writer uses the socket: it receives what came
         try:
-            while True:
-                with self._cond:
-                    if (self._closed and not self._pending) or self._error is not None:
-                        return
-                self._step()
-        except Exception as exc:  # noqa: BLE001 - kept as the producer's error
-            log.exception("producer of log %s failed", self.name)
-            self._fail(exc if isinstance(exc, BKError) else
-                       LogServiceUnavailableError(f"log {self.name!r}: {exc}"))
+            waiting = self._sock is not None and bool(self._sock.get(zmq.EVENTS) & zmq.POLLIN)
+            if not waiting and self._sock is not None:
+                self._check_timeout()
         finally:
-            with self._io_lock:
-                self._drop_socket()
+            self._let_go()
+        if waiting:
+            self._step()
+        else:
+            self._check_deadline()
+        return False
+
+    def _fail_unexpected(self, exc: BaseException) -> None:
+        self._fail(exc if isinstance(exc, BKError) else
+                   LogServiceUnavailableError(f"log {self.name!r}: {exc}"))
+
+    def _finish(self) -> None:
+        """The I/O thread lets go of this producer: its socket is closed."""
+        with self._io_lock:
+            self._drop_socket()
+        self._finished.set()
+
+    def _watched_fd(self) -> int | None:
+        """The descriptor the I/O thread polls for this producer: none while
+        a blocking writer receives (it leaves the socket to it)."""
+        with self._cond:
+            return self._sock_fd if self._sock is not None and not self._receivers else None
 
     def _step(self) -> None:
         self._io_lock.acquire()
         try:
+            if self._resend_at is not None and time.monotonic() >= self._resend_at:
+                self._resend_at = None
+                self._restart_sends()
             connected = self._sock is not None or self._connect()
             if connected:
                 while self._deferred:
@@ -345,15 +392,11 @@ class Producer:
                     self._pump(defer=False)
                     self._check_timeout()
             self._check_deadline()
-            with self._cond:  # a blocking writer receives: leave the socket to it
-                fd = self._sock_fd if self._sock is not None and not self._receivers else None
         finally:
             self._let_go()
-        if not connected:
-            time.sleep(self._next_backoff())
-            return
-        if wait_readable(self._wakeup.fd, POLL_MS, fd):
-            self._wakeup.drain()
+        if not connected:  # try again after a pause
+            self._connect_at = time.monotonic() + self._next_backoff()
+            self._loop.call_at(self, self._connect_at)
 
     def _connect(self) -> bool:
         endpoint = self._endpoint or self._find_owner()
@@ -377,6 +420,8 @@ class Producer:
         return None if target is None else servers[target]["endpoint"]
 
     def _drop_socket(self, forget_endpoint: bool = True) -> None:
+        """The I/O thread: close the socket (unwatched first)."""
+        self._loop.unwatch(self)
         if self._sock is not None:
             self._sock.close(linger=0)
             self._sock = self._sock_fd = None
@@ -495,8 +540,9 @@ class Producer:
             self._fail(BadRequestError(doc.get("message", "bad request")))
         else:  # retry, held, gap: resend from the oldest after a pause
             self.stats["retries"] += 1
-            time.sleep(self._next_backoff() * (4 if code == HELD else 1))
-            self._restart_sends()
+            self._resend_at = time.monotonic() + \
+                self._next_backoff() * (4 if code == HELD else 1)
+            self._loop.call_at(self, self._resend_at)  # nothing leaves until then
 
     def _oldest(self) -> int:
         """The oldest unacknowledged write's number (0 if none)."""

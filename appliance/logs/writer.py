@@ -34,7 +34,10 @@ writers (``driven=True``, the owners too) have no flush timer: the caller
 sends the buffer with ``send_if_idle`` (at once when fewer than the
 caller's number of entries are in flight, else when one is acknowledged),
 and their entries are never held by the ledger handle (the caller batches);
-``flush_bytes`` still applies.
+``flush_bytes`` still applies.  Nor have they a flusher thread: the caller
+drives their control entries too (``control_if_due``, after an idle time
+of its choosing), so a process owning a thousand logs has no thread per
+log.
 
 Listening (``listen``, the log service's read cache): a callback is told
 of every entry the ledger acknowledged (its ack quorum durable, so the
@@ -184,6 +187,9 @@ class LogWriter:
         self._acked_at = 0.0
         self._acked_hook: Future | None = None  # the add send_if_idle waits on
         self._listener = None  # (seq, entry_id, txids, payloads) of each acknowledged entry
+        # driven: called (ledger's thread) when an entry with records is
+        # acknowledged, before its futures settle: time for control_if_due
+        self.on_acked = None
         self._inflight: collections.deque[Future] = collections.deque()  # adds not yet acked
         self._rolling = False  # a driven writer's segment is rolling over (_roll)
         self._held: list[tuple] = []  # entries sent while it rolls (_take_buffer's)
@@ -195,9 +201,11 @@ class LogWriter:
         md = self._recover_previous(md)
         self._last_txid = md.last_txid
         self._start_segment()
-        self._thread = threading.Thread(target=self._run, name=f"log-writer-{name}",
-                                        daemon=True)
-        self._thread.start()
+        self._thread = None  # driven: the caller drives time (control_if_due), no thread
+        if not driven:
+            self._thread = threading.Thread(target=self._run, name=f"log-writer-{name}",
+                                            daemon=True)
+            self._thread.start()
 
     # -- segments --------------------------------------------------------------------
     def _recover_previous(self, md):
@@ -528,6 +536,9 @@ class LogWriter:
         listener = self._listener
         if listener is not None:
             listener(seq, entry_id, txids, payloads)
+        on_acked = self.on_acked
+        if on_acked is not None and payloads:
+            on_acked()
         singles, runs, run, part = [], [], None, None
         for slot, fut in enumerate(futures):
             if fut.__class__ is not RecordRun:
@@ -571,6 +582,30 @@ class LogWriter:
                     self._fail(exc)
                     log.warning("log %s: flush failed: %s", self.name, exc)
                 self._wake.wait(max(wait, 0.0001))
+
+    def control_if_due(self, now: float, interval_s: float) -> float | None:
+        """A driven writer's flusher, called by its owner (one loop for all
+        its logs instead of a thread each): add the control entry if the
+        writer has been idle ``interval_s`` since its last entry with
+        records was acknowledged.  None when nothing is to do until
+        ``on_acked`` is called again (an entry with records acknowledged);
+        else when to call again (monotonic)."""
+        with self._lock:
+            if self._closed or self._error is not None:
+                return None
+            last = self._last_add
+            if self._buf_payloads or not self._control_due or last is None or \
+                    not last.done():
+                return None  # nothing sent, or an entry to come: its ack calls on_acked
+            due = self._acked_at + interval_s
+            if now < due:
+                return due
+            try:
+                self._flush_locked(control=True)
+            except BaseException as exc:  # noqa: BLE001 - kept as the writer's error
+                self._fail(exc)
+                log.warning("log %s: control entry failed: %s", self.name, exc)
+            return None
 
     def listen(self, listener) -> tuple[DLSN, int]:
         """Call ``listener(seq, entry_id, txids, payloads)`` for every entry
@@ -649,7 +684,8 @@ class LogWriter:
                 self._flush_locked()
             self._closed = True
             self._wake.notify()
-        self._thread.join(timeout=limits.CLIENT_CALL_TIMEOUT_S_MAX)
+        if self._thread is not None:
+            self._thread.join(timeout=limits.CLIENT_CALL_TIMEOUT_S_MAX)
         with self._lock:
             if self._error is None:
                 try:

@@ -1,7 +1,8 @@
 """One log owned by this log server: its tagged log writer and its duplicate
 filter (``appliance.protocol.log_service.DedupTable``).
 
-Opening (on its own thread, the server keeps serving other logs): a
+Opening (on the server's pool of ``LOG_SERVICE_OPENS_MAX`` threads, the
+server keeps serving other logs): a
 ``LogWriter(tagged=True)`` takes the log over, which fences and recovers
 the previous owner's segment (so a stale owner cannot add a record after
 this point), then the filter is rebuilt from the tags of the records in the
@@ -93,8 +94,8 @@ class OwnedLog:
     changed (opened, failed)."""
 
     def __init__(self, client, name: str, owner: str, reply, wake, totals: dict | None = None,
-                 observe=None, clock_ms=lambda: int(time.time() * 1000), gather_s: float = 0.0,
-                 monotonic=time.monotonic):
+                 observe=None, clock_ms=lambda: int(time.time() * 1000), *, acked=None,
+                 opener=None, ready=None, gather_s: float = 0.0, monotonic=time.monotonic):
         self.client = client
         self.name = name
         self.owner = owner
@@ -113,7 +114,13 @@ class OwnedLog:
         self._held_since: float | None = None  # buffered records wait since (send_buffered)
         self.gate = GatherGate(gather_s)  # producers just answered, awaited (send_buffered)
         self._monotonic = monotonic
-        threading.Thread(target=self._open, name=f"open-{name}", daemon=True).start()
+        self._acked = acked  # acked(self): an entry with records acknowledged (control entries)
+        # ready(self): the entry whose ack lets held records leave was acknowledged
+        self._on_room = (lambda: ready(self)) if ready is not None else wake
+        if opener is None:
+            threading.Thread(target=self._open, name=f"open-{name}", daemon=True).start()
+        else:
+            opener.submit(self._open)
 
     def _open(self) -> None:
         try:
@@ -125,6 +132,8 @@ class OwnedLog:
             log.warning("log %s: could not take it over: %s", self.name, exc)
             self.error, self.state = exc, FAILED
         else:
+            if self._acked is not None:
+                writer.on_acked = lambda: self._acked(self)
             self.writer, self.state = writer, OPEN
             self._count("takeovers", 1)
             log.info("log %s: owned (epoch %d); %d records learnt for %d producers", self.name,
@@ -211,7 +220,8 @@ class OwnedLog:
         leave now unless an entry is in flight (``LogWriter.send_if_idle``:
         the server is woken when it is acknowledged), or once they waited
         ``linger_s`` (then with up to ``entries_max`` entries in flight).
-        None once nothing is left buffered, else when to call again."""
+        None once nothing is left buffered, else when to call again (inf:
+        once ``ready`` is called, when the ack that makes room came)."""
         if self.state != OPEN:
             return None
         try:
@@ -220,19 +230,31 @@ class OwnedLog:
                 if until is not None:
                     self._held_since = self._held_since or now
                     return until
-            if self.writer.send_if_idle(self._wake):
+            if self.writer.send_if_idle(self._on_room):
                 self._held_since = None
                 return None
             if self._held_since is None:
                 self._held_since = now
             due = self._held_since + linger_s
-            if now >= due and self.writer.send_if_idle(self._wake, entries_max):
+            if now >= due and self.writer.send_if_idle(self._on_room, entries_max):
                 self._held_since = None
                 return None
         except Exception as exc:  # noqa: BLE001 - the writer is broken: drop the log
             self._fail(exc)
             return None
         return due if now < due else math.inf  # woken by the ack that makes room
+
+    def control(self, now: float, interval_s: float) -> float | None:
+        """The server's thread: the writer's control entry once it was idle
+        ``interval_s`` (``LogWriter.control_if_due``); when to call again,
+        or None."""
+        if self.state != OPEN:
+            return None
+        try:
+            return self.writer.control_if_due(now, interval_s)
+        except Exception as exc:  # noqa: BLE001 - the writer is broken: drop the log
+            self._fail(exc)
+            return None
 
     def _count(self, name: str, n: int) -> None:
         self.stats[name] = self.stats.get(name, 0) + n

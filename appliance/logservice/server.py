@@ -19,16 +19,23 @@ Guarantees:
   answered ``held`` until that writer closes.
 * One thread serves the socket; replies computed on other threads (a write
   made durable) are queued and the socket thread is woken through a pipe.
+  That thread also drives the time-based work of every owned log (group
+  commit lingers, control entries): no thread per log.  Logs are opened
+  and closed on a pool of ``LOG_SERVICE_OPENS_MAX`` threads, so a server
+  asked for a thousand logs at once keeps answering (pings included).
 """
 
 from __future__ import annotations
 
 import collections
+import heapq
+import itertools
 import logging
 import math
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import zmq
 
@@ -81,7 +88,23 @@ class LogServer:
         self._gather_s = client.log_config.service_gather_us / 1e6
         self.owned: dict[str, OwnedLog] = {}
         self._lease_sessions: dict[str, str] = {}  # log -> the session its lease is on
-        self._buffered: set[OwnedLog] = set()  # logs with records this loop has not sent
+        # group commit (_send_buffered): the logs to try this turn (written to, or
+        # their ack came: appended by the ledger's thread), and those whose
+        # records wait out their linger (a heap of (due, n, log), latest due kept)
+        self._buffered: set[OwnedLog] = set()
+        self._ready: collections.deque[OwnedLog] = collections.deque()
+        self._lingering: list = []
+        self._linger_due: dict[OwnedLog, float] = {}
+        # control entries of every owned log, driven by this loop (no thread per
+        # log): logs whose entry was just acknowledged (appended by the ledger's
+        # thread), and a heap of (due, n, log) with each log in it at most once
+        self._control_s = client.log_config.service_control_interval_ms / 1000
+        self._acked: collections.deque[OwnedLog] = collections.deque()
+        self._controls: list = []
+        self._controlled: set[OwnedLog] = set()
+        self._control_order = itertools.count()
+        # opens and closes of owned logs, a few at a time (not a thread each)
+        self._pool = ThreadPoolExecutor(limits.LOG_SERVICE_OPENS_MAX, "log-open")
         self._replies: collections.deque = collections.deque()
         self._replies_lock = threading.Lock()
         self._replies_woken = False  # a wake is on its way for the queued replies
@@ -127,7 +150,7 @@ class LogServer:
                 if self._sock in events:
                     self._serve_some()
                 self._send_replies()
-                due = self._send_buffered()
+                due = min(self._send_buffered(), self._drive_controls())
                 if time.monotonic() >= next_check:
                     self._check_owned()
                     next_check = time.monotonic() + limits.LOG_SERVICE_CHECK_INTERVAL_MS / 1000
@@ -145,8 +168,11 @@ class LogServer:
     def _shutdown(self) -> None:
         if self.reads is not None:
             self.reads.stop()
+        self._pool.shutdown(wait=True, cancel_futures=True)  # opens not begun never begin
+        with ThreadPoolExecutor(limits.LOG_SERVICE_OPENS_MAX, "log-close") as closing:
+            for owned in list(self.owned.values()):
+                closing.submit(owned.close)
         for owned in list(self.owned.values()):
-            owned.close()
             self.registry.release(owned.name)
         self._send_replies()
         self.registry.unregister(self.id)
@@ -185,17 +211,57 @@ class LogServer:
 
     def _send_buffered(self) -> float:
         """Group commit: the records this turn buffered leave as one entry per
-        log, at once if the log has no entry in flight, else when one of the
-        next turns finds it acknowledged (its replies wake the loop) or
-        their linger ended; the next linger deadline (monotonic)."""
-        due, now = math.inf, time.monotonic()
-        for owned in list(self._buffered):
+        log, at once if the log has no entry in flight, else when its ack
+        comes (``_log_ready``) or their linger ended; the next linger
+        deadline (monotonic).  Only the logs written to, acknowledged or
+        due are looked at: a turn costs nothing per idle or waiting log."""
+        now = time.monotonic()
+        try_now, lingering, linger_due = self._buffered, self._lingering, self._linger_due
+        while self._ready:
+            try_now.add(self._ready.popleft())
+        while lingering and lingering[0][0] <= now:
+            due, _, owned = heapq.heappop(lingering)
+            if linger_due.get(owned) == due:  # else an older deadline of the log
+                del linger_due[owned]
+                try_now.add(owned)
+        for owned in try_now:
             again = owned.send_buffered(now, self._linger_s, self._entries_max)
+            if again is not None and again != math.inf and linger_due.get(owned) != again:
+                linger_due[owned] = again
+                heapq.heappush(lingering, (again, next(self._control_order), owned))
+        try_now.clear()
+        return lingering[0][0] if lingering else math.inf
+
+    def _log_ready(self, owned: OwnedLog) -> None:
+        """Any thread: ``owned``'s held records may leave now (the ack they
+        waited for came)."""
+        self._ready.append(owned)
+        self.wake()
+
+    def _log_acked(self, owned: OwnedLog) -> None:
+        """The ledger's thread: an entry of ``owned`` with records was
+        acknowledged (its replies, queued next, wake the loop)."""
+        self._acked.append(owned)
+
+    def _drive_controls(self) -> float:
+        """Every owned log's control entry (``OwnedLog.control``) once it has
+        been idle ``service_control_interval_ms`` after an acknowledged entry; the
+        next due time (monotonic)."""
+        now = time.monotonic()
+        heap, controlled = self._controls, self._controlled
+        while self._acked:
+            owned = self._acked.popleft()
+            if owned not in controlled:
+                controlled.add(owned)
+                heapq.heappush(heap, (now + self._control_s, next(self._control_order), owned))
+        while heap and heap[0][0] <= now:
+            owned = heapq.heappop(heap)[2]
+            again = owned.control(now, self._control_s)
             if again is None:
-                self._buffered.discard(owned)
+                controlled.discard(owned)
             else:
-                due = min(due, again)
-        return due
+                heapq.heappush(heap, (again, next(self._control_order), owned))
+        return heap[0][0] if heap else math.inf
 
     def queue_reply(self, identity: bytes, doc: dict) -> None:
         frame = encode_header(doc)
@@ -270,6 +336,8 @@ class LogServer:
         self.owned[name] = OwnedLog(self.client, name, f"{SERVICE_OWNER_PREFIX}{self.id}:"
                                     f"{os.getpid()}", self.queue_reply, self.wake,
                                     self.stats, self._latency.observe if self._latency else None,
+                                    acked=self._log_acked if self._control_s else None,
+                                    opener=self._pool, ready=self._log_ready,
                                     gather_s=self._gather_s)
         return {"op": "error", "code": RETRY, "message": f"log {name} is opening"}
 
@@ -310,8 +378,7 @@ class LogServer:
                 log.info("log %s: %s", name, "failed" if owned.state == FAILED
                          else f"handed over to {target}" if moving else "lease lost")
                 owned.state = CLOSING
-                threading.Thread(target=self._close_owned, args=(owned,),
-                                 name=f"close-{name}", daemon=True).start()
+                self._pool.submit(self._close_owned, owned)
 
     def _close_owned(self, owned: OwnedLog) -> None:
         owned.close()

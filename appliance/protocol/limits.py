@@ -259,6 +259,12 @@ LOG_SERVICE_RECENT_MAX = LOG_PRODUCER_INFLIGHT_RECORDS_MAX
 LOG_SERVICE_REBUILD_MS = 2 * LOG_PRODUCER_DEADLINE_MS
 LOG_SERVICE_REQUEST_FRAMES_MAX = LOG_PRODUCER_BATCH_RECORDS_MAX + 1  # header + records
 LOG_SERVICE_CHECK_INTERVAL_MS = 500  # owned logs re-checked (lease held, still ours)
+# Logs a log server takes over (or hands over) at once, on a pool of this
+# many threads: a server asked for a thousand logs opens them this many at a
+# time (each is metadata round trips and a segment recovery) and its loop
+# keeps serving, pings included.  More: a burst of new logs opens sooner;
+# costs a thread each and more contention for the loop.
+LOG_SERVICE_OPENS_MAX = 8
 # The read cache ([log] read_cache_bytes, appliance.logservice.readcache): the
 # owner keeps this many bytes of a log's most recent acknowledged records
 # (per log with tailing readers) and serves them to the readers
@@ -290,6 +296,13 @@ LOG_SERVICE_ENTRIES_INFLIGHT = 2
 # most for the producers just answered ([log] service_gather_us,
 # appliance.protocol.gather): fuller entries from synchronous producers.
 LOG_SERVICE_GATHER_US = 1_000
+# An owned log's control entry ([log] service_control_interval_ms): once the
+# log was idle this long after an entry was acknowledged, so readers of the
+# bookies see its last records.  Readers through the service never wait for
+# it (the owner's cache has every acknowledged record).  Shorter: readers of
+# the bookies see the tail sooner; costs an entry per pause of every log (a
+# thousand logs written now and then: one per entry at 2 ms).
+LOG_SERVICE_CONTROL_INTERVAL_MS = 1_000
 
 # -- cold storage ([cold_storage], appliance.cold) -----------------------------------
 COLD_STORAGE_OFFLOAD_AFTER_MS = 3_600_000  # sealed segments older than this move by themselves
