@@ -1,0 +1,194 @@
+"""A log read by Spark with its cold segments' files read by Spark's own
+Parquet reader (the fast path): ``read_log``.
+
+    from appliance.spark import read_log
+    df = read_log(spark, "events", config="configs/local.toml", password="secret")
+    # dlsn string, txid long, payload binary: the rows of
+    # spark.read.format("bookkeeper").option("log", "events")
+
+Guarantees:
+
+* The rows are those of the ``bookkeeper`` source's log scan, each record
+  once: the cold segments whose files Spark can open (a local directory or
+  ``file://`` cold tier) are read by ``spark.read.parquet``, every other
+  segment by the ``bookkeeper`` source told to leave those out (option
+  ``excludeSegments``).  Which segments are read natively is decided once,
+  from one read of the log's metadata when ``read_log`` is called; a cold
+  segment never turns hot again, so a segment that moves cold after that is
+  read by the source from whichever tier it is in when a query plans, and
+  segments the log gains later (after a roll) are read by the source too.
+* The DLSN is built in Spark from the segment number in the log's metadata
+  (carried by the file's name, checked here) and the file's ``entry_id`` and
+  ``slot`` columns: ``seq/entry/slot``, the string the source gives.
+* Every native file is verified on the driver before the DataFrame is
+  returned (``verify_cold_file``: size, the whole file's crc32c and the
+  footer's identity and content checksum against the segment's metadata);
+  a damaged or missing file is ``CorruptColdSegmentError`` naming the log,
+  the segment and the file, and nothing is read.  A file is read for its
+  checksum once per driver process and content (cached by URI, size,
+  modification time and the segment's checksums).  The scan then has
+  Spark verify each Parquet page's CRC (the mover writes them), so bytes
+  damaged after the check fail the query instead of being served.
+* Spark filters the rows: nothing is pushed into the reads.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from functools import reduce
+
+import pyarrow.fs as pafs
+
+import appliance
+from appliance.cold.reading import open_file
+from appliance.cold.segment_file import CorruptColdSegmentError, identity, open_segment
+from appliance.errors import BKError, NoSuchLogError, UnauthorizedError
+from appliance.protocol import limits
+from appliance.protocol.keys import check_password, master_key
+from appliance.protocol.logs import COLD, Segment
+from appliance.spark.options import parse_options
+from appliance.spark.registry import register
+
+# Spark's Parquet reader (parquet-mr) checks each page's CRC with this set;
+# passed as an option of the read, it reaches the scan's Hadoop settings.
+PAGE_CHECKSUMS = "parquet.page.verify-checksum.enabled"
+# The columns Spark reads from a cold segment's file (segment_file.SCHEMA).
+FILE_COLUMNS_DDL = "txid long, payload binary, entry_id long, slot int"
+
+_verified: OrderedDict = OrderedDict()  # verification key -> None, oldest first
+_verified_lock = threading.Lock()
+
+
+def read_log(spark, log: str, *, config=None, metadata=None, password: str = "",
+             **options):
+    """A DataFrame of log ``log``'s records (``dlsn string, txid long,
+    payload binary``, none null), the same rows as
+    ``spark.read.format("bookkeeper").option("log", log)``, its cold
+    segments read by Spark's own Parquet reader.
+
+    ``config`` (the appliance's TOML file) or ``metadata`` (its metadata
+    URI), exactly one; ``password``: the log's; ``options``: the source's
+    other options (``maxEntriesPerPartition``, ``minPartitions``,
+    ``readTimeoutMs``) for the segments it reads.  Registers the
+    ``bookkeeper`` format (``register``) if needed.  Raises
+    ``CorruptColdSegmentError`` for a damaged cold file,
+    ``UnauthorizedError`` for a wrong password, ``NoSuchLogError``."""
+    raw = {**{k: str(v) for k, v in options.items()}, "log": log, "password": password}
+    for key, value in (("config", config), ("metadata", metadata)):
+        if value is not None:
+            raw[key] = str(value)
+    scan = parse_options(raw)  # every option checked before anything connects
+    segments, cold_config = _live_segments(scan)
+    native = {}
+    for seg in segments:
+        path = native_path(cold_config, seg)
+        if path is not None:
+            _check_password(scan, seg)
+            verify_cold_file(cold_config, log, seg)
+            native[seg.seq] = path
+    register(spark)
+    reader = spark.read.format("bookkeeper").options(**raw)
+    if native:
+        reader = reader.option("excludeSegments", ",".join(map(str, sorted(native))))
+    rest = reader.load()
+    if not native:
+        return rest
+    return cold_frame(spark, native).unionByName(rest)
+
+
+def _live_segments(scan) -> tuple[list[Segment], object]:
+    """The log's live segments (one metadata read) and the cold tier's config."""
+    try:
+        client = appliance.connect(scan.target)
+    except BKError as exc:
+        raise type(exc)(f"read_log: cannot reach the appliance ({scan.where}): {exc}") from exc
+    with client:
+        try:
+            md, _ = client.logs.read_log(scan.log)
+        except NoSuchLogError:
+            raise NoSuchLogError(f"read_log: log {scan.log!r} does not exist "
+                                 f"({scan.where})") from None
+        return list(md.live_segments), client.cold_config
+
+
+def _check_password(scan, seg: Segment) -> None:
+    if not check_password(seg.cold.password_hash, master_key(scan.password)):
+        raise UnauthorizedError(f"read_log: wrong password for log {scan.log!r}")
+
+
+def native_path(cold_config, seg: Segment) -> str | None:
+    """The path Spark opens for a cold segment's file, or None when Spark
+    reads it through the ``bookkeeper`` source (a hot segment, or a file
+    outside the local filesystem: Spark needs Hadoop's S3 connector and its
+    credentials for an object store)."""
+    if seg.tier != COLD:
+        return None
+    fs, path = open_file(cold_config, seg.cold.uri)
+    if not isinstance(fs, pafs.LocalFileSystem):
+        return None
+    return "file://" + path
+
+
+def verify_cold_file(cold_config, log_name: str, seg: Segment) -> None:
+    """Check a cold segment's file before Spark reads it (see the module
+    docstring); once per file content: a file whose URI, size, modification
+    time and segment checksums were verified before is not read again."""
+    fs, path = open_file(cold_config, seg.cold.uri)
+    where = f"log {log_name!r} segment {seg.seq}: cold file {seg.cold.uri}"
+    info = fs.get_file_info(path)
+    if info.type == pafs.FileType.NotFound:
+        raise CorruptColdSegmentError(f"{where} is missing")
+    if info.size != seg.cold.bytes:
+        raise CorruptColdSegmentError(f"{where}: {info.size} bytes, the segment's file has "
+                                      f"{seg.cold.bytes} (damaged)")
+    key = (seg.cold.uri, info.size, info.mtime_ns, seg.cold.file_crc32c, seg.cold.crc32c,
+           tuple(sorted(identity(log_name, seg).items())))
+    with _verified_lock:
+        if key in _verified:
+            _verified.move_to_end(key)
+            return
+    open_segment(fs, path, log_name, seg, seg.cold.crc32c, seg.cold.file_crc32c, seg.cold.uri)
+    with _verified_lock:
+        _verified[key] = None
+        while len(_verified) > limits.SPARK_COLD_FILES_VERIFIED_CACHED:
+            _verified.popitem(last=False)
+
+
+def cold_frame(spark, paths: dict[int, str]):
+    """Segments' files (segment number -> path) as ``dlsn, txid, payload``:
+    one scan of the files named ``<seq>-...`` (the cold store's layout; the
+    number taken from the name Spark reports for each row's file), a scan
+    of its own for any other."""
+    from pyspark.sql import functions as F  # on use: the module imports without Spark
+
+    named = {seq: p for seq, p in paths.items() if _named_for(seq, p)}
+    if len({os.path.basename(p) for p in named.values()}) != len(named):
+        named = {}  # two files of one name: each scanned on its own
+    frames = []
+    if named:
+        frames.append(_scan(spark, list(named.values()),
+                            F.substring_index(F.col("_metadata.file_name"), "-", 1)))
+    frames += [_scan(spark, [p], F.lit(str(seq))) for seq, p in paths.items()
+               if seq not in named]
+    return reduce(lambda a, b: a.unionByName(b), frames)
+
+
+def _named_for(seq: int, path: str) -> bool:
+    return os.path.basename(path).startswith(f"{seq}-")
+
+
+def _scan(spark, paths: list[str], seq_text):
+    """``spark.read.parquet`` of the files, page CRCs checked, projected to
+    the log's schema.  The columns are REQUIRED in the files (no nulls; the
+    verified bytes are the ones the mover wrote), but Spark reads every file
+    column as nullable: ``coalesce`` with a never-used value states it."""
+    from pyspark.sql import functions as F  # on use: the module imports without Spark
+
+    files = spark.read.option(PAGE_CHECKSUMS, "true").schema(FILE_COLUMNS_DDL).parquet(*paths)
+    dlsn = F.concat_ws("/", seq_text, F.col("entry_id").cast("string"),
+                       F.col("slot").cast("string"))
+    return files.select(dlsn.alias("dlsn"),
+                        F.coalesce(F.col("txid"), F.lit(0).cast("long")).alias("txid"),
+                        F.coalesce(F.col("payload"), F.lit(b"")).alias("payload"))

@@ -1,0 +1,108 @@
+"""``read_log``: a log's cold segments read by Spark's own Parquet reader,
+the rest by the ``bookkeeper`` source.  The same rows (dlsn, txid, payload)
+and schema as the source, each record once, over cold, hot and in-progress
+segments, also when a segment moves cold after ``read_log`` planned; a
+damaged cold file fails ``read_log`` naming the segment, and one damaged
+after that check fails the query (Parquet page CRCs); after a truncation
+only the records kept are read."""
+
+from __future__ import annotations
+
+import pytest
+
+from appliance.cold.mover import offloader
+from appliance.cold.segment_file import CorruptColdSegmentError
+from appliance.protocol.logs import DLSN
+from appliance.spark import read_log, register
+from tests.spark.conftest import PASSWORD
+
+
+@pytest.fixture(scope="module")
+def app(appliance_factory):
+    return appliance_factory(3, log={"segment_records_max": 40, "flush_interval_us": 200},
+                             cold_storage={"uri": "cold", "delete_after_ms": 0})
+
+
+def _write(log, n: int, writer=None) -> list[tuple]:
+    """``n`` records (flushed every 10): (dlsn, txid, payload) of each."""
+    own = writer is None
+    writer = writer or log.writer()
+    futures = []
+    for i in range(n):
+        futures.append(writer.write_async(b"event %d" % i))
+        if i % 10 == 9:
+            writer.flush()
+    writer.flush()
+    rows = [(str(f.result(timeout=60)), i + 1, b"event %d" % i) for i, f in enumerate(futures)]
+    if own:
+        writer.close()
+    return rows
+
+
+def _rows(df) -> list[tuple]:
+    return sorted(((r.dlsn, r.txid, bytes(r.payload)) for r in df.collect()),
+                  key=lambda row: row[1])
+
+
+def _source(spark, app, name: str):
+    register(spark)
+    return (spark.read.format("bookkeeper").option("config", app.config)
+            .option("password", PASSWORD.decode()).option("log", name).load())
+
+
+def test_read_log_gives_the_sources_rows_once_with_cold_files_read_by_spark(spark, app):
+    log = app.client.log("mixed", PASSWORD)
+    writer = log.writer()
+    written = _write(log, 200, writer)
+    segs = log.metadata().live_segments
+    assert offloader(app.client, PASSWORD).offload("mixed", before=segs[3].last_dlsn).moved \
+        == [1, 2, 3]
+    df = read_log(spark, "mixed", config=app.config, password=PASSWORD.decode())
+    plan = df._jdf.queryExecution().executedPlan().toString()
+    assert plan.count("FileScan parquet") == 1  # one scan of the three files
+    # segment 4 moves cold after read_log decided: the source reads it, once
+    assert offloader(app.client, PASSWORD).offload("mixed", before=segs[4].last_dlsn).moved \
+        == [4]
+    assert df.schema == _source(spark, app, "mixed").schema
+    assert _rows(df) == written == _rows(_source(spark, app, "mixed"))
+    writer.close()
+    with pytest.raises(Exception, match="wrong password"):
+        read_log(spark, "mixed", config=app.config, password="wrong")
+
+
+def test_a_damaged_cold_file_is_refused_naming_its_segment(spark, app):
+    log = app.client.log("damaged", PASSWORD)
+    written = _write(log, 120)
+    offloader(app.client, PASSWORD).offload("damaged")
+    first, second = [s for s in log.metadata().live_segments if s.cold is not None][:2]
+    path = first.cold.uri.removeprefix("file://")
+    data = bytearray(open(path, "rb").read())
+    data[len(data) // 2] ^= 0x55
+    open(path, "wb").write(bytes(data))
+    with pytest.raises(CorruptColdSegmentError, match=f"segment {first.seq}: cold file"):
+        read_log(spark, "damaged", config=app.config, password=PASSWORD.decode())
+    data[len(data) // 2] ^= 0x55
+    open(path, "wb").write(bytes(data))
+    df = read_log(spark, "damaged", config=app.config, password=PASSWORD.decode())
+    assert _rows(df) == written
+    # damaged after read_log checked it: Spark's page CRC check fails the query
+    import pyarrow.parquet as pq
+
+    path = second.cold.uri.removeprefix("file://")
+    payload = pq.ParquetFile(path).metadata.row_group(0).column(2)
+    data = bytearray(open(path, "rb").read())
+    data[payload.data_page_offset + payload.total_compressed_size // 2] ^= 0x55
+    open(path, "wb").write(bytes(data))
+    with pytest.raises(Exception, match="CRC checksum verification failed"):
+        df.collect()
+
+
+def test_after_a_truncation_only_the_records_kept_are_read(spark, app):
+    log = app.client.log("truncated", PASSWORD)
+    written = _write(log, 160)
+    offloader(app.client, PASSWORD).offload("truncated")
+    cold = [s for s in log.metadata().live_segments if s.cold is not None]
+    keep = next(i for i, row in enumerate(written) if row[0].startswith(f"{cold[2].seq}/"))
+    log.truncate(DLSN.parse(written[keep][0]))
+    df = read_log(spark, "truncated", config=app.config, password=PASSWORD.decode())
+    assert _rows(df) == written[keep:] == _rows(_source(spark, app, "truncated"))
