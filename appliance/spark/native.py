@@ -9,14 +9,16 @@ Parquet reader (the fast path): ``read_log``.
 Guarantees:
 
 * The rows are those of the ``bookkeeper`` source's log scan, each record
-  once: the cold segments whose files Spark can open (a local directory or
-  ``file://`` cold tier) are read by ``spark.read.parquet``, every other
-  segment by the ``bookkeeper`` source told to leave those out (option
-  ``excludeSegments``).  Which segments are read natively is decided once,
-  from one read of the log's metadata when ``read_log`` is called; a cold
-  segment never turns hot again, so a segment that moves cold after that is
-  read by the source from whichever tier it is in when a query plans, and
-  segments the log gains later (after a roll) are read by the source too.
+  once, over the segments live when ``read_log`` is called (one read of the
+  log's metadata): the cold ones whose files Spark can open (a local
+  directory or ``file://`` cold tier) are read by ``spark.read.parquet``,
+  the others by the ``bookkeeper`` source restricted to them (option
+  ``segments``; none: no source at all), which plans when a query runs,
+  reading each of them from the tier it is in then (a segment that moved
+  cold since is read from its file, once: a cold segment never turns hot
+  again) and the in-progress one to its last confirmed entry.  Segments
+  the log gains later are not read: like ``spark.read.parquet``'s list of
+  files, the DataFrame's segments are fixed when it is made.
 * The DLSN is built in Spark from the segment number in the log's metadata
   (carried by the file's name, checked here) and the file's ``entry_id`` and
   ``slot`` columns: ``seq/entry/slot``, the string the source gives.
@@ -50,6 +52,7 @@ from appliance.protocol.keys import check_password, master_key
 from appliance.protocol.logs import COLD, Segment
 from appliance.spark.options import parse_options
 from appliance.spark.registry import register
+from appliance.spark.source import LOG_SCHEMA_DDL
 
 # Spark's Parquet reader (parquet-mr) checks each page's CRC with this set;
 # passed as an option of the read, it reaches the scan's Hadoop settings.
@@ -70,8 +73,9 @@ def read_log(spark, log: str, *, config=None, metadata=None, password: str = "",
 
     ``config`` (the appliance's TOML file) or ``metadata`` (its metadata
     URI), exactly one; ``password``: the log's; ``options``: the source's
-    other options (``maxEntriesPerPartition``, ``minPartitions``,
-    ``readTimeoutMs``) for the segments it reads.  Registers the
+    other options: ``segments`` (only these segment numbers) and, for the
+    segments it reads, ``maxEntriesPerPartition``, ``minPartitions``,
+    ``readTimeoutMs``.  Registers the
     ``bookkeeper`` format (``register``) if needed.  Raises
     ``CorruptColdSegmentError`` for a damaged cold file,
     ``UnauthorizedError`` for a wrong password, ``NoSuchLogError``."""
@@ -81,6 +85,8 @@ def read_log(spark, log: str, *, config=None, metadata=None, password: str = "",
             raw[key] = str(value)
     scan = parse_options(raw)  # every option checked before anything connects
     segments, cold_config = _live_segments(scan)
+    if scan.segments is not None:
+        segments = [seg for seg in segments if seg.seq in scan.segments]
     native = {}
     for seg in segments:
         path = native_path(cold_config, seg)
@@ -88,14 +94,18 @@ def read_log(spark, log: str, *, config=None, metadata=None, password: str = "",
             _check_password(scan, seg)
             verify_cold_file(cold_config, log, seg)
             native[seg.seq] = path
-    register(spark)
-    reader = spark.read.format("bookkeeper").options(**raw)
-    if native:
-        reader = reader.option("excludeSegments", ",".join(map(str, sorted(native))))
-    rest = reader.load()
+    others = [seg.seq for seg in segments if seg.seq not in native]
+    if not segments:
+        return spark.createDataFrame([], LOG_SCHEMA_DDL)
+    rest = None
+    if others:
+        register(spark)
+        rest = (spark.read.format("bookkeeper").options(**raw)
+                .option("segments", ",".join(map(str, others))).load())
     if not native:
         return rest
-    return cold_frame(spark, native).unionByName(rest)
+    cold = cold_frame(spark, native)
+    return cold if rest is None else cold.unionByName(rest)
 
 
 def _live_segments(scan) -> tuple[list[Segment], object]:
@@ -192,3 +202,10 @@ def _scan(spark, paths: list[str], seq_text):
     return files.select(dlsn.alias("dlsn"),
                         F.coalesce(F.col("txid"), F.lit(0).cast("long")).alias("txid"),
                         F.coalesce(F.col("payload"), F.lit(b"")).alias("payload"))
+
+
+def forget_verified_files() -> None:
+    """Forget which cold files were verified: the next ``read_log`` reads
+    each file for its checksum again (a benchmark's first call)."""
+    with _verified_lock:
+        _verified.clear()

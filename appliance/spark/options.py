@@ -17,9 +17,9 @@ before anything connects.  Option names are case-insensitive (as in Spark).
 | ``log`` | (none) | read this log's records instead of ledgers (schema |
 |  |  | ``dlsn string, txid long, payload binary``); not with ``ledgers`` or |
 |  |  | the entry bounds |
-| ``excludeSegments`` | (none) | with ``log``: comma-separated segment numbers not |
-|  |  | to read (``appliance.spark.native.read_log`` reads those cold |
-|  |  | segments with Spark's own Parquet reader) |
+| ``segments`` | every live one | with ``log``: comma-separated segment numbers to |
+|  |  | read, the others left out (``appliance.spark.native.read_log`` reads |
+|  |  | the cold ones with Spark's own Parquet reader) |
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class ScanOptions:
     min_partitions: int | None = None  # None: the driver's CPUs, pieces >= 10000
     read_timeout_ms: int = 5000
     log: str | None = None  # a log's records instead of ledgers
-    exclude_segments: frozenset[int] = frozenset()  # a log's segments not read here
+    segments: frozenset[int] | None = None  # a log's segments to read; None: every one
 
     def start_for(self, ledger_id: int) -> int:
         if isinstance(self.starting, int):
@@ -81,21 +81,21 @@ def parse_options(raw: Mapping[str, str]) -> ScanOptions:
         min_partitions=_positive("minPartitions", opts.pop("minpartitions", None), None),
         read_timeout_ms=_positive("readTimeoutMs", opts.pop("readtimeoutms", None), 5000),
         log=_log_name(opts.pop("log", None)),
-        exclude_segments=_segments(opts.pop("excludesegments", None)),
+        segments=_segments(opts.pop("segments", None)),
     )
     if out.log is not None and (out.ledgers is not None or out.starting != 0
                                 or out.ending != limits.ID_MAX):
         raise ValueError("bookkeeper source: option log reads a whole log; do not combine it "
                          "with ledgers, startingEntry or endingEntry")
-    if out.exclude_segments and out.log is None:
-        raise ValueError("bookkeeper source: option excludeSegments names segments of a log: "
+    if out.segments is not None and out.log is None:
+        raise ValueError("bookkeeper source: option segments names segments of a log: "
                          "set option log too")
     if (out.min_partitions or 0) > limits.SPARK_PARTITIONS_MAX:
         raise ValueError(f"option minPartitions must be <= {limits.SPARK_PARTITIONS_MAX}, got "
                          f"{out.min_partitions}")
     if opts:
         raise ValueError(f"bookkeeper source: unknown option(s) {sorted(opts)}; known: config, "
-                         "metadata, ledgers, log, excludeSegments, password, startingEntry, "
+                         "metadata, ledgers, log, segments, password, startingEntry, "
                          "endingEntry, maxEntriesPerPartition, minPartitions, readTimeoutMs")
     return out
 
@@ -129,11 +129,14 @@ def _ledgers(text) -> tuple[int, ...] | None:
     return tuple(sorted({_int("ledgers", p) for p in parts}))
 
 
-def _segments(text) -> frozenset[int]:
+def _segments(text) -> frozenset[int] | None:
     if text is None:
-        return frozenset()
+        return None
     parts = [p for p in str(text).replace(" ", "").split(",") if p]
-    return frozenset(_int("excludeSegments", p) for p in parts)
+    if not parts:
+        raise ValueError("option segments is empty: name segment numbers like '3,4', or "
+                         "leave it out to read every segment of the log")
+    return frozenset(_int("segments", p) for p in parts)
 
 
 def _bound(name: str, text, keyword: str, default: int):

@@ -59,7 +59,7 @@ def test_read_log_gives_the_sources_rows_once_with_cold_files_read_by_spark(spar
         == [1, 2, 3]
     df = read_log(spark, "mixed", config=app.config, password=PASSWORD.decode())
     plan = df._jdf.queryExecution().executedPlan().toString()
-    assert plan.count("FileScan parquet") == 1  # one scan of the three files
+    assert plan.count("FileScan parquet") == 1 and "BatchScan" in plan  # + the source
     # segment 4 moves cold after read_log decided: the source reads it, once
     assert offloader(app.client, PASSWORD).offload("mixed", before=segs[4].last_dlsn).moved \
         == [4]
@@ -84,6 +84,8 @@ def test_a_damaged_cold_file_is_refused_naming_its_segment(spark, app):
     data[len(data) // 2] ^= 0x55
     open(path, "wb").write(bytes(data))
     df = read_log(spark, "damaged", config=app.config, password=PASSWORD.decode())
+    plan = df._jdf.queryExecution().executedPlan().toString()
+    assert "FileScan parquet" in plan and "BatchScan" not in plan  # no Python source at all
     assert _rows(df) == written
     # damaged after read_log checked it: Spark's page CRC check fails the query
     import pyarrow.parquet as pq
