@@ -4,7 +4,8 @@ and schema as the source, each record once, over cold, hot and in-progress
 segments, also when a segment moves cold after ``read_log`` planned; a
 damaged cold file fails ``read_log`` naming the segment, and one damaged
 after that check fails the query (Parquet page CRCs); after a truncation
-only the records kept are read."""
+only the records kept are read, and a DataFrame made before it fails
+naming a file it removed."""
 
 from __future__ import annotations
 
@@ -105,6 +106,10 @@ def test_after_a_truncation_only_the_records_kept_are_read(spark, app):
     offloader(app.client, PASSWORD).offload("truncated")
     cold = [s for s in log.metadata().live_segments if s.cold is not None]
     keep = next(i for i, row in enumerate(written) if row[0].startswith(f"{cold[2].seq}/"))
+    before = read_log(spark, "truncated", config=app.config, password=PASSWORD.decode())
     log.truncate(DLSN.parse(written[keep][0]))
     df = read_log(spark, "truncated", config=app.config, password=PASSWORD.decode())
     assert _rows(df) == written[keep:] == _rows(_source(spark, app, "truncated"))
+    removed = "|".join(s.cold.uri.rsplit("/", 1)[1] for s in cold[:2])
+    with pytest.raises(Exception, match=f"({removed}). File does not exist"):
+        before.collect()
