@@ -40,6 +40,7 @@ import os
 import threading
 from collections import OrderedDict
 from functools import reduce
+from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 
@@ -133,12 +134,10 @@ def native_path(cold_config, seg: Segment) -> str | None:
     reads it through the ``bookkeeper`` source (a hot segment, or a file
     outside the local filesystem: Spark needs Hadoop's S3 connector and its
     credentials for an object store)."""
-    if seg.tier != COLD:
+    if seg.tier != COLD or urlsplit(seg.cold.uri).scheme != "file":
         return None
     fs, path = open_file(cold_config, seg.cold.uri)
-    if not isinstance(fs, pafs.LocalFileSystem):
-        return None
-    return "file://" + path
+    return "file://" + path if isinstance(fs, pafs.LocalFileSystem) else None
 
 
 def verify_cold_file(cold_config, log_name: str, seg: Segment) -> None:

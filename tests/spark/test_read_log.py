@@ -9,6 +9,8 @@ naming a file it removed."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from appliance.cold.mover import offloader
@@ -113,3 +115,45 @@ def test_after_a_truncation_only_the_records_kept_are_read(spark, app):
     removed = "|".join(s.cold.uri.rsplit("/", 1)[1] for s in cold[:2])
     with pytest.raises(Exception, match=f"({removed}). File does not exist"):
         before.collect()
+
+
+def test_a_cold_file_is_read_for_its_checksum_once_per_content(tmp_path, monkeypatch):
+    """No Spark: ``verify_cold_file`` reads a file again only when its size,
+    modification time or the segment's record changed."""
+    import crc32c
+
+    from appliance.cold.segment_file import SegmentColumns, check_table, encode, with_metadata
+    from appliance.protocol.logs import ColdCopy, Segment
+    from appliance.spark import native
+
+    cols = SegmentColumns(3)
+    for e in range(20):
+        cols.add_entry(e, [e * 2 + 1, e * 2 + 2], [b"a%d" % e, b"b%d" % e])
+    seg = Segment(seq=3, ledger_id=7, state="COMPLETED", records=40, first_txid=1,
+                  last_txid=40, last_dlsn=DLSN(3, 19, 1), last_entry_id=20)
+    crc = check_table("l", seg, cols.table())
+    data = encode(with_metadata("l", seg, cols.table(), crc))
+    path = tmp_path / "3-7-x.parquet"
+    path.write_bytes(data)
+    copy = ColdCopy(uri=path.as_uri(), bytes=len(data), crc32c=crc,
+                    file_crc32c=crc32c.crc32c(data), moved_ms=1)
+    seg = Segment(**{**seg.__dict__, "tier": "cold", "cold": copy})
+    reads = []
+    real = native.open_segment
+    monkeypatch.setattr(native, "open_segment", lambda *a: reads.append(a[1]) or real(*a))
+    native.forget_verified_files()
+    for _ in range(3):
+        native.verify_cold_file(None, "l", seg)
+    assert len(reads) == 1
+    damaged = bytearray(data)
+    damaged[len(data) // 2] ^= 1
+    path.write_bytes(bytes(damaged))
+    os.utime(path, ns=(1, 1))  # another modification time: read again, and refused
+    with pytest.raises(CorruptColdSegmentError, match=r"segment 3: cold file .*\(damaged\)"):
+        native.verify_cold_file(None, "l", seg)
+    path.write_bytes(data[:-1])
+    with pytest.raises(CorruptColdSegmentError, match="segment 3: cold file .* bytes, the segment"):
+        native.verify_cold_file(None, "l", seg)
+    path.unlink()
+    with pytest.raises(CorruptColdSegmentError, match="segment 3: cold file .* missing"):
+        native.verify_cold_file(None, "l", seg)
