@@ -119,8 +119,11 @@ def test_after_a_truncation_only_the_records_kept_are_read(spark, app):
 
 def test_a_cold_file_is_read_for_its_checksum_once_per_content(tmp_path, monkeypatch):
     """No Spark: ``verify_cold_file`` reads a file again only when its size,
-    modification time or the segment's record changed."""
+    modification time or the segment's record changed; a damaged, short,
+    missing file, or one whose DLSNs are not its entry ids and slots, is
+    refused naming the segment."""
     import crc32c
+    import pyarrow as pa
 
     from appliance.cold.segment_file import SegmentColumns, check_table, encode, with_metadata
     from appliance.protocol.logs import ColdCopy, Segment
@@ -156,4 +159,14 @@ def test_a_cold_file_is_read_for_its_checksum_once_per_content(tmp_path, monkeyp
         native.verify_cold_file(None, "l", seg)
     path.unlink()
     with pytest.raises(CorruptColdSegmentError, match="segment 3: cold file .* missing"):
+        native.verify_cold_file(None, "l", seg)
+    # a file that is whole, but whose dlsn strings are not its entry_id / slot
+    table = cols.table()
+    table = table.set_column(0, "dlsn", pa.array(["3/0/0"] * 40, pa.string()))
+    data = encode(with_metadata("l", seg, table, crc))
+    path.write_bytes(data)
+    copy = ColdCopy(uri=path.as_uri(), bytes=len(data), crc32c=crc,
+                    file_crc32c=crc32c.crc32c(data), moved_ms=1)
+    seg = Segment(**{**seg.__dict__, "cold": copy})
+    with pytest.raises(CorruptColdSegmentError, match="dlsn column does not match"):
         native.verify_cold_file(None, "l", seg)
