@@ -62,6 +62,11 @@ from appliance.spark.source import LOG_SCHEMA_DDL
 # Spark's Parquet reader (parquet-mr) checks each page's CRC with this set;
 # passed as an option of the read, it reaches the scan's Hadoop settings.
 PAGE_CHECKSUMS = "parquet.page.verify-checksum.enabled"
+# The scan's options: page CRCs checked, and a damaged or missing file fails
+# the query whatever the session says (spark.sql.files.ignoreCorruptFiles /
+# ignoreMissingFiles would skip it: its records silently missing).
+SCAN_OPTIONS = {PAGE_CHECKSUMS: "true", "ignoreCorruptFiles": "false",
+                "ignoreMissingFiles": "false"}
 # The columns Spark reads from a cold segment's file (segment_file.SCHEMA).
 FILE_COLUMNS_DDL = "dlsn string, txid long, payload binary"
 
@@ -185,13 +190,13 @@ def _check_dlsns(pf, seq: int, where: str) -> None:
 
 def cold_frame(spark, paths: dict[int, str]):
     """Segments' files (segment number -> path) as ``dlsn, txid, payload``:
-    one ``spark.read.parquet`` of them all, page CRCs checked.  The columns
+    one ``spark.read.parquet`` of them all (``SCAN_OPTIONS``).  The columns
     are REQUIRED in the files (no nulls; the verified bytes are the ones the
     mover wrote), but Spark reads every file column as nullable:
     ``coalesce`` with a never-used value states it."""
     from pyspark.sql import functions as F  # on use: the module imports without Spark
 
-    files = (spark.read.option(PAGE_CHECKSUMS, "true").schema(FILE_COLUMNS_DDL)
+    files = (spark.read.options(**SCAN_OPTIONS).schema(FILE_COLUMNS_DDL)
              .parquet(*paths.values()))
     return files.select(F.coalesce(F.col("dlsn"), F.lit("")).alias("dlsn"),
                         F.coalesce(F.col("txid"), F.lit(0).cast("long")).alias("txid"),
