@@ -28,9 +28,8 @@ Guarantees:
 * Every native file is verified on the driver before the DataFrame is
   returned (``verify_cold_file``: size, the whole file's crc32c, the
   footer's identity and content checksum against the segment's metadata,
-  every DLSN);
-  a damaged or missing file is ``CorruptColdSegmentError`` naming the log,
-  the segment and the file, and nothing is read.  A file is read for its
+  every DLSN); a damaged or missing file is ``CorruptColdSegmentError``
+  naming the log, the segment and the file, and nothing is read.  A file is read for its
   checksum once per driver process and content (cached by URI, size,
   modification time and the segment's checksums).  The scan then has
   Spark verify each Parquet page's CRC (the mover writes them), so bytes
