@@ -162,6 +162,11 @@ def _alternating(frames: dict, rows: int, repeat: int, bookies: dict[str, int]) 
     return out
 
 
+def _timed(frame, rows: int, repeat: int, bookies: dict[str, int]) -> dict:
+    """One query alone (``bkctl bench spark-stream``'s batch read)."""
+    return _alternating({"query": frame}, rows, repeat, bookies)["query"]
+
+
 def _noop(frame) -> float:
     start = time.perf_counter()
     frame.write.format("noop").mode("overwrite").save()
