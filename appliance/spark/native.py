@@ -29,7 +29,8 @@ Guarantees:
   returned (``verify_cold_file``: size, the whole file's crc32c, the
   footer's identity and content checksum against the segment's metadata,
   every DLSN); a damaged or missing file is ``CorruptColdSegmentError``
-  naming the log, the segment and the file, and nothing is read.  A file is read for its
+  naming the log, the segment and the file, and nothing is read (a
+  segment truncated away since the metadata read is left out instead).  A file is read for its
   checksum once per driver process and content (cached by URI, size,
   modification time and the segment's checksums).  The scan then has
   Spark verify each Parquet page's CRC (the mover writes them), so bytes
@@ -96,13 +97,8 @@ def read_log(spark, log: str, *, config=None, metadata=None, password: str = "",
     segments, cold_config = _live_segments(scan)
     if scan.segments is not None:
         segments = [seg for seg in segments if seg.seq in scan.segments]
-    native = {}
-    for seg in segments:
-        path = native_path(cold_config, seg)
-        if path is not None:
-            _check_password(scan, seg)
-            verify_cold_file(cold_config, log, seg)
-            native[seg.seq] = path
+    native, gone = _native_files(scan, segments, cold_config)
+    segments = [seg for seg in segments if seg.seq not in gone]
     others = [seg.seq for seg in segments if seg.seq not in native]
     if not segments:
         return spark.createDataFrame([], LOG_SCHEMA_DDL)
@@ -115,6 +111,28 @@ def read_log(spark, log: str, *, config=None, metadata=None, password: str = "",
         return rest
     cold = cold_frame(spark, native)
     return cold if rest is None else cold.unionByName(rest)
+
+
+def _native_files(scan, segments, cold_config) -> tuple[dict[int, str], set[int]]:
+    """(segment number -> path of each cold file Spark reads, each checked;
+    the segments truncated or deleted since the metadata read).  A file
+    that fails its check is an error unless its segment has left the log
+    meanwhile (a truncation removes its files): then it is left out."""
+    native, gone = {}, set()
+    for seg in segments:
+        path = native_path(cold_config, seg)
+        if path is None:
+            continue
+        _check_password(scan, seg)
+        try:
+            verify_cold_file(cold_config, scan.log, seg)
+        except CorruptColdSegmentError:
+            if any(s.seq == seg.seq for s in _live_segments(scan)[0]):
+                raise
+            gone.add(seg.seq)
+            continue
+        native[seg.seq] = path
+    return native, gone
 
 
 def _live_segments(scan) -> tuple[list[Segment], object]:

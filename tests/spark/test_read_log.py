@@ -121,6 +121,26 @@ def test_after_a_truncation_only_the_records_kept_are_read(spark, app):
         spark.conf.unset("spark.sql.files.ignoreMissingFiles")
 
 
+def test_a_segment_truncated_while_read_log_checks_it_is_left_out(spark, app, monkeypatch):
+    from appliance.spark import native
+
+    log = app.client.log("racing", PASSWORD)
+    written = _write(log, 120)
+    offloader(app.client, PASSWORD).offload("racing")
+    second = [s for s in log.metadata().live_segments if s.cold is not None][1]
+    keep = next(i for i, row in enumerate(written) if row[0].startswith(f"{second.seq}/"))
+    real = native.verify_cold_file
+
+    def truncating_first(cold_config, name, seg):
+        if seg.seq < second.seq:  # after read_log read the metadata, before the check
+            log.truncate(DLSN.parse(written[keep][0]))
+        return real(cold_config, name, seg)
+
+    monkeypatch.setattr(native, "verify_cold_file", truncating_first)
+    df = read_log(spark, "racing", config=app.config, password=PASSWORD.decode())
+    assert _rows(df) == written[keep:]
+
+
 def test_a_cold_file_is_read_for_its_checksum_once_per_content(tmp_path, monkeypatch):
     """No Spark: ``verify_cold_file`` reads a file again only when its size,
     modification time or the segment's record changed; a damaged, short,
