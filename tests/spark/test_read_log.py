@@ -4,8 +4,9 @@ and schema as the source, each record once, over cold, hot and in-progress
 segments, also when a segment moves cold after ``read_log`` planned; a
 damaged cold file fails ``read_log`` naming the segment, and one damaged
 after that check fails the query (Parquet page CRCs); after a truncation
-only the records kept are read, and a DataFrame made before it fails
-naming a file it removed."""
+only the records kept are read, a DataFrame made before it fails naming a
+file it removed, and a segment truncated while ``read_log`` checks its
+file is left out; a file is read for its checksum once per content."""
 
 from __future__ import annotations
 
