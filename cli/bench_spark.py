@@ -1,6 +1,7 @@
 """``bkctl bench spark``: Spark ingest from the appliance (the ``bookkeeper``
 source) next to ``spark.read.parquet`` of the same rows, in the same run;
-``bkctl bench spark-log``: a log's records hot and then cold;
+``bkctl bench spark-log``: a log's records hot and cold, through the
+source and ``read_log``;
 ``bkctl bench spark-stream``: Structured Streaming over logs."""
 
 from __future__ import annotations
@@ -85,23 +86,24 @@ def spark(config_path, sizes, entries, ledgers, repeat, master, directory, read_
                    f"bookkeeper / in-memory source = {run['ratio_to_memory_source']:.2f}")
 
 
-@click.command("spark-log", short_help="Spark batch rows/s over a log, hot then cold.")
+@click.command("spark-log", short_help="Spark batch rows/s over a log, hot and cold.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, exists=True),
               default=None, help="A running appliance with [cold_storage] (default: a "
                                  "temporary one of its own).")
 @click.option("--records", type=click.IntRange(min=1), default=1_000_000, show_default=True,
-              help="Records in the log (written once; reused on a running appliance).")
+              help="Records in each tier's log (written once; reused on a running appliance).")
 @click.option("--size", type=click.IntRange(min=1), default=100, show_default=True,
               help="Record payload size in bytes.")
 @click.option("--segments", type=click.IntRange(min=1), default=5, show_default=True,
-              help="About how many segments the temporary appliance cuts the log into "
+              help="About how many segments the temporary appliance cuts a log into "
                    "(a segment rolls at records/segments records, at an entry's end).")
 @click.option("--tiers", default="hot,cold", show_default=True,
               callback=_choices({"hot", "cold"}, "hot, cold or hot,cold"),
-              help="What to measure, in order: hot (the bookies), cold (after moving every "
-                   "sealed segment to cold storage).")
+              help="What to measure: hot (a log on the bookies), cold (a log whose sealed "
+                   "segments all moved to cold storage).")
 @click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True,
-              help="Timed runs of each query; the best one is reported.")
+              help="Timed rounds (each query once a round, tiers in turn); the best run of "
+                   "each query is reported.")
 @click.option("--master", default="local[2]", show_default=True, help="Spark master.")
 @click.option("--dir", "directory", type=click.Path(file_okay=False, exists=True),
               default=None, help="Temp files (appliance, cold files) under DIR.")
@@ -109,11 +111,13 @@ def spark(config_path, sizes, entries, ledgers, repeat, master, directory, read_
 @library_errors
 def spark_log(config_path, records, size, segments, tiers, repeat, master, directory,
               as_json):
-    """Rows/s of spark.read.format("bookkeeper").option("log", NAME) over
-    the same log while it is on the bookies and after its segments moved to
-    cold storage, next to spark.read.parquet of the cold files; the load
-    average after each run.  Moving to cold storage cannot be undone: with
-    --config, measure hot before cold.
+    """Rows/s of spark.read.format("bookkeeper").option("log", NAME) and of
+    appliance.spark.read_log (cold files read by Spark's own Parquet reader)
+    over a log on the bookies and over a log of the same shape moved to cold
+    storage, next to spark.read.parquet of the cold files; the queries of
+    both tiers run in turn, with the load average after each run.  Moving
+    to cold storage cannot be undone: the cold tier's log stays cold, the
+    hot tier's log (its name ends in -hot) is never moved.
 
     \b
     Example:
@@ -129,17 +133,21 @@ def spark_log(config_path, records, size, segments, tiers, repeat, master, direc
     if as_json:
         echo_json(doc)
         return
-    click.echo(f"log {doc['log']}: {records:,} records of {size} B")
+    click.echo(f"{records:,} records of {size} B a log")
     for tier in tiers:
         run = doc[tier]
-        click.echo(f"  {tier}: {run['segments']} segments, {run['partitions']} partitions")
-        for name in ("bookkeeper", "parquet_direct"):
+        calls = run["read_log_call_s"]
+        click.echo(f"  {tier}: log {doc['logs'][tier]}, {run['segments']} segments, "
+                   f"{run['partitions']} partitions (read_log: {run['read_log_partitions']}; "
+                   f"its call {calls['first']} s, again {calls['cached']} s)")
+        for name in ("bookkeeper", "read_log", "parquet_direct"):
             if name in run:
                 m = run[name]
                 click.echo(f"    {name:<15}{m['rows_per_s']:>12,.0f} rows/s  (runs {m['runs_s']} "
                            f"s, load average {m['load_avg_1m']})")
     if "cold_to_hot" in doc:
-        click.echo(f"  cold / hot = {doc['cold_to_hot']:.2f}")
+        click.echo(f"  cold / hot = {doc['cold_to_hot']:.2f} (bookkeeper source), "
+                   f"{doc['cold_native_to_hot']:.2f} (cold read_log / hot source)")
 
 
 @click.command("spark-stream", short_help="Spark streaming: backlog rows/s, latency, sink.")

@@ -325,6 +325,10 @@ SPARK_STREAM_HEADERS_CACHED = 65_536
 # ... and the record positions (entry, slot, txid, size; no payloads) of this
 # many cold segments, each loaded once from its file to cut batches inside it.
 SPARK_STREAM_COLD_SEGMENTS_CACHED = 4
+# ``read_log`` (Spark's own Parquet reader on cold files) remembers this many
+# cold files it verified on the driver (by URI, size, modification time and
+# the segment's checksums), so a file is read for its checksum once.
+SPARK_COLD_FILES_VERIFIED_CACHED = 4_096
 
 # -- re-replication (appliance.rereplication) -------------------------------------------
 # One copy batch read from a surviving replica: entries and bytes bound the

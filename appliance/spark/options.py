@@ -17,6 +17,9 @@ before anything connects.  Option names are case-insensitive (as in Spark).
 | ``log`` | (none) | read this log's records instead of ledgers (schema |
 |  |  | ``dlsn string, txid long, payload binary``); not with ``ledgers`` or |
 |  |  | the entry bounds |
+| ``segments`` | every live one | with ``log``: comma-separated segment numbers to |
+|  |  | read, the others left out (``appliance.spark.native.read_log`` reads |
+|  |  | the cold ones with Spark's own Parquet reader) |
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ class ScanOptions:
     min_partitions: int | None = None  # None: the driver's CPUs, pieces >= 10000
     read_timeout_ms: int = 5000
     log: str | None = None  # a log's records instead of ledgers
+    segments: frozenset[int] | None = None  # a log's segments to read; None: every one
 
     def start_for(self, ledger_id: int) -> int:
         if isinstance(self.starting, int):
@@ -77,18 +81,22 @@ def parse_options(raw: Mapping[str, str]) -> ScanOptions:
         min_partitions=_positive("minPartitions", opts.pop("minpartitions", None), None),
         read_timeout_ms=_positive("readTimeoutMs", opts.pop("readtimeoutms", None), 5000),
         log=_log_name(opts.pop("log", None)),
+        segments=_segments(opts.pop("segments", None)),
     )
     if out.log is not None and (out.ledgers is not None or out.starting != 0
                                 or out.ending != limits.ID_MAX):
         raise ValueError("bookkeeper source: option log reads a whole log; do not combine it "
                          "with ledgers, startingEntry or endingEntry")
+    if out.segments is not None and out.log is None:
+        raise ValueError("bookkeeper source: option segments names segments of a log: "
+                         "set option log too")
     if (out.min_partitions or 0) > limits.SPARK_PARTITIONS_MAX:
         raise ValueError(f"option minPartitions must be <= {limits.SPARK_PARTITIONS_MAX}, got "
                          f"{out.min_partitions}")
     if opts:
         raise ValueError(f"bookkeeper source: unknown option(s) {sorted(opts)}; known: config, "
-                         "metadata, ledgers, log, password, startingEntry, endingEntry, "
-                         "maxEntriesPerPartition, minPartitions, readTimeoutMs")
+                         "metadata, ledgers, log, segments, password, startingEntry, "
+                         "endingEntry, maxEntriesPerPartition, minPartitions, readTimeoutMs")
     return out
 
 
@@ -119,6 +127,16 @@ def _ledgers(text) -> tuple[int, ...] | None:
         raise ValueError("option ledgers is empty: name ledger ids like '3,4,5', or leave it "
                          "out to read every closed ledger")
     return tuple(sorted({_int("ledgers", p) for p in parts}))
+
+
+def _segments(text) -> frozenset[int] | None:
+    if text is None:
+        return None
+    parts = [p for p in str(text).replace(" ", "").split(",") if p]
+    if not parts:
+        raise ValueError("option segments is empty: name segment numbers like '3,4', or "
+                         "leave it out to read every segment of the log")
+    return frozenset(_int("segments", p) for p in parts)
 
 
 def _bound(name: str, text, keyword: str, default: int):

@@ -176,7 +176,8 @@ def log_ranges(client, options: ScanOptions):
     """A log scan: every live hot segment's entries (COMPLETED: to its last
     entry; the IN_PROGRESS one: to the LAC read now, without disturbing the
     writer), each ledger's segment number, and the cold segments (read from
-    their files; one metadata read decides each segment's tier, once)."""
+    their files; one metadata read decides each segment's tier, once), only
+    those of ``options.segments`` if given."""
     try:
         md, _ = client.logs.read_log(options.log)
     except NoSuchLogError:
@@ -184,6 +185,8 @@ def log_ranges(client, options: ScanOptions):
                              f"({options.where})") from None
     ranges, segments, cold = [], {}, []
     for seg in md.live_segments:
+        if options.segments is not None and seg.seq not in options.segments:
+            continue  # not asked for (native.read_log reads it, or it is newer)
         if seg.tier == COLD:
             if not check_password(seg.cold.password_hash, master_key(options.password)):
                 raise UnauthorizedError(f"bookkeeper source: wrong password for log "

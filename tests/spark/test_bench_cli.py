@@ -59,20 +59,24 @@ def test_bench_spark_refuses_bad_sizes():
     assert result.exit_code != 0 and "comma-separated list of byte sizes" in result.output
 
 
-def test_bench_spark_log_reads_the_same_log_hot_then_cold(spark, tmp_path):
+def test_bench_spark_log_reads_a_hot_and_a_cold_log_in_turn(spark, tmp_path):
     result = CliRunner().invoke(cli, ["bench", "spark-log", "--records", "600", "--size", "50",
                                       "--segments", "2", "--repeat", "1", "--dir",
                                       str(tmp_path), "--json"])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output.strip().splitlines()[-1])
     assert (doc["records"], doc["size"]) == (600, 50)
+    assert doc["logs"] == {"hot": doc["log"] + "-hot", "cold": doc["log"]}
     # segments roll at an entry's end: 600 records may be one entry
     assert doc["hot"]["segments"] == doc["cold"]["segments"] >= 1
-    for m in (doc["hot"]["bookkeeper"], doc["cold"]["bookkeeper"],
-              doc["cold"]["parquet_direct"]):
+    for m in (doc["hot"]["bookkeeper"], doc["hot"]["read_log"], doc["cold"]["bookkeeper"],
+              doc["cold"]["read_log"], doc["cold"]["parquet_direct"]):
         assert len(m["runs_s"]) == len(m["load_avg_1m"]) == 1
         assert m["rows_per_s"] == pytest.approx(600 / m["best_s"], rel=1e-3)
+    assert set(doc["cold"]["read_log_call_s"]) == {"first", "cached"}
     assert doc["cold_to_hot"] == doc["cold"]["bookkeeper"]["rows_per_s"] / \
+        doc["hot"]["bookkeeper"]["rows_per_s"]
+    assert doc["cold_native_to_hot"] == doc["cold"]["read_log"]["rows_per_s"] / \
         doc["hot"]["bookkeeper"]["rows_per_s"]
     assert doc["source"]["worker"] == doc["source"]["driver"]  # the tree measured
     assert os.listdir(tmp_path) == []

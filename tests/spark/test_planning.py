@@ -42,6 +42,8 @@ def test_options_defaults_and_case_insensitive_names():
     assert (o.max_entries_per_partition, o.min_partitions, o.read_timeout_ms) == (10, 3, 250)
     o = parse_options({"config": "c", "startingEntry": '{"3": 10}', "endingEntry": "99"})
     assert (o.start_for(3), o.start_for(4), o.end_for(3)) == (10, 0, 99)
+    o = parse_options({"config": "c", "log": "l", "segments": "4, 2,"})
+    assert (o.log, o.segments) == ("l", frozenset({2, 4}))
 
 
 @pytest.mark.parametrize("options, named", [
@@ -56,6 +58,9 @@ def test_options_defaults_and_case_insensitive_names():
     ({"config": "a", "minPartitions": "10000000"}, "minPartitions"),
     ({"config": "a", "readTimeoutMs": "soon"}, "readTimeoutMs"),
     ({"config": "a", "ledger": "3"}, "unknown option"),
+    ({"config": "a", "segments": "3"}, "set option log"),
+    ({"config": "a", "log": "l", "segments": "3,x"}, "segments"),
+    ({"config": "a", "log": "l", "segments": ","}, "segments"),
 ])
 def test_bad_options_are_refused_naming_the_option(options, named):
     with pytest.raises(ValueError, match=named):
