@@ -295,7 +295,7 @@ LOG_SERVICE_ENTRIES_INFLIGHT = 2
 # ... and records held while the log has no entry in flight wait this long at
 # most for the producers just answered ([log] service_gather_us,
 # appliance.protocol.gather): fuller entries from synchronous producers.
-LOG_SERVICE_GATHER_US = 1_000
+LOG_SERVICE_GATHER_US = 2_000
 # An owned log's control entry ([log] service_control_interval_ms): once the
 # log was idle this long after an entry was acknowledged, so readers of the
 # bookies see its last records.  Readers through the service never wait for
