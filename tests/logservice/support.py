@@ -54,3 +54,17 @@ class LogServers:
         for proc in self.procs.values():
             if proc.poll() is None:
                 stop_process(proc, 30.0, signal.SIGKILL)
+
+
+def read_all(bk, log_name: str, expect: int, nothing_more: bool = False) -> list:
+    """The first ``expect`` records of a log, read from the start (fails if
+    the reader stalls); ``nothing_more``: and none after them (a 1 s look)."""
+    out: list = []
+    with bk.log(log_name).reader() as r:
+        while len(out) < expect:
+            got = r.read(max_records=5000, timeout_s=60)
+            assert got, f"stalled after {len(out)} of {expect} records"
+            out += got
+        if nothing_more:
+            assert r.read(max_records=10, timeout_s=1) == []
+    return out

@@ -18,6 +18,7 @@ import pytest
 import appliance
 from appliance.meta.logservice import LogServiceRegistry
 from appliance.protocol.logs import DLSN
+from tests.logservice.support import read_all
 from tests.support.bkctl import REPO, bkctl
 from tests.support.launch import kill_pids, supervisor_pids, wait_for, write_config
 
@@ -70,16 +71,6 @@ def _wait_producers(procs, tmp: Path) -> dict[str, list]:
     return results
 
 
-def _read_all(bk, log_name: str, expect: int) -> list:
-    out: list = []
-    with bk.log(log_name).reader() as r:
-        while len(out) < expect:
-            got = r.read(max_records=5000, timeout_s=60)
-            assert got, f"stalled after {len(out)} of {expect} records"
-            out += got
-        assert r.read(max_records=10, timeout_s=1) == []  # and nothing more
-    return out
-
 
 def _check_exactly_once(records, results: dict[str, list], others: int = 0) -> None:
     by_payload = Counter(r.payload for r in records)
@@ -129,7 +120,7 @@ def _ride_over_a_kill_9(appliance_up, short_tmp, producers: int, records: int) -
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    _check_exactly_once(_read_all(bk, "orders", producers * records), results)
+    _check_exactly_once(read_all(bk, "orders", producers * records, nothing_more=True), results)
     code, rows = wait_for(lambda: (got := _log_servers(config))[1][owner]["state"] == "up"
                           and got[1][owner]["restarts"] == 1 and got, 60,
                           what=f"{owner} restarted by the supervisor")
@@ -159,7 +150,7 @@ def test_bkctl_log_append_during_producers_fences_nobody(appliance_up, short_tmp
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    records = _read_all(bk, "events", 650)
+    records = read_all(bk, "events", 650, nothing_more=True)
     _check_exactly_once(records, results, others=50)
     assert [r.payload for r in records if r.payload.startswith(b"cli:")] == \
         [f"cli:{i}".encode() for i in range(50)]
@@ -206,4 +197,4 @@ def test_a_producer_killed_and_started_again_with_its_id_stores_nothing_twice(
             second.kill()
             second.wait()
     written = [json.loads(line) for line in (short_tmp / "second.out").read_text().splitlines()]
-    _check_exactly_once(_read_all(bk, "retried", 1000), {"p0": written})
+    _check_exactly_once(read_all(bk, "retried", 1000, nothing_more=True), {"p0": written})

@@ -10,7 +10,7 @@ import pytest
 
 import appliance
 from appliance.protocol.log_service import owner_of
-from tests.logservice.support import LogServers
+from tests.logservice.support import LogServers, read_all
 from tests.support.launch import wait_for, wait_registered
 
 
@@ -29,15 +29,6 @@ def service(make_cluster):
             servers.kill_all()
 
 
-def _read_all(bk, name: str, expect: int) -> list:
-    out: list = []
-    with bk.log(name).reader() as r:
-        while len(out) < expect:
-            got = r.read(max_records=1000, timeout_s=30)
-            assert got, f"stalled after {len(out)} of {expect} records"
-            out += got
-    return out
-
 
 def test_one_producer_writes_and_reads_back(service):
     bk, servers = service
@@ -47,7 +38,7 @@ def test_one_producer_writes_and_reads_back(service):
         p.flush()
         positions = [first] + [f.result(timeout=30) for f in futures]
     assert positions == sorted(positions) and len(set(positions)) == 200
-    records = _read_all(bk, "orders", 200)
+    records = read_all(bk, "orders", 200)
     assert [r.payload for r in records] == [b"r%d" % i for i in range(200)]
     assert [r.dlsn for r in records] == positions
     owner = servers.owner("orders")
@@ -91,7 +82,7 @@ def test_an_exclusive_writer_and_producers_take_turns_losing_nothing(service):
     finally:
         thread.join(120)
     assert not thread.is_alive() and errors == []
-    records = _read_all(bk, "mixed", 320)
+    records = read_all(bk, "mixed", 320)
     payloads = [r.payload for r in records]
     assert sorted(payloads) == sorted([b"p:%d" % i for i in range(300)] +
                                       [b"w:%d" % i for i in range(20)])
@@ -109,7 +100,7 @@ def test_a_producer_given_its_id_resumes_after_its_last_record(service):
         first = [p.write(b"a%d" % i) for i in range(5)]
     with bk.log("resumed").producer(pid) as p:  # the same producer, a new process's view
         second = [p.write(b"b%d" % i) for i in range(5)]
-    records = _read_all(bk, "resumed", 10)
+    records = read_all(bk, "resumed", 10)
     assert [r.payload for r in records] == [b"a%d" % i for i in range(5)] + \
         [b"b%d" % i for i in range(5)]
     assert [r.dlsn for r in records] == first + second
@@ -136,7 +127,7 @@ def test_a_log_moves_to_a_server_that_joins_and_its_producer_follows(service):
             assert time.monotonic() < deadline, "the log did not move to logserver-2"
         positions += [f.result(timeout=60) for f in futures]
     assert servers.owner(name) == "logserver-2"
-    records = _read_all(bk, name, len(positions))
+    records = read_all(bk, name, len(positions))
     assert [r.payload for r in records] == [b"r%d" % i for i in range(len(positions))]
     assert [r.dlsn for r in records] == positions
 
@@ -179,7 +170,7 @@ def test_concurrent_sync_writes_share_entries_and_keep_each_producers_order(make
             for t in threads:
                 t.join(120)
             assert errors == [] and sum(len(v) for v in positions.values()) == 240
-            records = _read_all(bk, "untimed", 240)
+            records = read_all(bk, "untimed", 240)
             at = {r.dlsn: r.payload for r in records}
             for i, dlsns in positions.items():
                 assert dlsns == sorted(dlsns)  # this producer's order

@@ -12,21 +12,12 @@ import signal
 import urllib.request
 
 import appliance
-from tests.logservice.support import LogServers
+from tests.logservice.support import LogServers, read_all
 from tests.support.launch import wait_for, wait_registered
 
 SEGMENT_RECORDS = 20
 OTHER_WRITE_TIMEOUT_S = 30.0  # far below the heal wait: a blocked loop fails the test
 
-
-def _read_all(bk, name: str, expect: int) -> list:
-    out: list = []
-    with bk.log(name).reader() as r:
-        while len(out) < expect:
-            got = r.read(max_records=1000, timeout_s=30)
-            assert got, f"stalled after {len(out)} of {expect} records"
-            out += got
-    return out
 
 
 def _records_taken(servers, server_id: str) -> float:
@@ -70,11 +61,11 @@ def test_a_rollover_held_by_a_stalled_bookie_does_not_hold_the_servers_other_log
                 victim = None
                 landed = held.result(timeout=120)
                 assert landed.seq == 2
-            records = _read_all(bk, "rolls", SEGMENT_RECORDS + 1)
+            records = read_all(bk, "rolls", SEGMENT_RECORDS + 1)
             assert [r.payload for r in records] == [b"r%d" % i for i in range(SEGMENT_RECORDS)] \
                 + [b"r-held"]
             assert [r.dlsn for r in records] == first + [landed]
-            others = _read_all(bk, "other", 10)
+            others = read_all(bk, "other", 10)
             assert [r.payload for r in others] == [b"o%d" % i for i in range(10)]
             assert [r.dlsn for r in others] == before + after
         finally:
