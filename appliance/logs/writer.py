@@ -17,13 +17,13 @@ acknowledged it adds one *control* entry (after ``log.control_interval_ms``)
 so the bookies learn the LAC and tailing readers see the last records.
 Rollover: before an entry leaves, a segment over ``log.segment_bytes_max`` /
 ``segment_records_max`` / ``segment_age_ms`` is closed, completed and a new
-one started.  A driven writer (the log service's) rolls over on a pool
-thread (``LOG_ROLL_WORKERS`` per process), not on its caller's: the close
-waits for the segment's last entries (up to ``heal_close_wait_ms`` while a
-bookie is slow) and four metadata writes, and the log server's loop serving
-every other log must not wait with it.  Meanwhile the records sent are held
-as entries and leave, in order, in the new segment; ``flush`` and ``close``
-wait for the roll.
+one started, on a pool thread (``LOG_ROLL_WORKERS`` per process), not on
+the caller's: the close waits for the segment's last entries (up to
+``heal_close_wait_ms`` while a bookie is slow) and four metadata writes,
+and neither a ``write_async`` nor the log server's loop serving every other
+log waits with it.  Meanwhile the records sent are held as entries and
+leave, in order, in the new segment; ``flush`` and ``close`` wait for the
+roll.
 
 Tagged writers (the log service's owners, ``tagged=True``): every record
 carries its producer's ``(producer_id, seq)`` in the entry's tags column
@@ -54,6 +54,7 @@ from __future__ import annotations
 import collections
 import itertools
 import logging
+import os
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -94,18 +95,19 @@ log = logging.getLogger("appliance.logs")
 
 IDLE_WAIT_S = 1.0  # the flusher's longest sleep with nothing to do
 
-_roll_pool: ThreadPoolExecutor | None = None
+_roll_pool: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool)
 _roll_pool_lock = threading.Lock()
 
 
 def _roller() -> ThreadPoolExecutor:
-    """The process's threads that roll driven writers' segments over
-    (``LOG_ROLL_WORKERS``; made on first use)."""
+    """The process's threads that roll writers' segments over
+    (``LOG_ROLL_WORKERS``; made on first use, and again in a forked child,
+    which has none of its parent's threads)."""
     global _roll_pool
     with _roll_pool_lock:
-        if _roll_pool is None:
-            _roll_pool = ThreadPoolExecutor(limits.LOG_ROLL_WORKERS, "log-roll")
-        return _roll_pool
+        if _roll_pool is None or _roll_pool[0] != os.getpid():
+            _roll_pool = (os.getpid(), ThreadPoolExecutor(limits.LOG_ROLL_WORKERS, "log-roll"))
+        return _roll_pool[1]
 
 
 class RecordRun:
@@ -191,7 +193,7 @@ class LogWriter:
         # acknowledged, before its futures settle: time for control_if_due
         self.on_acked = None
         self._inflight: collections.deque[Future] = collections.deque()  # adds not yet acked
-        self._rolling = False  # a driven writer's segment is rolling over (_roll)
+        self._rolling = False  # the segment is rolling over (_roll)
         self._held: list[tuple] = []  # entries sent while it rolls (_take_buffer's)
         self.stats = {"entries": 0, "control_entries": 0, "segments_started": 0}
 
@@ -419,7 +421,7 @@ class LogWriter:
         if self._error is not None:
             self._fail_buffer(self._error)
             return
-        if self._rolling or (self._driven and self._buf_payloads and self._roll_due()):
+        if self._rolling or (self._buf_payloads and self._roll_due()):
             if self._buf_payloads:  # a control entry is not needed: the roll ends the segment
                 self._held.append(self._take_buffer())
             if not self._rolling:
@@ -444,12 +446,9 @@ class LogWriter:
 
     def _send_entry(self, txids, payloads, futures, tags, size, control: bool = False) -> None:
         """Holding the lock: records (or none: a control entry) as the
-        segment's next entry, rolling over first if it is due (inline: a
-        driven writer's roll is ``_roll``)."""
+        segment's next entry (a roll that is due was started before:
+        ``_flush_locked``)."""
         try:
-            if payloads and not self._driven and self._roll_due():
-                self._complete_current()
-                self._start_segment()
             entry_id = self._next_entry
             if payloads:
                 self._seg_records += len(payloads)
@@ -562,7 +561,9 @@ class LogWriter:
                 now = time.monotonic()
                 wait = IDLE_WAIT_S
                 try:
-                    if self._buf_payloads and not self._driven:
+                    if self._rolling:
+                        pass  # nothing leaves until the roll ends (it notifies _wake)
+                    elif self._buf_payloads and not self._driven:
                         due = self._buf_since + self._flush_s
                         if now >= due:
                             self._flush_locked()
