@@ -6,7 +6,9 @@ damaged cold file fails ``read_log`` naming the segment, and one damaged
 after that check fails the query (Parquet page CRCs); after a truncation
 only the records kept are read, a DataFrame made before it fails naming a
 file it removed, and a segment truncated while ``read_log`` checks its
-file is left out; a file is read for its checksum once per content."""
+file is left out; a truncation at a DLSN inside a cold or a hot segment
+gives the source, ``read_log`` and the stream from earliest the records
+``LogReader`` gives; a file is read for its checksum once per content."""
 
 from __future__ import annotations
 
@@ -195,3 +197,56 @@ def test_a_cold_file_is_read_for_its_checksum_once_per_content(tmp_path, monkeyp
     seg = Segment(**{**seg.__dict__, "cold": copy})
     with pytest.raises(CorruptColdSegmentError, match="dlsn column does not match"):
         native.verify_cold_file(None, "l", seg)
+
+
+def _log_reader_rows(log, last: str) -> list[tuple]:
+    """What ``LogReader`` gives from the start up to the record at ``last``:
+    (dlsn, txid, payload) of each (fails if the reader stalls)."""
+    out: list[tuple] = []
+    with log.reader() as reader:
+        while not out or out[-1][0] != last:
+            got = reader.read(max_records=1000, timeout_s=60)
+            assert got, f"stalled after {len(out)} records"
+            out += [(str(r.dlsn), r.txid, r.payload) for r in got]
+    return out
+
+
+def _stream_rows(spark, app, name: str, checkpoint) -> list[tuple]:
+    """Everything the streaming source gives from ``earliest`` (availableNow)."""
+    df = (spark.readStream.format("bookkeeper").option("config", app.config)
+          .option("password", PASSWORD.decode()).option("log", name).load())
+    query = (df.writeStream.format("memory").queryName(checkpoint.name)
+             .option("checkpointLocation", str(checkpoint))
+             .trigger(availableNow=True).start())
+    try:
+        assert query.awaitTermination(300) and query.exception() is None
+        return _rows(spark.table(checkpoint.name))
+    finally:
+        query.stop()
+
+
+def test_a_truncation_inside_a_segment_is_read_alike_by_every_reader(spark, app, tmp_path):
+    """``truncate`` at a DLSN inside a cold segment, then inside a hot one:
+    the source, ``read_log`` and the stream from earliest give exactly the
+    records ``LogReader`` gives from the start, each once.  A truncation
+    keeps the segment holding its DLSN whole (the log's truncation point is
+    that segment's start), so these are the whole segment's records; were
+    the point ever recorded inside a segment, the Spark readers would have
+    to follow it too and this test says so."""
+    log = app.client.log("midcut", PASSWORD)
+    written = _write(log, 200)
+    segs = log.metadata().live_segments
+    assert offloader(app.client, PASSWORD).offload("midcut", before=segs[2].last_dlsn).moved \
+        == [1, 2]
+    for step, seq in (("cold", 2), ("hot", 4)):
+        inside = [row for row in written if row[0].startswith(f"{seq}/")][15]
+        assert DLSN.parse(inside[0]).entry_id > 0  # not a segment's first record
+        log.truncate(DLSN.parse(inside[0]))
+        expected = _log_reader_rows(log, written[-1][0])
+        assert len({row[0] for row in expected}) == len(expected)
+        assert expected == written[written.index(expected[0]):]
+        assert expected[0][0].split("/")[0] == str(seq), step
+        assert _rows(_source(spark, app, "midcut")) == expected, step
+        assert _rows(read_log(spark, "midcut", config=app.config,
+                              password=PASSWORD.decode())) == expected, step
+        assert _stream_rows(spark, app, "midcut", tmp_path / f"midcut_{step}") == expected, step
