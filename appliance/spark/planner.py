@@ -17,11 +17,13 @@ Guarantees:
   one warning (``skipped_warning``).
 * Partitions are cut by the work they carry, not by entries alone: an
   entry weighs the rows it holds (a ledger's entry one, a log's entry the
-  records it packs, from the segment's metadata: records over entries), or
-  its bytes over ``SPLIT_ROW_BYTES`` if more (``entry_work``), so a log of
-  many small records spreads over the driver's CPUs like a ledger of as
-  many entries.  The weight only moves the cuts; every entry is still in
-  one partition, and ``maxEntriesPerPartition`` still counts entries.
+  records it packs: the segment's records over its entries, from the log's
+  metadata, or for the segment being written from the running total in its
+  LAC entry's header), or its bytes over ``SPLIT_ROW_BYTES`` if more
+  (``entry_work``), never less than one, so a log of many small records
+  spreads over the driver's CPUs like a ledger of as many entries.  The
+  weight only moves the cuts; every entry is still in one partition, the
+  cuts are fixed here, and ``maxEntriesPerPartition`` still counts entries.
 * A partition carries all its executor needs (ledger metadata, bookie
   endpoints, read knobs), so executors never query the metadata store.
 """
@@ -308,7 +310,8 @@ def _in_progress_end(client, md: LedgerMetadata, options: ScanOptions):
     """The IN_PROGRESS segment's ledger: (metadata, last readable entry as
     ``_readable_end`` gives it, the segment's records up to that entry and
     about its bytes), the records from that entry's header (the segment's
-    running total) and the bytes its size times the entries; (None, 0) if
+    running total) and the bytes its size times the entries (too few when
+    it is a writer's control entry: then the records rule); (None, 0) if
     it cannot be read now (then a row an entry: its task reads it, and
     fails with the reason if it still cannot)."""
     handle = client.open_ledger(md.ledger_id, password=options.password, recovery=False)
