@@ -12,7 +12,7 @@ before anything connects.  Option names are case-insensitive (as in Spark).
 | ``endingEntry`` | ``latest`` | last entry read, inclusive: id or ``{"ledger": id}`` JSON |
 | ``maxEntriesPerPartition`` | 250000 | a larger range is split (each task costs tens of ms) |
 | ``minPartitions`` | driver's CPUs | split further until there are this many (default: |
-|  |  | not below 10000 entries each) |
+|  |  | not below 10000 rows each: a log's entry counts its records) |
 | ``readTimeoutMs`` | 5000 | deadline of one batched read before failing over |
 | ``log`` | (none) | read this log's records instead of ledgers (schema |
 |  |  | ``dlsn string, txid long, payload binary``); not with ``ledgers`` or |
@@ -41,7 +41,7 @@ class ScanOptions:
     starting: Mapping[int, int] | int = 0  # per-ledger map, or one id for all
     ending: Mapping[int, int] | int = limits.ID_MAX
     max_entries_per_partition: int = limits.SPARK_ENTRIES_PER_PARTITION_MAX
-    min_partitions: int | None = None  # None: the driver's CPUs, pieces >= 10000
+    min_partitions: int | None = None  # None: the driver's CPUs, pieces >= 10000 rows
     read_timeout_ms: int = 5000
     log: str | None = None  # a log's records instead of ledgers
     segments: frozenset[int] | None = None  # a log's segments to read; None: every one

@@ -15,6 +15,15 @@ Guarantees:
   endpoint in the message.  The default selection (every CLOSED ledger)
   skips the ledgers the password does not open instead, and names them in
   one warning (``skipped_warning``).
+* Partitions are cut by the work they carry, not by entries alone: an
+  entry weighs the rows it holds (a ledger's entry one, a log's entry the
+  records it packs: the segment's records over its entries, from the log's
+  metadata, or for the segment being written from the running total in its
+  LAC entry's header), or its bytes over ``SPLIT_ROW_BYTES`` if more
+  (``entry_work``), never less than one, so a log of many small records
+  spreads over the driver's CPUs like a ledger of as many entries.  The
+  weight only moves the cuts; every entry is still in one partition, the
+  cuts are fixed here, and ``maxEntriesPerPartition`` still counts entries.
 * A partition carries all its executor needs (ledger metadata, bookie
   endpoints, read knobs), so executors never query the metadata store.
 """
@@ -22,8 +31,11 @@ Guarantees:
 from __future__ import annotations
 
 import logging
+import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 
 from pyspark.sql.datasource import InputPartition
 
@@ -35,6 +47,7 @@ from appliance.curve import bookie_routes
 from appliance.errors import BKError, NoSuchLedgerError, NoSuchLogError, UnauthorizedError
 from appliance.protocol import limits
 from appliance.protocol.keys import check_password, master_key
+from appliance.protocol.log_entry import read_header
 from appliance.protocol.logs import COLD, COMPLETED
 from appliance.protocol.metadata import CLOSED, LedgerMetadata
 from appliance.spark.filters import Bounds
@@ -46,8 +59,17 @@ log = logging.getLogger("appliance.spark")
 # A default read names at most this many skipped ledgers in its warning.
 SKIPPED_SHOWN = 20
 # Without an explicit minPartitions a scan is spread over the driver's CPUs,
-# but not into pieces below this many entries (a task costs tens of ms).
-DEFAULT_SPLIT_ENTRIES_MIN = 10_000
+# but not into pieces below this many rows (a task costs tens of ms, a row
+# about 1.3 us of CPU: docs/PERFORMANCE.md).  A ledger's entry is one row, a
+# log's entry as many as the records it packs (``entry_work``).
+DEFAULT_SPLIT_ROWS_MIN = 10_000
+DEFAULT_SPLIT_ENTRIES_MIN = DEFAULT_SPLIT_ROWS_MIN  # (the stream's ranges weigh a row an entry)
+# ... and an entry weighs at least a row per this many payload bytes: a row
+# costs about as much as 600 of its bytes (100 B rows 0.65 us each, 1 KB rows
+# 1.54 us: docs/PERFORMANCE.md), so past ~1 KiB the bytes set an entry's
+# cost (the floor is then ~10 MiB a piece).  Ledgers of entries up to 1 KiB
+# split as one row an entry.
+SPLIT_ROW_BYTES = 1024
 
 
 @dataclass(frozen=True)
@@ -136,9 +158,10 @@ def plan_partitions(options: ScanOptions, bounds: Bounds) -> list:
     segments, cold = None, []
     with client:
         if options.log is not None:
-            ranges, segments, cold = log_ranges(client, options)
+            ranges, segments, cold, work = log_ranges(client, options)
         else:
             ranges = ledger_ranges(client, options, bounds)
+            work = {r.metadata.ledger_id: ledger_work(r.metadata) for r in ranges}
         endpoints, server_keys = _endpoints(client, config)
     security = config.security if config is not None else None
     key_file = str(security.key_file) if security is not None and security.curve else None
@@ -146,9 +169,10 @@ def plan_partitions(options: ScanOptions, bounds: Bounds) -> list:
     if options.min_partitions is None:
         cpus = len(os.sched_getaffinity(0))
         pieces = split_ranges(ranges, options.max_entries_per_partition, cpus,
-                              DEFAULT_SPLIT_ENTRIES_MIN, multiple_of=cpus)
+                              DEFAULT_SPLIT_ROWS_MIN, multiple_of=cpus, work=work)
     else:
-        pieces = split_ranges(ranges, options.max_entries_per_partition, options.min_partitions)
+        pieces = split_ranges(ranges, options.max_entries_per_partition, options.min_partitions,
+                              work=work)
     hot = [BookKeeperPartition(i, tuple(p), endpoints, read_config,
                                {r.metadata.ledger_id: segments[r.metadata.ledger_id]
                                 for r in p} if segments is not None else None,
@@ -175,15 +199,16 @@ def bulk_read_config(options: ScanOptions, config) -> BulkReadConfig:
 def log_ranges(client, options: ScanOptions):
     """A log scan: every live hot segment's entries (COMPLETED: to its last
     entry; the IN_PROGRESS one: to the LAC read now, without disturbing the
-    writer), each ledger's segment number, and the cold segments (read from
+    writer), each ledger's segment number, the cold segments (read from
     their files; one metadata read decides each segment's tier, once), only
-    those of ``options.segments`` if given."""
+    those of ``options.segments`` if given, and what an entry of each hot
+    segment's ledger weighs (``entry_work``)."""
     try:
         md, _ = client.logs.read_log(options.log)
     except NoSuchLogError:
         raise NoSuchLogError(f"bookkeeper source: log {options.log!r} does not exist "
                              f"({options.where})") from None
-    ranges, segments, cold = [], {}, []
+    ranges, segments, cold, work = [], {}, [], {}
     for seg in md.live_segments:
         if options.segments is not None and seg.seq not in options.segments:
             continue  # not asked for (native.read_log reads it, or it is newer)
@@ -200,13 +225,14 @@ def log_ranges(client, options: ScanOptions):
                                     f"{options.log!r} (ledger {seg.ledger_id}) is gone: "
                                     "truncated or deleted while planning") from None
         if seg.state == COMPLETED:
-            last = seg.last_entry_id
+            last, records, size = seg.last_entry_id, seg.records, ledger.length
         else:
-            ledger, last = _readable_end(client, ledger, options)
+            ledger, last, records, size = _in_progress_end(client, ledger, options)
         if last >= 0:
             ranges.append(LedgerRange(ledger, 0, last))
             segments[seg.ledger_id] = seg.seq
-    return ranges, segments, cold
+            work[seg.ledger_id] = entry_work(last + 1, records, size)
+    return ranges, segments, cold, work
 
 
 def ledger_ranges(client, options: ScanOptions, bounds: Bounds) -> list[LedgerRange]:
@@ -280,6 +306,31 @@ def _readable_end(client, md: LedgerMetadata, options: ScanOptions):
         handle.close()
 
 
+def _in_progress_end(client, md: LedgerMetadata, options: ScanOptions):
+    """The IN_PROGRESS segment's ledger: (metadata, last readable entry as
+    ``_readable_end`` gives it, the segment's records up to that entry and
+    about its bytes), the records from that entry's header (the segment's
+    running total) and the bytes its size times the entries (too few when
+    it is a writer's control entry: then the records rule); (None, 0) if
+    it cannot be read now (then a row an entry: its task reads it, and
+    fails with the reason if it still cannot)."""
+    handle = client.open_ledger(md.ledger_id, password=options.password, recovery=False)
+    try:
+        md = handle.metadata
+        last = md.last_entry_id if md.state == CLOSED else handle.last_add_confirmed
+        if last < 0:
+            return md, last, 0, 0
+        try:
+            (entry,) = handle.read(last, last)
+            return md, last, read_header(entry.payload).records, len(entry.payload) * (last + 1)
+        except BKError as exc:
+            log.debug("bookkeeper source: ledger %d entry %d not read for planning: %s",
+                      md.ledger_id, last, exc)
+            return md, last, None, 0
+    finally:
+        handle.close()
+
+
 def _endpoints(client, config) -> tuple[dict[str, str], dict[str, bytes]]:
     """(bookie id -> endpoint, bookie id -> CURVE server key): the live
     registrations this client may reach, endpoints completed by the config
@@ -291,34 +342,58 @@ def _endpoints(client, config) -> tuple[dict[str, str], dict[str, bytes]]:
     return endpoints, server_keys
 
 
+def entry_work(entries: int, records: int | None = None, size: int = 0) -> Fraction:
+    """What one of ``entries`` entries weighs when a scan is split, in rows:
+    the records they hold over the entries (None: a ledger's entries, a row
+    each), or their ``size`` payload bytes over ``entries * SPLIT_ROW_BYTES``
+    if more; never below 1 (an entry costs its task at least a row).  Pure."""
+    if entries <= 0:
+        return Fraction(1)
+    rows = Fraction(records, entries) if records else Fraction(1)
+    return max(Fraction(1), rows, Fraction(size, entries * SPLIT_ROW_BYTES))
+
+
+def ledger_work(md: LedgerMetadata) -> Fraction:
+    """An entry of a ledger scan: a row, or its bytes if the ledger is
+    CLOSED (its length known) and its entries are larger than a KiB."""
+    if md.state != CLOSED:
+        return Fraction(1)
+    return entry_work(md.last_entry_id + 1, None, md.length)
+
+
 def split_ranges(ranges: list[LedgerRange], max_entries: int, min_partitions: int = 1,
-                 entries_min: int = 1, multiple_of: int = 1) -> list[list[LedgerRange]]:
-    """Cut ranges into about ``count`` equal partitions, where ``count`` is
-    ``max(min_partitions, ceil(total / max_entries))`` rounded up to a
-    multiple of ``multiple_of`` (so tasks come in whole waves over the
-    cores), each of at most ``max_entries`` and, if the scan allows, at
-    least ``entries_min`` entries.  Consecutive small ranges are packed
-    together (at most ``limits.SPARK_RANGES_PER_PARTITION_MAX`` per partition).  Pure;
+                 work_min: int = 1, multiple_of: int = 1,
+                 work: Mapping[int, Fraction] | None = None) -> list[list[LedgerRange]]:
+    """Cut ranges into about ``count`` partitions of equal work, where
+    ``count`` is ``max(min_partitions, ceil(total entries / max_entries))``
+    rounded up to a multiple of ``multiple_of`` (so tasks come in whole
+    waves over the cores), each of at most ``max_entries`` entries and, if
+    the scan allows, at least ``work_min`` work.  ``work`` maps a ledger id
+    to what one of its entries weighs (``entry_work``; 1 if absent: then
+    work is entries).  Consecutive small ranges are packed together (at
+    most ``limits.SPARK_RANGES_PER_PARTITION_MAX`` per partition).  Pure;
     each entry lands in exactly one partition."""
     total = sum(r.count for r in ranges)
     if total == 0:
         return []
+    weights = [Fraction((work or {}).get(r.metadata.ledger_id, 1)) for r in ranges]
     count = max(1, min_partitions, -(-total // max_entries))
     count = -(-count // multiple_of) * multiple_of
-    target = max(1, min(max_entries, max(entries_min, -(-total // count))))
+    carried = sum(r.count * w for r, w in zip(ranges, weights, strict=True))
+    target = max(Fraction(work_min), carried / count)
     parts: list[list[LedgerRange]] = []
     current: list[LedgerRange] = []
-    room = target
-    for r in ranges:
+    room, held = target, 0
+    for r, weight in zip(ranges, weights, strict=True):
         start = r.first_entry_id
         while start <= r.last_entry_id:
-            take = min(r.last_entry_id - start + 1, room)
+            take = min(r.last_entry_id - start + 1, max_entries - held, math.ceil(room / weight))
             current.append(LedgerRange(r.metadata, start, start + take - 1))
-            start += take
-            room -= take
-            if room == 0 or len(current) >= limits.SPARK_RANGES_PER_PARTITION_MAX:
+            start, held, room = start + take, held + take, room - take * weight
+            if room <= 0 or held == max_entries or \
+                    len(current) >= limits.SPARK_RANGES_PER_PARTITION_MAX:
                 parts.append(current)
-                current, room = [], target
+                current, room, held = [], target, 0
     if current:
         parts.append(current)
     return parts

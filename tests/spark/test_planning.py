@@ -4,6 +4,8 @@ the split of ledger ranges into partitions (no Spark session, no appliance)."""
 from __future__ import annotations
 
 import itertools
+import random
+from fractions import Fraction
 
 import pytest
 from pyspark.sql.datasource import (
@@ -24,7 +26,13 @@ from appliance.protocol.limits import SPARK_RANGES_PER_PARTITION_MAX as RANGES_P
 from appliance.protocol.metadata import LedgerMetadata
 from appliance.spark.filters import Bounds, push_filters
 from appliance.spark.options import parse_options
-from appliance.spark.planner import LedgerRange, split_ranges
+from appliance.spark.planner import (
+    DEFAULT_SPLIT_ROWS_MIN,
+    LedgerRange,
+    entry_work,
+    ledger_work,
+    split_ranges,
+)
 
 
 # -- options ---------------------------------------------------------------------------
@@ -137,9 +145,92 @@ def test_split_in_whole_waves_over_the_cores():
 
 def test_split_floor_keeps_small_scans_in_few_partitions():
     ranges = [LedgerRange(_md(0), 0, 14_999)]
-    assert len(split_ranges(ranges, 1_000_000, 8, entries_min=10_000)) == 2
+    assert len(split_ranges(ranges, 1_000_000, 8, work_min=10_000)) == 2
     assert len(split_ranges(ranges, 1_000_000, 8)) == 8
-    assert len(split_ranges(ranges, 1_000, 8, entries_min=10_000)) == 15  # max still rules
+    assert len(split_ranges(ranges, 1_000, 8, work_min=10_000)) == 15  # max still rules
+
+
+def _work(parts, work) -> list:
+    return [sum(r.count * work.get(r.metadata.ledger_id, 1) for r in p) for p in parts]
+
+
+def test_a_log_of_packed_records_spreads_over_the_cpus():
+    """1,000,000 records of 100 B in 1,000 entries over 5 segments: a row an
+    entry keeps it in one piece; weighed by its records it fills 4 CPUs,
+    in pieces of equal records (each entry still once, in order)."""
+    ranges = [LedgerRange(_md(i), 0, 199) for i in range(5)]
+    work = {i: entry_work(200, 200_000, 200 * 1000 * 112) for i in range(5)}
+    assert work[0] == 1000  # records, not the 109 KiB of bytes, set the weight
+    assert len(split_ranges(ranges, 250_000, 4, DEFAULT_SPLIT_ROWS_MIN, multiple_of=4)) == 1
+    parts = split_ranges(ranges, 250_000, 4, DEFAULT_SPLIT_ROWS_MIN, multiple_of=4, work=work)
+    assert _entries(parts) == [(i, e) for i in range(5) for e in range(200)]
+    assert _work(parts, work) == [250_000] * 4
+
+
+def test_a_small_log_scan_stays_one_partition():
+    work = {0: entry_work(9, 9_000)}  # 9,000 records: below a piece's floor
+    parts = split_ranges([LedgerRange(_md(0), 0, 8)], 250_000, 8, DEFAULT_SPLIT_ROWS_MIN,
+                         multiple_of=8, work=work)
+    assert len(parts) == 1
+    work = {0: entry_work(30, 30_000)}  # 30,000: three pieces of 10,000, not 8
+    parts = split_ranges([LedgerRange(_md(0), 0, 29)], 250_000, 8, DEFAULT_SPLIT_ROWS_MIN,
+                         multiple_of=8, work=work)
+    assert _work(parts, work) == [10_000] * 3
+
+
+def test_segments_of_different_density_split_by_records_not_entries():
+    """A segment of synchronous writes (a record an entry) then one of
+    batches: equal entries would put 101 of 121 thousand records in one
+    piece; equal records put about half in each."""
+    ranges = [LedgerRange(_md(0), 0, 19_999), LedgerRange(_md(1), 0, 100)]
+    work = {0: entry_work(20_000, 20_000), 1: entry_work(101, 101_000)}
+    parts = split_ranges(ranges, 250_000, 2, DEFAULT_SPLIT_ROWS_MIN, multiple_of=2, work=work)
+    assert _entries(parts) == [(0, e) for e in range(20_000)] + [(1, e) for e in range(101)]
+    assert _work(parts, work) == [61_000, 60_000]
+
+
+def test_max_entries_and_min_partitions_keep_their_meaning_with_weights():
+    work = {0: Fraction(1000)}
+    ranges = [LedgerRange(_md(0), 0, 999)]
+    parts = split_ranges(ranges, 300, 1, DEFAULT_SPLIT_ROWS_MIN, work=work)
+    assert [sum(r.count for r in p) for p in parts] == [250] * 4  # <= 300 entries each
+    parts = split_ranges(ranges, 250_000, 5, work=work)  # explicit: no floor
+    assert [sum(r.count for r in p) for p in parts] == [200] * 5
+    parts = split_ranges([LedgerRange(_md(0), 0, 2)], 250_000, 5, work=work)
+    assert len(parts) == 3  # never more pieces than entries
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_weighted_split_covers_every_entry_once(seed):
+    rng = random.Random(seed)
+    sizes = [rng.randint(1, 5_000) for _ in range(rng.randint(1, 8))]
+    ranges = [LedgerRange(_md(i), 3, 2 + n) for i, n in enumerate(sizes)]
+    work = {i: entry_work(n, rng.choice([None, n, n * rng.randint(2, 2_000)]),
+                          rng.choice([0, n * 100, n * 70_000])) for i, n in enumerate(sizes)}
+    max_entries, cpus = rng.choice([(250_000, 2), (700, 4), (50, 1)])
+    parts = split_ranges(ranges, max_entries, cpus, DEFAULT_SPLIT_ROWS_MIN,
+                         multiple_of=cpus, work=work)
+    assert _entries(parts) == [(i, e) for i, n in enumerate(sizes) for e in range(3, 3 + n)]
+    assert max(sum(r.count for r in p) for p in parts) <= max_entries
+    carried = sum(n * work[i] for i, n in enumerate(sizes))
+    if sum(sizes) <= max_entries:  # no entry cap: count pieces at most, the floor kept
+        assert len(parts) <= max(1, cpus)
+        assert all(w >= min(DEFAULT_SPLIT_ROWS_MIN, carried / cpus)
+                   for w in _work(parts, work)[:-1])
+
+
+def test_an_entry_weighs_its_records_or_its_bytes():
+    assert entry_work(10, 10_000) == 1000
+    assert entry_work(10, None) == entry_work(10, 5) == entry_work(0, 7) == 1  # never below
+    assert entry_work(4, 4, 4 * 64 * 1024) == 64  # 64 KiB records: their bytes
+    assert ledger_work(_md(0)) == 1
+    closed = LedgerMetadata(0, 3, 3, 2, ((0, ("a", "b", "c")),), state="CLOSED",
+                            last_entry_id=99, length=100 * 1000)
+    assert ledger_work(closed) == 1  # entries up to a KiB: a row each, as before
+    big = LedgerMetadata(0, 3, 3, 2, ((0, ("a", "b", "c")),), state="CLOSED",
+                         last_entry_id=99, length=100 * 1024 * 1024)
+    assert ledger_work(big) == 1024
+    assert ledger_work(LedgerMetadata(0, 3, 3, 2, ((0, ("a", "b", "c")),))) == 1  # OPEN
 
 
 def test_split_of_nothing_is_no_partition():

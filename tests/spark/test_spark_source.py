@@ -253,3 +253,38 @@ def test_a_log_is_read_record_by_record_across_segments_in_progress_one_included
     with pytest.raises(Exception, match="do not combine"):
         load(source, app, log="spark-events", ledgers="1").collect()
     writer.close()
+
+
+def test_a_hot_log_of_packed_records_splits_over_the_cpus_each_record_once(source, data):
+    """30,000 records written in batches of 1,000 (entries of many records)
+    over sealed segments and the one in progress: with no minPartitions the
+    scan is cut by records over the driver's CPUs (a row an entry, its few
+    dozen entries would be one partition), and every record comes back once."""
+    import dataclasses
+    import os
+    import time
+
+    app, n = data, 30_000
+    saved = app.client.log_config
+    app.client.log_config = dataclasses.replace(saved, segment_records_max=12_000)
+    try:
+        writer = app.client.log("spark-packed", PASSWORD).writer()
+        futures = []
+        for start in range(0, n, 1000):
+            futures += writer.write_many_async([b"r%d" % i for i in range(start, start + 1000)])
+        written = [(str(f.result(timeout=60)), i + 1, b"r%d" % i) for i, f in enumerate(futures)]
+    finally:
+        app.client.log_config = saved
+    assert app.client.log("spark-packed", PASSWORD).metadata().in_progress is not None
+    deadline, seen = time.monotonic() + 30, 0  # the writer's control entry shows its last
+    with app.client.log("spark-packed", PASSWORD).reader() as r:
+        while seen < n and time.monotonic() < deadline:
+            seen += len(r.read(timeout_s=1))
+    assert seen == n
+
+    df = load(source, app, log="spark-packed")
+    assert df.rdd.getNumPartitions() == min(len(os.sched_getaffinity(0)), 3)  # >= 10,000 each
+    rows = sorted(((r.dlsn, r.txid, bytes(r.payload)) for r in df.collect()),
+                  key=lambda row: row[1])
+    assert rows == written
+    writer.close()
