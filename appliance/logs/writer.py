@@ -259,8 +259,9 @@ class LogWriter:
             log.warning("log %s: could not remove unused ledger %d: %s", self.name, wh.id, exc)
 
     def _complete_current(self) -> None:
-        """Holding the lock: close the segment's ledger (every entry
-        acknowledged) and mark it COMPLETED."""
+        """Close the segment's ledger (every entry acknowledged) and mark it
+        COMPLETED: holding the lock (``close``), or on the roll's thread
+        (``_roll``: nothing sends while it rolls)."""
         try:
             self._wh.close()
         except BKError as exc:
