@@ -20,6 +20,7 @@ from appliance.cold.segment_file import CorruptColdSegmentError
 from appliance.errors import NoSuchLedgerError
 from tests.support.bkctl import bkctl
 from tests.support.launch import wait_for, wait_registered
+from tests.support.logs import read_now
 
 SMALL_SEGMENTS = {"segment_records_max": 50, "flush_interval_us": 200,
                   "control_interval_ms": 2}
@@ -48,16 +49,6 @@ def _write(log, n: int, start: int = 0) -> list:
         return [f.result(timeout=60) for f in futures]
 
 
-def _read_all(log) -> list:
-    out = []
-    with log.reader() as r:
-        while True:
-            got = r.read(max_records=1000, timeout_s=0)
-            if not got:
-                return out
-            out += got
-
-
 def _offload(config, name: str, *args: str, env=None) -> dict:
     done = bkctl("log", "offload", name, "--json", *args, config=config, text=True, env=env)
     assert done.returncode == 0, done.stderr
@@ -70,7 +61,7 @@ def test_offloaded_segments_read_back_once_through_api_and_cli(cluster):
         wait_registered(bk, 3)
         log = bk.log("orders")
         positions = _write(log, 260)
-        hot = _read_all(log)
+        hot = read_now(log)
         assert [r.dlsn for r in hot] == positions
         w = log.writer()  # a writer keeps writing the in-progress segment meanwhile
         w.write(b"live-0")
@@ -81,7 +72,7 @@ def test_offloaded_segments_read_back_once_through_api_and_cli(cluster):
         assert tiers.count("cold") == moved["moved"] and tiers[-1] == "hot"
         later = [w.write(b"live-%d" % i) for i in range(1, 4)]
         w.close()
-        records = _read_all(log)
+        records = read_now(log)
         assert [(r.dlsn, r.txid, r.payload) for r in records][:260] == \
             [(r.dlsn, r.txid, r.payload) for r in hot]
         assert [r.payload for r in records[260:]] == [b"live-%d" % i for i in range(4)]
@@ -99,7 +90,7 @@ def test_offloaded_segments_read_back_once_through_api_and_cli(cluster):
         for seg in cold_segs:
             with pytest.raises(NoSuchLedgerError):
                 bk.ledger_metadata(seg.ledger_id)
-        assert [r.dlsn for r in _read_all(log)] == [r.dlsn for r in records]
+        assert [r.dlsn for r in read_now(log)] == [r.dlsn for r in records]
         # Parquet readable as is: the same rows; owner-only like the bookies' data
         path = cold_segs[0].cold.uri.removeprefix("file://")
         assert os.stat(path).st_mode & 0o077 == 0
@@ -133,7 +124,7 @@ def test_truncate_and_delete_remove_cold_files(cluster):
         assert all(Path(f).exists() for f in files)
         log.truncate(positions[100])
         assert [Path(f).exists() for f in files] == [False, False, True, True]
-        assert _read_all(log)[0].dlsn == positions[100]
+        assert read_now(log)[0].dlsn == positions[100]
         bk.delete_log("t")
         assert not any(Path(f).exists() for f in files)
 
@@ -168,7 +159,7 @@ def test_mover_killed_at_each_step_loses_and_repeats_nothing(make_cluster, step)
         done = bkctl("log", "offload", "k", config=config, text=True,
                      env={"BKCTL_COLD_FAIL_AT": step})
         assert done.returncode == -9, done.stderr
-        assert [r.dlsn for r in _read_all(log)] == positions
+        assert [r.dlsn for r in read_now(log)] == positions
         # the killed mover's lease lapses with its metadata session
         wait_for(lambda: bkctl("log", "offload", "k", config=config).returncode == 0, 60,
                  what="a pass after the killed mover")
@@ -176,7 +167,7 @@ def test_mover_killed_at_each_step_loses_and_repeats_nothing(make_cluster, step)
         md = log.metadata()
         assert all(s.tier == "cold" and s.ledger_deleted for s in md.segments
                    if s.state == "COMPLETED")
-        records = _read_all(log)
+        records = read_now(log)
         assert [r.dlsn for r in records] == positions
         assert [r.payload for r in records] == [b"r%06d" % i for i in range(120)]
         named = {s.cold.uri for s in md.segments if s.cold is not None}
@@ -213,7 +204,7 @@ def test_auditor_moves_old_segments_while_a_writer_writes(make_cluster):
         wait_for(lambda: all(s.tier == "cold" and s.ledger_deleted
                              for s in log.metadata().segments), 60,
                  what="every sealed segment moved and its ledger deleted")
-        records = _read_all(log)
+        records = read_now(log)
         assert [r.dlsn for r in records] == positions
         assert [r.payload for r in records] == [b"a%06d" % i for i in range(300)]
         for seg in log.metadata().segments:
@@ -262,5 +253,5 @@ def test_a_cold_log_still_needs_its_password(cluster):
             r.read(max_records=10, timeout_s=1)
         with pytest.raises(UnauthorizedError):
             bk.delete_log("secret", b"wrong")
-        assert [r.dlsn for r in _read_all(log)] == positions
+        assert [r.dlsn for r in read_now(log)] == positions
         bk.delete_log("secret", b"pw")

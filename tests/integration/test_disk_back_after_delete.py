@@ -21,6 +21,7 @@ import threading
 import appliance
 from tests.support.bkctl import bkctl
 from tests.support.launch import wait_for, wait_registered
+from tests.support.logs import read_now
 
 MiB = 1024 * 1024
 PW = b"pw"
@@ -64,16 +65,6 @@ def _wait_disk(cluster, limit: dict[str, float], what: str, above: bool = False)
     return dict(seen)
 
 
-def _read_all(log) -> list:
-    out = []
-    with log.reader() as r:
-        while True:
-            got = r.read(max_records=1000, timeout_s=0)
-            if not got:
-                return out
-            out += got
-
-
 def test_moving_segments_to_cold_storage_gives_the_bookies_disk_back(make_cluster):
     cluster = make_cluster(3, quorums=(3, 3, 2), autorecovery={"enabled": False},
                            log={"segment_records_max": PER_SEGMENT, "flush_interval_us": 200,
@@ -107,7 +98,7 @@ def test_moving_segments_to_cold_storage_gives_the_bookies_disk_back(make_cluste
         print(f"ledger dir bytes before {before}, after {after}; moved {moved_bytes}")
         w.write(b"live-2")
         w.close()
-        records = _read_all(log)
+        records = read_now(log)
         assert [r.payload for r in records] == payloads + [b"live-%d" % i for i in range(3)]
         assert len({r.dlsn for r in records}) == len(records)
 

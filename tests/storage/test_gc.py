@@ -4,25 +4,14 @@ after a crash right after the removal."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from appliance.errors import NoSuchLedgerError
 from storage.entry_log import list_logs
 from storage.gc import reclaimable_logs
+from tests.storage.support import fill
 
 A, B = 7, 8
-
-
-def _fill(st, ledger_id: int, first: int, count: int) -> list[bytes]:
-    datas = [os.urandom(1000) for _ in range(count)]
-    for start in range(0, count, 50):
-        part = datas[start:start + 50]
-        st.wait_durable(st.add_entries([ledger_id] * len(part),
-                                       list(range(first + start, first + start + len(part))),
-                                       part), timeout_s=10)
-    return datas
 
 
 def test_rules_keep_logs_past_the_mark_unknown_or_with_a_live_ledger():
@@ -37,9 +26,9 @@ def test_deleted_ledger_logs_are_removed_after_a_checkpoint_and_survivors_read_b
         opener, dirs, log_mode):
     _journal_dir, ledger_dir = dirs
     st = opener()
-    _fill(st, A, 0, 1500)          # ~1.5 MB: several 512 KiB logs hold only A
-    b_data = _fill(st, B, 0, 300)
-    a_more = _fill(st, A, 1500, 10)  # A again after B: that log holds both
+    fill(st, A, 0, 1500)          # ~1.5 MB: several 512 KiB logs hold only A
+    b_data = fill(st, B, 0, 300)
+    a_more = fill(st, A, 1500, 10)  # A again after B: that log holds both
     assert len(a_more) == 10
     by_log = st.ledger_bytes()
     only_a = sorted(log for log, per in by_log.items() if set(per) == {A})
@@ -69,9 +58,9 @@ def test_deleted_ledger_logs_are_removed_after_a_checkpoint_and_survivors_read_b
 
 def test_a_ledger_written_again_after_its_delete_keeps_its_logs(opener):
     st = opener()
-    _fill(st, A, 0, 1200)
+    fill(st, A, 0, 1200)
     st.delete_ledger(A)
-    again = _fill(st, A, 0, 3)  # a late add re-creates it locally
+    again = fill(st, A, 0, 3)  # a late add re-creates it locally
     st.checkpoint()
     assert st.reclaim_entry_logs() == ([], 0)
     assert st.read_entries(A, 0, 2) == again

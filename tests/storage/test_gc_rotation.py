@@ -7,29 +7,19 @@ reads back, also after a crash (kill -9 stand-in: ``abort``) right after."""
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
 
 from appliance.errors import NoSuchLedgerError
 from storage.entry_log import list_logs
+from tests.storage.support import fill
 
 A, B = 7, 8  # A is deleted, B lives on
 KiB = 1024
 BIG_LOGS = dict(entry_log_rotate_bytes=64 * 1024 * KiB,  # nothing rotates by size here
                 entry_log_rotate_garbage_bytes=256 * KiB)
 NO_TIMED_RUNS = dict(compaction_minor_interval_s=3600.0, compaction_major_interval_s=86400.0)
-
-
-def _fill(st, ledger_id: int, first: int, count: int, size: int = 1000) -> list[bytes]:
-    datas = [os.urandom(size) for _ in range(count)]
-    for start in range(0, count, 50):
-        part = datas[start:start + 50]
-        st.wait_durable(st.add_entries([ledger_id] * len(part),
-                                       list(range(first + start, first + start + len(part))),
-                                       part), timeout_s=10)
-    return datas
 
 
 def _wait_compacted(st, runs_before: int, deadline_s: float = 30.0) -> dict:
@@ -44,7 +34,7 @@ def _wait_compacted(st, runs_before: int, deadline_s: float = 30.0) -> dict:
 
 def test_a_deleted_ledger_alone_in_the_active_log_is_given_back_by_the_pass(opener, log_mode):
     st = opener(**BIG_LOGS)
-    _fill(st, A, 0, 1000)  # ~1 MB, all in the active log (interleaved mode)
+    fill(st, A, 0, 1000)  # ~1 MB, all in the active log (interleaved mode)
     before = st.disk_usage(0)["entry_log_bytes"]
     st.delete_ledger(A)
     done = st.give_back_space(1)
@@ -63,8 +53,8 @@ def test_a_log_shared_with_a_live_ledger_is_compacted_at_once(opener, log_mode, 
     st = opener(**BIG_LOGS, **NO_TIMED_RUNS)
     a_data, b_data = [], []
     for round_ in range(10):  # interleaved: 9 parts A to 1 part B in the same log
-        a_data += _fill(st, A, 90 * round_, 90)
-        b_data += _fill(st, B, 10 * round_, 10)
+        a_data += fill(st, A, 90 * round_, 90)
+        b_data += fill(st, B, 10 * round_, 10)
     before = st.disk_usage(0)["entry_log_bytes"]
     runs = st.compaction_status()["runs"]
     st.delete_ledger(A)
@@ -87,8 +77,8 @@ def test_a_log_shared_with_a_live_ledger_is_compacted_at_once(opener, log_mode, 
 @pytest.mark.parametrize("log_mode", ["interleaved"], indirect=True)
 def test_the_active_log_is_kept_below_the_limits_or_when_off(opener, log_mode):
     st = opener(entry_log_rotate_bytes=64 * 1024 * KiB, entry_log_rotate_garbage_bytes=4096 * KiB)
-    _fill(st, A, 0, 500)
-    _fill(st, B, 0, 250)
+    fill(st, A, 0, 500)
+    fill(st, B, 0, 250)
     st.delete_ledger(A)
     assert st.active_log_garbage_bytes() >= 500 * 1000
     # 0.5 MB < 4 MiB, and a third of the log is live (over the 0.2 minor threshold)
@@ -106,8 +96,8 @@ def test_the_active_log_is_kept_below_the_limits_or_when_off(opener, log_mode):
 @pytest.mark.parametrize("log_mode", ["interleaved"], indirect=True)
 def test_a_suspended_compactor_runs_the_pass_s_compaction_only_after_resume(opener, log_mode):
     st = opener(**BIG_LOGS, **NO_TIMED_RUNS)
-    _fill(st, A, 0, 900)
-    b_data = _fill(st, B, 0, 100)
+    fill(st, A, 0, 900)
+    b_data = fill(st, B, 0, 100)
     st.suspend_compaction()
     runs = st.compaction_status()["runs"]
     st.delete_ledger(A)
@@ -123,8 +113,8 @@ def test_a_suspended_compactor_runs_the_pass_s_compaction_only_after_resume(open
 @pytest.mark.parametrize("log_mode", ["interleaved"], indirect=True)
 def test_no_compaction_starts_by_itself_when_minor_runs_are_off(opener, log_mode):
     st = opener(**BIG_LOGS, compaction_minor_interval_s=0, compaction_major_interval_s=0)
-    _fill(st, A, 0, 900)
-    _fill(st, B, 0, 100)
+    fill(st, A, 0, 900)
+    fill(st, B, 0, 100)
     st.delete_ledger(A)
     done = st.give_back_space(1)
     assert done["rotated_garbage_bytes"] and not done["compaction"]
