@@ -56,6 +56,7 @@ from ipc.curve import KeyDirectory, KeyPair, ZapHandler, configure_server, is_tc
 from ipc.frames import DEFAULT_LIMITS, WireLimits, salvage_ids
 from ipc.replies import ErrorReply, Reply, encode_reply, error_reply
 from ipc.requests import Request, decode_request
+from ipc.wake import WakePipe
 from ipc.zmq_frames import recv_frames, send_frames
 
 log = logging.getLogger(__name__)
@@ -173,12 +174,10 @@ class FrameServer:
             except BookieIOError:
                 self.close()
                 raise
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
+        self._wakeup = WakePipe()
         self._poller = zmq.Poller()
         self._poller.register(self._sock, zmq.POLLIN)
-        self._poller.register(self._wake_r, zmq.POLLIN)
+        self._poller.register(self._wakeup.fd, zmq.POLLIN)
         if self._zap is not None:
             self._poller.register(self._zap.socket, zmq.POLLIN)
         self._fds: dict[int, Callable[[], None]] = {}
@@ -251,8 +250,8 @@ class FrameServer:
         while not self._stopping:
             ready = dict(self._poller.poll(self._poll_timeout_ms()))
             self.counters["wakeups"] += 1
-            if self._wake_r in ready:
-                self._drain_wake_pipe()
+            if self._wakeup.fd in ready:
+                self._wakeup.drain()
             if self._sock in ready:
                 self._drain_socket()
             if self._zap is not None and self._zap.socket in ready:
@@ -268,10 +267,9 @@ class FrameServer:
     def stop(self) -> None:
         """Ask ``serve`` to return; safe from any thread or a signal handler."""
         self._stopping = True
-        try:
-            os.write(self._wake_w, b"\0")
-        except (BlockingIOError, OSError):
-            pass  # the pipe is full (a wakeup is already pending) or closed
+        wakeup = getattr(self, "_wakeup", None)  # none if the constructor failed first
+        if wakeup is not None:
+            wakeup.wake()  # nothing once closed
 
     def close(self) -> None:
         if self._closed:
@@ -281,9 +279,9 @@ class FrameServer:
         if getattr(self, "_zap", None) is not None:
             self._zap.close()
         self._remove_socket_file()
-        for fd in (getattr(self, "_wake_r", None), getattr(self, "_wake_w", None)):
-            if fd is not None:
-                os.close(fd)
+        wakeup = getattr(self, "_wakeup", None)
+        if wakeup is not None:
+            wakeup.close()
         if self._own_context:
             self._ctx.term()
 
@@ -314,13 +312,6 @@ class FrameServer:
             return self.poll_ms_max
         wait_ms = (self._timers[0][0] - self.clock()) * 1000.0
         return max(0, min(self.poll_ms_max, int(wait_ms) + 1))
-
-    def _drain_wake_pipe(self) -> None:
-        try:
-            while os.read(self._wake_r, 4096):
-                pass
-        except BlockingIOError:
-            pass
 
     def _drain_socket(self) -> None:
         for _ in range(self.drain_messages_max):
