@@ -251,6 +251,9 @@ def _echo_log_servers(rows: list[dict]) -> None:
         logs = "-" if r["logs"] is None else len(r["logs"])
         click.echo(f"{r['id']:<12} {r['state']:<10} pid={r['pid'] or '-':<8} {r['endpoint']}"
                    f"  restarts={_dash(r['restarts'])} uptime={uptime} logs={logs}")
+        if r["read_endpoint"] or r["metrics_url"]:
+            click.echo(f"{'':<12} reads={_dash(r['read_endpoint'])}"
+                       f"  metrics={_dash(r['metrics_url'])}")
 
 
 def _dash(value) -> str:

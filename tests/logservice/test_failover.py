@@ -133,6 +133,8 @@ def _ride_over_a_kill_9(appliance_up, short_tmp, producers: int, records: int) -
     assert {s: r["read_endpoint"] for s, r in rows.items()} == \
         {s: registered[s]["read_endpoint"] for s in rows}
     assert all(r["read_endpoint"] for r in rows.values())
+    human = bkctl("status", config=config, text=True).stdout
+    assert all(f"reads={r['read_endpoint']}" in human for r in rows.values())
 
 
 def test_bkctl_log_append_during_producers_fences_nobody(appliance_up, short_tmp):
