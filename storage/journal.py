@@ -11,9 +11,10 @@ Guarantees:
 * Segments are preallocated (``posix_fallocate``) and created atomically
   (temp file, header, fsync, rename, dir fsync).  Each group write is padded
   to 4 KiB, so it is O_DIRECT-able and never rewrites durable bytes.
-* Zeros are written ahead of the write position when the writer is idle
-  (never over a written record: see ``ZERO_STEP_BYTES``); a zero-filled
-  tail reads as the end of the segment, as an unwritten one does.
+* Zeros are written ahead of the write position by the idle journal thread
+  after small groups (never over a written record: see ``ZERO_STEP_BYTES``);
+  a zero-filled tail reads as the end of the segment, as an unwritten one
+  does.
 * Every segment header records where the previous segment's valid data ends,
   so a cut in the middle of the journal (lost acknowledged data) is told
   apart from a torn tail and refused (see ``journal_scan``).
@@ -63,15 +64,17 @@ FREE_PAUSE_S = 0.005
 # fdatasync must commit through the file system's own journal.  With one
 # small group per add that was every add: 56 us of CPU and three sleeps
 # per 4 KiB write + fdatasync, against 31 us and two over blocks already
-# written (ext4, measured 2026-11-27).  So zeros are written up to
-# ``ZERO_AHEAD_BYTES`` past the write position, ``ZERO_STEP_BYTES`` at a
-# time (~0.3 ms), by whoever writes when it is idle: the inline owner
-# after its turn's replies went out (``zero_ahead``), or, when there is
-# none (a group wait), the journal thread between groups.  Under load
-# neither is idle and nothing extra is written; each byte of a segment is
-# zeroed at most once.
+# written (ext4, measured 2026-11-27).  So after a group of at most
+# ``SMALL_GROUP_BYTES`` written inline (or under a group wait) the
+# journal thread, when idle, writes zeros up to ``ZERO_AHEAD_BYTES`` past
+# the write position, ``ZERO_STEP_BYTES`` (~0.3 ms) at a time; records
+# queued meanwhile wait for the step, then the thread writes them.  Bigger
+# groups (load, or big entries) pay the conversion once for many bytes and
+# would double the journal's write bandwidth: nothing is zeroed after them.
+# Each byte is zeroed at most once.
 ZERO_STEP_BYTES = 256 * 1024
 ZERO_AHEAD_BYTES = 1024 * 1024
+SMALL_GROUP_BYTES = 16 * 1024  # a group of at most this is small: zeros are written after it
 
 
 def encode_record(seq: int, rtype: int, body: bytes, self_verifying: bool) -> bytes:
@@ -118,6 +121,7 @@ class Journal:
         self._zeros: aio.AlignedBuffer | None = None  # ZERO_STEP_BYTES of zeros, on first use
         self._zeroed_end = 0  # the current segment holds zeros or records up to here
         self._zero_ok = False  # zero-fill this segment (direct, preallocated, no failure)
+        self._zero_wanted = False  # the last group was small and inline (or under a wait)
         self._fd = -1
         self._open_segment(segment_id, prev_end)
         self._thread = threading.Thread(target=self._run, name="journal", daemon=True)
@@ -185,7 +189,7 @@ class Journal:
             self._writing = True
             group = self._take_group()
         try:
-            self._write_group(group, signal=False)  # ends the turn: waiters woken
+            self._write_group(group, inline=True)  # ends the turn: waiters woken
         except BaseException as exc:  # noqa: BLE001 - reported to every waiter
             with self._cond:
                 self._failure = exc.with_traceback(None)  # drop frames holding buffers
@@ -194,18 +198,6 @@ class Journal:
                 self._work.notify()  # the thread ends: nothing is written after a failure
             self._signal()
         return True
-
-    def zero_ahead(self) -> bool:
-        """The inline owner, once its turn's replies are sent: one zero-fill
-        step (``ZERO_STEP_BYTES``) on the calling thread if one is due and
-        nothing is being written; True if it wrote one."""
-        if not self._zero_due() or self._inline_owner != threading.get_ident():
-            return False  # the usual answer, without the lock
-        with self._cond:
-            if self._writing or self._failure is not None or self._closing \
-                    or not self._zero_due():
-                return False
-            return self._zero_step()
 
     def drain_fd(self) -> None:
         try:
@@ -262,8 +254,8 @@ class Journal:
         with self._cond:
             while (not self._queue or self._writing) and not self._closing \
                     and self._failure is None:
-                if self._wait_s > 0 and not self._writing and not self._queue \
-                        and self._zero_due():  # no inline owner can exist: ours to do
+                if not self._writing and not self._queue and self._zero_wanted \
+                        and self._zero_due():
                     self._zero_step()
                 else:
                     self._work.wait()
@@ -297,9 +289,9 @@ class Journal:
             self._flush_requested = False
         return group
 
-    def _write_group(self, group: list, signal: bool = True) -> None:
-        """Write and fdatasync ``group`` as the one writer; ``signal``: tell
-        ``durable_fd`` (the inline writer's caller learns it on return)."""
+    def _write_group(self, group: list, inline: bool = False) -> None:
+        """Write and fdatasync ``group`` as the one writer and tell
+        ``durable_fd``, unless ``inline`` (its caller learns it on return)."""
         buf = self._buf
         buf.reset()
         for _seq, header, body in group:
@@ -325,9 +317,10 @@ class Journal:
             self._queued_bytes -= written
             self._writing = False  # the other writer (thread or inline) may go
             self._cond.notify_all()
-            if self._queue or self._closing or (self._wait_s > 0 and self._zero_due()):
+            self._zero_wanted = (inline or self._wait_s > 0) and written <= SMALL_GROUP_BYTES
+            if self._queue or self._closing or (self._zero_wanted and self._zero_due()):
                 self._work.notify()  # work for the thread
-        if signal:
+        if not inline:
             self._signal()
 
     def _zero_due(self) -> bool:
@@ -338,11 +331,10 @@ class Journal:
             and self._zeroed_end < self._opts.journal_segment_bytes
 
     def _zero_step(self) -> bool:
-        """(Holding the lock, nothing being written) zero up to
-        ``ZERO_STEP_BYTES`` past what is zeroed, as the writer: records
-        queued meanwhile wait for this step.  A failed zero write only stops
-        the zeroing (no record was touched; the next record write finds the
-        fault): False."""
+        """(The journal thread, holding the lock, nothing queued or being
+        written) zero up to ``ZERO_STEP_BYTES`` past what is zeroed, as the
+        writer.  A failed zero write only stops the zeroing (no record was
+        touched; the next record write finds the fault): False."""
         start = max(self._zeroed_end, self._write_pos)
         end = min(start + ZERO_STEP_BYTES, self._opts.journal_segment_bytes)
         fd, path = self._fd, self._path
@@ -359,8 +351,6 @@ class Journal:
         finally:
             self._cond.acquire()
             self._writing = False
-            if self._queue or self._closing:  # the thread waits for the writer to finish
-                self._work.notify()
         if end < 0:
             self._zero_ok = False
             return False

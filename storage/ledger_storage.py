@@ -402,13 +402,6 @@ class LedgerStorage(StateOps, ReadOps, SpaceOps, CheckpointOps):
         it: call ``drain_durable(clear_fd=False)``)."""
         return self._journal.write_inline()
 
-    def zero_journal_ahead(self) -> bool:
-        """The bookie loop's thread, after a turn's replies are sent: one
-        step of zero-filling the journal segment ahead of its write position
-        if due (``Journal.zero_ahead``: later fdatasyncs then commit no
-        extent conversion); True if it wrote one."""
-        return self._journal.zero_ahead()
-
     def add_durable_callback(self, ticket: int, callback) -> None:
         """Run ``callback(ticket)`` once durable: now if it already is, else from
         the next ``drain_durable()`` (in the caller's thread, never the journal's)."""

@@ -248,12 +248,9 @@ class BookieHandler(DurableWatch):
         written and synced here, on the loop's thread, if the journal thread
         is idle, and the replies they hold are sent at once (no hop to the
         journal thread and back through ``durable_fd``); otherwise the busy
-        journal thread takes them after its current group.  After an inline
-        write, with the replies gone, the journal may zero-fill a step ahead
-        (``zero_journal_ahead``: cheaper syncs for the next adds)."""
+        journal thread takes them after its current group."""
         if self.storage.write_journal_inline():
             self._on_durable(clear_fd=False)
-            self.storage.zero_journal_ahead()
 
     def _flush_adds(self) -> None:
         """The small ADD_PACKED and the ADD_MULTI requests held since the

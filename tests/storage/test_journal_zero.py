@@ -1,6 +1,6 @@
 """Zero-filling the journal ahead of its write position (cheaper syncs for
-small groups): done by the inline owner after its turn, or by the journal
-thread when a group wait rules the inline owner out; it never covers a
+small groups): done by the idle journal thread after a small group written
+inline or under a group wait, never after big groups; it never covers a
 record, stops for good after a failed zero write, skips segments that were
 not preallocated, and a crash after it replays every durable record."""
 
@@ -50,16 +50,20 @@ def _zeros_cover_no_record(writes) -> None:
             record_end = max(record_end, offset + size)
 
 
-def test_the_inline_owner_zeroes_ahead_and_a_crash_replays_every_record(opener, writes):
+def _zero_writes(writes) -> int:
+    return sum(1 for _, size, zeros in list(writes) if zeros and size > 4096)
+
+
+def test_small_inline_groups_get_zeros_ahead_and_a_crash_replays_every_record(opener,
+                                                                              writes):
     st = opener(journal_group_wait_us=0)
     st.write_journal_inline()  # the owner from here on
-    zero_steps = 0
     for e in range(400):  # ~3 segments of 512 KiB: zeroing restarts in each
         ticket = st.add_entry(1, e, payload(1, e, 900))
-        assert st.write_journal_inline() is True
+        if not st.write_journal_inline():  # the thread was zeroing: it takes ours next
+            assert st.wait_durable(ticket, timeout_s=10)
         assert st.durable_ticket >= ticket
-        zero_steps += st.zero_journal_ahead()
-    assert zero_steps >= 3
+    _wait(lambda: _zero_writes(writes) >= 1)  # the thread's steps (when the owner idles)
     _zeros_cover_no_record(writes)
     st.abort()  # a crash: the journal is replayed over its zero-filled tail
     st2 = opener(journal_group_wait_us=0)
@@ -67,12 +71,21 @@ def test_the_inline_owner_zeroes_ahead_and_a_crash_replays_every_record(opener, 
         [payload(1, e, 900) for e in range(400)]
 
 
-def test_only_the_owner_zeroes_inline(opener, writes):
+def test_the_thread_alone_zeroes_nothing_without_a_group_wait(opener, writes):
+    st = opener(journal_group_wait_us=0)  # no inline owner: the thread writes every group
+    for e in range(20):
+        assert st.wait_durable(st.add_entry(1, e, payload(1, e)), timeout_s=10)
+    assert _zero_writes(writes) == 0
+
+
+def test_big_groups_get_no_zeros(opener, writes):
     st = opener(journal_group_wait_us=0)
-    st.add_entry(1, 0, payload(1, 0))  # no inline owner: the thread writes it
-    assert st.wait_durable(st.add_entry(1, 1, payload(1, 1)), timeout_s=10)
-    assert st.zero_journal_ahead() is False
-    assert not any(zeros for _, _, zeros in writes)
+    st.write_journal_inline()
+    for e in range(0, 60, 8):  # 8 x 4 KiB: 32 KiB groups
+        ticket = st.add_entries([1] * 8, list(range(e, e + 8)),
+                                [payload(1, i, 4096) for i in range(e, e + 8)])
+        assert st.write_journal_inline() is True and st.durable_ticket >= ticket
+    assert _zero_writes(writes) == 0
 
 
 def test_the_thread_zeroes_when_a_group_wait_rules_inline_writes_out(opener, writes):
@@ -103,9 +116,10 @@ def test_a_failed_zero_write_stops_zeroing_but_not_the_journal(opener, monkeypat
     st.write_journal_inline()
     for e in range(10):
         ticket = st.add_entry(1, e, payload(1, e))
-        assert st.write_journal_inline() is True and st.durable_ticket >= ticket
-        assert st.zero_journal_ahead() is False
-    assert len(failed) == 1  # tried once, then never again
+        if not st.write_journal_inline():
+            assert st.wait_durable(ticket, timeout_s=10)
+        _wait(lambda: failed)  # the thread tried once
+    assert len(failed) == 1  # and never again
     assert st.read_entries(1, 0, 9) == [payload(1, e) for e in range(10)]
 
 
@@ -116,5 +130,5 @@ def test_a_segment_not_preallocated_is_not_zeroed(opener, monkeypatch, writes):
     for e in range(10):
         st.add_entry(1, e, payload(1, e))
         assert st.write_journal_inline() is True
-        assert st.zero_journal_ahead() is False
-    assert not any(zeros for _, _, zeros in writes)
+    st.close()  # the thread ends: any zero step it was to take is done
+    assert _zero_writes(writes) == 0
