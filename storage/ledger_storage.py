@@ -398,7 +398,8 @@ class LedgerStorage(StateOps, ReadOps, SpaceOps, CheckpointOps):
         sync the journal records queued since the last turn on this thread
         if the journal thread is idle (``Journal.write_inline``: two thread
         hops less per message at moderate load); True if it did, and then
-        ``durable_ticket`` covers them."""
+        ``durable_ticket`` covers them (``durable_fd`` is not signalled for
+        it: call ``drain_durable(clear_fd=False)``)."""
         return self._journal.write_inline()
 
     def add_durable_callback(self, ticket: int, callback) -> None:
@@ -413,9 +414,12 @@ class LedgerStorage(StateOps, ReadOps, SpaceOps, CheckpointOps):
                                            "callbacks pending")
             heapq.heappush(self._callbacks, (ticket, id(callback), callback))
 
-    def drain_durable(self) -> int:
-        """Clear ``durable_fd``, run due callbacks; returns ``durable_ticket``."""
-        self._journal.drain_fd()
+    def drain_durable(self, clear_fd: bool = True) -> int:
+        """Clear ``durable_fd`` (unless ``clear_fd`` is false: after an inline
+        write, which did not signal it), run due callbacks; returns
+        ``durable_ticket``."""
+        if clear_fd:
+            self._journal.drain_fd()
         durable = self.durable_ticket
         due = []
         with self._lock:

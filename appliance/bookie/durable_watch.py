@@ -67,9 +67,11 @@ class DurableWatch:
                 ledger_id=getattr(reply, "ledger_id", 0), entry_id=getattr(reply, "entry_id", -1),
                 message=f"bookie {self.bookie_id}: {why}; adds go to other bookies"))
 
-    def _on_durable(self) -> None:
+    def _on_durable(self, clear_fd: bool = True) -> None:
+        """Send every parked reply now durable; ``clear_fd`` false: called
+        after an inline journal write (``durable_fd`` was not signalled)."""
         try:
-            durable = self.storage.drain_durable()
+            durable = self.storage.drain_durable(clear_fd)
         except BookieIOError as exc:  # the journal failed: see storage_failed
             self.storage_failed(self.storage.failure() or exc)
             return

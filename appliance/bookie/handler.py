@@ -250,7 +250,7 @@ class BookieHandler(DurableWatch):
         journal thread and back through ``durable_fd``); otherwise the busy
         journal thread takes them after its current group."""
         if self.storage.write_journal_inline():
-            self._on_durable()
+            self._on_durable(clear_fd=False)
 
     def _flush_adds(self) -> None:
         """The small ADD_PACKED and the ADD_MULTI requests held since the
