@@ -11,8 +11,14 @@ import pytest
 
 import appliance
 from appliance import DLSN
-from appliance.errors import LogFencedError, LogTruncatedError, NoSuchLedgerError, NoSuchLogError
-from tests.support.launch import wait_registered
+from appliance.errors import (
+    BKError,
+    LogFencedError,
+    LogTruncatedError,
+    NoSuchLedgerError,
+    NoSuchLogError,
+)
+from tests.support.launch import wait_for, wait_registered
 
 SMALL_SEGMENTS = {"segment_records_max": 50, "flush_interval_us": 200,
                   "control_interval_ms": 2}
@@ -371,3 +377,42 @@ def test_flush_and_close_wait_for_the_rollover_they_start(make_cluster):
             [b"flushed"] + [b"b%d" % i for i in range(9)] + [b"closed"]
         assert [(s.seq, s.state) for s in log.metadata().live_segments] == \
             [(1, "COMPLETED"), (2, "COMPLETED"), (3, "COMPLETED")]
+
+
+def test_a_tailing_reader_rides_out_bookies_it_cannot_reach(make_cluster):
+    # two of the three bookies die while the log's second segment is in
+    # progress: a read returns the first segment's records (read from the
+    # third bookie), the next read says the bookies are out of reach, and a
+    # read waiting through their restart goes on from its position (before:
+    # opening the segment raised and lost the records read before it in that
+    # read, and the reader was left unusable)
+    cluster = make_cluster(3, quorums=(3, 3, 2), autorecovery={"enabled": False},
+                           log={"segment_records_max": 10, "control_interval_ms": 2})
+    with appliance.connect(str(cluster.config_path)) as bk:
+        wait_registered(bk, 3)
+        log = bk.log("outage")
+        with log.writer() as w:
+            first = [w.write(b"a%d" % i) for i in range(10)]
+            controls = w.stats["control_entries"]
+            second = w.write(b"b0")  # segment 2, in progress
+            # its control entry tells the bookies the LAC: b0 is readable
+            wait_for(lambda: w.stats["control_entries"] > controls and not w.entries_inflight,
+                     30, what="the control entry after b0")
+            for victim in ("bookie-2", "bookie-3"):
+                cluster.kill(victim)
+            with log.reader(via_service=False) as r:
+                got = r.read(max_records=100, timeout_s=0)
+                assert [rec.dlsn for rec in got] == first
+                with pytest.raises(BKError) as outage:
+                    r.read(timeout_s=0)
+                assert outage.value.retryable, outage.value
+                later: list = []
+                waiting = threading.Thread(target=lambda: later.extend(r.read(timeout_s=120)))
+                waiting.start()
+                try:
+                    for victim in ("bookie-2", "bookie-3"):
+                        cluster.start_bookie(victim)
+                finally:
+                    waiting.join(timeout=150)
+                assert not waiting.is_alive()
+                assert [(rec.dlsn, rec.payload) for rec in later] == [(second, b"b0")]
