@@ -206,6 +206,10 @@ def read(name, start, from_txid, follow, password, as_json, config_path):
     as they are; on a terminal, a payload that is not printable text is
     shown escaped (\\x00) and --json gives its exact bytes.
 
+    With --follow, bookies out of reach for a while (one down, one
+    restarting) are said once on stderr and read again from the same
+    position: no record is skipped or repeated.
+
     \b
     Example:
       bkctl log read orders
@@ -221,13 +225,32 @@ def read(name, start, from_txid, follow, password, as_json, config_path):
             signal.signal(sig, lambda *_: stop.append(True))
     with _connect(config_path) as bk:
         with bk.log(name, password.encode()).reader(start=start, start_txid=from_txid) as r:
+            outage: list = []  # following: bookies out of reach (said once)
             while not stop:
-                records = r.read(max_records=1000, timeout_s=0.2 if follow else 0)
+                records = _read_some(r, follow, outage)
                 for rec in records:
                     out.write(_json_record(rec) if as_json else lines.line(rec.payload))
                 out.flush()
                 if not records and not follow:
                     break
+
+
+def _read_some(r, follow: bool, outage: list) -> list:
+    """The reader's next records (none waited for unless ``follow``).
+    Following, bookies out of reach (a retryable error) are said once on
+    stderr, while ``outage`` holds it, and the next call reads again from
+    the reader's position; any other error ends the command."""
+    try:
+        records = r.read(max_records=1000, timeout_s=0.2 if follow else 0)
+    except BKError as exc:
+        if not (follow and exc.retryable):
+            raise
+        if not outage:
+            click.echo(f"{type(exc).__name__}: {exc} (following on: trying again)", err=True)
+            outage.append(exc)
+        return []
+    outage.clear()
+    return records
 
 
 def _json_record(rec) -> bytes:

@@ -48,22 +48,24 @@ log = logging.getLogger("appliance.bookie")
 FIX_REASON = "cookie fixed by `bkctl bookie fix-cookie`"
 
 
-def check_metadata_cookie(registry, bookie_id: str, storage, *, auto_fix: bool = False) -> None:
+def check_metadata_cookie(registry, bookie_id: str, storage, *, auto_fix: bool = False) -> bool:
     """Compare the storage's identity with the metadata copy; publish it on
     first boot.  A mismatch raises ``CookieMismatchError`` naming the fix,
-    or with ``auto_fix`` records possible data loss and rewrites the copy."""
+    or with ``auto_fix`` records possible data loss and rewrites the copy.
+    True when the metadata store knew this very instance already (it
+    served as this bookie before)."""
     local = _cookie_doc(bookie_id, storage.instance_id)
     found = registry.read_cookie(bookie_id)
     if found is None:
         registry.write_cookie(bookie_id, local)
-        return
+        return False
     data, version = found
     try:
         remote = json.loads(data).get("instance_id")
     except (ValueError, AttributeError):
         remote = None  # unreadable: treated as another instance
     if remote == storage.instance_id:
-        return
+        return True
     what = (f"bookie {bookie_id}: its directories hold instance {storage.instance_id} but "
             f"the metadata store knows instance {remote}: the disks were wiped, replaced or "
             "swapped, so data this bookie acknowledged may be lost")
@@ -77,6 +79,7 @@ def check_metadata_cookie(registry, bookie_id: str, storage, *, auto_fix: bool =
     registry.write_cookie(bookie_id, local, expected_version=version)
     log.warning("%s; server.cookie_auto_fix: cookie rewritten, booting through BP-46 "
                 "fence/limbo and repair", what)
+    return False
 
 
 PAIR_REPLACED = "journal_dir and ledger_dir both replaced (new empty disks): what they held is gone"

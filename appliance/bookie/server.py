@@ -93,15 +93,20 @@ def ledgers_on_bookie(ledger_manager, bookie_id: str, seen: dict | None = None):
             yield ledger_id, md.is_closed
 
 
-def possible_loss(storage, named: list) -> list[str]:
+def possible_loss(storage, named: list, known: bool = False) -> list[str]:
     """BP-46: why this bookie may have lost data it acknowledged (empty: it
     did not).  The storage's reasons (unclean shutdown after journal-less
     adds, in the mode the data was written in; an index rebuilt from a scan;
     a replaced disk, recorded by the cookie check or ``bkctl bookie
     fix-cookie``), plus: a bookie holding nothing since its format while
-    the metadata store names it in ledgers (its disks were replaced)."""
+    the metadata store names it in ledgers, unless the store ``known`` this
+    very instance (its disks and its cookie copy were replaced).  An
+    instance the store knew that holds nothing acknowledged nothing (its
+    journal would hold it): it was named in ledgers made while it was down,
+    and calling that a loss left them unrecoverable (its limbo answers
+    "unknown" to their recovery until they are recovered)."""
     reasons = list(storage.possible_loss_reasons)
-    if storage.fresh and named:
+    if storage.fresh and named and not known:
         reason = f"empty directories, but {len(named)} ledger(s) name this bookie"
         storage.note_possible_loss(reason)
         reasons.append(reason)
@@ -154,6 +159,7 @@ class BookieProcess:
         self.gc = self.repairer = self.autorecovery = self.scrubber = None
         self.httpd = self.metrics_url = None
         self.boot_seen: dict | None = None  # ledger -> (names this bookie, closed) at boot
+        self.known = False  # the metadata store knew this storage's instance (check_cookie)
 
     def open_storage(self) -> None:
         """Step 1: cookies on both directories verified, journal replayed.
@@ -178,8 +184,8 @@ class BookieProcess:
         self.store = open_store(config.metadata.uri, base_dir=config.base_dir,
                                 **config.metadata.store_options())
         self.registry = BookieRegistry(self.store)
-        check_metadata_cookie(self.registry, self.bookie_id, self.storage,
-                              auto_fix=config.server.cookie_auto_fix)
+        self.known = check_metadata_cookie(self.registry, self.bookie_id, self.storage,
+                                           auto_fix=config.server.cookie_auto_fix)
 
     def fence_possible_loss(self) -> tuple[list[str], list]:
         """Step 3, BP-46 phase one: when acknowledged data may be gone,
@@ -189,7 +195,7 @@ class BookieProcess:
         self.ledger_manager = LedgerManager(self.store)
         self.boot_seen = {}
         named = list(ledgers_on_bookie(self.ledger_manager, self.bookie_id, self.boot_seen))
-        reasons = possible_loss(self.storage, named)
+        reasons = possible_loss(self.storage, named, self.known)
         if reasons:
             log.warning("BP-46 phase one: possible data loss (%s): fencing and marking limbo "
                         "%d ledger(s) naming %s before serving", "; ".join(reasons),

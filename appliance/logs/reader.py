@@ -10,6 +10,12 @@ segments, tailing the in-progress one.
 * ``read()`` returns what is there at once; only when nothing is, it waits up
   to ``timeout_s`` for the first new record.  A reader resumed at
   ``last.dlsn.next()`` sees every later record once, with no gap.
+* Bookies out of reach (a retryable ``BKError``: a bookie killed, or
+  restarted and not reconnected yet, leaving too few of a segment's
+  ensemble to open or read it) are tried again from the same position
+  until ``timeout_s``, and only then is the error raised.  An error never
+  costs records: those read before it are returned first, and the reader
+  stays usable, going on from its position at the next ``read()``.
 * A cold segment (moved to cold storage, ``appliance.cold``) is read from
   its file, verified whole before any of its records is delivered, with the
   same DLSNs and txids; a reader whose hot segment moves and loses its
@@ -37,6 +43,7 @@ from itertools import repeat
 from typing import NamedTuple
 
 from appliance.errors import (
+    BKError,
     ClientClosedError,
     LogTruncatedError,
     NoSuchEntryError,
@@ -106,7 +113,9 @@ class LogReader:
     # -- reading -----------------------------------------------------------------------
     def read(self, max_records: int = 1000, timeout_s: float = 1.0) -> list[LogRecord]:
         """Up to ``max_records`` records, in order; waits up to ``timeout_s``
-        only while there is none (``[]`` when none came)."""
+        only while there is none (``[]`` when none came).  An error met after
+        some records were taken returns them (the next call meets it
+        again); the position stays after the last record returned."""
         if not isinstance(max_records, int) or max_records < 1:
             raise ValueError(f"max_records must be an int >= 1, got {max_records!r}")
         if self._closed:
@@ -123,9 +132,15 @@ class LogReader:
                 self._taken = taken = taken + len(take)
                 if taken >= len(pending):
                     self._pending, self._taken = [], 0
-            if len(out) >= max_records or \
-                    not self._fetch(not out, deadline, max_records - len(out)):
+            if len(out) >= max_records:
                 break
+            try:
+                if not self._fetch(not out, deadline, max_records - len(out)):
+                    break
+            except BKError:
+                if not out:
+                    raise
+                break  # delivered first: the position is after them
         return out
 
     def __iter__(self):
@@ -138,7 +153,27 @@ class LogReader:
 
     def _fetch(self, wait: bool, deadline: float, want: int = 1) -> bool:
         """Decode more records into the pending queue; False when there is
-        nothing more now (after waiting until ``deadline`` if ``wait``)."""
+        nothing more now (after waiting until ``deadline`` if ``wait``).
+        Bookies out of reach: the segment is opened again from the position
+        until ``deadline``, then the error is raised."""
+        while True:
+            try:
+                return self._fetch_now(wait, deadline, want)
+            except BKError as exc:
+                if not exc.retryable:
+                    raise
+                self._drop_segment()  # opened again from the position
+                remaining = deadline - time.monotonic()
+                if not wait or remaining <= 0:
+                    raise
+                # a pause, cut short by a change of the log (a segment completed)
+                changed = self._logs.wait_for_change(self.name, self._version,
+                                                     min(remaining, POLL_S))
+                if changed is not None:
+                    self._md, self._version = changed
+
+    def _fetch_now(self, wait: bool, deadline: float, want: int) -> bool:
+        """``_fetch`` without the retries."""
         if self._tail_due():
             got = self._fetch_service(wait, deadline, want)
             if got is not None:
@@ -280,15 +315,17 @@ class LogReader:
         self._next_entry = seg.last_entry_id + 1
 
     def _reopen(self, closed: bool) -> None:
-        if self._rh is not None:
-            self._rh.close()
-            self._rh = None
-        self._rh = self._client.open_ledger(self._seg.ledger_id, self._password, recovery=False)
-        if closed and self._rh.last_add_confirmed < self._seg.last_entry_id:
-            raise NoSuchEntryError(f"log {self.name!r}: segment {self._seg.seq} should end at "
-                                   f"entry {self._seg.last_entry_id}, its ledger "
-                                   f"{self._seg.ledger_id} ends at "
-                                   f"{self._rh.last_add_confirmed}")
+        """Open the segment's ledger (again); if that fails the segment is
+        dropped too (found again from the position next time)."""
+        seg = self._seg
+        self._drop_segment()
+        rh = self._client.open_ledger(seg.ledger_id, self._password, recovery=False)
+        if closed and rh.last_add_confirmed < seg.last_entry_id:
+            rh.close()
+            raise NoSuchEntryError(f"log {self.name!r}: segment {seg.seq} should end at "
+                                   f"entry {seg.last_entry_id}, its ledger {seg.ledger_id} "
+                                   f"ends at {rh.last_add_confirmed}")
+        self._seg, self._rh = seg, rh
 
     def _leave_segment(self, next_seq: int) -> None:
         if self._rh is not None:

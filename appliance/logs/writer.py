@@ -513,6 +513,16 @@ class LogWriter:
                 self._send_entry(*entry)
             self._wake.notify_all()  # flush() and close() wait for the roll
 
+    def _send_buffer_locked(self) -> None:
+        """Holding the lock: send the buffered records and wait until they
+        are sent.  A full segment makes this flush start a roll: its records
+        then leave in the next segment, from the roll's thread, so the wait
+        covers that roll too (``close`` must not complete the segment, or
+        ``flush`` take its last add, while the roll closes it)."""
+        self._wait_roll_locked()
+        self._flush_locked()
+        self._wait_roll_locked()
+
     def _wait_roll_locked(self) -> None:
         """Holding the lock: until no roll is under way (it always ends:
         the ledger close and the metadata writes have their own timeouts)."""
@@ -663,8 +673,7 @@ class LogWriter:
         durable (or raise the writer's error)."""
         with self._lock:
             self._check_usable()
-            self._wait_roll_locked()
-            self._flush_locked()
+            self._send_buffer_locked()
             last = self._last_add
         if last is not None:
             try:
@@ -681,9 +690,9 @@ class LogWriter:
         with self._lock:
             if self._closed:
                 return
-            self._wait_roll_locked()
             if self._error is None:
-                self._flush_locked()
+                self._send_buffer_locked()
+            self._wait_roll_locked()
             self._closed = True
             self._wake.notify()
         if self._thread is not None:

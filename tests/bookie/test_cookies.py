@@ -1,5 +1,6 @@
 """``bkctl bookie fix-cookie``'s decisions (``appliance.bookie.cookies``),
-without processes: which disks it accepts, what it refuses, what it records."""
+without processes: which disks it accepts, what it refuses, what it records;
+and when a boot calls empty disks a possible loss (BP-46)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import shutil
 import pytest
 
 from appliance.bookie.cookies import check_metadata_cookie, fix_cookie
+from appliance.bookie.server import possible_loss
 from appliance.config import load_config
 from appliance.errors import CookieMismatchError
 from appliance.meta.bookies import BookieRegistry
@@ -87,5 +89,37 @@ def test_boot_refuses_a_mismatch_naming_fix_cookie_or_fixes_it(setup):
         check_metadata_cookie(registry, "bookie-1", storage, auto_fix=True)
         assert _meta_instance(registry) == storage.instance_id
         assert any("cookie mismatch" in r for r in storage.possible_loss_reasons)
+    finally:
+        storage.close()
+
+
+def test_empty_disks_are_a_possible_loss_only_under_an_instance_the_store_did_not_know(setup):
+    # a bookie killed before it stored anything, named in a ledger made while
+    # it was down, comes back: it acknowledged nothing (its journal would hold
+    # it), so no limbo (before: limbo, and that ledger's recovery answered
+    # "unknown" for an entry one other bookie held: unrecoverable for good)
+    config, registry, spec = setup
+    named = [(7, False)]
+    storage = LedgerStorage.open("bookie-1", spec.journal_dir, spec.ledger_dir,
+                                 config.storage.to_options())
+    try:
+        assert storage.fresh
+        known = check_metadata_cookie(registry, "bookie-1", storage)
+        assert known
+        assert possible_loss(storage, named, known) == []
+        assert storage.possible_loss_reasons == []
+    finally:
+        storage.close()
+    other = config.bookie("bookie-2")  # its cookie not in the store yet (first boot)
+    for d in (other.journal_dir, other.ledger_dir):
+        d.mkdir(parents=True)
+    LedgerStorage.format("bookie-2", other.journal_dir, other.ledger_dir,
+                         config.storage.to_options())
+    storage = LedgerStorage.open("bookie-2", other.journal_dir, other.ledger_dir,
+                                 config.storage.to_options())
+    try:
+        known = check_metadata_cookie(registry, "bookie-2", storage)
+        assert not known
+        assert any("empty directories" in r for r in possible_loss(storage, named, known))
     finally:
         storage.close()

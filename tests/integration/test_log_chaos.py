@@ -2,7 +2,9 @@
 SIGKILL and replaced (each new writer recovers the last one's segment),
 bookies killed and restarted, truncation, all while a ``bkctl log read
 --follow`` reader tails the log.  A checker counts acknowledged-lost,
-unacknowledged-seen, out-of-order and duplicate records: all must be 0."""
+unacknowledged-seen, out-of-order and duplicate records: all must be 0.
+A child that exits early fails the test at once; on any failure the
+children's stderr and the log's segments are shown."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import appliance
 from appliance import DLSN
@@ -47,11 +50,13 @@ class Lines:
         return self.snapshot()
 
 
-def _spawn(*argv: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", *argv], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, cwd=REPO,
-                            env={**os.environ, "PYTHONPATH": str(REPO)},
-                            start_new_session=True)
+def _spawn(err: Path, *argv: str) -> subprocess.Popen:
+    """A child with its stdout piped to the test and its stderr kept in ``err``."""
+    with open(err, "ab") as stderr:
+        return subprocess.Popen([sys.executable, "-m", *argv], stdout=subprocess.PIPE,
+                                stderr=stderr, cwd=REPO,
+                                env={**os.environ, "PYTHONPATH": str(REPO)},
+                                start_new_session=True)
 
 
 def _acks(lines: list[str]) -> dict[str, DLSN]:
@@ -95,6 +100,43 @@ def _records(lines: list[str]) -> list[dict]:
     return out
 
 
+def _acked(writer: subprocess.Popen, lines: Lines, count: int) -> bool:
+    """Has the writer acknowledged ``count`` records?  One that exited
+    first fails the test at once (its stderr is shown)."""
+    if len(_acks(lines.snapshot())) >= count:
+        return True
+    code = writer.poll()
+    assert code is None, f"a writer exited ({code}) before acknowledging {count} records"
+    return False
+
+
+def _reached(follower: subprocess.Popen, tail: Lines, last: DLSN) -> bool:
+    """Has the follower printed a record at or past ``last``?  A follower
+    that exited fails the test at once (its stderr is shown)."""
+    if any(DLSN.parse(d["dlsn"]) >= last for d in _records(tail.snapshot())):
+        return True
+    code = follower.poll()
+    assert code is None, f"the follower exited ({code}) before reaching {last}"
+    return False
+
+
+def _show_state(root: Path, config: str, tail: Lines) -> None:
+    """On a failure: the children's stderr, the follower's last record and
+    the log's segments (printed: pytest shows them with the failure)."""
+    for err in sorted(root.glob("*.err")):
+        print(f"--- {err.name} ---\n{err.read_text(errors='replace')[-6000:]}")
+    lines = tail.snapshot()
+    print(f"--- follower: {len(lines)} records, last {lines[-1] if lines else None}")
+    try:
+        with appliance.connect(config) as bk:
+            md = bk.log(LOG).metadata()
+            print(f"--- log: truncated before {md.truncated_before}")
+            for seg in md.segments:
+                print(f"    {seg}")
+    except Exception as exc:  # noqa: BLE001 - only shown
+        print(f"--- log metadata unreadable: {exc}")
+
+
 def test_writer_kills_handovers_bookie_kills_and_truncation_lose_nothing(make_cluster):
     cluster = make_cluster(5, quorums=(3, 3, 2), autorecovery={"enabled": False},
                            log={"segment_records_max": 250, "flush_interval_us": 500})
@@ -102,7 +144,9 @@ def test_writer_kills_handovers_bookie_kills_and_truncation_lose_nothing(make_cl
     with appliance.connect(config) as bk:
         wait_registered(bk, 5)
         bk.log(LOG).writer().close()  # the log exists before the reader starts
-    follower = _spawn("cli.main", "log", "read", LOG, "--follow", "--json", "--config", config)
+    root = cluster.root
+    follower = _spawn(root / "follower.err", "cli.main", "log", "read", LOG, "--follow",
+                      "--json", "--config", config)
     tail = Lines(follower)
     writers: list[tuple[subprocess.Popen, Lines]] = []
     acked: dict[str, DLSN] = {}
@@ -112,14 +156,15 @@ def test_writer_kills_handovers_bookie_kills_and_truncation_lose_nothing(make_cl
         for round_no in range(ROUNDS):
             tag = f"w{round_no}"
             tags.add(tag)
-            proc = _spawn("tests.integration.log_writer_proc", config, LOG, tag)
+            proc = _spawn(root / f"writer-{tag}.err", "tests.integration.log_writer_proc",
+                          config, LOG, tag)
             lines = Lines(proc)
             writers.append((proc, lines))
-            wait_for(lambda lines=lines: len(_acks(lines.snapshot())) >= ACKS_PER_ROUND // 2,
+            wait_for(lambda p=proc, lines=lines: _acked(p, lines, ACKS_PER_ROUND // 2),
                      120, what=f"writer {tag} acknowledging")
             victim = f"bookie-{round_no % 5 + 1}"
             cluster.kill(victim)  # a bookie dies mid-write: the writer changes ensembles
-            wait_for(lambda lines=lines: len(_acks(lines.snapshot())) >= ACKS_PER_ROUND,
+            wait_for(lambda p=proc, lines=lines: _acked(p, lines, ACKS_PER_ROUND),
                      120, what=f"writer {tag} acknowledging past a dead bookie")
             if round_no % 2 == 0:  # this writer dies; the next one recovers its segment
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -132,10 +177,11 @@ def test_writer_kills_handovers_bookie_kills_and_truncation_lose_nothing(make_cl
                 with appliance.connect(config) as bk:
                     bk.log(LOG).truncate(DLSN.parse(seen[300]["dlsn"]))
                     truncated_to = bk.log(LOG).metadata().truncated_before
-        final = _spawn("tests.integration.log_writer_proc", config, LOG, "final")
+        final = _spawn(root / "writer-final.err", "tests.integration.log_writer_proc",
+                       config, LOG, "final")
         final_lines = Lines(final)
         tags.add("final")
-        wait_for(lambda: len(_acks(final_lines.snapshot())) >= 100, 120, what="final writer")
+        wait_for(lambda: _acked(final, final_lines, 100), 120, what="final writer")
         final.send_signal(signal.SIGTERM)
         assert final.wait(timeout=120) == 0
         for round_no, (proc, lines) in enumerate(writers):
@@ -146,8 +192,8 @@ def test_writer_kills_handovers_bookie_kills_and_truncation_lose_nothing(make_cl
         acked.update(_acks(final_lines.done()))
 
         last = max(acked.values())
-        wait_for(lambda: any(DLSN.parse(d["dlsn"]) >= last for d in _records(tail.snapshot())),
-                 120, what="the follower reaching the last acknowledged record")
+        wait_for(lambda: _reached(follower, tail, last), 120,
+                 what="the follower reaching the last acknowledged record")
         follower.send_signal(signal.SIGINT)
         assert follower.wait(timeout=60) == 0
         seen = _records(tail.done())
@@ -170,6 +216,9 @@ def test_writer_kills_handovers_bookie_kills_and_truncation_lose_nothing(make_cl
         assert [(str(r.dlsn), r.payload.hex()) for r in again] == \
             [(d["dlsn"], d["hex"]) for d in tail_part]
         assert truncated_to > DLSN.FIRST  # the truncation happened
+    except BaseException:
+        _show_state(root, config, tail)
+        raise
     finally:
         for proc, _ in writers:
             if proc.poll() is None:

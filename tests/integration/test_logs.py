@@ -11,8 +11,14 @@ import pytest
 
 import appliance
 from appliance import DLSN
-from appliance.errors import LogFencedError, LogTruncatedError, NoSuchLedgerError, NoSuchLogError
-from tests.support.launch import wait_registered
+from appliance.errors import (
+    BKError,
+    LogFencedError,
+    LogTruncatedError,
+    NoSuchLedgerError,
+    NoSuchLogError,
+)
+from tests.support.launch import wait_for, wait_registered
 
 SMALL_SEGMENTS = {"segment_records_max": 50, "flush_interval_us": 200,
                   "control_interval_ms": 2}
@@ -341,3 +347,72 @@ def test_write_many_async_gives_each_record_its_position_and_checks_first(bk):
     assert [rec.payload for rec in records] == [b"m%d" % i for i in range(2500)] + [b"t1", b"t2"]
     assert [rec.txid for rec in records][-3:] == [2500, 9000, 9001]
     assert [rec.dlsn for rec in records[:2500]] == positions
+
+
+
+def test_flush_and_close_wait_for_the_rollover_they_start(make_cluster):
+    # a record buffered when the segment is full rolls it over (on the roll's
+    # thread) when flush() or close() sends it: both wait for that roll, so
+    # the record is durable in the next segment when they return, and a
+    # reader opened at once reads every segment (before, close() could mark
+    # the segment completed while the roll still closed its ledger: the
+    # reader failed, "segment 1 should end at entry 9, its ledger ends at 8")
+    cluster = make_cluster(3, quorums=(3, 3, 2), autorecovery={"enabled": False},
+                           log={"segment_records_max": 10, "flush_interval_us": 60_000_000})
+    with appliance.connect(str(cluster.config_path)) as bk:
+        wait_registered(bk, 3)
+        log = bk.log("full")
+        with log.writer() as w:
+            first = [w.write(b"a%d" % i) for i in range(10)]  # segment 1 is full
+            flushed = w.write_async(b"flushed")  # buffered: no flush timer for a minute
+            w.flush()
+            assert flushed.result(timeout=0) == DLSN(2, 0, 0)
+            second = [w.write(b"b%d" % i) for i in range(9)]  # segment 2 is full
+            closed = w.write_async(b"closed")
+        assert closed.result(timeout=0) == DLSN(3, 0, 0)
+        assert {d.seq for d in first} == {1} and {d.seq for d in second} == {2}
+        with log.reader() as r:
+            records = _read_all(r, 21)
+        assert [rec.payload for rec in records] == [b"a%d" % i for i in range(10)] + \
+            [b"flushed"] + [b"b%d" % i for i in range(9)] + [b"closed"]
+        assert [(s.seq, s.state) for s in log.metadata().live_segments] == \
+            [(1, "COMPLETED"), (2, "COMPLETED"), (3, "COMPLETED")]
+
+
+def test_a_tailing_reader_rides_out_bookies_it_cannot_reach(make_cluster):
+    # two of the three bookies die while the log's second segment is in
+    # progress: a read returns the first segment's records (read from the
+    # third bookie), the next read says the bookies are out of reach, and a
+    # read waiting through their restart goes on from its position (before:
+    # opening the segment raised and lost the records read before it in that
+    # read, and the reader was left unusable)
+    cluster = make_cluster(3, quorums=(3, 3, 2), autorecovery={"enabled": False},
+                           log={"segment_records_max": 10, "control_interval_ms": 2})
+    with appliance.connect(str(cluster.config_path)) as bk:
+        wait_registered(bk, 3)
+        log = bk.log("outage")
+        with log.writer() as w:
+            first = [w.write(b"a%d" % i) for i in range(10)]
+            controls = w.stats["control_entries"]
+            second = w.write(b"b0")  # segment 2, in progress
+            # its control entry tells the bookies the LAC: b0 is readable
+            wait_for(lambda: w.stats["control_entries"] > controls and not w.entries_inflight,
+                     30, what="the control entry after b0")
+            for victim in ("bookie-2", "bookie-3"):
+                cluster.kill(victim)
+            with log.reader(via_service=False) as r:
+                got = r.read(max_records=100, timeout_s=0)
+                assert [rec.dlsn for rec in got] == first
+                with pytest.raises(BKError) as outage:
+                    r.read(timeout_s=0)
+                assert outage.value.retryable, outage.value
+                later: list = []
+                waiting = threading.Thread(target=lambda: later.extend(r.read(timeout_s=120)))
+                waiting.start()
+                try:
+                    for victim in ("bookie-2", "bookie-3"):
+                        cluster.start_bookie(victim)
+                finally:
+                    waiting.join(timeout=150)
+                assert not waiting.is_alive()
+                assert [(rec.dlsn, rec.payload) for rec in later] == [(second, b"b0")]
