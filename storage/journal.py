@@ -107,6 +107,7 @@ class Journal:
         # itself when the journal thread is idle (no thread hop each way).
         self._writing = False
         self._inline_owner: int | None = None
+        self._parked = False  # the thread waits for work (``parked``)
         self._failure: BaseException | None = None
         self.durable_seq = start_seq
         self.durable_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
@@ -167,6 +168,12 @@ class Journal:
         with self._cond:
             self._flush_requested = True
             self._work.notify()
+
+    def parked(self) -> bool:
+        """Whether the journal thread waits for work: it takes records only
+        once woken (a submit not of the inline owner, a wait, a flush)."""
+        with self._cond:
+            return self._parked
 
     def write_inline(self) -> bool:
         """Write and fdatasync the queued records on the calling thread if
@@ -258,7 +265,9 @@ class Journal:
                         and self._zero_due():
                     self._zero_step()
                 else:
+                    self._parked = True
                     self._work.wait()
+                    self._parked = False
             while self._writing:  # closing: the inline writer finishes first
                 self._work.wait()
             if not self._queue or self._failure is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 
 from tests.storage.test_ledger_storage import payload
+from tests.support.launch import wait_for
 
 
 def test_inline_write_makes_the_owners_records_durable_on_its_own_thread(opener):
@@ -93,6 +94,9 @@ def test_a_failed_inline_sync_stops_the_journal_for_good(opener, monkeypatch):
     good = st.add_entry(1, 0, payload(1, 0))
     assert st.wait_durable(good, timeout_s=10)
     st.write_journal_inline()  # the owner from here on
+    # the thread, done with `good`, must be back waiting: else it takes the
+    # next record itself (its loop looks at the queue once more before it waits)
+    wait_for(st._journal.parked, 10, 0.001, "the journal thread waiting for work")
     ticket = st.add_entry(1, 1, payload(1, 1))
     real = journal_module.aio.fdatasync
     started, queued = threading.Event(), threading.Event()
