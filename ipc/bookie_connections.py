@@ -70,7 +70,7 @@ class BookieConnection:
     """One bookie's socket, its monitor and the connection's state."""
 
     __slots__ = ("bookie_id", "endpoint", "server_key", "sock", "monitor", "state", "retry_at_s",
-                 "heard_s")
+                 "heard_s", "fds")
 
     def __init__(self, bookie_id: str, endpoint: str, server_key: bytes | None = None):
         self.bookie_id = bookie_id
@@ -81,6 +81,7 @@ class BookieConnection:
         self.state = "connecting"  # -> up <-> down; -> refused (CURVE) -> connecting
         self.retry_at_s = 0.0
         self.heard_s = 0.0  # when a frame last arrived from it (or it connected)
+        self.fds = ()  # the loop's: the descriptors it waits on for sock and monitor
 
 
 class BookieConnections:
@@ -89,10 +90,9 @@ class BookieConnections:
     disconnects and replacement sockets.  ``fail_pending(bookie_id, status)``
     fails a bookie's outstanding requests (the request table's)."""
 
-    def __init__(self, t, poller: zmq.Poller,
-                 fail_pending: Callable[[str | None, int], None]):
+    def __init__(self, t, watcher, fail_pending: Callable[[str | None, int], None]):
         self.t = t  # the Transport: its options, counters and shared state
-        self.poller = poller
+        self.watcher = watcher  # the loop's: watch(conn) / unwatch(conn) its descriptors
         self.fail_pending = fail_pending
         self.conns: dict[str, BookieConnection] = {}
         self.sockets_opened = 0
@@ -135,14 +135,12 @@ class BookieConnections:
             sock.close(linger=0)
             raise
         conn.sock, conn.monitor = sock, monitor
-        self.poller.register(sock, zmq.POLLIN)
-        self.poller.register(conn.monitor, zmq.POLLIN)
+        self.watcher.watch(conn)
 
     def close_conn(self, conn: BookieConnection) -> None:
         if conn.sock is None:
             return
-        self.poller.unregister(conn.sock)
-        self.poller.unregister(conn.monitor)
+        self.watcher.unwatch(conn)
         conn.sock.disable_monitor()
         conn.monitor.close(linger=0)
         conn.sock.close(linger=0)

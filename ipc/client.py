@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import threading
 import time
 import uuid
@@ -285,22 +286,53 @@ class _IoLoop:
     runs the outbox, drains replies into the request table, expires
     deadlines and delivers the events.  The state is in its two parts:
     ``requests`` (``RequestTable``) and ``connections``
-    (``BookieConnections``); hot paths call their bound methods directly."""
+    (``BookieConnections``); hot paths call their bound methods directly.
+
+    The wait is one ``epoll`` over plain descriptors: the wake-up pipe and
+    each socket's and monitor's ``ZMQ_FD``; no ZeroMQ call is made while
+    waiting, and a wake-up looks only at the sockets whose descriptor
+    fired.  ``ZMQ_FD`` is edge-triggered (any send or receive on the socket
+    may consume the signal of a reply that came meanwhile), so every socket
+    used since the loop last looked (``touched``: a send, a new socket, a
+    drain cut short at ``drain_messages_max``) is drained until empty before
+    the loop waits again: no reply is left unseen behind a quiet descriptor."""
 
     def __init__(self, t: Transport):
         self.t = t
-        self.poller = zmq.Poller()
+        self.epoll = select.epoll()
         self.wake_fd = t._wakeup.fd
-        self.poller.register(self.wake_fd, zmq.POLLIN)
+        self.epoll.register(self.wake_fd, select.EPOLLIN)
+        self._by_fd: dict[int, tuple[BookieConnection, bool]] = {}  # fd -> (conn, monitor?)
+        self._touched: set[BookieConnection] = set()  # sockets to drain before waiting
+        self._monitors: set[BookieConnection] = set()  # monitors whose descriptor fired
         self.requests = RequestTable(t)
-        self.connections = BookieConnections(t, self.poller, self.requests.fail_pending)
-        self.requests.use_connections(self.connections)
+        self.connections = BookieConnections(t, self, self.requests.fail_pending)
+        self.requests.use_connections(self.connections, self._touched)
         self.conns = self.connections.conns  # bookie id -> BookieConnection
         # bound once: the owner thread's calls and every reply go straight in
         self.send = self.requests.send
         self.add = self.connections.add
         self.remove = self.connections.remove
         self._on_reply = self.requests.on_reply
+
+    # -- the descriptors waited on (BookieConnections opens and closes sockets) --
+    def watch(self, conn: BookieConnection) -> None:
+        """Wait on ``conn``'s socket and monitor from now on."""
+        conn.fds = (conn.sock.getsockopt(zmq.FD), conn.monitor.getsockopt(zmq.FD))
+        for fd, is_monitor in zip(conn.fds, (False, True), strict=True):
+            self._by_fd[fd] = (conn, is_monitor)
+            self.epoll.register(fd, select.EPOLLIN)
+        self._touched.add(conn)  # a new socket: look at it before the first wait
+        self._monitors.add(conn)
+
+    def unwatch(self, conn: BookieConnection) -> None:
+        """Before ``conn``'s sockets close: stop waiting on them."""
+        for fd in conn.fds:
+            self._by_fd.pop(fd, None)
+            self.epoll.unregister(fd)
+        conn.fds = ()
+        self._touched.discard(conn)
+        self._monitors.discard(conn)
 
     def run(self) -> None:
         try:
@@ -318,6 +350,7 @@ class _IoLoop:
         if requests.events:
             events, requests.events = requests.events, []
             self.t._deliver(events)
+        self.epoll.close()
 
     def step(self, timeout_ms: int) -> None:
         """One wait and its work, on the owner thread (no I/O thread); events
@@ -333,24 +366,47 @@ class _IoLoop:
 
     def _step(self, timeout_ms: int | None = None) -> bool:
         requests = self.requests
+        if self._touched:  # used since the last look: their descriptors may be quiet
+            self._look()
         wait_ms = requests.poll_timeout_ms()
         if timeout_ms is not None:
             wait_ms = min(wait_ms, timeout_ms)
-        if requests.events:  # the owner's own calls failed at once: no wait for those
-            wait_ms = 0
-        ready = dict(self.poller.poll(wait_ms))
-        if self.wake_fd in ready and self._take_outbox():
+        if requests.events or self._touched or self._monitors:
+            wait_ms = 0  # work already here (failed sends, replies, a drain cut short)
+        woken = False
+        by_fd = self._by_fd
+        for fd, _ in self.epoll.poll(wait_ms / 1000.0):
+            if fd == self.wake_fd:
+                woken = True
+                continue
+            owner = by_fd.get(fd)
+            if owner is not None:
+                (self._monitors if owner[1] else self._touched).add(owner[0])
+        if woken and self._take_outbox():
             return True
-        for conn in list(self.conns.values()):
-            if conn.monitor is not None and conn.monitor in ready:
+        if self._monitors:
+            monitors = list(self._monitors)
+            self._monitors.clear()
+            for conn in monitors:
                 self.connections.on_monitor(conn)
-            if conn.sock is not None and conn.sock in ready:
-                self._drain(conn)
+        if self._touched:
+            self._look()
         requests.expire()
         if requests.events:
             events, requests.events = requests.events, []
             self.t._deliver(events)
         return False
+
+    def _look(self) -> None:
+        """Drain every socket in ``_touched``; one with more than
+        ``drain_messages_max`` replies waiting stays in it (looked at
+        again before any wait)."""
+        touched = self._touched
+        conns = list(touched)
+        touched.clear()
+        for conn in conns:
+            if conn.sock is not None and not self._drain(conn):
+                touched.add(conn)
 
     def _take_outbox(self) -> bool:
         """Run queued work; True when asked to close."""
@@ -369,11 +425,17 @@ class _IoLoop:
                 return True
         return False
 
-    def _drain(self, conn: BookieConnection) -> None:
+    def _drain(self, conn: BookieConnection) -> bool:
+        """Receive what ``conn``'s socket holds; False if it still holds more
+        (``drain_messages_max`` taken)."""
+        sock = conn.sock
         for _ in range(self.t._drain_max):
             try:
-                frames = recv_frames(conn.sock)
+                frames = recv_frames(sock)
             except zmq.Again:
-                return
+                return True
             conn.heard_s = self.t.clock()
             self._on_reply(conn.bookie_id, frames)
+            if conn.sock is not sock:  # replaced meanwhile: the new one is looked at
+                return True
+        return False

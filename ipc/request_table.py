@@ -71,12 +71,16 @@ class RequestTable:
         self.events: list[Event] = []
         self.connections: BookieConnections | None = None  # set by use_connections
         self.conns: dict = {}
+        self.touched: set = set()  # the loop's: connections to look at before it waits
 
-    def use_connections(self, connections: BookieConnections) -> None:
+    def use_connections(self, connections: BookieConnections, touched: set) -> None:
         """The connections the requests travel on (they need the table too,
-        to fail a bookie's requests, so one of the two is wired after)."""
+        to fail a bookie's requests, so one of the two is wired after), and
+        the loop's set of connections used since it last looked at them (a
+        send may take the readiness signal of a reply that came meanwhile)."""
         self.connections = connections
         self.conns = connections.conns  # the same dict: no call per send
+        self.touched = touched
 
     def poll_timeout_ms(self) -> int:
         """How long the loop may wait: until the next live deadline, at most
@@ -97,6 +101,7 @@ class RequestTable:
         if conn is None or conn.state == "down":
             self.emit(bookie_id, rid, op, BookieUnavailableError.code)
             return
+        self.touched.add(conn)  # the send may take the signal of a reply: look again
         try:
             # Zero-copy only pays for big frames; small ones are cheaper to copy.
             copy = all(len(f) < _ZERO_COPY_BYTES_MIN for f in frames)
