@@ -47,7 +47,7 @@ from concurrent.futures import wait as futures_wait
 
 import zmq
 
-from appliance.client.add_future import AddFuture, complete_futures
+from appliance.client.add_future import PENDING, AddFuture, complete_futures, outcome
 from appliance.client.calls import wait_result
 from appliance.errors import (
     BadRequestError,
@@ -62,13 +62,16 @@ from appliance.protocol import limits
 from appliance.protocol.log_entry import HEADER_BYTES, RECORD_OVERHEAD, TAG_BYTES
 from appliance.protocol.log_service import (
     BAD,
+    FORGOTTEN,
     HELD,
     NOT_OWNER,
     PRODUCER_ID_BYTES,
+    WRITTEN_KIND,
     decode_header,
+    decode_written,
     encode_header,
+    encode_write,
     owner_of,
-    pack_records,
     runs_dlsns,
 )
 from appliance.protocol.logs import DLSN, dlsn_of
@@ -77,6 +80,8 @@ log = logging.getLogger("appliance.logs")
 
 COPY_BYTES_MIN = 65_536  # a smaller request is copied into its message (zero-copy costs more)
 BACKOFF_MIN_S, BACKOFF_MAX_S = 0.02, 0.5  # between tries while the log has no owner
+# plain ints: the enum forms cost a microsecond per look at the socket
+EVENTS, POLLIN, NOBLOCK = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.NOBLOCK)
 
 
 def check_producer_id(producer_id) -> bytes:
@@ -118,6 +123,7 @@ class Producer:
         self.name = name
         self.id = check_producer_id(producer_id)
         self._pid_hex = self.id.hex()
+        self._name_bytes = name.encode()
         self._registry = LogServiceRegistry(client.logs.store)
         self.record_bytes_max = (client.payload_bytes_max - HEADER_BYTES - RECORD_OVERHEAD
                                  - TAG_BYTES)
@@ -156,8 +162,8 @@ class Producer:
     # -- the user's side ------------------------------------------------------------------
     def write(self, payload, seq: int | None = None) -> DLSN | None:
         """Append one record; blocks until it is stored; its DLSN."""
-        return self._await(self.write_async(payload, seq),
-                           limits.LOG_PRODUCER_DEADLINE_MS / 1000 + 5)
+        fut = self._queue(payload, seq)
+        return self._await(fut, limits.LOG_PRODUCER_DEADLINE_MS / 1000 + 5, self._try_send())
 
     def write_async(self, payload, seq: int | None = None) -> Future:
         """Append one record; the future's result is its DLSN.  Blocks while
@@ -169,35 +175,52 @@ class Producer:
         write's; one the log already holds for this producer is answered
         with its DLSN (None if it is older than the owner's last 4,096 for
         the producer) and not stored again.  Default: the previous + 1."""
-        payload = self._checked(payload)
+        fut = self._queue(payload, seq)
+        self._try_send()
+        return fut
+
+    def _queue(self, payload, seq: int | None) -> Future:
+        """``write_async`` up to the send: the write numbered and queued."""
+        if type(payload) is not bytes or len(payload) > self.record_bytes_max:
+            payload = self._checked(payload)
         if seq is not None and (not isinstance(seq, int) or isinstance(seq, bool) or seq < 1):
             raise ValueError(f"seq must be an int >= 1, got {seq!r}")
         fut = AddFuture(self._cond)
-        deadline = self._clock() + limits.LOG_PRODUCER_DEADLINE_MS / 1000
+        size = len(payload)
+        now = self._clock()
         with self._cond:
-            while True:
-                self._check_usable()
-                if self._next_seq is not None and self._has_room(len(payload)):
-                    if seq is not None and seq < self._next_seq and self._numbered:
-                        raise ValueError(f"seq {seq} does not increase: the previous write "
-                                         f"was {self._next_seq - 1}")
-                    break
-                remaining = deadline - self._clock()
-                if remaining <= 0:
-                    raise LogServiceUnavailableError(
-                        f"log {self.name!r}: no room in the producer's window within "
-                        f"{limits.LOG_PRODUCER_DEADLINE_MS} ms")
-                self._cond.wait(min(remaining, POLL_MS / 1000))
+            pending = self._pending
+            if self._error is not None or self._closed or self._next_seq is None or \
+                    pending and not self._has_room(size):
+                now = self._wait_for_room(size, now)
             if seq is not None:
+                if seq < self._next_seq and self._numbered:
+                    raise ValueError(f"seq {seq} does not increase: the previous write "
+                                     f"was {self._next_seq - 1}")
                 self._next_seq = seq
             self._numbered = True
-            write = _Write(self._next_seq, payload, fut, self._clock())
-            self._next_seq += 1
-            self._pending[write.seq] = write
+            seq = self._next_seq
+            self._next_seq = seq + 1
+            pending[seq] = write = _Write(seq, payload, fut, now)
             self._unsent.append(write)
-            self._inflight_bytes += len(payload)
-        self._try_send()
+            self._inflight_bytes += size
         return fut
+
+    def _wait_for_room(self, size: int, start: float) -> float:
+        """Holding ``_cond``: wait until the producer is usable, numbered
+        and has room for ``size`` more bytes (raise otherwise); the time
+        then."""
+        deadline = start + limits.LOG_PRODUCER_DEADLINE_MS / 1000
+        while True:
+            self._check_usable()
+            if self._next_seq is not None and self._has_room(size):
+                return self._clock()
+            remaining = deadline - self._clock()
+            if remaining <= 0:
+                raise LogServiceUnavailableError(
+                    f"log {self.name!r}: no room in the producer's window within "
+                    f"{limits.LOG_PRODUCER_DEADLINE_MS} ms")
+            self._cond.wait(min(remaining, POLL_MS / 1000))
 
     def _has_room(self, size: int) -> bool:
         if not self._pending:
@@ -252,15 +275,16 @@ class Producer:
         self._loop.wake(self)
 
     # -- the socket: whichever thread holds _io_lock --------------------------------------
-    def _try_send(self) -> None:
+    def _try_send(self) -> bool:
         """A writer's thread: send what is queued itself if the socket is
         free and ready (no hand-off to the I/O thread); if another thread
-        holds it, that one sends it as it lets go (``_kick``)."""
+        holds it, that one sends it as it lets go (``_kick``).  Whether
+        this thread used the socket (then its last look found no reply)."""
         if self._awaiting >= limits.LOG_PRODUCER_REQUESTS_INFLIGHT_MAX:
-            return  # the reply that frees room sends it (whoever receives it)
+            return False  # the reply that frees room sends it (whoever receives it)
         self._kick = True  # before trying: a holder that lets go after this sees it
         if not self._io_lock.acquire(blocking=False):
-            return
+            return False
         self._kick = False
         ready = self._sock is not None and self._next_seq is not None
         if ready:
@@ -268,6 +292,7 @@ class Producer:
         self._let_go()
         if not ready:
             self._wake()
+        return ready
 
     def _let_go(self) -> None:
         """Release ``_io_lock``; pump again for a writer that found it taken
@@ -280,21 +305,26 @@ class Producer:
             if self._sock is not None and self._next_seq is not None:
                 self._pump(defer=True)
 
-    def _await(self, fut: Future, timeout_s: float):
+    def _await(self, fut: Future, timeout_s: float, looked: bool = False):
         """A blocking write's wait: this thread receives the replies itself
         while the socket is ready (no hand-off from the I/O thread), else
-        waits for the I/O thread to settle ``fut``."""
+        waits for the I/O thread to settle ``fut``.  ``looked``: this thread
+        has just used the socket, its last look finding no reply: it waits
+        for the socket's descriptor at once."""
         deadline = self._clock() + timeout_s
         with self._cond:
             self._receivers += 1
+            fd = self._sock_fd if looked and self._sock is not None else None
         try:
-            while not fut.done() and self._clock() < deadline:
+            if fd is not None and fut._state == PENDING:
+                wait_readable(fd, POLL_MS)
+            while fut._state == PENDING and self._clock() < deadline:
                 self._io_lock.acquire()
                 fd = self._sock_fd if self._sock is not None else None
                 if fd is not None:
                     self._pump(defer=True)
                 self._let_go()
-                if fut.done():
+                if fut._state != PENDING:
                     break
                 if fd is None:
                     futures_wait([fut], POLL_MS / 1000)
@@ -306,22 +336,28 @@ class Producer:
                 wake = not self._receivers and bool(self._pending)
             if wake:
                 self._wake()  # the I/O thread receives again
+        done = outcome(fut)  # no lock: settled futures are only read
+        if done is not None and done[1] is None:
+            return done[0]
         return wait_result(fut, 0, f"write to log {self.name!r}")
 
     def _pump(self, defer: bool) -> None:
         """Holding ``_io_lock``: send what is queued and receive what
-        arrived until neither does anything.  Ends with a receive attempt,
-        so the socket's edge-triggered descriptor is re-armed before anyone
-        waits on it.  ``defer``: replies other than ``written`` are left to
-        the I/O thread (they may close the socket)."""
+        arrived until neither does anything.  Ends with a receive attempt
+        that found nothing (``_receive`` reads until then), so the socket's
+        edge-triggered descriptor is re-armed before anyone waits on it.
+        ``defer``: replies other than ``written`` are left to the I/O thread
+        (they may close the socket).  A writer that queues meanwhile sends
+        through ``_kick``, so ``_unsent`` is read here without the lock."""
         while True:
             if self._resend_at is not None:
                 pass  # paused after a refusal: nothing leaves until the resend
             elif self._next_seq is None:
                 self._send_hello()
-            else:
+            elif self._unsent:
                 self._send_unsent()
-            if not self._receive(defer) or self._sock is None:
+            if not self._receive(defer) or self._sock is None or \
+                    not (self._unsent or self._next_seq is None):
                 return
 
     # -- the I/O thread (appliance.logs.producer_loop) ------------------------------------------
@@ -465,11 +501,9 @@ class Producer:
                 oldest = next(iter(self._pending), None)
             if not batch:
                 continue
-            head = {"op": "write", "log": self.name, "pid": self._pid_hex,
-                    "seq": batch[0].seq, "gen": gen, "oldest": oldest, "packed": 1}
-            self._sock.send_multipart([encode_header(head),
-                                       *pack_records([w.payload for w in batch])],
-                                      copy=size < COPY_BYTES_MIN)
+            self._sock.send(encode_write(self._name_bytes, self.id, gen, batch[0].seq, oldest,
+                                         [w.payload for w in batch]),
+                            copy=size < COPY_BYTES_MIN)
             self.stats["requests"] += 1
             self._awaiting += 1
 
@@ -477,18 +511,27 @@ class Producer:
         """Holding ``_io_lock``: handle every reply that arrived; whether
         there was one."""
         got = False
-        while self._sock.get(zmq.EVENTS) & zmq.POLLIN:  # no exception per empty read
-            frames = self._sock.recv_multipart(zmq.NOBLOCK)
+        sock = self._sock
+        while sock.getsockopt(EVENTS) & POLLIN:  # no exception per empty read
+            head = sock.recv_multipart(NOBLOCK)[0]
             got = True
             try:
-                doc = decode_header(frames[0])
-            except BKError:
+                if head[0] == WRITTEN_KIND:
+                    gen, first, runs = decode_written(head)
+                    doc = None
+                else:
+                    doc = decode_header(head)
+                    gen, first, runs = doc.get("gen"), doc.get("seq"), doc.get("runs")
+                    if doc["op"] == "written" and (runs_dlsns(runs) is None or
+                                                   not isinstance(first, int)):
+                        continue  # malformed (runs_dlsns raises for bad runs)
+            except (BKError, IndexError):
                 continue
             self._last_reply = self._clock()
-            if doc["op"] == "written":
-                if doc.get("gen") == self._gen and self._awaiting:
+            if doc is None or doc["op"] == "written":
+                if gen == self._gen and self._awaiting:
                     self._awaiting -= 1
-                self._settle(doc)
+                self._settle(first, runs)
             elif defer:
                 self._deferred.append(doc)
                 self._wake()
@@ -507,22 +550,23 @@ class Producer:
         elif doc["op"] == "error" and doc.get("gen") == self._gen:
             self._on_error(doc)
 
-    def _settle(self, doc: dict) -> None:
-        first = doc.get("seq")
-        try:
-            dlsns = runs_dlsns(doc["runs"]) if "runs" in doc else doc.get("dlsns") or []
-        except BKError:
-            return  # a malformed reply: the writes are resent after the timeout
+    def _settle(self, first: int, runs) -> None:
+        """A ``written`` reply: the writes from ``first`` on are stored at
+        ``runs`` ((seg, entry, first slot, n); seg None or ``FORGOTTEN``:
+        position forgotten)."""
         done = []
+        pending = self._pending
         with self._cond:
-            for i, dlsn in enumerate(dlsns):
-                write = self._pending.pop(first + i, None)
-                if write is not None:
-                    self._inflight_bytes -= len(write.payload)
-                    done.append((None if dlsn is None else dlsn_of(*dlsn), write.future))
-            self._cond.notify_all()
+            for seg, entry, slot, n in runs:
+                for k in range(n):
+                    write = pending.pop(first, None)
+                    first += 1
+                    if write is not None:
+                        self._inflight_bytes -= len(write.payload)
+                        done.append((None if seg is None or seg == FORGOTTEN
+                                     else dlsn_of(seg, entry, slot + k), write.future))
         self._backoff = BACKOFF_MIN_S
-        complete_futures(self._cond, done, None)
+        complete_futures(self._cond, done, None)  # notifies the room's waiters too
 
     def _on_error(self, doc: dict) -> None:
         code = doc.get("code")
