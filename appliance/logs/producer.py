@@ -26,12 +26,15 @@ The ZeroMQ DEALER socket is used by whichever thread holds ``_io_lock``:
 a writer sends its record itself when the socket is free and no request
 awaits its reply (else whoever receives that reply sends it), and a
 blocking ``write`` receives the replies itself while it waits, so a write
-costs no hand-off between threads.  The process's one producer I/O thread
-(``appliance.logs.producer_loop``, shared by all its producers: a process
-writing a thousand logs has one, not a thousand) receives the rest
-(pipelined writes), connects, redirects, and checks timeouts and
-deadlines every ``POLL_MS``; every producer of the process shares one
-ZeroMQ context.
+costs no hand-off between threads.  Of several blocking writes waiting at
+once, one polls the socket and the others wait on the producer's condition
+(one poller only: reading the socket takes its descriptor's wake-up), and
+a write whose reply another thread read wakes the poller through a pipe.
+The process's one producer I/O thread (``appliance.logs.producer_loop``,
+shared by all its producers: a process writing a thousand logs has one,
+not a thousand) receives the rest (pipelined writes), connects,
+redirects, and checks timeouts and deadlines every ``POLL_MS``; every
+producer of the process shares one ZeroMQ context.
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ from appliance.protocol.log_service import (
     runs_dlsns,
 )
 from appliance.protocol.logs import DLSN, dlsn_of
+from ipc.wake import WakePipe
 
 log = logging.getLogger("appliance.logs")
 
@@ -148,6 +152,11 @@ class Producer:
         self._kick = False  # a writer found _io_lock taken: its holder sends as it lets go
         self._sock_fd: int | None = None  # the socket's descriptor (readable: look at it)
         self._receivers = 0  # blocking writes receiving replies themselves (_await)
+        self._leading = False  # one of them polls the socket (the others wait on _cond)
+        self._polling = False  # the leader polls: a write settled by another thread wakes it
+        self._waker: WakePipe | None = None  # made by the first leader
+        self._nudged = False  # a wake byte is (or was) in _waker
+        self._retired = False  # closed: the last leader closes _waker
         self._deferred: collections.deque[dict] = collections.deque()  # replies for the I/O thread
         self._resend_at: float | None = None  # paused after a refusal: resend everything then
         self._connect_at = 0.0  # no owner found: look again from then on
@@ -264,6 +273,10 @@ class Producer:
                 self._closed = True
             self._wake()
             self._finished.wait(timeout=limits.LOG_PRODUCER_DEADLINE_MS / 1000)
+            with self._cond:
+                self._retired = True
+                if not self._leading:
+                    self._release_waker()
 
     def __enter__(self):
         return self
@@ -306,33 +319,43 @@ class Producer:
                 self._pump(defer=True)
 
     def _await(self, fut: Future, timeout_s: float, looked: bool = False):
-        """A blocking write's wait: this thread receives the replies itself
-        while the socket is ready (no hand-off from the I/O thread), else
-        waits for the I/O thread to settle ``fut``.  ``looked``: this thread
-        has just used the socket, its last look finding no reply: it waits
-        for the socket's descriptor at once."""
+        """A blocking write's wait.  One waiting thread at a time (the
+        leader) receives the replies itself while the socket is ready (no
+        hand-off from the I/O thread); the others wait on ``_cond``, which
+        every settled write and the leader's leaving notify.  One only,
+        because reading the socket consumes its descriptor's wake-up: a
+        second thread polling it would sleep on while the first took the
+        reply it waited for.  ``looked``: this thread has just used the
+        socket, its last look finding no reply: it waits for the
+        descriptor at once."""
         deadline = self._clock() + timeout_s
         with self._cond:
             self._receivers += 1
-            fd = self._sock_fd if looked and self._sock is not None else None
+            lead = not self._leading
+            self._leading = True
         try:
-            if fd is not None and fut._state == PENDING:
-                wait_readable(fd, POLL_MS)
-            while fut._state == PENDING and self._clock() < deadline:
-                self._io_lock.acquire()
-                fd = self._sock_fd if self._sock is not None else None
-                if fd is not None:
-                    self._pump(defer=True)
-                self._let_go()
-                if fut._state != PENDING:
-                    break
-                if fd is None:
-                    futures_wait([fut], POLL_MS / 1000)
-                else:
-                    wait_readable(fd, POLL_MS)
+            while not lead:
+                with self._cond:
+                    remaining = deadline - self._clock()
+                    if fut._state != PENDING or remaining <= 0:
+                        break
+                    lead = not self._leading
+                    if lead:
+                        self._leading = True
+                    else:
+                        self._cond.wait(min(remaining, POLL_MS / 1000))
+                looked = False
+            if lead:
+                self._lead(fut, deadline, looked)
         finally:
             with self._cond:
                 self._receivers -= 1
+                if lead:
+                    self._leading = False
+                    if self._retired:
+                        self._release_waker()
+                    if self._receivers:
+                        self._cond.notify_all()  # another waiter leads now
                 wake = not self._receivers and bool(self._pending)
             if wake:
                 self._wake()  # the I/O thread receives again
@@ -340,6 +363,56 @@ class Producer:
         if done is not None and done[1] is None:
             return done[0]
         return wait_result(fut, 0, f"write to log {self.name!r}")
+
+    def _lead(self, fut: Future, deadline: float, looked: bool) -> None:
+        """``_await``'s leader: receive until ``fut`` is settled."""
+        fd = self._sock_fd if looked else None
+        if fd is not None:
+            self._poll_socket(fut, fd)
+        while fut._state == PENDING and self._clock() < deadline:
+            self._io_lock.acquire()
+            fd = self._sock_fd if self._sock is not None else None
+            if fd is not None:
+                self._pump(defer=True)
+            self._let_go()
+            if fut._state != PENDING:
+                return
+            if fd is None:
+                futures_wait([fut], POLL_MS / 1000)
+            else:
+                self._poll_socket(fut, fd)
+
+    def _poll_socket(self, fut: Future, fd: int) -> None:
+        """The leader: wait until the socket's descriptor is readable, or
+        another thread settled ``fut`` (it read the reply: ``_nudge``), or
+        ``POLL_MS``."""
+        waker = self._waker
+        if waker is None:
+            waker = self._waker = WakePipe()
+        self._polling = True  # before the look at fut: a settle after it nudges
+        try:
+            if fut._state == PENDING:
+                wait_readable(fd, POLL_MS, waker.fd)
+        finally:
+            self._polling = False
+        if self._nudged:
+            self._nudged = False
+            waker.drain()
+
+    def _nudge(self) -> None:
+        """After settling writes: wake a leader polling the socket (its
+        write may be one of them, its reply read by this thread)."""
+        waker = self._waker
+        if self._polling and waker is not None:
+            self._nudged = True
+            waker.wake()
+
+    def _release_waker(self) -> None:
+        """Holding ``_cond``, no leader: close the leader's pipe (closed
+        producers only; a later leader makes another and closes it)."""
+        if self._waker is not None:
+            self._waker.close()
+            self._waker = None
 
     def _pump(self, defer: bool) -> None:
         """Holding ``_io_lock``: send what is queued and receive what
@@ -387,7 +460,10 @@ class Producer:
             self._check_deadline()
             return False  # a writer uses the socket: it receives what came
         try:
-            waiting = self._sock is not None and bool(self._sock.get(zmq.EVENTS) & zmq.POLLIN)
+            # not a look while a blocking write receives: the look would take
+            # the wake-up of the descriptor that write polls
+            waiting = self._sock is not None and not self._receivers and \
+                bool(self._sock.getsockopt(EVENTS) & POLLIN)
             if not waiting and self._sock is not None:
                 self._check_timeout()
         finally:
@@ -567,6 +643,7 @@ class Producer:
                                      else dlsn_of(seg, entry, slot + k), write.future))
         self._backoff = BACKOFF_MIN_S
         complete_futures(self._cond, done, None)  # notifies the room's waiters too
+        self._nudge()
 
     def _on_error(self, doc: dict) -> None:
         code = doc.get("code")
@@ -631,3 +708,4 @@ class Producer:
             self._inflight_bytes = 0
             self._cond.notify_all()
         complete_futures(self._cond, [(None, w.future) for w in failed], self._error)
+        self._nudge()

@@ -17,6 +17,7 @@ import collections
 import multiprocessing
 import os
 import tempfile
+import threading
 import time
 import types
 
@@ -76,7 +77,7 @@ class BenchProducer(Producer):
         return self.endpoint
 
 
-def run(writes: int, pipelined: bool, endpoint: str) -> float:
+def run(writes: int, pipelined: bool, endpoint: str, threads: int = 1) -> float:
     client = types.SimpleNamespace(logs=types.SimpleNamespace(store=None),
                                    payload_bytes_max=1 << 20)
     BenchProducer.endpoint = endpoint
@@ -90,14 +91,23 @@ def run(writes: int, pipelined: bool, endpoint: str) -> float:
         for _ in range(writes):
             producer.write_async(payload)
         producer.flush()
-    else:
+    elif threads == 1:
         for _ in range(writes):
             producer.write(payload)
+    else:  # the writes shared by threads writing through the one producer
+        def writer() -> None:
+            for _ in range(writes // threads):
+                producer.write(payload)
+        pool = [threading.Thread(target=writer) for _ in range(threads)]
+        for thread in pool:
+            thread.start()
+        for thread in pool:
+            thread.join()
     cpu, wall = sum(me.cpu_times()[:2]) - t0, time.monotonic() - w0
     per_thread = sorted((round((t.user_time + t.system_time - threads0.get(t.id, 0)) / writes
                                * 1e6, 1) for t in me.threads()), reverse=True)
     producer.close()
-    print(f"{'write_async' if pipelined else 'write'}: {writes} writes, "
+    print(f"{'write_async' if pipelined else 'write'} x{threads}: {writes} writes, "
           f"cpu {cpu / writes * 1e6:.1f} us/write, wall {wall / writes * 1e6:.1f} us/write, "
           f"requests {producer.stats['requests']}, load {os.getloadavg()[0]:.2f}; "
           f"us/write by thread {per_thread}")
@@ -110,6 +120,8 @@ def main() -> None:
     parser.add_argument("--async", dest="pipelined", action="store_true")
     parser.add_argument("--delay-ms", type=float, default=0.0,
                         help="the fake server answers this late (a real one waits for bookies)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="sync writes from this many threads sharing the producer")
     parser.add_argument("--profile", action="store_true", help="cProfile the writing thread")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -127,7 +139,7 @@ def main() -> None:
                 prof.runcall(run, args.writes, args.pipelined, endpoint)
                 pstats.Stats(prof).sort_stats("tottime").print_stats(25)
             else:
-                run(args.writes, args.pipelined, endpoint)
+                run(args.writes, args.pipelined, endpoint, args.threads)
         finally:
             ctx = zmq.Context.instance()
             quit_sock = ctx.socket(zmq.DEALER)
