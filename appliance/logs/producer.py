@@ -433,22 +433,26 @@ class Producer(ProducerIO):
     def _send_unsent(self) -> None:
         while self._awaiting < limits.LOG_PRODUCER_REQUESTS_INFLIGHT_MAX:
             with self._cond:
-                if not self._unsent:
+                unsent, pending = self._unsent, self._pending
+                if not unsent:
                     return
-                batch, size = [], 0
-                while self._unsent and len(batch) < limits.LOG_PRODUCER_BATCH_RECORDS_MAX \
-                        and (not batch or size + len(self._unsent[0].payload)
-                             <= limits.LOG_PRODUCER_BATCH_BYTES_MAX):
-                    write = self._unsent.popleft()
-                    if write.seq in self._pending:
-                        batch.append(write)
-                        size += len(write.payload)
+                batch, size, first = [], 0, 0
+                records_max = limits.LOG_PRODUCER_BATCH_RECORDS_MAX
+                while unsent and len(batch) < records_max:
+                    write = unsent[0]
+                    n = len(write.payload)
+                    if batch and size + n > limits.LOG_PRODUCER_BATCH_BYTES_MAX:
+                        break
+                    unsent.popleft()
+                    if write.seq in pending:
+                        first = first or write.seq
+                        batch.append(write.payload)
+                        size += n
                 gen = self._gen
-                oldest = next(iter(self._pending), None)
+                oldest = next(iter(pending), None)
             if not batch:
                 continue
-            self._sock.send(encode_write(self._name_bytes, self.id, gen, batch[0].seq, oldest,
-                                         [w.payload for w in batch]),
+            self._sock.send(encode_write(self._name_bytes, self.id, gen, first, oldest, batch),
                             copy=size < COPY_BYTES_MIN)
             self.stats["requests"] += 1
             self._awaiting += 1
@@ -492,16 +496,18 @@ class Producer(ProducerIO):
         ``runs`` ((seg, entry, first slot, n); seg None or ``FORGOTTEN``:
         position forgotten)."""
         done = []
-        pending = self._pending
+        pending, freed = self._pending, 0
         with self._cond:
             for seg, entry, slot, n in runs:
+                forgotten = seg is None or seg == FORGOTTEN
                 for k in range(n):
                     write = pending.pop(first, None)
                     first += 1
                     if write is not None:
-                        self._inflight_bytes -= len(write.payload)
-                        done.append((None if seg is None or seg == FORGOTTEN
-                                     else dlsn_of(seg, entry, slot + k), write.future))
+                        freed += len(write.payload)
+                        done.append((None if forgotten else dlsn_of(seg, entry, slot + k),
+                                     write.future))
+            self._inflight_bytes -= freed
         self._backoff = BACKOFF_MIN_S
         complete_futures(self._cond, done, None)  # notifies the room's waiters too
         self._nudge()
