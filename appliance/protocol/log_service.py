@@ -309,8 +309,11 @@ def decode_written(frame: bytes) -> tuple[int, int, list]:
 
 def encode_header(doc: dict) -> bytes:
     """A header frame: WRITTEN for a "written" document, else JSON."""
-    if doc.get("op") == "written":
-        return encode_written(doc.get("gen", 0), doc["seq"], doc["runs"])
+    if doc.get("op") == "written":  # seq and gen as a request without them is read
+        try:
+            return encode_written(doc.get("gen", 0), doc.get("seq", 1), doc["runs"])
+        except (struct.error, TypeError, ValueError):
+            pass  # numbers a binary reply cannot carry (a JSON request's): JSON, as before
     return json.dumps(doc, separators=(",", ":")).encode()
 
 

@@ -187,3 +187,5 @@ def test_binary_writes_and_written_replies_round_trip_and_bad_ones_are_refused()
     for bad in (reply[:-1], reply + b"!", reply[:5]):
         with pytest.raises(BadRequestError):
             decode_written(bad)
+    odd = {"op": "written", "seq": 1, "gen": -1, "runs": [[1, 2, 3, 1]]}  # no u32 gen
+    assert decode_header(encode_header(odd)) == odd
