@@ -26,18 +26,21 @@ The ZeroMQ DEALER socket is used by whichever thread holds ``_io_lock``:
 a writer sends its record itself when the socket is free and no request
 awaits its reply (else whoever receives that reply sends it), and a
 blocking ``write`` receives the replies itself while it waits, so a write
-costs no hand-off between threads.  The process's one producer I/O thread
-(``appliance.logs.producer_loop``, shared by all its producers: a process
-writing a thousand logs has one, not a thousand) receives the rest
-(pipelined writes), connects, redirects, and checks timeouts and
-deadlines every ``POLL_MS``; every producer of the process shares one
-ZeroMQ context.
+costs no hand-off between threads.  Of several blocking writes waiting at
+once, one polls the socket and the others wait on the producer's condition
+(one poller only: reading the socket takes its descriptor's wake-up), and
+a write whose reply another thread read wakes the poller through a pipe.
+The process's one producer I/O thread (``appliance.logs.producer_loop``,
+shared by all its producers: a process writing a thousand logs has one,
+not a thousand) receives the rest (pipelined writes), connects,
+redirects, and checks timeouts and deadlines every ``POLL_MS`` (its steps
+are ``appliance.logs.producer_io``); every producer of the process shares
+one ZeroMQ context.
 """
 
 from __future__ import annotations
 
 import collections
-import logging
 import os
 import select
 import threading
@@ -47,36 +50,32 @@ from concurrent.futures import wait as futures_wait
 
 import zmq
 
-from appliance.client.add_future import AddFuture, complete_futures
+from appliance.client.add_future import PENDING, AddFuture, complete_futures, outcome
 from appliance.client.calls import wait_result
 from appliance.errors import (
-    BadRequestError,
     BKError,
     ClientClosedError,
     LogServiceUnavailableError,
-    TooManyProducersError,
 )
+from appliance.logs.producer_io import BACKOFF_MIN_S, EVENTS, NOBLOCK, POLLIN, ProducerIO
 from appliance.logs.producer_loop import POLL_MS, ProducerLoop
 from appliance.meta.logservice import LogServiceRegistry
 from appliance.protocol import limits
 from appliance.protocol.log_entry import HEADER_BYTES, RECORD_OVERHEAD, TAG_BYTES
 from appliance.protocol.log_service import (
-    BAD,
-    HELD,
-    NOT_OWNER,
+    FORGOTTEN,
     PRODUCER_ID_BYTES,
+    WRITTEN_KIND,
     decode_header,
+    decode_written,
     encode_header,
-    owner_of,
-    pack_records,
+    encode_write,
     runs_dlsns,
 )
 from appliance.protocol.logs import DLSN, dlsn_of
-
-log = logging.getLogger("appliance.logs")
+from ipc.wake import WakePipe
 
 COPY_BYTES_MIN = 65_536  # a smaller request is copied into its message (zero-copy costs more)
-BACKOFF_MIN_S, BACKOFF_MAX_S = 0.02, 0.5  # between tries while the log has no owner
 
 
 def check_producer_id(producer_id) -> bytes:
@@ -112,12 +111,13 @@ class _Write:
         self.seq, self.payload, self.future, self.since = seq, payload, future, since
 
 
-class Producer:
+class Producer(ProducerIO):
     def __init__(self, client, name: str, producer_id=None, *, resume: bool | None = None,
                  clock=time.monotonic):
         self.name = name
         self.id = check_producer_id(producer_id)
         self._pid_hex = self.id.hex()
+        self._name_bytes = name.encode()
         self._registry = LogServiceRegistry(client.logs.store)
         self.record_bytes_max = (client.payload_bytes_max - HEADER_BYTES - RECORD_OVERHEAD
                                  - TAG_BYTES)
@@ -142,6 +142,11 @@ class Producer:
         self._kick = False  # a writer found _io_lock taken: its holder sends as it lets go
         self._sock_fd: int | None = None  # the socket's descriptor (readable: look at it)
         self._receivers = 0  # blocking writes receiving replies themselves (_await)
+        self._leading = False  # one of them polls the socket (the others wait on _cond)
+        self._polling = False  # the leader polls: a write settled by another thread wakes it
+        self._waker: WakePipe | None = None  # made by the first leader
+        self._nudged = False  # a wake byte is (or was) in _waker
+        self._retired = False  # closed: the last leader closes _waker
         self._deferred: collections.deque[dict] = collections.deque()  # replies for the I/O thread
         self._resend_at: float | None = None  # paused after a refusal: resend everything then
         self._connect_at = 0.0  # no owner found: look again from then on
@@ -156,8 +161,8 @@ class Producer:
     # -- the user's side ------------------------------------------------------------------
     def write(self, payload, seq: int | None = None) -> DLSN | None:
         """Append one record; blocks until it is stored; its DLSN."""
-        return self._await(self.write_async(payload, seq),
-                           limits.LOG_PRODUCER_DEADLINE_MS / 1000 + 5)
+        fut = self._queue(payload, seq)
+        return self._await(fut, limits.LOG_PRODUCER_DEADLINE_MS / 1000 + 5, self._try_send())
 
     def write_async(self, payload, seq: int | None = None) -> Future:
         """Append one record; the future's result is its DLSN.  Blocks while
@@ -169,35 +174,52 @@ class Producer:
         write's; one the log already holds for this producer is answered
         with its DLSN (None if it is older than the owner's last 4,096 for
         the producer) and not stored again.  Default: the previous + 1."""
-        payload = self._checked(payload)
+        fut = self._queue(payload, seq)
+        self._try_send()
+        return fut
+
+    def _queue(self, payload, seq: int | None) -> Future:
+        """``write_async`` up to the send: the write numbered and queued."""
+        if type(payload) is not bytes or len(payload) > self.record_bytes_max:
+            payload = self._checked(payload)
         if seq is not None and (not isinstance(seq, int) or isinstance(seq, bool) or seq < 1):
             raise ValueError(f"seq must be an int >= 1, got {seq!r}")
         fut = AddFuture(self._cond)
-        deadline = self._clock() + limits.LOG_PRODUCER_DEADLINE_MS / 1000
+        size = len(payload)
+        now = self._clock()
         with self._cond:
-            while True:
-                self._check_usable()
-                if self._next_seq is not None and self._has_room(len(payload)):
-                    if seq is not None and seq < self._next_seq and self._numbered:
-                        raise ValueError(f"seq {seq} does not increase: the previous write "
-                                         f"was {self._next_seq - 1}")
-                    break
-                remaining = deadline - self._clock()
-                if remaining <= 0:
-                    raise LogServiceUnavailableError(
-                        f"log {self.name!r}: no room in the producer's window within "
-                        f"{limits.LOG_PRODUCER_DEADLINE_MS} ms")
-                self._cond.wait(min(remaining, POLL_MS / 1000))
+            pending = self._pending
+            if self._error is not None or self._closed or self._next_seq is None or \
+                    pending and not self._has_room(size):
+                now = self._wait_for_room(size, now)
             if seq is not None:
+                if seq < self._next_seq and self._numbered:
+                    raise ValueError(f"seq {seq} does not increase: the previous write "
+                                     f"was {self._next_seq - 1}")
                 self._next_seq = seq
             self._numbered = True
-            write = _Write(self._next_seq, payload, fut, self._clock())
-            self._next_seq += 1
-            self._pending[write.seq] = write
+            seq = self._next_seq
+            self._next_seq = seq + 1
+            pending[seq] = write = _Write(seq, payload, fut, now)
             self._unsent.append(write)
-            self._inflight_bytes += len(payload)
-        self._try_send()
+            self._inflight_bytes += size
         return fut
+
+    def _wait_for_room(self, size: int, start: float) -> float:
+        """Holding ``_cond``: wait until the producer is usable, numbered
+        and has room for ``size`` more bytes (raise otherwise); the time
+        then."""
+        deadline = start + limits.LOG_PRODUCER_DEADLINE_MS / 1000
+        while True:
+            self._check_usable()
+            if self._next_seq is not None and self._has_room(size):
+                return self._clock()
+            remaining = deadline - self._clock()
+            if remaining <= 0:
+                raise LogServiceUnavailableError(
+                    f"log {self.name!r}: no room in the producer's window within "
+                    f"{limits.LOG_PRODUCER_DEADLINE_MS} ms")
+            self._cond.wait(min(remaining, POLL_MS / 1000))
 
     def _has_room(self, size: int) -> bool:
         if not self._pending:
@@ -241,6 +263,10 @@ class Producer:
                 self._closed = True
             self._wake()
             self._finished.wait(timeout=limits.LOG_PRODUCER_DEADLINE_MS / 1000)
+            with self._cond:
+                self._retired = True
+                if not self._leading:
+                    self._release_waker()
 
     def __enter__(self):
         return self
@@ -252,15 +278,16 @@ class Producer:
         self._loop.wake(self)
 
     # -- the socket: whichever thread holds _io_lock --------------------------------------
-    def _try_send(self) -> None:
+    def _try_send(self) -> bool:
         """A writer's thread: send what is queued itself if the socket is
         free and ready (no hand-off to the I/O thread); if another thread
-        holds it, that one sends it as it lets go (``_kick``)."""
+        holds it, that one sends it as it lets go (``_kick``).  Whether
+        this thread used the socket (then its last look found no reply)."""
         if self._awaiting >= limits.LOG_PRODUCER_REQUESTS_INFLIGHT_MAX:
-            return  # the reply that frees room sends it (whoever receives it)
+            return False  # the reply that frees room sends it (whoever receives it)
         self._kick = True  # before trying: a holder that lets go after this sees it
         if not self._io_lock.acquire(blocking=False):
-            return
+            return False
         self._kick = False
         ready = self._sock is not None and self._next_seq is not None
         if ready:
@@ -268,6 +295,7 @@ class Producer:
         self._let_go()
         if not ready:
             self._wake()
+        return ready
 
     def _let_go(self) -> None:
         """Release ``_io_lock``; pump again for a writer that found it taken
@@ -280,166 +308,120 @@ class Producer:
             if self._sock is not None and self._next_seq is not None:
                 self._pump(defer=True)
 
-    def _await(self, fut: Future, timeout_s: float):
-        """A blocking write's wait: this thread receives the replies itself
-        while the socket is ready (no hand-off from the I/O thread), else
-        waits for the I/O thread to settle ``fut``."""
+    def _await(self, fut: Future, timeout_s: float, looked: bool = False):
+        """A blocking write's wait.  One waiting thread at a time (the
+        leader) receives the replies itself while the socket is ready (no
+        hand-off from the I/O thread); the others wait on ``_cond``, which
+        every settled write and the leader's leaving notify.  One only,
+        because reading the socket consumes its descriptor's wake-up: a
+        second thread polling it would sleep on while the first took the
+        reply it waited for.  ``looked``: this thread has just used the
+        socket, its last look finding no reply: it waits for the
+        descriptor at once."""
         deadline = self._clock() + timeout_s
         with self._cond:
             self._receivers += 1
+            lead = not self._leading
+            self._leading = True
         try:
-            while not fut.done() and self._clock() < deadline:
-                self._io_lock.acquire()
-                fd = self._sock_fd if self._sock is not None else None
-                if fd is not None:
-                    self._pump(defer=True)
-                self._let_go()
-                if fut.done():
-                    break
-                if fd is None:
-                    futures_wait([fut], POLL_MS / 1000)
-                else:
-                    wait_readable(fd, POLL_MS)
+            while not lead:
+                with self._cond:
+                    remaining = deadline - self._clock()
+                    if fut._state != PENDING or remaining <= 0:
+                        break
+                    lead = not self._leading
+                    if lead:
+                        self._leading = True
+                    else:
+                        self._cond.wait(min(remaining, POLL_MS / 1000))
+                looked = False
+            if lead:
+                self._lead(fut, deadline, looked)
         finally:
             with self._cond:
                 self._receivers -= 1
+                if lead:
+                    self._leading = False
+                    if self._retired:
+                        self._release_waker()
+                    if self._receivers:
+                        self._cond.notify_all()  # another waiter leads now
                 wake = not self._receivers and bool(self._pending)
             if wake:
                 self._wake()  # the I/O thread receives again
+        done = outcome(fut)  # no lock: settled futures are only read
+        if done is not None and done[1] is None:
+            return done[0]
         return wait_result(fut, 0, f"write to log {self.name!r}")
+
+    def _lead(self, fut: Future, deadline: float, looked: bool) -> None:
+        """``_await``'s leader: receive until ``fut`` is settled."""
+        fd = self._sock_fd if looked else None
+        if fd is not None:
+            self._poll_socket(fut, fd)
+        while fut._state == PENDING and self._clock() < deadline:
+            self._io_lock.acquire()
+            fd = self._sock_fd if self._sock is not None else None
+            if fd is not None:
+                self._pump(defer=True)
+            self._let_go()
+            if fut._state != PENDING:
+                return
+            if fd is None:
+                futures_wait([fut], POLL_MS / 1000)
+            else:
+                self._poll_socket(fut, fd)
+
+    def _poll_socket(self, fut: Future, fd: int) -> None:
+        """The leader: wait until the socket's descriptor is readable, or
+        another thread settled ``fut`` (it read the reply: ``_nudge``), or
+        ``POLL_MS``."""
+        waker = self._waker
+        if waker is None:
+            waker = self._waker = WakePipe()
+        self._polling = True  # before the look at fut: a settle after it nudges
+        try:
+            if fut._state == PENDING:
+                wait_readable(fd, POLL_MS, waker.fd)
+        finally:
+            self._polling = False
+        if self._nudged:
+            self._nudged = False
+            waker.drain()
+
+    def _nudge(self) -> None:
+        """After settling writes: wake a leader polling the socket (its
+        write may be one of them, its reply read by this thread)."""
+        waker = self._waker
+        if self._polling and waker is not None:
+            self._nudged = True
+            waker.wake()
+
+    def _release_waker(self) -> None:
+        """Holding ``_cond``, no leader: close the leader's pipe (closed
+        producers only; a later leader makes another and closes it)."""
+        if self._waker is not None:
+            self._waker.close()
+            self._waker = None
 
     def _pump(self, defer: bool) -> None:
         """Holding ``_io_lock``: send what is queued and receive what
-        arrived until neither does anything.  Ends with a receive attempt,
-        so the socket's edge-triggered descriptor is re-armed before anyone
-        waits on it.  ``defer``: replies other than ``written`` are left to
-        the I/O thread (they may close the socket)."""
+        arrived until neither does anything.  Ends with a receive attempt
+        that found nothing (``_receive`` reads until then), so the socket's
+        edge-triggered descriptor is re-armed before anyone waits on it.
+        ``defer``: replies other than ``written`` are left to the I/O thread
+        (they may close the socket).  A writer that queues meanwhile sends
+        through ``_kick``, so ``_unsent`` is read here without the lock."""
         while True:
             if self._resend_at is not None:
                 pass  # paused after a refusal: nothing leaves until the resend
             elif self._next_seq is None:
                 self._send_hello()
-            else:
+            elif self._unsent:
                 self._send_unsent()
-            if not self._receive(defer) or self._sock is None:
+            if not self._receive(defer) or self._sock is None or \
+                    not (self._unsent or self._next_seq is None):
                 return
-
-    # -- the I/O thread (appliance.logs.producer_loop) ------------------------------------------
-    def _turn(self, tick: bool = False) -> bool:
-        """One step of the process's producer I/O thread; True once this
-        producer is done with it (closed with nothing pending, or failed).
-        ``tick``: the periodic visit (nothing woke this producer): only the
-        timeout and the deadline are checked, and the socket only looked at
-        (its replies wake the thread themselves), so a thousand idle or
-        waiting producers cost little."""
-        with self._cond:
-            if (self._closed and not self._pending) or self._error is not None:
-                return True
-        if self._sock is None and time.monotonic() < self._connect_at:
-            self._check_deadline()  # backing off: no owner found a moment ago
-            return False
-        if tick and self._sock is not None and not self._deferred and self._resend_at is None:
-            return self._tick()
-        self._step()
-        return False
-
-    def _tick(self) -> bool:
-        """``_turn`` at a tick, connected: the timeout and the deadline; a
-        full step only if a reply is there (never missed: every use of the
-        socket ends by looking at it, but it costs nothing to be sure)."""
-        if not self._io_lock.acquire(blocking=False):
-            self._check_deadline()
-            return False  # a writer uses the socket: it receives what came
-        try:
-            waiting = self._sock is not None and bool(self._sock.get(zmq.EVENTS) & zmq.POLLIN)
-            if not waiting and self._sock is not None:
-                self._check_timeout()
-        finally:
-            self._let_go()
-        if waiting:
-            self._step()
-        else:
-            self._check_deadline()
-        return False
-
-    def _fail_unexpected(self, exc: BaseException) -> None:
-        self._fail(exc if isinstance(exc, BKError) else
-                   LogServiceUnavailableError(f"log {self.name!r}: {exc}"))
-
-    def _finish(self) -> None:
-        """The I/O thread lets go of this producer: its socket is closed."""
-        with self._io_lock:
-            self._drop_socket()
-        self._finished.set()
-
-    def _watched_fd(self) -> int | None:
-        """The descriptor the I/O thread polls for this producer: none while
-        a blocking writer receives (it leaves the socket to it)."""
-        with self._cond:
-            return self._sock_fd if self._sock is not None and not self._receivers else None
-
-    def _step(self) -> None:
-        self._io_lock.acquire()
-        try:
-            if self._resend_at is not None and time.monotonic() >= self._resend_at:
-                self._resend_at = None
-                self._restart_sends()
-            connected = self._sock is not None or self._connect()
-            if connected:
-                while self._deferred:
-                    self._handle(self._deferred.popleft())
-                if self._sock is not None:
-                    self._pump(defer=False)
-                    self._check_timeout()
-            self._check_deadline()
-        finally:
-            self._let_go()
-        if not connected:  # try again after a pause
-            self._connect_at = time.monotonic() + self._next_backoff()
-            self._loop.call_at(self, self._connect_at)
-
-    def _connect(self) -> bool:
-        endpoint = self._endpoint or self._find_owner()
-        if endpoint is None:
-            return False
-        self._endpoint = endpoint
-        self._sock = self._ctx.socket(zmq.DEALER)
-        self._sock.linger = 0
-        self._sock.connect(endpoint)
-        self._sock_fd = self._sock.getsockopt(zmq.FD)
-        self._restart_sends()
-        return True
-
-    def _find_owner(self) -> str | None:
-        """The lease holder's endpoint, else the live server the hashing names."""
-        lease = self._registry.owner(self.name)
-        if lease is not None:
-            return lease["endpoint"]
-        servers = self._registry.servers()
-        target = owner_of(self.name, servers)
-        return None if target is None else servers[target]["endpoint"]
-
-    def _drop_socket(self, forget_endpoint: bool = True) -> None:
-        """The I/O thread: close the socket (unwatched first)."""
-        self._loop.unwatch(self)
-        if self._sock is not None:
-            self._sock.close(linger=0)
-            self._sock = self._sock_fd = None
-        if forget_endpoint:
-            self._endpoint = None
-
-    def _restart_sends(self) -> None:
-        """Everything unacknowledged is sent again (a new generation: error
-        replies to older requests are ignored)."""
-        with self._cond:
-            self._gen += 1
-            self._unsent = collections.deque(self._pending.values())
-        self._awaiting = 0  # replies to older generations do not count
-        self._last_reply = self._clock()
-
-    def _next_backoff(self) -> float:
-        backoff, self._backoff = self._backoff, min(self._backoff * 2, BACKOFF_MAX_S)
-        return backoff
 
     def _send_hello(self) -> None:
         if self._hello_gen == self._gen:
@@ -451,25 +433,27 @@ class Producer:
     def _send_unsent(self) -> None:
         while self._awaiting < limits.LOG_PRODUCER_REQUESTS_INFLIGHT_MAX:
             with self._cond:
-                if not self._unsent:
+                unsent, pending = self._unsent, self._pending
+                if not unsent:
                     return
-                batch, size = [], 0
-                while self._unsent and len(batch) < limits.LOG_PRODUCER_BATCH_RECORDS_MAX \
-                        and (not batch or size + len(self._unsent[0].payload)
-                             <= limits.LOG_PRODUCER_BATCH_BYTES_MAX):
-                    write = self._unsent.popleft()
-                    if write.seq in self._pending:
-                        batch.append(write)
-                        size += len(write.payload)
+                batch, size, first = [], 0, 0
+                records_max = limits.LOG_PRODUCER_BATCH_RECORDS_MAX
+                while unsent and len(batch) < records_max:
+                    write = unsent[0]
+                    n = len(write.payload)
+                    if batch and size + n > limits.LOG_PRODUCER_BATCH_BYTES_MAX:
+                        break
+                    unsent.popleft()
+                    if write.seq in pending:
+                        first = first or write.seq
+                        batch.append(write.payload)
+                        size += n
                 gen = self._gen
-                oldest = next(iter(self._pending), None)
+                oldest = next(iter(pending), None)
             if not batch:
                 continue
-            head = {"op": "write", "log": self.name, "pid": self._pid_hex,
-                    "seq": batch[0].seq, "gen": gen, "oldest": oldest, "packed": 1}
-            self._sock.send_multipart([encode_header(head),
-                                       *pack_records([w.payload for w in batch])],
-                                      copy=size < COPY_BYTES_MIN)
+            self._sock.send(encode_write(self._name_bytes, self.id, gen, first, oldest, batch),
+                            copy=size < COPY_BYTES_MIN)
             self.stats["requests"] += 1
             self._awaiting += 1
 
@@ -477,18 +461,27 @@ class Producer:
         """Holding ``_io_lock``: handle every reply that arrived; whether
         there was one."""
         got = False
-        while self._sock.get(zmq.EVENTS) & zmq.POLLIN:  # no exception per empty read
-            frames = self._sock.recv_multipart(zmq.NOBLOCK)
+        sock = self._sock
+        while sock.getsockopt(EVENTS) & POLLIN:  # no exception per empty read
+            head = sock.recv_multipart(NOBLOCK)[0]
             got = True
             try:
-                doc = decode_header(frames[0])
-            except BKError:
+                if head[0] == WRITTEN_KIND:
+                    gen, first, runs = decode_written(head)
+                    doc = None
+                else:
+                    doc = decode_header(head)
+                    gen, first, runs = doc.get("gen"), doc.get("seq"), doc.get("runs")
+                    if doc["op"] == "written" and (runs_dlsns(runs) is None or
+                                                   not isinstance(first, int)):
+                        continue  # malformed (runs_dlsns raises for bad runs)
+            except (BKError, IndexError):
                 continue
             self._last_reply = self._clock()
-            if doc["op"] == "written":
-                if doc.get("gen") == self._gen and self._awaiting:
+            if doc is None or doc["op"] == "written":
+                if gen == self._gen and self._awaiting:
                     self._awaiting -= 1
-                self._settle(doc)
+                self._settle(first, runs)
             elif defer:
                 self._deferred.append(doc)
                 self._wake()
@@ -498,92 +491,23 @@ class Producer:
                     break
         return got
 
-    def _handle(self, doc: dict) -> None:
-        """The I/O thread, holding ``_io_lock``: a reply other than ``written``."""
-        if doc["op"] == "hello" and doc.get("gen") == self._gen:
-            with self._cond:
-                self._next_seq = doc.get("next_seq") or 1
-                self._cond.notify_all()
-        elif doc["op"] == "error" and doc.get("gen") == self._gen:
-            self._on_error(doc)
-
-    def _settle(self, doc: dict) -> None:
-        first = doc.get("seq")
-        try:
-            dlsns = runs_dlsns(doc["runs"]) if "runs" in doc else doc.get("dlsns") or []
-        except BKError:
-            return  # a malformed reply: the writes are resent after the timeout
+    def _settle(self, first: int, runs) -> None:
+        """A ``written`` reply: the writes from ``first`` on are stored at
+        ``runs`` ((seg, entry, first slot, n); seg None or ``FORGOTTEN``:
+        position forgotten)."""
         done = []
+        pending, freed = self._pending, 0
         with self._cond:
-            for i, dlsn in enumerate(dlsns):
-                write = self._pending.pop(first + i, None)
-                if write is not None:
-                    self._inflight_bytes -= len(write.payload)
-                    done.append((None if dlsn is None else dlsn_of(*dlsn), write.future))
-            self._cond.notify_all()
+            for seg, entry, slot, n in runs:
+                forgotten = seg is None or seg == FORGOTTEN
+                for k in range(n):
+                    write = pending.pop(first, None)
+                    first += 1
+                    if write is not None:
+                        freed += len(write.payload)
+                        done.append((None if forgotten else dlsn_of(seg, entry, slot + k),
+                                     write.future))
+            self._inflight_bytes -= freed
         self._backoff = BACKOFF_MIN_S
-        complete_futures(self._cond, done, None)
-
-    def _on_error(self, doc: dict) -> None:
-        code = doc.get("code")
-        if code == NOT_OWNER:
-            self.stats["redirects"] += 1
-            log.info("log %s: moved to %s", self.name, doc.get("owner"))
-            self._sock_close_for(doc.get("endpoint"))
-        elif code == "gap" and doc.get("expected", 0) < self._oldest():
-            self._fail(BadRequestError(f"log {self.name!r}: the owner expects sequence number "
-                                       f"{doc.get('expected')}, below this producer's oldest "
-                                       "unacknowledged write"))
-        elif code == "full":
-            self._fail(TooManyProducersError(doc.get("message", "too many producers")))
-        elif code == BAD:
-            self._fail(BadRequestError(doc.get("message", "bad request")))
-        else:  # retry, held, gap: resend from the oldest after a pause
-            self.stats["retries"] += 1
-            self._resend_at = time.monotonic() + \
-                self._next_backoff() * (4 if code == HELD else 1)
-            self._loop.call_at(self, self._resend_at)  # nothing leaves until then
-
-    def _oldest(self) -> int:
-        """The oldest unacknowledged write's number (0 if none)."""
-        with self._cond:
-            return next(iter(self._pending), 0)
-
-    def _sock_close_for(self, endpoint: str | None) -> None:
-        """Leave this server; the next step connects to ``endpoint`` (or
-        looks the owner up again)."""
-        self._drop_socket()
-        self._endpoint = endpoint
-        self._hello_gen = -1
-
-    def _check_timeout(self) -> None:
-        with self._cond:
-            waiting = bool(self._pending) or self._next_seq is None
-        if not waiting or self._sock is None:
-            return
-        if self._clock() - self._last_reply > limits.LOG_PRODUCER_REQUEST_TIMEOUT_MS / 1000:
-            self.stats["timeouts"] += 1
-            log.info("log %s: no answer from %s for %d ms; finding the owner again", self.name,
-                     self._endpoint, limits.LOG_PRODUCER_REQUEST_TIMEOUT_MS)
-            self._drop_socket()
-            self._hello_gen = -1
-
-    def _check_deadline(self) -> None:
-        with self._cond:
-            oldest = next(iter(self._pending.values()), None)
-        if oldest is not None and \
-                self._clock() - oldest.since > limits.LOG_PRODUCER_DEADLINE_MS / 1000:
-            self._fail(LogServiceUnavailableError(
-                f"log {self.name!r}: write {oldest.seq} not stored within "
-                f"{limits.LOG_PRODUCER_DEADLINE_MS} ms (no log server took it)"))
-
-    def _fail(self, exc: BaseException) -> None:
-        with self._cond:
-            if self._error is None:
-                self._error = exc
-            failed = list(self._pending.values())
-            self._pending.clear()
-            self._unsent.clear()
-            self._inflight_bytes = 0
-            self._cond.notify_all()
-        complete_futures(self._cond, [(None, w.future) for w in failed], self._error)
+        complete_futures(self._cond, done, None)  # notifies the room's waiters too
+        self._nudge()

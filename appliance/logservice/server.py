@@ -51,10 +51,9 @@ from appliance.protocol.log_service import (
     NOT_OWNER,
     RETRY,
     check_write,
-    decode_header,
+    decode_request,
     encode_header,
     owner_of,
-    unpack_records,
 )
 from ipc.wake import WakePipe
 
@@ -190,13 +189,9 @@ class LogServer:
             frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=True)
             if len(frames) < 2:
                 continue  # no header: nothing to answer
-            identity, head_frame, payloads = frames[0], frames[1], frames[2:]
+            identity = frames[0]
             try:
-                doc = decode_header(head_frame)
-                if doc.get("packed") and len(payloads) == 2:
-                    payloads = unpack_records(*payloads)
-                elif doc.get("packed"):
-                    raise BadRequestError("log service: a packed write has two frames")
+                doc, payloads = decode_request(frames[1:])
                 if len(frames) > limits.LOG_SERVICE_REQUEST_FRAMES_MAX + 1 or \
                         len(payloads) > limits.LOG_PRODUCER_BATCH_RECORDS_MAX:
                     raise BadRequestError(f"log service: more than "

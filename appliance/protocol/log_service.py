@@ -183,23 +183,32 @@ class DedupTable:
 
 
 # -- wire ------------------------------------------------------------------------------------
-# A request or reply is a multipart ZeroMQ message: one JSON header frame,
-# then (WRITE only) one frame per record payload.
+# A request or reply is a multipart ZeroMQ message.  The hot pair (a write
+# and its "written" reply) has a binary header of fixed fields (``encode_write``,
+# ``encode_written``): a JSON header cost a producer more CPU than the rest of
+# a synchronous write.  Every other message is one JSON header frame (then
+# records, for the JSON forms of a write).  A binary header's first byte is
+# its kind (``WRITE_KIND``, ``WRITTEN_KIND``); a JSON one's is "{".
 #
-#   producer -> server   {"op": "write", "log", "pid" (hex), "seq" (first), "gen",
-#                         "oldest": the producer's oldest unacknowledged seq}
-#                        + n payload frames: records seq .. seq + n - 1
-#                        or, with "packed": 1 in the header, two frames: the n
-#                        records' sizes (u32 big-endian each) and their bytes
-#                        back to back (``pack_records``: a frame per record cost
-#                        more than the rest of a record's handling)
+#   producer -> server   WRITE, one frame: ``_WRITE`` (kind, gen, seq of the first
+#                        record, oldest: the producer's oldest unacknowledged seq,
+#                        pid: 16 bytes, the log name's length, n), the log name
+#                        (UTF-8), n sizes (u32 big-endian each), the n records back
+#                        to back: records seq .. seq + n - 1.  ``decode_request``
+#                        reads it as the JSON form {"op": "write", "log", "pid"
+#                        (hex), "seq", "gen", "oldest"} and its records; that form
+#                        is also accepted with a frame per record or, with
+#                        "packed": 1, the sizes frame and the bytes frame.
 #                        {"op": "hello", "log", "pid", "gen"}: the next seq expected
 #                        {"op": "ping"}
-#   server -> producer   {"op": "written", "log", "pid", "seq", "gen",
-#                         "runs": [[seg, entry, first slot, n], ...]}: the request's
-#                         records in order, n at a time at consecutive slots of
-#                         one entry ([null, null, null, n]: stored, position
-#                         forgotten); ``dlsn_runs`` / ``runs_dlsns``
+#   server -> producer   WRITTEN, one frame: ``_WRITTEN`` (kind, gen, seq, number of
+#                        runs), then per run ``_RUN`` (seg, entry, first slot, n):
+#                        the request's records in order, n at a time at consecutive
+#                        slots of one entry (seg ``FORGOTTEN``: stored, position
+#                        forgotten).  ``decode_header`` reads it as {"op": "written",
+#                        "seq", "gen", "runs": [[seg, entry, first slot, n], ...]}
+#                        (seg None: forgotten; ``dlsn_runs`` / ``runs_dlsns``), and
+#                        ``encode_header`` writes that document as WRITTEN.
 #                        {"op": "hello", "log", "pid", "gen", "next_seq": int or null}
 #                        {"op": "error", "code", "log", "seq", "gen", "message",
 #                         "owner", "endpoint", "expected"}
@@ -214,12 +223,108 @@ NOT_OWNER, RETRY, HELD, BAD = "not_owner", "retry", "held", "bad"
 OPS = ("write", "hello", "ping")
 
 
+WRITE_KIND, WRITTEN_KIND = 1, 2
+_WRITE = struct.Struct("!BIQQ16sHI")  # kind, gen, seq, oldest, pid, log name bytes, n
+_WRITTEN = struct.Struct("!BIQI")  # kind, gen, seq, runs
+_RUN = struct.Struct("!QQII")  # seg, entry, first slot, n
+FORGOTTEN = (1 << 64) - 1  # a run's seg: stored, position forgotten
+_SIZES: dict[int, struct.Struct] = {}  # n -> the struct of n sizes
+
+
+def _sizes(n: int) -> struct.Struct:
+    fmt = _SIZES.get(n)
+    if fmt is None:
+        fmt = struct.Struct(f"!{n}I")
+        if n <= 64:
+            _SIZES[n] = fmt
+    return fmt
+
+
+def encode_write(log: bytes, pid: bytes, gen: int, seq: int, oldest: int,
+                 payloads: list) -> bytes:
+    """A WRITE request (one frame); ``log`` is the name's UTF-8."""
+    n = len(payloads)
+    return b"".join((_WRITE.pack(WRITE_KIND, gen, seq, oldest, pid, len(log), n), log,
+                     _sizes(n).pack(*map(len, payloads)), *payloads))
+
+
+def _decode_write(frame: bytes) -> tuple[dict, list]:
+    if len(frame) < _WRITE.size:
+        raise BadRequestError("log service: a write header is cut short")
+    _, gen, seq, oldest, pid, name_len, n = _WRITE.unpack_from(frame)
+    start = _WRITE.size + name_len
+    blob = start + 4 * n
+    if len(frame) < blob:
+        raise BadRequestError("log service: a write's name or sizes are cut short")
+    try:
+        name = frame[_WRITE.size:start].decode()
+    except UnicodeDecodeError as exc:
+        raise BadRequestError(f"log service: bad log name ({exc})") from exc
+    ends = list(accumulate(_sizes(n).unpack_from(frame, start), initial=blob))
+    if ends[-1] != len(frame):
+        raise BadRequestError(f"log service: {n} records of {ends[-1] - blob} bytes in "
+                              f"{len(frame) - blob}")
+    doc = {"op": "write", "log": name, "pid": pid.hex(), "seq": seq, "gen": gen,
+           "oldest": oldest}
+    return doc, [frame[a:b] for a, b in zip(ends, ends[1:], strict=False)]
+
+
+def decode_request(frames: list) -> tuple[dict, list]:
+    """A request's header document and records (``frames``: the message
+    without the sender's identity); ``BadRequestError`` if it is not one."""
+    if not frames:
+        raise BadRequestError("log service: a request without a header")
+    head, payloads = frames[0], frames[1:]
+    if head[:1] == b"\x01":  # WRITE_KIND
+        if payloads:
+            raise BadRequestError("log service: a binary write is one frame")
+        return _decode_write(head)
+    doc = decode_header(head)
+    if doc.get("packed") and len(payloads) == 2:
+        payloads = unpack_records(*payloads)
+    elif doc.get("packed"):
+        raise BadRequestError("log service: a packed write has two frames")
+    return doc, payloads
+
+
+def encode_written(gen: int, seq: int, runs) -> bytes:
+    """A WRITTEN reply (one frame): ``runs`` as ``dlsn_runs`` makes them."""
+    return b"".join((_WRITTEN.pack(WRITTEN_KIND, gen, seq, len(runs)),
+                     *(_RUN.pack(FORGOTTEN if seg is None else seg, entry or 0, slot or 0, n)
+                       for seg, entry, slot, n in runs)))
+
+
+def decode_written(frame: bytes) -> tuple[int, int, list]:
+    """(gen, seq, runs) of a WRITTEN reply: runs (seg, entry, first slot, n),
+    seg ``FORGOTTEN`` for records whose position is forgotten;
+    ``BadRequestError`` if it is cut short or too long."""
+    if len(frame) < _WRITTEN.size:
+        raise BadRequestError("log service: a written reply is cut short")
+    _, gen, seq, count = _WRITTEN.unpack_from(frame)
+    if len(frame) != _WRITTEN.size + count * _RUN.size:
+        raise BadRequestError(f"log service: a written reply of {count} runs has "
+                              f"{len(frame)} bytes")
+    return gen, seq, list(_RUN.iter_unpack(memoryview(frame)[_WRITTEN.size:]))
+
+
 def encode_header(doc: dict) -> bytes:
+    """A header frame: WRITTEN for a "written" document, else JSON."""
+    if doc.get("op") == "written":  # seq and gen as a request without them is read
+        try:
+            return encode_written(doc.get("gen", 0), doc.get("seq", 1), doc["runs"])
+        except (struct.error, TypeError, ValueError):
+            pass  # numbers a binary reply cannot carry (a JSON request's): JSON, as before
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
 def decode_header(frame: bytes) -> dict:
-    """A request or reply header; ``BadRequestError`` if it is not one."""
+    """A request or reply header; ``BadRequestError`` if it is not one.
+    (A binary WRITE is read with its records: ``decode_request``.)"""
+    if frame[:1] == b"\x02":  # WRITTEN_KIND
+        gen, seq, runs = decode_written(frame)
+        return {"op": "written", "gen": gen, "seq": seq,
+                "runs": [[None, None, None, n] if seg == FORGOTTEN else [seg, entry, slot, n]
+                         for seg, entry, slot, n in runs]}
     try:
         doc = json.loads(frame)
     except (ValueError, UnicodeDecodeError) as exc:

@@ -10,6 +10,7 @@ from appliance.errors import BadRequestError, CorruptRecordError
 from appliance.protocol.log_entry import EntryHeader, pack_entry, unpack_entry, unpack_tags
 from appliance.protocol.log_service import (
     DUPLICATE,
+    FORGOTTEN,
     FULL,
     GAP,
     NEW,
@@ -18,7 +19,11 @@ from appliance.protocol.log_service import (
     Verdict,
     check_write,
     decode_header,
+    decode_request,
+    decode_written,
     dlsn_runs,
+    encode_header,
+    encode_write,
     owner_of,
     pack_records,
     runs_dlsns,
@@ -159,3 +164,28 @@ def test_admit_run_takes_a_known_producers_next_records_in_one_step():
     assert table.admit(A, 2, 0).kind == OLD  # only the last 3 positions are kept
     table.break_dedup = True  # the simulation's switch: never a shortcut
     assert table.admit_run(A, 6, 2, 0) == 0
+
+
+def test_binary_writes_and_written_replies_round_trip_and_bad_ones_are_refused():
+    records = [b"a", b"", b"xyz" * 100]
+    frame = encode_write("l\u00e9".encode(), A, 3, 7, 5, records)
+    doc, payloads = decode_request([frame])
+    assert doc == {"op": "write", "log": "l\u00e9", "pid": A.hex(), "seq": 7, "gen": 3,
+                   "oldest": 5}
+    assert payloads == records and check_write(doc, len(payloads)) == ("l\u00e9", A, 7, 5)
+    for bad in ([frame[:-1]], [frame + b"!"], [frame[:20]], [frame, b"x"], []):
+        with pytest.raises(BadRequestError):
+            decode_request(bad)
+    json_doc = {"op": "write", "log": "l", "pid": A.hex(), "seq": 1, "packed": 1}
+    assert decode_request([encode_header(json_doc), *pack_records(records)]) == \
+        (json_doc, records)
+    runs = [[1, 2, 0, 2], [None, None, None, 3], [4, 5, 6, 1]]
+    reply = encode_header({"op": "written", "log": "l", "pid": A.hex(), "seq": 9, "gen": 3,
+                           "runs": runs})
+    assert decode_header(reply) == {"op": "written", "gen": 3, "seq": 9, "runs": runs}
+    assert decode_written(reply) == (3, 9, [(1, 2, 0, 2), (FORGOTTEN, 0, 0, 3), (4, 5, 6, 1)])
+    for bad in (reply[:-1], reply + b"!", reply[:5]):
+        with pytest.raises(BadRequestError):
+            decode_written(bad)
+    odd = {"op": "written", "seq": 1, "gen": -1, "runs": [[1, 2, 3, 1]]}  # no u32 gen
+    assert decode_header(encode_header(odd)) == odd
