@@ -77,6 +77,7 @@ class WriteHandle:
         self._future_condition = threading.Condition()  # shared by this handle's AddFutures
         self._close_done: Future | None = None
         self._closed = False
+        self._close_ended: threading.Event | None = None  # set once the first close() ends
         self._client_closed = False  # the driver stopped: nothing is sent any more
         self._driver.call(self._driver.register, self._writer, self).result()
         self._metrics = client.metrics  # None unless the client was asked for metrics
@@ -312,10 +313,24 @@ class WriteHandle:
     # -- close --------------------------------------------------------------------
     def close(self) -> None:
         """Wait for the adds in flight, then close the ledger at its LAC.
-        Raises ``LedgerFencedError`` if a recovery took the ledger over."""
-        if self._closed:
+        Raises ``LedgerFencedError`` if a recovery took the ledger over.  A
+        close while another thread's close runs waits for that one to end
+        (the ledger is closed, or that close raised) instead of returning
+        at once; a close after one ended returns at once."""
+        with self._queue_lock:
+            first, self._closed = not self._closed, True
+            if first:
+                self._close_ended = threading.Event()
+        if not first:
+            if self._close_ended is not None:
+                self._close_ended.wait(limits.CLIENT_CALL_TIMEOUT_S_MAX)
             return
-        self._closed = True
+        try:
+            self._close_once()
+        finally:
+            self._close_ended.set()
+
+    def _close_once(self) -> None:
         self._driver.call(self._flush, True).result()
         pending = list(self._futures.values())
         for fut in pending:

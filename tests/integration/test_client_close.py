@@ -109,3 +109,40 @@ def test_log_records_in_flight_fail_when_the_client_closes(make_cluster):
     wait_for(lambda: all(f.done() for f in futures), 30.0, what="every record settled")
     errors = [f.exception() for f in futures if f.exception() is not None]
     assert all(isinstance(e, ClientClosedError) for e in errors)
+
+
+def test_a_close_during_another_threads_close_waits_for_it(make_cluster):
+    """Two threads close one handle: the second returns once the ledger is
+    closed, not while the first close still waits for an add in flight."""
+    cluster = make_cluster(3)
+    frozen: list[int] = []
+    bk = appliance.connect(str(cluster.config_path))
+    try:
+        wait_registered(bk, 3)
+        lh = bk.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=PW)
+        for proc in cluster.procs.values():
+            os.kill(proc.pid, signal.SIGSTOP)
+            frozen.append(proc.pid)
+        add = lh.add_async(b"in flight")  # the first close waits for it
+        first = threading.Thread(target=lh.close)
+        first.start()
+        wait_for(lambda: lh._closed, 10, what="the first close started")
+        second_returned = threading.Event()
+        second = threading.Thread(target=lambda: (lh.close(), second_returned.set()))
+        second.start()
+        # the bug this pins returned at once; the fixed close cannot return while frozen
+        assert not second_returned.wait(0.5)
+        for pid in frozen:
+            os.kill(pid, signal.SIGCONT)
+        frozen.clear()
+        assert second_returned.wait(60)
+        md = bk.ledger_metadata(lh.id)
+        assert add.result(timeout=1) == 0
+        assert md.state == "CLOSED" and md.last_entry_id == 0
+        first.join(timeout=60)
+        second.join(timeout=60)
+        assert not first.is_alive() and not second.is_alive()
+    finally:
+        for pid in frozen:
+            os.kill(pid, signal.SIGCONT)
+        bk.close()
