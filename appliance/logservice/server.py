@@ -107,7 +107,8 @@ class LogServer:
         self._pool = ThreadPoolExecutor(limits.LOG_SERVICE_OPENS_MAX, "log-open")
         self._replies: collections.deque = collections.deque()
         self._replies_lock = threading.Lock()
-        self._replies_woken = False  # a wake is on its way for the queued replies
+        # a wake is on its way for the queued replies and ready logs (_wake_once)
+        self._replies_woken = False
         self._wakeup = WakePipe()
         self._stop = threading.Event()
         self._servers: dict[str, dict] = {}
@@ -242,7 +243,7 @@ class LogServer:
         """Any thread: ``owned``'s held records may leave now (the ack they
         waited for came)."""
         self._ready.append(owned)
-        self.wake()
+        self._wake_once()
 
     def _log_acked(self, owned: OwnedLog) -> None:
         """The ledger's thread: an entry of ``owned`` with records was
@@ -274,15 +275,22 @@ class LogServer:
         if threading.get_ident() == self._loop_thread:
             self._replies.append((identity, frame))
             return
-        with self._replies_lock:  # one wake for the replies of one ack (not one each)
-            self._replies.append((identity, frame))
+        self._replies.append((identity, frame))
+        self._wake_once()
+
+    def _wake_once(self) -> None:
+        """Any thread, after queueing a reply or a ready log: wake the loop
+        unless a wake is on its way (one pipe write and one loop turn for
+        the replies of one ack and its log's held records, not one each)."""
+        with self._replies_lock:
             woken, self._replies_woken = self._replies_woken, True
         if not woken:
             self.wake()
 
     def _send_replies(self) -> None:
-        with self._replies_lock:  # a reply queued from here on wakes the loop again
-            self._replies_woken = False
+        if self._replies_woken:  # read unlocked: a wake set after this read is still sent
+            with self._replies_lock:  # a reply queued from here on wakes the loop again
+                self._replies_woken = False
         replies, send = self._replies, self._sock.send
         while replies:
             identity, frame = replies.popleft()
