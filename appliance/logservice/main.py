@@ -11,10 +11,18 @@ import logging
 import signal
 import sys
 
+from appliance.client.client import raise_gc_threshold
 from appliance.config import load_config
 from appliance.errors import BKError
+from appliance.heap import freeze_long_lived_objects
 from appliance.logs.connection import Connection
 from appliance.logservice.server import LogServer
+
+# Python's youngest generation is collected every GC_YOUNG net allocations
+# (700 by default; a larger [client] gc_threshold wins): every request and
+# entry in flight is a few objects (futures, runs, callbacks) each young
+# collection re-scanned, ~4% of the server's CPU at 8 synchronous producers.
+GC_YOUNG = 50_000
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
                                metrics_address=config.log.metrics_address)
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: server.stop())
+            raise_gc_threshold(GC_YOUNG)
+            freeze_long_lived_objects()  # full collections skip what startup made
             server.run()
     except BKError as exc:
         print(f"{type(exc).__name__}: {exc}", file=sys.stderr)

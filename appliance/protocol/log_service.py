@@ -144,8 +144,12 @@ class DedupTable:
         if p is None:
             return
         recent = p.recent
-        recent.update(zip(range(seq, seq + len(positions)), positions, strict=True))
-        for _ in range(len(recent) - self.recent_max):
+        if len(positions) == 1:  # the usual request: one record (no zip, no range)
+            recent[seq] = positions[0]
+        else:
+            for s, position in zip(range(seq, seq + len(positions)), positions, strict=True):
+                recent[s] = position
+        while len(recent) > self.recent_max:
             recent.popitem(last=False)
 
     def store(self, producer_id: bytes, seq: int, position: object) -> None:
