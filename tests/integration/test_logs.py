@@ -5,6 +5,7 @@ handover fencing the old writer, truncation and deletion."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import pytest
@@ -349,6 +350,16 @@ def test_write_many_async_gives_each_record_its_position_and_checks_first(bk):
     assert [rec.dlsn for rec in records[:2500]] == positions
 
 
+@contextlib.contextmanager
+def _ten_record_segments(make_cluster, name: str, **log_options):
+    """(cluster, the log ``name``): three bookies (E3/W3/A2, no
+    autorecovery) and segments of 10 records."""
+    cluster = make_cluster(3, quorums=(3, 3, 2), autorecovery={"enabled": False},
+                           log={"segment_records_max": 10, **log_options})
+    with appliance.connect(str(cluster.config_path)) as bk:
+        wait_registered(bk, 3)
+        yield cluster, bk.log(name)
+
 
 def test_flush_and_close_wait_for_the_rollover_they_start(make_cluster):
     # a record buffered when the segment is full rolls it over (on the roll's
@@ -357,11 +368,7 @@ def test_flush_and_close_wait_for_the_rollover_they_start(make_cluster):
     # reader opened at once reads every segment (before, close() could mark
     # the segment completed while the roll still closed its ledger: the
     # reader failed, "segment 1 should end at entry 9, its ledger ends at 8")
-    cluster = make_cluster(3, quorums=(3, 3, 2), autorecovery={"enabled": False},
-                           log={"segment_records_max": 10, "flush_interval_us": 60_000_000})
-    with appliance.connect(str(cluster.config_path)) as bk:
-        wait_registered(bk, 3)
-        log = bk.log("full")
+    with _ten_record_segments(make_cluster, "full", flush_interval_us=60_000_000) as (_, log):
         with log.writer() as w:
             first = [w.write(b"a%d" % i) for i in range(10)]  # segment 1 is full
             flushed = w.write_async(b"flushed")  # buffered: no flush timer for a minute
@@ -386,11 +393,7 @@ def test_a_tailing_reader_rides_out_bookies_it_cannot_reach(make_cluster):
     # read waiting through their restart goes on from its position (before:
     # opening the segment raised and lost the records read before it in that
     # read, and the reader was left unusable)
-    cluster = make_cluster(3, quorums=(3, 3, 2), autorecovery={"enabled": False},
-                           log={"segment_records_max": 10, "control_interval_ms": 2})
-    with appliance.connect(str(cluster.config_path)) as bk:
-        wait_registered(bk, 3)
-        log = bk.log("outage")
+    with _ten_record_segments(make_cluster, "outage", control_interval_ms=2) as (cluster, log):
         with log.writer() as w:
             first = [w.write(b"a%d" % i) for i in range(10)]
             controls = w.stats["control_entries"]

@@ -6,20 +6,12 @@ not preallocated, and a crash after it replays every durable record."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from appliance.errors import BookieIOError
 from storage import journal as journal_module
 from tests.storage.test_ledger_storage import payload
-
-
-def _wait(predicate, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)  # polling a thread's progress
+from tests.support.launch import wait_for
 
 
 @pytest.fixture
@@ -63,7 +55,7 @@ def test_small_inline_groups_get_zeros_ahead_and_a_crash_replays_every_record(op
         if not st.write_journal_inline():  # the thread was zeroing: it takes ours next
             assert st.wait_durable(ticket, timeout_s=10)
         assert st.durable_ticket >= ticket
-    _wait(lambda: _zero_writes(writes) >= 1)  # the thread's steps (when the owner idles)
+    wait_for(lambda: _zero_writes(writes) >= 1, 10, what="the thread zeroing (the owner idles)")
     _zeros_cover_no_record(writes)
     st.abort()  # a crash: the journal is replayed over its zero-filled tail
     st2 = opener(journal_group_wait_us=0)
@@ -92,7 +84,7 @@ def test_the_thread_zeroes_when_a_group_wait_rules_inline_writes_out(opener, wri
     st = opener(journal_group_wait_us=200)
     for e in range(20):
         assert st.wait_durable(st.add_entry(1, e, payload(1, e, 900)), timeout_s=10)
-    _wait(lambda: any(zeros for _, _, zeros in writes))  # the thread's zero-fill step
+    wait_for(lambda: any(zeros for _, _, zeros in writes), 10, what="the thread zeroing")
     for e in range(20, 40):
         assert st.wait_durable(st.add_entry(1, e, payload(1, e, 900)), timeout_s=10)
     _zeros_cover_no_record(list(writes))
@@ -118,7 +110,7 @@ def test_a_failed_zero_write_stops_zeroing_but_not_the_journal(opener, monkeypat
         ticket = st.add_entry(1, e, payload(1, e))
         if not st.write_journal_inline():
             assert st.wait_durable(ticket, timeout_s=10)
-        _wait(lambda: failed)  # the thread tried once
+        wait_for(lambda: failed, 10, what="a failed zero write")  # the thread tried once
     assert len(failed) == 1  # and never again
     assert st.read_entries(1, 0, 9) == [payload(1, e) for e in range(10)]
 
