@@ -64,7 +64,8 @@ def test_kill_9_after_1_gb_one_restart_no_ping_kill(short_tmp):
             rh = bk.open_ledger(lh.id)
             assert rh.last_add_confirmed == TOTAL // ENTRY - 1
             assert rh.read(TOTAL // ENTRY - 1, TOTAL // ENTRY - 1)[0].payload == payload
-        assert bkctl("down", config=config).returncode == 0
+        down = bkctl("down", config=config)
+        assert down.returncode == 0, (down.stderr, _run_logs(cfg))
     finally:
         seen.update(supervisor_pids(config))
         kill_pids(seen)
@@ -72,3 +73,9 @@ def test_kill_9_after_1_gb_one_restart_no_ping_kill(short_tmp):
 
 def _supervisor_log(cfg) -> str:
     return (cfg.run_path / "supervisor.log").read_text()
+
+
+def _run_logs(cfg, tail_bytes: int = 3000) -> dict[str, str]:
+    """The end of every log of the run dir (the supervisor's, each process's)."""
+    return {p.name: p.read_text(errors="replace")[-tail_bytes:]
+            for p in sorted(cfg.run_path.glob("*.log"))}
