@@ -21,7 +21,8 @@ already keeps, when Prometheus scrapes (on the HTTP server's thread):
   without a lock (``Latency``: prometheus_client's ``Histogram`` took two
   locks per observation, on the thread that answers every request), so
   in the rare case of two threads observing at once one count may be lost;
-  its buckets, sum and count always agree;
+  its buckets and count always agree (a scrape's sum may hold one
+  observation more than its buckets);
 * process CPU and memory (``bookkeeper_process_*``).
 """
 
