@@ -56,6 +56,7 @@ from appliance.protocol.log_service import (
     owner_of,
 )
 from ipc.wake import WakePipe
+from ipc.zmq_frames import recv_frames, send_frames
 
 log = logging.getLogger("appliance.logservice")
 
@@ -191,7 +192,7 @@ class LogServer:
             if i and not sock.getsockopt(_EVENTS) & _POLLIN:  # no exception per empty read
                 return
             try:
-                frames = _recv_bytes(sock)
+                frames = [f.bytes for f in recv_frames(sock)]
             except zmq.Again:
                 return
             if len(frames) < 2:
@@ -286,12 +287,10 @@ class LogServer:
         if self._replies_woken:  # read unlocked: a wake set after this read is still sent
             with self._replies_lock:  # a reply queued from here on wakes the loop again
                 self._replies_woken = False
-        replies, send = self._replies, self._sock.send
+        replies, sock = self._replies, self._sock
         while replies:
-            identity, frame = replies.popleft()
             try:  # int flags: pyzmq's send_multipart ORs enums per part (~1 us a reply)
-                send(identity, _NOBLOCK_MORE)
-                send(frame, _NOBLOCK)
+                send_frames(sock, replies.popleft(), copy=True)
             except zmq.ZMQError:
                 pass  # the producer is gone or slow: it resends after its timeout
 
@@ -402,19 +401,6 @@ class LogServer:
 
 # plain ints: pyzmq's enum flags cost microseconds of Python per use (ipc/zmq_frames.py)
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
-_NOBLOCK, _NOBLOCK_MORE = int(zmq.NOBLOCK), int(zmq.NOBLOCK) | int(zmq.SNDMORE)
-
-
-def _recv_bytes(sock) -> list[bytes]:
-    """``sock.recv_multipart(NOBLOCK)`` (the socket has a message: EVENTS
-    said so) without pyzmq's per-frame enum work."""
-    recv = sock.recv
-    frame = recv(_NOBLOCK, copy=False)
-    frames = [frame.bytes]
-    while frame.more:  # a frame's flag: no getsockopt(RCVMORE) per frame
-        frame = recv(_NOBLOCK, copy=False)
-        frames.append(frame.bytes)
-    return frames
 
 
 def _timeout_ms(due: float) -> int:
