@@ -57,7 +57,14 @@ from appliance.errors import (
     ClientClosedError,
     LogServiceUnavailableError,
 )
-from appliance.logs.producer_io import BACKOFF_MIN_S, EVENTS, NOBLOCK, POLLIN, ProducerIO
+from appliance.logs.producer_io import (
+    BACKOFF_MIN_S,
+    EVENTS,
+    NOBLOCK,
+    POLLIN,
+    RCVMORE,
+    ProducerIO,
+)
 from appliance.logs.producer_loop import POLL_MS, ProducerLoop
 from appliance.meta.logservice import LogServiceRegistry
 from appliance.protocol import limits
@@ -411,17 +418,26 @@ class Producer(ProducerIO):
         edge-triggered descriptor is re-armed before anyone waits on it.
         ``defer``: replies other than ``written`` are left to the I/O thread
         (they may close the socket).  A writer that queues meanwhile sends
-        through ``_kick``, so ``_unsent`` is read here without the lock."""
-        while True:
-            if self._resend_at is not None:
-                pass  # paused after a refusal: nothing leaves until the resend
-            elif self._next_seq is None:
-                self._send_hello()
-            elif self._unsent:
-                self._send_unsent()
-            if not self._receive(defer) or self._sock is None or \
-                    not (self._unsent or self._next_seq is None):
-                return
+        through ``_kick``, so ``_unsent`` is read here without the lock.
+        The writes a reply acknowledges leave the window at once, but their
+        futures are completed (their callbacks run, their waiters wake)
+        only after the next request left: what was queued meanwhile is not
+        held up by them."""
+        done: list = []
+        try:
+            while True:
+                if self._resend_at is not None:
+                    pass  # paused after a refusal: nothing leaves until the resend
+                elif self._next_seq is None:
+                    self._send_hello()
+                elif self._unsent:
+                    self._send_unsent()
+                if not self._receive(defer, done) or self._sock is None or \
+                        not (self._unsent or self._next_seq is None):
+                    return
+        finally:
+            if done:
+                self._complete(done)
 
     def _send_hello(self) -> None:
         if self._hello_gen == self._gen:
@@ -457,13 +473,16 @@ class Producer(ProducerIO):
             self.stats["requests"] += 1
             self._awaiting += 1
 
-    def _receive(self, defer: bool) -> bool:
+    def _receive(self, defer: bool, done: list) -> bool:
         """Holding ``_io_lock``: handle every reply that arrived; whether
-        there was one."""
+        there was one.  The writes acknowledged are taken out of the window
+        and added to ``done`` (``_take``) for the caller to complete."""
         got = False
         sock = self._sock
         while sock.getsockopt(EVENTS) & POLLIN:  # no exception per empty read
-            head = sock.recv_multipart(NOBLOCK)[0]
+            head = sock.recv(NOBLOCK)
+            while sock.getsockopt(RCVMORE):  # a reply is one frame: drop any more
+                sock.recv(NOBLOCK)
             got = True
             try:
                 if head[0] == WRITTEN_KIND:
@@ -481,7 +500,7 @@ class Producer(ProducerIO):
             if doc is None or doc["op"] == "written":
                 if gen == self._gen and self._awaiting:
                     self._awaiting -= 1
-                self._settle(first, runs)
+                self._take(first, runs, done)
             elif defer:
                 self._deferred.append(doc)
                 self._wake()
@@ -491,11 +510,11 @@ class Producer(ProducerIO):
                     break
         return got
 
-    def _settle(self, first: int, runs) -> None:
+    def _take(self, first: int, runs, done: list) -> None:
         """A ``written`` reply: the writes from ``first`` on are stored at
         ``runs`` ((seg, entry, first slot, n); seg None or ``FORGOTTEN``:
-        position forgotten)."""
-        done = []
+        position forgotten): out of the window, and (DLSN, future) pairs
+        added to ``done``."""
         pending, freed = self._pending, 0
         with self._cond:
             for seg, entry, slot, n in runs:
@@ -509,5 +528,9 @@ class Producer(ProducerIO):
                                      write.future))
             self._inflight_bytes -= freed
         self._backoff = BACKOFF_MIN_S
+
+    def _complete(self, done: list) -> None:
+        """Settle the futures ``_take`` collected (their callbacks run on
+        this thread); wake the room's waiters and a polling leader."""
         complete_futures(self._cond, done, None)  # notifies the room's waiters too
         self._nudge()

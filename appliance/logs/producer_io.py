@@ -41,6 +41,7 @@ log = logging.getLogger("appliance.logs")
 BACKOFF_MIN_S, BACKOFF_MAX_S = 0.02, 0.5  # between tries while the log has no owner
 # plain ints: the enum forms cost a microsecond per look at the socket
 EVENTS, POLLIN, NOBLOCK = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.NOBLOCK)
+RCVMORE = int(zmq.RCVMORE)
 
 
 class ProducerIO:
@@ -208,11 +209,12 @@ class ProducerIO:
         self._hello_gen = -1
 
     def _check_timeout(self) -> None:
+        if self._sock is None or \
+                self._clock() - self._last_reply <= limits.LOG_PRODUCER_REQUEST_TIMEOUT_MS / 1000:
+            return  # answered lately (the usual case: no lock taken)
         with self._cond:
             waiting = bool(self._pending) or self._next_seq is None
-        if not waiting or self._sock is None:
-            return
-        if self._clock() - self._last_reply > limits.LOG_PRODUCER_REQUEST_TIMEOUT_MS / 1000:
+        if waiting:
             self.stats["timeouts"] += 1
             log.info("log %s: no answer from %s for %d ms; finding the owner again", self.name,
                      self._endpoint, limits.LOG_PRODUCER_REQUEST_TIMEOUT_MS)

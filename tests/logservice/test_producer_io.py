@@ -1,0 +1,109 @@
+"""A producer against a fake log server (a ZeroMQ ROUTER on a thread of the
+test): when its next request leaves, and when its request timeout counts
+from.  The real servers' behaviour is in test_producers.py and
+test_failover.py."""
+
+from __future__ import annotations
+
+import threading
+import time
+import types
+
+import pytest
+import zmq
+
+from appliance.logs.producer import Producer
+from appliance.protocol import log_service as wire
+from tests.support.launch import wait_for
+
+WAIT_S = 10.0
+
+
+class FakeServer:
+    """Answers a hello with next_seq 1 and each write as stored in one
+    entry of its own; a write's answer is held while ``hold`` is set."""
+
+    def __init__(self, path):
+        self.sock = zmq.Context.instance().socket(zmq.ROUTER)
+        self.sock.linger = 0
+        self.endpoint = f"ipc://{path}"
+        self.sock.bind(self.endpoint)
+        self.hold = threading.Event()
+        self.writes: list[tuple[int, int]] = []  # (first seq, records) of each request
+        self._held: list = []
+        self._entry = 0
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop:
+            if not self.hold.is_set():
+                while self._held:
+                    self.sock.send_multipart(self._held.pop(0))
+            if not self.sock.poll(5):
+                continue
+            frames = self.sock.recv_multipart()
+            doc, payloads = wire.decode_request(frames[1:])
+            echo = {k: doc[k] for k in ("log", "pid", "seq", "gen") if k in doc}
+            if doc["op"] == "hello":
+                self.sock.send_multipart([frames[0], wire.encode_header(
+                    {**echo, "op": "hello", "next_seq": 1})])
+                continue
+            self._entry += 1
+            self.writes.append((doc["seq"], len(payloads)))
+            self._held.append([frames[0], wire.encode_header(
+                {**echo, "op": "written", "runs": [[1, self._entry, 0, len(payloads)]]})])
+
+    def close(self):
+        self._stop = True
+        self._thread.join(WAIT_S)
+        self.sock.close(linger=0)
+
+
+class CountingProducer(Producer):
+    """Its owner is the fake server; counts the I/O thread's timeout checks."""
+
+    endpoint = ""
+
+    def _find_owner(self):
+        return self.endpoint
+
+    def _check_timeout(self):
+        self.timeout_checks = getattr(self, "timeout_checks", 0) + 1
+        super()._check_timeout()
+
+
+@pytest.fixture
+def server(tmp_path):
+    fake = FakeServer(tmp_path / "server.sock")
+    yield fake
+    fake.close()
+
+
+def _producer(server, clock=time.monotonic) -> CountingProducer:
+    CountingProducer.endpoint = server.endpoint
+    client = types.SimpleNamespace(logs=types.SimpleNamespace(store=None),
+                                   payload_bytes_max=1 << 20)
+    return CountingProducer(client, "fake", clock=clock)
+
+
+def test_a_write_queued_while_a_request_is_answered_leaves_before_the_answered_callbacks_run(
+        server):
+    producer = _producer(server)
+    try:
+        assert producer.write(b"first") is not None
+        server.hold.set()
+        answered = producer.write_async(b"second")
+        wait_for(lambda: len(server.writes) == 2, WAIT_S, what="the second request")
+        queued = producer.write_async(b"third")  # one request awaits its reply: queued
+        requests_in_callback = []
+        answered.add_done_callback(lambda _f: requests_in_callback.append(
+            producer.stats["requests"]))
+        server.hold.clear()
+        assert queued.result(WAIT_S) is not None and answered.result(WAIT_S) is not None
+        assert requests_in_callback == [3]  # the third write had left when it ran
+        assert server.writes == [(1, 1), (2, 1), (3, 1)]  # each once, in order
+    finally:
+        server.hold.clear()
+        producer.close()
