@@ -468,6 +468,8 @@ class Producer(ProducerIO):
                 oldest = next(iter(pending), None)
             if not batch:
                 continue
+            if not self._awaiting:  # the request timeout counts from here, not from
+                self._last_reply = self._clock()  # the last reply before an idle spell
             self._sock.send(encode_write(self._name_bytes, self.id, gen, first, oldest, batch),
                             copy=size < COPY_BYTES_MIN)
             self.stats["requests"] += 1

@@ -13,6 +13,7 @@ import pytest
 import zmq
 
 from appliance.logs.producer import Producer
+from appliance.protocol import limits
 from appliance.protocol import log_service as wire
 from tests.support.launch import wait_for
 
@@ -61,6 +62,14 @@ class FakeServer:
         self.sock.close(linger=0)
 
 
+class FakeClock:
+    def __init__(self):
+        self.now = time.monotonic()
+
+    def __call__(self) -> float:
+        return self.now
+
+
 class CountingProducer(Producer):
     """Its owner is the fake server; counts the I/O thread's timeout checks."""
 
@@ -104,6 +113,28 @@ def test_a_write_queued_while_a_request_is_answered_leaves_before_the_answered_c
         assert queued.result(WAIT_S) is not None and answered.result(WAIT_S) is not None
         assert requests_in_callback == [3]  # the third write had left when it ran
         assert server.writes == [(1, 1), (2, 1), (3, 1)]  # each once, in order
+    finally:
+        server.hold.clear()
+        producer.close()
+
+
+def test_a_write_after_an_idle_spell_longer_than_the_request_timeout_is_sent_once(server):
+    clock = FakeClock()
+    producer = _producer(server, clock)
+    try:
+        assert producer.write(b"before the spell") is not None
+        clock.now += limits.LOG_PRODUCER_REQUEST_TIMEOUT_MS / 1000 * 2  # idle, answered
+        server.hold.set()
+        fut = producer.write_async(b"after the spell")
+        wait_for(lambda: len(server.writes) == 2, WAIT_S, what="the request")
+        checks = getattr(producer, "timeout_checks", 0)
+        # the I/O thread looks at the timeout at its ticks while the reply is held
+        wait_for(lambda: getattr(producer, "timeout_checks", 0) >= checks + 2, WAIT_S,
+                 what="two timeout checks")
+        server.hold.clear()
+        assert fut.result(WAIT_S) is not None
+        assert producer.stats["timeouts"] == 0
+        assert server.writes == [(1, 1), (2, 1)]  # not sent again after a reconnection
     finally:
         server.hold.clear()
         producer.close()
