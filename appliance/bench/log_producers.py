@@ -21,7 +21,10 @@ How it is counted (per mode):
   p50 / p99 / p99.9 over every record.  ``errors``: records not stored.
 * **cpu_us_per_record**: CPU (user + system) of the producer processes
   (while writing), the log servers and the bookies, over the mode's run,
-  per record.
+  per record.  With ``rate``, the producers' figure includes the bench's
+  own pacing (a sleep and a wake-up per record at a moderate rate):
+  **pacing_cpu_us_per_record** is that pacing alone, timed in each
+  producer process before the run.
 * **logs** (``--logs N``): the producers write N logs instead of one (log
   ``i`` written by producer ``i % producers``, each producer process
   round robin over its logs, ``records`` shared by all), every log owned
@@ -30,7 +33,12 @@ How it is counted (per mode):
   appliance, and ``vs_one_log`` = records_per_s / that run's.
 * **records_per_entry**: records the log servers wrote / ledger entries
   they sent over the mode's run (their ``/metrics`` counters): how much
-  group commit the owner found.
+  group commit the owner found.  **requests_per_s**: write requests the
+  servers answered per second of the run; **server_ms_per_request**: their
+  mean time from arrival to answer (``/metrics``' latency histogram): the
+  part of a record's latency spent in the log server and below it (the
+  rest: waiting in its producer for the reply to the previous request,
+  and the wire both ways).
 * **writer**: one exclusive writer (``Log.writer()``, ``write_async``) of
   the same records on another log, in the bench's own process: the rate the
   producers are compared with (``vs_writer``).
@@ -73,6 +81,7 @@ START_TIMEOUT_S = 120  # every producer connected and its first record stored (-
 PEER_TIMEOUT_S = 600
 SERVERS_TIMEOUT_S = 60
 WARM_LOGS_AT_ONCE = 8  # logs each producer process has taken over at a time (--logs)
+PACING_CALIBRATION_S = 0.5  # --rate: the pacing alone timed this long before the run
 
 
 def run_producers_bench(producers: int, records: int, size: int, modes: list[str],
@@ -139,6 +148,9 @@ def _measured(pids: dict, config: str, name: str, producers: int, records: int, 
     doc = _run_mode(config, name, producers, records, size, mode, rate, window, logs)
     written = [b - a for a, b in zip(written0, _written(urls), strict=True)]
     doc["records_per_entry"] = round(written[0] / written[1], 2) if written[1] else None
+    doc["requests_per_s"] = round(written[2] / doc["wall_s"]) if doc["wall_s"] else None
+    doc["server_ms_per_request"] = round(written[3] / written[2] * 1000, 3) if written[2] \
+        else None
     doc["cpu_us_per_record"] = {
         "producers": doc.pop("producer_cpu_us_per_record"),
         **{role: round((_cpu_s(p) - cpu0[role]) / records * 1e6, 1)
@@ -194,13 +206,16 @@ def _run_mode(config: str, name: str, producers: int, records: int, size: int, m
                                                        if d["error"]), None),
             "producer_cpu_us_per_record": round(sum(d["cpu_s"] for d in docs) / records * 1e6,
                                                 1),
+            "pacing_cpu_us_per_record": round(sum(d["pacing_cpu_s"] for d in docs) / records
+                                              * 1e6, 1),
             "retries": sum(d["stats"].get("retries", 0) for d in docs),
             "redirects": sum(d["stats"].get("redirects", 0) for d in docs)}
 
 
-def _written(urls: list[str]) -> tuple[float, float]:
-    """(records, entries) the log servers wrote so far (their /metrics)."""
-    records = entries = 0.0
+def _written(urls: list[str]) -> tuple[float, float, float, float]:
+    """(records, entries, write requests answered, their seconds from arrival
+    to answer) of the log servers so far (their /metrics)."""
+    records = entries = answered = answer_s = 0.0
     for url in urls:
         with urllib.request.urlopen(url, timeout=10) as reply:
             for line in reply.read().decode().splitlines():
@@ -209,7 +224,11 @@ def _written(urls: list[str]) -> tuple[float, float]:
                     records += float(value)
                 elif name == "bookkeeper_logserver_entries_total":
                     entries += float(value)
-    return records, entries
+                elif name == "bookkeeper_logserver_write_latency_seconds_count":
+                    answered += float(value)
+                elif name == "bookkeeper_logserver_write_latency_seconds_sum":
+                    answer_s += float(value)
+    return records, entries, answered, answer_s
 
 
 def _cpu_s(pids: dict[str, int]) -> float:
@@ -264,6 +283,7 @@ def _producer_main(config: str, names: list[str], count: int, size: int, mode: s
                     p.write_async(payload)
                 for p in ps[lo:lo + WARM_LOGS_AT_ONCE]:
                     p.flush()
+            pacing_s = _pacing_cpu_s(per_rate)
             results.put(("ready", None))
             go.wait()
             cpu0 = time.process_time()
@@ -274,6 +294,7 @@ def _producer_main(config: str, names: list[str], count: int, size: int, mode: s
                 stats.update(p.stats)
             doc["stats"] = dict(stats)
             doc["cpu_s"] = time.process_time() - cpu0
+            doc["pacing_cpu_s"] = pacing_s * count
         results.put(("done", doc))
     except Exception as exc:  # noqa: BLE001 - reported to the parent
         results.put(("failed", f"{type(exc).__name__}: {exc}"))
@@ -300,6 +321,22 @@ class _RoundRobin:
     def flush(self) -> None:
         for p in self._ps:
             p.flush()
+
+
+def _pacing_cpu_s(per_rate: float) -> float:
+    """The CPU seconds per record of the open loop's pacing alone (a sleep
+    until each record's time, a callback made and called), measured over
+    ``PACING_CALIBRATION_S``: the share of the producers' CPU that is the
+    bench's own, not the producer's (0 without a rate)."""
+    if not per_rate:
+        return 0.0
+    n = max(1, int(per_rate * PACING_CALIBRATION_S))
+    lat, clock = array("d"), time.monotonic
+    cpu0, start = time.process_time(), clock()
+    for i in range(n):
+        sent = _pace(start, i, per_rate)
+        (lambda _f, sent=sent: lat.append(clock() - sent))(None)
+    return (time.process_time() - cpu0) / n
 
 
 def _pace(start: float, i: int, per_rate: float) -> float:

@@ -77,7 +77,36 @@ class BenchProducer(Producer):
         return self.endpoint
 
 
-def run(writes: int, pipelined: bool, endpoint: str, threads: int = 1) -> float:
+def paced(producer, payload: bytes, writes: int, rate: float) -> list:
+    """``bkctl bench log --rate``'s loop: write_async on a fixed schedule
+    (open loop), each record's latency from its scheduled time, taken by
+    its future's callback."""
+    lat, clock = [], time.monotonic
+    start = clock()
+    for i in range(writes):
+        due = start + i / rate
+        pause = due - clock()
+        if pause > 0:
+            time.sleep(pause)  # pacing the open loop
+        producer.write_async(payload).add_done_callback(
+            lambda f, due=due: lat.append(clock() - due))
+    producer.flush()
+    return lat
+
+
+def switches() -> dict:
+    """Voluntary and involuntary context switches of each thread so far."""
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{tid}/status") as f:
+            fields = dict(line.split(":", 1) for line in f)
+        out[int(tid)] = (int(fields["voluntary_ctxt_switches"]),
+                         int(fields["nonvoluntary_ctxt_switches"]))
+    return out
+
+
+def run(writes: int, pipelined: bool, endpoint: str, threads: int = 1,
+        rate: float = 0.0) -> float:
     client = types.SimpleNamespace(logs=types.SimpleNamespace(store=None),
                                    payload_bytes_max=1 << 20)
     BenchProducer.endpoint = endpoint
@@ -86,8 +115,12 @@ def run(writes: int, pipelined: bool, endpoint: str, threads: int = 1) -> float:
     producer.write(payload)  # connected, numbered
     me = psutil.Process()
     threads0 = {t.id: t.user_time + t.system_time for t in me.threads()}
+    cs0 = switches()
     t0, w0 = sum(me.cpu_times()[:2]), time.monotonic()
-    if pipelined:
+    lat = None
+    if rate:
+        lat = paced(producer, payload, writes, rate)
+    elif pipelined:
         for _ in range(writes):
             producer.write_async(payload)
         producer.flush()
@@ -106,8 +139,16 @@ def run(writes: int, pipelined: bool, endpoint: str, threads: int = 1) -> float:
     cpu, wall = sum(me.cpu_times()[:2]) - t0, time.monotonic() - w0
     per_thread = sorted((round((t.user_time + t.system_time - threads0.get(t.id, 0)) / writes
                                * 1e6, 1) for t in me.threads()), reverse=True)
+    cs = {tid: tuple(round((a - b) / writes, 2) for a, b in zip(now, cs0.get(tid, (0, 0)),
+                                                                strict=True))
+          for tid, now in switches().items()}
     producer.close()
-    print(f"{'write_async' if pipelined else 'write'} x{threads}: {writes} writes, "
+    if lat:
+        lat.sort()
+        print(f"paced at {rate:,.0f}/s: latency p50 {lat[len(lat) // 2] * 1000:.2f} ms, "
+              f"p99 {lat[int(len(lat) * 0.99)] * 1000:.2f} ms; context switches per "
+              f"write by thread (voluntary, involuntary) {sorted(cs.values(), reverse=True)}")
+    print(f"{'write_async' if pipelined or rate else 'write'} x{threads}: {writes} writes, "
           f"cpu {cpu / writes * 1e6:.1f} us/write, wall {wall / writes * 1e6:.1f} us/write, "
           f"requests {producer.stats['requests']}, load {os.getloadavg()[0]:.2f}; "
           f"us/write by thread {per_thread}")
@@ -122,6 +163,9 @@ def main() -> None:
                         help="the fake server answers this late (a real one waits for bookies)")
     parser.add_argument("--threads", type=int, default=1,
                         help="sync writes from this many threads sharing the producer")
+    parser.add_argument("--rate", type=float, default=0.0,
+                        help="write_async paced at this many records/s (open loop, as "
+                             "bkctl bench log --rate gives each producer)")
     parser.add_argument("--profile", action="store_true", help="cProfile the writing thread")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -139,7 +183,7 @@ def main() -> None:
                 prof.runcall(run, args.writes, args.pipelined, endpoint)
                 pstats.Stats(prof).sort_stats("tottime").print_stats(25)
             else:
-                run(args.writes, args.pipelined, endpoint, args.threads)
+                run(args.writes, args.pipelined, endpoint, args.threads, args.rate)
         finally:
             ctx = zmq.Context.instance()
             quit_sock = ctx.socket(zmq.DEALER)
