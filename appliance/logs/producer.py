@@ -419,10 +419,11 @@ class Producer(ProducerIO):
         ``defer``: replies other than ``written`` are left to the I/O thread
         (they may close the socket).  A writer that queues meanwhile sends
         through ``_kick``, so ``_unsent`` is read here without the lock.
-        The writes a reply acknowledges leave the window at once, but their
-        futures are completed (their callbacks run, their waiters wake)
-        only after the next request left: what was queued meanwhile is not
-        held up by them."""
+        The writes a reply acknowledges leave the window at once; if writes
+        are queued, the next request leaves before their futures complete
+        (their callbacks run, their waiters wake), so what was queued
+        meanwhile is not held up by them; if none are, they complete first
+        (a writer waiting for room or for a result writes more)."""
         done: list = []
         try:
             while True:
@@ -432,7 +433,11 @@ class Producer(ProducerIO):
                     self._send_hello()
                 elif self._unsent:
                     self._send_unsent()
-                if not self._receive(defer, done) or self._sock is None or \
+                got = self._receive(defer, done)
+                if done and not self._unsent:  # nothing waits to leave: complete now, as
+                    self._complete(done)  # their waiters may write more (a full window)
+                    done = []
+                if not got or self._sock is None or \
                         not (self._unsent or self._next_seq is None):
                     return
         finally:

@@ -55,9 +55,8 @@ class ProducerIO:
         timeout and the deadline are checked, and the socket only looked at
         (its replies wake the thread themselves), so a thousand idle or
         waiting producers cost little."""
-        with self._cond:
-            if (self._closed and not self._pending) or self._error is not None:
-                return True
+        if self._error is not None or (self._closed and not self._pending):
+            return True  # (no lock: only this thread finishes it, and it looks every turn)
         if self._sock is None and time.monotonic() < self._connect_at:
             self._check_deadline()  # backing off: no owner found a moment ago
             return False
@@ -101,8 +100,7 @@ class ProducerIO:
     def _watched_fd(self) -> int | None:
         """The descriptor the I/O thread polls for this producer: none while
         a blocking writer receives (it leaves the socket to it)."""
-        with self._cond:
-            return self._sock_fd if self._sock is not None and not self._receivers else None
+        return self._sock_fd if self._sock is not None and not self._receivers else None
 
     def _step(self) -> None:
         self._io_lock.acquire()

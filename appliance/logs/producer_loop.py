@@ -108,8 +108,10 @@ class ProducerLoop:
             with self._lock:
                 due = self._timers[0][0] if self._timers else tick
             wait = max(0.0, min(tick, due) - now)
-            ready = {self._by_fd.get(fd) for fd, _ in self._poll.poll(wait)}
-            self._wakeup.drain()
+            events = self._poll.poll(wait)
+            ready = {self._by_fd.get(fd) for fd, _ in events}
+            if any(fd == self._wakeup.fd for fd, _ in events):
+                self._wakeup.drain()  # not on a socket's turn: a read for nothing
             now = time.monotonic()
             with self._lock:
                 self._signalled = False
