@@ -418,31 +418,17 @@ class Producer(ProducerIO):
         edge-triggered descriptor is re-armed before anyone waits on it.
         ``defer``: replies other than ``written`` are left to the I/O thread
         (they may close the socket).  A writer that queues meanwhile sends
-        through ``_kick``, so ``_unsent`` is read here without the lock.
-        The writes a reply acknowledges leave the window at once; if writes
-        are queued, the next request leaves before their futures complete
-        (their callbacks run, their waiters wake), so what was queued
-        meanwhile is not held up by them; if none are, they complete first
-        (a writer waiting for room or for a result writes more)."""
-        done: list = []
-        try:
-            while True:
-                if self._resend_at is not None:
-                    pass  # paused after a refusal: nothing leaves until the resend
-                elif self._next_seq is None:
-                    self._send_hello()
-                elif self._unsent:
-                    self._send_unsent()
-                got = self._receive(defer, done)
-                if done and not self._unsent:  # nothing waits to leave: complete now, as
-                    self._complete(done)  # their waiters may write more (a full window)
-                    done = []
-                if not got or self._sock is None or \
-                        not (self._unsent or self._next_seq is None):
-                    return
-        finally:
-            if done:
-                self._complete(done)
+        through ``_kick``, so ``_unsent`` is read here without the lock."""
+        while True:
+            if self._resend_at is not None:
+                pass  # paused after a refusal: nothing leaves until the resend
+            elif self._next_seq is None:
+                self._send_hello()
+            elif self._unsent:
+                self._send_unsent()
+            if not self._receive(defer) or self._sock is None or \
+                    not (self._unsent or self._next_seq is None):
+                return
 
     def _send_hello(self) -> None:
         if self._hello_gen == self._gen:
@@ -480,10 +466,9 @@ class Producer(ProducerIO):
             self.stats["requests"] += 1
             self._awaiting += 1
 
-    def _receive(self, defer: bool, done: list) -> bool:
+    def _receive(self, defer: bool) -> bool:
         """Holding ``_io_lock``: handle every reply that arrived; whether
-        there was one.  The writes acknowledged are taken out of the window
-        and added to ``done`` (``_take``) for the caller to complete."""
+        there was one."""
         got = False
         sock = self._sock
         while sock.getsockopt(EVENTS) & POLLIN:  # no exception per empty read
@@ -507,7 +492,7 @@ class Producer(ProducerIO):
             if doc is None or doc["op"] == "written":
                 if gen == self._gen and self._awaiting:
                     self._awaiting -= 1
-                self._take(first, runs, done)
+                self._settle(first, runs)
             elif defer:
                 self._deferred.append(doc)
                 self._wake()
@@ -517,11 +502,11 @@ class Producer(ProducerIO):
                     break
         return got
 
-    def _take(self, first: int, runs, done: list) -> None:
+    def _settle(self, first: int, runs) -> None:
         """A ``written`` reply: the writes from ``first`` on are stored at
         ``runs`` ((seg, entry, first slot, n); seg None or ``FORGOTTEN``:
-        position forgotten): out of the window, and (DLSN, future) pairs
-        added to ``done``."""
+        position forgotten)."""
+        done = []
         pending, freed = self._pending, 0
         with self._cond:
             for seg, entry, slot, n in runs:
@@ -535,9 +520,5 @@ class Producer(ProducerIO):
                                      write.future))
             self._inflight_bytes -= freed
         self._backoff = BACKOFF_MIN_S
-
-    def _complete(self, done: list) -> None:
-        """Settle the futures ``_take`` collected (their callbacks run on
-        this thread); wake the room's waiters and a polling leader."""
         complete_futures(self._cond, done, None)  # notifies the room's waiters too
         self._nudge()

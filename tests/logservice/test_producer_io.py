@@ -1,7 +1,6 @@
 """A producer against a fake log server (a ZeroMQ ROUTER on a thread of the
-test): when its next request leaves, and when its request timeout counts
-from.  The real servers' behaviour is in test_producers.py and
-test_failover.py."""
+test): when its request timeout counts from.  The real servers' behaviour
+is in test_producers.py and test_failover.py."""
 
 from __future__ import annotations
 
@@ -95,27 +94,6 @@ def _producer(server, clock=time.monotonic) -> CountingProducer:
     client = types.SimpleNamespace(logs=types.SimpleNamespace(store=None),
                                    payload_bytes_max=1 << 20)
     return CountingProducer(client, "fake", clock=clock)
-
-
-def test_a_write_queued_while_a_request_is_answered_leaves_before_the_answered_callbacks_run(
-        server):
-    producer = _producer(server)
-    try:
-        assert producer.write(b"first") is not None
-        server.hold.set()
-        answered = producer.write_async(b"second")
-        wait_for(lambda: len(server.writes) == 2, WAIT_S, what="the second request")
-        queued = producer.write_async(b"third")  # one request awaits its reply: queued
-        requests_in_callback = []
-        answered.add_done_callback(lambda _f: requests_in_callback.append(
-            producer.stats["requests"]))
-        server.hold.clear()
-        assert queued.result(WAIT_S) is not None and answered.result(WAIT_S) is not None
-        assert requests_in_callback == [3]  # the third write had left when it ran
-        assert server.writes == [(1, 1), (2, 1), (3, 1)]  # each once, in order
-    finally:
-        server.hold.clear()
-        producer.close()
 
 
 def test_a_write_after_an_idle_spell_longer_than_the_request_timeout_is_sent_once(server):
