@@ -295,7 +295,9 @@ class ProducerLoop:
             for producer in ready:
                 self._step(producer)
             for channel in list(self._channels.values()):
-                if channel.outbox:
+                # flagged and empty: a request queued as the last flush took it
+                # (the flag must not stay up, or later requests would not wake us)
+                if channel.outbox or channel.flagged:
                     channel.flush()
                     channel.receive()  # re-arm the edge-triggered descriptor
                     if self._woken_here:
