@@ -33,12 +33,15 @@ How it is counted (per mode):
   appliance, and ``vs_one_log`` = records_per_s / that run's.
 * **records_per_entry**: records the log servers wrote / ledger entries
   they sent over the mode's run (their ``/metrics`` counters): how much
-  group commit the owner found.  **requests_per_s**: write requests the
-  servers answered per second of the run; **server_ms_per_request**: their
-  mean time from arrival to answer (``/metrics``' latency histogram): the
-  part of a record's latency spent in the log server and below it (the
-  rest: waiting in its producer for the reply to the previous request,
-  and the wire both ways).
+  group commit the owner found.  **records_per_request**: records / write
+  requests (a multi-log message's sections count one each);
+  **records_per_message**: records / messages the servers received (a
+  multi-log message once: what the producers of a process sent together).
+  **requests_per_s**: write requests the servers answered per second of
+  the run; **server_ms_per_request**: their mean time from arrival to
+  answer (``/metrics``' latency histogram): the part of a record's latency
+  spent in the log server and below it (the rest: waiting in its producer
+  for the reply to the previous request, and the wire both ways).
 * **writer**: one exclusive writer (``Log.writer()``, ``write_async``) of
   the same records on another log, in the bench's own process: the rate the
   producers are compared with (``vs_writer``).
@@ -148,9 +151,14 @@ def _measured(pids: dict, config: str, name: str, producers: int, records: int, 
     doc = _run_mode(config, name, producers, records, size, mode, rate, window, logs)
     written = [b - a for a, b in zip(written0, _written(urls), strict=True)]
     doc["records_per_entry"] = round(written[0] / written[1], 2) if written[1] else None
-    doc["requests_per_s"] = round(written[2] / doc["wall_s"]) if doc["wall_s"] else None
-    doc["server_ms_per_request"] = round(written[3] / written[2] * 1000, 3) if written[2] \
-        else None
+    # requests: single-log requests and sections of multi-log ones; messages:
+    # what reached the server (a multi-log message once)
+    messages = written[2] - written[3] + written[4]
+    doc["records_per_request"] = round(written[0] / written[2], 2) if written[2] else None
+    doc["records_per_message"] = round(written[0] / messages, 2) if messages else None
+    answered, answer_s = written[5], written[6]
+    doc["requests_per_s"] = round(answered / doc["wall_s"]) if doc["wall_s"] else None
+    doc["server_ms_per_request"] = round(answer_s / answered * 1000, 3) if answered else None
     doc["cpu_us_per_record"] = {
         "producers": doc.pop("producer_cpu_us_per_record"),
         **{role: round((_cpu_s(p) - cpu0[role]) / records * 1e6, 1)
@@ -212,23 +220,28 @@ def _run_mode(config: str, name: str, producers: int, records: int, size: int, m
             "redirects": sum(d["stats"].get("redirects", 0) for d in docs)}
 
 
-def _written(urls: list[str]) -> tuple[float, float, float, float]:
-    """(records, entries, write requests answered, their seconds from arrival
-    to answer) of the log servers so far (their /metrics)."""
-    records = entries = answered = answer_s = 0.0
+_WRITTEN_COUNTERS = ("records", "entries", "requests", "mux_sections", "mux_requests")
+_LATENCY = "bookkeeper_logserver_write_latency_seconds"
+
+
+def _written(urls: list[str]) -> list[float]:
+    """(records, entries, requests, sections of multi-log messages, multi-log
+    messages, write requests answered, their seconds from arrival to answer)
+    the log servers counted so far (their /metrics)."""
+    totals = dict.fromkeys(_WRITTEN_COUNTERS, 0.0)
+    answered = answer_s = 0.0
     for url in urls:
         with urllib.request.urlopen(url, timeout=10) as reply:
             for line in reply.read().decode().splitlines():
                 name, _, value = line.partition(" ")
-                if name == "bookkeeper_logserver_records_total":
-                    records += float(value)
-                elif name == "bookkeeper_logserver_entries_total":
-                    entries += float(value)
-                elif name == "bookkeeper_logserver_write_latency_seconds_count":
+                counter = name.removeprefix("bookkeeper_logserver_").removesuffix("_total")
+                if counter in totals and name.endswith("_total"):
+                    totals[counter] += float(value)
+                elif name == _LATENCY + "_count":
                     answered += float(value)
-                elif name == "bookkeeper_logserver_write_latency_seconds_sum":
+                elif name == _LATENCY + "_sum":
                     answer_s += float(value)
-    return records, entries, answered, answer_s
+    return [totals[c] for c in _WRITTEN_COUNTERS] + [answered, answer_s]
 
 
 def _cpu_s(pids: dict[str, int]) -> float:

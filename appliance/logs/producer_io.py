@@ -127,6 +127,11 @@ class ProducerIO:
         if endpoint is None:
             return False
         self._endpoint = endpoint
+        self._sock = self._loop.mux_socket(self, endpoint)  # shared with the process's others
+        if self._sock is not None:
+            self._sock_fd = None  # the loop polls the shared socket and steps this producer
+            self._restart_sends()
+            return True
         self._sock = self._ctx.socket(zmq.DEALER)
         self._sock.linger = 0
         self._sock.connect(endpoint)

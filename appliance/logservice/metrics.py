@@ -42,7 +42,10 @@ log = logging.getLogger("appliance.logservice")
 COUNTERS = {"requests": "Requests received.", "redirects": "Requests answered 'not owner'.",
             "records": "Records written.", "duplicates": "Retried records answered from the "
             "duplicate filter, not written again.", "entries": "Ledger entries sent by the "
-            "owned logs' writers (one group commit each).", "takeovers": "Logs taken over."}
+            "owned logs' writers (one group commit each).", "takeovers": "Logs taken over.",
+            "mux_requests": "Multi-log messages received (their sections count in requests).",
+            "mux_sections": "Requests received as sections of multi-log messages.",
+            "mux_replies": "Multi-log reply messages sent."}
 
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)

@@ -48,12 +48,17 @@ from appliance.protocol import limits
 from appliance.protocol.log_service import (
     BAD,
     HELD,
+    MUX_KIND,
     NOT_OWNER,
     RETRY,
     check_write,
+    decode_mux,
     decode_request,
     encode_header,
+    join_mux_reply,
     owner_of,
+    route_answer,
+    section_route,
 )
 from ipc.wake import WakePipe
 from ipc.zmq_frames import recv_frames, send_frames
@@ -119,7 +124,8 @@ class LogServer:
         self._sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
         self._sock.bind(endpoint)
         self.stats = {"requests": 0, "redirects": 0, "records": 0, "duplicates": 0,
-                      "entries": 0, "takeovers": 0}
+                      "entries": 0, "takeovers": 0, "mux_requests": 0, "mux_sections": 0,
+                      "mux_replies": 0}
         self._metrics_address = metrics_address
         self.metrics_url: str | None = None
         self._httpd = self._latency = None
@@ -198,6 +204,9 @@ class LogServer:
             if len(frames) < 2:
                 continue  # no header: nothing to answer
             identity = frames[0]
+            if len(frames) == 2 and frames[1][:1] == _MUX_BYTE:
+                self._serve_mux(identity, frames[1])
+                continue
             try:
                 doc, payloads = decode_request(frames[1:])
                 if len(frames) > limits.LOG_SERVICE_REQUEST_FRAMES_MAX + 1 or \
@@ -211,6 +220,38 @@ class LogServer:
                 doc = {}
             if answer is not None:
                 self.queue_reply(identity, {**_echo(doc), **answer})
+
+    def _serve_mux(self, identity: bytes, frame: bytes) -> None:
+        """A multi-log request: each section is served as if it came alone
+        (``_handle``); its answer, now or once its records are stored, is
+        routed back to its log and producer (``queue_reply`` of a
+        ``MuxIdentity``).  A malformed message is answered "bad" as a whole,
+        a malformed section in its own answer."""
+        try:
+            sections = decode_mux(frame, limits.LOG_SERVICE_MUX_SECTIONS_MAX,
+                                  limits.LOG_SERVICE_MUX_BYTES_MAX)
+        except BKError as exc:
+            self.queue_reply(identity, {"op": "error", "code": BAD, "message": str(exc)})
+            return
+        self.stats["mux_requests"] += 1
+        self.stats["mux_sections"] += len(sections)
+        mux = MuxIdentity(identity)
+        for section in sections:
+            try:
+                doc, payloads = decode_request([section])
+                if len(payloads) > limits.LOG_PRODUCER_BATCH_RECORDS_MAX:
+                    raise BadRequestError(f"log service: more than "
+                                          f"{limits.LOG_PRODUCER_BATCH_RECORDS_MAX} records in "
+                                          "one request")
+                answer = self._handle(mux, doc, payloads)
+            except BKError as exc:
+                route = section_route(section)
+                if route is not None:
+                    self._replies.append((mux, route_answer(*route, encode_header(
+                        {"op": "error", "code": BAD, "message": str(exc)}))))
+                continue
+            if answer is not None:
+                self.queue_reply(mux, {**_echo(doc), **answer})
 
     def _send_buffered(self) -> float:
         """Group commit: the records this turn buffered leave as one entry per
@@ -268,6 +309,11 @@ class LogServer:
 
     def queue_reply(self, identity: bytes, doc: dict) -> None:
         frame = encode_header(doc)
+        if type(identity) is MuxIdentity:  # a section of a multi-log request
+            try:
+                frame = route_answer(doc["log"].encode(), bytes.fromhex(doc["pid"]), frame)
+            except (KeyError, ValueError, AttributeError):
+                return  # no log or pid to route it by (checked when the request came)
         if threading.get_ident() == self._loop_thread:
             self._replies.append((identity, frame))
             return
@@ -288,11 +334,42 @@ class LogServer:
             with self._replies_lock:  # a reply queued from here on wakes the loop again
                 self._replies_woken = False
         replies, sock = self._replies, self._sock
+        muxed = None
         while replies:
+            reply = replies.popleft()
+            if type(reply[0]) is MuxIdentity:  # coalesced per connection below
+                if muxed is None:
+                    muxed = {}
+                muxed.setdefault(reply[0], []).append(reply[1])
+                continue
             try:  # int flags: pyzmq's send_multipart ORs enums per part (~1 us a reply)
-                send_frames(sock, replies.popleft(), copy=True)
+                send_frames(sock, reply, copy=True)
             except zmq.ZMQError:
                 pass  # the producer is gone or slow: it resends after its timeout
+        if muxed:
+            self._send_muxed(muxed)
+
+    def _send_muxed(self, muxed: dict) -> None:
+        """The answers to multi-log requests ready this turn: one MUX_REPLY
+        per connection (more if they exceed its bounds)."""
+        sections_max = limits.LOG_SERVICE_MUX_SECTIONS_MAX
+        bytes_max = limits.LOG_SERVICE_MUX_BYTES_MAX - 64
+        for mux, routed in muxed.items():
+            identity = bytes(mux)
+            start = 0
+            while start < len(routed):
+                end, size = start, 0
+                while end < len(routed) and end - start < sections_max and \
+                        (end == start or size + len(routed[end]) <= bytes_max):
+                    size += len(routed[end])
+                    end += 1
+                try:
+                    send_frames(self._sock, (identity, join_mux_reply(routed[start:end])),
+                                copy=True)
+                except zmq.ZMQError:
+                    pass  # as for a single reply: the producers resend after their timeout
+                self.stats["mux_replies"] += 1
+                start = end
 
     def _handle(self, identity: bytes, doc: dict, payloads: list) -> dict | None:
         op = doc["op"]
@@ -398,6 +475,14 @@ class LogServer:
             log.warning("log %s: could not release its lease: %s", owned.name, exc)
         self.wake()
 
+
+class MuxIdentity(bytes):
+    """A connection's identity, for the sections of its multi-log requests:
+    their answers are routed (log, pid) and coalesced into MUX_REPLYs."""
+    __slots__ = ()
+
+
+_MUX_BYTE = bytes([MUX_KIND])
 
 # plain ints: pyzmq's enum flags cost microseconds of Python per use (ipc/zmq_frames.py)
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)

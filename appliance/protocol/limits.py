@@ -258,6 +258,11 @@ LOG_SERVICE_RECENT_MAX = LOG_PRODUCER_INFLIGHT_RECORDS_MAX
 # deadline: a retried write was first sent within it).
 LOG_SERVICE_REBUILD_MS = 2 * LOG_PRODUCER_DEADLINE_MS
 LOG_SERVICE_REQUEST_FRAMES_MAX = LOG_PRODUCER_BATCH_RECORDS_MAX + 1  # header + records
+# A multi-log request (the producers of one process that talk to one log
+# server, in one message) and a multi-log reply: at most this many sections
+# and bytes (a producer sends what is left in the next message).
+LOG_SERVICE_MUX_SECTIONS_MAX = 4_096
+LOG_SERVICE_MUX_BYTES_MAX = 16 * MiB
 LOG_SERVICE_CHECK_INTERVAL_MS = 500  # owned logs re-checked (lease held, still ours)
 # Logs a log server takes over (or hands over) at once, on a pool of this
 # many threads: a server asked for a thousand logs opens them this many at a

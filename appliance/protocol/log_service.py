@@ -219,6 +219,22 @@ class DedupTable:
 #                        {"op": "pong", "id", "pid", "metrics_url", "read_endpoint",
 #                         "logs": [owned log names]}
 #
+#   producer -> server   MUX, one frame: ``_MUX`` (kind, n), then n sections, each
+#                        ``_SECTION`` (its length) and one single-frame request as
+#                        above (a binary WRITE or a JSON hello), for any logs and
+#                        producers: the requests of a process's producers that talk
+#                        to one server, in one message (``encode_mux``,
+#                        ``decode_mux``).  Each section is judged as if it came
+#                        alone (deduplication, order and answers unchanged); its
+#                        answer is a section of a MUX_REPLY.
+#   server -> producer   MUX_REPLY, one frame: ``_MUX`` (kind, n), then n answers,
+#                        each ``_ROUTE`` (the log name's length, pid: 16 bytes, the
+#                        reply's length), the log name (UTF-8) and one reply frame as
+#                        above (WRITTEN or a JSON hello / error): the answers ready
+#                        for one connection in one turn of the server's loop
+#                        (``encode_mux_reply``, ``decode_mux_reply``).  A malformed
+#                        MUX is answered as a whole with a JSON "bad" error.
+#
 # Error codes: "not_owner" (try "owner" at "endpoint"), "retry" (the owner is
 # opening, closing or waiting for a stale lease: resend soon), "held" (an
 # exclusive writer holds the log: wait), "gap" (resend from "expected"),
@@ -233,6 +249,10 @@ _WRITTEN = struct.Struct("!BIQI")  # kind, gen, seq, runs
 _RUN = struct.Struct("!QQII")  # seg, entry, first slot, n
 FORGOTTEN = (1 << 64) - 1  # a run's seg: stored, position forgotten
 _SIZES: dict[int, struct.Struct] = {}  # n -> the struct of n sizes
+MUX_KIND, MUX_REPLY_KIND = 3, 4
+_MUX = struct.Struct("!BI")  # kind, sections
+_SECTION = struct.Struct("!I")  # a section's length
+_ROUTE = struct.Struct("!H16sI")  # log name bytes, pid, the reply's length
 
 
 def _sizes(n: int) -> struct.Struct:
@@ -273,12 +293,119 @@ def _decode_write(frame: bytes) -> tuple[dict, list]:
     return doc, [frame[a:b] for a, b in zip(ends, ends[1:], strict=False)]
 
 
+def encode_mux(sections: list) -> bytes:
+    """A MUX request (one frame): ``sections`` are single-frame requests
+    (``encode_write`` frames, JSON hellos)."""
+    parts = [_MUX.pack(MUX_KIND, len(sections))]
+    for section in sections:
+        parts.append(_SECTION.pack(len(section)))
+        parts.append(section)
+    return b"".join(parts)
+
+
+def _split_mux(frame: bytes, kind: str, sections_max: int, bytes_max: int):
+    if len(frame) > bytes_max:
+        raise BadRequestError(f"log service: a {kind} of {len(frame)} bytes (at most "
+                              f"{bytes_max})")
+    if len(frame) < _MUX.size:
+        raise BadRequestError(f"log service: a {kind} header is cut short")
+    _, count = _MUX.unpack_from(frame)
+    if not 1 <= count <= sections_max:
+        raise BadRequestError(f"log service: a {kind} of {count} sections (1 to "
+                              f"{sections_max})")
+    return count, _MUX.size
+
+
+def decode_mux(frame: bytes, sections_max: int, bytes_max: int) -> list[bytes]:
+    """The sections of a MUX request (each a single-frame request, read
+    with ``decode_request([section])``); ``BadRequestError`` if it is cut
+    short, too long, holds more than ``sections_max`` sections or
+    ``bytes_max`` bytes, or a section is itself a MUX."""
+    count, at = _split_mux(frame, "multi-log request", sections_max, bytes_max)
+    sections = []
+    for _ in range(count):
+        if at + _SECTION.size > len(frame):
+            raise BadRequestError("log service: a multi-log request's section is cut short")
+        (size,) = _SECTION.unpack_from(frame, at)
+        at += _SECTION.size
+        if size < 1 or at + size > len(frame):
+            raise BadRequestError(f"log service: a multi-log request's section of {size} "
+                                  f"bytes in {len(frame) - at}")
+        section = frame[at:at + size]
+        if section[0] in (MUX_KIND, MUX_REPLY_KIND):
+            raise BadRequestError("log service: a multi-log request inside another")
+        sections.append(section)
+        at += size
+    if at != len(frame):
+        raise BadRequestError(f"log service: {len(frame) - at} bytes after a multi-log "
+                              "request's last section")
+    return sections
+
+
+def route_answer(name: bytes, pid: bytes, reply: bytes) -> bytes:
+    """One answer of a MUX_REPLY: ``reply`` for the producer ``pid`` of the
+    log ``name`` (UTF-8)."""
+    return b"".join((_ROUTE.pack(len(name), pid, len(reply)), name, reply))
+
+
+def join_mux_reply(routed: list) -> bytes:
+    """A MUX_REPLY of answers made by ``route_answer``."""
+    return b"".join((_MUX.pack(MUX_REPLY_KIND, len(routed)), *routed))
+
+
+def encode_mux_reply(answers: list) -> bytes:
+    """A MUX_REPLY (one frame): ``answers`` are (log name UTF-8, pid: 16
+    bytes, reply frame)."""
+    return join_mux_reply([route_answer(*answer) for answer in answers])
+
+
+def section_route(section: bytes) -> tuple[bytes, bytes] | None:
+    """(log name UTF-8, pid) of a MUX section, as far as they can be read
+    (to route the "bad" answer of a malformed one); None if they cannot."""
+    if section[:1] == b"\x01":  # WRITE_KIND
+        if len(section) < _WRITE.size:
+            return None
+        _, _, _, _, pid, name_len, _ = _WRITE.unpack_from(section)
+        return section[_WRITE.size:_WRITE.size + name_len], pid
+    try:
+        doc = json.loads(section)
+        return doc["log"].encode(), bytes.fromhex(doc["pid"])
+    except (ValueError, UnicodeError, TypeError, KeyError, AttributeError):
+        return None
+
+
+def decode_mux_reply(frame: bytes, sections_max: int, bytes_max: int) -> list[tuple]:
+    """(log name UTF-8, pid, reply frame) of each answer of a MUX_REPLY;
+    ``BadRequestError`` if it is malformed."""
+    count, at = _split_mux(frame, "multi-log reply", sections_max, bytes_max)
+    answers = []
+    for _ in range(count):
+        if at + _ROUTE.size > len(frame):
+            raise BadRequestError("log service: a multi-log reply's answer is cut short")
+        name_len, pid, size = _ROUTE.unpack_from(frame, at)
+        at += _ROUTE.size
+        end = at + name_len + size
+        if size < 1 or end > len(frame):
+            raise BadRequestError("log service: a multi-log reply's answer is cut short")
+        answers.append((frame[at:at + name_len], pid, frame[at + name_len:end]))
+        at = end
+    if at != len(frame):
+        raise BadRequestError(f"log service: {len(frame) - at} bytes after a multi-log "
+                              "reply's last answer")
+    return answers
+
+
 def decode_request(frames: list) -> tuple[dict, list]:
     """A request's header document and records (``frames``: the message
-    without the sender's identity); ``BadRequestError`` if it is not one."""
+    without the sender's identity); ``BadRequestError`` if it is not one.
+    (A MUX is split with ``decode_mux`` first.)"""
     if not frames:
         raise BadRequestError("log service: a request without a header")
     head, payloads = frames[0], frames[1:]
+    if not head:
+        raise BadRequestError("log service: an empty header")
+    if head[0] in (MUX_KIND, MUX_REPLY_KIND):
+        raise BadRequestError("log service: a multi-log request is split with decode_mux")
     if head[:1] == b"\x01":  # WRITE_KIND
         if payloads:
             raise BadRequestError("log service: a binary write is one frame")

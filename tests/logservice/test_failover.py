@@ -200,3 +200,57 @@ def test_a_producer_killed_and_started_again_with_its_id_stores_nothing_twice(
             second.wait()
     written = [json.loads(line) for line in (short_tmp / "second.out").read_text().splitlines()]
     _check_exactly_once(read_all(bk, "retried", 1000, nothing_more=True), {"p0": written})
+
+
+def test_producer_processes_writing_several_logs_ride_over_a_kill_9_of_an_owner(
+        appliance_up, short_tmp):
+    """Two processes, each with a producer per log of the same six logs
+    (spread over both servers): their requests leave as multi-log messages,
+    one connection per server; the owner of the first log is killed -9 in
+    the middle.  Every record is in its log exactly once, in each producer's
+    order, at the DLSN its write returned."""
+    config, bk, registry, seen = appliance_up
+    logs = [f"multi-{k}" for k in range(6)]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    records, procs = 200, []
+    for k in range(2):
+        out = short_tmp / f"p{k}.out"
+        procs.append((f"p{k}", out, subprocess.Popen(
+            [sys.executable, "-m", "tests.logservice.multi_producer_proc", str(config),
+             ",".join(logs), f"p{k}", str(records), str(out)], cwd=REPO, env=env,
+            stdout=open(short_tmp / f"p{k}.log", "wb"), stderr=subprocess.STDOUT)))
+    try:
+        wait_for(lambda: all((short_tmp / f"p{k}.started").exists() for k in range(2)) or
+                 any(p.poll() is not None for _, _, p in procs), 120, what="producers started")
+        owners = {registry.owner(log)["server"] for log in logs if registry.owner(log)}
+        owner, pid = _owner_pid(registry, logs[0])
+        os.kill(pid, signal.SIGKILL)
+        results = {}
+        for name, out, proc in procs:
+            try:
+                code = proc.wait(timeout=PRODUCER_TIMEOUT_S)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+            assert code == 0, f"{name} exited {code}: " \
+                f"{(short_tmp / f'{name}.log').read_text(errors='replace')[-3000:]}"
+            results[name] = [json.loads(line) for line in out.read_text().splitlines()]
+            mux = json.loads(out.with_suffix(".mux").read_text())
+            # the requests did leave together: fewer messages than requests
+            assert 0 < mux["mux_messages"] < mux["mux_sections"], mux
+    finally:
+        for _, _, proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert owners == {"logserver-1", "logserver-2"}  # both servers took part
+    for log in logs:
+        per_log = {name: [[i, dlsn] for lg, i, dlsn in written if lg == log]
+                   for name, written in results.items()}
+        _check_exactly_once(read_all(bk, log, 2 * records, nothing_more=True), per_log)
+    code, rows = wait_for(lambda: (got := _log_servers(config))[1][owner]["state"] == "up"
+                          and got[1][owner]["restarts"] == 1 and got, 60,
+                          what=f"{owner} restarted by the supervisor")
+    seen.add(rows[owner]["pid"])
+    assert rows[owner]["pid"] != pid

@@ -1,6 +1,7 @@
 """The log service's pure rules: the duplicate filter, the spread of logs
 over servers, the tagged entry format (and that untagged entries read as
-before), the packed records and position runs of the wire."""
+before), the packed records and position runs of the wire, and the
+multi-log request and reply (sections of single-log ones)."""
 
 from __future__ import annotations
 
@@ -19,14 +20,20 @@ from appliance.protocol.log_service import (
     Verdict,
     check_write,
     decode_header,
+    decode_mux,
+    decode_mux_reply,
     decode_request,
     decode_written,
     dlsn_runs,
     encode_header,
+    encode_mux,
+    encode_mux_reply,
     encode_write,
+    encode_written,
     owner_of,
     pack_records,
     runs_dlsns,
+    section_route,
     unpack_records,
 )
 
@@ -189,3 +196,53 @@ def test_binary_writes_and_written_replies_round_trip_and_bad_ones_are_refused()
             decode_written(bad)
     odd = {"op": "written", "seq": 1, "gen": -1, "runs": [[1, 2, 3, 1]]}  # no u32 gen
     assert decode_header(encode_header(odd)) == odd
+
+
+def test_a_multi_log_request_carries_single_log_requests_as_they_are():
+    writes = [encode_write(b"orders", A, 1, 10, 9, [b"x", b"yy"]),
+              encode_write("l\u00e9".encode(), B, 2, 1, 1, [b"z" * 300]),
+              encode_header({"op": "hello", "log": "third", "pid": C.hex(), "gen": 4})]
+    frame = encode_mux(writes)
+    sections = decode_mux(frame, 8, 1 << 20)
+    assert sections == writes
+    docs = [decode_request([section]) for section in sections]
+    assert docs[0] == ({"op": "write", "log": "orders", "pid": A.hex(), "seq": 10, "gen": 1,
+                        "oldest": 9}, [b"x", b"yy"])
+    assert docs[1][0]["log"] == "l\u00e9" and docs[1][1] == [b"z" * 300]
+    assert docs[2][0] == {"op": "hello", "log": "third", "pid": C.hex(), "gen": 4}
+    # each section's log and producer, to route even a malformed one's answer
+    assert [section_route(s) for s in sections] == \
+        [(b"orders", A), ("l\u00e9".encode(), B), (b"third", C)]
+    assert section_route(writes[0][:10]) is None and section_route(b"{nope") is None
+    # a multi-log request is not a single-log one: refused there, clearly
+    with pytest.raises(BadRequestError, match="decode_mux"):
+        decode_request([frame])
+
+
+@pytest.mark.parametrize("cut", ["empty", "short-header", "no-sections", "short-section",
+                                 "trailing", "zero-section", "nested", "too-many",
+                                 "too-big"])
+def test_a_malformed_multi_log_request_is_one_clear_error(cut):
+    good = [encode_write(b"a", A, 1, 1, 1, [b"r"]), encode_write(b"b", B, 1, 1, 1, [b"s"])]
+    frame = encode_mux(good)
+    bad = {"empty": b"", "short-header": frame[:3], "no-sections": encode_mux([]),
+           "short-section": frame[:-1], "trailing": frame + b"!",
+           "zero-section": encode_mux([b""]), "nested": encode_mux([frame]),
+           "too-many": encode_mux(good * 3), "too-big": frame}[cut]
+    with pytest.raises(BadRequestError, match="log service: .*multi-log request"):
+        decode_mux(bad, 4, len(frame) - 1 if cut == "too-big" else 1 << 20)
+
+
+def test_a_multi_log_reply_routes_each_answer_to_its_log_and_producer():
+    written = encode_written(3, 10, [(1, 2, 0, 2)])
+    error = encode_header({"op": "error", "code": "not_owner", "log": "b", "pid": B.hex(),
+                           "seq": 1, "gen": 1, "endpoint": "ipc:///x"})
+    answers = [(b"a", A, written), ("l\u00e9".encode(), B, error)]
+    frame = encode_mux_reply(answers)
+    assert decode_mux_reply(frame, 8, 1 << 20) == answers
+    assert decode_written(decode_mux_reply(frame, 8, 1 << 20)[0][2]) == (3, 10, [(1, 2, 0, 2)])
+    for bad in (frame[:-1], frame + b"!", frame[:4], encode_mux_reply([])):
+        with pytest.raises(BadRequestError, match="log service: .*multi-log reply"):
+            decode_mux_reply(bad, 8, 1 << 20)
+    with pytest.raises(BadRequestError, match="2 sections"):
+        decode_mux_reply(frame, 1, 1 << 20)

@@ -1,12 +1,16 @@
 """The log service's simulation (tests/sim/logservicesim.py): 1,000 seeds of
-producers writing through crashing, restarting and pausing log servers over
-a lossy, duplicating, reordering network keep every invariant; with the
-duplicate filter switched off, or an unknown producer started at its first
-number instead of its oldest unacknowledged write, the checker fails."""
+producers writing one to three logs through crashing, restarting and
+pausing log servers over a lossy, duplicating, reordering network keep
+every invariant, with each process's requests (and the answers for it)
+sent one at a time or together in multi-log messages; with the duplicate
+filter switched off, or an unknown producer started at its first number
+instead of its oldest unacknowledged write, the checker fails."""
 
 from __future__ import annotations
 
 from collections import Counter
+
+import pytest
 
 from tests.sim.logservicesim import random_config, run_service_seed
 
@@ -26,12 +30,30 @@ def test_every_invariant_holds_over_1000_seeds():
     assert totals["takeovers"] > SEEDS and totals["crashes"] > SEEDS // 2
     assert totals["duplicates"] > 10 * SEEDS and totals["gap"] > SEEDS
     assert totals["fenced_commits"] > 0 and totals["kept_unacked"] > 0
+    # both kinds of seeds ran, and multi-log messages carried several sections
+    # and answers, some with a section redirected beside a section written
+    assert totals["mux_seeds"] > SEEDS // 2 and totals["single_seeds"] > SEEDS // 10
+    assert totals["mux_sections"] > 10 * SEEDS and totals["mux_answers"] > 10 * SEEDS
+    assert totals["mux_mixed"] > 0
 
 
-def test_switching_the_duplicate_filter_off_is_caught():
+def test_every_invariant_holds_with_every_request_in_multi_log_messages():
+    failures, totals = [], Counter()
+    for seed in range(500):
+        result = run_service_seed(seed, mux=True)
+        totals.update(result.stats)
+        if result.violation:
+            failures.append(f"seed {seed}: {result.violation}")
+    assert failures == [], "\n".join(failures[:5])
+    assert totals["takeovers"] > 500 and totals["duplicates"] > 5_000
+    assert totals["not_owner"] > 100 and totals["mux_mixed"] > 0
+
+
+@pytest.mark.parametrize("mux", [False, True], ids=["single", "multi-log"])
+def test_switching_the_duplicate_filter_off_is_caught(mux):
     caught = Counter()
     for seed in range(200):
-        result = run_service_seed(seed, break_dedup=True)
+        result = run_service_seed(seed, break_dedup=True, mux=mux)
         if result.violation:
             caught[result.violation.split(":")[0]] += 1
     assert sum(caught.values()) >= 150, caught
@@ -39,9 +61,11 @@ def test_switching_the_duplicate_filter_off_is_caught():
 
 
 def test_starting_an_unknown_producer_at_its_first_number_is_caught():
+    # single requests: a producer's requests that leave in one multi-log message
+    # cannot overtake one another, so that case is the one to break
     caught = Counter()
     for seed in range(200):
-        result = run_service_seed(seed, break_oldest=True)
+        result = run_service_seed(seed, break_oldest=True, mux=False)
         if result.violation:
             caught[result.violation.split(":")[0]] += 1
     assert caught["acked-kept"] >= 50, caught
