@@ -210,8 +210,10 @@ class OwnedLog:
             self._fail(error)
             self._reply(identity, {**head, "op": "error", "code": "retry", "message": str(error)})
             return
-        self._reply(identity, {**head, "op": "written", "runs": runs})
+        # answered first: the reply may bring the producer's next write before
+        # this thread goes on, and a producer that wrote again is not awaited
         self.gate.answered(head.get("pid"), self._monotonic())
+        self._reply(identity, {**head, "op": "written", "runs": runs})
         if self._observe is not None:
             self._observe(time.perf_counter() - t0)
 
@@ -293,8 +295,8 @@ class OwnedLog:
                     return
                 answer = done[0]
             positions.append(None if answer == "old" else answer)
+        self.gate.answered(head.get("pid"), self._monotonic())  # first, as in _send_runs
         self._reply(identity, {**head, "op": "written", "runs": dlsn_runs(positions)})
-        self.gate.answered(head.get("pid"), self._monotonic())
         if self._observe is not None:
             self._observe(time.perf_counter() - t0)
 

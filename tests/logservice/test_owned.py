@@ -89,3 +89,29 @@ def test_held_records_wait_for_the_producers_just_answered_then_leave_in_one_ent
     owned.write(b"i", {**head, "pid": other.hex()}, other, 2, 2, [b"z"])
     assert owned.send_buffered(100.5, 2.0, 2) is None
     assert sent == [4]  # both records left together
+
+
+def test_a_producer_that_writes_again_before_its_reply_returns_is_not_awaited():
+    """The reply leaves before the thread that sent it goes on (another
+    thread reads the producer's next request meanwhile): that producer has
+    written already, so the next entry must not wait for it (the gather rule
+    would hold it ``gather_s`` for nothing)."""
+    replies, owned_box = [], []
+
+    def reply(identity, doc):  # the producer's next write is read at once
+        replies.append(doc)
+        owned = owned_box[0]
+        seq = doc["seq"] + 1
+        owned.write(b"p", {**doc, "op": "write", "seq": seq}, PID, seq, seq, [b"next"])
+
+    owned = OwnedLog(types.SimpleNamespace(), "fake", "test", reply, lambda: None,
+                     gather_s=1.0, monotonic=lambda: 100.0)
+    owned_box.append(owned)
+    wait_for(lambda: owned.state != "opening", 10)  # its opening fails: no real client
+    owned.writer, owned.state, owned.error = FakeWriter(), OPEN, None
+    head = {"log": "fake", "pid": PID.hex(), "seq": 1, "gen": 1}
+    assert owned.write(b"p", head, PID, 1, 1, [b"a"]) is None  # first request: one by one
+    owned.writer.settle(0, DLSN(1, 0, 0))  # answered (_send_answers); write 2 came meanwhile
+    assert len(replies) == 1 and len(owned.gate) == 0
+    owned.writer.settle(1, DLSN(1, 1, 0))  # write 2 is a run (_send_runs); write 3 came
+    assert len(replies) == 2 and len(owned.gate) == 0
