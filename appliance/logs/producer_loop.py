@@ -77,10 +77,11 @@ class MuxSocket:
         self.channel.queue(frame)
 
     def getsockopt(self, option: int) -> int:
-        return _POLLIN if self.inbox else 0  # only EVENTS is asked for
+        """EVENTS (an answer waits), or RCVMORE (never: an answer is one frame)."""
+        return _POLLIN if option == _EVENTS and self.inbox else 0
 
-    def recv_multipart(self, flags: int = 0) -> list:
-        return [self.inbox.popleft()]
+    def recv(self, flags: int = 0) -> bytes:
+        return self.inbox.popleft()
 
     def close(self, linger: int | None = None) -> None:
         self.channel.leave(self)
