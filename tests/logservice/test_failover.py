@@ -44,13 +44,16 @@ def appliance_up(short_tmp):
         kill_pids(seen)
 
 
-def _start_producers(config, tmp: Path, log_name: str, producers: int, records: int) -> list:
+def _start_producers(config, tmp: Path, log_name: str, producers: int, records: int,
+                     module: str = "tests.logservice.producer_proc") -> list:
+    """``producers`` processes running ``module`` (its arguments: config,
+    log name(s), producer name, records, output file)."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     procs = []
     for k in range(producers):
         out = tmp / f"p{k}.out"
         procs.append((f"p{k}", out, subprocess.Popen(
-            [sys.executable, "-m", "tests.logservice.producer_proc", str(config), log_name,
+            [sys.executable, "-m", module, str(config), log_name,
              f"p{k}", str(records), str(out)], cwd=REPO, env=env,
             stdout=open(tmp / f"p{k}.log", "wb"), stderr=subprocess.STDOUT)))
     return procs
@@ -211,31 +214,17 @@ def test_producer_processes_writing_several_logs_ride_over_a_kill_9_of_an_owner(
     order, at the DLSN its write returned."""
     config, bk, registry, seen = appliance_up
     logs = [f"multi-{k}" for k in range(6)]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    records, procs = 200, []
-    for k in range(2):
-        out = short_tmp / f"p{k}.out"
-        procs.append((f"p{k}", out, subprocess.Popen(
-            [sys.executable, "-m", "tests.logservice.multi_producer_proc", str(config),
-             ",".join(logs), f"p{k}", str(records), str(out)], cwd=REPO, env=env,
-            stdout=open(short_tmp / f"p{k}.log", "wb"), stderr=subprocess.STDOUT)))
+    records = 200
+    procs = _start_producers(config, short_tmp, ",".join(logs), 2, records,
+                             module="tests.logservice.multi_producer_proc")
     try:
         wait_for(lambda: all((short_tmp / f"p{k}.started").exists() for k in range(2)) or
                  any(p.poll() is not None for _, _, p in procs), 120, what="producers started")
         owners = {registry.owner(log)["server"] for log in logs if registry.owner(log)}
         owner, pid = _owner_pid(registry, logs[0])
         os.kill(pid, signal.SIGKILL)
-        results = {}
-        for name, out, proc in procs:
-            try:
-                code = proc.wait(timeout=PRODUCER_TIMEOUT_S)
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
-            assert code == 0, f"{name} exited {code}: " \
-                f"{(short_tmp / f'{name}.log').read_text(errors='replace')[-3000:]}"
-            results[name] = [json.loads(line) for line in out.read_text().splitlines()]
+        results = _wait_producers(procs, short_tmp)
+        for _, out, _ in procs:
             mux = json.loads(out.with_suffix(".mux").read_text())
             # the requests did leave together: fewer messages than requests
             assert 0 < mux["mux_messages"] < mux["mux_sections"], mux
