@@ -49,7 +49,12 @@ import zmq
 
 from appliance.errors import BKError
 from appliance.protocol import limits
-from appliance.protocol.log_service import MUX_REPLY_KIND, decode_mux_reply, encode_mux
+from appliance.protocol.log_service import (
+    MUX_REPLY_KIND,
+    decode_mux_reply,
+    encode_mux,
+    mux_groups,
+)
 from ipc.wake import WakePipe
 
 log = logging.getLogger("appliance.logs")
@@ -127,15 +132,12 @@ class Channel:
     def flush(self) -> None:
         """Send what the producers queued: one message (more past the bounds)."""
         self.flagged = False  # before reading: a request queued from now on flags again
-        outbox = self.outbox
-        sections_max = limits.LOG_SERVICE_MUX_SECTIONS_MAX
-        bytes_max = limits.LOG_SERVICE_MUX_BYTES_MAX // 2  # room for the framing
-        while outbox:
-            sections, size = [], 0
-            while outbox and len(sections) < sections_max and \
-                    (not sections or size + len(outbox[0]) <= bytes_max):
-                sections.append(outbox.popleft())
-                size += len(sections[-1])
+        outbox, queued = self.outbox, []
+        while outbox:  # popped one by one: producers may append meanwhile
+            queued.append(outbox.popleft())
+        for sections in mux_groups(queued, limits.LOG_SERVICE_MUX_SECTIONS_MAX,
+                                   limits.LOG_SERVICE_MUX_BYTES_MAX // 2):  # room for framing
+            size = sum(map(len, sections))
             if self.sock is None:
                 continue  # closed: the producers resend after their timeout
             try:

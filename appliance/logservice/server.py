@@ -56,6 +56,7 @@ from appliance.protocol.log_service import (
     decode_request,
     encode_header,
     join_mux_reply,
+    mux_groups,
     owner_of,
     route_answer,
     section_route,
@@ -356,20 +357,12 @@ class LogServer:
         bytes_max = limits.LOG_SERVICE_MUX_BYTES_MAX - 64
         for mux, routed in muxed.items():
             identity = bytes(mux)
-            start = 0
-            while start < len(routed):
-                end, size = start, 0
-                while end < len(routed) and end - start < sections_max and \
-                        (end == start or size + len(routed[end]) <= bytes_max):
-                    size += len(routed[end])
-                    end += 1
+            for group in mux_groups(routed, sections_max, bytes_max):
                 try:
-                    send_frames(self._sock, (identity, join_mux_reply(routed[start:end])),
-                                copy=True)
+                    send_frames(self._sock, (identity, join_mux_reply(group)), copy=True)
                 except zmq.ZMQError:
                     pass  # as for a single reply: the producers resend after their timeout
                 self.stats["mux_replies"] += 1
-                start = end
 
     def _handle(self, identity: bytes, doc: dict, payloads: list) -> dict | None:
         op = doc["op"]

@@ -303,6 +303,22 @@ def encode_mux(sections: list) -> bytes:
     return b"".join(parts)
 
 
+def mux_groups(parts: list, sections_max: int, bytes_max: int):
+    """``parts`` (sections or routed answers, in order) cut into the groups
+    of successive parts that one MUX or MUX_REPLY carries: at most
+    ``sections_max`` parts and ``bytes_max`` bytes each (a bigger part goes
+    alone)."""
+    start = 0
+    while start < len(parts):
+        end, size = start, 0
+        while end < len(parts) and end - start < sections_max and \
+                (end == start or size + len(parts[end]) <= bytes_max):
+            size += len(parts[end])
+            end += 1
+        yield parts[start:end]
+        start = end
+
+
 def _split_mux(frame: bytes, kind: str, sections_max: int, bytes_max: int):
     if len(frame) > bytes_max:
         raise BadRequestError(f"log service: a {kind} of {len(frame)} bytes (at most "

@@ -30,6 +30,7 @@ from appliance.protocol.log_service import (
     encode_mux_reply,
     encode_write,
     encode_written,
+    mux_groups,
     owner_of,
     pack_records,
     runs_dlsns,
@@ -246,3 +247,11 @@ def test_a_multi_log_reply_routes_each_answer_to_its_log_and_producer():
             decode_mux_reply(bad, 8, 1 << 20)
     with pytest.raises(BadRequestError, match="2 sections"):
         decode_mux_reply(frame, 1, 1 << 20)
+
+
+def test_mux_groups_keep_the_order_within_the_count_and_byte_bounds():
+    parts = [b"a" * 3, b"b" * 3, b"c" * 3, b"d" * 9, b"e", b"f", b"g"]
+    groups = list(mux_groups(parts, 3, 7))
+    assert [p for g in groups for p in g] == parts  # every part once, in order
+    assert groups == [[b"aaa", b"bbb"], [b"ccc"], [b"d" * 9], [b"e", b"f", b"g"]]
+    assert list(mux_groups([], 3, 7)) == []
