@@ -123,6 +123,7 @@ def test_a_segment_not_preallocated_is_not_zeroed(opener, monkeypatch, writes):
     st = opener(journal_group_wait_us=0)
     st.write_journal_inline()
     for e in range(10):
+        wait_for(st._journal.parked, 10, 0.001, "the journal thread waiting for work")
         st.add_entry(1, e, payload(1, e))
         assert st.write_journal_inline() is True
     st.close()  # the thread ends: any zero step it was to take is done
