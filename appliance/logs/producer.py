@@ -129,7 +129,10 @@ class Producer(ProducerIO):
         self.record_bytes_max = (client.payload_bytes_max - HEADER_BYTES - RECORD_OVERHEAD
                                  - TAG_BYTES)
         self._clock = clock
-        self._cond = threading.Condition()
+        # the condition's lock, taken directly on the per-record paths (no
+        # Python-level Condition.__enter__ / __exit__ call per record)
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
         self._pending: collections.OrderedDict[int, _Write] = collections.OrderedDict()
         self._inflight_bytes = 0
         self._unsent: collections.deque[_Write] = collections.deque()
@@ -194,10 +197,12 @@ class Producer(ProducerIO):
         fut = AddFuture(self._cond)
         size = len(payload)
         now = self._clock()
-        with self._cond:
+        with self._lock:
             pending = self._pending
             if self._error is not None or self._closed or self._next_seq is None or \
-                    pending and not self._has_room(size):
+                    pending and (len(pending) >= limits.LOG_PRODUCER_INFLIGHT_RECORDS_MAX or
+                                 self._inflight_bytes + size >
+                                 limits.LOG_PRODUCER_INFLIGHT_BYTES_MAX):  # _has_room
                 now = self._wait_for_room(size, now)
             if seq is not None:
                 if seq < self._next_seq and self._numbered:
@@ -508,7 +513,7 @@ class Producer(ProducerIO):
         position forgotten)."""
         done = []
         pending, freed = self._pending, 0
-        with self._cond:
+        with self._lock:
             for seg, entry, slot, n in runs:
                 forgotten = seg is None or seg == FORGOTTEN
                 for k in range(n):
