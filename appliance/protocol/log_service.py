@@ -40,7 +40,7 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from itertools import accumulate
 
@@ -66,50 +66,11 @@ def owner_of(log: str, servers) -> str | None:
 
 
 # -- the duplicate filter ------------------------------------------------------------------
-class _Recent:
-    """The positions of a producer's last ``keep`` stored records, as runs
-    ``(first seq, n, positions)`` oldest first: a request's records are one
-    run (one append, not one dict entry each: at 200,000 records/s the
-    per-record entries were the log server's largest cost of its own)."""
-
-    __slots__ = ("runs", "count")
-
-    def __init__(self):
-        self.runs: deque = deque()
-        self.count = 0
-
-    def add(self, seq: int, positions, keep: int) -> None:
-        n = len(positions)
-        self.runs.append((seq, n, positions))
-        self.count += n
-        runs = self.runs
-        while self.count > keep:  # forget the oldest records, whole runs first
-            first, m, kept = runs[0]
-            extra = self.count - keep
-            if m <= extra:
-                runs.popleft()
-                self.count -= m
-            else:
-                runs[0] = (first + extra, m - extra, kept[extra:])
-                self.count -= extra
-
-    def get(self, seq: int, default=None):
-        """``seq``'s position (the newest stored, if more than one), or
-        ``default``."""
-        for first, n, positions in reversed(self.runs):
-            if first <= seq < first + n:
-                return positions[seq - first]
-        return default
-
-
-_ABSENT = object()
-
-
 @dataclass
 class _Producer:
     next_seq: int
     used_ms: int
-    recent: _Recent = field(default_factory=_Recent)  # seq -> position
+    recent: OrderedDict = field(default_factory=OrderedDict)  # seq -> position
 
 
 @dataclass(frozen=True)
@@ -159,9 +120,8 @@ class DedupTable:
             return Verdict(NEW)
         if seq > p.next_seq:
             return Verdict(GAP, expected=p.next_seq)
-        position = p.recent.get(seq, _ABSENT)
-        if position is not _ABSENT:
-            return Verdict(DUPLICATE, position=position)
+        if seq in p.recent:
+            return Verdict(DUPLICATE, position=p.recent[seq])
         return Verdict(OLD)
 
     def admit_run(self, producer_id: bytes, seq: int, n: int, now_ms: int) -> int:
@@ -183,8 +143,14 @@ class DedupTable:
         p = self._producers.get(producer_id)
         if p is None:
             return
-        if positions:
-            p.recent.add(seq, positions, self.recent_max)
+        recent = p.recent
+        if len(positions) == 1:  # the usual request: one record (no zip, no range)
+            recent[seq] = positions[0]
+        else:
+            for s, position in zip(range(seq, seq + len(positions)), positions, strict=True):
+                recent[s] = position
+        while len(recent) > self.recent_max:
+            recent.popitem(last=False)
 
     def store(self, producer_id: bytes, seq: int, position: object) -> None:
         """Keep the position of a record (a pending write's future first,
@@ -192,7 +158,10 @@ class DedupTable:
         p = self._producers.get(producer_id)
         if p is None:
             return
-        p.recent.add(seq, (position,), self.recent_max)
+        p.recent[seq] = position
+        p.recent.move_to_end(seq)
+        while len(p.recent) > self.recent_max:
+            p.recent.popitem(last=False)
 
     def learn(self, producer_id: bytes, seq: int, position: object, now_ms: int) -> None:
         """A record read back from the log (in log order): the producer's

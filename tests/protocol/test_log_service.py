@@ -174,24 +174,6 @@ def test_admit_run_takes_a_known_producers_next_records_in_one_step():
     assert table.admit_run(A, 6, 2, 0) == 0
 
 
-def test_a_requests_records_are_kept_as_one_run_and_forgotten_record_by_record():
-    table = DedupTable(4, 5, 1000)
-    assert table.admit(A, 1, 0).kind == NEW
-    table.store(A, 1, "p1")
-    assert table.admit_run(A, 2, 4, 0) == 4
-    table.store_many(A, 2, ["p2", "p3", "p4", "p5"])
-    assert table.admit_run(A, 6, 3, 0) == 3
-    table.store_many(A, 6, ["run"] * 3)  # one request stored as one run
-    # 8 records, 5 kept: seq 1 and 2 (half of a run) and 3 forgotten
-    assert [table.admit(A, s, 0).kind for s in (1, 2, 3)] == [OLD, OLD, OLD]
-    assert table.admit(A, 4, 0) == Verdict(DUPLICATE, position="p4")
-    assert table.admit(A, 5, 0) == Verdict(DUPLICATE, position="p5")
-    assert [table.admit(A, s, 0).position for s in (6, 7, 8)] == ["run"] * 3
-    assert table.admit(A, 9, 0).kind == NEW
-    table.store(A, 9, "p9")  # one more: seq 4 goes
-    assert table.admit(A, 4, 0).kind == OLD and table.admit(A, 5, 0).position == "p5"
-
-
 def test_binary_writes_and_written_replies_round_trip_and_bad_ones_are_refused():
     records = [b"a", b"", b"xyz" * 100]
     frame = encode_write("l\u00e9".encode(), A, 3, 7, 5, records)
