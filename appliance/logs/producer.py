@@ -200,9 +200,7 @@ class Producer(ProducerIO):
         with self._lock:
             pending = self._pending
             if self._error is not None or self._closed or self._next_seq is None or \
-                    pending and (len(pending) >= limits.LOG_PRODUCER_INFLIGHT_RECORDS_MAX or
-                                 self._inflight_bytes + size >
-                                 limits.LOG_PRODUCER_INFLIGHT_BYTES_MAX):  # _has_room
+                    pending and not self._has_room(size):
                 now = self._wait_for_room(size, now)
             if seq is not None:
                 if seq < self._next_seq and self._numbered:
