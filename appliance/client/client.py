@@ -243,7 +243,8 @@ class Client:
         finally:
             self.driver.post(self.driver.unregister, core)
         if result.code != OK:
-            raise self.driver.error(result.code, f"recovery of ledger {md.ledger_id} failed")
+            why = f" ({result.detail})" if result.detail else ""
+            raise self.driver.error(result.code, f"recovery of ledger {md.ledger_id} failed{why}")
         return result.metadata
 
     def list_ledgers(self) -> list[int]:

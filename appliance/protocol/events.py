@@ -192,6 +192,9 @@ class OpenDone:
     last_add_confirmed: int
     metadata: LedgerMetadata | None = None
     version: int | None = None
+    # Why an open failed, when the core can say more than the code does
+    # (a recovery names the entry it could not decide, with its replies).
+    detail: str = ""
 
 
 @dataclass(frozen=True, slots=True)

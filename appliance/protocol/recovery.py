@@ -33,8 +33,9 @@ of every record read) and that everything up to it was written back.
 
 The result is one ``OpenDone``: OK with the closed metadata, or the error
 (``UnauthorizedError``, ``NotEnoughBookiesError``, ``DataUnknownError``,
-``BKTimeoutError``, ``MetadataVersionError``); a failed recovery leaves the
-ledger IN_RECOVERY for a later attempt.
+``BKTimeoutError``, ``MetadataVersionError``), with a ``detail`` naming what
+stopped it (the fence's replies, or the undecided entry's); a failed recovery
+leaves the ledger IN_RECOVERY for a later attempt.
 """
 
 from __future__ import annotations
@@ -185,7 +186,9 @@ class LedgerRecovery(CoreBase):
         elif self._fence_errors > size - coverage:
             self._drop_requests("fence")
             if round_no >= self.config.rounds_max:
-                self.finish(BKTimeoutError.code)
+                self.finish(BKTimeoutError.code, f"fencing its last fragment, round {round_no} "
+                            f"of {round_no} got {self._fence_ok} of {size} bookies' "
+                            f"replies; it needs {coverage}")
             else:
                 self.backoff(("fence", round_no + 1))
 
@@ -333,8 +336,9 @@ class LedgerRecovery(CoreBase):
             del self._requests[request_id]
 
     # -- the outcome -------------------------------------------------------------------------
-    def finish(self, code: int) -> None:
-        """Finish with ``code`` (``OK``: the metadata we hold is CLOSED)."""
+    def finish(self, code: int, detail: str = "") -> None:
+        """Finish with ``code`` (``OK``: the metadata we hold is CLOSED);
+        ``detail`` says why a failure happened, for the user's error."""
         if self.result is not None:
             return
         self.phase = "done"
@@ -348,5 +352,6 @@ class LedgerRecovery(CoreBase):
                       self.ledger_id, md.state, md.last_entry_id, self.fenced_lac,
                       rule="no-divergence")
         self.result = ev.OpenDone(self.ledger_id, code, self._md.last_entry_id if ok else -1,
-                                  self._md if ok else None, self._version if ok else None)
+                                  self._md if ok else None, self._version if ok else None,
+                                  "" if ok else detail)
         self._out.append(self.result)

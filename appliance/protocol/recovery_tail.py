@@ -37,6 +37,7 @@ from appliance.protocol.quorum import (
     POSITIVE,
     UNKNOWN,
     WriteSets,
+    ack_coverage,
     classify_recovery_read,
     in_write_set,
 )
@@ -154,10 +155,21 @@ class RecoveryTail:
         elif verdict == UNKNOWN:
             if entry.round >= self.owner.config.rounds_max:
                 code = entry.unknown_code
-                self.owner.finish(code if code != OK else DataUnknownError.code)
+                self.owner.finish(code if code != OK else DataUnknownError.code,
+                                  self._undecided(entry))
                 return
             entry.state = WAITING
             self.owner.backoff(("reread", entry.entry_id, entry.round + 1))
+
+    def _undecided(self, entry: _Entry) -> str:
+        """Why ``entry`` stopped the recovery, for the user's error: the
+        replies of its last round and what either decision needs."""
+        return (f"entry {entry.entry_id} undecided after {entry.round} reads of its write "
+                f"set: {entry.positives} had it, {entry.negatives} did not, "
+                f"{entry.unknowns} did not answer; keeping it needs {self.positive_min} "
+                f"that have it, ending the ledger before it needs "
+                f"{ack_coverage(self.qw, self.qa)} that do not (retry once those bookies "
+                f"answer)")
 
     def _end_at(self, entry_id: int, now_ms: int) -> None:
         if self.end is None or entry_id < self.end:

@@ -5,7 +5,9 @@
   within the add timeout (plus the metadata write) and adds continue.
 * A writer running ON host1 is fenced by a recovery from the client
   namespace: it gets no acknowledgement past the recovered end, and its
-  adds fail.
+  adds fail.  When the cut split an add (one other bookie has it), that
+  recovery refuses to guess while host1 is away, names the entry, and the
+  recovery after healing decides it.
 * Autorecovery marks the ledgers naming host1's bookies under-replicated
   while it is gone and re-replicates them; after healing, host1's bookies
   register again by themselves and no mark is left.
@@ -70,6 +72,31 @@ def _off_host1(store, ledger: int) -> bool:
     return not any(b.startswith("host1-") for _first, ens in md.ensembles for b in ens)
 
 
+def _recover(hosts, ledger: int) -> dict | None:
+    """Open ``ledger`` with recovery from the client namespace: its ``read``
+    event, or None when the recovery refused to guess an entry.
+
+    An add of the writer on host1 that was on the wire when the cut came can
+    reach one of the two other bookies and not the other.  With host1's
+    bookie (which has it) unreachable, that entry has one positive and one
+    explicit negative: neither the ack quorum (2) that keeps it nor the
+    coverage (2) that ends the ledger before it, and it may have been
+    acknowledged (host1's bookie and the one that has it make an ack quorum).
+    Recovery must then fail rather than guess (REFERENCES.md, BP-46); its
+    error names the entry and its replies."""
+    worker = hosts.worker(CLIENT, "read", "--ledger", str(ledger), "--recovery")
+    wait_for(lambda: worker.of("read") or worker.of("error"), 60, interval_s=0.05,
+             what="the recovery's outcome")
+    assert worker.wait(30) == 0
+    if worker.of("read"):
+        return worker.of("read")[0]
+    error = worker.of("error")[0]
+    assert " undecided after " in error["message"] and " 1 had it, 1 did not, 1 did not " \
+        "answer" in error["message"], error
+    print(f"recovery during the partition refused to guess: {error['message']}")
+    return None
+
+
 def test_partitioned_host(healthy):
     hosts = healthy
     outside = hosts.worker(CLIENT, "write", "--interval-ms", INTERVAL_MS,
@@ -99,8 +126,7 @@ def test_partitioned_host(healthy):
             print(f"host1 partitioned: fragment without it after {moved_s:.1f} s: {moved}")
             assert moved_s <= MOVE_BOUND_S, (moved_s, moved)
             # the writer on host1 is fenced by a recovery from the client namespace
-            read_in = hosts.worker(CLIENT, "read", "--ledger", str(in_ledger), "--recovery") \
-                .wait_event("read", timeout_s=60)
+            read_in = _recover(hosts, in_ledger)
             # autorecovery (on the majority side) re-replicates what host1 held:
             # the client ledger's first fragment (sealed, it named host1) moves off
             wait_for(lambda: _off_host1(store, out_ledger), REREPLICATED_S, interval_s=0.2,
@@ -108,6 +134,9 @@ def test_partitioned_host(healthy):
         finally:
             hosts.heal("host1")
     hosts.wait_registered(hosts.bookie_ids("host1"), SESSION_TIMEOUT_MS / 1000 + 60)
+    if read_in is None:  # the split entry: host1's bookie answers again, so it is decided
+        read_in = _recover(hosts, in_ledger)
+        assert read_in is not None, "recovery undecided with every bookie back"
     wait_for(lambda: _underreplicated(hosts) == [], REREPLICATED_S, interval_s=1.0,
              what="no ledger left under-replicated or marked")
     error = inside.wait_event("error", timeout_s=WRITER_FAILS_S)

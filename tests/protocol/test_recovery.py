@@ -101,8 +101,30 @@ def test_unknown_entry_is_retried_never_guessed():
         if loop.results:
             break
     assert rereads == 6  # two rounds of three reads of entry 0
-    assert one(ev.OpenDone, loop.results).code == BKTimeoutError.code
+    done = one(ev.OpenDone, loop.results)
+    assert done.code == BKTimeoutError.code
+    # the failure says which entry stopped it and why, for the user's error
+    assert done.detail.startswith("entry 0 undecided after 2 reads of its write set: "
+                                  "1 had it, 1 did not, 1 did not answer; keeping it needs "
+                                  "2 that have it, ending the ledger before it needs 2 "), \
+        done.detail
     assert loop.meta[1][0].state == "IN_RECOVERY"  # nothing was decided
+
+
+def test_a_fence_that_cannot_cover_the_ensemble_fails_and_says_so():
+    loop = Loop(metadata())
+    store(loop, ["b1", "b2", "b3"], 0, -1)
+    loop.down.update({"b2", "b3"})  # one reply of three: an ack quorum may be unfenced
+    core = recover(loop, rounds_max=2)
+    for now_ms in range(5_000, 60_000, 5_000):
+        loop.fire_timers(core, now_ms)
+        if loop.results:
+            break
+    done = one(ev.OpenDone, loop.results)
+    assert done.code == BKTimeoutError.code
+    assert done.detail == ("fencing its last fragment, round 2 of 2 got 1 of 3 bookies' "
+                           "replies; it needs 2"), done.detail
+    assert not of(ev.SendRead, loop.sent)  # nothing read before the fence held
 
 
 def test_a_failed_write_back_moves_the_tail_to_a_new_fragment():

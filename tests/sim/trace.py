@@ -127,7 +127,7 @@ def fmt_event(obj) -> str:
         last = values.pop("last_entry_id", first + count - 1)
         parts.append(f"entries={fmt_ids(range(first, last + 1))}")
     for name, value in values.items():
-        if name in _HIDDEN or value is None or value is False:
+        if name in _HIDDEN or value is None or value is False or value == "":
             continue
         if value is True:
             parts.append(name)
