@@ -185,6 +185,18 @@ class WriteHandle:
             self._driver.post(self._flush, False, True)
         return fut
 
+    def has_room(self, count: int, size: int) -> bool:
+        """Would ``count`` more adds of ``size`` bytes in all be taken now
+        without waiting for room (``_wait_for_room``'s rule: within
+        ``inflight_adds_max`` adds, and within ``inflight_bytes_max`` bytes
+        unless nothing is in flight)?  For a caller that must never wait (a
+        log server's loop serves every log).  Read without the lock: adds
+        only leave the window meanwhile, so a True stays true until the
+        caller itself adds."""
+        inflight = self._inflight
+        return inflight + count <= self._inflight_max and (
+            not inflight or self._inflight_bytes + size <= self._inflight_bytes_max)
+
     def _wait_for_room(self, size: int, count: int = 1) -> None:
         """Holding ``_queue_lock``: wait until ``count`` more adds of ``size``
         bytes in all fit (adds bigger than the byte limit go once nothing is in

@@ -634,6 +634,18 @@ class LogWriter:
             return start, self._next_entry
 
     # -- flush and close ------------------------------------------------------------------
+    def has_room(self, records: int, size: int) -> bool:
+        """Can ``records`` more records of ``size`` payload bytes in all be
+        buffered, and sent with what is buffered already, without this
+        segment's ledger handle waiting for room (``[client]
+        inflight_adds_max`` / ``inflight_bytes_max``)?  Counts the most
+        entries they would make (one per ``flush_bytes``, plus one).  For a
+        caller that must never wait; a look without the lock (only acks
+        change it meanwhile, and they make room)."""
+        total = self._buf_bytes + size + records * self._record_overhead
+        entries = total // self._flush_bytes + 1
+        return self._wh.has_room(entries, total + entries * HEADER_BYTES)
+
     @property
     def entries_inflight(self) -> int:
         """Entries sent and not yet acknowledged."""
@@ -650,7 +662,10 @@ class LogWriter:
         its linger): a lone record leaves at once, and the records that
         arrive while an entry is in flight leave together when it is
         acknowledged (or when the caller's linger ends), instead of waiting
-        out ``flush_interval_us``."""
+        out ``flush_interval_us``.  Never waits for the ledger handle's room
+        (``[client] inflight_adds_max`` / ``inflight_bytes_max``, for a
+        caller that serves other logs too): while the window is full nothing
+        is sent, and ``on_acked`` comes with the oldest entry's ack."""
         with self._lock:
             if not self._buf_payloads or self._closed:
                 return True
@@ -661,8 +676,10 @@ class LogWriter:
             except IndexError:  # acknowledged meanwhile (the ledger's thread)
                 target = None
             if target is None or target.done():
-                self._flush_locked()
-                return True
+                if not count or self._wh.has_room(1, self._buf_bytes + HEADER_BYTES):
+                    self._flush_locked()
+                    return True
+                target = inflight[0]  # the ledger's window is full: its oldest ack makes room
             if on_acked is not None and self._acked_hook is not target:
                 self._acked_hook = target
                 target.add_done_callback(lambda _f: on_acked())

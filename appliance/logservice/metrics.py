@@ -13,7 +13,8 @@ already keeps, when Prometheus scrapes (on the HTTP server's thread):
   ``..._records_total`` (records written), ``..._duplicates_total``
   (retried records answered from the duplicate filter), ``..._entries_total``
   (ledger entries the owned logs' writers sent: a group commit each),
-  ``..._takeovers_total`` (logs taken over);
+  ``..._takeovers_total`` (logs taken over), ``..._busy_total`` (write
+  requests answered "retry": their log's ledger had no room);
 * ``bookkeeper_logserver_owned_logs`` and ``..._producers`` (producers the
   owned logs' filters track), gauges;
 * ``bookkeeper_logserver_write_latency_seconds``: one observation per write
@@ -45,7 +46,9 @@ COUNTERS = {"requests": "Requests received.", "redirects": "Requests answered 'n
             "owned logs' writers (one group commit each).", "takeovers": "Logs taken over.",
             "mux_requests": "Multi-log messages received (their sections count in requests).",
             "mux_sections": "Requests received as sections of multi-log messages.",
-            "mux_replies": "Multi-log reply messages sent."}
+            "mux_replies": "Multi-log reply messages sent.",
+            "busy": "Write requests answered 'retry' because their log's ledger had as many "
+            "adds in flight as it may take (back-pressure; the producer resends)."}
 
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)

@@ -15,6 +15,14 @@ writer, which packs them many to an entry (a group commit: one ledger add
 for the records of many producers).  The reply for a request leaves when
 all its records have a position.
 
+Back-pressure: a request whose records the log's ledger handle has no
+room for (``[client] inflight_adds_max`` adds or ``inflight_bytes_max``
+bytes in flight, acks not coming: its bookies stalled) is answered
+"retry" before any of it is judged: the producer resends after its
+back-off.  The server's one thread serves every log, so it never waits
+for one log's room: the other logs' producers, and pings, go on.
+(A log with nothing in flight takes any request, as the handle does.)
+
 Failure: a write the writer fails (fenced by an exclusive writer, or a
 ledger error) may or may not be in the log, so the filter can no longer
 tell; the log is then dropped whole (``failed``): its requests are answered
@@ -35,7 +43,15 @@ from appliance.logs.writer import LogWriter
 from appliance.protocol import limits
 from appliance.protocol.gather import GatherGate
 from appliance.protocol.log_entry import unpack_tags
-from appliance.protocol.log_service import DUPLICATE, FULL, GAP, NEW, DedupTable, dlsn_runs
+from appliance.protocol.log_service import (
+    DUPLICATE,
+    FULL,
+    GAP,
+    NEW,
+    RETRY,
+    DedupTable,
+    dlsn_runs,
+)
 from appliance.protocol.logs import COMPLETED, DLSN
 
 log = logging.getLogger("appliance.logservice")
@@ -152,6 +168,11 @@ class OwnedLog:
         t0 = time.perf_counter()
         self.stats["requests"] += 1
         self.gate.arrived(head.get("pid"))
+        if not self.writer.has_room(len(payloads), sum(map(len, payloads))):
+            self._count("busy", 1)
+            return {"op": "error", "code": RETRY, "message": f"log {self.name}: its ledger "
+                    "has as many adds in flight as it may take ([client] inflight_adds_max, "
+                    "inflight_bytes_max); retry"}
         if self.table.admit_run(producer_id, seq, len(payloads), now):
             return self._write_new(identity, head, producer_id, seq, payloads, t0)
         answers: list = []

@@ -126,7 +126,7 @@ class LogServer:
         self._sock.bind(endpoint)
         self.stats = {"requests": 0, "redirects": 0, "records": 0, "duplicates": 0,
                       "entries": 0, "takeovers": 0, "mux_requests": 0, "mux_sections": 0,
-                      "mux_replies": 0}
+                      "mux_replies": 0, "busy": 0}
         self._metrics_address = metrics_address
         self.metrics_url: str | None = None
         self._httpd = self._latency = None

@@ -24,6 +24,10 @@ class FakeWriter:
         self.cond = threading.Condition()
         self.runs: list[tuple[AddFuture, int]] = []
         self.written = 0
+        self.room = True  # the ledger handle's window (LogWriter.has_room)
+
+    def has_room(self, records, size):
+        return self.room
 
     def write_run_async(self, payloads, tags):
         fut = AddFuture(self.cond)
@@ -115,3 +119,20 @@ def test_a_producer_that_writes_again_before_its_reply_returns_is_not_awaited():
     assert len(replies) == 1 and len(owned.gate) == 0
     owned.writer.settle(1, DLSN(1, 1, 0))  # write 2 is a run (_send_runs); write 3 came
     assert len(replies) == 2 and len(owned.gate) == 0
+
+
+def test_a_request_its_ledger_has_no_room_for_is_answered_retry_at_once_and_taken_later():
+    owned, replies = _owned()
+    head = {"log": "fake", "pid": PID.hex(), "seq": 1, "gen": 1}
+    owned.writer.room = False  # acks stalled: the handle's window is full
+    answer = owned.write(b"p", head, PID, 1, 1, [b"a", b"b"])
+    assert answer["op"] == "error" and answer["code"] == "retry", answer
+    assert "inflight_adds_max" in answer["message"]
+    assert owned.writer.written == 0 and owned.stats["busy"] == 1
+    assert owned.hello(PID) is None  # nothing judged: the producer is not even known
+    owned.writer.room = True  # acks came: the producer's resend is taken
+    assert owned.write(b"p", {**head, "gen": 2}, PID, 1, 1, [b"a", b"b"]) is None
+    assert owned.writer.written == 2
+    owned.writer.settle(0, DLSN(1, 0, 0))
+    owned.writer.settle(1, DLSN(1, 0, 1))
+    assert runs_dlsns(replies.pop()["runs"]) == [(1, 0, 0), (1, 0, 1)]

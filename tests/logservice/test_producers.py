@@ -184,3 +184,60 @@ def test_concurrent_sync_writes_share_entries_and_keep_each_producers_order(make
             assert values["bookkeeper_logserver_entries_total"] < 240  # shared entries
         finally:
             servers.kill_all()
+
+
+def test_producers_ride_over_a_full_ledger_window_by_retrying(make_cluster):
+    """Back-pressure without a wait: the log server's ledger handles take one
+    add at a time (``[client] inflight_adds_max = 1``), so writes keep
+    finding their log's window full.  Those requests are answered "retry"
+    (the server's one loop never waits for one log's room) and resent after
+    the producer's back-off; every record is stored once, in each
+    producer's order, at the DLSN its write returned, on both logs.  (No
+    gather: synchronous producers then come back at their own times, not
+    as one cohort per entry, so requests keep arriving while their log's
+    one add is in flight.)"""
+    cluster = make_cluster(3, quorums=(3, 3, 2), autorecovery={"enabled": False},
+                           log={"metrics_address": "127.0.0.1:0", "service_gather_us": 0},
+                           client={"inflight_adds_max": 1})
+    with appliance.connect(str(cluster.config_path)) as bk:
+        wait_registered(bk, 3)
+        servers = LogServers(cluster, bk)
+        try:
+            servers.start("logserver-1")
+            logs, n = ("narrow-a", "narrow-b"), 40
+            producers = [bk.log(logs[i % 2]).producer() for i in range(6)]
+            positions: list[list] = [[] for _ in producers]
+            errors: list = []
+
+            def produce(i: int) -> None:  # synchronous: requests keep meeting entries
+                try:
+                    positions[i].extend(producers[i].write(b"%d:%d" % (i, j)) for j in range(n))
+                except Exception as exc:  # noqa: BLE001 - reported by the test
+                    errors.append(exc)
+
+            try:
+                threads = [threading.Thread(target=produce, args=(i,)) for i in range(6)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join(120)
+                retried = sum(p.stats["retries"] for p in producers)
+            finally:
+                for p in producers:
+                    p.close()
+            assert errors == [] and [len(v) for v in positions] == [n] * 6
+            for name in logs:
+                at = {r.dlsn: r.payload for r in read_all(bk, name, 3 * n, nothing_more=True)}
+                for i in range(logs.index(name), 6, 2):
+                    assert positions[i] == sorted(positions[i])  # this producer's order
+                    assert [at[d] for d in positions[i]] == [b"%d:%d" % (i, j)
+                                                             for j in range(n)]
+            url = servers.registry.servers()["logserver-1"]["metrics_url"]
+            text = urllib.request.urlopen(url, timeout=10).read().decode()
+            values = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+                      if line.startswith("bookkeeper_logserver")}
+            assert values["bookkeeper_logserver_records_total"] == 6 * n
+            assert values["bookkeeper_logserver_busy_total"] >= 1, values
+            assert retried >= values["bookkeeper_logserver_busy_total"], (retried, values)
+        finally:
+            servers.kill_all()
