@@ -33,6 +33,11 @@ exactly-once:
   messages are lost, duplicated, delayed and reordered as a whole, and
   they cross crashes and leases moving between their sections' logs.
 
+* back-pressure (``ledger_window``, a quarter of the seeds each 1 or 2): a
+  request that finds that many of its log's commits on their way is
+  answered "retry" before any of it is judged, as the owner answers one
+  its log's ledger has no room for.
+
 Invariants, checked once the faults stop and every producer finished:
 
 ``acked-kept``      every acknowledged write is in its log at the position
@@ -89,6 +94,10 @@ class SimConfig:
     break_oldest: bool = False
     logs: int = 1
     mux: bool = False
+    # commits of one log on their way at most (its ledger's window, [client]
+    # inflight_adds_max): a request meeting that many is answered "retry"
+    # before any of it is judged (appliance.logservice.owned).  0: no bound.
+    ledger_window: int = 0
 
 
 def random_config(seed: int, break_dedup: bool = False, break_oldest: bool = False,
@@ -98,7 +107,8 @@ def random_config(seed: int, break_dedup: bool = False, break_oldest: bool = Fal
     shape = random.Random(seed * 104_729 + 3)  # its own draws: the others stay as they were
     logs = shape.randint(1, 3)
     mux = shape.random() < 0.75 if mux is None else mux
-    return SimConfig(seed=seed, logs=logs, mux=mux,
+    window = random.Random(seed * 7_919 + 11).choice((0, 0, 1, 2))  # its own draws too
+    return SimConfig(seed=seed, logs=logs, mux=mux, ledger_window=window,
                      servers=rng.randint(1, 3), producers=rng.randint(1, 4),
                      records=rng.randint(10, 60), window=rng.choice((1, 2, 4, 8)),
                      loss=rng.choice((0.0, 0.02, 0.1, 0.2)),
@@ -311,6 +321,11 @@ class World:
     def owner_write(self, server: Server, producer: Producer, gen: int, seq0: int,
                     n: int, oldest: int) -> None:
         owned = server.owned[producer.log]
+        on_way = sum(1 for b in (*owned.inflight, owned.batch) if b is not None and not b.done)
+        if self.cfg.ledger_window and on_way >= self.cfg.ledger_window:
+            self.stats["busy"] += 1  # the ledger's window is full: nothing judged
+            self.answer(server, producer, gen, "retry", None, None)
+            return
         request = {"producer": producer, "gen": gen, "seq": seq0, "answers": [None] * n,
                    "open": 0}
         run = owned.table.admit_run(producer.pid, seq0, n, self.now)  # as the owner does
