@@ -186,9 +186,9 @@ class LedgerRecovery(CoreBase):
         elif self._fence_errors > size - coverage:
             self._drop_requests("fence")
             if round_no >= self.config.rounds_max:
-                self.finish(BKTimeoutError.code, f"fencing its last fragment, round {round_no} "
-                            f"of {round_no} got {self._fence_ok} of {size} bookies' "
-                            f"replies; it needs {coverage}")
+                self.finish(BKTimeoutError.code, f"fencing its last fragment failed "
+                            f"{round_no} rounds: the last had {self._fence_ok} OK of {size} "
+                            f"bookies, it needs {coverage}")
             else:
                 self.backoff(("fence", round_no + 1))
 

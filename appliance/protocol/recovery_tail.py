@@ -166,7 +166,8 @@ class RecoveryTail:
         replies of its last round and what either decision needs."""
         return (f"entry {entry.entry_id} undecided after {entry.round} reads of its write "
                 f"set: {entry.positives} had it, {entry.negatives} did not, "
-                f"{entry.unknowns} did not answer; keeping it needs {self.positive_min} "
+                f"{entry.unknowns} unknown (no answer, an error or a bad copy); keeping it "
+                f"needs {self.positive_min} "
                 f"that have it, ending the ledger before it needs "
                 f"{ack_coverage(self.qw, self.qa)} that do not (retry once those bookies "
                 f"answer)")

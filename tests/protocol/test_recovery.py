@@ -105,8 +105,9 @@ def test_unknown_entry_is_retried_never_guessed():
     assert done.code == BKTimeoutError.code
     # the failure says which entry stopped it and why, for the user's error
     assert done.detail.startswith("entry 0 undecided after 2 reads of its write set: "
-                                  "1 had it, 1 did not, 1 did not answer; keeping it needs "
-                                  "2 that have it, ending the ledger before it needs 2 "), \
+                                  "1 had it, 1 did not, 1 unknown (no answer, an error or "
+                                  "a bad copy); keeping it needs 2 that have it, ending the "
+                                  "ledger before it needs 2 "), \
         done.detail
     assert loop.meta[1][0].state == "IN_RECOVERY"  # nothing was decided
 
@@ -122,8 +123,8 @@ def test_a_fence_that_cannot_cover_the_ensemble_fails_and_says_so():
             break
     done = one(ev.OpenDone, loop.results)
     assert done.code == BKTimeoutError.code
-    assert done.detail == ("fencing its last fragment, round 2 of 2 got 1 of 3 bookies' "
-                           "replies; it needs 2"), done.detail
+    assert done.detail == ("fencing its last fragment failed 2 rounds: the last had 1 OK "
+                           "of 3 bookies, it needs 2"), done.detail
     assert not of(ev.SendRead, loop.sent)  # nothing read before the fence held
 
 
