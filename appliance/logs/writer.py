@@ -636,15 +636,21 @@ class LogWriter:
     # -- flush and close ------------------------------------------------------------------
     def has_room(self, records: int, size: int) -> bool:
         """Can ``records`` more records of ``size`` payload bytes in all be
-        buffered, and sent with what is buffered already, without this
-        segment's ledger handle waiting for room (``[client]
-        inflight_adds_max`` / ``inflight_bytes_max``)?  Counts the most
-        entries they would make (one per ``flush_bytes``, plus one).  For a
-        caller that must never wait; a look without the lock (only acks
-        change it meanwhile, and they make room)."""
+        appended without this segment's ledger handle waiting for room
+        (``[client] inflight_adds_max`` / ``inflight_bytes_max``)?  An
+        append sends an entry only when the buffer reaches ``flush_bytes``
+        (what is left stays buffered for ``send_if_idle``, which never
+        waits), so: yes if they and the buffer stay below it; else room for
+        one entry per ``flush_bytes`` of them, plus one, or nothing in
+        flight (a request larger than the window then goes as the handle
+        takes it, so it is never refused for ever).  For a caller that must
+        never wait; a look without the lock (only acks change it meanwhile,
+        and they make room)."""
         total = self._buf_bytes + size + records * self._record_overhead
+        if total < self._flush_bytes:
+            return True
         entries = total // self._flush_bytes + 1
-        return self._wh.has_room(entries, total + entries * HEADER_BYTES)
+        return self._wh.has_room(entries, total + entries * HEADER_BYTES) or not self._inflight
 
     @property
     def entries_inflight(self) -> int:

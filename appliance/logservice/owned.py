@@ -15,13 +15,13 @@ writer, which packs them many to an entry (a group commit: one ledger add
 for the records of many producers).  The reply for a request leaves when
 all its records have a position.
 
-Back-pressure: a request whose records the log's ledger handle has no
-room for (``[client] inflight_adds_max`` adds or ``inflight_bytes_max``
-bytes in flight, acks not coming: its bookies stalled) is answered
-"retry" before any of it is judged: the producer resends after its
-back-off.  The server's one thread serves every log, so it never waits
-for one log's room: the other logs' producers, and pings, go on.
-(A log with nothing in flight takes any request, as the handle does.)
+Back-pressure: a request that would send entries now that the log's
+ledger handle has no room for (``[client] inflight_adds_max`` adds or
+``inflight_bytes_max`` bytes in flight, acks not coming: its bookies
+stalled) is answered "retry" before any of it is judged
+(``LogWriter.has_room``): the producer resends after its back-off.  The
+server's one thread serves every log, so it never waits for one log's
+room: the other logs' producers, and pings, go on.
 
 Failure: a write the writer fails (fenced by an exclusive writer, or a
 ledger error) may or may not be in the log, so the filter can no longer

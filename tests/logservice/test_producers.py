@@ -188,16 +188,18 @@ def test_concurrent_sync_writes_share_entries_and_keep_each_producers_order(make
 
 def test_producers_ride_over_a_full_ledger_window_by_retrying(make_cluster):
     """Back-pressure without a wait: the log server's ledger handles take one
-    add at a time (``[client] inflight_adds_max = 1``), so writes keep
-    finding their log's window full.  Those requests are answered "retry"
-    (the server's one loop never waits for one log's room) and resent after
-    the producer's back-off; every record is stored once, in each
-    producer's order, at the DLSN its write returned, on both logs.  (No
-    gather: synchronous producers then come back at their own times, not
-    as one cohort per entry, so requests keep arriving while their log's
-    one add is in flight.)"""
+    add at a time (``[client] inflight_adds_max = 1``) and a group commit
+    is sent as soon as it holds 64 bytes (``[log] flush_bytes``), so
+    requests keep coming that would send an entry while their log's one
+    add is in flight.  Those are answered "retry" (the server's one loop
+    never waits for one log's room) and resent after the producer's
+    back-off; every record is stored once, in each producer's order, at the
+    DLSN its write returned, on both logs.  (No gather: synchronous
+    producers then come back at their own times, not as one cohort per
+    entry.)"""
     cluster = make_cluster(3, quorums=(3, 3, 2), autorecovery={"enabled": False},
-                           log={"metrics_address": "127.0.0.1:0", "service_gather_us": 0},
+                           log={"metrics_address": "127.0.0.1:0", "service_gather_us": 0,
+                                "flush_bytes": 64},
                            client={"inflight_adds_max": 1})
     with appliance.connect(str(cluster.config_path)) as bk:
         wait_registered(bk, 3)
