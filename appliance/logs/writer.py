@@ -634,22 +634,28 @@ class LogWriter:
             return start, self._next_entry
 
     # -- flush and close ------------------------------------------------------------------
-    def has_room(self, records: int, size: int) -> bool:
-        """Can ``records`` more records of ``size`` payload bytes in all be
-        appended without this segment's ledger handle waiting for room
-        (``[client] inflight_adds_max`` / ``inflight_bytes_max``)?  An
-        append sends an entry only when the buffer reaches ``flush_bytes``
-        (what is left stays buffered for ``send_if_idle``, which never
-        waits), so: yes if they and the buffer stay below it; else room for
-        one entry per ``flush_bytes`` of them, plus one, or nothing in
-        flight (a request larger than the window then goes as the handle
-        takes it, so it is never refused for ever).  For a caller that must
-        never wait; a look without the lock (only acks change it meanwhile,
-        and they make room)."""
-        total = self._buf_bytes + size + records * self._record_overhead
-        if total < self._flush_bytes:
+    def has_room(self, payloads) -> bool:
+        """Can ``payloads`` be appended without this segment's ledger handle
+        waiting for room (``[client] inflight_adds_max`` /
+        ``inflight_bytes_max``)?  An append sends an entry only when the
+        buffer reaches ``flush_bytes`` or a record would not fit the entry
+        (what is left waits for ``send_if_idle``, which never waits), so:
+        yes if they and the buffer stay below both; else room for one entry
+        per ``flush_bytes`` of them plus one (plus one per record when one
+        of them may not fit after a buffer: an entry each at most), or
+        nothing in flight (a request larger than the window then goes as the
+        handle takes it, so it is never refused for ever).  For a caller that
+        must never wait; a look without the lock (only acks change it
+        meanwhile, and they make room)."""
+        room = self._entry_max - HEADER_BYTES
+        limit = min(self._flush_bytes, room)
+        total = self._buf_bytes + sum(map(len, payloads)) + \
+            len(payloads) * self._record_overhead
+        if total < limit:
             return True
-        entries = total // self._flush_bytes + 1
+        entries = total // limit + 1
+        if max(map(len, payloads), default=0) + self._record_overhead + limit > room:
+            entries += len(payloads)
         return self._wh.has_room(entries, total + entries * HEADER_BYTES) or not self._inflight
 
     @property

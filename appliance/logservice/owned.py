@@ -168,7 +168,7 @@ class OwnedLog:
         t0 = time.perf_counter()
         self.stats["requests"] += 1
         self.gate.arrived(head.get("pid"))
-        if not self.writer.has_room(len(payloads), sum(map(len, payloads))):
+        if not self.writer.has_room(payloads):
             self._count("busy", 1)
             return {"op": "error", "code": RETRY, "message": f"log {self.name}: its ledger "
                     "has as many adds in flight as it may take ([client] inflight_adds_max, "

@@ -26,7 +26,7 @@ class FakeWriter:
         self.written = 0
         self.room = True  # the ledger handle's window (LogWriter.has_room)
 
-    def has_room(self, records, size):
+    def has_room(self, payloads):
         return self.room
 
     def write_run_async(self, payloads, tags):
@@ -136,3 +136,39 @@ def test_a_request_its_ledger_has_no_room_for_is_answered_retry_at_once_and_take
     owned.writer.settle(0, DLSN(1, 0, 0))
     owned.writer.settle(1, DLSN(1, 0, 1))
     assert runs_dlsns(replies.pop()["runs"]) == [(1, 0, 0), (1, 0, 1)]
+
+
+class _Window:
+    """A ledger handle's window: ``WriteHandle.has_room``'s rule."""
+
+    def __init__(self, adds_max: int, inflight: int):
+        self.adds_max, self.inflight, self.asked = adds_max, inflight, []
+
+    def has_room(self, count, size):
+        self.asked.append(count)
+        return self.inflight + count <= self.adds_max
+
+
+def _writer(window: _Window, buffered: int = 0):
+    from appliance.logs.writer import LogWriter
+    from appliance.protocol.log_entry import HEADER_BYTES
+
+    w = LogWriter.__new__(LogWriter)  # the fields has_room reads, nothing else
+    w._entry_max, w._flush_bytes, w._record_overhead = 1024 + HEADER_BYTES, 256, 8
+    w._buf_bytes, w._wh, w._inflight = buffered, window, [object()] * window.inflight
+    return w
+
+
+def test_the_room_a_request_needs_counts_only_the_entries_its_append_sends():
+    full = _Window(adds_max=2, inflight=2)
+    # below flush_bytes with the buffer: nothing is sent by the append
+    assert _writer(full, buffered=100).has_room([b"x" * 100]) and full.asked == []
+    # reaching it: one entry per flush_bytes plus one, and the window is full
+    assert not _writer(full, buffered=100).has_room([b"x" * 200])
+    assert full.asked == [2]
+    # a record that may not fit after a buffer (over 1024 - 256) is an entry of its own
+    assert not _writer(full).has_room([b"x" * 900, b"y"])
+    assert full.asked[-1] == (900 + 1 + 16) // 256 + 1 + 2
+    # with room, or with nothing in flight (a request larger than the window)
+    assert _writer(_Window(adds_max=4, inflight=1)).has_room([b"x" * 300])
+    assert _writer(_Window(adds_max=1, inflight=0)).has_room([b"x" * 900] * 3)
