@@ -209,9 +209,7 @@ class WriteHandle:
             while True:
                 if self._client_closed:
                     raise ClientClosedError(f"the client of ledger {self.id} is closed")
-                if self._inflight + count <= self._inflight_max and (
-                        not self._inflight
-                        or self._inflight_bytes + size <= self._inflight_bytes_max):
+                if self.has_room(count, size):
                     return
                 self._room.wait()
         finally:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import urllib.request
 
 from appliance.bench import launcher
 from appliance.meta.logservice import LogServiceRegistry
@@ -19,6 +20,13 @@ class LogServers:
         self.cluster = cluster
         self.registry = LogServiceRegistry(client.logs.store)
         self.procs: dict[str, subprocess.Popen] = {}
+
+    def metrics(self, server_id: str) -> dict:
+        """The server's ``bookkeeper_logserver*`` samples from its /metrics."""
+        url = self.registry.servers()[server_id]["metrics_url"]
+        text = urllib.request.urlopen(url, timeout=10).read().decode()
+        return {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+                if line.startswith("bookkeeper_logserver")}
 
     def log_path(self, server_id: str):
         return self.cluster.root / f"{server_id}.log"

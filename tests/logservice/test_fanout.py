@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-import urllib.request
 
 import pytest
 
@@ -119,13 +118,6 @@ def _tail_run(cluster, bk, readers_bk, name: str, readers: int, records: int,
             "load": os.getloadavg()[0]}
 
 
-def _metrics(servers, server_id: str) -> dict:
-    url = servers.registry.servers()[server_id]["metrics_url"]
-    text = urllib.request.urlopen(url, timeout=10).read().decode()
-    return {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
-            if line.startswith("bookkeeper_logserver")}
-
-
 def test_100_tailing_readers_cost_the_bookies_about_what_one_costs(service):
     cluster, bk, readers_bk, servers = service
     records = 2000
@@ -135,7 +127,7 @@ def test_100_tailing_readers_cost_the_bookies_about_what_one_costs(service):
     assert hundred["requests_per_record"] < 2 * one["requests_per_record"], (one, hundred)
     assert hundred["entries_read_per_record"] < 2 * max(one["entries_read_per_record"], 0.05)
     owner = servers.owner("tail-hundred")
-    m = _metrics(servers, owner)
+    m = servers.metrics(owner)
     assert m["bookkeeper_logserver_read_records_total"] >= 100 * records
     assert m["bookkeeper_logserver_read_hits_total"] >= 1
     assert m["bookkeeper_logserver_read_cache_logs"] >= 1
@@ -167,7 +159,7 @@ def test_readers_ride_over_a_kill_9_of_the_owner(service):
     # the readers read what the killed owner left from the bookies, then go
     # back to the log's owner (whichever server took it) for the tail
     wait_for(lambda: min(len(g) for g in tailers.got) >= 1100 and
-             _metrics(servers, servers.owner(name))["bookkeeper_logserver_read_hits_total"]
+             servers.metrics(servers.owner(name))["bookkeeper_logserver_read_hits_total"]
              >= 1, 120, what="the readers at record 1100, asking the new owner")
     new_owner = servers.owner(name)
     back.set()
@@ -175,7 +167,7 @@ def test_readers_ride_over_a_kill_9_of_the_owner(service):
     tailers.join()
     assert errors == [] and tailers.errors == []
     assert servers.owner(name) == new_owner
-    assert _metrics(servers, new_owner)["bookkeeper_logserver_read_records_total"] >= 400
+    assert servers.metrics(new_owner)["bookkeeper_logserver_read_records_total"] >= 400
     want = [(pos, b"r%d" % (i + 1)) for i, pos in enumerate(positions)]
     with bk.log(name).reader(first.next(), via_service=False) as r:  # the bookies' truth
         truth = []
@@ -209,7 +201,7 @@ def test_a_reader_far_behind_reads_the_bookies_then_the_owner(service):
         late.join(60)
     assert [(x.dlsn, x.payload) for x in got] == \
         [(pos, b"r%d" % i + pad) for i, pos in enumerate(positions)]
-    m = _metrics(servers, owner)
+    m = servers.metrics(owner)
     assert m["bookkeeper_logserver_read_misses_total"] >= 1
     assert m["bookkeeper_logserver_read_records_total"] >= 1
 
@@ -223,7 +215,7 @@ def test_readers_see_an_exclusive_writer_that_takes_the_log(service):
     tailers = Tailers(readers_bk, name, positions[0].next(), 5, 29)
     wait_for(lambda: min(len(g) for g in tailers.got) >= 9, 60, what="the readers at the end")
     owner = servers.owner(name)
-    wait_for(lambda: _metrics(servers, owner)["bookkeeper_logserver_read_waiting"] >= 5, 60,
+    wait_for(lambda: servers.metrics(owner)["bookkeeper_logserver_read_waiting"] >= 5, 60,
              what="the readers waiting at the owner")
     with bk.log(name).writer() as w:
         positions += [w.write(b"w%d" % i) for i in range(20)]

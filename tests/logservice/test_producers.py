@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-import urllib.request
 
 import pytest
 
@@ -45,10 +44,7 @@ def test_one_producer_writes_and_reads_back(service):
     assert owner in ("logserver-1", "logserver-2")
 
     # the owner's metrics: records, group commits, the log, its producer, latency
-    url = servers.registry.servers()[owner]["metrics_url"]
-    text = urllib.request.urlopen(url, timeout=10).read().decode()
-    values = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
-              if line.startswith("bookkeeper_logserver")}
+    values = servers.metrics(owner)
     assert values["bookkeeper_logserver_records_total"] == 200
     assert 1 <= values["bookkeeper_logserver_entries_total"] < 200  # batched
     assert values["bookkeeper_logserver_owned_logs"] == 1
@@ -176,10 +172,7 @@ def test_concurrent_sync_writes_share_entries_and_keep_each_producers_order(make
             for i, dlsns in positions.items():
                 assert dlsns == sorted(dlsns)  # this producer's order
                 assert [at[d] for d in dlsns] == [b"%d:%d" % (i, j) for j in range(30)]
-            url = servers.registry.servers()["logserver-1"]["metrics_url"]
-            text = urllib.request.urlopen(url, timeout=10).read().decode()
-            values = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
-                      if line.startswith("bookkeeper_logserver")}
+            values = servers.metrics("logserver-1")
             assert values["bookkeeper_logserver_records_total"] == 240
             assert values["bookkeeper_logserver_entries_total"] < 240  # shared entries
         finally:
@@ -234,10 +227,7 @@ def test_producers_ride_over_a_full_ledger_window_by_retrying(make_cluster):
                     assert positions[i] == sorted(positions[i])  # this producer's order
                     assert [at[d] for d in positions[i]] == [b"%d:%d" % (i, j)
                                                              for j in range(n)]
-            url = servers.registry.servers()["logserver-1"]["metrics_url"]
-            text = urllib.request.urlopen(url, timeout=10).read().decode()
-            values = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
-                      if line.startswith("bookkeeper_logserver")}
+            values = servers.metrics("logserver-1")
             assert values["bookkeeper_logserver_records_total"] == 6 * n
             assert values["bookkeeper_logserver_busy_total"] >= 1, values
             assert retried >= values["bookkeeper_logserver_busy_total"], (retried, values)

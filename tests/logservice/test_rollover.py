@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import urllib.request
 
 import appliance
 from tests.logservice.support import LogServers, read_all
@@ -23,10 +22,7 @@ STALL = {"client": {"add_timeout_ms": 1_000, "heal_close_wait_ms": 600_000},
 
 
 def _records_taken(servers, server_id: str) -> float:
-    url = servers.registry.servers()[server_id]["metrics_url"]
-    text = urllib.request.urlopen(url, timeout=10).read().decode()
-    return next(float(line.split()[1]) for line in text.splitlines()
-                if line.startswith("bookkeeper_logserver_records_total"))
+    return servers.metrics(server_id)["bookkeeper_logserver_records_total"]
 
 
 def test_a_rollover_held_by_a_stalled_bookie_does_not_hold_the_servers_other_logs(make_cluster):

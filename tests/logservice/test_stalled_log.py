@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import signal
-import urllib.request
 
 import appliance
 from tests.logservice.support import LogServers, read_all
@@ -32,10 +31,7 @@ def _ensemble(bk, log_name: str) -> tuple[str, ...]:
 
 
 def _counter(servers, name: str) -> float:
-    url = servers.registry.servers()["logserver-1"]["metrics_url"]
-    text = urllib.request.urlopen(url, timeout=10).read().decode()
-    return next(float(line.split()[1]) for line in text.splitlines()
-                if line.startswith(f"bookkeeper_logserver_{name}_total "))
+    return servers.metrics("logserver-1")[f"bookkeeper_logserver_{name}_total"]
 
 
 def test_a_log_whose_bookies_stall_holds_no_other_log(make_cluster):
