@@ -40,6 +40,11 @@ from cli.common import echo_json, json_option, library_errors
               show_default=True,
               help="With --producers --async: records in flight per producer (and the Redis "
                    "peer's pipeline).")
+@click.option("--baseline-records", type=click.IntRange(min=100), default=None,
+              help="With --producers: records of the baselines, the exclusive writer and "
+                   "(pipelined, no --rate) the one-log run of --logs, when --records is "
+                   "fewer [default: 400,000; shorter runs are mostly their start and "
+                   "end].")
 @click.option("--tail-seconds", type=click.FloatRange(min=0.5), default=5.0,
               show_default=True, help="Length of the tail-latency run.")
 @click.option("--peer", type=click.Path(dir_okay=False), default=None,
@@ -49,8 +54,8 @@ from cli.common import echo_json, json_option, library_errors
               help="Where the temporary appliance lives (default: the temp dir).")
 @json_option
 @library_errors
-def log(sizes, records, rate, producers, logs, sync_mode, async_mode, window, tail_seconds,
-        peer, no_peer, workdir, as_json):
+def log(sizes, records, rate, producers, logs, sync_mode, async_mode, window,
+        baseline_records, tail_seconds, peer, no_peer, workdir, as_json):
     """Write, catch-up read and tail a log (E3/W3/A2, one writer) on a
     temporary appliance of its own; compare with a durable Redis Stream.
     With --producers N: N producer processes write one log through the log
@@ -71,10 +76,11 @@ def log(sizes, records, rate, producers, logs, sync_mode, async_mode, window, ta
     script = None if no_peer else (peer or str(default_peer()))
     if producers:
         _producers(producers, records, sizes, rate, sync_mode, async_mode, window, script,
-                   workdir, as_json, logs)
+                   workdir, as_json, logs, baseline_records)
         return
-    if sync_mode or async_mode or logs != 1:
-        raise click.UsageError("--sync, --async and --logs go with --producers")
+    if sync_mode or async_mode or logs != 1 or baseline_records is not None:
+        raise click.UsageError("--sync, --async, --logs and --baseline-records go with "
+                               "--producers")
     doc = run_log_bench(list(sizes), records or 500_000, rate or 10_000, tail_seconds, script,
                         workdir, on_progress=lambda line: click.echo(line, err=True))
     if as_json:
@@ -97,9 +103,9 @@ def log(sizes, records, rate, producers, logs, sync_mode, async_mode, window, ta
 
 
 def _producers(producers, records, sizes, rate, sync_mode, async_mode, window, script, workdir,
-               as_json, logs) -> None:
+               as_json, logs, baseline_records) -> None:
     # on use: keeps bkctl's start-up short (cli/__init__.py)
-    from appliance.bench.log_producers import run_producers_bench
+    from appliance.bench.log_producers import BASELINE_RECORDS_MIN, run_producers_bench
 
     if len(sizes) != 1:
         raise click.UsageError("--producers takes one --size")
@@ -107,11 +113,13 @@ def _producers(producers, records, sizes, rate, sync_mode, async_mode, window, s
         ["sync", "async"]
     doc = run_producers_bench(producers, records or 100_000, sizes[0], modes, rate, window,
                               script, workdir,
-                              on_progress=lambda line: click.echo(line, err=True), logs=logs)
+                              on_progress=lambda line: click.echo(line, err=True), logs=logs,
+                              baseline_records=baseline_records or BASELINE_RECORDS_MIN)
     if as_json:
         echo_json(doc)
         return
-    click.echo(f"one exclusive writer: {doc['writer_records_per_s']:,} records/s")
+    click.echo(f"one exclusive writer: {doc['writer_records_per_s']:,} records/s "
+               f"({doc['writer_records']:,} records)")
     for r in doc["runs"]:
         click.echo(f"{r['mode']}: {producers} producers, {r['records_per_s']:,} records/s "
                    f"({r['vs_writer']}x the writer), p50 {r['p50_ms']} ms, p99 {r['p99_ms']} "

@@ -34,7 +34,8 @@ How it is counted (per mode):
   round robin over its logs, ``records`` shared by all), every log owned
   by the appliance's one log server (``[log] servers = 1``, so it writes N
   ledgers at once); the same mode first runs with one log on the same
-  appliance, and ``vs_one_log`` = records_per_s / that run's.
+  appliance, and ``vs_one_log`` = records_per_s / that run's (pipelined
+  without a rate: at least ``baseline_records``, see below).
 * **records_per_entry**: records the log servers wrote / ledger entries
   they sent over the mode's run (their ``/metrics`` counters): how much
   group commit the owner found.  **records_per_request**: records / write
@@ -47,8 +48,16 @@ How it is counted (per mode):
   spent in the log server and below it (the rest: waiting in its producer
   for the reply to the previous request, and the wire both ways).
 * **writer**: one exclusive writer (``Log.writer()``, ``write_async``) of
-  the same records on another log, in the bench's own process: the rate the
-  producers are compared with (``vs_writer``).
+  records of the same size on another log, in the bench's own process: the
+  rate the producers are compared with (``vs_writer``).
+* **baselines** (the writer; the one-log run of pipelined writes without a
+  rate): at least ``baseline_records`` records (``--baseline-records``,
+  default ``BASELINE_RECORDS_MIN``), whatever ``records`` is.  At
+  200,000-400,000 records/s a run of 30,000 or 100,000 records lasts
+  0.1-0.5 s, and its start (the pipeline filling) and end (draining) then
+  weigh enough to cut the rate by a third (one writer of 30,000 records
+  measured 254,000 records/s, of 400,000 a minute later 408,000).  Their
+  record counts are in the output (``writer_records``, ``one_log.records``).
 * **peer**: the Redis script with the same records, size and client count,
   PIPELINE 1 for sync (each XADD waits for its reply) and ``window`` for
   async; ``vs_peer`` = records_per_s / the peer's.
@@ -94,14 +103,21 @@ SERVERS_TIMEOUT_S = 60
 LATENCY_SAMPLE_EVERY = 16
 WARM_LOGS_AT_ONCE = 8  # logs each producer process has taken over at a time (--logs)
 PACING_CALIBRATION_S = 0.5  # --rate: the pacing alone timed this long before the run
+# the writer's and the pipelined one-log run's records at least (1-2 s at
+# their rates here): a shorter baseline is mostly its start and end
+BASELINE_RECORDS_MIN = 400_000
 
 
 def run_producers_bench(producers: int, records: int, size: int, modes: list[str],
                         rate: int | None, window: int, peer: str | None,
                         workdir: str | None = None, on_progress=lambda line: None,
-                        logs: int = 1) -> dict:
-    check_free_space(records * (size + 80) * 3 * (len(modes) + 1) * (2 if logs > 1 else 1)
-                     + (1 << 30), workdir or "/tmp")
+                        logs: int = 1, baseline_records: int = 0) -> dict:
+    """Every mode's run (see the module's docstring); ``baseline_records``:
+    the writer's and the pipelined one-log run's records at least
+    (``BASELINE_RECORDS_MIN`` is the command's default)."""
+    baseline = max(records, baseline_records)
+    check_free_space((records * len(modes) * (2 if logs > 1 else 1) + baseline * 2)
+                     * (size + 80) * 3 + (1 << 30), workdir or "/tmp")
     runs = []
     # the servers' /metrics give records per entry; one server owns every log
     log_section = {"metrics_address": "127.0.0.1:0", **({"servers": 1} if logs > 1 else {})}
@@ -120,14 +136,17 @@ def run_producers_bench(producers: int, records: int, size: int, modes: list[str
                                     if doc.get("pid")}}
             urls = [doc["metrics_url"] for doc in registry.servers().values()
                     if doc.get("metrics_url")]
-            on_progress(f"one exclusive writer: {records:,} records")
-            writer_rate = _exclusive_writer(bk, "bench-writer", records, size)
+            on_progress(f"one exclusive writer: {baseline:,} records")
+            writer_rate = _exclusive_writer(bk, "bench-writer", baseline, size)
         for mode in modes:
             one_log = None
             if logs > 1:  # the same mode with one log first, on the same appliance
-                on_progress(f"{mode}: {producers} producers, one log, {records:,} records")
+                # pipelined without a rate: as long a run as the writer's
+                one = baseline if mode == "async" and not rate else records
+                on_progress(f"{mode}: {producers} producers, one log, {one:,} records")
                 one_log = _measured(pids, str(config), f"bench-{mode}-one", producers,
-                                    records, size, mode, rate, window, 1, urls)
+                                    one, size, mode, rate, window, 1, urls)
+                one_log["records"] = one
             on_progress(f"{mode}: {producers} producers, {logs:,} log(s), {records:,} records"
                         + (f" at {rate:,}/s" if rate else ""))
             doc = _measured(pids, str(config), f"bench-{mode}", producers, records, size,
@@ -146,7 +165,8 @@ def run_producers_bench(producers: int, records: int, size: int, modes: list[str
                                            / doc["peer"]["records_per_s"], 2)
             runs.append(doc)
     out = {**runs[0], "producers": producers, "logs": logs, "size": size, "records": records,
-           "rate": rate, "window": window, "writer_records_per_s": writer_rate, "runs": runs,
+           "rate": rate, "window": window, "writer_records_per_s": writer_rate,
+           "writer_records": baseline, "runs": runs,
            "load_average": [round(x, 2) for x in os.getloadavg()]}
     return out
 

@@ -26,9 +26,11 @@ def test_producers_sync_and_async_on_a_temporary_appliance(tmp_path):
     peer.write_text('echo "redis_stream 1000 records/s write 2000 records/s read '
                     'p50 1.00 p99 2.50 ($*)"\n')
     doc = _bench("--producers", "2", "--records", "300", "--size", "64", "--peer", str(peer),
-                 "--dir", str(tmp_path))
+                 "--baseline-records", "200", "--dir", str(tmp_path))
     assert [r["mode"] for r in doc["runs"]] == ["sync", "async"]
     assert doc["producers"] == 2 and doc["records"] == 300 and doc["size"] == 64
+    # a baseline floor below --records leaves the writer at --records
+    assert doc["writer_records"] == 300
     assert doc["writer_records_per_s"] > 0 and len(doc["load_average"]) == 3
     for run in doc["runs"]:
         assert KEYS <= set(run)
@@ -50,7 +52,8 @@ def test_producers_sync_and_async_on_a_temporary_appliance(tmp_path):
 
 def test_async_at_an_offered_rate_without_the_peer(tmp_path):
     doc = _bench("--producers", "3", "--async", "--window", "16", "--rate", "600",
-                 "--records", "300", "--no-peer", "--dir", str(tmp_path))
+                 "--records", "300", "--baseline-records", "300", "--no-peer",
+                 "--dir", str(tmp_path))
     (run,) = doc["runs"]
     assert run["mode"] == "async" and run["errors"] == 0 and "peer" not in run
     # 300 records offered at 600/s: the last one is not due before 0.49 s
@@ -64,11 +67,14 @@ def test_sync_and_async_need_producers():
 
 def test_many_logs_against_one_log_through_one_log_server(tmp_path):
     doc = _bench("--producers", "2", "--async", "--logs", "5", "--window", "8",
-                 "--records", "300", "--no-peer", "--dir", str(tmp_path))
+                 "--records", "300", "--baseline-records", "1000", "--no-peer",
+                 "--dir", str(tmp_path))
     (run,) = doc["runs"]
     assert doc["logs"] == 5 and run["logs"] == 5 and run["errors"] == 0
     one = run["one_log"]  # the same mode with one log, first, on the same appliance
     assert one["logs"] == 1 and one["errors"] == 0 and one["records_per_s"] > 0
+    # the baselines run the floor's records, the measured run --records
+    assert doc["writer_records"] == one["records"] == 1000 and doc["records"] == 300
     assert run["vs_one_log"] == round(run["records_per_s"] / one["records_per_s"], 2)
     assert len(run["load_average"]) == len(one["load_average"]) == 3
     assert list(tmp_path.iterdir()) == []  # the temporary appliance is gone
@@ -76,4 +82,6 @@ def test_many_logs_against_one_log_through_one_log_server(tmp_path):
 
 def test_logs_needs_producers():
     result = CliRunner().invoke(cli, ["bench", "log", "--logs", "3"])
-    assert result.exit_code != 0 and "--logs go with --producers" in result.output
+    assert result.exit_code != 0 and "go with --producers" in result.output
+    result = CliRunner().invoke(cli, ["bench", "log", "--baseline-records", "1000"])
+    assert result.exit_code == 2 and "--baseline-records go with --producers" in result.output
