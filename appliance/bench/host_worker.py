@@ -5,7 +5,8 @@ the harness sees every acknowledgement the moment it happens.
 
 * ``write``: create a ledger (with ``--ensemble-with PREFIX``: until its
   ensemble names a bookie whose id starts with PREFIX; ``--ensemble-at-most
-  PREFIX=N``: until it names at most N of them; the others are deleted),
+  PREFIX=N``, repeatable: until it names at most N of them, for each; the
+  others are deleted),
   then add entries one at a time: ``created``, one ``acked`` per entry the
   appliance acknowledged, then ``closed`` (after ``--entries`` or once the
   stop file exists) or ``error`` (the first failed add: class and message;
@@ -49,12 +50,14 @@ def _error(exc: BaseException) -> dict:
 
 
 def _wanted(ensemble: list[str], args) -> bool:
-    """``--ensemble-with P``: at least one P* bookie; ``--ensemble-at-most P=N``."""
+    """``--ensemble-with P``: at least one P* bookie; each ``--ensemble-at-most
+    P=N``: at most N."""
     if args.ensemble_with and not any(b.startswith(args.ensemble_with) for b in ensemble):
         return False
-    if args.ensemble_at_most:
-        prefix, _, most = args.ensemble_at_most.partition("=")
-        return sum(b.startswith(prefix) for b in ensemble) <= int(most)
+    for bound in args.ensemble_at_most:
+        prefix, _, most = bound.partition("=")
+        if sum(b.startswith(prefix) for b in ensemble) > int(most):
+            return False
     return True
 
 
@@ -131,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--size", type=int, default=1024)
     w.add_argument("--interval-ms", type=float, default=0.0)
     w.add_argument("--ensemble-with", default=None)
-    w.add_argument("--ensemble-at-most", default=None)
+    w.add_argument("--ensemble-at-most", action="append", default=[])
     r = sub.choices["read"]
     r.add_argument("--ledger", type=int, required=True)
     r.add_argument("--recovery", action="store_true")

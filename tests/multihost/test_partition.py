@@ -13,6 +13,13 @@
   register again by themselves and no mark is left.
 * Nothing acknowledged is lost: every acked entry of both ledgers reads
   back, with its payload.
+
+``test_split_add_waits_for_the_partition_to_heal`` makes that split on
+purpose: host3 cut first, so the writer's next adds are acknowledged by
+host1's and host2's bookies alone; then host1 cut and host3 healed.  The
+last acknowledged entry is then on host2 (reachable), not on host3
+(reachable, an explicit no) and unknown on host1: the recovery must refuse
+until host1 is back, then keep it.
 """
 
 from __future__ import annotations
@@ -157,3 +164,47 @@ def test_partitioned_host(healthy):
     read_out = hosts.worker("host1", "read", "--ledger", str(out_ledger)) \
         .wait_event("read", timeout_s=60)
     assert (read_out["last"], read_out["count"], read_out["bad"]) == (acked[-1], len(acked), [])
+
+
+def test_split_add_waits_for_the_partition_to_heal(healthy):
+    hosts = healthy
+    # one bookie on each host, so that cutting host3 leaves an ack quorum
+    inside = hosts.worker("host1", "write", "--interval-ms", INTERVAL_MS,
+                          *(arg for h in hosts.names for arg in ("--ensemble-at-most",
+                                                                 f"{h}-=1")))
+    try:
+        created = inside.wait_event("created", timeout_s=60)
+        ledger = created["ledger"]
+        assert sorted(b.split("-")[0] for b in created["ensemble"]) == sorted(hosts.names)
+        inside.wait_event("acked", lambda e: e["entry"] >= ACKED_BEFORE)
+        hosts.partition("host3")
+        try:
+            at_cut = max(inside.acked())
+            # acknowledged by host1's and host2's bookies only (sent after the cut)
+            inside.wait_event("acked", lambda e: e["entry"] >= at_cut + 3, timeout_s=30)
+            hosts.partition("host1")
+        finally:
+            hosts.heal("host3")
+        try:
+            # the metadata's quorum is host2's and host3's members now
+            for member in hosts.zk[1:]:
+                member.wait_until_serving(60)
+            assert _recover(hosts, ledger) is None, \
+                "recovery kept or dropped an entry only host2 was known to have"
+        finally:
+            hosts.heal("host1")
+        hosts.wait_registered(hosts.bookie_ids("host1"), SESSION_TIMEOUT_MS / 1000 + 60)
+        read = _recover(hosts, ledger)
+        assert read is not None, "recovery undecided with every bookie back"
+        error = inside.wait_event("error", timeout_s=WRITER_FAILS_S)
+        assert error["error"] in ("LedgerFencedError", "MetadataUnavailableError"), error
+        acked = inside.acked()
+        assert acked == list(range(len(acked))) and acked[-1] >= at_cut + 3
+        # the entry host2 alone was known to have was acknowledged: it is kept
+        assert acked[-1] <= read["last"], "an ack past the recovered end"
+        assert read["count"] == read["last"] + 1 and read["bad"] == []
+        assert read["state"] == "CLOSED"
+        wait_for(lambda: _underreplicated(hosts) == [], REREPLICATED_S, interval_s=1.0,
+                 what="no ledger left under-replicated or marked")
+    finally:
+        inside.kill()
