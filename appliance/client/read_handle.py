@@ -202,6 +202,12 @@ class ReadHandle:
                 raise
         return self._finish_read(self._start_read(*chunk), chunk, retry=False)
 
+    def learn_lac(self, entry_id: int) -> int:
+        """The ledger's writer says entries up to ``entry_id`` are
+        acknowledged (durable on an ack quorum): read up to there, past the
+        LAC the bookies know.  Returns the LAC then."""
+        return self._driver.call(lambda: self._reader.learn_lac(entry_id)).result()
+
     def read_lac(self) -> int:
         """Ask the bookies for the LAC now; returns it (and remembers it)."""
         read_id = next(self._driver.ids)

@@ -29,6 +29,13 @@ segments, tailing the in-progress one.
   decides both, so it never repeats or skips a record when it moves
   between them.  A record served by the owner may belong to a segment
   truncated a moment before (as a record already read would).
+* Read your writes: at the bookies' LAC of the in-progress segment, a
+  reader through the service asks the owner (also when ``read()`` does not
+  wait).  An owner that cannot serve the position says how far its writer
+  had entries acknowledged, and the reader reads the bookies that far
+  (``ReadHandle.learn_lac``): the last entry's acknowledgement reaches the
+  bookies only with the next entry, so without it a record whose write
+  returned could stay unseen until the owner's next entry.
 * ``DLSN.FIRST`` (the default) is before every record: a reader from it
   starts at the first record still there, also after a truncation made
   before its first record was delivered.  A
@@ -207,14 +214,19 @@ class LogReader:
             if seg.state == COMPLETED:
                 self._leave_segment(seg.seq + 1)
                 continue
+            if self._tail is not None:
+                # every record before the next entry is delivered or skipped
+                self._pos = max(self._pos, DLSN(seg.seq, self._next_entry, 0))
+                if self._learn_confirmed(seg.seq):
+                    continue
             remaining = deadline - time.monotonic()
-            if not wait or remaining <= 0:
-                return False
             if self._tail_due():
-                got = self._fetch_service(wait, deadline, want)
+                got = self._fetch_service(wait and remaining > 0, deadline, want)
                 if got is not None:
                     return got
                 continue
+            if not wait or remaining <= 0:
+                return False
             lac = self._rh.wait_for_lac(self._next_entry - 1, min(remaining, POLL_S))
             if lac < self._next_entry:  # nothing new: has the segment been completed?
                 self._refresh()
@@ -226,7 +238,19 @@ class LogReader:
 
     def _tail_due(self) -> bool:
         """At the bookies' tail: ask the log's owner now?"""
-        return self._tail is not None and self._min_txid is None and self._tail.due()
+        return self._tail is not None and self._tail.due(self._pos)
+
+    def _learn_confirmed(self, seq: int) -> bool:
+        """At the bookies' LAC of in-progress segment ``seq``: if the owner
+        said (in its last miss) that its writer had later entries of it
+        acknowledged, read the bookies that far (True).  Read your writes:
+        the bookies learn an entry's acknowledgement from the next entry
+        only."""
+        confirmed = self._tail.confirmed
+        if confirmed is None or confirmed[0] != seq or confirmed[1] < self._next_entry:
+            return False
+        self._tail.confirmed = None  # once: the handle keeps it
+        return self._rh.learn_lac(confirmed[1]) >= self._next_entry
 
     def _fetch_service(self, wait: bool, deadline: float, want: int) -> bool | None:
         """Records from the owner's read cache (``appliance.logs.tail``): True
@@ -239,6 +263,13 @@ class LogReader:
             if records is None:
                 return None
             self._drop_segment()
+            if records and self._min_txid is not None:  # from a txid: skip the earlier ones
+                self._pos = records[-1].dlsn.next()
+                records = [r for r in records if r.txid >= self._min_txid]
+                if records:
+                    self._min_txid = None  # txids increase: every later record qualifies
+                else:
+                    continue
             if records:
                 self._pending.extend(records)
                 return True

@@ -16,9 +16,15 @@ Guarantees (the reader, ``appliance.logs.reader``, relies on them):
   store, and a server that no longer owns the log answers "not owner" with
   the owner's read endpoint, which is followed (up to
   ``LOG_READ_SERVICE_REDIRECTS_MAX`` times per fetch).
-* After a None the owner is asked again only once ``due()``
-  (``LOG_READ_SERVICE_RECHECK_MS`` later): a log nobody serves costs a
-  metadata read per reader that often, only while it waits at the tail.
+* After a None the owner is asked again only once ``due(pos)``
+  (``LOG_READ_SERVICE_RECHECK_MS`` later, or at once from a position past
+  the one it last could not serve): a log nobody serves costs a metadata
+  read per reader that often, only while it waits at the tail.
+* Read your writes: an owner that cannot serve a position says how far its
+  writer's entries are acknowledged (``confirmed``, kept until the next
+  answer).  Every write it answered is at or before that, so a reader
+  started after the write returned reads the bookies that far, past their
+  LAC, which the next entry carries only.
 
 Wire (ZeroMQ DEALER -> the server's read ROUTER, one JSON header frame):
 
@@ -27,7 +33,11 @@ Wire (ZeroMQ DEALER -> the server's read ROUTER, one JSON header frame):
     server -> reader  {"op": "records", "rid", "runs": [[seg, entry, slot, n], ...]}
                       + 3 frames: sizes (u32 each), payloads back to back,
                       txids (i64 each, big-endian); no frames when empty
-                      {"op": "miss", "rid"}: read these from the bookies
+                      {"op": "miss", "rid"[, "confirmed": [seg, entry]]}: read
+                      these from the bookies; "confirmed": the owner's writer
+                      had entries up to there acknowledged (read that far,
+                      although the bookies' LAC, carried by the next entry,
+                      may be behind)
                       {"op": "error", "code": "not_owner", "rid", "owner", "endpoint"}
                       {"op": "error", "code": "bad", "rid", "message"}
 """
@@ -111,6 +121,13 @@ def decode_records(doc: dict, frames: list, make) -> list:
     return [make((DLSN(*p), t, b)) for p, t, b in zip(positions, txids, payloads, strict=True)]
 
 
+def _confirmed(value) -> tuple[int, int] | None:
+    """A miss's ``confirmed`` (seg, entry), or None if absent or malformed."""
+    if isinstance(value, list) and len(value) == 2 and all(_int(v) and v >= 0 for v in value):
+        return value[0], value[1]
+    return None
+
+
 # -- the reader's side -----------------------------------------------------------------------
 class ServiceTail:
     """See the module docstring.  One per reader; not thread-safe (a reader
@@ -126,16 +143,20 @@ class ServiceTail:
         self._rid = 0
         self.serving = False  # the last fetch was answered from the owner's cache
         self._retry_at = 0.0
+        self._missed_at: DLSN | None = None  # the position the owner last could not serve
+        self.confirmed: tuple[int, int] | None = None  # (seg, entry): see the docstring
         self.stats = {"requests": 0, "hits": 0, "misses": 0, "redirects": 0, "timeouts": 0}
 
-    def due(self) -> bool:
-        """Should the next fetch ask the owner?"""
-        return self.serving or self._clock() >= self._retry_at
+    def due(self, pos: DLSN) -> bool:
+        """Should a fetch from ``pos`` ask the owner?"""
+        return self.serving or self._clock() >= self._retry_at or \
+            (self._missed_at is not None and pos > self._missed_at)
 
     def fetch(self, pos: DLSN, max_records: int, wait_s: float, make) -> list | None:
         """Records from ``pos`` (see the module docstring); None: read the
         bookies."""
         wait_ms = int(min(max(wait_s, 0.0) * 1000, limits.LOG_READ_SERVICE_WAIT_MS_MAX))
+        self.confirmed = None
         for _ in range(limits.LOG_READ_SERVICE_REDIRECTS_MAX + 1):
             if self._endpoint is None:
                 self._endpoint = self._find_owner()
@@ -152,7 +173,9 @@ class ServiceTail:
                 self.stats["hits"] += 1
                 return decode_records(doc, frames, make)
             if doc.get("code") != NOT_OWNER:  # miss, or an error: the bookies have it all
-                return self._miss()
+                if doc["op"] == MISS:
+                    self.confirmed = _confirmed(doc.get("confirmed"))
+                return self._miss(pos if doc["op"] == MISS else None)
             self.stats["redirects"] += 1
             self._drop()
             self._endpoint = doc.get("endpoint") if isinstance(doc.get("endpoint"), str) \
@@ -195,7 +218,10 @@ class ServiceTail:
             if doc.get("rid") == self._rid:  # an older request's late answer is dropped
                 return doc, frames[1:]
 
-    def _miss(self) -> None:
+    def _miss(self, missed_at: DLSN | None = None) -> None:
+        """``missed_at``: the owner answered that it does not hold this
+        position (a later one may be asked at once)."""
+        self._missed_at = missed_at
         self.serving = False
         self.stats["misses"] += 1
         self._retry_at = self._clock() + limits.LOG_READ_SERVICE_RECHECK_MS / 1000

@@ -187,6 +187,9 @@ class LogWriter:
         self._last_add: Future | None = None
         self._control_due = False  # an entry with records was sent; no entry after it yet
         self._acked_at = 0.0
+        # (seq, entry id) of the last entry acknowledged (driver thread writes it,
+        # before it reads ``_listener``; the read cache reads it once, at attach)
+        self.acknowledged: tuple[int, int] | None = None
         self._acked_hook: Future | None = None  # the add send_if_idle waits on
         self._listener = None  # (seq, entry_id, txids, payloads) of each acknowledged entry
         # driven: called (ledger's thread) when an entry with records is
@@ -543,6 +546,7 @@ class LogWriter:
             complete_futures(self._futures_done, [(None, f) for f in settlers(futures)], err)
             return
         self._acked_at = time.monotonic()
+        self.acknowledged = (seq, entry_id)  # before the listener is read: see listen()
         listener = self._listener
         if listener is not None:
             listener(seq, entry_id, txids, payloads)
@@ -625,7 +629,10 @@ class LogWriter:
         the position after the last record sent so far (every later record
         is in an entry the listener is told of), and the id of the first
         such entry in this segment (an entry sent before may still be
-        acknowledged after: the listener ignores those)."""
+        acknowledged after: the listener ignores those).  An entry
+        acknowledged while the listener is set up is in ``acknowledged``
+        afterwards, or told to the listener (``_on_added`` sets the first
+        before it reads the second)."""
         with self._lock:
             self._listener = listener
             last_entry, last_slot = self._seg_last_data

@@ -72,6 +72,9 @@ class RecentRecords:
         self.start = DLSN.FIRST  # every record of the log from here on is held
         self._next: tuple[int, int] | None = None  # the entry expected next (None: not begun)
         self._first: tuple[int, int] = (0, 0)  # the first entry the writer tells of
+        # (seg, entry) of the last entry the writer had acknowledged: told to a
+        # reader the cache cannot serve, so it reads the bookies that far
+        self.confirmed: tuple[int, int] | None = None
         self._keys: list[tuple[int, int]] = []  # (seg, entry) of the entries held
         self._entries: list[tuple[list, list]] = []  # (txids, payloads)
         self._sizes: list[int] = []
@@ -85,11 +88,16 @@ class RecentRecords:
         with self._lock:  # an entry acknowledged meanwhile waits for ``start``
             self.start, next_entry = writer.listen(self.append)
             self._next = self._first = (self.start.seq, next_entry)
+            acked = writer.acknowledged
+            if acked is not None and (self.confirmed is None or acked > self.confirmed):
+                self.confirmed = acked
 
     def append(self, seq: int, entry_id: int, txids: list, payloads: list) -> None:
         """One acknowledged entry (a control entry has no records)."""
         with self._lock:
             key = (seq, entry_id)
+            if self.confirmed is None or key > self.confirmed:  # acknowledged in order
+                self.confirmed = key
             if self._next is None or key < self._first:
                 return  # sent before the cache began
             if key < self._next:  # out of order (the last entry of a segment after the
@@ -110,6 +118,10 @@ class RecentRecords:
                 self._evict()
         if payloads:
             self._on_new()
+
+    def confirmed_now(self) -> tuple[int, int] | None:
+        with self._lock:
+            return self.confirmed
 
     def _restart(self, start: DLSN, key: tuple) -> None:
         """An entry that does not follow: drop everything, hold from ``start``."""
@@ -289,7 +301,7 @@ class ReadService:
             if memo is not None:
                 memo[key] = got
         if got is None:
-            self._reply_miss(identity, rid)
+            self._reply_miss(identity, rid, cache.confirmed_now())
             return True
         runs, records, frames = got
         if not records and not empty_ok:
@@ -359,9 +371,15 @@ class ReadService:
             return None, None
         return lease["server"], info["read_endpoint"]
 
-    def _reply_miss(self, identity: bytes, rid) -> None:
+    def _reply_miss(self, identity: bytes, rid, confirmed: tuple | None = None) -> None:
+        """Read the bookies; ``confirmed``: (seg, entry) acknowledged so far by
+        this owner, for the reader to read that far although the bookies'
+        LAC, carried by the next entry, is behind (read your writes)."""
         self.stats["read_misses"] += 1
-        self._send(identity, [encode_header({"op": MISS, "rid": rid})])
+        doc = {"op": MISS, "rid": rid}
+        if confirmed is not None:
+            doc["confirmed"] = list(confirmed)
+        self._send(identity, [encode_header(doc)])
 
     def _send(self, identity: bytes, frames: list) -> None:
         try:

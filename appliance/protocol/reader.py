@@ -208,6 +208,17 @@ class LedgerReader(LacReads):
             self._raise_lac(metadata.last_entry_id)
         return self._take()
 
+    def learn_lac(self, entry_id: int) -> int:
+        """The writer of an open ledger says entries up to ``entry_id`` are
+        acknowledged (a log's owner, answering a reader: read your writes):
+        reads may go that far.  Not past a CLOSED ledger's last entry (a
+        claim beyond it is ignored).  Returns the LAC."""
+        if not isinstance(entry_id, int) or entry_id < -1:
+            raise ValueError(f"entry_id must be an int >= -1, got {entry_id!r}")
+        if not self.is_closed or entry_id <= self._md.last_entry_id:
+            self._raise_lac(entry_id)
+        return self.last_add_confirmed
+
     def _raise_lac(self, lac: int) -> None:
         if lac > self.last_add_confirmed:
             self.last_add_confirmed = lac

@@ -29,6 +29,7 @@ class FakeWriter:
         self.at = DLSN(seq, next_entry - 1, 2) if next_entry else DLSN(seq, 0, 0)
         self.next_entry = next_entry
         self.listener = None
+        self.acknowledged = None  # (seq, entry) of the last entry acknowledged
 
     def listen(self, listener):
         self.listener = listener
@@ -172,13 +173,51 @@ def test_the_reader_follows_a_redirect_and_a_silent_owner_sends_it_to_the_bookie
     try:
         got = tail.fetch(DLSN(2, 3, 4), 10, 0.0, LogRecord._make)
         assert got == [LogRecord(DLSN(2, 3, 4), 5, b"x")]
-        assert tail.stats["redirects"] == 1 and tail.serving and tail.due()
+        assert tail.stats["redirects"] == 1 and tail.serving and tail.due(DLSN(2, 3, 5))
         tail._drop()
         tail._registry = FakeRegistry("silent", {"silent": silent.endpoint})
         assert tail.fetch(DLSN(2, 3, 5), 10, 0.0, LogRecord._make) is None  # after the grace
         assert silent.asked and tail.stats["timeouts"] == 1
-        assert not tail.due()  # asks again only after the recheck interval
+        # asks again only after the recheck interval, wherever the reader is
+        assert not tail.due(DLSN(2, 3, 5)) and not tail.due(DLSN(9, 0, 0))
     finally:
         tail.close()
         for server in (old, new, silent):
             server.close()
+
+
+def test_a_cache_knows_how_far_its_writer_is_acknowledged():
+    """Read your writes: a cache made after an entry was acknowledged cannot
+    serve it, but says how far the writer is acknowledged (the miss's
+    ``confirmed``), from the writer at attach and from every entry it is told
+    of, also those sent before it began."""
+    w = FakeWriter(3, 5)
+    w.acknowledged = (3, 3)  # entry 4 was sent and is still in flight
+    cache = RecentRecords(1 << 20)
+    cache.attach(w)
+    assert cache.read(DLSN(3, 3, 0), 10, 1 << 20) is None  # before the cache's start
+    assert cache.confirmed_now() == (3, 3)
+    _entry(cache, 3, 4, 2)  # sent before the cache began: not held, but acknowledged
+    assert cache.confirmed_now() == (3, 4)
+    _entry(cache, 3, 5, 1)
+    assert cache.confirmed_now() == (3, 5)
+    runs, txids, _ = cache.read(DLSN(3, 5, 0), 10, 1 << 20)
+    assert runs == [[3, 5, 0, 1]]
+
+
+def test_a_miss_says_how_far_the_owner_is_acknowledged(tmp_path):
+    """The owner that cannot serve a position says how far its writer is
+    acknowledged; the reader keeps it until its next fetch, and may ask again
+    at once from a later position (not from the same one)."""
+    ctx = zmq.Context.instance()
+    owner = FakeServer(ctx, tmp_path / "owner.read", lambda doc: [encode_header(
+        {"op": "miss", "rid": doc["rid"], "confirmed": [4, 17]})])
+    tail = ServiceTail(SimpleNamespace(logs=SimpleNamespace(store=None)), "orders")
+    tail._registry = FakeRegistry("owner", {"owner": owner.endpoint})
+    try:
+        assert tail.fetch(DLSN(4, 2, 0), 10, 0.0, LogRecord._make) is None
+        assert tail.confirmed == (4, 17) and tail.stats["misses"] == 1
+        assert not tail.due(DLSN(4, 2, 0)) and tail.due(DLSN(4, 18, 0))
+    finally:
+        tail.close()
+        owner.close()

@@ -148,3 +148,23 @@ def test_verify_run_keeps_the_verified_prefix():
     assert len(verify_run(bad, DIGEST, 1, 0)[0]) == 2
     assert verify_run(records, DIGEST, 1, 1)[0] == []  # entry 0 filed as 1: refused
     assert verify_run(records, DIGEST, 2, 0)[0] == []  # another ledger's records
+
+
+def test_a_writer_told_lac_lets_reads_go_past_the_bookies_lac():
+    """``learn_lac``: the ledger's writer (a log's owner) says entries up to
+    N are acknowledged, so reads may go that far although no bookie's LAC
+    says so yet (read your writes); it never lowers the LAC, and a claim past
+    a CLOSED ledger's last entry is ignored."""
+    md = metadata()
+    loop = BatchLoop(md)
+    fill(loop, 6)
+    r = LedgerReader(md, DIGEST, master_key=KEY,
+                     config=ReaderConfig(read_batch_entries=4))
+    loop.run(r, r.read(0, 0, 0))
+    assert one(ev.ReadDone, loop.results).code == NoSuchEntryError.code  # LAC -1: refused
+    loop.results.clear()
+    assert r.learn_lac(5) == 5 and r.learn_lac(3) == 5
+    loop.run(r, r.read(0, 5, 0))
+    assert payloads(loop) == [b"e%d" % e for e in range(6)]
+    closed = LedgerReader(metadata(state="CLOSED", last_entry_id=2), DIGEST, master_key=KEY)
+    assert closed.learn_lac(4) == 2

@@ -187,6 +187,7 @@ class ReaderApp:
                                                                                  msg)
         self.core: LedgerReader | None = None
         self.reading: tuple[int, int] | None = None  # the read in flight: first, last
+        self.told_lacs = 0  # answers asked of the writer (told_lac_p)
         self.next_entry = 0
         self.failed_code = OK
         self.done = False
@@ -245,7 +246,29 @@ class ReaderApp:
             md, _ = self.c.meta.get(self.c.ledger_id)
             if md is not core.metadata:
                 self.host.call(core, core.update_metadata, md)
+            if self.c.cfg.told_lac_p and world.rng.random() < self.c.cfg.told_lac_p:
+                self._ask_writer()
             self.host.call(core, core.wait_for_lac, self.next_entry - 1, 100, world.now_ms)
+
+    def _ask_writer(self) -> None:
+        """Read your writes: the log's owner (here the writer) tells how far
+        its entries are acknowledged; the answer, taken now, arrives a
+        network delay later.  Broken: one entry more than acknowledged."""
+        writer = getattr(self.c, "writer", None)
+        if writer is None or writer.core is None:
+            return
+        told = writer.core.last_add_confirmed + (1 if self.c.cfg.told_lac_broken else 0)
+        if told < 0:
+            return
+        self.told_lacs += 1
+        lo, hi = self.c.cfg.delay_ms
+        self.c.world.at(self.c.world.now_ms + self.c.world.rng.randint(lo, hi), self._told, told)
+
+    def _told(self, told: int) -> None:
+        if self.done or self.core is None:
+            return
+        self.core.learn_lac(told)
+        self._after_event()  # the checker sees the LAC now; the read follows the LAC wait
 
     def _finish(self, code: int) -> None:
         self.done = True

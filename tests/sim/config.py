@@ -90,6 +90,13 @@ class SimConfig:
     # (at, bookie, length): the bookie is stopped (SIGSTOP): it takes nothing
     # in until the end, then serves what queued up, in order
     bookie_stalls: list[tuple[int, str, int]] = field(default_factory=list)
+    # read your writes (a log's owner tells a reader how far its writer's
+    # entries are acknowledged, ``LedgerReader.learn_lac``): the share of a
+    # tailing reader's waits at its LAC where it asks the writer, whose
+    # answer arrives a network delay later; broken: the answer claims one
+    # entry more than the writer has acknowledged (must be caught)
+    told_lac_p: float = 0.0
+    told_lac_broken: bool = False
 
     @property
     def lossy_crashes_max(self) -> int:
@@ -151,6 +158,7 @@ def random_config(seed: int) -> SimConfig:
     _draw_read_only(cfg, random.Random(seed * 7919 + 37))
     _draw_bookie_stalls(cfg, random.Random(seed * 7919 + 41))
     _draw_lagging(cfg, random.Random(seed * 7919 + 41))
+    cfg.told_lac_p = random.Random(seed * 7919 + 43).choice((0.0, 0.0, 0.3, 0.8))
     cfg.hosts, cfg.placement = 3, "rack" if seed % 4 == 3 else "host"  # no draw: seeds keep
     return cfg
 
