@@ -197,10 +197,11 @@ class LogConfig:
     service_gather_us: int = _key(limits.LOG_SERVICE_GATHER_US, 0, 1_000_000)
     # A log server's control entry of an owned log (control_interval_ms is an
     # exclusive writer's): once the log was idle this long after an entry was
-    # acknowledged.  Readers through the service are served from the owner's
-    # cache and never wait for it; readers of the bookies see the last records
-    # within it.  Shorter: a fresher tail for them; costs an entry per pause
-    # of every owned log.  0 = none (the ledger's explicit LAC only).
+    # acknowledged.  Readers through the service and Spark's source never wait
+    # for it (they ask the owner how far the log is acknowledged); readers with
+    # via_service=false see the last records within it.  Shorter: a fresher
+    # tail for them; costs an entry per pause of every owned log.  0 = none
+    # (the ledger's explicit LAC only).
     service_control_interval_ms: int = _key(limits.LOG_SERVICE_CONTROL_INTERVAL_MS, 0,
                                             3_600_000)
 

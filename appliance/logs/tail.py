@@ -39,6 +39,10 @@ Wire (ZeroMQ DEALER -> the server's read ROUTER, one JSON header frame):
                       although the bookies' LAC, carried by the next entry,
                       may be behind)
                       {"op": "error", "code": "not_owner", "rid", "owner", "endpoint"}
+    reader -> server  {"op": "confirmed", "log", "rid"}
+    server -> reader  {"op": "confirmed", "rid", "at": [seg, entry] or null}: how far
+                      the owner's writer has the log acknowledged (or the
+                      not_owner / miss answers above)
                       {"op": "error", "code": "bad", "rid", "message"}
 """
 
@@ -66,6 +70,7 @@ from appliance.protocol.logs import DLSN
 log = logging.getLogger("appliance.logs")
 
 MISS = "miss"
+CONFIRMED = "confirmed"
 
 
 # -- wire ------------------------------------------------------------------------------------
@@ -85,6 +90,14 @@ def check_read(doc: dict) -> tuple[str, DLSN, int, int]:
                               "a max >= 1 and a wait_ms >= 0")
     return name, DLSN(*pos), min(n, limits.LOG_READ_CACHE_RECORDS_MAX), \
         min(wait, limits.LOG_READ_SERVICE_WAIT_MS_MAX)
+
+
+def check_confirmed(doc: dict) -> str:
+    """The log of a CONFIRMED request; ``BadRequestError`` if it names none."""
+    name = doc.get("log")
+    if not isinstance(name, str) or not name:
+        raise BadRequestError("log service: a confirmed request names a log")
+    return name
 
 
 def _int(value) -> bool:
@@ -122,10 +135,19 @@ def decode_records(doc: dict, frames: list, make) -> list:
 
 
 def _confirmed(value) -> tuple[int, int] | None:
-    """A miss's ``confirmed`` (seg, entry), or None if absent or malformed."""
+    """A (seg, entry) of an answer, or None if absent or malformed."""
     if isinstance(value, list) and len(value) == 2 and all(_int(v) and v >= 0 for v in value):
         return value[0], value[1]
     return None
+
+
+def owner_confirmed(client, name: str) -> tuple[int, int] | None:
+    """``ServiceTail.confirmed_end`` of log ``name``, asked once."""
+    tail = ServiceTail(client, name)
+    try:
+        return tail.confirmed_end()
+    finally:
+        tail.close()
 
 
 # -- the reader's side -----------------------------------------------------------------------
@@ -157,30 +179,53 @@ class ServiceTail:
         bookies."""
         wait_ms = int(min(max(wait_s, 0.0) * 1000, limits.LOG_READ_SERVICE_WAIT_MS_MAX))
         self.confirmed = None
+        reply = self._exchange(
+            lambda rid: encode_read(self.name, pos, max_records, wait_ms, rid), wait_ms)
+        if reply is None:
+            return self._miss()
+        doc, frames = reply
+        if doc["op"] == "records":
+            self.serving = True
+            self.stats["hits"] += 1
+            return decode_records(doc, frames, make)
+        if doc["op"] == MISS:  # the bookies have it all
+            self.confirmed = _confirmed(doc.get("confirmed"))
+            return self._miss(pos)
+        return self._miss()  # an error: the bookies have it all
+
+    def confirmed_end(self) -> tuple[int, int] | None:
+        """(seg, entry): how far the owner's writer has the log's entries
+        acknowledged (every write it answered is at or before it), for a
+        reader of the bookies (Spark's planning) to read that far past their
+        LAC; None: no owner, no answer, nothing acknowledged yet."""
+        reply = self._exchange(
+            lambda rid: encode_header({"op": CONFIRMED, "log": self.name, "rid": rid}), 0)
+        if reply is None or reply[0]["op"] != CONFIRMED:
+            return None
+        return _confirmed(reply[0].get("at"))
+
+    def _exchange(self, encode, wait_ms: int):
+        """One request (``encode(rid)``) to the log's owner, following its
+        "not owner" redirects: the answer (header, other frames), or None
+        (no owner, no answer in time: the socket is dropped)."""
         for _ in range(limits.LOG_READ_SERVICE_REDIRECTS_MAX + 1):
             if self._endpoint is None:
                 self._endpoint = self._find_owner()
                 if self._endpoint is None:
-                    return self._miss()
-            reply = self._ask(pos, max_records, wait_ms)
+                    return None
+            reply = self._ask(encode, wait_ms)
             if reply is None:
                 self.stats["timeouts"] += 1
                 self._drop()
-                return self._miss()
-            doc, frames = reply
-            if doc["op"] == "records":
-                self.serving = True
-                self.stats["hits"] += 1
-                return decode_records(doc, frames, make)
-            if doc.get("code") != NOT_OWNER:  # miss, or an error: the bookies have it all
-                if doc["op"] == MISS:
-                    self.confirmed = _confirmed(doc.get("confirmed"))
-                return self._miss(pos if doc["op"] == MISS else None)
+                return None
+            doc = reply[0]
+            if doc.get("code") != NOT_OWNER:
+                return reply
             self.stats["redirects"] += 1
             self._drop()
             self._endpoint = doc.get("endpoint") if isinstance(doc.get("endpoint"), str) \
                 else None
-        return self._miss()
+        return None
 
     def _find_owner(self) -> str | None:
         """The read endpoint of the lease holder, or None."""
@@ -195,15 +240,15 @@ class ServiceTail:
         endpoint = info.get("read_endpoint")
         return endpoint if isinstance(endpoint, str) else None
 
-    def _ask(self, pos: DLSN, max_records: int, wait_ms: int):
-        """Send one READ and wait for its answer: (header, other frames), or
-        None if none came in time."""
+    def _ask(self, encode, wait_ms: int):
+        """Send one request (``encode(rid)``) and wait for its answer:
+        (header, other frames), or None if none came in time."""
         if self._sock is None:
             self._sock = self._ctx.socket(zmq.DEALER)
             self._sock.linger = 0
             self._sock.connect(self._endpoint)
         self._rid += 1
-        self._sock.send(encode_read(self.name, pos, max_records, wait_ms, self._rid))
+        self._sock.send(encode(self._rid))
         self.stats["requests"] += 1
         deadline = self._clock() + (wait_ms + limits.LOG_READ_SERVICE_REPLY_GRACE_MS) / 1000
         while True:

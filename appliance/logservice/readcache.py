@@ -49,7 +49,7 @@ import zmq
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from appliance.errors import BKError
-from appliance.logs.tail import MISS, check_read, encode_payloads
+from appliance.logs.tail import CONFIRMED, MISS, check_confirmed, check_read, encode_payloads
 from appliance.meta.logservice import LogServiceRegistry
 from appliance.protocol import limits
 from appliance.protocol.invariant import invariant
@@ -266,6 +266,9 @@ class ReadService:
             identity, doc = frames[0], {}
             try:
                 doc = decode_header(frames[1])
+                if doc["op"] == CONFIRMED:
+                    self._answer_confirmed(identity, doc.get("rid"), check_confirmed(doc))
+                    continue
                 if doc["op"] != "read":
                     raise BKError(f"unknown op {doc['op']!r}")
                 name, pos, max_records, wait_ms = check_read(doc)
@@ -311,6 +314,17 @@ class ReadService:
         self._send(identity, [encode_header({"op": "records", "rid": rid, "runs": runs}),
                               *frames])
         return True
+
+    def _answer_confirmed(self, identity: bytes, rid, name: str) -> None:
+        """How far this owner's writer has ``name`` acknowledged (read your
+        writes for readers of the bookies), or where to ask instead."""
+        cache = self._cache_for(name)
+        if cache is None:
+            self._not_here(identity, rid, name, None)
+            return
+        at = cache.confirmed_now()
+        self._send(identity, [encode_header({"op": CONFIRMED, "rid": rid,
+                                             "at": list(at) if at is not None else None})])
 
     def _answer_waiters(self) -> None:
         if not self._waiters:

@@ -45,6 +45,7 @@ from appliance.cold.segment_file import ROW_GROUP_ROWS
 from appliance.config import load_config
 from appliance.curve import bookie_routes
 from appliance.errors import BKError, NoSuchLedgerError, NoSuchLogError, UnauthorizedError
+from appliance.logs.tail import owner_confirmed
 from appliance.protocol import limits
 from appliance.protocol.keys import check_password, master_key
 from appliance.protocol.log_entry import read_header
@@ -227,7 +228,9 @@ def log_ranges(client, options: ScanOptions):
         if seg.state == COMPLETED:
             last, records, size = seg.last_entry_id, seg.records, ledger.length
         else:
-            ledger, last, records, size = _in_progress_end(client, ledger, options)
+            ledger, last, records, size = _in_progress_end(client, ledger, options,
+                                                           _confirmed_entry(client, options.log,
+                                                                            seg.seq))
         if last >= 0:
             ranges.append(LedgerRange(ledger, 0, last))
             segments[seg.ledger_id] = seg.seq
@@ -306,18 +309,28 @@ def _readable_end(client, md: LedgerMetadata, options: ScanOptions):
         handle.close()
 
 
-def _in_progress_end(client, md: LedgerMetadata, options: ScanOptions):
+def _confirmed_entry(client, name: str, seq: int) -> int:
+    """The last entry of in-progress segment ``seq`` that the log's owner
+    says its writer has acknowledged (-1: no owner, or none): read your
+    writes, the bookies' LAC being one entry behind a log that went quiet."""
+    confirmed = owner_confirmed(client, name)
+    return confirmed[1] if confirmed is not None and confirmed[0] == seq else -1
+
+
+def _in_progress_end(client, md: LedgerMetadata, options: ScanOptions, confirmed: int = -1):
     """The IN_PROGRESS segment's ledger: (metadata, last readable entry as
     ``_readable_end`` gives it, the segment's records up to that entry and
     about its bytes), the records from that entry's header (the segment's
     running total) and the bytes its size times the entries (too few when
     it is a writer's control entry: then the records rule); (None, 0) if
     it cannot be read now (then a row an entry: its task reads it, and
-    fails with the reason if it still cannot)."""
+    fails with the reason if it still cannot).  ``confirmed``: the owner's
+    acknowledged end (``_confirmed_entry``), read up to although the
+    bookies' LAC is behind."""
     handle = client.open_ledger(md.ledger_id, password=options.password, recovery=False)
     try:
         md = handle.metadata
-        last = md.last_entry_id if md.state == CLOSED else handle.last_add_confirmed
+        last = md.last_entry_id if md.state == CLOSED else handle.learn_lac(confirmed)
         if last < 0:
             return md, last, 0, 0
         try:

@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 
 from appliance.cold.reading import load_segment
 from appliance.errors import NoSuchLogError
+from appliance.logs.tail import owner_confirmed
 from appliance.protocol import limits
 from appliance.protocol.log_entry import read_header, unpack_entry
 from appliance.protocol.logs import COLD, COMPLETED, DLSN, LogMetadata, Segment
@@ -69,8 +70,12 @@ class ColdPositions:
 
 
 class LogView:
-    def __init__(self, client, name: str, password: bytes, where: str = ""):
+    def __init__(self, client, name: str, password: bytes, where: str = "",
+                 confirmed_end=owner_confirmed):
+        """``confirmed_end(client, name)``: the (seg, entry) the log's owner
+        says is acknowledged, or None (``appliance.logs.tail``)."""
         self.client = client
+        self._confirmed_end = confirmed_end
         self.name = name
         self.password = password
         self.where = where
@@ -94,8 +99,12 @@ class LogView:
             self._handles.pop(ledger_id)[0].close()
         self._lac = {}
         seg = self.md.in_progress
-        if seg is not None:
-            self._lac[seg.ledger_id] = self._handle(seg).read_lac()
+        if seg is not None:  # read your writes: the owner's acknowledged end, if ahead
+            confirmed = self._confirmed_end(self.client, self.name)
+            lac = self._handle(seg).read_lac()
+            if confirmed is not None and confirmed[0] == seg.seq:
+                lac = self._handle(seg).learn_lac(confirmed[1])
+            self._lac[seg.ledger_id] = lac
         return self.md
 
     def close(self) -> None:

@@ -221,3 +221,29 @@ def test_a_miss_says_how_far_the_owner_is_acknowledged(tmp_path):
     finally:
         tail.close()
         owner.close()
+
+
+def test_the_confirmed_end_follows_a_redirect_and_none_without_an_owner(tmp_path):
+    """``confirmed_end`` (Spark's planning, read your writes): the owner's
+    acknowledged (seg, entry), through a "not owner" redirect; None when
+    nothing is acknowledged yet or no server owns the log."""
+    ctx = zmq.Context.instance()
+    ends = iter([[2, 9], None])
+    owner = FakeServer(ctx, tmp_path / "owner.read", lambda doc: [encode_header(
+        {"op": "confirmed", "rid": doc["rid"], "at": next(ends)})])
+    old = FakeServer(ctx, tmp_path / "old.read", lambda doc: [encode_header(
+        {"op": "error", "code": "not_owner", "rid": doc["rid"], "owner": "owner",
+         "endpoint": owner.endpoint})])
+    tail = ServiceTail(SimpleNamespace(logs=SimpleNamespace(store=None)), "orders")
+    tail._registry = FakeRegistry("old", {"old": old.endpoint, "owner": owner.endpoint})
+    try:
+        assert tail.confirmed_end() == (2, 9)
+        assert owner.asked[0]["op"] == "confirmed" and owner.asked[0]["log"] == "orders"
+        assert tail.confirmed_end() is None  # nothing acknowledged yet
+        tail._drop()
+        tail._registry = FakeRegistry(None, {})
+        assert tail.confirmed_end() is None  # no owner
+    finally:
+        tail.close()
+        owner.close()
+        old.close()

@@ -58,6 +58,10 @@ class FakeHandle:
     def read_lac(self):
         return self.lac
 
+    def learn_lac(self, entry_id):
+        self.lac = max(self.lac, entry_id)
+        return self.lac
+
     def close(self):
         pass
 
@@ -73,7 +77,7 @@ def view():
     client = SimpleNamespace(
         logs=SimpleNamespace(read_log=lambda name: (md, 1)),
         open_ledger=lambda ledger_id, password, recovery: FakeHandle(*handles[ledger_id], reads))
-    v = LogView(client, "orders", b"")
+    v = LogView(client, "orders", b"", confirmed_end=lambda client, name: None)
     v.refresh()
     v.reads = reads
     return v
@@ -81,6 +85,23 @@ def view():
 
 def test_the_log_end_is_after_the_last_readable_record(view):
     assert view.data_end() == READABLE[-1][0].next() == DLSN(2, 1, 1)
+
+
+def test_the_log_end_reaches_what_the_owner_says_is_acknowledged():
+    """Read your writes: the in-progress segment's entry 3 is past the
+    bookies' LAC (2), but its owner says it is acknowledged; an answer about
+    another segment changes nothing."""
+    md = LogMetadata(name="orders", segments=(
+        Segment(1, 101, COMPLETED, records=10, first_txid=10, last_txid=100,
+                last_dlsn=DLSN(1, 3, 4), last_entry_id=3),
+        Segment(2, 102)), next_seq=3)
+    handles = {101: (ENTRIES1, 3), 102: (ENTRIES2, LAC2)}
+    view = _fake_view(md, handles, confirmed=(2, 3))
+    view.refresh()
+    assert view.data_end() == RECORDS2[-1][0].next() == DLSN(2, 3, 6)
+    view = _fake_view(md, {101: (ENTRIES1, 3), 102: (ENTRIES2, LAC2)}, confirmed=(1, 3))
+    view.refresh()
+    assert view.data_end() == DLSN(2, 1, 1)
 
 
 def test_counts_and_cuts_by_records_from_every_position(view):
@@ -170,11 +191,11 @@ def _reader(view, **options):
     return reader
 
 
-def _fake_view(md, handles):
+def _fake_view(md, handles, confirmed=None):
     client = SimpleNamespace(
         logs=SimpleNamespace(read_log=lambda name: (md, 1)),
         open_ledger=lambda ledger_id, password, recovery: FakeHandle(*handles[ledger_id], []))
-    return LogView(client, md.name, b"")
+    return LogView(client, md.name, b"", confirmed_end=lambda client, name: confirmed)
 
 
 def test_starting_positions_of_a_log_with_no_record_are_its_first_segment():
