@@ -24,6 +24,7 @@ from cli import (
     keys,
     ledger,
     log,
+    processes,
     top,
 )
 
@@ -72,6 +73,7 @@ TOP_COMMANDS = (
     ledger.ledger,
     log.log,
     bookie.bookie,
+    processes.log_server,
     autorecovery.autorecovery,
     keys.keys,
 )
@@ -82,6 +84,10 @@ def _register_commands() -> None:
     for command in BENCH_COMMANDS:
         bench.add_command(command)
     bookie.bookie.add_command(autorecovery.decommission)
+    for command in processes.commands(processes.BOOKIE, "bookie-2"):
+        bookie.bookie.add_command(command)  # bkctl bookie start|stop|restart ID
+    for command in processes.commands(processes.LOG_SERVER, "logserver-1"):
+        processes.log_server.add_command(command)
     for command in TOP_COMMANDS:
         cli.add_command(command)
 
