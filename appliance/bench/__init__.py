@@ -13,5 +13,8 @@ appliance itself).
 * ``zk_server``: a ZooKeeperServer from pyspark's jars (benchmarks, tests).
 
 The storage engine's own benchmark is ``storage.bench``; the wire's is
-``ipc.bench``.
+``ipc.bench``.  What only tests and developers run (the multi-host harness
+on network namespaces, its ZooKeeper ensemble, delay relay and bench, the
+A/B bookie bench) lives in ``tests/harness``: every module here is one a
+``bkctl bench`` command runs (``tests/test_layers.py``).
 """

@@ -28,13 +28,12 @@ import json
 
 import zmq
 
+from appliance.protocol import limits
 from ipc.server import restrict_socket_file
 from ipc.wake import WakePipe
 
 SOCKET_NAME = "supervisor.sock"
 OPS = ("start", "stop", "restart")
-REQUESTS_PER_WAIT_MAX = 16  # requests taken per wake; the rest wait for the next one
-REQUEST_BYTES_MAX = 4096  # a request is an op and an id: anything larger is refused
 
 
 def control_endpoint(config) -> str:
@@ -63,8 +62,9 @@ def ask(config, op: str, process_id: str, timeout_ms: int,
 
 def parse_request(frame: bytes) -> tuple[str, str] | str:
     """(op, process id) of a request frame, or the one-line reason it is refused."""
-    if len(frame) > REQUEST_BYTES_MAX:
-        return f"request of {len(frame)} bytes refused (at most {REQUEST_BYTES_MAX})"
+    if len(frame) > limits.SUPERVISOR_CONTROL_REQUEST_BYTES_MAX:
+        return (f"request of {len(frame)} bytes refused "
+                f"(at most {limits.SUPERVISOR_CONTROL_REQUEST_BYTES_MAX})")
     try:
         doc = json.loads(frame)
     except ValueError:
@@ -100,7 +100,7 @@ class ControlSocket:
         ready = dict(self._poller.poll(max(0, timeout_ms)))
         if self._wake.fd in ready:
             self._wake.drain()
-        for _ in range(REQUESTS_PER_WAIT_MAX):
+        for _ in range(limits.SUPERVISOR_CONTROL_REQUESTS_PER_WAIT_MAX):
             try:
                 frames = self._sock.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
