@@ -55,13 +55,15 @@ def ask_supervisor(config, op: str, process_id: str) -> dict:
     """The supervisor's reply to ``op`` on ``process_id``; ClickException
     when no supervisor runs the config, it does not answer, or it refuses."""
     # on use: keeps bkctl's start-up short (cli/__init__.py)
-    from appliance.supervisor.control import ask, control_endpoint
+    from appliance.supervisor.control import ask, control_endpoint, control_unavailable
     from appliance.supervisor.supervisor import read_state, supervisor_alive
 
     state = read_state(config)
     if not supervisor_alive(state):
         raise click.ClickException(f"no supervisor runs {config.path}: start the appliance "
                                    "with `bkctl up --detach` (it starts every process)")
+    if (why := control_unavailable(config)) is not None:
+        raise click.ClickException(f"the supervisor of {config.path} takes no requests: {why}")
     reply = ask(config, op, process_id, REQUEST_TIMEOUT_MS)
     if reply is None:
         raise click.ClickException(

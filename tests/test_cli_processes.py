@@ -64,3 +64,12 @@ def test_fix_cookie_refuses_while_the_supervisor_runs_or_restarts_the_bookie(tmp
     _supervised_by_us(path, {"pid": None, "given_up": False, "stopped_by_operator": False})
     code, out = _run("bookie", "fix-cookie", "bookie-1", "--config", str(path))
     assert code == 1 and "the supervisor is about to restart bookie-1" in out
+
+
+def test_a_supervisor_without_its_control_socket_is_named_with_the_fix(tmp_path):
+    deep = tmp_path / ("d" * 110)
+    path = write_config(tmp_path, 1, quorums=(1, 1, 1), supervisor={"run_dir": str(deep)})
+    _supervised_by_us(path, {"pid": 4242, "given_up": False, "stopped_by_operator": False})
+    code, out = _run("bookie", "restart", "bookie-1", "--config", str(path))
+    assert code == 1 and "takes no requests" in out
+    assert "set [supervisor] run_dir to a shorter folder" in out

@@ -25,6 +25,7 @@ requests are answered there, between watches, never concurrently with one.
 from __future__ import annotations
 
 import json
+import os
 
 import zmq
 
@@ -39,6 +40,18 @@ OPS = ("start", "stop", "restart")
 def control_endpoint(config) -> str:
     """Where the supervisor of ``config`` listens: ipc:// in its run folder."""
     return f"ipc://{config.run_path / SOCKET_NAME}"
+
+
+def control_unavailable(config) -> str | None:
+    """Why the supervisor of ``config`` can take no requests (its socket
+    path is too long for a unix socket), or None.  The supervisor then runs
+    without the channel rather than not at all."""
+    path = os.path.abspath(config.run_path / SOCKET_NAME)
+    if len(path.encode()) <= limits.IPC_PATH_BYTES_MAX:
+        return None
+    return (f"its control socket {path} is over {limits.IPC_PATH_BYTES_MAX} bytes: set "
+            "[supervisor] run_dir to a shorter folder and restart the appliance "
+            "(bkctl down, bkctl up)")
 
 
 def ask(config, op: str, process_id: str, timeout_ms: int,
@@ -77,19 +90,24 @@ def parse_request(frame: bytes) -> tuple[str, str] | str:
 
 class ControlSocket:
     """The supervisor's end: bound at ``control_endpoint(config)``; ``wake()``
-    (any thread, or a signal handler) ends a ``wait`` early."""
+    (any thread, or a signal handler) ends a ``wait`` early.  Without a
+    socket (``unavailable``: see ``control_unavailable``) a ``wait`` only
+    waits."""
 
     def __init__(self, config, context: zmq.Context | None = None):
-        self._sock = (context or zmq.Context.instance()).socket(zmq.ROUTER)
-        self._sock.linger = 0
         self._path = config.run_path / SOCKET_NAME
         self._path.unlink(missing_ok=True)  # left by a supervisor that died
-        self._sock.bind(control_endpoint(config))
-        restrict_socket_file(str(self._path))  # 0600: the appliance's account alone
         self._wake = WakePipe()
         self._poller = zmq.Poller()
-        self._poller.register(self._sock, zmq.POLLIN)
         self._poller.register(self._wake.fd, zmq.POLLIN)
+        self.unavailable = control_unavailable(config)
+        self._sock = None
+        if self.unavailable is None:
+            self._sock = (context or zmq.Context.instance()).socket(zmq.ROUTER)
+            self._sock.linger = 0
+            self._sock.bind(control_endpoint(config))
+            restrict_socket_file(str(self._path))  # 0600: the appliance's account alone
+            self._poller.register(self._sock, zmq.POLLIN)
 
     def wake(self) -> None:
         self._wake.wake()
@@ -100,6 +118,8 @@ class ControlSocket:
         ready = dict(self._poller.poll(max(0, timeout_ms)))
         if self._wake.fd in ready:
             self._wake.drain()
+        if self._sock is None:
+            return
         for _ in range(limits.SUPERVISOR_CONTROL_REQUESTS_PER_WAIT_MAX):
             try:
                 frames = self._sock.recv_multipart(zmq.NOBLOCK)
@@ -113,6 +133,7 @@ class ControlSocket:
             self._sock.send_multipart([frames[0], json.dumps(reply).encode()])
 
     def close(self) -> None:
-        self._sock.close(linger=0)
+        if self._sock is not None:
+            self._sock.close(linger=0)
+            self._path.unlink(missing_ok=True)
         self._wake.close()
-        self._path.unlink(missing_ok=True)

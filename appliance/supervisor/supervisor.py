@@ -259,6 +259,9 @@ class Supervisor:
     def run(self) -> None:
         self.prepare()
         self._control = ControlSocket(self.config)
+        if self._control.unavailable:
+            log.warning("no operator requests (bkctl bookie stop|start|restart): %s",
+                        self._control.unavailable)
         try:
             self.start_all()
             next_watch_s = self.clock() + self.sup.ping_interval_ms / 1000.0

@@ -176,3 +176,19 @@ def test_the_control_socket_is_its_owners_alone(short_tmp):
     finally:
         server.close()
     assert mode == 0o600
+
+
+def test_a_run_folder_too_deep_for_a_socket_leaves_the_supervisor_running_without_it(short_tmp):
+    """A unix socket path holds 107 bytes: past that the supervisor still
+    runs its processes, and says why it takes no requests."""
+    deep = short_tmp / ("d" * 100) / "run"
+    config = load_config(write_config(short_tmp, 1, quorums=(1, 1, 1),
+                                      supervisor={"run_dir": str(deep)}))
+    deep.mkdir(parents=True)
+    server = control.ControlSocket(config)
+    try:
+        server.wait(0, lambda op, pid: pytest.fail("no request can arrive"))
+    finally:
+        server.close()
+    assert "[supervisor] run_dir" in server.unavailable
+    assert control.control_unavailable(config) == server.unavailable
