@@ -19,7 +19,8 @@ from cli.common import config_option, echo_json, json_option, library_errors, pa
 @click.group(short_help="Bookie maintenance and inspection.")
 def bookie():
     """Bookie maintenance: re-replicate a lost bookie's ledgers, show a
-    bookie's identity and repair progress, accept replaced disks."""
+    bookie's identity and repair progress, accept replaced disks; start,
+    stop or restart one bookie of a running appliance."""
 
 
 @bookie.command(short_help="Copy a lost bookie's entries elsewhere.")

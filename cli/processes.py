@@ -134,81 +134,67 @@ def _load(config_path: str):
     return load_config(config_path)
 
 
-def _start_command(kind: _Kind, example_id: str) -> click.Command:
-    @click.command(name="start", short_help=f"Start one {kind.name} of the running appliance.",
-                   help=f"""Start the {kind.name} ID now on the
-    running appliance (its supervisor, `bkctl up`, starts it; the other processes
-    are not touched): one the operator stopped, or one the supervisor left down
-    (it refused to start, or exited restarts_max times within restart_window_ms);
-    its restart backoff starts afresh. Waits until it answers.
-
-    \b
-    Example:
-      bkctl {kind.group} start {example_id}""")
-    @click.argument("process_id", metavar="ID")
-    @config_option
-    @library_errors
-    def start(process_id, config_path):
-        config = _load(config_path)
-        kind.check_id(config, process_id)
-        click.echo(start_again(config, kind, process_id))
-
-    return start
+def _stop(config, kind: _Kind, process_id: str) -> str:
+    reply = ask_supervisor(config, "stop", process_id)
+    wait_stopped(config, process_id)
+    was = f" (was pid {reply['was_pid']})" if reply.get("was_pid") else ""
+    return (f"{process_id} stopped{was}; the supervisor leaves it down until "
+            f"`bkctl {kind.group} start {process_id}`")
 
 
-def _stop_command(kind: _Kind, example_id: str) -> click.Command:
-    @click.command(name="stop", short_help=f"Stop one {kind.name}; it stays down.",
-                   help=f"""Stop the {kind.name} ID of the running
+def _restart(config, kind: _Kind, process_id: str) -> str:
+    reply = ask_supervisor(config, "restart", process_id)
+    pid = wait_answering(config, kind, process_id, reply.get("was_pid"))
+    return f"{process_id} restarted (pid {pid}) and answering"
+
+
+# name -> (summary, help, action): {kind} is "bookie" or "log server", {group}
+# its command group; each help ends with an example.
+ACTIONS = {
+    "start": ("Start one {kind} of the running appliance.", """Start the {kind} ID now
+    on the running appliance (its supervisor, `bkctl up`, starts it; the other
+    processes are not touched): one the operator stopped, or one the supervisor
+    left down (it refused to start, or exited restarts_max times within
+    restart_window_ms); its restart backoff starts afresh. Waits until it
+    answers.""", start_again),
+    "stop": ("Stop one {kind}; it stays down.", """Stop the {kind} ID of the running
     appliance cleanly (SIGTERM; SIGKILL after supervisor.stop_timeout_ms), the
     other processes untouched. The supervisor does not restart it and
     `bkctl status` shows it stopped by the operator (not a failure) until
-    `bkctl {kind.group} start`, or until the appliance is stopped and started
-    again. Waits until it has exited.
+    `bkctl {group} start`, or until the appliance is stopped and started again.
+    Waits until it has exited.""", _stop),
+    "restart": ("Restart one {kind}, the others untouched.", """Stop the {kind} ID of
+    the running appliance cleanly and start it again (after a config change of
+    it, or when it is stuck), the other processes untouched. Not counted in its
+    `restarts` (those count failures). Waits until its new process answers.""",
+                _restart),
+}
+
+
+def _command(kind: _Kind, name: str, example_id: str) -> click.Command:
+    summary, text, action = ACTIONS[name]
+    words = {"kind": kind.name, "group": kind.group}
+
+    @click.command(name=name, short_help=summary.format(**words),
+                   help=text.format(**words) + f"""
 
     \b
     Example:
-      bkctl {kind.group} stop {example_id}""")
+      bkctl {kind.group} {name} {example_id}""")
     @click.argument("process_id", metavar="ID")
     @config_option
     @library_errors
-    def stop(process_id, config_path):
+    def command(process_id, config_path):
         config = _load(config_path)
         kind.check_id(config, process_id)
-        reply = ask_supervisor(config, "stop", process_id)
-        wait_stopped(config, process_id)
-        was = f" (was pid {reply['was_pid']})" if reply.get("was_pid") else ""
-        click.echo(f"{process_id} stopped{was}; the supervisor leaves it down until "
-                   f"`bkctl {kind.group} start {process_id}`")
+        click.echo(action(config, kind, process_id))
 
-    return stop
-
-
-def _restart_command(kind: _Kind, example_id: str) -> click.Command:
-    @click.command(name="restart", short_help=f"Restart one {kind.name}, the others untouched.",
-                   help=f"""Stop the {kind.name} ID of the running
-    appliance cleanly and start it again (after a config change of it, or when it is
-    stuck), the other processes untouched. Not counted in its `restarts` (those
-    count failures). Waits until its new process answers.
-
-    \b
-    Example:
-      bkctl {kind.group} restart {example_id}""")
-    @click.argument("process_id", metavar="ID")
-    @config_option
-    @library_errors
-    def restart(process_id, config_path):
-        config = _load(config_path)
-        kind.check_id(config, process_id)
-        reply = ask_supervisor(config, "restart", process_id)
-        pid = wait_answering(config, kind, process_id, reply.get("was_pid"))
-        click.echo(f"{process_id} restarted (pid {pid}) and answering")
-
-    return restart
+    return command
 
 
 def commands(kind: _Kind, example_id: str) -> list[click.Command]:
     """``start``, ``stop`` and ``restart`` for one kind of process."""
-    return [make(kind, example_id) for make in (_start_command, _stop_command, _restart_command)]
+    return [_command(kind, name, example_id) for name in ACTIONS]
 
 
 @click.group(name="log-server", short_help="Start, stop or restart one log server.")

@@ -13,16 +13,19 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.support.bkctl import bkctl
-from tests.support.launch import kill_pids, supervisor_pids, wait_for, write_config
+from tests.support.launch import (
+    kill_pids,
+    supervisor_pids,
+    swap_disks,
+    wait_for,
+    write_config,
+)
 
 PASSWORD = b"ops"
 ENTRIES = 200
@@ -79,11 +82,7 @@ def test_fix_cookie_on_a_running_appliance_brings_a_wiped_bookie_back_alone(appl
             ledgers.append(lh.id)
         before = _pids(config, *others)
         victim = _status(config)["bookie-3"]
-        os.kill(victim["pid"], signal.SIGSTOP)  # frozen while its disks are swapped
-        for key in ("journal_dir", "ledger_dir"):
-            shutil.rmtree(victim[key])
-            Path(victim[key]).mkdir()
-        os.kill(victim["pid"], signal.SIGKILL)
+        swap_disks(victim)
         refused = wait_for(lambda: (r := _status(config)["bookie-3"])["left_down"] and r,
                            60.0, what="bookie-3 refused (no cookie) and left down")
         wait_for(lambda: "bookie-3" not in bk.registry.available(), 30.0,
