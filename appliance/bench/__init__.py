@@ -10,7 +10,8 @@ appliance itself).
 * ``metadata``: ``bkctl bench metadata``: the CAS stores, SQLite against a
   real ZooKeeper;
 * ``spark``: ``bkctl bench spark``: the Spark data source against Parquet;
-* ``zk_server``: a ZooKeeperServer from pyspark's jars (benchmarks, tests).
+* ``zk_server``: a standalone ZooKeeperServer from pyspark's jars (``bkctl bench
+  metadata|scale --backend zk``; the tests use it too).
 
 The storage engine's own benchmark is ``storage.bench``; the wire's is
 ``ipc.bench``.  What only tests and developers run (the multi-host harness
