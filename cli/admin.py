@@ -226,7 +226,15 @@ def _echo_status(rows: list[dict]) -> None:
         if r["restarts"] is not None or r["uptime_s"] is not None:
             uptime = "-" if r["uptime_s"] is None else f"{r['uptime_s']:.0f}s"
             click.echo(f"{'':<12} restarts={_dash(r['restarts'])} uptime={uptime}"
-                       f"  last exit: {describe_exit(r['last_exit'])}")
+                       f"  last exit: {describe_exit(r['last_exit'])}"
+                       f"{_held(r, 'bookie')}")
+
+
+def _held(row: dict, group: str) -> str:
+    """What the status line adds for a process the operator stopped."""
+    if not row.get("stopped_by_operator"):
+        return ""
+    return f"; left down until `bkctl {group} start {row['id']}`"
 
 
 def _log_server_status(config, server_id: str, state: dict | None, now_s: float) -> dict:
@@ -251,6 +259,12 @@ def _echo_log_servers(rows: list[dict]) -> None:
         logs = "-" if r["logs"] is None else len(r["logs"])
         click.echo(f"{r['id']:<12} {r['state']:<10} pid={r['pid'] or '-':<8} {r['endpoint']}"
                    f"  restarts={_dash(r['restarts'])} uptime={uptime} logs={logs}")
+        if r["state"] == "down" and r["last_exit"]:
+            # on use: keeps bkctl's start-up short (cli/__init__.py)
+            from appliance.supervisor.runs import describe_exit
+
+            click.echo(f"{'':<12} last exit: {describe_exit(r['last_exit'])}"
+                       f"{_held(r, 'log-server')}")
         if r["read_endpoint"] or r["metrics_url"]:
             click.echo(f"{'':<12} reads={_dash(r['read_endpoint'])}"
                        f"  metrics={_dash(r['metrics_url'])}")
@@ -348,7 +362,7 @@ def _probe_row(bookie_id: str, endpoint: str, curve) -> dict:
             "gc": (info or {}).get("gc"), "metrics_url": (info or {}).get("metrics_url"),
             "endpoint": endpoint, "journal_dir": None, "ledger_dir": None, "disk_bytes": None,
             "restarts": None, "uptime_s": None, "last_exit": None, "left_down": None,
-            "local": True}
+            "stopped_by_operator": None, "local": True}
 
 
 def _bookie_status(config, b, state: dict | None, now_s: float) -> dict:

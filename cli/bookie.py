@@ -19,7 +19,8 @@ from cli.common import config_option, echo_json, json_option, library_errors, pa
 @click.group(short_help="Bookie maintenance and inspection.")
 def bookie():
     """Bookie maintenance: re-replicate a lost bookie's ledgers, show a
-    bookie's identity and repair progress, accept replaced disks."""
+    bookie's identity and repair progress, accept replaced disks; start,
+    stop or restart one bookie of a running appliance."""
 
 
 @bookie.command(short_help="Copy a lost bookie's entries elsewhere.")
@@ -514,20 +515,47 @@ def fix_cookie_(bookie_id, reformat, config_path):
     must be stopped): new empty directories are formatted, the cookie in the
     metadata store is rewritten to name them, and the next start fences
     every ledger naming the bookie, puts it in limbo (it answers "unknown",
-    never "no such entry") and repairs it from its peers (BP-46).
+    never "no such entry") and repairs it from its peers (BP-46). On a
+    running appliance its supervisor then starts BOOKIE_ID again at once
+    (the other bookies keep serving) and this waits until it answers;
+    follow the repair with `bkctl bookie info BOOKIE_ID`.
 
     \b
     Example:
-      bkctl bookie fix-cookie bookie-2 && bkctl up
+      bkctl bookie stop bookie-2      # then swap its disks
+      bkctl bookie fix-cookie bookie-2
     """
     # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.bookie.cookies import fix_cookie
     from appliance.config import load_config
     from appliance.meta.bookies import BookieRegistry
+    from appliance.supervisor.supervisor import read_state, supervisor_alive
+    from cli.processes import BOOKIE, start_again
     from storage.metadata import open_store
 
     config = load_config(config_path)
+    supervised = supervisor_alive(state := read_state(config))
+    if supervised:
+        _refuse_unless_left_down(state, bookie_id)
     with open_store(config.metadata.uri, base_dir=config.base_dir,
                     **config.metadata.store_options()) as store:
         for line in fix_cookie(config, bookie_id, BookieRegistry(store), reformat=reformat):
             click.echo(line)
+    if supervised:
+        click.echo(start_again(config, BOOKIE, bookie_id) +
+                   f"; its repair: `bkctl bookie info {bookie_id}`")
+    else:
+        click.echo(f"no supervisor runs {config.path}: `bkctl up` starts {bookie_id}")
+
+
+def _refuse_unless_left_down(state: dict, bookie_id: str) -> None:
+    """A running supervisor may start the bookie while its disks are being
+    accepted: only one it leaves down (refused, stopped by the operator, or
+    past restarts_max) is safe to fix."""
+    run = (state.get("runs") or {}).get(bookie_id) or {}
+    if run.get("pid") is not None:
+        raise click.ClickException(f"{bookie_id} runs (pid {run['pid']}): stop it first "
+                                   f"with `bkctl bookie stop {bookie_id}`")
+    if not (run.get("given_up") or run.get("stopped_by_operator")):
+        raise click.ClickException(f"the supervisor is about to restart {bookie_id}: stop it "
+                                   f"first with `bkctl bookie stop {bookie_id}`")

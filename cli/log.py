@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import signal
 import sys
 
@@ -306,7 +305,7 @@ def offload(name, before, password, as_json, config_path):
     from appliance.cold.mover import offloader
 
     with _connect(config_path) as bk:
-        mover = offloader(bk, password.encode(), fail_at=os.environ.get("BKCTL_COLD_FAIL_AT"))
+        mover = offloader(bk, password.encode())
         result = mover.offload(name, before)
     if as_json:
         echo_json(result.to_json())

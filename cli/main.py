@@ -13,7 +13,6 @@ from cli import (
     admin,
     autorecovery,
     bench_appliance,
-    bench_hosts,
     bench_log,
     bench_metadata,
     bench_repair,
@@ -24,6 +23,7 @@ from cli import (
     keys,
     ledger,
     log,
+    processes,
     top,
 )
 
@@ -55,7 +55,6 @@ BENCH_COMMANDS = (
     bench_spark.spark_log,
     bench_spark.spark_stream,
     bench_repair.autorecovery,
-    bench_hosts.hosts,
     bench_log.log,
     bench_repair.repair,
     bench_repair.reclaim,
@@ -72,6 +71,7 @@ TOP_COMMANDS = (
     ledger.ledger,
     log.log,
     bookie.bookie,
+    processes.log_server,
     autorecovery.autorecovery,
     keys.keys,
 )
@@ -82,6 +82,10 @@ def _register_commands() -> None:
     for command in BENCH_COMMANDS:
         bench.add_command(command)
     bookie.bookie.add_command(autorecovery.decommission)
+    for command in processes.commands(processes.BOOKIE, "bookie-2"):
+        bookie.bookie.add_command(command)  # bkctl bookie start|stop|restart ID
+    for command in processes.commands(processes.LOG_SERVER, "logserver-1"):
+        processes.log_server.add_command(command)
     for command in TOP_COMMANDS:
         cli.add_command(command)
 

@@ -4,6 +4,8 @@ only the core, the rest of ``appliance`` nothing above it, no two modules
 import each other, directly or around a loop, and inside ``appliance`` the
 rooms follow their own order (``ROOMS``) and never import each other."""
 
+import re
+
 from tests.support import import_graph as ig
 
 BAD_LAZY = """
@@ -94,3 +96,42 @@ def test_an_import_of_the_project_inside_a_function_says_why():
 def test_the_inner_import_check_finds_an_import_without_a_reason():
     found = ig.unexplained_in_source("appliance.x", BAD_LAZY)
     assert found == ["appliance.x:12 f: from appliance.meta import bookies"]
+
+
+def test_the_installed_package_imports_nothing_from_tests():
+    """appliance/, cli/, ipc/, storage/ (what setup.py installs) never import
+    ``tests``: the harness (tests/harness) and the fixtures stay beside the
+    tests, and an installed bkctl runs without them."""
+    installed = re.search(r"find_packages\(include=\[([^\]]*)\]",
+                          (ig.ROOT / "setup.py").read_text())
+    assert installed, "setup.py no longer lists its packages as find_packages(include=[...])"
+    assert sorted(p.strip().strip("\"'*") for p in installed.group(1).split(",")) == \
+        sorted(ig.PACKAGES)  # the graph covers exactly what is installed
+    graph = ig.import_graph()
+    assert sorted(m for m, deps in graph.items() if "tests" in deps["external"]) == []
+    assert [line for line in ig.layer_violations(graph) if line.endswith("imports tests")] == []
+
+
+def test_the_check_catches_an_import_of_tests():
+    graph = {
+        "appliance.bench.x": {"product": set(), "external": {"tests"}},
+        "cli.main": {"product": {"appliance.bench.x"}, "external": set()},
+    }
+    assert ig.layer_violations(graph) == ["appliance.bench.x imports tests"]
+
+
+def test_every_bench_module_is_one_bkctl_runs():
+    """The benches ship in the package for `bkctl bench` on a user's machine;
+    a module of appliance.bench that no bkctl command reaches is harness
+    code, and belongs under tests/ (tests/harness)."""
+    assert ig.unreached_from_cli(ig.import_graph()) == []
+
+
+def test_the_reach_check_finds_a_bench_module_bkctl_never_runs():
+    graph = {
+        "cli.bench": {"product": {"appliance.bench.ledgers"}, "external": set()},
+        "appliance.bench.ledgers": {"product": {"appliance.bench.launcher"}, "external": set()},
+        "appliance.bench.launcher": {"product": set(), "external": set()},
+        "appliance.bench.netns": {"product": {"appliance.bench.launcher"}, "external": set()},
+    }
+    assert ig.unreached_from_cli(graph) == ["appliance.bench.netns"]

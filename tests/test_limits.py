@@ -118,7 +118,7 @@ def test_the_check_catches_a_stray_limit_and_a_double_definition():
                       "READ_CHUNK_ENTRIES = 1000\n",  # not a limit name
         "storage.read_path": "RUN_BYTES_MAX: int = 16 * 1024\n",
         "appliance.client.driver": "SERVER_BATCH_BYTES_MAX = 8192\nMAX_FOO = 1\n",
-        "appliance.bench.hosts": "START_TIMEOUT_S = 120.0\n",  # exempt: the harness
+        "appliance.bench.launcher": "START_TIMEOUT_S = 120.0\n",  # exempt: the benches
         "appliance.protocol.entry": "DIGEST_BYTES_MAX = 32\n",  # exempt: the format
     }
     problems = limit_problems(sources)

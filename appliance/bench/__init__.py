@@ -10,8 +10,12 @@ appliance itself).
 * ``metadata``: ``bkctl bench metadata``: the CAS stores, SQLite against a
   real ZooKeeper;
 * ``spark``: ``bkctl bench spark``: the Spark data source against Parquet;
-* ``zk_server``: a ZooKeeperServer from pyspark's jars (benchmarks, tests).
+* ``zk_server``: a standalone ZooKeeperServer from pyspark's jars (``bkctl bench
+  metadata|scale --backend zk``; the tests use it too).
 
 The storage engine's own benchmark is ``storage.bench``; the wire's is
-``ipc.bench``.
+``ipc.bench``.  What only tests and developers run (the multi-host harness
+on network namespaces, its ZooKeeper ensemble, delay relay and bench, the
+A/B bookie bench) lives in ``tests/harness``: every module here is one a
+``bkctl bench`` command runs (``tests/test_layers.py``).
 """

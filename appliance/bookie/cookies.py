@@ -122,7 +122,7 @@ def fix_cookie(config, bookie_id: str, registry, *, reformat: bool = False) -> l
     spec = config.bookie(bookie_id)
     if bookie_id in registry.available():
         raise CookieMismatchError(f"bookie {bookie_id} is running (registered): stop it "
-                                  "first (`bkctl down`, or kill its process)")
+                                  f"first (`bkctl bookie stop {bookie_id}`)")
     dirs = {"journal_dir": Path(spec.journal_dir), "ledger_dir": Path(spec.ledger_dir)}
     docs = {}
     for name, directory in dirs.items():

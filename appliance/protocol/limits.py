@@ -357,3 +357,5 @@ SUPERVISOR_PING_TIMEOUT_MS = 3_000  # a ping unanswered this long is a failure
 SUPERVISOR_START_TIMEOUT_MS = 300_000  # a starting bookie's first INFO (journal replay included)
 SUPERVISOR_STOP_TIMEOUT_MS = 10_000  # SIGTERM, then SIGKILL after this long
 SUPERVISOR_REFUSAL_TAIL_BYTES_MAX = 8_192  # a bookie log tail read for its refusal line
+SUPERVISOR_CONTROL_REQUESTS_PER_WAIT_MAX = 16  # operator requests taken per wake; more wait
+SUPERVISOR_CONTROL_REQUEST_BYTES_MAX = 4_096  # an operator request is an op and an id

@@ -10,6 +10,9 @@ The supervisor keeps one record per bookie in its state file
 
 ``last_exit`` of a bookie that refused to start (exit code 78) also has
 ``reason``, its refusal line; ``given_up`` is then true: it is left down.
+A process stopped by the operator (``bkctl bookie stop ID``) has
+``stopped_by_operator`` true while it is left down, and its ``last_exit``
+has ``by_operator`` true: not a failure.
 
 Pure functions over those records and the clock the caller passes; the one
 look at the host (``process_started_at``) is for a bookie no supervisor
@@ -54,6 +57,8 @@ def describe_exit(last_exit: dict | None) -> str:
         how = f"code {last_exit['code']}"
     else:
         how = "exited (not a child of this supervisor: code unknown)"
+    if last_exit.get("by_operator"):
+        how = f"stopped by the operator ({how})"
     reason = last_exit.get("reason")
     return f"{how} at {last_exit['at']}" + (f": left down: {reason}" if reason else "")
 
@@ -80,10 +85,12 @@ def supervision(state: dict | None, bookie_id: str, live_pid: int | None,
     bookie (started by hand or by tests); ``uptime_s`` is then taken from
     the process itself."""
     run = ((state or {}).get("runs") or {}).get(bookie_id)
-    out = {"restarts": None, "uptime_s": None, "last_exit": None, "left_down": None}
+    out = {"restarts": None, "uptime_s": None, "last_exit": None, "left_down": None,
+           "stopped_by_operator": None}
     if run is not None:
         out.update(restarts=run.get("restarts", 0), last_exit=run.get("last_exit"),
-                   left_down=bool(run.get("given_up")))
+                   left_down=bool(run.get("given_up")),
+                   stopped_by_operator=bool(run.get("stopped_by_operator")))
     if live_pid is None:
         return out
     started = run.get("started_at") if run and run.get("pid") == live_pid else None

@@ -30,8 +30,21 @@ Guarantees:
   PING answer (``appliance.logservice.probe``) instead of INFO; they are
   started after the bookies and stopped before them (their logs close
   cleanly while the bookies still run).
+* Operator requests (``control.py``: ``bkctl bookie start|stop|restart
+  ID``, ``bkctl log-server ...``, ``bkctl bookie fix-cookie ID``) act on
+  one process; the others are not touched.  ``stop``: SIGTERM, SIGKILL
+  after ``stop_timeout_ms``; the process is then *stopped by the operator*:
+  not restarted, not counted as a failure (``last_exit.by_operator``).
+  ``start``: a process that is down (stopped, left down after a refusal or
+  too many restarts) is started at once, its restart window and backoff
+  cleared.  ``restart``: ``stop``, then ``start`` once it has exited.
+  Operator restarts are not counted in ``restarts`` (failures only).
 * SIGTERM / SIGINT: every log server, then every bookie, gets SIGTERM (clean shutdown: checkpoint
   and marker), then SIGKILL after ``stop_timeout_ms``.
+* One thread owns the process table (every ``_Bookie`` and the state
+  file): the thread in ``run()``, which watches, answers operator requests
+  between watches, and stops everything.  ``stop()`` (a signal handler or
+  another thread) only sets an event and wakes it.
 * ``<run_dir>/supervisor.json`` (owner-only, replaced atomically) names the
   supervisor and bookie pids, for ``bkctl down`` / ``status``, and each
   bookie's runs (``runs.py``: restarts since ``bkctl up``, when its process
@@ -61,6 +74,7 @@ from appliance.config.host_checks import check_host
 from appliance.errors import BKError, ConfigError
 from appliance.logservice.probe import log_server_info
 from appliance.protocol import limits
+from appliance.supervisor.control import ControlSocket
 from appliance.supervisor.probe import bookie_info, probe_curve
 from appliance.supervisor.runs import exit_record
 from storage import LedgerStorage
@@ -157,6 +171,9 @@ class _Bookie:
         self.started_s = 0.0  # spawn (or adoption) time
         self.serving = False  # answered INFO since that: liveness pings apply from then
         self.given_up = False
+        self.held = False  # stopped by the operator: left down until an operator start
+        self.start_when_stopped = False  # an operator restart: start once it has exited
+        self.stop_deadline_s = 0.0  # an operator stop: SIGKILL after this
 
     def alive(self) -> bool:
         if self.popen is not None:
@@ -177,6 +194,7 @@ class Supervisor:
             _Bookie(_LogServerSpec(sid, config.log_server_endpoint(sid)), i, "log server")
             for i, sid in enumerate(config.log_server_ids())]
         self._stop = threading.Event()
+        self._control: ControlSocket | None = None  # bound in run()
         self._probe_curve = probe_curve(config)  # CURVE pings to tcp bookies (or None)
 
     # -- start ------------------------------------------------------------------
@@ -232,19 +250,31 @@ class Supervisor:
                "log_servers": {b.spec.id: b.pid for b in self.log_servers if b.pid},
                "runs": {b.spec.id: {"pid": b.pid, "started_at": b.started_at,
                                     "restarts": b.restart_count, "last_exit": b.last_exit,
-                                    "given_up": b.given_up} for b in self._processes()}}
+                                    "given_up": b.given_up, "stopped_by_operator": b.held}
+                        for b in self._processes()}}
         write_file_atomic(str(state_path(self.config)),
                           [json.dumps(doc, sort_keys=True).encode()], fsync_parent=False)
 
     # -- watch ------------------------------------------------------------------
     def run(self) -> None:
         self.prepare()
-        self.start_all()
+        self._control = ControlSocket(self.config)
+        if self._control.unavailable:
+            log.warning("no operator requests (bkctl bookie stop|start|restart): %s",
+                        self._control.unavailable)
         try:
-            while not self._stop.wait(self.sup.ping_interval_ms / 1000.0):
-                self.watch_once()
+            self.start_all()
+            next_watch_s = self.clock() + self.sup.ping_interval_ms / 1000.0
+            while not self._stop.is_set():
+                self._control.wait(int((next_watch_s - self.clock()) * 1000), self.control)
+                if self.clock() >= next_watch_s and not self._stop.is_set():
+                    self.watch_once()
+                    next_watch_s = self.clock() + self.sup.ping_interval_ms / 1000.0
         finally:
-            self.stop_all()
+            try:
+                self.stop_all()
+            finally:
+                self._control.close()
 
     def watch_once(self) -> None:
         """One look at every process.  A change of one process's run (an
@@ -255,6 +285,10 @@ class Supervisor:
         count."""
         now = self.clock()
         for b in self._processes():
+            if b.held:
+                if self._watch_held(b, now):
+                    self._write_state()
+                continue
             if b.given_up:
                 continue
             if b.alive():
@@ -293,8 +327,7 @@ class Supervisor:
         state file needs writing (an exit seen, or a new process)."""
         changed = False
         if b.next_start_s == 0.0:
-            code = b.popen.returncode if b.popen is not None else None
-            b.last_exit, b.pid, b.started_at = exit_record(code, self.wall_clock()), None, None
+            code = self._record_exit(b)
             changed = True
             b.restarts = [t for t in b.restarts if now - t < self.sup.restart_window_ms / 1000]
             if code == EXIT_REFUSED:
@@ -322,10 +355,90 @@ class Supervisor:
         self._spawn(b)
         return True
 
+    def _record_exit(self, b: _Bookie) -> int | None:
+        """The exit of ``b``'s process, seen now: its run record; its code."""
+        code = b.popen.returncode if b.popen is not None else None
+        b.last_exit, b.pid, b.started_at = exit_record(code, self.wall_clock()), None, None
+        return code
+
+    # -- operator requests (control.py) -------------------------------------------
+    def control(self, op: str, process_id: str) -> dict:
+        """One operator request: ``start``, ``stop`` or ``restart`` the process
+        ``process_id``; the reply document (``control.py``)."""
+        b = next((p for p in self._processes() if p.spec.id == process_id), None)
+        if b is None:
+            known = ", ".join(p.spec.id for p in self._processes())
+            return {"ok": False, "error": f"{self.config.path} has no bookie or log server "
+                                          f"{process_id!r} (it has {known})"}
+        was_pid = b.pid
+        if op in ("stop", "restart"):
+            self._operator_stop(b)
+        if op == "restart":
+            b.start_when_stopped = True
+        if op == "start" or (op == "restart" and not b.alive()):
+            note = self._operator_start(b)
+        elif op == "restart":
+            note = "stopping; started again once its process has exited"
+        else:
+            note = "stopping" if b.alive() else "stopped"
+        self._write_state()
+        log.info("operator %s of %s %s: %s", op, b.kind, b.spec.id, note)
+        return {"ok": True, "id": b.spec.id, "kind": b.kind, "pid": b.pid,
+                "was_pid": was_pid, "note": note}
+
+    def _operator_stop(self, b: _Bookie) -> None:
+        """SIGTERM now, SIGKILL after ``stop_timeout_ms`` (``_watch_held``);
+        left down until an operator start."""
+        b.start_when_stopped = False
+        if b.alive() and not b.held:
+            _signal(b.pid, signal.SIGTERM)
+            b.stop_deadline_s = self.clock() + self.sup.stop_timeout_ms / 1000.0
+        b.held = True
+
+    def _operator_start(self, b: _Bookie) -> str:
+        """Start ``b`` now if it is down, whatever left it down."""
+        if b.alive():
+            if b.held:  # still stopping: started once it has exited
+                b.start_when_stopped = True
+                return "starting once its process has exited"
+            return "already running"
+        if b.pid is not None:  # its exit not seen by a watch yet
+            self._record_exit(b)
+            if b.held:
+                b.last_exit["by_operator"] = True
+        b.held = b.given_up = b.start_when_stopped = False
+        b.restarts, b.backoff_ms, b.next_start_s = [], 0, 0.0
+        self._spawn(b)
+        return "started"
+
+    def _watch_held(self, b: _Bookie, now: float) -> bool:
+        """A process the operator stopped: killed past its stop deadline, its
+        exit recorded once, started again if a restart asked for it.  True
+        when the state file needs writing."""
+        if b.alive():
+            if now <= b.stop_deadline_s:
+                return False
+            log.warning("%s %s did not stop in %d ms: killing it", b.kind, b.spec.id,
+                        self.sup.stop_timeout_ms)
+            self._kill(b)
+            if b.alive():  # not our child: gone by a later watch
+                return False
+        if b.start_when_stopped:
+            self._operator_start(b)
+            return True
+        if b.pid is None:
+            return False
+        self._record_exit(b)
+        b.last_exit["by_operator"] = True
+        log.info("%s %s stopped by the operator: left down", b.kind, b.spec.id)
+        return True
+
     # -- stop -------------------------------------------------------------------
     def stop(self) -> None:
         """Thread- and signal-safe: ``run`` stops its bookies and returns."""
         self._stop.set()
+        if self._control is not None:
+            self._control.wake()
 
     def stop_all(self) -> None:
         self._stop_group(self.log_servers)  # first: they close their logs on the bookies

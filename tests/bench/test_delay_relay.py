@@ -1,4 +1,4 @@
-"""The delay relay (``appliance.bench.delay_relay``), the stand-in for
+"""The delay relay (``tests.harness.delay_relay``), the stand-in for
 ``tc netem`` on kernels without it: bytes cross it intact and in order, and
 each direction arrives no earlier than the delay after it was sent.  On
 loopback with a fixed target (the namespace benches reach it through
@@ -12,6 +12,7 @@ import threading
 import time
 
 from appliance.bench.launcher import spawn, stop_process, wait_for
+from tests.harness import module_env
 
 DELAY_MS = 40
 
@@ -35,10 +36,10 @@ def _echo_server() -> tuple[socket.socket, threading.Thread]:
 def test_bytes_cross_intact_in_order_and_each_way_is_delayed(tmp_path):
     srv, thread = _echo_server()
     ready = tmp_path / "ready"
-    relay = spawn([sys.executable, "-m", "appliance.bench.delay_relay", "--port", "0",
+    relay = spawn([sys.executable, "-m", "tests.harness.delay_relay", "--port", "0",
                    "--host", "127.0.0.1", "--delay-ms", str(DELAY_MS), "--ready-file",
                    str(ready), "--target", f"127.0.0.1:{srv.getsockname()[1]}"],
-                  tmp_path / "relay.log")
+                  tmp_path / "relay.log", env=module_env())
     try:
         wait_for(lambda: ready.exists() and ready.read_text(), 30, what="the relay")
         port = int(ready.read_text())

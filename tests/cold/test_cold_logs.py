@@ -18,6 +18,7 @@ import pytest
 import appliance
 from appliance.cold.segment_file import CorruptColdSegmentError
 from appliance.errors import NoSuchLedgerError
+from tests.cold.offload_proc import offload_killed_at
 from tests.support.bkctl import bkctl
 from tests.support.launch import wait_for, wait_registered
 from tests.support.logs import read_now
@@ -156,8 +157,7 @@ def test_mover_killed_at_each_step_loses_and_repeats_nothing(make_cluster, step)
         wait_registered(bk, 3)
         log = bk.log("k")
         positions = _write(log, 120)
-        done = bkctl("log", "offload", "k", config=config, text=True,
-                     env={"BKCTL_COLD_FAIL_AT": step})
+        done = offload_killed_at(config, "k", step)
         assert done.returncode == -9, done.stderr
         assert [r.dlsn for r in read_now(log)] == positions
         # the killed mover's lease lapses with its metadata session

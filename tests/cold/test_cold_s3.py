@@ -11,6 +11,7 @@ import os
 import pytest
 
 import appliance
+from tests.cold.offload_proc import offload_killed_at
 from tests.support.bkctl import bkctl
 from tests.support.launch import wait_for, wait_registered
 
@@ -115,8 +116,8 @@ def test_mover_killed_after_upload_leaves_no_orphan_in_s3(make_cluster, short_tm
         wait_registered(bk, 3)
         log = bk.log("k")
         positions = _write(log, 120)
-        done = bkctl("log", "offload", "k", config=config, env={"BKCTL_COLD_FAIL_AT": "written"})
-        assert done.returncode == -9
+        done = offload_killed_at(config, "k", "written")
+        assert done.returncode == -9, done.stderr
         assert len(_objects(fs, "bk-cold/logs/k")) == 1  # the orphan
         assert [r.dlsn for r in _read_all(log)] == positions
         wait_for(lambda: bkctl("log", "offload", "k", config=config).returncode == 0, 60,

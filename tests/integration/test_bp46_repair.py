@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from ipc.replies import ErrorReply, ReadReply, decode_reply
 from ipc.requests import AddRequest, ReadRequest, encode_request
 from storage.snapshot import SNAPSHOT_NAME
 from tests.support.bkctl import bkctl
-from tests.support.launch import supervisor_pids, wait_for, wait_registered
+from tests.support.launch import supervisor_pids, swap_disks, wait_for, wait_registered
 
 PASSWORD = b"bp46"
 ENTRIES = 300
@@ -267,11 +266,7 @@ def test_both_disks_replaced_without_auto_fix_is_one_refusal_not_a_restart_loop(
     with appliance.connect(str(config)) as bk:
         wait_registered(bk, 4)
         write_ledgers(bk)
-    os.kill(victim["pid"], signal.SIGSTOP)  # frozen while its disks are swapped
-    for key in ("journal_dir", "ledger_dir"):
-        shutil.rmtree(victim[key])
-        Path(victim[key]).mkdir()
-    os.kill(victim["pid"], signal.SIGKILL)
+    swap_disks(victim)
     refused = wait_for(lambda: (r := _status_rows(config)["bookie-3"])["left_down"] and r,
                        60.0, what="bookie-3 refused and left down")
     assert refused["state"] == "down" and refused["restarts"] in (0, 1), refused

@@ -1,6 +1,6 @@
 """The multi-host cluster the suite shares: 3 host namespaces (a ZooKeeper
 member and a supervisor with two tcp bookies each) and a client namespace
-(``appliance.bench.hosts``).  One cluster for the whole package (it takes
+(``tests.harness.hosts``).  One cluster for the whole package (it takes
 ~15 s to start); each test leaves it as it found it (partitions healed,
 ZooKeeper members restarted, every bookie registered), in ``finally``
 blocks.  Everything it started is killed and every namespace deleted at
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance.bench.hosts import HostCluster, HostsOptions, netns_unavailable_reason
+from tests.harness.hosts import HostCluster, HostsOptions, netns_unavailable_reason
 
 # A partitioned host's bookies leave the registry after the metadata session
 # timeout; an add to one of them fails after the add timeout.  The first must

@@ -1,19 +1,21 @@
-"""`bkctl bench hosts` end to end (a small run): it prints one JSON document
-with the write figures across hosts and leaves no namespace behind."""
+"""The multi-host write bench (``python -m tests.harness.bench_hosts``) end to
+end (a small run): it prints one JSON document with the write figures
+across hosts and leaves no namespace behind."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
-from pathlib import Path
+
+from tests.harness import module_env
 
 
 def test_bench_hosts_prints_figures_and_cleans_up(tmp_path):
-    bkctl = str(Path(sys.executable).with_name("bkctl"))
-    proc = subprocess.Popen([bkctl, "bench", "hosts", "--entries", "300", "--inflight", "50",
-                             "--json", "--dir", str(tmp_path)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "tests.harness.bench_hosts", "--entries",
+                             "300", "--inflight", "50", "--json", "--dir", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=module_env())
     try:
         out, err = proc.communicate(timeout=300)
     finally:

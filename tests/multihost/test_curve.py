@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance.bench.hosts import CLIENT, HostCluster, HostsOptions, curve_security
+from tests.harness.hosts import CLIENT, HostCluster, HostsOptions, curve_security
 
 ENTRIES = 50
 

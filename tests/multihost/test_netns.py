@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from appliance.bench.netns import PREFIX, Network, sweep_leftovers
+from tests.harness.netns import PREFIX, Network, sweep_leftovers
 from tests.support.launch import wait_for
 
 

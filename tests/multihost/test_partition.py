@@ -27,8 +27,8 @@ from __future__ import annotations
 import json
 import time
 
-from appliance.bench.hosts import CLIENT
 from appliance.bench.launcher import wait_for
+from tests.harness.hosts import CLIENT
 from tests.multihost.conftest import ADD_TIMEOUT_MS, LOST_BOOKIE_DELAY_MS, SESSION_TIMEOUT_MS
 
 INTERVAL_MS = "10"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from appliance.bench.hosts import CLIENT
+from tests.harness.hosts import CLIENT
 
 ENTRIES = 300
 

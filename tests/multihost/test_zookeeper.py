@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 
-from appliance.bench.hosts import CLIENT
+from tests.harness.hosts import CLIENT
 
 CONNECT_TIMEOUT_S = 5.0  # [metadata] connect_timeout_ms default
 ERROR_BOUND_S = CONNECT_TIMEOUT_S + 15.0  # plus a JVM-heavy, loaded machine's slack

@@ -13,59 +13,17 @@ import stat
 import pytest
 
 from appliance.bookie.exit_codes import EXIT_REFUSED
-from appliance.config import load_config
 from appliance.supervisor import runs
 from appliance.supervisor import supervisor as sup_mod
-from tests.support.launch import write_config
-
-WALL_T0 = 1_796_371_200.0  # 2026-12-04T08:00:00Z
-
-
-class Clock:
-    def __init__(self, now: float):
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class FakeChild:
-    """Popen's ``poll`` / ``returncode`` / ``wait``, ended by ``end(rc)``."""
-
-    def __init__(self, pid: int):
-        self.pid, self.returncode = pid, None
-
-    def poll(self):
-        return self.returncode
-
-    def end(self, returncode: int) -> None:
-        self.returncode = returncode
-
-    def wait(self):
-        return self.returncode
+from tests.supervisor.fakes import WALL_T0, fake_supervisor
 
 
 @pytest.fixture
 def supervised(tmp_path, monkeypatch):
     """A supervisor of one bookie whose spawns are fake children (pids 1000,
     1001, ...), with a monotonic and a wall clock moved together."""
-    path = write_config(tmp_path, 1, quorums=(1, 1, 1),
-                        supervisor={"restart_backoff_min_ms": 100},
-                        log={"servers": 0})  # bookies only: pids 1000, 1001, ... are theirs
-    clock, wall = Clock(100.0), Clock(WALL_T0)
-    config = load_config(path)
-    sup = sup_mod.Supervisor(config, clock=clock, wall_clock=wall)
-    config.run_path.mkdir(parents=True, exist_ok=True)
-    monkeypatch.setattr(sup_mod, "bookie_info", lambda *a, **k: {"pid": 1})
-    children = []
-
-    def spawn(b):
-        b.popen = FakeChild(1000 + len(children))
-        children.append(b.popen)
-        b.pid, b.started_s, b.last_answer_s = b.popen.pid, clock.now, clock.now
-        b.started_at = wall.now
-
-    monkeypatch.setattr(sup, "_spawn", spawn)
+    sup, config, children, clock, wall = fake_supervisor(
+        tmp_path, monkeypatch, 1, supervisor={"restart_backoff_min_ms": 100})
 
     def advance(seconds: float) -> None:
         clock.now += seconds
@@ -138,13 +96,15 @@ def test_supervision_reads_the_record_of_the_live_process():
     state = {"runs": {"b1": {"pid": 7, "started_at": WALL_T0, "restarts": 2,
                              "last_exit": runs.exit_record(-9, WALL_T0 - 1)}}}
     seen = runs.supervision(state, "b1", 7, WALL_T0 + 12.34)
-    assert seen == {"restarts": 2, "uptime_s": 12.3, "left_down": False, "last_exit": {
+    assert seen == {"restarts": 2, "uptime_s": 12.3, "left_down": False,
+                    "stopped_by_operator": False, "last_exit": {
         "code": None, "signal": "SIGKILL", "at": "2026-12-04T07:59:59+00:00"}}
     down = runs.supervision(state, "b1", None, WALL_T0 + 60)
     assert (down["restarts"], down["uptime_s"]) == (2, None)
     # no supervisor records it (started by hand), and it is not a process of this host
     assert runs.supervision(None, "b1", None, WALL_T0) == {
-        "restarts": None, "uptime_s": None, "last_exit": None, "left_down": None}
+        "restarts": None, "uptime_s": None, "last_exit": None, "left_down": None,
+        "stopped_by_operator": None}
 
 
 def test_exits_read_as_people_say_them():
@@ -160,27 +120,15 @@ def test_a_restart_is_on_record_before_the_next_process_is_pinged(tmp_path, monk
     record: a restarted bookie must not answer with its new pid while the
     file still holds the old count.  A ping of another process (up to a
     second) used to come between the spawn and the write."""
-    path = write_config(tmp_path, 2, quorums=(1, 1, 1), log={"servers": 0},
-                        supervisor={"restart_backoff_min_ms": 100})
-    clock, wall = Clock(100.0), Clock(WALL_T0)
-    config = load_config(path)
-    sup = sup_mod.Supervisor(config, clock=clock, wall_clock=wall)
-    config.run_path.mkdir(parents=True, exist_ok=True)
-    children: list[FakeChild] = []
+    sup, config, children, clock, wall = fake_supervisor(
+        tmp_path, monkeypatch, 2, supervisor={"restart_backoff_min_ms": 100})
     seen_at_ping: list[dict] = []
-
-    def spawn(b):
-        b.popen = FakeChild(1000 + len(children))
-        children.append(b.popen)
-        b.pid, b.started_s, b.last_answer_s = b.popen.pid, clock.now, clock.now
-        b.started_at = wall.now
 
     def ping(endpoint, *a, **k):  # bookie-2 is pinged after bookie-1 is looked at
         if endpoint == config.bookies[1].endpoint:
             seen_at_ping.append(dict(_state(config)["runs"]["bookie-1"]))
         return {"pid": 1}
 
-    monkeypatch.setattr(sup, "_spawn", spawn)
     monkeypatch.setattr(sup_mod, "bookie_info", ping)
     sup.start_all()
     children[0].end(-signal.SIGKILL)

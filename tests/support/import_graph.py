@@ -34,6 +34,11 @@ A new room must be given its level here before it may be imported.
 
 Every import counts, also one inside a function: a lazy import is still a
 dependency.  No module of the product imports ``tests``.
+
+The installed package carries no test harness: every module of
+``appliance.bench`` is reached from ``bkctl`` (``cli``) through imports
+(``unreached_from_cli``); what only tests use lives under ``tests/``
+(``tests/harness``).
 """
 
 from __future__ import annotations
@@ -237,6 +242,19 @@ def room_graph(graph: dict) -> dict[str, dict[str, set[str]]]:
 def room_cycles(graph: dict) -> list[list[str]]:
     """Groups of rooms that import each other, directly or around a loop."""
     return module_cycles(room_graph(graph))
+
+
+def unreached_from_cli(graph: dict, room: str = "appliance.bench") -> list[str]:
+    """Modules of ``room`` that no chain of imports from ``cli`` reaches:
+    code the installed package ships that ``bkctl`` never runs."""
+    seen = {m for m in graph if layer_of(m) == "cli"}
+    todo = list(seen)
+    while todo:
+        for target in graph[todo.pop()]["product"]:
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return sorted(m for m in graph if m.startswith(room + ".") and m not in seen)
 
 
 def _explained(lines: list[str], lineno: int) -> bool:

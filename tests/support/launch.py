@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -33,7 +34,7 @@ from appliance.bench import launcher
 from appliance.bench.launcher import free_tcp_port, reap, stop_process, wait_for, wait_started
 
 __all__ = ["Cluster", "ForkedChild", "fork_child", "free_tcp_port", "kill_pids", "reap",
-           "stop_process",
+           "stop_process", "swap_disks",
            "supervisor_pids", "wait_for", "wait_registered", "wait_started", "write_config"]
 
 READY_TIMEOUT_S = 30.0  # a bookie: serving by then
@@ -247,6 +248,17 @@ def appliance_config(short_tmp):
     yield config, seen
     seen.update(supervisor_pids(config))
     kill_pids(seen)
+
+
+def swap_disks(bookie_row: dict) -> None:
+    """A disk swap under a live bookie (a `bkctl status --json` row): frozen
+    (SIGSTOP), both its directories replaced by new empty ones, then
+    SIGKILLed; its supervisor finds it gone and restarts it."""
+    os.kill(bookie_row["pid"], signal.SIGSTOP)
+    for key in ("journal_dir", "ledger_dir"):
+        shutil.rmtree(bookie_row[key])
+        Path(bookie_row[key]).mkdir()
+    os.kill(bookie_row["pid"], signal.SIGKILL)
 
 
 def kill_pids(pids) -> None:

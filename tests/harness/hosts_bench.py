@@ -1,6 +1,7 @@
-"""``bkctl bench hosts``: durable 1 KB adds across hosts over tcp.
+"""The multi-host write benchmark (``python -m tests.harness.bench_hosts``):
+durable 1 KB adds across hosts over tcp.
 
-Builds the namespace cluster of ``appliance.bench.hosts`` (3 hosts with two
+Builds the namespace cluster of ``tests.harness.hosts`` (3 hosts with two
 bookies each, a ZooKeeper ensemble, a client namespace), optionally adds
 ``tc netem`` delay between every pair of hosts, then runs the ordinary
 closed-loop write benchmark (``bkctl bench write --config``, one ledger,
@@ -22,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from appliance.bench.hosts import (
+from tests.harness.hosts import (
     CLIENT,
     HostCluster,
     HostsOptions,
@@ -66,5 +67,5 @@ def run_hosts_bench(entries: int, *, size: int = 1024, quorums: tuple[int, int, 
         shutil.rmtree(root, ignore_errors=True)
 
 
-if __name__ == "__main__":  # python -m appliance.bench.hosts_bench ENTRIES
+if __name__ == "__main__":  # python -m tests.harness.hosts_bench ENTRIES
     print(json.dumps(run_hosts_bench(int(sys.argv[1]) if len(sys.argv) > 1 else 10_000)))

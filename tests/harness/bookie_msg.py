@@ -1,8 +1,8 @@
 """Real bookies, ADD_PACKED messages of N entries at a fixed message rate:
 each bookie's CPU per message and its request -> reply latency.
 
-    python -m appliance.bench.bookie_msg --entries 1,5,20 --rate 2000 --duration-s 10
-    python -m appliance.bench.bookie_msg --code /tmp/old --code .     # A/B, same minutes
+    python -m tests.harness.bookie_msg --entries 1,5,20 --rate 2000 --duration-s 10
+    python -m tests.harness.bookie_msg --code /tmp/old --code .     # A/B, same minutes
 
 Starts one bookie process per ``--code`` checkout (default: this one;
 ``python -m appliance.bookie`` run from that checkout, SQLite metadata,

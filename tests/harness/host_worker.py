@@ -1,5 +1,5 @@
-"""``python -m appliance.bench.host_worker CMD --config PATH ...``: client
-work run inside a host's network namespace by ``appliance.bench.hosts``.
+"""``python -m tests.harness.host_worker CMD --config PATH ...``: client
+work run inside a host's network namespace by ``tests.harness.hosts``.
 Prints one JSON object per line (``event`` names it), flushed at once, so
 the harness sees every acknowledgement the moment it happens.
 

@@ -10,8 +10,8 @@ delay`` on every host's link would give.  It costs CPU per chunk (Python),
 so it measures latency with few adds in flight, not throughput; a run with
 ``--delay-ms 0`` through the same relay is the baseline.
 
-    python -m appliance.bench.delay_relay --port 4181 --delay-ms 1 --ready-file F
-    python -m appliance.bench.delay_relay --port 0 --host 127.0.0.1 --target 127.0.0.1:9000 \
+    python -m tests.harness.delay_relay --port 4181 --delay-ms 1 --ready-file F
+    python -m tests.harness.delay_relay --port 0 --host 127.0.0.1 --target 127.0.0.1:9000 \
         --delay-ms 1 --ready-file F      # a fixed target, no iptables (tests)
 """
 

@@ -1,9 +1,9 @@
 """A multi-host appliance on one machine: hosts simulated by network
-namespaces (``appliance.bench.netns``), a 3-node ZooKeeper ensemble (one
+namespaces (``tests.harness.netns``), a 3-node ZooKeeper ensemble (one
 member per host), one supervisor per host with its own config and bookies
 on tcp endpoints of its host's address, all on one ``zk://`` URI with
 digest auth; and a client namespace that holds no bookie.  Used by the
-multi-host test suite (``tests/multihost``) and ``bkctl bench hosts``.
+multi-host test suite (``tests/multihost``) and its write bench (``bench_hosts``).
 
 What it guarantees:
 
@@ -19,7 +19,7 @@ What it guarantees:
   lists only its bookies; ``security(host)`` may add a ``[security]``
   table per host (e.g. CURVE keys).
 * Client work runs in a namespace as a subprocess
-  (``appliance.bench.host_worker``) whose JSON lines are collected by
+  (``tests.harness.host_worker``) whose JSON lines are collected by
   ``Worker``.
 
 Bounds: ``START_TIMEOUT_S`` for the cluster, ``STOP_TIMEOUT_S`` per process.
@@ -40,13 +40,14 @@ from pathlib import Path
 
 from appliance.bench.launcher import _table as toml_table
 from appliance.bench.launcher import log_tail, spawn, stop_process, wait_for
-from appliance.bench.netns import NetnsError, Network, unavailable_reason
-from appliance.bench.zk_server import CLIENT_PORT, EnsembleMember
 from appliance.config import load_config
 from appliance.curve import generate_keys
 from appliance.errors import MetadataError
 from appliance.meta.bookies import BookieRegistry
 from storage.metadata import open_store
+from tests.harness import module_env
+from tests.harness.netns import NetnsError, Network, unavailable_reason
+from tests.harness.zk_ensemble import CLIENT_PORT, EnsembleMember
 
 START_TIMEOUT_S = 120.0  # the ensemble serving and every bookie registered
 STOP_TIMEOUT_S = 20.0
@@ -258,7 +259,7 @@ class HostCluster:
         """One-way ``ms`` between hosts; returns how it was made.  ``netem``:
         ``tc netem`` on every host's link (all traffic); ``relay``: a
         userspace relay in each host namespace in front of its bookie ports
-        (``appliance.bench.delay_relay``; client-to-bookie traffic only, for
+        (``tests.harness.delay_relay``; client-to-bookie traffic only, for
         kernels without netem; ``ms`` may be 0, the relay's own baseline);
         ``auto``: netem if this kernel has it, else the relay."""
         if mode not in ("netem", "relay", "auto"):
@@ -281,9 +282,9 @@ class HostCluster:
             ready = self.root / f"{name}-relay.ready"
             ready.unlink(missing_ok=True)
             proc = spawn([*self.net.exec_prefix(name), sys.executable, "-m",
-                          "appliance.bench.delay_relay", "--port", str(RELAY_PORT),
+                          "tests.harness.delay_relay", "--port", str(RELAY_PORT),
                           "--delay-ms", str(ms), "--ready-file", str(ready)],
-                         self.root / f"{name}-relay.log", cwd=self.root)
+                         self.root / f"{name}-relay.log", cwd=self.root, env=module_env())
             self.relays.append(proc)
             wait_for(ready.exists, 30.0, what=f"the delay relay on {name}")
             done = subprocess.run([*self.net.exec_prefix(name), "iptables", "-t", "nat", "-A",
@@ -310,7 +311,7 @@ class HostCluster:
         namespace uses the first host's config unless ``config`` is given)."""
         config = config or str(self.config_path(self.names[0] if name == CLIENT else name))
         index = len(self.workers)
-        argv = [*self.net.exec_prefix(name), sys.executable, "-m", "appliance.bench.host_worker",
+        argv = [*self.net.exec_prefix(name), sys.executable, "-m", "tests.harness.host_worker",
                 command, "--config", config, *args]
         worker = Worker(argv, self.root / f"worker{index}-{name}-{command}", cwd=self.root)
         self.workers.append(worker)
@@ -327,7 +328,8 @@ class Worker:
         argv = [*argv, "--stop-file", str(self.stop_file)]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                         stderr=log, cwd=cwd, start_new_session=True)
+                                         stderr=log, cwd=cwd, start_new_session=True,
+                                         env=module_env())
         self.events: list[dict] = []
         self._lock = threading.Lock()
         self._reader = threading.Thread(target=self._read, daemon=True)

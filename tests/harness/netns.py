@@ -217,7 +217,7 @@ class Network:
                          "root", "netem", "delay", f"{ms}ms"], check=False)
             if done.returncode != 0:
                 raise NetnsError(f"tc netem delay on {host.name}: {done.stderr.strip()} (this "
-                                 "kernel may lack the sch_netem module; bkctl bench hosts "
+                                 "kernel may lack the sch_netem module; tests.harness.bench_hosts "
                                  "--delay-mode relay delays in user space instead)")
             self._delayed.append(host)
 

@@ -1,6 +1,10 @@
-"""``bkctl bench hosts``: adds/s and latency across three simulated hosts
-(network namespaces, a ZooKeeper ensemble, tcp bookies); needs root.
-How it is set up and counted: ``appliance.bench.hosts_bench``."""
+"""Adds/s and latency across three simulated hosts (network namespaces, a
+ZooKeeper ensemble, tcp bookies); needs root, so it is a harness bench, run
+from a checkout, not a ``bkctl bench`` command of the installed package:
+
+    sudo .venv/bin/python -m tests.harness.bench_hosts --entries 20000 --json
+
+How it is set up and counted: ``tests.harness.hosts_bench``."""
 
 from __future__ import annotations
 
@@ -36,15 +40,18 @@ def hosts(entries, size, inflight, delay_ms, delay_mode, curve, workdir, as_json
     """Durable adds/s and p50/p99 from a client namespace to bookies on
     three host namespaces over tcp (as root; everything is removed after).
 
+    Default: 20,000 x 1 KB, E3/W3/A2; --delay-ms 1 adds 1 ms each way between
+    hosts; --curve is the same run with CURVE on.
+
     \b
-    Example:
-      sudo bkctl bench hosts                      # 20,000 x 1 KB, E3/W3/A2
-      sudo bkctl bench hosts --delay-ms 1 --json  # 1 ms each way between hosts
-      sudo bkctl bench hosts --curve              # the same with CURVE on
-      sudo bkctl bench hosts --inflight 1 --delay-ms 1 --delay-mode relay
+    Example (as root, from the checkout):
+      sudo .venv/bin/python -m tests.harness.bench_hosts
+      sudo .venv/bin/python -m tests.harness.bench_hosts --delay-ms 1 --json
+      sudo .venv/bin/python -m tests.harness.bench_hosts --curve
+      sudo .venv/bin/python -m tests.harness.bench_hosts --delay-ms 1 --delay-mode relay
     """
-    # on use: keeps bkctl's start-up short (cli/__init__.py)
-    from appliance.bench.hosts_bench import run_hosts_bench
+    # on use: the namespaces' code only when a run starts
+    from tests.harness.hosts_bench import run_hosts_bench
 
     try:
         doc = run_hosts_bench(entries, size=size, inflight=inflight, delay_ms=delay_ms,
@@ -61,3 +68,7 @@ def hosts(entries, size, inflight, delay_ms, delay_mode, curve, workdir, as_json
                f"{doc['hosts']} hosts x {doc['bookies'] // doc['hosts']} bookies, tcp"
                f"{' + CURVE' if doc['curve'] else ''}, "
                f"delay {doc['delay_ms']} ms, {doc['delay_mode']})")
+
+
+if __name__ == "__main__":
+    hosts(prog_name="python -m tests.harness.bench_hosts")
