@@ -100,33 +100,31 @@ def _fmt(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def _table(figures: dict[str, dict | str]) -> str:
-    lines = [f"{'bookie':<12} {'adds/s':>10} {'err/s':>7} {'reads/s':>10} {'add p99':>9} "
-             f"{'fsync p99':>9} {'pending':>8} {'disk':>5} {'live MB':>9} {'garbage MB':>10}"]
-    for bookie, f in figures.items():
-        if isinstance(f, str):
-            lines.append(f"{bookie:<12} {f}")
-            continue
-        lines.append(
-            f"{bookie:<12} {_fmt(f['adds_per_s'], ',.0f'):>10} "
+BOOKIE_HEADER = (f"{'bookie':<12} {'adds/s':>10} {'err/s':>7} {'reads/s':>10} {'add p99':>9} "
+                 f"{'fsync p99':>9} {'pending':>8} {'disk':>5} {'live MB':>9} {'garbage MB':>10}")
+SERVER_HEADER = (f"{'log server':<12} {'records/s':>10} {'requests/s':>10} {'write p99':>9} "
+                 f"{'logs':>6} {'producers':>9}")
+
+
+def _bookie_row(f: dict) -> str:
+    return (f"{_fmt(f['adds_per_s'], ',.0f'):>10} "
             f"{_fmt(f['add_errors_per_s'], ',.0f'):>7} {_fmt(f['reads_per_s'], ',.0f'):>10} "
             f"{_fmt(f['add_p99_ms'], '.1f'):>6} ms {_fmt(f['fsync_p99_ms'], '.1f'):>6} ms "
             f"{_fmt(f['pending_replies'], '.0f'):>8} {_fmt(f['disk_used'], '.0%'):>5} "
             f"{f['live_mb']:>9,.1f} {f['garbage_mb']:>10,.1f}")
-    return "\n".join(lines)
 
 
-def _server_table(figures: dict[str, dict | str]) -> str:
-    lines = [f"{'log server':<12} {'records/s':>10} {'requests/s':>10} {'write p99':>9} "
-             f"{'logs':>6} {'producers':>9}"]
-    for server, f in figures.items():
-        if isinstance(f, str):
-            lines.append(f"{server:<12} {f}")
-            continue
-        lines.append(
-            f"{server:<12} {_fmt(f['records_per_s'], ',.0f'):>10} "
+def _server_row(f: dict) -> str:
+    return (f"{_fmt(f['records_per_s'], ',.0f'):>10} "
             f"{_fmt(f['requests_per_s'], ',.0f'):>10} {_fmt(f['write_p99_ms'], '.1f'):>6} ms "
             f"{_fmt(f['owned_logs'], '.0f'):>6} {_fmt(f['producers'], '.0f'):>9}")
+
+
+def _table(header: str, figures: dict[str, dict | str], row) -> str:
+    """A header, then a line per process: its figures, or why there are none."""
+    lines = [header]
+    for name, f in figures.items():
+        lines.append(f"{name:<12} {f if isinstance(f, str) else row(f)}")
     return "\n".join(lines)
 
 
@@ -221,9 +219,9 @@ def _show(bookies: dict, servers: dict, as_json: bool, interval_s: float, clear:
         return
     if clear and is_terminal():
         click.echo("\x1b[2J\x1b[H", nl=False)  # clear the screen
-    click.echo(_table(bookies))
+    click.echo(_table(BOOKIE_HEADER, bookies, _bookie_row))
     if servers:
-        click.echo(_server_table(servers))
+        click.echo(_table(SERVER_HEADER, servers, _server_row))
 
 
 def _safe_scrape(url: str | None) -> dict | None:

@@ -16,11 +16,10 @@ import threading
 import pytest
 from click.testing import CliRunner
 
-import appliance
 from cli.main import EXIT_BROKEN_PIPE, cli
-from tests.logservice.support import LogServers
+from tests.logservice.support import log_service
 from tests.support.bkctl import CLI_TIMEOUT_S, REPO, bkctl
-from tests.support.launch import wait_for, wait_registered
+from tests.support.launch import wait_for
 
 ENTRIES = 3000  # of 100 bytes: far more than a pipe holds, so bkctl is still writing
 
@@ -29,24 +28,15 @@ ENTRIES = 3000  # of 100 bytes: far more than a pipe holds, so bkctl is still wr
 def setup(make_cluster):
     """(config, client, a ledger of ENTRIES lines, log "many" of ENTRIES
     records), with two log servers serving metrics on ports of their own."""
-    cluster = make_cluster(3, quorums=(3, 3, 2), autorecovery={"enabled": False},
-                           log={"metrics_address": "127.0.0.1:0"})
-    with appliance.connect(str(cluster.config_path)) as bk:
-        wait_registered(bk, 3)
-        servers = LogServers(cluster, bk)
-        try:
-            servers.start("logserver-1")
-            servers.start("logserver-2")
-            lh = bk.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2)
-            for f in [lh.add_async(b"%099d" % i) for i in range(ENTRIES)]:
+    with log_service(make_cluster) as (cluster, bk, _):
+        lh = bk.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2)
+        for f in [lh.add_async(b"%099d" % i) for i in range(ENTRIES)]:
+            f.result()
+        lh.close()
+        with bk.log("many").writer() as w:
+            for f in [w.write_async(b"%099d" % i) for i in range(ENTRIES)]:
                 f.result()
-            lh.close()
-            with bk.log("many").writer() as w:
-                for f in [w.write_async(b"%099d" % i) for i in range(ENTRIES)]:
-                    f.result()
-            yield cluster.config_path, bk, lh.id
-        finally:
-            servers.kill_all()
+        yield cluster.config_path, bk, lh.id
 
 
 def _run(*args: str, config) -> object:
