@@ -82,7 +82,7 @@ def summary_lines(doc: dict, rate_key: str, what: str) -> list[str]:
         f"{what:<6}{doc[rate_key]:>12,.0f} {done}, {doc['mb_per_s']:,.1f} MB/s of payload "
         f"({doc['entries']:,} entries x {doc['size']} B, {quorum}; {doc['clients']} client "
         f"process(es))",
-        f"{'':<6}latency {_latency_words(doc)}: p50 {doc['p50_ms']:.2f}  p95 "
+        f"{'':<6}latency {latency_words(doc)}: p50 {doc['p50_ms']:.2f}  p95 "
         f"{doc['p95_ms']:.2f}  p99 {doc['p99_ms']:.2f}  p99.9 {doc['p999_ms']:.2f} ms",
         f"cpu   per 1,000 entries: {doc['client_cpu_s_per_1000_entries']:.3f} s in the client "
         f"processes, {doc['bookie_cpu_s_per_1000_entries']:.3f} s in the bookies; the "
@@ -98,7 +98,7 @@ def summary_lines(doc: dict, rate_key: str, what: str) -> list[str]:
     return lines
 
 
-def _latency_words(doc: dict) -> str:
+def latency_words(doc: dict) -> str:
     """What one latency sample is, and under what load it was taken."""
     timed = f"one in {doc['sample_every']} timed" if doc["sample_every"] > 1 else "every one timed"
     if doc["kind"] == "read":

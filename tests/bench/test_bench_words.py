@@ -7,8 +7,11 @@ test_bench_log_producers.py check them)."""
 
 from __future__ import annotations
 
+import json
+
 from click.testing import CliRunner
 
+from cli.bench_hosts import hosts_lines
 from cli.main import cli
 from tests.support.bkctl import bkctl
 
@@ -93,3 +96,36 @@ def test_bench_log_producers_say_how_they_wrote(tmp_path):
         assert lines[i].startswith(start), (lines[i], start)
     for i in (sync + 2, async_ + 2):
         assert lines[i].endswith(" records per ledger entry (the log server's group commit)")
+
+
+def test_storage_and_metadata_say_what_they_count(tmp_path):
+    out = bkctl("bench", "storage", "--size", "4096", "--entries", "500", "--baseline-s",
+                "0.05", "--dir", str(tmp_path), text=True)
+    assert out.returncode == 0, out.stderr
+    adds, latency, disk = out.stdout.splitlines()
+    assert " adds/s durable (journal fdatasync'ed), " in adds
+    assert "(500 x 4096 B, one bookie's storage engine, no network; " in adds
+    assert latency.strip().startswith("latency of one batch of 64 entries, from add_entries to "
+                                      "durable, up to 8 batches in flight: p50 ")
+    assert disk.startswith("disk     the raw disk under the bench's folder, measured just "
+                           "before the run, to compare with: ")
+    table = _text("metadata", "--backend", "sqlite", "--ops", "20", "--processes", "1",
+                  "--warmup", "5")
+    assert table[0].split() == ["store", "procs", "node", "CAS/s", "conflicts", "seconds"]
+    assert table[-1].startswith("CAS/s: successful compare-and-swaps per second, all "
+                                "processes together; conflicts: ")
+
+
+def test_hosts_say_the_delay_and_the_load(tmp_path):
+    """bench hosts needs network namespaces; its figures are bench write's
+    (--json) with the cluster's shape, so a tiny bench write gives them."""
+    out = bkctl("bench", "write", "--entries", "300", "--inflight", "50", "--baseline-s", "0",
+                "--dir", str(tmp_path), "--json", text=True)
+    assert out.returncode == 0, out.stderr
+    doc = {**json.loads(out.stdout), "hosts": 3, "bookies": 6, "delay_ms": 1.0,
+           "delay_mode": "netem", "curve": True}
+    first, latency = hosts_lines(doc)
+    assert first.endswith("3 hosts x 2 bookies over tcp + CURVE; 1.0 ms added each way "
+                          "between hosts (netem))")
+    assert latency.strip().startswith("latency of one add, call to acknowledgement, with 50 "
+                                      "adds in flight per client (closed loop")
