@@ -180,6 +180,7 @@ def top(interval_s, iterations, as_json, config_path):
 
 
 def _bookie_urls(config) -> dict[str, str | None]:
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.supervisor.probe import bookie_info, probe_curve
 
     urls = {}
@@ -190,6 +191,7 @@ def _bookie_urls(config) -> dict[str, str | None]:
 
 
 def _log_server_urls(config) -> dict[str, str | None]:
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.logservice.probe import log_server_info
 
     urls = {}
