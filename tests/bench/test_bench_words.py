@@ -129,3 +129,11 @@ def test_hosts_say_the_delay_and_the_load(tmp_path):
                           "between hosts (netem))")
     assert latency.strip().startswith("latency of one add, call to acknowledgement, with 50 "
                                       "adds in flight per client (closed loop")
+
+
+def test_repair_and_boot_say_when_the_bookie_served_again(tmp_path):
+    [boot] = _text("boot", "--journal-mb", "1", "--dir", str(tmp_path))
+    assert boot.startswith("journal ") and " s after the start" in boot
+    [repair] = _text("repair", "--mb", "1", "--dir", str(tmp_path))
+    assert " MB/s copied from its peers (the wiped bookie served again " in repair
+    assert " s after its start, fenced while it repaired; the data was written in " in repair
