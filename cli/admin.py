@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from cli.common import config_option, echo_json, json_option, library_errors
+from cli.common import config_option, echo_json, human_bytes, json_option, library_errors
 
 PROBE_TIMEOUT_MS = 500
 
@@ -202,9 +202,9 @@ def status(as_json, config_path):
         _echo_log_servers(servers)
         if tiers:
             hot = tiers["hot_bytes"]
-            click.echo(f"tiers: hot {'-' if hot is None else f'{hot / 1e6:.1f} MB'} (live "
-                       f"entry-log bytes on the bookies), cold {tiers['cold_bytes'] / 1e6:.1f}"
-                       f" MB in {tiers['cold_segments']} segment(s) at {tiers['cold_uri']}")
+            click.echo(f"tiers: hot {'-' if hot is None else human_bytes(hot)} (live "
+                       f"entry-log bytes on the bookies), cold {human_bytes(tiers['cold_bytes'])}"
+                       f" in {tiers['cold_segments']} segment(s) at {tiers['cold_uri']}")
     if not serving:
         click.get_current_context().exit(1)
 
@@ -217,9 +217,9 @@ def _echo_status(rows: list[dict]) -> None:
         used = r["fs_used"]
         limbo = f"  limbo={r['limbo_ledgers']}" if r["limbo_ledgers"] else ""
         logs = "" if r["live_bytes"] is None else (
-            f"  live={r['live_bytes'] / 1e6:.1f} MB garbage={r['garbage_bytes'] / 1e6:.1f} MB"
-            f" logs={r['entry_logs']}")
-        disk = "other host" if r["disk_bytes"] is None else f"disk={r['disk_bytes'] / 1e6:.1f} MB"
+            f"  live={human_bytes(r['live_bytes'])} garbage={human_bytes(r['garbage_bytes'])}"
+            f" entry_logs={r['entry_logs']}")
+        disk = "other host" if r["disk_bytes"] is None else f"disk={human_bytes(r['disk_bytes'])}"
         click.echo(f"{r['id']:<12} {r['state']:<10} pid={r['pid'] or '-':<8} "
                    f"{r['endpoint']}  host={r['host']} rack={r['rack']}  {disk}"
                    f"  fs_used={'-' if used is None else f'{used:.0%}'}{logs}{limbo}")

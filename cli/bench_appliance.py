@@ -66,22 +66,49 @@ def _options(config_path, journal, **kwargs):
 
 
 def _echo(doc: dict, rate_key: str, what: str) -> None:
-    click.echo(f"{what:<6}{doc[rate_key]:>12,.0f} {rate_key.replace('_per_s', '')}/s "
-               f"{doc['mb_per_s']:>9,.1f} MB/s  p50 {doc['p50_ms']:.2f}  p95 "
-               f"{doc['p95_ms']:.2f}  p99 {doc['p99_ms']:.2f}  p99.9 {doc['p999_ms']:.2f} ms"
-               f"  ({doc['entries']:,} x {doc['size']} B, E{doc['ensemble']}/"
-               f"W{doc['write_quorum']}/A{doc['ack_quorum']}, {doc['clients']} client(s), "
-               f"{doc['loop']} loop)")
+    for line in summary_lines(doc, rate_key, what):
+        click.echo(line)
+
+
+def summary_lines(doc: dict, rate_key: str, what: str) -> list[str]:
+    """The figures of a run in words, a line each (--json has every figure
+    and option)."""
+    quorum = (f"E{doc['ensemble']}/W{doc['write_quorum']}/A{doc['ack_quorum']}: each entry on "
+              f"{doc['write_quorum']} of {doc['ensemble']} bookies")
+    done = (f"adds/s acknowledged (durable on {doc['ack_quorum']} bookies at least)"
+            if what == "write" else "entries/s read back from a closed ledger")
     rss = doc["bookie_peak_rss_mb"]
-    click.echo(f"cpu   client {doc['client_cpu_s_per_1000_entries']:.3f} s, bookies "
-               f"{doc['bookie_cpu_s_per_1000_entries']:.3f} s per 1,000 entries; bookie peak "
-               f"RSS {'?' if rss is None else f'{rss:.0f}'} MB")
+    lines = [
+        f"{what:<6}{doc[rate_key]:>12,.0f} {done}, {doc['mb_per_s']:,.1f} MB/s of payload "
+        f"({doc['entries']:,} entries x {doc['size']} B, {quorum}; {doc['clients']} client "
+        f"process(es))",
+        f"{'':<6}latency {latency_words(doc)}: p50 {doc['p50_ms']:.2f}  p95 "
+        f"{doc['p95_ms']:.2f}  p99 {doc['p99_ms']:.2f}  p99.9 {doc['p999_ms']:.2f} ms",
+        f"cpu   per 1,000 entries: {doc['client_cpu_s_per_1000_entries']:.3f} s in the client "
+        f"processes, {doc['bookie_cpu_s_per_1000_entries']:.3f} s in the bookies; the "
+        f"largest bookie's peak memory (RSS) {'?' if rss is None else f'{rss:.0f}'} MB"]
     if doc.get("disk_fdatasync_per_s"):
         direct = doc["disk_direct_mb_per_s"]
-        click.echo(f"disk  {doc['disk_fdatasync_per_s']:>12,.0f} fdatasync/s "
-                   f"{'-' if direct is None else f'{direct:,.0f}'} MB/s O_DIRECT (same run)")
+        lines.append(f"disk  the raw disk under the appliance, measured just before the run, "
+                     f"to compare with: {doc['disk_fdatasync_per_s']:,.0f} "
+                     f"fdatasync/s, {'-' if direct is None else f'{direct:,.0f}'} MB/s of "
+                     f"direct (O_DIRECT) writes")
     if doc.get("plot"):
-        click.echo(f"plot  {doc['plot']}")
+        lines.append(f"plot  {doc['plot']}")
+    return lines
+
+
+def latency_words(doc: dict) -> str:
+    """What one latency sample is, and under what load it was taken."""
+    timed = f"one in {doc['sample_every']} timed" if doc["sample_every"] > 1 else "every one timed"
+    if doc["kind"] == "read":
+        return ("per chunk of read_chunks() (the bulk API)" if doc["read_chunks"] else
+                f"of one read() call of {doc['read_batch']:,} entries, call to return")
+    if doc["loop"] == "open":
+        return (f"of one add, from its scheduled send time to its acknowledgement, "
+                f"{doc['rate']:,.0f} adds/s offered by all clients (open loop; {timed})")
+    return (f"of one add, call to acknowledgement, with {doc['inflight']:,} adds in flight "
+            f"per client (closed loop: a new add as soon as one completes; {timed})")
 
 
 def _echo_compaction(doc: dict) -> None:

@@ -86,20 +86,36 @@ def log(sizes, records, rate, producers, logs, sync_mode, async_mode, window,
     if as_json:
         echo_json(doc)
         return
+    for line in writer_lines(doc):
+        click.echo(line)
+
+
+def writer_lines(doc: dict) -> list[str]:
+    """``bench log``'s figures in words, a line each (--json has them all)."""
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
+    from appliance.bench.logs import BATCH
+
+    lines = []
     for r in doc["runs"]:
-        click.echo(f"{r['size']} B records: write {r['records_per_s']:,}/s "
-                   f"({r['records_per_entry']} per entry; "
-                   f"{r['batched_records_per_s']:,}/s batched), catch-up read "
-                   f"{r['read_records_per_s']:,}/s, tail at {r['tail_rate']:,}/s: "
-                   f"p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms")
+        lines += [
+            f"{r['size']} B records, one exclusive writer (E3/W3/A2):",
+            f"  write {r['records_per_s']:,} records/s durable (write_async, one record a "
+            f"call; {r['records_per_entry']:,} records packed per ledger entry), "
+            f"{r['batched_records_per_s']:,} records/s with write_many_async ({BATCH:,} "
+            f"records a call)",
+            f"  catch-up read {r['read_records_per_s']:,} records/s (one reader from the first "
+            f"record)",
+            f"  tail: written at {r['tail_rate']:,} records/s, each record reached a reader in "
+            f"another process p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms after it was written"]
         p = r.get("peer")
         if p and "records_per_s" in p:
-            click.echo(f"  redis stream: write {p['records_per_s']:,}/s, read "
-                       f"{p['read_records_per_s']:,}/s -> {r['write_vs_peer']}x write, "
-                       f"{r['read_vs_peer']}x read")
+            lines.append(f"  redis stream (fsync always), the same records: write "
+                         f"{p['records_per_s']:,} records/s, read {p['read_records_per_s']:,}"
+                         f"/s; the log writes {r['write_vs_peer']}x and reads "
+                         f"{r['read_vs_peer']}x as many")
         elif p:
-            click.echo(f"  redis stream peer did not run: {p['error']}")
-    click.echo(f"load average {doc['load_average']}")
+            lines.append(f"  redis stream peer did not run: {p['error']}")
+    return lines + [f"load average (1, 5, 15 min) {doc['load_average']}"]
 
 
 def _producers(producers, records, sizes, rate, sync_mode, async_mode, window, script, workdir,
@@ -118,24 +134,53 @@ def _producers(producers, records, sizes, rate, sync_mode, async_mode, window, s
     if as_json:
         echo_json(doc)
         return
-    click.echo(f"one exclusive writer: {doc['writer_records_per_s']:,} records/s "
-               f"({doc['writer_records']:,} records)")
+    for line in producer_lines(doc):
+        click.echo(line)
+
+
+def producer_lines(doc: dict) -> list[str]:
+    """``bench log --producers``' figures in words, a line each."""
+    lines = [f"one exclusive writer, the baseline: {doc['writer_records_per_s']:,} records/s "
+             f"({doc['writer_records']:,} records of {doc['size']} B, write_async)"]
     for r in doc["runs"]:
-        click.echo(f"{r['mode']}: {producers} producers, {r['records_per_s']:,} records/s "
-                   f"({r['vs_writer']}x the writer), p50 {r['p50_ms']} ms, p99 {r['p99_ms']} "
-                   f"ms, p99.9 {r['p999_ms']} ms, {r['errors']} errors, "
-                   f"{r.get('records_per_entry')} records per entry")
+        lines += [f"{r['mode']}: {doc['producers']} producer processes, {_load_words(doc, r)}: "
+                  f"{r['records_per_s']:,} records/s stored ({r['vs_writer']}x the writer), "
+                  f"{r['errors']} not stored",
+                  f"  latency of a record, {_start_words(doc, r)} to its DLSN: p50 {r['p50_ms']} "
+                  f"ms, p99 {r['p99_ms']} ms, p99.9 {r['p999_ms']} ms",
+                  f"  {r.get('records_per_entry')} records per ledger entry (the log "
+                  f"server's group commit)"]
         if "one_log" in r:
             one = r["one_log"]
-            click.echo(f"  {logs:,} logs (one log server) against one log "
-                       f"({one['records_per_s']:,} records/s, load "
-                       f"{one['load_average'][0]}): {r['vs_one_log']}x; load "
-                       f"{r['load_average'][0]}")
+            lines.append(f"  {doc['logs']:,} logs on one log server: {r['vs_one_log']}x the "
+                         f"rate of one log ({one['records_per_s']:,} records/s; load average "
+                         f"{one['load_average'][0]} then, {r['load_average'][0]} now)")
         p = r.get("peer")
         if p and "records_per_s" in p:
-            click.echo(f"  redis stream, {p['clients']} clients, pipeline {p['pipeline']}: "
-                       f"{p['records_per_s']:,} records/s, p99 {p.get('p99_ms')} ms -> "
-                       f"{r['vs_peer']}x")
+            lines.append(f"  redis stream (fsync always), {p['clients']} clients, "
+                         f"{p['pipeline']} command(s) in flight each: {p['records_per_s']:,} "
+                         f"records/s, p99 {p.get('p99_ms')} ms; the producers: "
+                         f"{r['vs_peer']}x as many")
         elif p:
-            click.echo(f"  redis stream peer did not run: {p['error']}")
-    click.echo(f"load average {doc['load_average']}")
+            lines.append(f"  redis stream peer did not run: {p['error']}")
+    return lines + [f"load average (1, 5, 15 min) {doc['load_average']}"]
+
+
+def _load_words(doc: dict, run: dict) -> str:
+    """How the producers wrote in this mode."""
+    how = ("each write waiting for its DLSN" if run["mode"] == "sync" else
+           f"write_async, up to {doc['window']:,} records in flight each")
+    if doc["rate"]:
+        how += f", {doc['rate']:,} records/s offered together (open loop)"
+    return how
+
+
+def _start_words(doc: dict, run: dict) -> str:
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
+    from appliance.bench.log_producers import LATENCY_SAMPLE_EVERY
+
+    if doc["rate"]:
+        return "from its scheduled send time"
+    if run["mode"] == "async":
+        return f"one in {LATENCY_SAMPLE_EVERY} timed, from the write call"
+    return "from the write call"

@@ -64,3 +64,6 @@ def bench_metadata(uris, backend, ops_per_process, process_counts, warmup_ops, a
     for r in rows:
         click.echo(f"{r['store'][:10]:<10} {r['processes']:>5} {r['node']:<6} "
                    f"{r['cas_per_s']:>8} {r['conflicts']:>9} {r['seconds']:>8}")
+    click.echo("CAS/s: successful compare-and-swaps per second, all processes together; "
+               "conflicts: swaps that lost to another process and were retried; node: "
+               "shared (every process swaps one node) or own (one each)")

@@ -44,8 +44,9 @@ def repair(mb, entry_bytes, workdir, as_json):
         return
     click.echo(f"repair {doc['entries_copied']:,} entries / {doc['bytes_copied'] / 1e6:,.0f} MB "
                f"in {doc['repair_s']:.1f} s: {doc['entries_per_s']:,.0f} entries/s, "
-               f"{doc['mb_per_s']:,.1f} MB/s (serving after {doc['boot_to_serving_s']:.2f} s; "
-               f"written in {doc['write_s']:.1f} s)")
+               f"{doc['mb_per_s']:,.1f} MB/s copied from its peers (the wiped bookie served "
+               f"again {doc['boot_to_serving_s']:.2f} s after its start, fenced while it "
+               f"repaired; the data was written in {doc['write_s']:.1f} s)")
 
 
 @click.command("boot", short_help="Boot time after a kill with unflushed data.")
@@ -75,8 +76,8 @@ def boot(journal_mb, entry_bytes, workdir, as_json):
     for r in rows:
         click.echo(f"journal {r['journal_bytes'] / 1e6:>8,.0f} MB  storage open (replay) "
                    f"{r['storage_open_s']:>6.2f} s ({r['replay_mb_per_s']:,.0f} MB/s, "
-                   f"{r['replayed_records']} records)  serving after "
-                   f"{r['boot_to_serving_s']:>6.2f} s")
+                   f"{r['replayed_records']} records)  serving "
+                   f"{r['boot_to_serving_s']:>6.2f} s after the start")
 
 
 @click.command("autorecovery", short_help="Time to re-replicate a lost bookie.")
@@ -148,7 +149,8 @@ def reclaim(mb, keep_share, gc_interval_ms, cold, entry_bytes, workdir, as_json)
                f"GC forgot the deleted ledger after {doc['gc_s']:.1f} s (gc_interval_ms "
                f"{doc['gc_interval_ms']}), {doc['compaction']} compaction {doc['compact_s']:.1f} s "
                f"({doc['copy_mb_per_s']} MB/s copied); space back {doc['space_back_s']:.1f} s "
-               f"after the delete; ledger dir / live data {doc['after_over_live']}")
+               f"after the delete; the ledger dir then held {doc['after_over_live']}x the live "
+               f"data")
 
 
 def _reclaim_cold(mb, gc_interval_ms, entry_bytes, workdir, as_json) -> None:
@@ -165,4 +167,5 @@ def _reclaim_cold(mb, gc_interval_ms, entry_bytes, workdir, as_json) -> None:
                f" MB) moved in {doc['offload_s']:.1f} s ({doc['offload_mb_per_s']} MB/s); "
                f"bookies' ledger dirs {mb_of} MB before, {after} MB "
                f"{doc['space_back_s']:.1f} s after the move (gc_interval_ms "
-               f"{doc['gc_interval_ms']}); load {doc['load_average_before']}")
+               f"{doc['gc_interval_ms']}); load average (1, 5, 15 min) before the run "
+               f"{doc['load_average_before']}")

@@ -45,9 +45,22 @@ def storage(size, entries, duration_s, directory, batch_bytes, window, no_journa
     if as_json:
         echo_json(result)
         return
+    for line in storage_lines(result):
+        click.echo(line)
+
+
+def storage_lines(result: dict) -> list[str]:
+    """The figures in words, a line each (--json has them all)."""
     direct = result["disk_direct_mb_per_s"]
-    click.echo(f"storage  {result['adds_per_s']:>12,.0f} adds/s {result['mb_per_s']:>9,.1f} MB/s"
-               f"  p50 {result['p50_ms']:.2f} ms  p99 {result['p99_ms']:.2f} ms"
-               f"  ({result['entries']:,} x {size} B, {result['filesystem']})")
-    click.echo(f"disk     {result['disk_fdatasync_per_s']:>12,.0f} fdatasync/s "
-               f"{direct if direct is None else round(direct, 1)} MB/s O_DIRECT")
+    durable = ("durable (journal fdatasync'ed)" if result["journal_write_data"] else
+               "in the entry log, not durable on a crash (--no-journal)")
+    return [
+        f"storage  {result['adds_per_s']:>12,.0f} adds/s {durable}, {result['mb_per_s']:,.1f} "
+        f"MB/s of payload ({result['entries']:,} x {result['size']} B, one bookie's storage "
+        f"engine, no network; {result['filesystem']})",
+        f"         latency of one batch of {result['batch_entries']:,} entries, from "
+        f"add_entries to durable, up to {result['window']} batches in flight: p50 "
+        f"{result['p50_ms']:.2f} ms  p99 {result['p99_ms']:.2f} ms",
+        f"disk     the raw disk under the bench's folder, measured just before the run, to "
+        f"compare with: {result['disk_fdatasync_per_s']:,.0f} fdatasync/s, "
+        f"{'-' if direct is None else f'{direct:,.1f}'} MB/s of direct (O_DIRECT) writes"]

@@ -93,10 +93,24 @@ def library_errors(f):
             raise click.ClickException(_unauthorized_line(exc, kwargs)) from exc
         except BKError as exc:
             raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+        except BrokenPipeError:
+            raise  # stdout's reader went away: bkctl's group ends quietly (cli/main.py)
         except (OSError, ValueError, TypeError) as exc:
             raise click.ClickException(str(exc)) from exc
 
     return wrapper
+
+
+def human_bytes(n: float) -> str:
+    """A byte count as people read it: ``812 B``, ``25.3 KB``, ``4.2 MB``,
+    ``1.5 GB``, ``2.0 TB`` (decimal units, as disks are sold)."""
+    if abs(n) < 1000:
+        return f"{n:.0f} B"
+    for unit in ("KB", "MB", "GB"):
+        n /= 1000
+        if abs(round(n, 1)) < 1000:
+            return f"{n:.1f} {unit}"
+    return f"{n / 1000:.1f} TB"
 
 
 def echo_json(doc) -> None:

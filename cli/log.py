@@ -50,10 +50,19 @@ def _dlsn(ctx, param, value):
         raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
 
 
-@click.group(short_help="Named logs: one writer, tailing readers.")
+@click.group(short_help="Named logs: many producers or one writer, tailing readers.")
 def log():
-    """Named logs: streams of records on ledgers, one writer, tailing readers
-    (docs/LOGS.md)."""
+    """Named logs: streams of records on ledgers (docs/LOGS.md).  Any number
+    of producers, in any processes, write a log at once through the log
+    service (the log servers `bkctl up` starts, `[log] servers`); an
+    exclusive writer fences any other.  Readers start at a position or a
+    txid and tail the end.
+
+    
+    Example:
+      seq 1 1000 | bkctl log append orders -
+      bkctl log read orders --from-txid 998
+    """
 
 
 def _log_names(config_path: str) -> list[str]:
@@ -73,7 +82,10 @@ def describe(name, as_json, config_path):
     """Show a log's segments: sequence number, ledger id, state, tier (hot:
     on the bookies, cold: in cold storage, with its file), first/last txid,
     last DLSN and records, and the log server that owns the log now
-    (`log_server`; null when no log server writes it).
+    (`log_server`; null when no log server writes it).  The header's
+    records and last txid are what readers see now, the open segment's
+    confirmed records included (--json: `readable`, `last_txid`; `records`
+    and `completed_last_txid`: the completed segments' alone).
 
     \b
     Example:
@@ -90,8 +102,7 @@ def describe(name, as_json, config_path):
         for seg, out in zip(md.segments, doc["segments"], strict=True):
             if seg.state != "COMPLETED" and out.get("tier", "hot") == "hot":
                 out["confirmed"] = _confirmed_tail(handle, seg)
-    doc["readable"] = doc["records"] + sum((s.get("confirmed") or {}).get("records", 0)
-                                           for s in doc["segments"])
+    _add_readable(doc)
     if as_json:
         echo_json(doc)
         return
@@ -116,6 +127,17 @@ def describe(name, as_json, config_path):
         click.echo(f"  segment {s['seq']}: ledger {s['ledger_id']} {s['state']:<11} "
                    f"{s['tier']:<4} records {s['records']:<8} "
                    f"txids {s['first_txid']}..{s['last_txid']} last {s['last_dlsn']}{cold}")
+
+
+def _add_readable(doc: dict) -> None:
+    """What readers see now, open segments' confirmed records included:
+    ``readable`` (records) and ``last_txid`` (the last readable record's;
+    ``completed_last_txid`` keeps the completed segments' alone)."""
+    tails = [s["confirmed"] for s in doc["segments"] if "records" in (s.get("confirmed") or {})]
+    doc["readable"] = doc["records"] + sum(t["records"] for t in tails)
+    txids = [t for t in (doc["last_txid"], *(t["last_txid"] for t in tails)) if t is not None]
+    doc["completed_last_txid"] = doc["last_txid"]
+    doc["last_txid"] = max(txids, default=None)
 
 
 def _confirmed_tail(handle, seg) -> dict | None:

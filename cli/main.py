@@ -6,6 +6,11 @@ and this file's header name everything the tool offers."""
 
 from __future__ import annotations
 
+import os
+import select
+import signal
+import sys
+
 import click
 
 from appliance import __version__
@@ -27,8 +32,52 @@ from cli import (
     top,
 )
 
+# The status a shell reports for a command ended by SIGPIPE (``cat`` in
+# ``cat big | head -1``): what bkctl exits with when its reader goes away.
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class QuietPipeGroup(click.Group):
+    """bkctl's top group: output piped to a reader that stops early
+    (``bkctl status | head -1``) ends the command quietly, as ``cat`` does,
+    instead of ``Error: [Errno 32] Broken pipe``.  A broken pipe that is not
+    stdout's is an error like any other."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            if not _stdout_reader_gone():
+                raise
+            _silence_stdout()
+            ctx.exit(EXIT_BROKEN_PIPE)
+
+
+def _stdout_reader_gone() -> bool:
+    """Is stdout a pipe whose reader closed it?  (True when stdout has no
+    file descriptor to ask, as under click's test runner.)"""
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError):
+        return True
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poller.poll(0))
+
+
+def _silence_stdout() -> None:
+    """Point stdout's descriptor at /dev/null, so what is still buffered
+    is flushed there at exit, not into another BrokenPipeError."""
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError):
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+@click.group(cls=QuietPipeGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="bkctl")
 def cli():
     """Control a BookKeeper appliance.

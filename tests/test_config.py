@@ -70,6 +70,24 @@ def test_local_toml_is_four_bookies_under_the_repository_data_dir():
     assert config.storage.direct_io is True and config.client.ensemble == 3
 
 
+def test_local_toml_cold_storage_example_lands_in_the_ignored_data_dir(tmp_path):
+    """Uncommented as shipped, configs/local.toml's [cold_storage] uri puts
+    the cold files beside the bookies' data, in the data/ folder .gitignore
+    ignores (not in configs/data/).  The copy sits in a configs/ folder of
+    its own so the relative path resolves as it would in the checkout."""
+    text = (CONFIGS / "local.toml").read_text()
+    commented = [line for line in text.splitlines() if line.startswith("# uri = ")]
+    assert len(commented) == 1, "configs/local.toml shows one commented [cold_storage] uri"
+    (tmp_path / "configs").mkdir()
+    copy = write(tmp_path / "configs", text.replace(commented[0], commented[0][2:]), "local.toml")
+    config = load_config(copy)
+    cold = Path(config.cold_storage.uri.removeprefix("file://"))
+    data = Path(config.metadata.uri.removeprefix("sqlite:///")).parent
+    assert cold == data / "cold" and data == tmp_path / "data"
+    ignored = (REPO / ".gitignore").read_text().splitlines()
+    assert f"/{cold.relative_to(tmp_path).parts[0]}/" in ignored
+
+
 @pytest.mark.parametrize("name", sorted(p.name for p in CONFIGS.glob("*.toml")))
 def test_every_sample_config_loads(name):
     config = load_config(CONFIGS / name)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import click
 
+from cli.bench_appliance import latency_words
 from cli.common import echo_json, json_option, library_errors
 from cli.ledger import quorum_options
 
@@ -62,12 +63,20 @@ def hosts(entries, size, inflight, delay_ms, delay_mode, curve, workdir, as_json
     if as_json:
         echo_json(doc)
         return
-    click.echo(f"hosts {doc['adds_per_s']:>10,.0f} adds/s  p50 {doc['p50_ms']:.2f}  "
-               f"p99 {doc['p99_ms']:.2f} ms  ({doc['entries']:,} x {doc['size']} B, "
-               f"E{doc['ensemble']}/W{doc['write_quorum']}/A{doc['ack_quorum']}, "
-               f"{doc['hosts']} hosts x {doc['bookies'] // doc['hosts']} bookies, tcp"
-               f"{' + CURVE' if doc['curve'] else ''}, "
-               f"delay {doc['delay_ms']} ms, {doc['delay_mode']})")
+    for line in hosts_lines(doc):
+        click.echo(line)
+
+
+def hosts_lines(doc: dict) -> list[str]:
+    """The figures in words, a line each (--json has them all)."""
+    delay = (f"{doc['delay_ms']} ms added each way between hosts ({doc['delay_mode']})"
+             if doc["delay_ms"] else f"no delay added ({doc['delay_mode']})")
+    return [
+        f"hosts {doc['adds_per_s']:>10,.0f} adds/s acknowledged ({doc['entries']:,} x "
+        f"{doc['size']} B, E{doc['ensemble']}/W{doc['write_quorum']}/A{doc['ack_quorum']}, "
+        f"{doc['hosts']} hosts x {doc['bookies'] // doc['hosts']} bookies over tcp"
+        f"{' + CURVE' if doc['curve'] else ''}; {delay})",
+        f"      latency {latency_words(doc)}: p50 {doc['p50_ms']:.2f}  p99 {doc['p99_ms']:.2f} ms"]
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import urllib.request
+from contextlib import contextmanager
 
 from appliance.bench import launcher
 from appliance.meta.logservice import LogServiceRegistry
@@ -62,6 +63,29 @@ class LogServers:
         for proc in self.procs.values():
             if proc.poll() is None:
                 stop_process(proc, 30.0, signal.SIGKILL)
+
+
+@contextmanager
+def log_service(make_cluster, servers: tuple[str, ...] = ("logserver-1", "logserver-2"),
+                **config):
+    """(cluster, client, LogServers): 3 bookies (E3/W3/A2, no autorecovery)
+    and log servers ``servers`` serving metrics on ports of their own, plus
+    ``config`` sections; the log servers are killed at the end, also on failure."""
+    import appliance
+    from tests.support.launch import wait_registered
+
+    log_config = {"metrics_address": "127.0.0.1:0", **config.pop("log", {})}
+    cluster = make_cluster(3, quorums=(3, 3, 2), autorecovery={"enabled": False},
+                           log=log_config, **config)
+    with appliance.connect(str(cluster.config_path)) as bk:
+        wait_registered(bk, 3)
+        running = LogServers(cluster, bk)
+        try:
+            for server_id in servers:
+                running.start(server_id)
+            yield cluster, bk, running
+        finally:
+            running.kill_all()
 
 
 def read_all(bk, log_name: str, expect: int, nothing_more: bool = False) -> list:

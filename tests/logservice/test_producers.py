@@ -9,23 +9,14 @@ import pytest
 
 import appliance
 from appliance.protocol.log_service import owner_of
-from tests.logservice.support import LogServers, read_all
+from tests.logservice.support import LogServers, log_service, read_all
 from tests.support.launch import wait_for, wait_registered
 
 
 @pytest.fixture
 def service(make_cluster):
-    cluster = make_cluster(3, quorums=(3, 3, 2), autorecovery={"enabled": False},
-                           log={"metrics_address": "127.0.0.1:0"})
-    with appliance.connect(str(cluster.config_path)) as bk:
-        wait_registered(bk, 3)
-        servers = LogServers(cluster, bk)
-        try:
-            servers.start("logserver-1")
-            servers.start("logserver-2")
-            yield bk, servers
-        finally:
-            servers.kill_all()
+    with log_service(make_cluster) as (_, bk, servers):
+        yield bk, servers
 
 
 

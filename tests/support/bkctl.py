@@ -19,6 +19,22 @@ def bkctl(*args: str, config: str | os.PathLike | None = None, input: bytes | st
           env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run bkctl to its end; stdout and stderr captured (str if ``text``);
     ``env``: variables added to (or, with None values, removed from) ours."""
+    argv, full = _command(args, config, env)
+    return subprocess.run(argv, input=input, capture_output=True, text=text, cwd=REPO,
+                          timeout=timeout_s, env=full)
+
+
+def start_bkctl(*args: str, config: str | os.PathLike | None = None,
+                env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start bkctl and return at once (a command that runs until Ctrl-C:
+    ``log read --follow``, ``top``): stdout and stderr are pipes (text,
+    line-buffered); the caller stops it (``tests.support.launch.stop_process``)."""
+    argv, full = _command(args, config, env)
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            bufsize=1, cwd=REPO, env=full)
+
+
+def _command(args, config, env) -> tuple[list[str], dict[str, str]]:
     argv = [sys.executable, "-m", "cli.main", *args]
     if config is not None:
         argv += ["--config", str(config)]
@@ -28,5 +44,4 @@ def bkctl(*args: str, config: str | os.PathLike | None = None, input: bytes | st
             full.pop(key, None)
         else:
             full[key] = value
-    return subprocess.run(argv, input=input, capture_output=True, text=text, cwd=REPO,
-                          timeout=timeout_s, env=full)
+    return argv, full
