@@ -24,7 +24,12 @@ from __future__ import annotations
 
 import logging
 
-from appliance.errors import CorruptMetadataError, NodeExistsError, NoNodeError
+from appliance.errors import (
+    CorruptMetadataError,
+    MetadataVersionError,
+    NodeExistsError,
+    NoNodeError,
+)
 from appliance.meta.bookies import check_bookie_id, publish_ephemeral
 from appliance.meta.records import decode_json_record, encode_json_record
 from appliance.protocol.logs import check_log_name
@@ -59,6 +64,44 @@ class LogServiceRegistry:
             self.store.delete(f"{SERVERS_ROOT}/{check_bookie_id(server_id)}")
         except NoNodeError:
             pass
+
+    def forget_dead_server(self, server_id: str) -> list[str]:
+        """A server known dead (its supervisor saw its process exit: dead,
+        not silent): delete its registration and every lease its session
+        holds now, instead of when that session expires, so its logs move to
+        a live server at once and its restart registers at once.  Only nodes
+        of the dead session go (a restarted server's are kept); safety never
+        rested on the lease (the next owner's writer fences the segment).
+        Returns the logs whose lease went."""
+        path = f"{SERVERS_ROOT}/{check_bookie_id(server_id)}"
+        session = self._owner_session(path)
+        if session is None:
+            return []  # not registered (or already expired): its leases went with it
+        try:
+            names = self.store.children(OWNERS_ROOT)
+        except NoNodeError:
+            names = []
+        released = [name for name in names
+                    if self._delete_if_owned(f"{OWNERS_ROOT}/{name}", session)]
+        self._delete_if_owned(path, session)
+        return released
+
+    def _owner_session(self, path: str) -> str | None:
+        try:
+            return self.store.ephemeral_owner(path)
+        except NoNodeError:
+            return None
+
+    def _delete_if_owned(self, path: str, session: str) -> bool:
+        """Delete ``path`` if it is an ephemeral node of ``session``."""
+        try:
+            _, version = self.store.get(path)
+            if self.store.ephemeral_owner(path) != session:
+                return False
+            self.store.delete(path, version)
+            return True
+        except (NoNodeError, MetadataVersionError):
+            return False  # gone meanwhile, or another session's now
 
     def servers(self) -> dict[str, dict]:
         """Live servers: id -> {"endpoint", "pid", ...}."""

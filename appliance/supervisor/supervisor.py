@@ -39,6 +39,12 @@ Guarantees:
   too many restarts) is started at once, its restart window and backoff
   cleared.  ``restart``: ``stop``, then ``start`` once it has exited.
   Operator restarts are not counted in ``restarts`` (failures only).
+* A log server whose process exits (SIGCHLD wakes the watch at once) is
+  dead, not silent: its registration and the leases of the logs it owned
+  are deleted from the metadata store then (only its session's nodes), so
+  its logs move to a live server and its restart registers without
+  waiting for its session to expire (``session_timeout_ms``, which stays
+  the rule for a server that is only silent or on another host).
 * SIGTERM / SIGINT: every log server, then every bookie, gets SIGTERM (clean shutdown: checkpoint
   and marker), then SIGKILL after ``stop_timeout_ms``.
 * One thread owns the process table (every ``_Bookie`` and the state
@@ -73,12 +79,14 @@ from appliance.config import load_config
 from appliance.config.host_checks import check_host
 from appliance.errors import BKError, ConfigError
 from appliance.logservice.probe import log_server_info
+from appliance.meta.logservice import LogServiceRegistry
 from appliance.protocol import limits
 from appliance.supervisor.control import ControlSocket
 from appliance.supervisor.probe import bookie_info, probe_curve
 from appliance.supervisor.runs import exit_record
 from storage import LedgerStorage
 from storage.aligned_io import make_dirs, write_file_atomic
+from storage.metadata import open_store
 
 log = logging.getLogger("appliance.supervisor")
 
@@ -195,6 +203,8 @@ class Supervisor:
             for i, sid in enumerate(config.log_server_ids())]
         self._stop = threading.Event()
         self._control: ControlSocket | None = None  # bound in run()
+        self._child_exited = threading.Event()  # set by SIGCHLD (child_exited)
+        self._store = None  # the metadata store, opened when a log server first exits
         self._probe_curve = probe_curve(config)  # CURVE pings to tcp bookies (or None)
 
     # -- start ------------------------------------------------------------------
@@ -267,6 +277,13 @@ class Supervisor:
             next_watch_s = self.clock() + self.sup.ping_interval_ms / 1000.0
             while not self._stop.is_set():
                 self._control.wait(int((next_watch_s - self.clock()) * 1000), self.control)
+                if self._child_exited.is_set() and not self._stop.is_set():
+                    self._child_exited.clear()
+                    if self._see_exits():
+                        self._write_state()
+                    # a restart due before the next watch: watch then
+                    next_watch_s = min([next_watch_s] + [b.next_start_s for b in
+                                                         self._processes() if b.next_start_s])
                 if self.clock() >= next_watch_s and not self._stop.is_set():
                     self.watch_once()
                     next_watch_s = self.clock() + self.sup.ping_interval_ms / 1000.0
@@ -275,6 +292,8 @@ class Supervisor:
                 self.stop_all()
             finally:
                 self._control.close()
+                if self._store is not None:
+                    self._store.close()
 
     def watch_once(self) -> None:
         """One look at every process.  A change of one process's run (an
@@ -356,10 +375,51 @@ class Supervisor:
         return True
 
     def _record_exit(self, b: _Bookie) -> int | None:
-        """The exit of ``b``'s process, seen now: its run record; its code."""
+        """The exit of ``b``'s process, seen now: its run record; its code.
+        A log server's registration and leases go at once
+        (``_forget_dead_log_server``)."""
         code = b.popen.returncode if b.popen is not None else None
         b.last_exit, b.pid, b.started_at = exit_record(code, self.wall_clock()), None, None
+        if b.kind == "log server":
+            self._forget_dead_log_server(b)
         return code
+
+    def _forget_dead_log_server(self, b: _Bookie) -> None:
+        """Its process exited (dead, not silent): its logs' leases and its
+        registration go now, not when its metadata session expires
+        (``session_timeout_ms``), so the logs move to a live server at once
+        and its restart registers at once.  A failure leaves it to the
+        session's expiry, as before."""
+        try:
+            if self._store is None:
+                md = self.config.metadata
+                self._store = open_store(md.uri, base_dir=self.config.base_dir,
+                                         **md.store_options())
+            released = LogServiceRegistry(self._store).forget_dead_server(b.spec.id)
+        except (BKError, OSError) as exc:
+            log.warning("log server %s exited; its leases end with its session "
+                        "(session_timeout_ms): %s", b.spec.id, exc)
+            return
+        log.info("log server %s exited: its registration and the leases of %d log(s) "
+                 "released at once", b.spec.id, len(released))
+
+    def _see_exits(self) -> bool:
+        """After SIGCHLD: record the exit of every process that exited (no
+        ping of the live ones); restarts follow their backoff as usual.
+        True when the state file needs writing."""
+        changed = False
+        now = self.clock()
+        for b in self._processes():
+            if not b.held and not b.given_up and b.pid is not None and not b.alive():
+                changed = self._maybe_restart(b, now) or changed
+        return changed
+
+    def child_exited(self) -> None:
+        """Signal-safe (SIGCHLD): ``run`` looks at the exits now, not at its
+        next watch."""
+        self._child_exited.set()
+        if self._control is not None:
+            self._control.wake()
 
     # -- operator requests (control.py) -------------------------------------------
     def control(self, op: str, process_id: str) -> dict:
@@ -504,6 +564,7 @@ def main(argv: list[str] | None = None) -> int:
         supervisor = Supervisor(load_config(args.config))
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: supervisor.stop())
+        signal.signal(signal.SIGCHLD, lambda *_: supervisor.child_exited())
         supervisor.run()
     except BKError as exc:
         print(f"{type(exc).__name__}: {exc}", file=sys.stderr)

@@ -78,3 +78,45 @@ def test_with_zookeeper_a_lease_ends_with_its_holders_session(zookeeper):
         s1.close()  # its session ends: its lease and registration with it
         assert two.owner("orders") is None and two.servers() == {}
         assert two.acquire("orders", "ls-2", "ipc://b") and two.holds("orders")
+
+
+def test_a_dead_servers_registration_and_leases_go_at_once_and_only_its_own(tmp_path):
+    """``forget_dead_server`` (its supervisor saw the process exit): the dead
+    session's registration and leases are deleted without waiting for its
+    expiry; another server's lease stays; a restarted server then registers
+    and takes the logs at once; nothing to do for a server not registered."""
+    clock = Clock()
+    with _store(tmp_path, clock) as dead, _store(tmp_path, clock) as live, \
+            _store(tmp_path, clock) as supervisor:
+        one, two, sup = (LogServiceRegistry(s) for s in (dead, live, supervisor))
+        one.register("ls-1", "ipc://a", {"pid": 11}, stale_wait_ms=0)
+        two.register("ls-2", "ipc://b", {"pid": 22}, stale_wait_ms=0)
+        assert one.acquire("orders", "ls-1", "ipc://a") and one.acquire("events", "ls-1", "ipc://a")
+        assert two.acquire("clicks", "ls-2", "ipc://b")
+        assert sorted(sup.forget_dead_server("ls-1")) == ["events", "orders"]
+        assert sup.owner("orders") is None and sup.owner("events") is None
+        assert sup.owner("clicks")["server"] == "ls-2" and sorted(sup.servers()) == ["ls-2"]
+        assert sup.forget_dead_server("ls-1") == []  # done already
+        with _store(tmp_path, clock) as restarted:  # its session has not expired: no wait
+            again = LogServiceRegistry(restarted)
+            again.register("ls-1", "ipc://a", {"pid": 33}, stale_wait_ms=0)
+            assert again.acquire("orders", "ls-1", "ipc://a")
+            assert sup.servers()["ls-1"]["pid"] == 33
+
+
+def test_with_zookeeper_a_dead_servers_nodes_go_before_its_session_does(zookeeper):
+    """ZooKeeper lets another session delete a live session's ephemeral
+    nodes: the supervisor frees a dead server's leases while ZooKeeper still
+    counts its session (60 s here), the other server's lease untouched."""
+    uri = zookeeper.new_uri("dead")
+    with open_store(uri, session_timeout_ms=60_000) as dead, \
+            open_store(uri, session_timeout_ms=60_000) as live, \
+            open_store(uri, session_timeout_ms=60_000) as supervisor:
+        one, two, sup = (LogServiceRegistry(s) for s in (dead, live, supervisor))
+        one.register("ls-1", "ipc://a", {"pid": 11}, stale_wait_ms=0)
+        assert one.acquire("orders", "ls-1", "ipc://a")
+        assert two.acquire("clicks", "ls-2", "ipc://b")
+        assert sup.forget_dead_server("ls-1") == ["orders"]
+        assert sup.owner("orders") is None and sup.servers() == {}
+        assert sup.owner("clicks")["server"] == "ls-2"
+        assert two.acquire("orders", "ls-2", "ipc://b")
