@@ -29,21 +29,23 @@ from appliance.spark.options import ScanOptions, parse_options
 LOAD_OPTIONS = ("config", "metadata", "log", "ledgers", "password")
 
 
-def refusal(what: str, password: bytes, record: bytes | None) -> str | None:
+def refusal(what: str, password: bytes, record: bytes | None,
+            who: str = "bookkeeper source") -> str | None:
     """The one line refusing ``password`` for ``what`` ("log 'orders'",
     "ledger 42") whose password record is ``record``; None if it opens it."""
     if check_password(record, master_key(password)):
         return None
     if not password:
-        return f"bookkeeper source: {what} has a password and none was given: set option password"
+        return f"{who}: {what} has a password and none was given: set option password"
     if check_password(record, master_key(b"")):
-        return f"bookkeeper source: {what} has no password: remove option password"
-    return f"bookkeeper source: wrong password for {what}"
+        return f"{who}: {what} has no password: remove option password"
+    return f"{who}: wrong password for {what}"
 
 
-def require(what: str, password: bytes, record: bytes | None) -> None:
+def require(what: str, password: bytes, record: bytes | None,
+            who: str = "bookkeeper source") -> None:
     """``UnauthorizedError`` with ``refusal``'s line unless ``password`` opens it."""
-    line = refusal(what, password, record)
+    line = refusal(what, password, record, who)
     if line is not None:
         raise UnauthorizedError(line)
 
