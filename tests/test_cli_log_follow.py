@@ -18,7 +18,7 @@ from click.testing import CliRunner
 import appliance
 from appliance.errors import NoSuchLogError
 from cli.main import cli as bkctl_cli
-from tests.support.bkctl import REPO
+from tests.support.bkctl import REPO, bkctl
 from tests.support.launch import stop_process, wait_for, wait_registered
 
 FOLLOW_TIMEOUT_S = 60.0  # a bound for a loaded 2-core machine, not a target
@@ -72,6 +72,9 @@ def test_a_plain_read_of_a_missing_log_fails_in_one_line(app):
     result = CliRunner().invoke(bkctl_cli, ["log", "read", "nothere", "--config", str(config)])
     assert result.exit_code == 1
     assert result.output == "Error: NoSuchLogError: log 'nothere' does not exist\n"
+    done = bkctl("log", "read", "nothere", config=config, text=True)  # a real process too
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == "Error: NoSuchLogError: log 'nothere' does not exist\n"
 
 
 def test_a_reader_made_to_wait_for_its_log_reads_it_once_it_is_written(app):
