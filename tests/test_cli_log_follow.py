@@ -7,6 +7,8 @@ subprocess, stopped by the test also when it fails."""
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import signal
 import subprocess
@@ -18,6 +20,7 @@ from click.testing import CliRunner
 import appliance
 from appliance.errors import NoSuchLogError
 from cli.main import cli as bkctl_cli
+from tests.logservice.support import LogServers
 from tests.support.bkctl import REPO, bkctl
 from tests.support.launch import stop_process, wait_for, wait_registered
 
@@ -25,17 +28,33 @@ FOLLOW_TIMEOUT_S = 60.0  # a bound for a loaded 2-core machine, not a target
 
 
 @pytest.fixture
-def app(make_cluster):
-    cluster = make_cluster(3, quorums=(3, 3, 2))
-    with appliance.connect(str(cluster.config_path)) as client:
+def bookies(make_cluster):
+    return make_cluster(3, quorums=(3, 3, 2))
+
+
+@pytest.fixture
+def app(bookies):
+    with appliance.connect(str(bookies.config_path)) as client:
         wait_registered(client, 3)
-        yield cluster.config_path, client
+        yield bookies.config_path, client
 
 
 def _write(client, name: str, payloads: list[bytes]) -> None:
     with client.log(name).writer() as w:
         for p in payloads:
             w.write(p)
+
+
+@pytest.fixture
+def service(app, bookies):
+    """``app`` with a log server running, as ``bkctl up`` starts one."""
+    config, client = app
+    servers = LogServers(bookies, client)
+    try:
+        servers.start("logserver-1")
+        yield config, client
+    finally:
+        servers.kill_all()
 
 
 def test_follow_started_before_the_log_exists_prints_its_records(app, tmp_path):
@@ -90,3 +109,30 @@ def test_a_reader_made_to_wait_for_its_log_reads_it_once_it_is_written(app):
         assert [(rec.txid, rec.payload) for rec in got] == [(1, b"a"), (2, b"b"), (3, b"c")]
         got2 = r2.read(max_records=10, timeout_s=FOLLOW_TIMEOUT_S)
         assert [rec.payload for rec in got2] == [b"b", b"c"]
+
+
+def test_follow_waits_for_a_log_the_log_service_creates(service, tmp_path):
+    """As on an appliance started by ``bkctl up``: the records come through
+    the log service (``bkctl log append``), the follower reads them from it."""
+    config, _ = service
+    out, err = tmp_path / "out", tmp_path / "err"
+    with open(out, "wb") as out_f, open(err, "wb") as err_f:
+        follower = subprocess.Popen(
+            [sys.executable, "-m", "cli.main", "log", "read", "viaservice", "--follow",
+             "--json", "--config", str(config)], cwd=REPO, stdout=out_f, stderr=err_f,
+            env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        wait_for(lambda: b"waiting for it" in err.read_bytes() or follower.poll() is not None,
+                 FOLLOW_TIMEOUT_S, what="the follower to say it waits")
+        appended = bkctl("log", "append", "viaservice", "-", config=config, input=b"x\ny\n")
+        assert appended.returncode == 0, appended.stderr
+        wait_for(lambda: out.read_bytes().count(b"\n") >= 2 or follower.poll() is not None,
+                 FOLLOW_TIMEOUT_S, what="the two records printed")
+        follower.send_signal(signal.SIGTERM)
+        assert follower.wait(FOLLOW_TIMEOUT_S) == 0, err.read_text()
+    finally:
+        if follower.poll() is None:
+            stop_process(follower, 10.0, signal.SIGKILL)
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["txid"], base64.b64decode(r["payload"])) for r in records] == \
+        [(1, b"x"), (2, b"y")]
