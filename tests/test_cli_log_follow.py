@@ -20,7 +20,7 @@ from click.testing import CliRunner
 import appliance
 from appliance.errors import NoSuchLogError
 from cli.main import cli as bkctl_cli
-from tests.logservice.support import LogServers
+from tests.logservice.support import log_servers_running
 from tests.support.bkctl import REPO, bkctl
 from tests.support.launch import stop_process, wait_for, wait_registered
 
@@ -48,26 +48,33 @@ def _write(client, name: str, payloads: list[bytes]) -> None:
 @pytest.fixture
 def service(app, bookies):
     """``app`` with a log server running, as ``bkctl up`` starts one."""
-    config, client = app
-    servers = LogServers(bookies, client)
-    try:
-        servers.start("logserver-1")
-        yield config, client
-    finally:
-        servers.kill_all()
+    with log_servers_running(bookies, app[1], "logserver-1"):
+        yield app
 
 
-def test_follow_started_before_the_log_exists_prints_its_records(app, tmp_path):
-    config, client = app
+def _follow(config, name: str, tmp_path, *options: str):
+    """``bkctl log read NAME --follow`` as a process, its stdout and stderr
+    in files (a pipe could fill), once it says it waits for the log; the
+    caller stops it."""
     out, err = tmp_path / "out", tmp_path / "err"
     with open(out, "wb") as out_f, open(err, "wb") as err_f:
         follower = subprocess.Popen(
-            [sys.executable, "-m", "cli.main", "log", "read", "brandnew", "--follow",
+            [sys.executable, "-m", "cli.main", "log", "read", name, "--follow", *options,
              "--config", str(config)], cwd=REPO, stdout=out_f, stderr=err_f,
             env={**os.environ, "PYTHONPATH": str(REPO)})
     try:
         wait_for(lambda: b"waiting for it" in err.read_bytes() or follower.poll() is not None,
                  FOLLOW_TIMEOUT_S, what="the follower to say it waits")
+    except BaseException:
+        stop_process(follower, 10.0, signal.SIGKILL)
+        raise
+    return follower, out, err
+
+
+def test_follow_started_before_the_log_exists_prints_its_records(app, tmp_path):
+    config, client = app
+    follower, out, err = _follow(config, "brandnew", tmp_path)
+    try:
         assert follower.poll() is None, err.read_text()
         assert err.read_text().strip() == \
             "log brandnew does not exist yet: waiting for it (Ctrl-C to stop)"
@@ -115,15 +122,8 @@ def test_follow_waits_for_a_log_the_log_service_creates(service, tmp_path):
     """As on an appliance started by ``bkctl up``: the records come through
     the log service (``bkctl log append``), the follower reads them from it."""
     config, _ = service
-    out, err = tmp_path / "out", tmp_path / "err"
-    with open(out, "wb") as out_f, open(err, "wb") as err_f:
-        follower = subprocess.Popen(
-            [sys.executable, "-m", "cli.main", "log", "read", "viaservice", "--follow",
-             "--json", "--config", str(config)], cwd=REPO, stdout=out_f, stderr=err_f,
-            env={**os.environ, "PYTHONPATH": str(REPO)})
+    follower, out, err = _follow(config, "viaservice", tmp_path, "--json")
     try:
-        wait_for(lambda: b"waiting for it" in err.read_bytes() or follower.poll() is not None,
-                 FOLLOW_TIMEOUT_S, what="the follower to say it waits")
         appended = bkctl("log", "append", "viaservice", "-", config=config, input=b"x\ny\n")
         assert appended.returncode == 0, appended.stderr
         wait_for(lambda: out.read_bytes().count(b"\n") >= 2 or follower.poll() is not None,

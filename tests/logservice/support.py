@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import urllib.request
+from contextlib import contextmanager
 
 from appliance.bench import launcher
 from appliance.meta.logservice import LogServiceRegistry
@@ -62,6 +63,19 @@ class LogServers:
         for proc in self.procs.values():
             if proc.poll() is None:
                 stop_process(proc, 30.0, signal.SIGKILL)
+
+
+@contextmanager
+def log_servers_running(cluster, client, *server_ids: str):
+    """``LogServers`` with ``server_ids`` started (each waited for until
+    registered); every one killed on the way out, also on failure."""
+    servers = LogServers(cluster, client)
+    try:
+        for server_id in server_ids:
+            servers.start(server_id)
+        yield servers
+    finally:
+        servers.kill_all()
 
 
 def read_all(bk, log_name: str, expect: int, nothing_more: bool = False) -> list:
