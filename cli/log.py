@@ -212,7 +212,8 @@ def _write_lines(file, write_async, txid, flush):
 @click.option("--from-txid", type=int, default=None,
               help="Start at the first record whose txid is >= this.")
 @click.option("--follow", "-f", is_flag=True,
-              help="Keep waiting for new records (like tail -f) until Ctrl-C.")
+              help="Keep waiting for new records until Ctrl-C; a log that does not exist "
+                   "yet is waited for (like tail -F).")
 @_password
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON object per record, one a line: dlsn, txid, payload "
@@ -227,15 +228,18 @@ def read(name, start, from_txid, follow, password, as_json, config_path):
     as they are; on a terminal, a payload that is not printable text is
     shown escaped (\\x00) and --json gives its exact bytes.
 
-    With --follow, bookies out of reach for a while (one down, one
-    restarting) are said once on stderr and read again from the same
-    position: no record is skipped or repeated.
+    With --follow, a log that does not exist yet is waited for (said once
+    on stderr) and read from its first record once it is created, like
+    tail -F; without it, a missing log is an error. Bookies out of reach
+    for a while (one down, one restarting) are said once on stderr and
+    read again from the same position: no record is skipped or repeated.
 
     \b
     Example:
       bkctl log read orders
       bkctl log read orders --from 3/17/0 --json
       bkctl log read orders --from-txid 5000 --follow
+      bkctl log read not-yet-written --follow
     """
     if start is not None and from_txid is not None:
         raise click.UsageError("give --from or --from-txid, not both")
@@ -245,7 +249,11 @@ def read(name, start, from_txid, follow, password, as_json, config_path):
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.append(True))
     with _connect(config_path) as bk:
-        with bk.log(name, password.encode()).reader(start=start, start_txid=from_txid) as r:
+        with bk.log(name, password.encode()).reader(start=start, start_txid=from_txid,
+                                                    wait_for_log=follow) as r:
+            if r.waiting_for_log:
+                click.echo(f"log {name} does not exist yet: waiting for it (Ctrl-C to stop)",
+                           err=True)
             outage: list = []  # following: bookies out of reach (said once)
             while not stop:
                 records = _read_some(r, follow, outage)

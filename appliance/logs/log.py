@@ -61,10 +61,13 @@ class Log:
         return bool(LogServiceRegistry(self._logs.store).servers())
 
     def reader(self, start: DLSN | str | None = None, start_txid: int | None = None, *,
-               via_service: bool | None = None) -> LogReader:
+               via_service: bool | None = None, wait_for_log: bool = False) -> LogReader:
         """A reader from ``start`` (a DLSN, default ``DLSN.FIRST``) or from the
         first record whose txid is >= ``start_txid``.  ``NoSuchLogError`` if
-        the log does not exist.  ``via_service``: read the records a log
+        the log does not exist, unless ``wait_for_log``: then the reader
+        waits for the log to be created (``read()`` returns ``[]`` after its
+        ``timeout_s`` meanwhile; ``reader.waiting_for_log`` says so) and
+        reads it from its start.  ``via_service``: read the records a log
         server owning the log still holds from its read cache (default:
         ``[log] read_via_service``, true); the bookies otherwise."""
         if isinstance(start, str):
@@ -75,7 +78,8 @@ class Log:
         if via_service is None:
             via_service = self._config.read_via_service
         return LogReader(self._client, self._logs, self.name, self._password, start, start_txid,
-                         via_service=bool(via_service) and not self._password)
+                         via_service=bool(via_service) and not self._password,
+                         wait_for_log=wait_for_log)
 
     def metadata(self) -> LogMetadata:
         return self._logs.read_log(self.name)[0]

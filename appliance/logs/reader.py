@@ -36,6 +36,11 @@ segments, tailing the in-progress one.
   (``ReadHandle.learn_lac``): the last entry's acknowledgement reaches the
   bookies only with the next entry, so without it a record whose write
   returned could stay unseen until the owner's next entry.
+* A log that does not exist is ``NoSuchLogError`` when the reader is made,
+  unless it is made with ``wait_for_log=True`` (``bkctl log read
+  --follow``, like ``tail -F``): then ``read()`` returns ``[]`` after its
+  ``timeout_s`` until the log is created, and reads from its first record
+  (or ``start`` / ``start_txid``) once it is.
 * ``DLSN.FIRST`` (the default) is before every record: a reader from it
   starts at the first record still there, also after a truncation made
   before its first record was delivered.  A
@@ -55,6 +60,7 @@ from appliance.errors import (
     LogTruncatedError,
     NoSuchEntryError,
     NoSuchLedgerError,
+    NoSuchLogError,
     UnauthorizedError,
 )
 from appliance.protocol import limits
@@ -75,25 +81,26 @@ class LogRecord(NamedTuple):
 
 class LogReader:
     def __init__(self, client, logs, name: str, password: bytes, start: DLSN | None = None,
-                 start_txid: int | None = None, via_service: bool = False):
+                 start_txid: int | None = None, via_service: bool = False,
+                 wait_for_log: bool = False):
         if start is not None and start_txid is not None:
             raise ValueError("give start or start_txid, not both")
         self._client = client
         self._logs = logs
         self.name = name
         self._password = password
-        self._md, self._version = logs.read_log(name)  # NoSuchLogError
+        self._start = (DLSN.parse(start) if start is not None else None, start_txid)
+        if start_txid is not None:
+            check_txid(start_txid)
+        self._md = self._version = None  # None: waiting for the log to be created
         self._min_txid = None
         self._at_start = False
-        if start_txid is not None:
-            self._min_txid = check_txid(start_txid)
-            self._pos = self._txid_start(start_txid)
-        else:
-            self._pos = DLSN.parse(start) if start is not None else DLSN.FIRST
-            # from DLSN.FIRST, until a record is delivered: follow truncations
-            self._at_start = self._pos.seq == 0
-            self._md.check_readable(self._pos)  # DLSN.FIRST: the first record still there
-            self._pos = max(self._pos, self._md.truncated_before)
+        self._pos = DLSN.FIRST if self._start[0] is None else self._start[0]
+        try:
+            self._begin(*logs.read_log(name))
+        except NoSuchLogError:
+            if not wait_for_log:
+                raise
         self._seg = None
         self._rh = None
         self._next_entry = 0
@@ -102,6 +109,38 @@ class LogReader:
         self._cold_queued = False  # a cold segment's records were just queued
         self._closed = False
         self._tail = ServiceTail(client, name) if via_service else None
+
+    def _begin(self, md, version) -> None:
+        """The log exists: fix the start position from its metadata."""
+        self._md, self._version = md, version
+        start, start_txid = self._start
+        if start_txid is not None:
+            self._min_txid = start_txid
+            self._pos = self._txid_start(start_txid)
+            return
+        self._pos = start if start is not None else DLSN.FIRST
+        # from DLSN.FIRST, until a record is delivered: follow truncations
+        self._at_start = self._pos.seq == 0
+        self._md.check_readable(self._pos)  # DLSN.FIRST: the first record still there
+        self._pos = max(self._pos, self._md.truncated_before)
+
+    @property
+    def waiting_for_log(self) -> bool:
+        """True while the log does not exist yet (``wait_for_log``)."""
+        return self._md is None
+
+    def _await_log(self, deadline: float) -> bool:
+        """``wait_for_log``: wait until the log exists or ``deadline``; True
+        once it does (the start position is then fixed)."""
+        while True:
+            try:
+                self._begin(*self._logs.read_log(self.name))
+                return True
+            except NoSuchLogError:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._logs.wait_for_log(self.name, min(remaining, POLL_S))
 
     @property
     def position(self) -> DLSN:
@@ -128,6 +167,8 @@ class LogReader:
         if self._closed:
             raise ClientClosedError(f"reader of log {self.name!r} is closed")
         deadline = time.monotonic() + max(0.0, timeout_s)
+        if self._md is None and not self._await_log(deadline):
+            return []
         out: list[LogRecord] = []
         while len(out) < max_records:
             pending, taken = self._pending, self._taken

@@ -129,6 +129,24 @@ class LogManager:
             return None
         return LogMetadata.from_bytes(decode_record(changed[0], path), where=path), changed[1]
 
+    def wait_for_log(self, name: str, timeout_s: float) -> bool:
+        """Block until log ``name`` exists (True) or ``timeout_s`` passed
+        (False): a watch on the logs' folder, no metadata read per poll."""
+        path = log_path(name)
+        deadline = time.monotonic() + timeout_s
+        try:
+            self.store.create(LOGS_ROOT, make_parents=True)
+        except NodeExistsError:
+            pass
+        while True:
+            known = self.store.children(LOGS_ROOT)
+            if path.rsplit("/", 1)[1] in known:
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self.store.wait_for_children_change(
+                    LOGS_ROOT, known, remaining) is None:
+                return self.store.exists(path)
+
     def delete_log_record(self, name: str, expected_version: int = ANY_VERSION) -> None:
         try:
             self.store.delete(log_path(name), expected_version)

@@ -51,10 +51,10 @@ import pyarrow.fs as pafs
 import appliance
 from appliance.cold.reading import open_file
 from appliance.cold.segment_file import CorruptColdSegmentError, identity, open_segment
-from appliance.errors import BKError, NoSuchLogError, UnauthorizedError
+from appliance.errors import BKError, NoSuchLogError
 from appliance.protocol import limits
-from appliance.protocol.keys import check_password, master_key
 from appliance.protocol.logs import COLD, Segment
+from appliance.spark.access import require
 from appliance.spark.options import parse_options
 from appliance.spark.registry import register
 from appliance.spark.source import LOG_SCHEMA_DDL
@@ -123,7 +123,7 @@ def _native_files(scan, segments, cold_config) -> tuple[dict[int, str], set[int]
         path = native_path(cold_config, seg)
         if path is None:
             continue
-        _check_password(scan, seg)
+        require(f"log {scan.log!r}", scan.password, seg.cold.password_hash, "read_log")
         try:
             verify_cold_file(cold_config, scan.log, seg)
         except CorruptColdSegmentError:
@@ -148,11 +148,6 @@ def _live_segments(scan) -> tuple[list[Segment], object]:
             raise NoSuchLogError(f"read_log: log {scan.log!r} does not exist "
                                  f"({scan.where})") from None
         return list(md.live_segments), client.cold_config
-
-
-def _check_password(scan, seg: Segment) -> None:
-    if not check_password(seg.cold.password_hash, master_key(scan.password)):
-        raise UnauthorizedError(f"read_log: wrong password for log {scan.log!r}")
 
 
 def native_path(cold_config, seg: Segment) -> str | None:

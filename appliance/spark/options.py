@@ -20,6 +20,8 @@ before anything connects.  Option names are case-insensitive (as in Spark).
 | ``segments`` | every live one | with ``log``: comma-separated segment numbers to |
 |  |  | read, the others left out (``appliance.spark.native.read_log`` reads |
 |  |  | the cold ones with Spark's own Parquet reader) |
+| ``includeLogSegments`` | ``false`` | without ``ledgers``: also read the ledgers that |
+|  |  | hold logs' segments (left out by default, as ``bkctl ledger list``) |
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class ScanOptions:
     read_timeout_ms: int = 5000
     log: str | None = None  # a log's records instead of ledgers
     segments: frozenset[int] | None = None  # a log's segments to read; None: every one
+    include_log_segments: bool = False  # the default selection: logs' segment ledgers too
 
     def start_for(self, ledger_id: int) -> int:
         if isinstance(self.starting, int):
@@ -82,6 +85,8 @@ def parse_options(raw: Mapping[str, str]) -> ScanOptions:
         read_timeout_ms=_positive("readTimeoutMs", opts.pop("readtimeoutms", None), 5000),
         log=_log_name(opts.pop("log", None)),
         segments=_segments(opts.pop("segments", None)),
+        include_log_segments=_bool("includeLogSegments", opts.pop("includelogsegments", None),
+                                   False),
     )
     if out.log is not None and (out.ledgers is not None or out.starting != 0
                                 or out.ending != limits.ID_MAX):
@@ -96,7 +101,8 @@ def parse_options(raw: Mapping[str, str]) -> ScanOptions:
     if opts:
         raise ValueError(f"bookkeeper source: unknown option(s) {sorted(opts)}; known: config, "
                          "metadata, ledgers, log, segments, password, startingEntry, "
-                         "endingEntry, maxEntriesPerPartition, minPartitions, readTimeoutMs")
+                         "endingEntry, maxEntriesPerPartition, minPartitions, readTimeoutMs, "
+                         "includeLogSegments")
     return out
 
 
@@ -117,6 +123,15 @@ def _positive(name: str, text, default: int | None) -> int | None:
     if value < 1:
         raise ValueError(f"option {name} must be >= 1, got {value}")
     return value
+
+
+def _bool(name: str, text, default: bool) -> bool:
+    if text is None:
+        return default
+    value = str(text).strip().lower()
+    if value not in ("true", "false"):
+        raise ValueError(f"option {name} must be true or false, got {text!r}")
+    return value == "true"
 
 
 def _ledgers(text) -> tuple[int, ...] | None:

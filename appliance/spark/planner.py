@@ -12,9 +12,10 @@ Guarantees:
 * Failures name what failed: an unknown ledger, a wrong password (checked
   against the metadata's password hash before any bookie is asked) or an
   unreachable metadata store fails the query with the ledger id or the
-  endpoint in the message.  The default selection (every CLOSED ledger)
-  skips the ledgers the password does not open instead, and names them in
-  one warning (``skipped_warning``).
+  endpoint in the message.  The default selection (every CLOSED ledger
+  but the logs' segment ledgers, as ``bkctl ledger list``) skips the
+  ledgers the password does not open instead, and names them in one
+  warning (``skipped_warning``).
 * Partitions are cut by the work they carry, not by entries alone: an
   entry weighs the rows it holds (a ledger's entry one, a log's entry the
   records it packs: the segment's records over its entries, from the log's
@@ -39,18 +40,17 @@ from fractions import Fraction
 
 from pyspark.sql.datasource import InputPartition
 
-import appliance
 from appliance.client.bulk_read import BulkReadConfig, BulkReader
 from appliance.cold.segment_file import ROW_GROUP_ROWS
-from appliance.config import load_config
 from appliance.curve import bookie_routes
-from appliance.errors import BKError, NoSuchLedgerError, NoSuchLogError, UnauthorizedError
+from appliance.errors import BKError, NoSuchLedgerError, NoSuchLogError
 from appliance.logs.tail import owner_confirmed
 from appliance.protocol import limits
 from appliance.protocol.keys import check_password, master_key
 from appliance.protocol.log_entry import read_header
 from appliance.protocol.logs import COLD, COMPLETED
 from appliance.protocol.metadata import CLOSED, LedgerMetadata
+from appliance.spark.access import open_client, require
 from appliance.spark.filters import Bounds
 from appliance.spark.options import ScanOptions
 from ipc.curve import load_key_pair
@@ -150,12 +150,7 @@ def cold_partitions(log_name: str, segments, cold_config, first_index: int = 0) 
 
 def plan_partitions(options: ScanOptions, bounds: Bounds) -> list:
     """Connect, read metadata, fix bounds, split; see the module docstring."""
-    try:
-        config = load_config(options.target) if options.is_config else None
-        client = appliance.connect(options.target)
-    except BKError as exc:
-        raise type(exc)(f"bookkeeper source: cannot reach the appliance ({options.where}): "
-                        f"{exc}") from exc
+    config, client = open_client(options)
     segments, cold = None, []
     with client:
         if options.log is not None:
@@ -214,9 +209,7 @@ def log_ranges(client, options: ScanOptions):
         if options.segments is not None and seg.seq not in options.segments:
             continue  # not asked for (native.read_log reads it, or it is newer)
         if seg.tier == COLD:
-            if not check_password(seg.cold.password_hash, master_key(options.password)):
-                raise UnauthorizedError(f"bookkeeper source: wrong password for log "
-                                        f"{options.log!r}")
+            require(f"log {options.log!r}", options.password, seg.cold.password_hash)
             cold.append(seg)
             continue
         try:
@@ -225,6 +218,7 @@ def log_ranges(client, options: ScanOptions):
             raise NoSuchLedgerError(f"bookkeeper source: segment {seg.seq} of log "
                                     f"{options.log!r} (ledger {seg.ledger_id}) is gone: "
                                     "truncated or deleted while planning") from None
+        require(f"log {options.log!r}", options.password, ledger.password_hash)
         if seg.state == COMPLETED:
             last, records, size = seg.last_entry_id, seg.records, ledger.length
         else:
@@ -240,12 +234,13 @@ def log_ranges(client, options: ScanOptions):
 
 def ledger_ranges(client, options: ScanOptions, bounds: Bounds) -> list[LedgerRange]:
     """The non-empty range to read of every selected ledger, by ledger id.
-    By default (no ``ledgers`` option) the CLOSED ledgers the password does
-    not open are skipped, and named once in a warning; a ledger named in
-    ``ledgers`` that it does not open fails the query."""
+    By default (no ``ledgers`` option) every CLOSED ledger the user made
+    (not the logs' segment ledgers, unless ``includeLogSegments``); those
+    the password does not open are skipped, and named once in a warning; a
+    ledger named in ``ledgers`` that it does not open fails the query."""
     key = master_key(options.password)
     named = options.ledgers is not None
-    ids = options.ledgers if named else client.list_ledgers()
+    ids = options.ledgers if named else _default_ledgers(client, options)
     out, skipped = [], []
     for ledger_id in (i for i in ids if bounds.admits_ledger(i)):
         md = _selected_metadata(client, ledger_id, options)
@@ -255,7 +250,7 @@ def ledger_ranges(client, options: ScanOptions, bounds: Bounds) -> list[LedgerRa
             if not named:
                 skipped.append(ledger_id)
                 continue
-            raise UnauthorizedError(_password_refusal(ledger_id, options))
+            require(f"ledger {ledger_id}", options.password, md.password_hash)
         md, last = _readable_end(client, md, options)
         first = max(options.start_for(ledger_id), bounds.entry_min)
         last = min(last, options.end_for(ledger_id), bounds.entry_max)
@@ -264,6 +259,16 @@ def ledger_ranges(client, options: ScanOptions, bounds: Bounds) -> list[LedgerRa
     if skipped:
         log.warning(skipped_warning(skipped))
     return out
+
+
+def _default_ledgers(client, options: ScanOptions) -> list[int]:
+    """Every ledger id, without those holding logs' segments unless
+    ``includeLogSegments`` (as ``bkctl ledger list`` / ``--all``)."""
+    ids = client.list_ledgers()
+    if options.include_log_segments:
+        return ids
+    segments = client.logs.segment_ledgers()
+    return [i for i in ids if i not in segments]
 
 
 def _selected_metadata(client, ledger_id: int, options: ScanOptions) -> LedgerMetadata | None:
@@ -278,13 +283,6 @@ def _selected_metadata(client, ledger_id: int, options: ScanOptions) -> LedgerMe
                                     f"({options.where})") from None
         return None
     return md if named or md.state == CLOSED else None
-
-
-def _password_refusal(ledger_id: int, options: ScanOptions) -> str:
-    if not options.password:
-        return (f"bookkeeper source: ledger {ledger_id} has a password and none was given: "
-                "set option password")
-    return f"bookkeeper source: wrong password for ledger {ledger_id}"
 
 
 def skipped_warning(ledger_ids: list[int]) -> str:

@@ -25,6 +25,7 @@ from appliance.heap import freeze_long_lived_objects, retain_freed_memory
 from appliance.protocol import limits
 from appliance.protocol.invariant import invariant
 from appliance.protocol.keys import master_key
+from appliance.spark.access import check_load
 from appliance.spark.filters import Bounds, push_filters
 from appliance.spark.logs import read_cold_partition, read_log_partition
 from appliance.spark.one_line import planning_errors
@@ -60,7 +61,11 @@ class BookKeeperDataSource(DataSource):
     def name(cls) -> str:
         return "bookkeeper"
 
+    @planning_errors
     def schema(self) -> str:
+        """Called by ``load()`` (without a schema of the user's): the target
+        and the password are checked here, in one line (``access``)."""
+        check_load(self.options)
         return LOG_SCHEMA_DDL if _is_log_scan(self.options) else SCHEMA_DDL
 
     @planning_errors

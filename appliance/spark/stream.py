@@ -43,11 +43,10 @@ from pyspark.sql.streaming.datasource import (
 )
 
 import appliance
-from appliance.config import load_config
-from appliance.errors import BKError, LogTruncatedError, NoSuchLedgerError, UnauthorizedError
+from appliance.errors import BKError, LogTruncatedError, NoSuchLedgerError
 from appliance.protocol.invariant import invariant
-from appliance.protocol.keys import check_password, master_key
 from appliance.protocol.logs import COLD, COMPLETED, DLSN
+from appliance.spark.access import check_log_password, open_client, require
 from appliance.spark.logs import read_cold_partition, read_log_partition
 from appliance.spark.one_line import planning_errors
 from appliance.spark.planner import (
@@ -83,6 +82,7 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self._config = None
         self._target: DLSN | None | bool = False  # availableNow: the end fixed at its start
         self._reported: tuple[DLSN, DLSN] | None = None  # (last end chosen, data end)
+        self._checked: int | None = None  # the first segment's ledger the password opened
 
     @functools.cached_property
     def options(self) -> StreamOptions:
@@ -97,15 +97,15 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def _fresh(self) -> LogView:
         if self._view is None:
             scan = self.options.scan
-            try:
-                self._config = load_config(scan.target) if scan.is_config else None
-                client = appliance.connect(scan.target)
-            except BKError as exc:
-                raise type(exc)(f"bookkeeper source: cannot reach the appliance "
-                                f"({scan.where}): {exc}") from exc
+            self._config, client = open_client(scan)
             self._view = LogView(client, self.options.log, scan.password, scan.where)
-        self._view.refresh()
-        return self._view
+        view = self._view
+        view.refresh()
+        live = view.md.live_segments
+        if live and live[0].ledger_id != self._checked:  # a new first segment: once each
+            self._checked = check_log_password(view.client, self.options.log, view.md,
+                                               self.options.scan.password)
+        return view
 
     @planning_errors
     def initialOffset(self) -> dict:  # noqa: N802 - Spark's name
@@ -229,9 +229,7 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return self._cold_partitions(view, cold, (start, end)) + hot
 
     def _check_cold_password(self, seg) -> None:
-        if not check_password(seg.cold.password_hash, master_key(self.options.scan.password)):
-            raise UnauthorizedError(f"bookkeeper source: wrong password for log "
-                                    f"{self.options.log!r}")
+        require(f"log {self.options.log!r}", self.options.scan.password, seg.cold.password_hash)
 
     def _cold_partitions(self, view: LogView, cold, bounds) -> list:
         out = []

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from appliance.protocol.logs import DLSN
-from appliance.spark.options import ScanOptions, _positive, parse_options
+from appliance.spark.options import ScanOptions, _bool, _positive, parse_options
 
 EARLIEST, LATEST = "earliest", "latest"
 
@@ -74,15 +74,6 @@ def _starting(text) -> str | DLSN | int:
     except ValueError:
         raise ValueError(f"option startingPosition must be earliest, latest, a DLSN "
                          f"'seq/entry/slot' (e.g. 3/12/0) or txid:N, got {value!r}") from None
-
-
-def _bool(name: str, text, default: bool) -> bool:
-    if text is None:
-        return default
-    value = str(text).strip().lower()
-    if value not in ("true", "false"):
-        raise ValueError(f"option {name} must be true or false, got {text!r}")
-    return value == "true"
 
 
 def offset_json(log: str, position: DLSN) -> dict:

@@ -19,6 +19,10 @@ far, last txid, last data record: ``appliance.protocol.log_entry``), so:
   txids and sizes kept, not payloads:
   ``limits.SPARK_STREAM_COLD_SEGMENTS_CACHED`` segments).
 
+A log that does not exist yet reads as a log with no record (a stream
+waits for it: CONTRACT.md); one deleted after the view saw it is
+``NoSuchLogError``.
+
 Nothing here writes or fences: ledgers are opened without recovery.
 """
 
@@ -34,7 +38,7 @@ from appliance.errors import NoSuchLogError
 from appliance.logs.tail import owner_confirmed
 from appliance.protocol import limits
 from appliance.protocol.log_entry import read_header, unpack_entry
-from appliance.protocol.logs import COLD, COMPLETED, DLSN, LogMetadata, Segment
+from appliance.protocol.logs import COLD, COMPLETED, DLSN, LogMetadata, Segment, new_log
 
 
 class ColdPositions:
@@ -92,8 +96,11 @@ class LogView:
         try:
             self.md, self._version = self.client.logs.read_log(self.name)
         except NoSuchLogError:
-            raise NoSuchLogError(f"bookkeeper source: log {self.name!r} does not exist "
-                                 f"({self.where})") from None
+            if self._version is not None:  # it existed: deleted under the query
+                raise NoSuchLogError(f"bookkeeper source: log {self.name!r} was deleted "
+                                     f"({self.where})") from None
+            # not created yet: read as a log with no record, until it is
+            self.md = new_log(self.name, 0)
         live = {s.ledger_id: s for s in self.md.live_segments}
         for ledger_id in [i for i in self._handles if i not in live or live[i].tier == COLD]:
             self._handles.pop(ledger_id)[0].close()

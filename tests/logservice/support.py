@@ -66,6 +66,19 @@ class LogServers:
 
 
 @contextmanager
+def log_servers_running(cluster, client, *server_ids: str):
+    """``LogServers`` with ``server_ids`` started (each waited for until
+    registered); every one killed on the way out, also on failure."""
+    servers = LogServers(cluster, client)
+    try:
+        for server_id in server_ids:
+            servers.start(server_id)
+        yield servers
+    finally:
+        servers.kill_all()
+
+
+@contextmanager
 def log_service(make_cluster, servers: tuple[str, ...] = ("logserver-1", "logserver-2"),
                 **config):
     """(cluster, client, LogServers): 3 bookies (E3/W3/A2, no autorecovery)
@@ -79,13 +92,8 @@ def log_service(make_cluster, servers: tuple[str, ...] = ("logserver-1", "logser
                            log=log_config, **config)
     with appliance.connect(str(cluster.config_path)) as bk:
         wait_registered(bk, 3)
-        running = LogServers(cluster, bk)
-        try:
-            for server_id in servers:
-                running.start(server_id)
+        with log_servers_running(cluster, bk, *servers) as running:
             yield cluster, bk, running
-        finally:
-            running.kill_all()
 
 
 def read_all(bk, log_name: str, expect: int, nothing_more: bool = False) -> list:

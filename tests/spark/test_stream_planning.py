@@ -76,6 +76,7 @@ def view():
     handles = {101: (ENTRIES1, 3), 102: (ENTRIES2, LAC2)}
     client = SimpleNamespace(
         logs=SimpleNamespace(read_log=lambda name: (md, 1)),
+        ledger_metadata=lambda ledger_id: SimpleNamespace(password_hash=None),  # no password
         open_ledger=lambda ledger_id, password, recovery: FakeHandle(*handles[ledger_id], reads))
     v = LogView(client, "orders", b"", confirmed_end=lambda client, name: None)
     v.refresh()
@@ -194,6 +195,7 @@ def _reader(view, **options):
 def _fake_view(md, handles, confirmed=None):
     client = SimpleNamespace(
         logs=SimpleNamespace(read_log=lambda name: (md, 1)),
+        ledger_metadata=lambda ledger_id: SimpleNamespace(password_hash=None),  # no password
         open_ledger=lambda ledger_id, password, recovery: FakeHandle(*handles[ledger_id], []))
     return LogView(client, md.name, b"", confirmed_end=lambda client, name: confirmed)
 
