@@ -3,18 +3,22 @@ failed when copied), against a test appliance holding what the examples
 name: ledgers 3, 4 and 5 with password "secret", a log ``orders`` of JSON
 orders (no password, as logs written through the log service are) with
 segments in cold storage, and a running log service for the sink examples.
-A block that cannot run says why in the document (``doc-test: skip``).
+A block that cannot run says why in the document (``doc-test: skip``): the
+benchmark blocks, whose commands bkctl must still parse as written and
+tests/spark/test_bench_cli.py must run on tiny sizes.
 The runner (``tests.spark.doc_runner``) fails blocks broken on purpose: the
 examples as they were before this test existed."""
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import pytest
 
 from appliance.cold.mover import offloader
 from appliance.spark import register
+from cli.main import cli
 from tests.logservice.support import LogServers
 from tests.spark.doc_runner import DocBlockFailed, run_block
 from tests.support.doc_blocks import blocks, parse
@@ -69,16 +73,42 @@ def _paths(app, tmp_path: Path) -> dict[str, str]:
     return {"configs/local.toml": app.config, "/data/": f"{tmp_path}/data/"}
 
 
-@pytest.mark.parametrize("block", blocks(DOC), ids=str)
+README = DOC.parents[1] / "README.md"
+# README.md's Spark block (tests/integration/test_docs_run.py leaves it here)
+README_SPARK = [b for b in blocks(README, ("python",)) if "register(spark)" in b.text]
+
+
+def test_the_readme_has_its_spark_block_run_here():
+    assert len(README_SPARK) == 1, README_SPARK
+
+
+@pytest.mark.parametrize("block", blocks(DOC) + README_SPARK, ids=str)
 def test_every_block_of_the_spark_doc_runs_as_written(spark, app, tmp_path, block):
     if block.skip_reason is not None:
-        pytest.skip(f"{block.where}: {block.skip_reason}")
+        _bench_lines_parse_and_are_run_elsewhere(block)
+        return
     assert block.lang == "python", \
         f"{block}: not Python: make it run here, or mark it <!-- doc-test: skip (why) -->"
     run = run_block(block, spark, _paths(app, tmp_path), QUERY_TIMEOUT_S)
     assert run.rows or run.streamed, f"{block}: leaves no DataFrame or query to run"
     assert all(run.rows.values()), f"{block}: a DataFrame with no row: {run.rows}"
     assert all(run.streamed.values()), f"{block}: a query that read nothing: {run.streamed}"
+
+
+def _bench_lines_parse_and_are_run_elsewhere(block) -> None:
+    """A block not run here (a benchmark of minutes) holds bkctl bench
+    commands only, each of which bkctl parses as written (its options and
+    their values) and tests/spark/test_bench_cli.py runs on tiny sizes, as
+    the skip's reason says."""
+    assert "test_bench_cli.py" in block.skip_reason, f"{block}: {block.skip_reason}"
+    covered = (Path(__file__).parent / "test_bench_cli.py").read_text()
+    lines = [shlex.split(x.split("#")[0]) for x in block.text.splitlines() if x.strip()]
+    assert lines and all(w[:2] == ["bkctl", "bench"] for w in lines), block
+    for words in lines:
+        assert f'"bench", "{words[2]}"' in covered, f"{block}: bench {words[2]} is not run there"
+        command = cli.commands["bench"].commands[words[2]]
+        with command.make_context(words[2], words[3:]):  # bad options raise UsageError
+            pass
 
 
 # The examples as they were (issue 48), each broken in its own way.
