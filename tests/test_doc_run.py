@@ -7,10 +7,11 @@ each of these fails before one is needed."""
 
 from __future__ import annotations
 
+import click
 import pytest
 
 from tests.support.doc_blocks import parse
-from tests.support.doc_run import DocRunError, DocRunner, ShLine, sh_lines
+from tests.support.doc_run import DocRunError, DocRunner, ShLine, check_bench_block, sh_lines
 from tests.support.launch import write_config
 
 
@@ -96,3 +97,22 @@ def test_lines_and_comments_of_an_sh_block():
     assert [x.runs_until_ctrl_c for x in lines] == [False, False, True]
 
 
+
+
+def test_a_benchmark_block_left_unrun_must_still_parse_and_be_run_elsewhere(tmp_path):
+    """check_bench_block: a wrong option, a bench no test runs, or a line
+    that is not a bench fails it."""
+    covered = tmp_path / "test_x.py"
+    covered.write_text('invoke(cli, ["bench", "log", "--records", "10"])\n')
+
+    def block(text):
+        return parse(f"<!-- doc-test: skip (minutes) -->\n```sh\n{text}\n```\n", "d.md")[0]
+
+    assert check_bench_block(block("bkctl bench log --producers 8 --json  # 8"), [covered]) \
+        == ["log"]
+    with pytest.raises(click.UsageError, match="no-such-option"):
+        check_bench_block(block("bkctl bench log --no-such-option"), [covered])
+    with pytest.raises(DocRunError, match="bench write is run by none of"):
+        check_bench_block(block("bkctl bench write"), [covered])
+    with pytest.raises(DocRunError, match="bkctl bench commands only"):
+        check_bench_block(block("ls -l"), [covered])

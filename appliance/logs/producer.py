@@ -145,6 +145,7 @@ class Producer(ProducerIO):
         self._endpoint: str | None = None
         self._sock = None
         self._last_reply = clock()
+        self._last_refusal: str | None = None  # the last retry/held answer's message (I/O)
         self._backoff = BACKOFF_MIN_S
         self._hello_gen = -1
         self._awaiting = 0  # write requests of this generation awaiting their reply

@@ -195,6 +195,8 @@ class ProducerIO:
             self._fail(BadRequestError(doc.get("message", "bad request")))
         else:  # retry, held, gap: resend from the oldest after a pause
             self.stats["retries"] += 1
+            self._last_refusal = doc.get("message") if isinstance(doc.get("message"), str) \
+                else code
             self._resend_at = time.monotonic() + \
                 self._next_backoff() * (4 if code == HELD else 1)
             self._loop.call_at(self, self._resend_at)  # nothing leaves until then
@@ -229,9 +231,11 @@ class ProducerIO:
             oldest = next(iter(self._pending.values()), None)
         if oldest is not None and \
                 self._clock() - oldest.since > limits.LOG_PRODUCER_DEADLINE_MS / 1000:
+            why = f"the last refusal: {self._last_refusal}" if self._last_refusal \
+                else "no log server took it"
             self._fail(LogServiceUnavailableError(
                 f"log {self.name!r}: write {oldest.seq} not stored within "
-                f"{limits.LOG_PRODUCER_DEADLINE_MS} ms (no log server took it)"))
+                f"{limits.LOG_PRODUCER_DEADLINE_MS} ms ({why})"))
 
     def _fail(self, exc: BaseException) -> None:
         with self._cond:

@@ -404,9 +404,12 @@ class LogServer:
                     "endpoint": self._servers[target]["endpoint"],
                     "message": f"log {name} belongs to {target}"}
         try:
-            if held_by_writer(self.client.logs.read_log(name)[0]):
+            md = self.client.logs.read_log(name)[0]
+            if held_by_writer(md):
                 return {"op": "error", "code": HELD,
-                        "message": f"log {name} is written by an exclusive writer"}
+                        "message": f"log {name} is held by exclusive writer {md.owner}: "
+                                   "producers wait until it closes (if it died, open "
+                                   "log.writer() and close it: that recovers its segment)"}
         except NoSuchLogError:
             pass
         session = self.registry.store.session_id

@@ -20,7 +20,7 @@ import json
 
 from tests.support.bkctl import REPO, bkctl
 from tests.support.doc_blocks import blocks
-from tests.support.doc_run import DocRunner, check_toml, sh_lines
+from tests.support.doc_run import DocRunner, check_bench_block, check_toml, sh_lines
 from tests.support.launch import supervisor_pids, write_config
 
 
@@ -119,6 +119,15 @@ def test_logs_md_blocks_do_what_they_say(appliance_config, short_tmp):
     assert sum("ran as a script" in x for x in runner.done) == 3, runner.done
     assert sum("loaded by the config loader" in x for x in runner.done) == 1, runner.done
     _every_line_accounted_for(runner, REPO / "docs" / "LOGS.md")
+
+
+def test_logs_md_benchmark_lines_parse_and_run_tiny_elsewhere():
+    """LOGS.md's benchmark block is not run (minutes each): its lines are
+    bkctl bench commands bkctl parses as written, run tiny by tests/bench."""
+    [block] = [b for b in blocks(REPO / "docs" / "LOGS.md", ("sh",)) if b.skip_reason]
+    assert "tests/bench" in block.skip_reason, block.skip_reason
+    assert check_bench_block(block, sorted((REPO / "tests" / "bench").glob("test_*.py"))) \
+        == ["log", "log", "log"]
 
 
 def test_logs_md_cold_storage_example_lands_beside_the_data(short_tmp):

@@ -11,6 +11,7 @@ import types
 import pytest
 import zmq
 
+from appliance.errors import LogServiceUnavailableError
 from appliance.logs.producer import Producer
 from appliance.protocol import limits
 from appliance.protocol import log_service as wire
@@ -29,6 +30,7 @@ class FakeServer:
         self.endpoint = f"ipc://{path}"
         self.sock.bind(self.endpoint)
         self.hold = threading.Event()
+        self.refuse: str | None = None  # answer writes "held" with this message
         self.writes: list[tuple[int, int]] = []  # (first seq, records) of each request
         self._held: list = []
         self._entry = 0
@@ -49,6 +51,10 @@ class FakeServer:
             if doc["op"] == "hello":
                 self.sock.send_multipart([frames[0], wire.encode_header(
                     {**echo, "op": "hello", "next_seq": 1})])
+                continue
+            if self.refuse is not None:
+                self.sock.send_multipart([frames[0], wire.encode_header(
+                    {**echo, "op": "error", "code": wire.HELD, "message": self.refuse})])
                 continue
             self._entry += 1
             self.writes.append((doc["seq"], len(payloads)))
@@ -116,3 +122,24 @@ def test_a_write_after_an_idle_spell_longer_than_the_request_timeout_is_sent_onc
     finally:
         server.hold.clear()
         producer.close()
+
+
+def test_a_write_refused_until_its_deadline_fails_naming_the_last_refusal(server):
+    """A log held by an exclusive writer that never closes: the producer
+    retries until its deadline, then fails with the server's last refusal
+    in its error (which writer holds the log, and what to do), not a bare
+    "no log server took it"."""
+    server.refuse = "log fake is held by exclusive writer vm:4242: producers wait until it closes"
+    clock = FakeClock()
+    p = _producer(server, clock)
+    try:
+        fut = p.write_async(b"x")
+        wait_for(lambda: p.stats["retries"] >= 1, WAIT_S, what="a held answer")
+        clock.now += limits.LOG_PRODUCER_DEADLINE_MS / 1000 + 1
+        with pytest.raises(LogServiceUnavailableError,
+                           match=r"not stored within 60000 ms \(the last refusal: log fake is "
+                                 r"held by exclusive writer vm:4242"):
+            fut.result(timeout=WAIT_S)
+    finally:
+        with pytest.raises(LogServiceUnavailableError):  # close raises the producer's error
+            p.close()

@@ -5,7 +5,7 @@ copied).
 Each block runs on its own, in a fresh namespace holding only ``spark``
 (blocks do not lean on each other: a reader may copy any one), with the
 deployment paths the docs use mapped to the test's (``paths``: the docs'
-``configs/local.toml`` to the test appliance's config, ``/data/`` to a
+``configs/local.toml`` to the test appliance's config, ``data/spark/`` to a
 temporary folder); nothing else of the text is changed.  Then what the
 block left is made to run, since Spark is lazy:
 

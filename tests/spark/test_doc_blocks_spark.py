@@ -11,17 +11,16 @@ examples as they were before this test existed."""
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
 import pytest
 
 from appliance.cold.mover import offloader
 from appliance.spark import register
-from cli.main import cli
 from tests.logservice.support import LogServers
 from tests.spark.doc_runner import DocBlockFailed, run_block
 from tests.support.doc_blocks import blocks, parse
+from tests.support.doc_run import check_bench_block
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "SPARK.md"
 QUERY_TIMEOUT_S = 300
@@ -70,7 +69,7 @@ def _orders(client) -> None:
 
 
 def _paths(app, tmp_path: Path) -> dict[str, str]:
-    return {"configs/local.toml": app.config, "/data/": f"{tmp_path}/data/"}
+    return {"configs/local.toml": app.config, "data/spark/": f"{tmp_path}/data/"}
 
 
 README = DOC.parents[1] / "README.md"
@@ -85,7 +84,8 @@ def test_the_readme_has_its_spark_block_run_here():
 @pytest.mark.parametrize("block", blocks(DOC) + README_SPARK, ids=str)
 def test_every_block_of_the_spark_doc_runs_as_written(spark, app, tmp_path, block):
     if block.skip_reason is not None:
-        _bench_lines_parse_and_are_run_elsewhere(block)
+        assert "test_bench_cli.py" in block.skip_reason, f"{block}: {block.skip_reason}"
+        check_bench_block(block, [Path(__file__).parent / "test_bench_cli.py"])
         return
     assert block.lang == "python", \
         f"{block}: not Python: make it run here, or mark it <!-- doc-test: skip (why) -->"
@@ -93,22 +93,6 @@ def test_every_block_of_the_spark_doc_runs_as_written(spark, app, tmp_path, bloc
     assert run.rows or run.streamed, f"{block}: leaves no DataFrame or query to run"
     assert all(run.rows.values()), f"{block}: a DataFrame with no row: {run.rows}"
     assert all(run.streamed.values()), f"{block}: a query that read nothing: {run.streamed}"
-
-
-def _bench_lines_parse_and_are_run_elsewhere(block) -> None:
-    """A block not run here (a benchmark of minutes) holds bkctl bench
-    commands only, each of which bkctl parses as written (its options and
-    their values) and tests/spark/test_bench_cli.py runs on tiny sizes, as
-    the skip's reason says."""
-    assert "test_bench_cli.py" in block.skip_reason, f"{block}: {block.skip_reason}"
-    covered = (Path(__file__).parent / "test_bench_cli.py").read_text()
-    lines = [shlex.split(x.split("#")[0]) for x in block.text.splitlines() if x.strip()]
-    assert lines and all(w[:2] == ["bkctl", "bench"] for w in lines), block
-    for words in lines:
-        assert f'"bench", "{words[2]}"' in covered, f"{block}: bench {words[2]} is not run there"
-        command = cli.commands["bench"].commands[words[2]]
-        with command.make_context(words[2], words[3:]):  # bad options raise UsageError
-            pass
 
 
 # The examples as they were (issue 48), each broken in its own way.
@@ -120,15 +104,15 @@ stream = (spark.readStream.format("bookkeeper")
           .option("password", "secret")             # the log's password, if any
           .load())
 query = (stream.writeStream.format("parquet")
-         .option("checkpointLocation", "/data/checkpoints/orders-pw")
-         .start("/data/orders-pw"))
+         .option("checkpointLocation", "data/spark/checkpoints/orders-pw")
+         .start("data/spark/orders-pw"))
 ```
 
 ```python
 query = (stream_df.selectExpr("CAST(value AS BINARY) AS payload")
          .writeStream.format("bookkeeper")
          .option("config", "configs/local.toml").option("log", "enriched")
-         .option("checkpointLocation", "/data/checkpoints/enriched-broken")
+         .option("checkpointLocation", "data/spark/checkpoints/enriched-broken")
          .start())
 ```
 

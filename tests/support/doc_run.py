@@ -263,3 +263,24 @@ def _stated_values(comment: str | None) -> list[str] | None:
 def _last_line(text: str) -> str:
     lines = [x for x in text.strip().splitlines() if x.strip()]
     return lines[-1] if lines else "(nothing on stderr)"
+
+
+def check_bench_block(block: Block, covered_in: list[Path]) -> list[str]:
+    """A block not run because it benchmarks for minutes (its skip reason
+    says so): each line is a ``bkctl bench`` command that bkctl parses as
+    written (the command, its options and their values), and one of the test
+    files ``covered_in`` runs that bench (on tiny sizes).  Returns the benches."""
+    from cli.main import cli
+
+    covered = "".join(p.read_text() for p in covered_in)
+    lines = [shlex.split(x.split("#")[0]) for x in block.text.splitlines() if x.strip()]
+    if not lines or any(w[:2] != ["bkctl", "bench"] for w in lines):
+        raise DocRunError(f"{block}: a skipped block here holds bkctl bench commands only")
+    for words in lines:
+        if f'"bench", "{words[2]}"' not in covered:
+            raise DocRunError(f"{block}: bench {words[2]} is run by none of "
+                              f"{[p.name for p in covered_in]}")
+        command = cli.commands["bench"].commands[words[2]]
+        with command.make_context(words[2], words[3:]):  # a bad option raises UsageError
+            pass
+    return [w[2] for w in lines]
