@@ -18,10 +18,8 @@ import sys
 
 import pytest
 
-import appliance
-from tests.logservice.support import LogServers
+from tests.logservice.support import log_service
 from tests.support.bkctl import bkctl
-from tests.support.launch import wait_registered
 
 ROUNDS = 4
 READ_ONE = """
@@ -34,18 +32,10 @@ with appliance.connect(sys.argv[1]) as bk, bk.log(sys.argv[2]).reader() as r:
 
 @pytest.fixture
 def service(make_cluster):
-    cluster = make_cluster(3, quorums=(3, 3, 2), autorecovery={"enabled": False},
-                           metadata={"session_timeout_ms": 6000},
-                           client={"explicit_lac_interval_ms": 0},
-                           log={"service_control_interval_ms": 0, "control_interval_ms": 0})
-    with appliance.connect(str(cluster.config_path)) as bk:
-        wait_registered(bk, 3)
-        servers = LogServers(cluster, bk)
-        try:
-            servers.start("logserver-1")
-            yield cluster, bk
-        finally:
-            servers.kill_all()
+    with log_service(make_cluster, ("logserver-1",), client={"explicit_lac_interval_ms": 0},
+                     log={"service_control_interval_ms": 0, "control_interval_ms": 0}) \
+            as (cluster, bk, _):
+        yield cluster, bk
 
 
 def test_bkctl_read_right_after_bkctl_append_sees_the_last_records(service):

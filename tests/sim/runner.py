@@ -47,6 +47,23 @@ class RunResult:
         return "\n".join(lines)
 
 
+def play(cfg, seed: int) -> tuple[Cluster, str | None]:
+    """One run of ``cfg`` (a scenario test's variant of a seed's config) with
+    every protection on: the cluster as it ended, and the name of the
+    invariant the run broke (None)."""
+    world = World(seed)
+    cluster = Cluster(cfg, Protections(), world)
+    try:
+        cluster.start_random()
+        world.run(until_ms=cfg.heal_at_ms + RUN_AFTER_HEAL_MS, steps_max=STEPS_MAX,
+                  until=lambda: cluster.finished)
+    except Violation as exc:
+        return cluster, exc.name
+    except InvariantViolation as exc:
+        return cluster, exc.rule or "core-invariant"
+    return cluster, None
+
+
 def run_seed(seed: int, disabled: tuple[str, ...] = (), trace_max: int = 60,
              keep_trace: bool = False) -> RunResult:
     cfg = random_config(seed)

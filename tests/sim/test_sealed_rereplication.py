@@ -10,27 +10,16 @@ from __future__ import annotations
 import dataclasses
 
 from appliance.errors import LedgerFencedError, MetadataVersionError
-from appliance.protocol.quorum import Protections
-from tests.sim.cluster import Cluster
 from tests.sim.config import random_config
 from tests.sim.rerep import SealedRereplicator
-from tests.sim.runner import RUN_AFTER_HEAL_MS, STEPS_MAX
-from tests.sim.world import Violation, World
+from tests.sim.runner import play
 
 SEEDS = 600
 
 
 def _run(seed: int, broken: bool = False):
-    cfg = dataclasses.replace(random_config(seed), rereplicate_broken=broken)
-    world = World(seed)
-    cluster = Cluster(cfg, Protections(), world)
-    violation = None
-    try:
-        cluster.start_random()
-        world.run(until_ms=cfg.heal_at_ms + RUN_AFTER_HEAL_MS, steps_max=STEPS_MAX,
-                  until=lambda: cluster.finished)
-    except Violation as exc:
-        violation = exc.name
+    cluster, violation = play(dataclasses.replace(random_config(seed),
+                                                  rereplicate_broken=broken), seed)
     apps = [a for a in cluster.apps if isinstance(a, SealedRereplicator)]
     return cluster, apps, violation
 

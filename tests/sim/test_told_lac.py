@@ -10,30 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 
-from appliance.protocol.invariant import InvariantViolation
-from appliance.protocol.quorum import Protections
 from tests.sim.apps import ReaderApp
-from tests.sim.cluster import Cluster
 from tests.sim.config import random_config
-from tests.sim.runner import RUN_AFTER_HEAL_MS, STEPS_MAX
-from tests.sim.world import Violation, World
+from tests.sim.runner import play
 
 SEEDS = 300
 
 
 def _run(seed: int, broken: bool):
-    cfg = dataclasses.replace(random_config(seed), told_lac_p=0.8, told_lac_broken=broken)
-    world = World(seed)
-    cluster = Cluster(cfg, Protections(), world)
-    violation = None
-    try:
-        cluster.start_random()
-        world.run(until_ms=cfg.heal_at_ms + RUN_AFTER_HEAL_MS, steps_max=STEPS_MAX,
-                  until=lambda: cluster.finished)
-    except Violation as exc:
-        violation = exc.name
-    except InvariantViolation as exc:
-        violation = exc.rule or "core-invariant"
+    cluster, violation = play(dataclasses.replace(random_config(seed), told_lac_p=0.8,
+                                                  told_lac_broken=broken), seed)
     told = sum(a.told_lacs for a in cluster.apps if isinstance(a, ReaderApp))
     return violation, told
 

@@ -11,7 +11,7 @@ import pytest
 
 from appliance import DLSN
 from appliance.spark import register
-from tests.logservice.support import LogServers
+from tests.logservice.support import log_servers_running
 
 ROUNDS = 3
 
@@ -21,12 +21,8 @@ def service(appliance_factory, spark):
     register(spark)
     app = appliance_factory(3, client={"explicit_lac_interval_ms": 0},
                             log={"service_control_interval_ms": 0, "control_interval_ms": 0})
-    servers = LogServers(app.cluster, app.client)
-    try:
-        servers.start("logserver-1")
+    with log_servers_running(app.cluster, app.client, "logserver-1"):
         yield app
-    finally:
-        servers.kill_all()
 
 
 def _batch(spark, app, name):
