@@ -187,9 +187,9 @@ class LogWriter:
         self._last_add: Future | None = None
         self._control_due = False  # an entry with records was sent; no entry after it yet
         self._acked_at = 0.0
-        # (seq, entry id) of the last entry acknowledged (driver thread writes it,
-        # before it reads ``_listener``; the read cache reads it once, at attach)
-        self.acknowledged: tuple[int, int] | None = None
+        # (seq, entry id) of the last entry acknowledged: the ledger client's
+        # driver thread alone writes and reads it (_on_added, acknowledged_now)
+        self._acknowledged: tuple[int, int] | None = None
         self._acked_hook: Future | None = None  # the add send_if_idle waits on
         self._listener = None  # (seq, entry_id, txids, payloads) of each acknowledged entry
         # driven: called (ledger's thread) when an entry with records is
@@ -546,7 +546,7 @@ class LogWriter:
             complete_futures(self._futures_done, [(None, f) for f in settlers(futures)], err)
             return
         self._acked_at = time.monotonic()
-        self.acknowledged = (seq, entry_id)  # before the listener is read: see listen()
+        self._acknowledged = (seq, entry_id)
         listener = self._listener
         if listener is not None:
             listener(seq, entry_id, txids, payloads)
@@ -629,16 +629,21 @@ class LogWriter:
         the position after the last record sent so far (every later record
         is in an entry the listener is told of), and the id of the first
         such entry in this segment (an entry sent before may still be
-        acknowledged after: the listener ignores those).  An entry
-        acknowledged while the listener is set up is in ``acknowledged``
-        afterwards, or told to the listener (``_on_added`` sets the first
-        before it reads the second)."""
+        acknowledged after: the listener ignores those)."""
         with self._lock:
             self._listener = listener
             last_entry, last_slot = self._seg_last_data
             start = DLSN(self._seg.seq, last_entry, last_slot + 1) if last_entry >= 0 \
                 else DLSN(self._seg.seq, 0, 0)
             return start, self._next_entry
+
+    def acknowledged_now(self) -> tuple[int, int] | None:
+        """(seq, entry id) of the last entry acknowledged so far (None before
+        any), read on the ledger client's driver thread, which alone writes
+        it.  From another thread that holds no lock the driver may wait for;
+        ``BKError`` if the client is closed."""
+        return self._client.driver.call(lambda: self._acknowledged).result(
+            timeout=limits.CLIENT_CALL_TIMEOUT_S_MAX)
 
     # -- flush and close ------------------------------------------------------------------
     def has_room(self, payloads) -> bool:

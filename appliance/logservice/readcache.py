@@ -84,11 +84,17 @@ class RecentRecords:
         self.used_at = time.monotonic()
 
     def attach(self, writer) -> None:
-        """Be told of ``writer``'s entries from now on (``LogWriter.listen``)."""
+        """Be told of ``writer``'s entries from now on (``LogWriter.listen``),
+        and how far it had them acknowledged already (``confirmed``)."""
         with self._lock:  # an entry acknowledged meanwhile waits for ``start``
             self.start, next_entry = writer.listen(self.append)
             self._next = self._first = (self.start.seq, next_entry)
-            acked = writer.acknowledged
+        try:  # outside the lock: the driver thread may be appending meanwhile
+            acked = writer.acknowledged_now()
+        except (BKError, TimeoutError) as exc:
+            log.warning("read cache: how far the writer is acknowledged is unknown: %s", exc)
+            return
+        with self._lock:  # an entry appended meanwhile is later: the larger stays
             if acked is not None and (self.confirmed is None or acked > self.confirmed):
                 self.confirmed = acked
 

@@ -31,6 +31,9 @@ class FakeWriter:
         self.listener = None
         self.acknowledged = None  # (seq, entry) of the last entry acknowledged
 
+    def acknowledged_now(self):
+        return self.acknowledged
+
     def listen(self, listener):
         self.listener = listener
         return self.at, self.next_entry
