@@ -48,9 +48,10 @@ Guarantees:
 * SIGTERM / SIGINT: every log server, then every bookie, gets SIGTERM (clean shutdown: checkpoint
   and marker), then SIGKILL after ``stop_timeout_ms``.
 * One thread owns the process table (every ``_Bookie`` and the state
-  file): the thread in ``run()``, which watches, answers operator requests
-  between watches, and stops everything.  ``stop()`` (a signal handler or
-  another thread) only sets an event and wakes it.
+  file) and the metadata store it opens for dead log servers: the thread
+  in ``run()``, which watches, answers operator requests between watches,
+  and stops everything.  ``stop()`` and ``child_exited()`` (signal
+  handlers, or another thread) only set an event and wake it.
 * ``<run_dir>/supervisor.json`` (owner-only, replaced atomically) names the
   supervisor and bookie pids, for ``bkctl down`` / ``status``, and each
   bookie's runs (``runs.py``: restarts since ``bkctl up``, when its process
