@@ -23,6 +23,12 @@ logs the traceback).  Not survived, on purpose: an exception from a
 bookie's own machinery, e.g. storage, and the supervisor restarts it; no
 acknowledgement is sent for anything not yet durable).
 
+Wire forms (``codec``): the bookie protocol (``BOOKIE_WIRE``: ``ipc.requests``
+and ``ipc.replies``) unless another ``WireCodec`` is given; the log
+service's servers give theirs, so every ROUTER of the code base is this one
+loop with one set of guards (bounded drains and queues, bad messages
+answered, CURVE).
+
 CURVE (``ipc.curve``): given ``curve_keys`` and a tcp endpoint, the socket
 is a CURVE server (traffic encrypted, clients authenticated) and the loop
 also answers ZAP requests: only clients whose public keys are in
@@ -71,6 +77,22 @@ class RequestHandler(Protocol):
     drain, fd callbacks and timers)."""
 
     def handle(self, peer: bytes, request: Request) -> Reply | None: ...
+
+
+class WireCodec(Protocol):
+    """How a server's messages are read and its replies written.  ``decode``
+    turns the frames after the peer's identity into a request (raising
+    ``BadRequestError`` for a malformed one); ``encode`` a reply into its
+    frames; ``rejection`` is the reply to a malformed message, ``failure``
+    the reply to a request whose handling raised."""
+
+    def decode(self, frames: list, limits: WireLimits): ...
+
+    def encode(self, reply, limits: WireLimits) -> list: ...
+
+    def rejection(self, frames: list, exc: BadRequestError): ...
+
+    def failure(self, request, exc: Exception, counters: dict | None): ...
 
 
 class Timer:
@@ -125,6 +147,30 @@ def failure_reply(request, exc: Exception, counters: dict | None) -> ErrorReply:
     return error_reply(request, BookieIOError(f"bookie failed: {exc}"))
 
 
+class BookieWire:
+    """The bookie protocol's codec (``ipc/PROTOCOL.md``)."""
+
+    @staticmethod
+    def decode(frames: list, limits: WireLimits) -> Request:
+        return decode_request(frames, limits)
+
+    @staticmethod
+    def encode(reply: Reply, limits: WireLimits) -> list:
+        return encode_reply(reply, limits)
+
+    @staticmethod
+    def rejection(frames: list, exc: BadRequestError) -> ErrorReply:
+        op, request_id = salvage_ids(frames[0]) if frames else (0, 0)
+        return ErrorReply(op, request_id, exc.code, message=str(exc))
+
+    @staticmethod
+    def failure(request, exc: Exception, counters: dict | None) -> ErrorReply:
+        return failure_reply(request, exc, counters)
+
+
+BOOKIE_WIRE = BookieWire()
+
+
 class FrameServer:
     """ROUTER socket + poll loop.  ``endpoint`` is the bound address (a
     ``tcp://host:0`` request reports the real port)."""
@@ -136,9 +182,11 @@ class FrameServer:
                  queue_messages_max: int = bounds.SERVER_QUEUE_MESSAGES_MAX,
                  poll_ms_max: int = 1000, clock: Callable[[], float] = time.monotonic,
                  context: zmq.Context | None = None, socket_group: str = "",
-                 curve_keys: KeyPair | None = None, authorized_keys: KeyDirectory | None = None):
+                 curve_keys: KeyPair | None = None, authorized_keys: KeyDirectory | None = None,
+                 codec: WireCodec = BOOKIE_WIRE):
         invariant(drain_messages_max >= 1, "drain_messages_max must be >= 1")
         self.handler = handler
+        self.codec = codec
         self.limits = limits
         self.drain_messages_max = drain_messages_max
         self.timers_max = timers_max
@@ -232,7 +280,7 @@ class FrameServer:
     def send_reply(self, peer: bytes, reply: Reply) -> bool:
         """Send ``reply`` to ``peer`` without blocking; False if it was dropped
         (the peer is gone or its queue is full: it will time out)."""
-        frames = encode_reply(reply, self.limits)
+        frames = self.codec.encode(reply, self.limits)
         # Zero-copy only pays for big frames; small ones are cheaper to copy.
         copy = all(len(f) < _ZERO_COPY_BYTES_MIN for f in frames)
         try:
@@ -263,6 +311,14 @@ class FrameServer:
             self._run_due_timers()
             if self._after_step is not None:
                 self._after_step()
+
+    def wake(self) -> None:
+        """Make the loop run a turn now (its ``after_step`` included): the way
+        another thread tells the loop's thread that it queued work for it.
+        Safe from any thread; nothing once closed."""
+        wakeup = getattr(self, "_wakeup", None)
+        if wakeup is not None:
+            wakeup.wake()
 
     def stop(self) -> None:
         """Ask ``serve`` to return; safe from any thread or a signal handler."""
@@ -326,7 +382,7 @@ class FrameServer:
     def _dispatch(self, msg: list) -> None:
         peer = msg[0].bytes
         try:
-            request = decode_request(msg[1:], self.limits)
+            request = self.codec.decode(msg[1:], self.limits)
         except BadRequestError as exc:
             self._reject(peer, msg[1:], exc)
             return
@@ -334,7 +390,7 @@ class FrameServer:
         try:
             reply = self.handler.handle(peer, request)
         except Exception as exc:  # noqa: BLE001 - every failure is answered
-            reply = failure_reply(request, exc, self.counters)
+            reply = self.codec.failure(request, exc, self.counters)
         if reply is not None:
             self.send_reply(peer, reply)
 
@@ -344,8 +400,7 @@ class FrameServer:
         if now - self._bad_logged_at >= 1.0:  # at most one line a second
             self._bad_logged_at = now
             log.warning("bad message (%d so far): %s", self.counters["bad_messages"], exc)
-        op, request_id = salvage_ids(frames[0]) if frames else (0, 0)
-        self.send_reply(peer, ErrorReply(op, request_id, exc.code, message=str(exc)))
+        self.send_reply(peer, self.codec.rejection(frames, exc))
 
     def _run_due_timers(self) -> None:
         now = self.clock()
