@@ -95,23 +95,28 @@ def bookie_server_key(curve: ClientCurve | None, bookie_id: str, registration: d
     or raise: ``UnauthorizedError`` when the bookie requires CURVE and this
     client has no key, ``BookieUnavailableError`` when the bookie publishes
     no key or one this client does not trust."""
-    return registered_server_key(curve, f"bookie {bookie_id}", registration,
+    return registered_server_key(curve, f"bookie {bookie_id}", registration["endpoint"],
+                                 (registration.get("info") or {}).get("curve_public_key"),
                                  BookieUnavailableError)
 
 
-def log_server_key(curve: ClientCurve | None, server_id: str, registration: dict):
+def log_server_key(curve: ClientCurve | None, server_id: str, registration: dict,
+                   endpoint: str | None = None):
     """``bookie_server_key`` for a registered log server (its registration
-    in ``appliance.meta.logservice``: ``endpoint`` and ``info``);
-    ``LogServiceUnavailableError`` where a bookie's is ``BookieUnavailableError``."""
-    return registered_server_key(curve, f"log server {server_id}", registration,
+    in ``appliance.meta.logservice``: ``endpoint``, ``read_endpoint``,
+    ``curve_public_key``), reached at ``endpoint`` (default: its write
+    endpoint); ``LogServiceUnavailableError`` where a bookie's is
+    ``BookieUnavailableError``."""
+    return registered_server_key(curve, f"log server {server_id}",
+                                 endpoint or registration["endpoint"],
+                                 registration.get("curve_public_key"),
                                  LogServiceUnavailableError)
 
 
-def registered_server_key(curve: ClientCurve | None, server: str, registration: dict,
-                          unavailable: type[BKError]):
-    """The rule of ``bookie_server_key``, for ``server`` (its kind and id)."""
-    endpoint = registration["endpoint"]
-    published = (registration.get("info") or {}).get("curve_public_key")
+def registered_server_key(curve: ClientCurve | None, server: str, endpoint: str,
+                          published: str | None, unavailable: type[BKError]):
+    """The rule of ``bookie_server_key``, for ``server`` (its kind and id)
+    at ``endpoint``, which publishes the key ``published``."""
     if not is_tcp(endpoint):
         return None
     if curve is None:
