@@ -13,7 +13,13 @@ from __future__ import annotations
 import logging
 
 from appliance.errors import BadRequestError, BKError
-from appliance.protocol.log_service import BAD, decode_header, encode_header
+from appliance.protocol.log_service import (
+    BAD,
+    MUX_KIND,
+    decode_header,
+    decode_request,
+    encode_header,
+)
 
 log = logging.getLogger("appliance.logservice")
 
@@ -50,3 +56,47 @@ class HeaderWire:
 
 
 HEADER_WIRE = HeaderWire()
+
+
+class MuxRequest(bytes):
+    """A multi-log request's one frame (split by the server: ``decode_mux``)."""
+    __slots__ = ()
+
+
+class WriteWire:
+    """The write socket's wire (``appliance.protocol.log_service``): a
+    message is one frame, a multi-log request (``MuxRequest``) or one
+    request (binary WRITE, or a JSON ``hello``/``ping`` header) decoded to
+    (header, records); replies are the frames the server made.  Errors as
+    ``HeaderWire``'s, echoing what routes a reply to its producer."""
+
+    @staticmethod
+    def decode(frames: list, limits):
+        if len(frames) != 1:
+            raise BadRequestError(f"log service: a request is one frame, not {len(frames)}")
+        frame = frames[0].bytes
+        if frame[:1] == _MUX_BYTE:
+            return MuxRequest(frame)
+        return decode_request([frame])
+
+    @staticmethod
+    def encode(reply: list, limits) -> list:
+        return reply
+
+    @staticmethod
+    def rejection(frames: list, exc: BKError) -> list[bytes]:
+        return error_frames(str(exc))
+
+    @staticmethod
+    def failure(request, exc: Exception, counters: dict | None) -> list[bytes]:
+        doc = request[0] if isinstance(request, tuple) else {}
+        if not isinstance(exc, BKError):
+            if counters is not None:
+                counters["handler_failures"] = counters.get("handler_failures", 0) + 1
+            log.error("log service: handler failed on %s", doc.get("op"), exc_info=exc)
+        echo = {k: doc[k] for k in ("log", "pid", "seq", "gen") if k in doc}
+        return [encode_header({**echo, "op": "error", "code": BAD, "message": str(exc)})]
+
+
+WRITE_WIRE = WriteWire()
+_MUX_BYTE = bytes([MUX_KIND])
