@@ -264,6 +264,11 @@ LOG_SERVICE_REQUEST_FRAMES_MAX = LOG_PRODUCER_BATCH_RECORDS_MAX + 1  # header + 
 LOG_SERVICE_MUX_SECTIONS_MAX = 4_096
 LOG_SERVICE_MUX_BYTES_MAX = 16 * MiB
 LOG_SERVICE_CHECK_INTERVAL_MS = 500  # owned logs re-checked (lease held, still ours)
+# A process's watch of the log servers' registrations (appliance.logs.server_watch)
+# reads every record again at least this often, beside the store's change
+# notices (a record deleted and created again between two looks): the longest
+# a death is missed if a notice is.  Shorter: more metadata reads per process.
+LOG_SERVER_WATCH_RESCAN_MS = 1_000
 # Logs a log server takes over (or hands over) at once, on a pool of this
 # many threads: a server asked for a thousand logs opens them this many at a
 # time (each is metadata round trips and a segment recovery) and its loop

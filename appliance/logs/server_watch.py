@@ -1,0 +1,222 @@
+"""Tells a process promptly that a log server it talks to died or was
+replaced: its registration (``/logservice/servers/<id>``,
+``appliance.meta.logservice``) disappeared or changed.
+
+Why: a producer whose owner was killed otherwise learns it only when its
+request times out (``LOG_PRODUCER_REQUEST_TIMEOUT_MS``).  A log server that
+dies under its supervisor has its registration deleted at once (the
+supervisor's ``_forget_dead_log_server``); one that dies elsewhere, when its
+metadata session expires; a restarted server registers again with another
+pid (on the same endpoint: a ZeroMQ socket reconnects to it silently, and
+the requests the dead process had are lost).  Either way the registration
+a producer connected to is gone or changed, and this watch says so within
+about a poll of the store (SQLite: ``poll_interval_ms``; ZooKeeper: a
+children watch) instead of seconds later.
+
+Use::
+
+    watch = ServerWatch.of(client.logs.store)     # one per store, started once
+    sub = watch.subscribe(endpoint, callback)     # or a server id
+    ...                                           # callback() once, on the watch's thread
+    sub.fired()                                   # True from then on
+    sub.cancel()
+
+A subscription remembers the registration the watch knows for its key when
+it is made (none: the first one seen later) and fires once, when that
+registration is deleted or replaced by another (any change of its record:
+a new pid, endpoint or metrics address).  The watch's view may be a poll
+behind: a subscription made just after a restart can fire once for it (a
+producer then resends what is unacknowledged: the owner drops the
+duplicates), never miss a death it made after.
+
+Threads: one daemon thread per store (``server-watch``) reads the
+registrations; it alone owns ``_known`` (server id -> its record's bytes).
+``_subs`` (the subscriptions) is shared with the threads that subscribe
+and cancel, under ``_lock``; a callback runs on the watch's thread outside
+the lock and must only hand an event to its owner (a wake-up), never block.
+The thread ends when the store is closed or ``close()`` is called.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from appliance.errors import BKError, ClientClosedError, NoNodeError
+from appliance.meta.logservice import SERVERS_ROOT, LogServiceRegistry
+from appliance.protocol import limits
+
+log = logging.getLogger("appliance.logs")
+
+
+class Subscription:
+    """One key's watch (see the module docstring)."""
+
+    def __init__(self, watch: ServerWatch, key: str, known: tuple | None,
+                 callback: Callable[[], None] | None):
+        self.key = key
+        self._watch = watch
+        self.known = known  # (server id, record bytes); the watch's lock guards it
+        self._callback = callback
+        self._fired = threading.Event()
+
+    def fired(self) -> bool:
+        """The registration known at subscribe time is gone or changed."""
+        return self._fired.is_set()
+
+    def wait_fired(self, timeout_s: float) -> bool:
+        return self._fired.wait(timeout_s)
+
+    def cancel(self) -> None:
+        self._watch.unsubscribe(self)
+
+    def _fire(self) -> None:
+        """The watch's thread, once."""
+        self._fired.set()
+        if self._callback is not None:
+            try:
+                self._callback()
+            except Exception:  # one subscriber's failure must not stop the watch
+                log.exception("server watch callback for %s failed", self.key)
+
+
+class ServerWatch:
+    """The registrations of one store's log servers, read by a thread of its
+    own; subscriptions fire when one goes or changes."""
+
+    _by_store: dict[int, ServerWatch] = {}
+    _by_store_lock = threading.Lock()
+
+    @classmethod
+    def of(cls, store) -> ServerWatch:
+        """The process's watch of ``store`` (made and started on first use)."""
+        with cls._by_store_lock:
+            watch = cls._by_store.get(id(store))
+            if watch is None or watch._stop.is_set():
+                watch = cls._by_store[id(store)] = cls(store)
+                watch.start()
+            return watch
+
+    def __init__(self, store, rescan_s: float = limits.LOG_SERVER_WATCH_RESCAN_MS / 1000):
+        self._store = store
+        self._registry = LogServiceRegistry(store)
+        self._rescan_s = rescan_s
+        self._lock = threading.Lock()
+        self._subs: list[Subscription] = []
+        self._view: dict[str, tuple] = {}  # key (id or endpoint) -> (id, record): _lock
+        self._known: dict[str, bytes] = {}  # the thread's own
+        self._stop = threading.Event()
+        self._ready = threading.Event()  # the first read is done
+        self._thread = threading.Thread(target=self._run, name="server-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        with ServerWatch._by_store_lock:
+            if ServerWatch._by_store.get(id(self._store)) is self:
+                del ServerWatch._by_store[id(self._store)]
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=self._rescan_s + 5)
+
+    def wait_ready(self, timeout_s: float) -> bool:
+        """The first read of the registrations is done (a subscription made
+        before knows nothing yet: it waits for the first registration of
+        its key)."""
+        return self._ready.wait(timeout_s)
+
+    def subscribe(self, key: str, callback: Callable[[], None] | None = None) -> Subscription:
+        """Watch the server registered as ``key`` (its id or its endpoint)."""
+        with self._lock:
+            sub = Subscription(self, key, self._view.get(key), callback)
+            self._subs.append(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        with self._lock:
+            if sub in self._subs:
+                self._subs.remove(sub)
+
+    # -- the watch's thread ---------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            names = self._names()
+            while not self._stop.is_set():
+                self._read_all(names)
+                self._ready.set()
+                names = self._wait_for_change(names)
+        except ClientClosedError:
+            pass  # the store closed: the process is done with it
+        finally:
+            self._stop.set()
+            self._ready.set()
+
+    def _names(self) -> list[str]:
+        try:
+            return self._store.children(SERVERS_ROOT)
+        except NoNodeError:
+            return []
+
+    def _wait_for_change(self, names: list[str]) -> list[str]:
+        """The servers' names once they change, or after ``rescan_s`` (a
+        record replaced between two reads of the names: re-read anyway)."""
+        try:
+            changed = self._store.wait_for_children_change(SERVERS_ROOT, names, self._rescan_s)
+        except NoNodeError:
+            self._stop.wait(self._rescan_s)  # no server registered yet
+            return []
+        except ClientClosedError:
+            raise
+        except BKError as exc:
+            log.warning("log server watch: %s", exc)
+            self._stop.wait(self._rescan_s)
+            return names
+        return names if changed is None else changed
+
+    def _read_all(self, names: list[str]) -> None:
+        """Every registration now; the subscriptions whose one went or
+        changed fire."""
+        known: dict[str, bytes] = {}
+        for name in names:
+            try:
+                known[name] = self._store.get(f"{SERVERS_ROOT}/{name}")[0]
+            except NoNodeError:
+                continue
+            except ClientClosedError:
+                raise
+            except BKError as exc:  # unreadable now: keep what was known of it
+                log.warning("log server watch: %s: %s", name, exc)
+                if name in self._known:
+                    known[name] = self._known[name]
+        self._known = known
+        self._publish(known)
+
+    def _publish(self, known: dict[str, bytes]) -> None:
+        view: dict[str, tuple] = {}
+        for name, data in known.items():
+            view[name] = (name, data)
+            endpoint = _endpoint(self._registry, name, data)
+            if endpoint:
+                view[endpoint] = (name, data)
+        due = []
+        with self._lock:
+            self._view = view
+            for sub in list(self._subs):
+                now = view.get(sub.key)
+                if sub.known is None:
+                    sub.known = now  # its first registration
+                elif now != sub.known:
+                    self._subs.remove(sub)
+                    due.append(sub)
+        for sub in due:
+            sub._fire()
+
+
+def _endpoint(registry: LogServiceRegistry, name: str, data: bytes) -> str | None:
+    """The endpoint a registration names (None if its record is damaged)."""
+    try:
+        return registry.server_record(name, data)["endpoint"]
+    except BKError:
+        return None
