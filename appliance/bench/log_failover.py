@@ -297,7 +297,7 @@ def _timeline(run: dict, supervisor_log: Path, run_path: Path, doc: dict) -> dic
         out[sid] = [[_ms(t, zero), what] for t, what in
                     server_log_events(Path(run_path) / f"{sid}.log", LOG_NAME, zero)]
     noticed = [t for notices in run["notices"] for t, text in notices
-               if t >= zero and ("no answer" in text or "moved" in text)]
+               if t >= zero and any(w in text for w in ("no answer", "moved", "is gone"))]
     out["producers_noticed_first"] = _ms(min(noticed), zero) if noticed else None
     out["producers_noticed_last"] = _ms(max(noticed), zero) if noticed else None
     out["first_ack"] = doc["first_ack_after_kill_ms"]
