@@ -49,7 +49,11 @@ from cli.common import echo_json, json_option, library_errors
               help="With --producers: the producers write synchronously and the log server "
                    "owning their log is killed -9 once in the middle (the supervisor restarts "
                    "it): the longest stall of a producer, and the log read back (nothing lost "
-                   "or stored twice).  Only --size and --dir apply.")
+                   "or stored twice).  Only --size, --dir and --kill-after-seconds apply.")
+@click.option("--kill-after-seconds", type=click.FloatRange(min=0.5, max=600), default=2.0,
+              show_default=True,
+              help="With --kill-owner: how long the producers write before the kill (a new "
+                   "owner rereads the records of about the last two minutes).")
 @click.option("--tail-seconds", type=click.FloatRange(min=0.5), default=5.0,
               show_default=True, help="Length of the tail-latency run.")
 @click.option("--peer", type=click.Path(dir_okay=False), default=None,
@@ -60,7 +64,8 @@ from cli.common import echo_json, json_option, library_errors
 @json_option
 @library_errors
 def log(sizes, records, rate, producers, logs, sync_mode, async_mode, window,
-        baseline_records, tail_seconds, peer, no_peer, workdir, as_json, kill_owner):
+        baseline_records, tail_seconds, peer, no_peer, workdir, as_json, kill_owner,
+        kill_after_seconds):
     """Write, catch-up read and tail a log (E3/W3/A2, one writer) on a
     temporary appliance of its own; compare with a durable Redis Stream.
     With --producers N: N producer processes write one log through the log
@@ -80,7 +85,7 @@ def log(sizes, records, rate, producers, logs, sync_mode, async_mode, window,
     from appliance.bench.logs import default_peer, run_log_bench
 
     if kill_owner:
-        _kill_owner(producers, sizes, workdir, as_json)
+        _kill_owner(producers, sizes, workdir, as_json, kill_after_seconds)
         return
     script = None if no_peer else (peer or str(default_peer()))
     if producers:
@@ -127,14 +132,15 @@ def writer_lines(doc: dict) -> list[str]:
     return lines + [f"load average (1, 5, 15 min) {doc['load_average']}"]
 
 
-def _kill_owner(producers, sizes, workdir, as_json) -> None:
+def _kill_owner(producers, sizes, workdir, as_json, kill_after_s) -> None:
     # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.bench.log_failover import run_failover_bench
 
     if not producers or len(sizes) != 1:
         raise click.UsageError("--kill-owner goes with --producers N and one --size")
     doc = run_failover_bench(producers, sizes[0], workdir,
-                             on_progress=lambda line: click.echo(line, err=True))
+                             on_progress=lambda line: click.echo(line, err=True),
+                             kill_after_s=kill_after_s)
     if as_json:
         echo_json(doc)
         return
@@ -147,7 +153,8 @@ def failover_lines(doc: dict) -> list[str]:
     t = doc["timeline"]
     return [
         f"{doc['producers']} producer processes writing one log synchronously "
-        f"({doc['size']} B records), its owner {doc['owner_killed']} killed -9 once:",
+        f"({doc['size']} B records), its owner {doc['owner_killed']} killed -9 once, "
+        f"{doc['kill_after_s']} s after they started:",
         f"  longest stall of a producer {doc['longest_stall_ms']:,} ms (the largest gap "
         f"between two acknowledged writes of one producer, from the kill on; usual gap p99 "
         f"{doc['usual_gap_p99_ms']} ms before it)",

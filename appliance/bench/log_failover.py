@@ -9,7 +9,8 @@ How it is counted:
   synchronously (``Producer.write``: each write waits for its DLSN), each
   record ``"<producer>:<i>:"`` padded to ``size`` bytes.  Every producer
   takes note of the time each write returned.
-* ``KILL_AFTER_S`` after the producers start, the log's owner (its lease
+* ``kill_after_s`` (``--kill-after-seconds``, default ``KILL_AFTER_S``)
+  after the producers start, the log's owner (its lease
   in the registry, its pid in its registration) is sent SIGKILL.  The run
   goes on until every producer wrote again, the killed server was
   restarted and registered, and ``SETTLE_S`` more passed (a hand-back of
@@ -65,7 +66,8 @@ WATCH_POLL_S = 0.005
 
 
 def run_failover_bench(producers: int, size: int, workdir: str | None = None,
-                       on_progress=lambda line: None) -> dict:
+                       on_progress=lambda line: None,
+                       kill_after_s: float = KILL_AFTER_S) -> dict:
     """See the module docstring."""
     with temporary_appliance(3, workdir, client={"ensemble": 3, "write_quorum": 3,
                                                  "ack_quorum": 2},
@@ -76,17 +78,18 @@ def run_failover_bench(producers: int, size: int, workdir: str | None = None,
             wait_for(lambda: len(registry.servers()) >= 2, SERVERS_TIMEOUT_S, 0.05,
                      "the log servers")
             on_progress(f"{producers} producers writing log {LOG_NAME}; the owner is "
-                        f"killed -9 after {KILL_AFTER_S} s")
-            run = _run(str(config), registry, producers, size)
+                        f"killed -9 after {kill_after_s} s")
+            run = _run(str(config), registry, producers, size, kill_after_s)
             on_progress("reading the log back")
             check = _read_back(bk, run["acked"])
         doc = _figures(run, check, producers, size)
+        doc["kill_after_s"] = kill_after_s
         doc["timeline"] = _timeline(run, root / "supervisor.log", run_path, doc)
     doc["load_average"] = [round(x, 2) for x in os.getloadavg()]
     return doc
 
 
-def _run(config: str, registry, producers: int, size: int) -> dict:
+def _run(config: str, registry, producers: int, size: int, kill_after_s: float) -> dict:
     """The producers' run with one kill of the owner; what each producer
     acknowledged (index, time), the kill's time and what the registry showed."""
     ctx = multiprocessing.get_context("spawn")
@@ -100,7 +103,7 @@ def _run(config: str, registry, producers: int, size: int) -> dict:
     try:
         _gather(results, procs, producers, "ready", START_TIMEOUT_S)
         go.set()
-        time.sleep(KILL_AFTER_S)  # the producers write meanwhile: the run's length, not a wait
+        time.sleep(kill_after_s)  # the producers write meanwhile: the run's length, not a wait
         owner = registry.owner(LOG_NAME)
         pid = registry.servers()[owner["server"]]["pid"]
         watch = RegistryWatch(registry.store, LOG_NAME, owner["server"], pid, WATCH_POLL_S)

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections.abc import Callable
 
 from appliance.errors import BKError, ClientClosedError, NoNodeError
@@ -85,16 +86,17 @@ class ServerWatch:
     """The registrations of one store's log servers, read by a thread of its
     own; subscriptions fire when one goes or changes."""
 
-    _by_store: dict[int, ServerWatch] = {}
+    # the store's own watch (by the store object: an id could be reused after a close)
+    _by_store: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
     _by_store_lock = threading.Lock()
 
     @classmethod
     def of(cls, store) -> ServerWatch:
         """The process's watch of ``store`` (made and started on first use)."""
         with cls._by_store_lock:
-            watch = cls._by_store.get(id(store))
+            watch = cls._by_store.get(store)
             if watch is None or watch._stop.is_set():
-                watch = cls._by_store[id(store)] = cls(store)
+                watch = cls._by_store[store] = cls(store)
                 watch.start()
             return watch
 
@@ -116,10 +118,14 @@ class ServerWatch:
     def close(self) -> None:
         self._stop.set()
         with ServerWatch._by_store_lock:
-            if ServerWatch._by_store.get(id(self._store)) is self:
-                del ServerWatch._by_store[id(self._store)]
+            if ServerWatch._by_store.get(self._store) is self:
+                del ServerWatch._by_store[self._store]
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=self._rescan_s + 5)
+
+    def running(self) -> bool:
+        """Its thread still reads (it ends with its store, or ``close()``)."""
+        return self._thread.is_alive()
 
     def wait_ready(self, timeout_s: float) -> bool:
         """The first read of the registrations is done (a subscription made

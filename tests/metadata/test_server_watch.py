@@ -84,3 +84,16 @@ def test_a_subscription_before_the_registration_waits_for_it_and_cancel_silences
     late.unregister("ls-9")
     assert early.wait_fired(DEADLINE_S)
     assert not cancelled.fired()
+
+
+def test_one_watch_per_store_which_ends_with_the_store(backend):
+    store = backend.open()
+    watch = ServerWatch.of(store)
+    assert ServerWatch.of(store) is watch and watch.running()
+    sub = watch.subscribe("ipc://one")
+    store.close()
+    wait_for(lambda: not watch.running(), DEADLINE_S, what="the watch's thread ending")
+    assert not sub.fired()
+    other = backend.open()
+    assert ServerWatch.of(other) is not watch
+    ServerWatch.of(other).close()
