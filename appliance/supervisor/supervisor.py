@@ -302,19 +302,24 @@ class Supervisor:
         before the next process is pinged: a ping can take up to a second,
         and a restarted bookie that answers ``bkctl status`` before its run
         record is written would show its new pid with the old restart
-        count."""
+        count.  Exits and due restarts are seen before any live process is
+        pinged: a restart never waits behind the pings of the others (a
+        restarted log server is where its logs go back; each ping of a busy
+        process can take up to a second)."""
         now = self.clock()
-        for b in self._processes():
+        live = []
+        for b in self._processes():  # exits and due restarts first: no ping delays them
             if b.held:
                 if self._watch_held(b, now):
                     self._write_state()
+            elif b.given_up:
                 continue
-            if b.given_up:
-                continue
-            if b.alive():
-                self._check_alive(b, now)
+            elif b.alive():
+                live.append(b)
             elif self._maybe_restart(b, now):
                 self._write_state()
+        for b in live:
+            self._check_alive(b, now)
 
     def _check_alive(self, b: _Bookie, now: float) -> None:
         """A starting bookie (replaying its journal, BP-46 phase one) is
