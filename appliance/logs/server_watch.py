@@ -11,7 +11,8 @@ pid (on the same endpoint: a ZeroMQ socket reconnects to it silently, and
 the requests the dead process had are lost).  Either way the registration
 a producer connected to is gone or changed, and this watch says so within
 about a poll of the store (SQLite: ``poll_interval_ms``; ZooKeeper: a
-children watch) instead of seconds later.
+children watch; SQLite: a read of the names every
+``LOG_SERVER_WATCH_POLL_MS``) instead of seconds later.
 
 Use::
 
@@ -41,12 +42,14 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import weakref
 from collections.abc import Callable
 
 from appliance.errors import BKError, ClientClosedError, NoNodeError
 from appliance.meta.logservice import SERVERS_ROOT, LogServiceRegistry
 from appliance.protocol import limits
+from storage.metadata.sqlite_store import SqliteStore
 
 log = logging.getLogger("appliance.logs")
 
@@ -100,8 +103,11 @@ class ServerWatch:
                 watch.start()
             return watch
 
-    def __init__(self, store, rescan_s: float = limits.LOG_SERVER_WATCH_RESCAN_MS / 1000):
+    def __init__(self, store, rescan_s: float = limits.LOG_SERVER_WATCH_RESCAN_MS / 1000,
+                 poll_s: float | None = limits.LOG_SERVER_WATCH_POLL_MS / 1000):
         self._store = store
+        # a store told of changes is waited on; one that would poll is polled every poll_s
+        self._poll_s = poll_s if isinstance(store, SqliteStore) else None
         self._registry = LogServiceRegistry(store)
         self._rescan_s = rescan_s
         self._lock = threading.Lock()
@@ -169,7 +175,11 @@ class ServerWatch:
         """The servers' names once they change, or after ``rescan_s`` (a
         record replaced between two reads of the names: re-read anyway)."""
         try:
-            changed = self._store.wait_for_children_change(SERVERS_ROOT, names, self._rescan_s)
+            if self._poll_s is None:  # the store is told of changes (ZooKeeper's watches)
+                changed = self._store.wait_for_children_change(SERVERS_ROOT, names,
+                                                               self._rescan_s)
+            else:
+                changed = self._poll_children(names)
         except NoNodeError:
             self._stop.wait(self._rescan_s)  # no server registered yet
             return []
@@ -180,6 +190,19 @@ class ServerWatch:
             self._stop.wait(self._rescan_s)
             return names
         return names if changed is None else changed
+
+    def _poll_children(self, names: list[str]) -> list[str] | None:
+        """A store that would poll (SQLite, every ``poll_interval_ms``: 10 ms
+        by default, 2% of a core per process here) is polled at this watch's
+        pace instead: the names once they changed, None after ``rescan_s``."""
+        deadline = time.monotonic() + self._rescan_s
+        while not self._stop.wait(self._poll_s):
+            now = self._names()
+            if set(now) != set(names):
+                return now
+            if time.monotonic() >= deadline:
+                return None
+        return None
 
     def _read_all(self, names: list[str]) -> None:
         """Every registration now; the subscriptions whose one went or
