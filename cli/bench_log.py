@@ -158,8 +158,8 @@ def failover_lines(doc: dict) -> list[str]:
         f"  longest stall of a producer {doc['longest_stall_ms']:,} ms (the largest gap "
         f"between two acknowledged writes of one producer, from the kill on; usual gap p99 "
         f"{doc['usual_gap_p99_ms']} ms before it)",
-        f"  first write acknowledged {doc['first_ack_after_kill_ms']} ms after the kill, "
-        f"every producer writing again after {doc['all_resumed_ms']} ms",
+        f"  the first write sent after the kill acknowledged {doc['first_ack_after_kill_ms']} "
+        f"ms after it, every producer's after {doc['all_resumed_ms']} ms",
         f"  read back: {doc['records_acknowledged']:,} records acknowledged, "
         f"{doc['records_stored']:,} stored, {doc['lost']} lost, {doc['duplicated']} stored "
         f"twice, {len(doc['out_of_order'])} producer(s) out of order",

@@ -21,9 +21,10 @@ How it is counted:
   kill (the one the kill falls in included), the largest of any producer;
   **stall_ms_per_producer** the same per producer.  **usual_gap_p99_ms**:
   the 99th percentile of the gaps before the kill (a write's usual time).
-* **first_ack_after_kill_ms**: from the kill to the first write any
-  producer got acknowledged after it; **all_resumed_ms**: to the time the
-  last producer did.
+* **first_ack_after_kill_ms**: from the kill to the first write sent
+  after it (its producer's previous write returned after the kill: a write
+  whose reply was on its way at the kill does not count) that any producer
+  got acknowledged; **all_resumed_ms**: to the time the last producer did.
 * **lost** / **duplicated**: the log read back from its start: records
   whose write returned that are not in it, and records in it more than
   once (both must be 0); **out_of_order**: producers whose records are not
@@ -267,10 +268,11 @@ def _gaps_ms(times: array, since: float) -> tuple[float, list[float]]:
 def _figures(run: dict, check: dict, producers: int, size: int) -> dict:
     killed_at = run["killed_at"]
     stalls, before, firsts = {}, [], []
-    for k, times in sorted(run["acked"].items()):
+    for k, acked in sorted(run["acked"].items()):
+        times = acked[1:]  # not the first record's (before the start signal)
         stalls[k], usual = _gaps_ms(times, killed_at)
         before += usual
-        after = [t for t in times if t > killed_at]
+        after = [b for a, b in zip(times, times[1:], strict=False) if a >= killed_at]
         firsts.append(after[0] if after else None)
     resumed = [t for t in firsts if t is not None]
     before.sort()
