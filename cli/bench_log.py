@@ -170,6 +170,9 @@ def failover_lines(doc: dict) -> list[str]:
                                    for when, what, value in t["registry"]),
         *(f"  {sid}: " + ", ".join(f"{what} at {when}" for when, what in t[sid])
           for sid in ("logserver-1", "logserver-2") if t[sid]),
+        "  a take-over after the run, ms per step: " + ", ".join(
+            f"{k} {v}" for k, v in doc["take_over_ms"].items() if k != "records_learnt")
+        + f" ({doc['take_over_ms']['records_learnt']:,} records learnt)",
         f"load average (1, 5, 15 min) {doc['load_average']}"]
 
 

@@ -9,6 +9,11 @@ processes are on one host: one clock).
 * ``supervisor_events``, ``server_log_events``: the supervisor's and the
   log servers' log lines that mark a step (``%(asctime)s``, millisecond
   resolution), from a time on.
+* ``timed_take_over``: the steps of a log server's take-over of a log
+  (``OwnedLog._open``: ``LogWriter(tagged=True)``, then the duplicate
+  filter's rebuild) done one by one in the bench's process and timed each:
+  the log servers' logs mark only two of them.  It fences the log's owner:
+  for the end of a run.
 """
 
 from __future__ import annotations
@@ -20,7 +25,12 @@ import time
 from pathlib import Path
 
 from appliance.errors import BKError
+from appliance.logs.writer import segment_end
+from appliance.logservice.owned import rebuild_filter
 from appliance.meta.logservice import LogServiceRegistry
+from appliance.protocol import limits
+from appliance.protocol.log_service import DedupTable
+from appliance.protocol.logs import complete_segment, take_ownership
 
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 
@@ -120,3 +130,35 @@ def server_log_events(path: Path, log_name: str, since: float) -> list[tuple[flo
         if kind is not None:
             out.append((when, kind))
     return out
+
+
+def timed_take_over(bk, log_name: str) -> dict:
+    """ms of each take-over step (see the module docstring): ``ownership``
+    (the epoch's CAS), ``recovery`` (the owner's segment fenced, read to its
+    end and closed), ``complete`` (its CAS), ``new_ledger`` (a segment's
+    ledger created; deleted again), ``rebuild`` (the filter learnt from the
+    segments of the last ``LOG_SERVICE_REBUILD_MS``), and ``records_learnt``."""
+    marks = [time.perf_counter()]
+    md, _ = bk.logs.update_log(log_name, lambda m: take_ownership(m, "bench-take-over"))
+    marks.append(time.perf_counter())
+    seg = md.in_progress
+    if seg is not None:
+        end = segment_end(bk, seg.seq, seg.ledger_id, b"")
+        marks.append(time.perf_counter())
+        bk.logs.update_log(log_name, lambda m: complete_segment(m, md.epoch, seg.seq, end))
+    else:
+        marks.append(time.perf_counter())
+    marks.append(time.perf_counter())
+    wh = bk.create_ledger(password=b"", custom={"log": log_name})
+    marks.append(time.perf_counter())
+    wh.close()
+    bk.delete_ledger(wh.id, b"")
+    md, _ = bk.logs.read_log(log_name)
+    table = DedupTable(limits.LOG_SERVICE_PRODUCERS_MAX, limits.LOG_SERVICE_RECENT_MAX,
+                       limits.LOG_SERVICE_PRODUCER_IDLE_MS)
+    t0 = time.perf_counter()
+    learnt = rebuild_filter(bk, md, table, int(time.time() * 1000), b"")
+    steps = [b - a for a, b in zip(marks, marks[1:], strict=False)] + [time.perf_counter() - t0]
+    names = ("ownership", "recovery", "complete", "new_ledger", "rebuild")
+    return {**{n: round(v * 1000, 1) for n, v in zip(names, steps, strict=True)},
+            "records_learnt": learnt}

@@ -36,7 +36,13 @@ How it is counted:
   registered, each take-over's steps from the new owner's log (the
   previous segment recovered: fence and recovery; owned: a new segment
   started and the duplicate filter rebuilt), the producers' first "no
-  answer" or "moved" (their log), the first acknowledged write.
+  answer", "moved" or "is gone" (their log), the first acknowledged write.
+* **take_over_ms**: after the run, a take-over of the log (what a new
+  owner does) done step by step in the bench's process, each step timed:
+  the epoch's CAS, the owner's segment fenced and recovered, its
+  completion's CAS, a new segment's ledger created, the duplicate filter
+  rebuilt (``appliance.bench.failover_timeline.timed_take_over``), on the
+  log as it is at the end of the run (a little longer than at the kill).
 """
 
 from __future__ import annotations
@@ -51,7 +57,12 @@ from array import array
 from pathlib import Path
 
 import appliance
-from appliance.bench.failover_timeline import RegistryWatch, server_log_events, supervisor_events
+from appliance.bench.failover_timeline import (
+    RegistryWatch,
+    server_log_events,
+    supervisor_events,
+    timed_take_over,
+)
 from appliance.bench.launcher import reap, temporary_appliance, wait_for
 from appliance.config import load_config
 from appliance.meta.logservice import LogServiceRegistry
@@ -83,9 +94,12 @@ def run_failover_bench(producers: int, size: int, workdir: str | None = None,
             run = _run(str(config), registry, producers, size, kill_after_s)
             on_progress("reading the log back")
             check = _read_back(bk, run["acked"])
+            on_progress("a take-over of the log, timed step by step")
+            take_over = timed_take_over(bk, LOG_NAME)
         doc = _figures(run, check, producers, size)
         doc["kill_after_s"] = kill_after_s
         doc["timeline"] = _timeline(run, root / "supervisor.log", run_path, doc)
+        doc["take_over_ms"] = take_over
     doc["load_average"] = [round(x, 2) for x in os.getloadavg()]
     return doc
 

@@ -13,7 +13,8 @@ from cli.main import cli
 
 KEYS = {"longest_stall_ms", "stall_ms_per_producer", "usual_gap_p99_ms",
         "first_ack_after_kill_ms", "all_resumed_ms", "lost", "duplicated", "out_of_order",
-        "records_acknowledged", "records_stored", "owner_killed", "timeline", "kill_after_s"}
+        "records_acknowledged", "records_stored", "owner_killed", "timeline", "kill_after_s",
+        "take_over_ms"}
 
 
 def test_kill_owner_on_a_temporary_appliance(tmp_path):
@@ -35,6 +36,12 @@ def test_kill_owner_on_a_temporary_appliance(tmp_path):
     assert "lease" in [what for _, what, value in t["registry"] if value is None]
     assert any(what == "owned" for sid in ("logserver-1", "logserver-2")
                for _, what in t[sid])
+    steps = doc["take_over_ms"]
+    assert set(steps) == {"ownership", "recovery", "complete", "new_ledger", "rebuild",
+                          "records_learnt"}
+    # the log's records are all in the last two minutes: the rebuild learns them all
+    assert steps["records_learnt"] == doc["records_stored"]
+    assert all(steps[k] > 0 for k in ("ownership", "recovery", "new_ledger", "rebuild"))
     assert list(tmp_path.iterdir()) == []  # the temporary appliance is gone
     text = "\n".join(failover_lines(doc))
     assert f"longest stall of a producer {doc['longest_stall_ms']:,} ms" in text
