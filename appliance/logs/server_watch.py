@@ -61,9 +61,15 @@ class Subscription:
                  callback: Callable[[], None] | None):
         self.key = key
         self._watch = watch
-        self.known = known  # (server id, record bytes); the watch's lock guards it
+        self._registration = known  # (server id, record bytes): the watch's lock guards it
         self._callback = callback
         self._fired = threading.Event()
+
+    def registration(self) -> tuple | None:
+        """(server id, record bytes) of the registration this subscription
+        knows (None: none seen yet)."""
+        with self._watch._lock:
+            return self._registration
 
     def fired(self) -> bool:
         """The registration known at subscribe time is gone or changed."""
@@ -234,9 +240,9 @@ class ServerWatch:
             self._view = view
             for sub in list(self._subs):
                 now = view.get(sub.key)
-                if sub.known is None:
-                    sub.known = now  # its first registration
-                elif now != sub.known:
+                if sub._registration is None:
+                    sub._registration = now  # its first registration
+                elif now != sub._registration:
                     self._subs.remove(sub)
                     due.append(sub)
         for sub in due:

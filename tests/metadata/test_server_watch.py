@@ -46,13 +46,13 @@ def _register(backend, server_id: str, endpoint: str, pid: int) -> LogServiceReg
 def test_a_deleted_registration_fires_its_subscribers_only(backend, watch):
     _register(backend, "ls-1", "ipc://one", 101)
     _register(backend, "ls-2", "ipc://two", 102)
-    wait_for(lambda: watch.wait_ready(1) and watch.subscribe("ls-2").known, DEADLINE_S,
-             what="the watch seeing ls-2")
+    wait_for(lambda: watch.wait_ready(1) and watch.subscribe("ls-2").registration(),
+             DEADLINE_S, what="the watch seeing ls-2")
     calls = Calls()
     by_endpoint = watch.subscribe("ipc://one", calls)
     by_id = watch.subscribe("ls-1")
     other = watch.subscribe("ipc://two")
-    assert by_endpoint.known is not None and not by_endpoint.fired()
+    assert by_endpoint.registration() is not None and not by_endpoint.fired()
     # what the supervisor does when it sees the server exit
     assert LogServiceRegistry(backend.open()).forget_dead_server("ls-1") == []
     wait_for(lambda: by_endpoint.fired() and by_id.fired(), DEADLINE_S,
@@ -62,14 +62,14 @@ def test_a_deleted_registration_fires_its_subscribers_only(backend, watch):
 
 def test_a_restart_on_the_same_endpoint_fires(backend, watch):
     first = _register(backend, "ls-1", "ipc://one", 101)
-    sub = wait_for(lambda: (s := watch.subscribe("ipc://one")).known and s, DEADLINE_S,
-                   what="the watch seeing ls-1")
+    sub = wait_for(lambda: (s := watch.subscribe("ipc://one")).registration() and s,
+                   DEADLINE_S, what="the watch seeing ls-1")
     first.store.close()  # its session ends: the registration goes with it
     _register(backend, "ls-1", "ipc://one", 202)
     assert sub.wait_fired(DEADLINE_S)
     # a subscription made now knows the new one, and stays quiet
-    again = wait_for(lambda: (s := watch.subscribe("ipc://one")).known and
-                     LogServiceRegistry.server_record(*s.known)["pid"] == 202 and s,
+    again = wait_for(lambda: (s := watch.subscribe("ipc://one")).registration() and
+                     LogServiceRegistry.server_record(*s.registration())["pid"] == 202 and s,
                      DEADLINE_S, what="the watch seeing the restarted ls-1")
     assert not again.wait_fired(1.0)
 
@@ -80,7 +80,8 @@ def test_a_subscription_before_the_registration_waits_for_it_and_cancel_silences
     cancelled = watch.subscribe("ipc://late")
     cancelled.cancel()
     late = _register(backend, "ls-9", "ipc://late", 909)
-    wait_for(lambda: early.known is not None, DEADLINE_S, what="the first registration seen")
+    wait_for(lambda: early.registration() is not None, DEADLINE_S,
+             what="the first registration seen")
     late.unregister("ls-9")
     assert early.wait_fired(DEADLINE_S)
     assert not cancelled.fired()
