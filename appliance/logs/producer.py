@@ -143,6 +143,7 @@ class Producer(ProducerIO):
         self._numbered = False  # a write took a number (explicit seqs must increase from it)
         self._gen = 0
         self._endpoint: str | None = None
+        self._server_sub = None  # hook-up (redo after the producer rewrite): server_watch
         self._sock = None
         self._last_reply = clock()
         self._last_refusal: str | None = None  # the last retry/held answer's message (I/O)

@@ -33,6 +33,7 @@ from appliance.errors import (
     LogServiceUnavailableError,
     TooManyProducersError,
 )
+from appliance.logs.server_watch import ServerWatch
 from appliance.protocol import limits
 from appliance.protocol.log_service import BAD, HELD, NOT_OWNER, owner_of
 
@@ -127,6 +128,9 @@ class ProducerIO:
         if endpoint is None:
             return False
         self._endpoint = endpoint
+        # hook-up (redo after the producer rewrite): the server's death ends the wait at once
+        self._server_sub = ServerWatch.of(self._registry.store).subscribe(
+            endpoint, lambda: self._loop.wake(self))
         self._sock = self._loop.mux_socket(self, endpoint)  # shared with the process's others
         if self._sock is not None:
             self._sock_fd = None  # the loop polls the shared socket and steps this producer
@@ -151,6 +155,9 @@ class ProducerIO:
     def _drop_socket(self, forget_endpoint: bool = True) -> None:
         """The I/O thread: close the socket (unwatched first)."""
         self._loop.unwatch(self)
+        if self._server_sub is not None:  # hook-up (redo after the producer rewrite)
+            self._server_sub.cancel()
+            self._server_sub = None
         if self._sock is not None:
             self._sock.close(linger=0)
             self._sock = self._sock_fd = None
@@ -214,6 +221,13 @@ class ProducerIO:
         self._hello_gen = -1
 
     def _check_timeout(self) -> None:
+        # hook-up (redo after the producer rewrite): the server died or was replaced
+        if self._server_sub is not None and self._server_sub.fired():
+            log.info("log %s: the log server at %s is gone; finding the owner again",
+                     self.name, self._endpoint)
+            self._drop_socket()
+            self._hello_gen = -1
+            return
         if self._sock is None or \
                 self._clock() - self._last_reply <= limits.LOG_PRODUCER_REQUEST_TIMEOUT_MS / 1000:
             return  # answered lately (the usual case: no lock taken)

@@ -23,7 +23,7 @@ Guarantees:
 * Superseded writers: an exclusive writer (``Log.writer()``) that takes
   the log fences the owner's segment, which the owner only learns on its
   next write.  So for every log with readers waiting, the log's metadata
-  is read every ``LOG_SERVICE_CHECK_INTERVAL_MS``: once its epoch is not
+  is read every ``LOG_READ_CACHE_CHECK_INTERVAL_MS``: once its epoch is not
   the owner's writer's, the cache is dropped and the readers sent to the
   bookies (which show the new writer's records).
 * Long polls: a read with nothing new waits up to its ``wait_ms`` (at most
@@ -59,7 +59,7 @@ from ipc.wake import WakePipe
 
 log = logging.getLogger("appliance.logservice")
 
-CHECK_INTERVAL_S = limits.LOG_SERVICE_CHECK_INTERVAL_MS / 1000
+CHECK_INTERVAL_S = limits.LOG_READ_CACHE_CHECK_INTERVAL_MS / 1000
 
 
 class RecentRecords:

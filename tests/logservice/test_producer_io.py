@@ -15,6 +15,7 @@ from appliance.errors import LogServiceUnavailableError
 from appliance.logs.producer import Producer
 from appliance.protocol import limits
 from appliance.protocol import log_service as wire
+from storage.metadata.sqlite_store import SqliteStore
 from tests.support.launch import wait_for
 
 WAIT_S = 10.0
@@ -91,13 +92,17 @@ class CountingProducer(Producer):
 @pytest.fixture
 def server(tmp_path):
     fake = FakeServer(tmp_path / "server.sock")
+    # a metadata store with no log server registered: the producer's server
+    # watch (appliance.logs.server_watch) reads it and never fires
+    fake.store = SqliteStore(tmp_path / "meta.db")
     yield fake
     fake.close()
+    fake.store.close()
 
 
 def _producer(server, clock=time.monotonic) -> CountingProducer:
     CountingProducer.endpoint = server.endpoint
-    client = types.SimpleNamespace(logs=types.SimpleNamespace(store=None),
+    client = types.SimpleNamespace(logs=types.SimpleNamespace(store=server.store),
                                    payload_bytes_max=1 << 20)
     return CountingProducer(client, "fake", clock=clock)
 
