@@ -43,7 +43,6 @@ log = logging.getLogger("appliance.logs")
 COPY_BYTES_MIN = 65_536  # a smaller message is copied into its frame (zero-copy costs more)
 # plain ints: the enum forms cost a microsecond per look at the socket
 EVENTS, POLLIN, NOBLOCK = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.NOBLOCK)
-RCVMORE = int(zmq.RCVMORE)
 
 
 def producer_socket(endpoint: str) -> zmq.Socket:
@@ -66,6 +65,7 @@ class Channel:
         self.members: set = set()  # producers whose owner is this server
         self.plain = None  # the producer whose requests may leave alone
         self.outbox: list = []  # (producer, request frame, payload bytes), this turn's
+        self._mux_reply = bytes([MUX_REPLY_KIND])
         self.stats = stats  # the loop's: messages, mux_messages, mux_sections
 
     def queue(self, producer, frame: bytes, size: int) -> None:
@@ -105,10 +105,8 @@ class Channel:
         reply (``plain``'s)."""
         got, sock = [], self.sock
         while sock.getsockopt(EVENTS) & POLLIN:  # no exception per empty read
-            frame = sock.recv(NOBLOCK)
-            while sock.getsockopt(RCVMORE):  # a reply is one frame: drop any more
-                sock.recv(NOBLOCK)
-            if frame[:1] != bytes([MUX_REPLY_KIND]):
+            frame = sock.recv(NOBLOCK)  # a reply is one frame (a stray one: dropped as malformed)
+            if frame[:1] != self._mux_reply:
                 got.append((None, frame))
                 continue
             try:
@@ -122,3 +120,4 @@ class Channel:
 
     def close(self) -> None:
         self.sock.close(linger=0)
+        self.sock = None

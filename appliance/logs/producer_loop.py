@@ -79,7 +79,8 @@ class ProducerLoop:
         self._timers: list = []  # (when, n, producer)
         self._order = itertools.count()
         self._touched: set = set()  # producers to pump this turn
-        self._again = False  # a channel has a reply waiting: no sleep
+        self._dirty: list = []  # channels with requests queued this turn
+        self._readable: list = []  # channels with a reply waiting (seen after a send)
         self.stats = {"turns": 0, "ticks": 0, "wakes": 0, "messages": 0, "mux_messages": 0,
                       "mux_sections": 0}
         self._thread = threading.Thread(target=self._run, name="producers-io", daemon=True)
@@ -108,42 +109,57 @@ class ProducerLoop:
         while True:
             with self._lock:
                 items, self._inbox = self._inbox, []
-                if not items and not self._again:
+                if not items and not self._readable:
                     self._awake = False
-            if not items and not self._again:
+            ready, self._readable = self._readable, []
+            if not items and not ready:
                 due = self._timers[0][0] if self._timers else tick
-                events = self._poll.poll(max(0.0, min(tick, due) - time.monotonic()))
+                for fd, _ in self._poll.poll(max(0.0, min(tick, due) - time.monotonic())):
+                    channel = self._by_fd.get(fd)
+                    if channel is not None:
+                        ready.append(channel)
+                    else:
+                        self._drain_wakeup()
                 with self._lock:
                     self._awake = True
                     items, self._inbox = self._inbox, []
-                self._on_events(events)
-            else:
-                self._on_events(())
             self.stats["turns"] += 1
+            for channel in ready:
+                self._receive(channel)
             for item in items:
                 self._take(item)
             now = time.monotonic()
             while self._timers and self._timers[0][0] <= now:
                 self._touched.add(heapq.heappop(self._timers)[2])
             if now >= tick:
-                self.stats["ticks"] += 1
-                for producer in list(self._producers.values()):
-                    self._step(producer, lp.Tick)
+                self._tick()
                 tick = now + POLL_MS / 1000
-            self._pump_touched()
-            self._flush()
+            if self._touched:
+                self._pump_touched()
+            if self._dirty:
+                self._flush()
 
-    def _on_events(self, events) -> None:
-        """Replies from every readable channel (and any left from a send)."""
-        self._again = False
-        for fd, _ in events:
-            if fd == self._wakeup.fd:
-                self._wakeup.drain()
-                self.stats["wakes"] += 1
+    def _drain_wakeup(self) -> None:
+        """One read takes every wake byte written (a wake is written only
+        while ``_awake`` is False: one, or a few)."""
+        self.stats["wakes"] += 1
+        try:
+            os.read(self._wakeup.fd, 4096)
+        except BlockingIOError:
+            pass
+
+    def _tick(self) -> None:
+        """Every core's timeout and deadline; the channels' sockets looked at
+        (nothing is missed if a wake-up was: it costs little to be sure)."""
+        self.stats["ticks"] += 1
+        for producer in list(self._producers.values()):
+            self._step(producer, lp.Tick)
         for channel in list(self._channels.values()):
             self._receive(channel)
 
     def _receive(self, channel: Channel) -> None:
+        if channel.sock is None:
+            return  # closed this turn
         for route, frame in channel.receive():
             producer = channel.plain if route is None else self._producers.get(route)
             if producer is None or self._producers.get(producer._key) is not producer:
@@ -174,10 +190,11 @@ class ProducerLoop:
         try:
             now_ms = producer._now_ms()
             event = event_type(frame, now_ms) if frame is not None else event_type(now_ms)
-            self._carry_out(producer, core.handle(event))
+            self._carry_out(producer, core.handle(event))  # (handle pumps)
         except Exception as exc:  # noqa: BLE001 - fails that producer only
             self._broken(producer, exc)
-        self._touched.add(producer)
+        if core.done():
+            self._touched.add(producer)  # let go at the end of the turn
 
     def _pump_touched(self) -> None:
         touched, self._touched = self._touched, set()
@@ -225,7 +242,8 @@ class ProducerLoop:
                     producer._settled(action.done, action.error, action.payload_bytes)
 
     def _channel(self, producer, endpoint: str) -> Channel:
-        """The channel to ``endpoint`` (made on first use); ``producer`` writes through it."""
+        """The channel to ``endpoint`` (made on first use); ``producer``
+        writes through it, and this turn it has a request to send."""
         channel = self._channels.get(endpoint)
         if channel is None:
             channel = self._channels[endpoint] = Channel(endpoint, self.stats)
@@ -234,20 +252,30 @@ class ProducerLoop:
         old = self._joined.get(producer)
         if old is not channel:
             if old is not None:
-                old.members.discard(producer)
+                self._leave(producer, old)
             channel.members.add(producer)
             self._joined[producer] = channel
+        if not channel.outbox:
+            self._dirty.append(channel)
         return channel
 
+    def _leave(self, producer, channel: Channel) -> None:
+        channel.members.discard(producer)
+        if not channel.members:
+            self._dirty.append(channel)  # closed once its last requests left
+
     def _flush(self) -> None:
-        """Send what this turn queued, then close the channels nobody uses."""
-        for endpoint, channel in list(self._channels.items()):
-            sent = channel.stats["messages"]
-            channel.flush()
-            if channel.stats["messages"] != sent and channel.readable():
-                self._again = True  # a reply came meanwhile: its wake-up was taken
-            if not channel.members and not channel.outbox:
-                del self._channels[endpoint]
+        """Send what this turn queued (one message per channel), then close
+        the channels nobody uses."""
+        dirty, self._dirty = self._dirty, []
+        for channel in dirty:
+            if channel.outbox:
+                channel.flush()
+                if channel.readable():  # a reply came meanwhile: its wake-up was taken
+                    self._readable.append(channel)
+            if not channel.members and channel.sock is not None and \
+                    self._channels.get(channel.endpoint) is channel:
+                del self._channels[channel.endpoint]
                 del self._by_fd[channel.fd]
                 self._poll.unregister(channel.fd)
                 channel.close()
@@ -256,5 +284,5 @@ class ProducerLoop:
         del self._producers[producer._key]
         channel = self._joined.pop(producer, None)
         if channel is not None:
-            channel.members.discard(producer)
+            self._leave(producer, channel)
         producer._finished.set()

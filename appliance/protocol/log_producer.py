@@ -217,7 +217,7 @@ class ProducerCore:
     def _admit(self) -> None:
         """Writes waiting enter the window while it has room: numbered, unsent."""
         waiting, pending = self.waiting, self.pending
-        while waiting and self.has_room(len(waiting[0].payload)):
+        while waiting and (not pending or self.has_room(len(waiting[0].payload))):
             write = waiting.popleft()
             if write.seq is not None:
                 if self.numbered and write.seq < self.next_seq:
