@@ -180,9 +180,7 @@ class ProducerCore:
             error = self.error or ClientClosedError(f"producer of log {self.name!r} is closed")
             self._out.append(Fail([(None, token)], error, len(payload)))
             return
-        self.waiting.append(_Write(seq, payload, token, now_ms))
-        if self.next_seq is not None and len(self.waiting) == 1:
-            self._admit()
+        self.waiting.append(_Write(seq, payload, token, now_ms))  # numbered by pump
 
     def close(self) -> None:
         """No write enters from now on; the pending ones go on."""
@@ -202,6 +200,8 @@ class ProducerCore:
     def pump(self, now_ms: int) -> list:
         """What may leave now (a lookup, a hello, write requests); the actions."""
         if self.error is None:
+            if self.waiting and self.next_seq is not None:
+                self._admit()
             if self.endpoint is None:
                 self._want_owner(now_ms)
             elif self.resend_at_ms is not None:
@@ -216,27 +216,35 @@ class ProducerCore:
     # -- the window and numbering --------------------------------------------------------
     def _admit(self) -> None:
         """Writes waiting enter the window while it has room: numbered, unsent."""
-        waiting, pending = self.waiting, self.pending
-        while waiting and (not pending or self.has_room(len(waiting[0].payload))):
-            write = waiting.popleft()
+        waiting, pending, unsent = self.waiting, self.pending, self.unsent
+        records_max = limits.LOG_PRODUCER_INFLIGHT_RECORDS_MAX
+        bytes_max = limits.LOG_PRODUCER_INFLIGHT_BYTES_MAX
+        count, nbytes, seq = len(pending), self.inflight_bytes, self.next_seq
+        while waiting:
+            write = waiting[0]
+            size = len(write.payload)
+            if count and (count >= records_max or nbytes + size > bytes_max):
+                break  # the window is full: it waits for room
+            waiting.popleft()
             if write.seq is not None:
-                if self.numbered and write.seq < self.next_seq:
+                if write.seq < seq and self.numbered:
                     self._out.append(Fail([(None, write.token)], ValueError(
                         f"seq {write.seq} does not increase: the previous write was "
-                        f"{self.next_seq - 1}"), len(write.payload)))
+                        f"{seq - 1}"), size))
                     continue
-                self.next_seq = write.seq
-            write.seq = seq = self.next_seq
-            self.next_seq = seq + 1
-            self.numbered = True
+                seq = write.seq
+            write.seq = seq
             pending[seq] = write
-            self.unsent.append(write)
-            self.inflight_bytes += len(write.payload)
-        invariant(len(pending) <= limits.LOG_PRODUCER_INFLIGHT_RECORDS_MAX and
-                  (len(pending) <= 1 or
-                   self.inflight_bytes <= limits.LOG_PRODUCER_INFLIGHT_BYTES_MAX),
+            unsent.append(write)
+            self.numbered = True
+            seq += 1
+            count += 1
+            nbytes += size
+        self.next_seq, self.inflight_bytes = seq, nbytes
+        invariant(count == len(pending) and count <= records_max and
+                  (count <= 1 or nbytes <= bytes_max),
                   "producer of %s: %d records, %d bytes in flight (over the window)",
-                  self.name, len(pending), self.inflight_bytes)
+                  self.name, count, nbytes)
 
     # -- sending -------------------------------------------------------------------------
     def _want_owner(self, now_ms: int) -> None:
