@@ -314,7 +314,8 @@ class ProducerCore:
                 f"log {self.name!r}: write {oldest.seq or 'not numbered'} not stored within "
                 f"{limits.LOG_PRODUCER_DEADLINE_MS} ms ({why})"))
             return
-        if self.endpoint is not None and self.resend_at_ms is None and self.awaiting and \
+        if self.endpoint is not None and self.resend_at_ms is None and \
+                (self.awaiting or self.pending) and \
                 now_ms - self.last_reply_ms > limits.LOG_PRODUCER_REQUEST_TIMEOUT_MS:
             self.stats["timeouts"] += 1
             self.endpoint = None  # find the owner again (pump asks)

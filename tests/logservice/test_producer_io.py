@@ -170,9 +170,12 @@ def test_producers_of_one_process_share_a_connection_and_each_gets_its_own_posit
     sections; every write is answered with the position the server gave
     that producer's record."""
     producers = [_producer(server, name="fake" if same_log else f"fake-{k}") for k in range(2)]
+    first = producers[0]
     try:
-        futures = [(p, i, p.write_async(b"%d" % i)) for i in range(60) for p in producers]
-        got = {(p.id.hex(), i): fut.result(WAIT_S) for p, i, fut in futures}
+        got = {(first.id.hex(), 0): first.write(b"alone")}  # alone in its turn: single
+        futures = [(p, i + (p is first), p.write_async(b"%d" % i))
+                   for i in range(60) for p in producers]
+        got.update({(p.id.hex(), i): fut.result(WAIT_S) for p, i, fut in futures})
     finally:
         for p in producers:
             p.close()

@@ -138,6 +138,14 @@ def test_a_request_unanswered_for_the_timeout_finds_the_owner_and_resends_everyt
         (B, "write", 2, 1, [b"a", b"b"])]
 
 
+def test_a_write_a_reply_left_out_is_resent_after_the_timeout():
+    core = connected()
+    write(core, b"a", b"b")
+    core.handle(written(1, 1, 1, now=10))  # the answer names a only
+    assert core.handle(lp.Tick(10 + TIMEOUT + 1)) == [lp.FindOwner()]
+    assert sends(core.handle(lp.OwnerFound(A, 10 + TIMEOUT + 2))) == [(A, "write", 2, 2, [b"b"])]
+
+
 def test_the_timeout_counts_from_a_request_sent_after_an_idle_spell():
     core = connected()
     write(core, b"a", now=0)
