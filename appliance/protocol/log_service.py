@@ -90,7 +90,6 @@ class DedupTable:
         self.recent_max = recent_max
         self.idle_ms = idle_ms
         self._producers: OrderedDict[bytes, _Producer] = OrderedDict()  # least recent first
-        self.break_dedup = False  # simulation switch: every record counts as new
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -111,8 +110,6 @@ class DedupTable:
                 return Verdict(FULL)
             p = self._producers[producer_id] = _Producer(seq if oldest is None else oldest,
                                                          now_ms)
-        if self.break_dedup:
-            p.next_seq = seq
         self._producers.move_to_end(producer_id)
         p.used_ms = now_ms
         if seq == p.next_seq:
@@ -130,7 +127,7 @@ class DedupTable:
         (``next = seq + n``); returns ``n``.  Otherwise 0 and nothing
         changes: judge the records one by one with ``admit``."""
         p = self._producers.get(producer_id)
-        if p is None or self.break_dedup or seq != p.next_seq or n < 1:
+        if p is None or seq != p.next_seq or n < 1:
             return 0
         self._producers.move_to_end(producer_id)
         p.used_ms = now_ms
@@ -162,6 +159,13 @@ class DedupTable:
         p.recent.move_to_end(seq)
         while len(p.recent) > self.recent_max:
             p.recent.popitem(last=False)
+
+    def settle(self, producer_id: bytes, seq: int, position: object) -> None:
+        """A pending record is stored: keep its position in place of the
+        pending one (if the record is still kept; its order unchanged)."""
+        p = self._producers.get(producer_id)
+        if p is not None and seq in p.recent:
+            p.recent[seq] = position
 
     def learn(self, producer_id: bytes, seq: int, position: object, now_ms: int) -> None:
         """A record read back from the log (in log order): the producer's

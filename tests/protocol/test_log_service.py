@@ -90,11 +90,17 @@ def test_learning_from_the_log_follows_log_order():
     assert (t.admit(B, 3, 0).kind, t.admit(B, 4, 0).kind) == (DUPLICATE, NEW)
 
 
-def test_the_broken_switch_stores_retries_again():
-    t = DedupTable(4, 8, 1000)
-    t.admit(A, 1, 0)
-    t.break_dedup = True
-    assert t.admit(A, 1, 0).kind == NEW
+def test_settle_replaces_a_pending_position_in_place_and_only_a_kept_one():
+    t = DedupTable(4, 2, 1000)
+    for seq in (1, 2):
+        assert t.admit(A, seq, 0).kind == NEW
+        t.store(A, seq, f"pending{seq}")
+    t.settle(A, 1, "p1")  # stored: a retry now gets the position
+    assert t.admit(A, 1, 0).position == "p1"
+    assert t.admit(A, 3, 0).kind == NEW
+    t.store(A, 3, "pending3")  # seq 1 leaves (2 kept), whatever order they settled in
+    t.settle(A, 1, "late")
+    assert t.admit(A, 1, 0).kind == OLD and t.admit(A, 2, 0).position == "pending2"
 
 
 def test_spread_is_stable_and_moves_only_the_leaving_servers_logs():
@@ -170,8 +176,6 @@ def test_admit_run_takes_a_known_producers_next_records_in_one_step():
     table.store_many(A, 2, ["p2", "p3", "p4", "p5"])
     assert table.admit(A, 5, 0) == Verdict(DUPLICATE, position="p5")
     assert table.admit(A, 2, 0).kind == OLD  # only the last 3 positions are kept
-    table.break_dedup = True  # the simulation's switch: never a shortcut
-    assert table.admit_run(A, 6, 2, 0) == 0
 
 
 def test_binary_writes_and_written_replies_round_trip_and_bad_ones_are_refused():
