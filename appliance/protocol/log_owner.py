@@ -211,7 +211,7 @@ class LogOwner:
 
     def _store_new(self, producer_id: bytes, seq: int, payload, now_ms: float) -> _Pending:
         invariant(seq > self._sent_high.get(producer_id, 0),
-                  "stored-once: log %s: seq %d of producer %s sent again while its "
+                  "log %s: seq %d of producer %s sent again while its "
                   "first copy is held or in flight", self.name, seq, producer_id.hex(),
                   rule="stored-once")
         self._sent_high[producer_id] = seq

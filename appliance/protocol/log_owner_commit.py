@@ -147,7 +147,9 @@ class GroupCommit:
         since = batch.since_ms
         if not self.inflight:
             until_s = self.gate.hold_until(since / 1000, now_ms / 1000)
-            return (batch, 0.0) if until_s is None else (None, until_s * 1000)
+            if until_s is None or until_s * 1000 <= now_ms:  # (seconds to ms: rounding)
+                return batch, 0.0
+            return None, until_s * 1000
         linger_end = since + self.config.linger_ms
         if now_ms < linger_end:
             return None, linger_end
