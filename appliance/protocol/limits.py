@@ -270,6 +270,12 @@ LOG_SERVICE_CHECK_INTERVAL_MS = 500  # owned logs re-checked (lease held, still 
 # keeps serving, pings included.  More: a burst of new logs opens sooner;
 # costs a thread each and more contention for the loop.
 LOG_SERVICE_OPENS_MAX = 8
+# A log server that stops hands its logs over (what each holds is sent and
+# acknowledged, its writer closed, its lease released) for this long at most;
+# then it releases the leases of those left (their next owner recovers the
+# segments).  Longer: a clean hand-over under slow bookies; shorter: a
+# quicker stop.
+LOG_SERVICE_HAND_OVER_MS = 10_000
 # The read cache ([log] read_cache_bytes, appliance.logservice.readcache): the
 # owner keeps this many bytes of a log's most recent acknowledged records
 # (per log with tailing readers) and serves them to the readers
