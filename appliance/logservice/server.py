@@ -11,7 +11,8 @@ Guarantees:
   through a log writer that fenced the previous owner; the log it should
   own is decided by rendezvous hashing over the live servers
   (``appliance.protocol.log_service.owner_of``).  A request for a log owned
-  elsewhere is answered ``not_owner`` with the owner's endpoint; a log whose
+  elsewhere is answered ``not_owner`` with the owner's endpoint (the
+  metadata reads that decide it run off the loop: ``routing.py``); a log whose
   hashing now names another live server is handed over (flushed, closed,
   lease released) and its producers are redirected.
 * A log held by an exclusive writer (``Log.writer()``: its segment in
@@ -20,19 +21,21 @@ Guarantees:
 * A log is handed over (``Close``: what it holds is sent, its entries
   acknowledged, its writer closed, its lease released) when the hashing
   names another live server or its lease's session ended; the server's
-  stop hands every log over the same way (``HAND_OVER_S`` at most).
+  stop hands every log over the same way (``LOG_SERVICE_HAND_OVER_MS`` at
+  most).
 
 Threads and what each owns (no other thread touches these):
 
 * the loop thread (``run``): the socket, ``owned`` (every log's
   ``OwnedLog`` and its core: ``appliance.logservice.owned``), the reply
   queue, the timers (``_timers``: when each log's core wants a ``Tick``),
-  ``stats`` and the retired logs' counters, ``_servers``,
-  ``_lease_sessions``.  It serves requests, drives every owned log's core
-  (group commit, control entries, hand-over) and carries out its actions:
-  no thread per log.
+  ``stats`` and the retired logs' counters, ``_lease_sessions``, the
+  ``Router`` (requests parked while a log's owner is looked up).  It
+  serves requests, drives every owned log's core (group commit, control
+  entries, hand-over) and carries out its actions: no thread per log.
 * every other thread (the ledger client's completions, the pool of
-  ``LOG_SERVICE_OPENS_MAX`` threads that open and close logs, the metrics
+  ``LOG_SERVICE_OPENS_MAX`` threads that open and close logs, the routing
+  worker that reads the metadata for logs not owned here, the metrics
   HTTP thread) only hands the loop a function to run (``post``: a
   lock-guarded list, and a wake of the loop when it was empty) and, for
   the metrics, waits on a future (``call``).
@@ -55,19 +58,18 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import zmq
 
-from appliance.errors import BadRequestError, BKError, NoSuchLogError
+from appliance.errors import BadRequestError, BKError
 from appliance.logservice.metrics import start_metrics
 from appliance.logservice.owned import OwnedLog, now_ms, owner_config
 from appliance.logservice.readcache import start_read_service
+from appliance.logservice.routing import SERVICE_OWNER_PREFIX, Router
 from appliance.meta.logservice import LogServiceRegistry
 from appliance.protocol import limits
 from appliance.protocol.log_owner import OwnerState
 from appliance.protocol.log_owner_events import Close, Hello, Tick, Write
 from appliance.protocol.log_service import (
     BAD,
-    HELD,
     MUX_KIND,
-    NOT_OWNER,
     RETRY,
     check_write,
     decode_mux,
@@ -83,21 +85,6 @@ from ipc.wake import WakePipe
 from ipc.zmq_frames import recv_frames, send_frames
 
 log = logging.getLogger("appliance.logservice")
-
-SERVICE_OWNER_PREFIX = "logserver:"  # the log metadata's owner when a log server writes it
-
-
-def held_by_writer(md) -> bool:
-    """Is the log held by an exclusive writer (``Log.writer()``, not a log
-    server)?  While it writes (its segment in progress), and also while it
-    opens: it has taken the log (the epoch is its own) but not yet started
-    its segment (the last segment is from an older epoch)."""
-    if not md.owner or md.owner.startswith(SERVICE_OWNER_PREFIX):
-        return False
-    if md.in_progress is not None:
-        return True
-    return not md.segments or md.segments[-1].epoch != md.epoch
-
 
 class LogServer:
     def __init__(self, client, server_id: str, endpoint: str, *, stale_wait_ms: int,
@@ -125,8 +112,7 @@ class LogServer:
         self._replies: collections.deque = collections.deque()
         self._wakeup = WakePipe()
         self._stop = threading.Event()
-        self._servers: dict[str, dict] = {}
-        self._servers_at = 0.0
+        self._router = Router(self)  # requests for logs not owned here (routing.py)
         self._ctx = zmq.Context()
         self._sock = self._ctx.socket(zmq.ROUTER)
         self._sock.linger = 0
@@ -167,7 +153,7 @@ class LogServer:
                 self._fire_timers()
                 self._send_replies()
                 if time.monotonic() >= next_check:
-                    self._check_owned()
+                    self._router.refresh_servers()  # then checked(servers)
                     next_check = time.monotonic() + limits.LOG_SERVICE_CHECK_INTERVAL_MS / 1000
         finally:
             self._shutdown()
@@ -183,6 +169,8 @@ class LogServer:
     def _shutdown(self) -> None:
         if self.reads is not None:
             self.reads.stop()
+        self._router.shutdown()
+        self._run_posted()  # the lookups' last decisions (a lease taken: handed over next)
         self._hand_over_all()
         self.pool.shutdown(wait=True, cancel_futures=True)  # opens not begun never begin
         for name in list(self.owned):  # not handed over in time: the lease at least
@@ -399,7 +387,7 @@ class LogServer:
         name, producer_id, seq, oldest = check_write(doc, len(payloads))
         owned = self.owned.get(name)
         if owned is None:
-            return self._route(name)
+            return self._router.route(identity, _echo(doc), name)
         token = (identity, _echo(doc), time.perf_counter())
         if op == "hello":
             owned.step(Hello(token, producer_id, now_ms()))
@@ -407,34 +395,10 @@ class LogServer:
             owned.step(Write(token, producer_id, seq, oldest, payloads, now_ms()))
         return None
 
-    def _route(self, name: str) -> dict:
-        """A request for a log this server does not own: redirect, wait, or
-        take the log."""
-        lease = self.registry.owner(name)
-        if lease is not None and lease.get("server") != self.id:
-            self.stats["redirects"] += 1
-            return {"op": "error", "code": NOT_OWNER, "owner": lease.get("server"),
-                    "endpoint": lease["endpoint"], "message": f"log {name} is owned elsewhere"}
-        if lease is not None:  # our id, an earlier process's session: wait for its expiry
-            return {"op": "error", "code": RETRY, "message": f"log {name}: stale lease"}
-        target = owner_of(name, self.live_servers(fresh=True))  # never to a gone server
-        if target is not None and target != self.id:
-            self.stats["redirects"] += 1
-            return {"op": "error", "code": NOT_OWNER, "owner": target,
-                    "endpoint": self._servers[target]["endpoint"],
-                    "message": f"log {name} belongs to {target}"}
-        try:
-            md = self.client.logs.read_log(name)[0]
-            if held_by_writer(md):
-                return {"op": "error", "code": HELD,
-                        "message": f"log {name} is held by exclusive writer {md.owner}: "
-                                   "producers wait until it closes (if it died, open "
-                                   "log.writer() and close it: that recovers its segment)"}
-        except NoSuchLogError:
-            pass
-        session = self.registry.store.session_id
-        if not self.registry.acquire(name, self.id, self.endpoint):
-            return {"op": "error", "code": RETRY, "message": f"log {name}: lease taken"}
+    def own(self, name: str, session) -> dict:
+        """The loop thread: this server took ``name``'s lease (on ``session``,
+        ``routing.decide``): open the log; the answer to the requests that
+        waited."""
         self._lease_sessions[name] = session
         self.owned[name] = OwnedLog(self, self.client, name, f"{SERVICE_OWNER_PREFIX}{self.id}:"
                                     f"{os.getpid()}", self._config)
@@ -463,21 +427,12 @@ class LogServer:
         except TimeoutError:
             return None
 
-    def live_servers(self, fresh: bool = False) -> dict[str, dict]:
-        """The registered servers (read again at most every check interval,
-        or now if ``fresh``)."""
-        now = time.monotonic()
-        if fresh or now - self._servers_at > limits.LOG_SERVICE_CHECK_INTERVAL_MS / 1000:
-            self._servers = self.registry.servers()
-            self._servers_at = now
-        return self._servers
-
     # -- owned logs ------------------------------------------------------------------------------
-    def _check_owned(self) -> None:
-        """Hand over the open logs the hashing gives to another live server,
-        and those whose lease this session lost (``Close``).  A failed log
-        closes by itself (its core); a closed one is forgotten (``changed``)."""
-        servers = self.live_servers()
+    def checked(self, servers: dict) -> None:
+        """The loop thread, with the live servers just read (``Router``): hand
+        over the open logs the hashing gives to another live server, and
+        those whose lease this session lost (``Close``).  A failed log closes
+        by itself (its core); a closed one is forgotten (``changed``)."""
         session = self.registry.store.session_id
         for name, owned in list(self.owned.items()):
             if owned.state is not OwnerState.OPEN:

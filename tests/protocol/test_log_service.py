@@ -188,9 +188,14 @@ def test_binary_writes_and_written_replies_round_trip_and_bad_ones_are_refused()
     for bad in ([frame[:-1]], [frame + b"!"], [frame[:20]], [frame, b"x"], []):
         with pytest.raises(BadRequestError):
             decode_request(bad)
+    # the one write encoding is the binary one: a JSON write (the older forms,
+    # a frame per record or packed) is refused, and a JSON request is one frame
     json_doc = {"op": "write", "log": "l", "pid": A.hex(), "seq": 1, "packed": 1}
-    assert decode_request([encode_header(json_doc), *pack_records(records)]) == \
-        (json_doc, records)
+    for bad in ([encode_header(json_doc), *pack_records(records)], [encode_header(json_doc)],
+                [encode_header({"op": "hello", "log": "l", "pid": A.hex()}), b"x"]):
+        with pytest.raises(BadRequestError):
+            decode_request(bad)
+    assert decode_request([encode_header({"op": "ping"})]) == ({"op": "ping"}, [])
     runs = [[1, 2, 0, 2], [None, None, None, 3], [4, 5, 6, 1]]
     reply = encode_header({"op": "written", "log": "l", "pid": A.hex(), "seq": 9, "gen": 3,
                            "runs": runs})
