@@ -31,7 +31,6 @@ import logging
 import time
 
 from appliance.client.add_future import outcome
-from appliance.errors import BKError
 from appliance.logs.writer import LogWriter
 from appliance.protocol import limits
 from appliance.protocol.log_entry import HEADER_BYTES, unpack_tags
@@ -188,8 +187,8 @@ class OwnedLog:
             reason = str(exc)
             self.host.post(lambda: self.step(OpenFailed(now_ms(), reason)))
             return
-        log.info("log %s: owned (epoch %d); %d records learnt", self.name, writer.epoch,
-                 len(learnt))
+        log.info("log %s: owned (epoch %d); %d records learnt for %d producers", self.name,
+                 writer.epoch, len(learnt), len({pid for pid, _seq, _at in learnt}))
         self.host.post(lambda: self._opened(writer, learnt))
 
     def _opened(self, writer: LogWriter, learnt: list) -> None:
@@ -208,6 +207,6 @@ class OwnedLog:
     def _release(self) -> None:
         try:
             self.host.registry.release(self.name)
-        except BKError as exc:
+        except Exception as exc:  # noqa: BLE001 - the lease ends with the session anyway
             log.warning("log %s: could not release its lease: %s", self.name, exc)
         self.host.post(lambda: self.step(LeaseReleased(now_ms())))

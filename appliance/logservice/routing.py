@@ -115,7 +115,9 @@ class Router:
     def _look_up(self, name: str) -> None:
         try:
             decision = decide(self.server, name)
-        except BKError as exc:  # the metadata store failed: the producers resend
+        except Exception as exc:  # noqa: BLE001 - the store failed: the producers resend
+            if not isinstance(exc, BKError):
+                log.exception("log %s: looking up its owner failed", name)
             decision = "answer", _error(Answer.RETRY, f"log {name}: {exc}")
         self.server.post(lambda: self._decided(name, decision))
 
@@ -142,7 +144,7 @@ class Router:
     def _read_servers(self) -> None:
         try:
             servers = self.server.registry.servers()
-        except BKError as exc:
+        except Exception as exc:  # noqa: BLE001 - the next check reads them again
             log.warning("live log servers unknown: %s", exc)
             servers = None
         self.server.post(lambda: self._servers_read(servers))

@@ -191,7 +191,10 @@ class LogServer:
         and drive them until each let its lease go, ``HAND_OVER_MS`` at most."""
         deadline = time.monotonic() + limits.LOG_SERVICE_HAND_OVER_MS / 1000
         for owned in list(self.owned.values()):
-            owned.step(Close(now_ms(), "the server stops"))
+            try:
+                owned.step(Close(now_ms(), "the server stops"))
+            except Exception:  # noqa: BLE001 - stopping: the others are still handed over
+                log.exception("log %s: hand-over failed", owned.name)
         poller = zmq.Poller()
         poller.register(self._wakeup.fd, zmq.POLLIN)
         while self.owned and time.monotonic() < deadline:

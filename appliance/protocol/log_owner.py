@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 
 from appliance.protocol.invariant import invariant
-from appliance.protocol.log_owner_commit import Batch, GroupCommit, OwnerConfig
+from appliance.protocol.log_owner_commit import Batch, GroupCommit, OwnerConfig, Pending
 from appliance.protocol.log_owner_events import (
     Answer,
     Close,
@@ -76,26 +76,16 @@ from appliance.protocol.log_service import (
 __all__ = ["Answer", "LogOwner", "OwnerConfig", "OwnerState"]
 
 
-class _Pending:
-    """A record held or in flight: its batch and index (the filter keeps
-    it as the record's position until the batch is acknowledged)."""
-
-    __slots__ = ("batch", "index")
-
-    def __init__(self, batch: Batch, index: int):
-        self.batch, self.index = batch, index
-
-
 class _Request:
     """A write request waiting for positions: ``answers`` per record (a
-    position, None: stored and forgotten, or ``_Pending``)."""
+    position, None: stored and forgotten, or ``Pending``)."""
 
     __slots__ = ("token", "producer_id", "answers", "open", "answered")
 
     def __init__(self, token, producer_id: bytes):
         self.token, self.producer_id = token, producer_id
         self.answers: list = []
-        self.open = 0  # answers still _Pending
+        self.open = 0  # answers still Pending
         self.answered = False
 
 
@@ -177,8 +167,7 @@ class LogOwner:
             return
         request = _Request(e.token, e.producer_id)
         if self.table.admit_run(e.producer_id, e.seq, len(e.payloads), e.now_ms):
-            request.answers = [self._store_new(e.producer_id, e.seq + i, p, e.now_ms)
-                               for i, p in enumerate(e.payloads)]
+            request.answers = self._store_new(e.producer_id, e.seq, e.payloads, e.now_ms)
             self.table.store_many(e.producer_id, e.seq, request.answers)
         elif not self._judge(e, request):
             return
@@ -193,7 +182,7 @@ class LogOwner:
             seq = e.seq + i
             verdict = self.table.admit(e.producer_id, seq, e.now_ms, e.oldest)
             if verdict.kind == NEW:
-                pending = self._store_new(e.producer_id, seq, payload, e.now_ms)
+                (pending,) = self._store_new(e.producer_id, seq, (payload,), e.now_ms)
                 self.table.store(e.producer_id, seq, pending)
                 answers.append(pending)
             elif verdict.kind == DUPLICATE:
@@ -209,20 +198,21 @@ class LogOwner:
                 answers.append(None)
         return True
 
-    def _store_new(self, producer_id: bytes, seq: int, payload, now_ms: float) -> _Pending:
+    def _store_new(self, producer_id: bytes, seq: int, payloads, now_ms: float) -> list:
+        """New records ``seq, seq + 1, ...`` of a producer into the group
+        commit; their places (``Pending``)."""
         invariant(seq > self._sent_high.get(producer_id, 0),
                   "log %s: seq %d of producer %s sent again while its "
                   "first copy is held or in flight", self.name, seq, producer_id.hex(),
                   rule="stored-once")
-        self._sent_high[producer_id] = seq
-        self.stats["records"] += 1
-        batch = self.commit.add((producer_id, seq), payload, now_ms)
-        return _Pending(batch, len(batch.payloads) - 1)
+        self._sent_high[producer_id] = seq + len(payloads) - 1
+        self.stats["records"] += len(payloads)
+        return self.commit.add_run(producer_id, seq, payloads, now_ms)
 
     def _wait_or_reply(self, request: _Request, now_ms: float) -> None:
         waited = []
         for answer in request.answers:
-            if type(answer) is _Pending:
+            if type(answer) is Pending:
                 request.open += 1
                 if not waited or waited[-1] is not answer.batch:
                     waited.append(answer.batch)
@@ -234,7 +224,7 @@ class LogOwner:
 
     def _reply_written(self, request: _Request, now_ms: float) -> None:
         invariant(not request.answered, "log %s: a request answered twice", self.name)
-        invariant(request.open == 0 and all(type(a) is not _Pending for a in request.answers),
+        invariant(request.open == 0 and all(type(a) is not Pending for a in request.answers),
                   "log %s: a request answered before its records had positions", self.name)
         request.answered = True
         # answered first: a producer answered is awaited by the gather rule
@@ -295,7 +285,7 @@ class LogOwner:
         for request in batch.waiters:
             answers = request.answers
             for i, answer in enumerate(answers):
-                if type(answer) is _Pending and answer.batch is batch:
+                if type(answer) is Pending and answer.batch is batch:
                     answers[i] = positions[answer.index]
                     request.open -= 1
             if not request.open and not request.answered:

@@ -78,6 +78,16 @@ class Batch:
         return self.size + HEADER_BYTES
 
 
+class Pending:
+    """A record held or in flight: its batch and index (the duplicate filter
+    keeps it as the record's position until the batch is acknowledged)."""
+
+    __slots__ = ("batch", "index")
+
+    def __init__(self, batch: Batch, index: int):
+        self.batch, self.index = batch, index
+
+
 class GroupCommit:
     """See the module docstring."""
 
@@ -115,18 +125,25 @@ class GroupCommit:
     def _sealed(self, batch: Batch) -> bool:
         return batch is not self.waiting[-1] or batch.size >= self.limit
 
-    def add(self, tag: tuple, payload, now_ms: float) -> Batch:
-        """Buffer one record; the batch it joined."""
-        size = len(payload) + self.config.record_overhead
-        last = self.waiting[-1] if self.waiting else None
-        if last is None or last.control or last.size >= self.limit or \
-                (last.payloads and last.size + size > self.config.entry_room_bytes):
-            last = Batch(now_ms)
-            self.waiting.append(last)
-        last.tags.append(tag)
-        last.payloads.append(payload)
-        last.size += size
-        return last
+    def add_run(self, producer_id: bytes, seq: int, payloads, now_ms: float) -> list:
+        """Buffer a producer's records ``seq, seq + 1, ...``; their places
+        (``Pending``: batch and index), in order."""
+        overhead, room, limit = self.config.record_overhead, self.config.entry_room_bytes, \
+            self.limit
+        waiting = self.waiting
+        last = waiting[-1] if waiting else None
+        places = []
+        for i, payload in enumerate(payloads):
+            size = len(payload) + overhead
+            if last is None or last.control or last.size >= limit or \
+                    (last.payloads and last.size + size > room):
+                last = Batch(now_ms)
+                waiting.append(last)
+            last.tags.append((producer_id, seq + i))
+            last.payloads.append(payload)
+            last.size += size
+            places.append(Pending(last, len(last.payloads) - 1))
+        return places
 
     def add_control(self, now_ms: float) -> Batch:
         batch = Batch(now_ms, control=True)
