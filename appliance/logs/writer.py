@@ -43,6 +43,15 @@ of every entry the ledger acknowledged (its ack quorum durable, so the
 records are in the log at those DLSNs for good), in entry order, control
 entries included (no records), on the ledger's completion thread.
 
+Threads: the buffer, the segment's fields, ``_closed``, ``_rolling``,
+``_held`` and ``stats`` are guarded by ``_lock`` (the caller's threads, the
+flusher, the roll's pool thread); ``_acknowledged`` belongs to the ledger
+client's driver thread alone (``acknowledged_now`` asks it there).  Still
+read there without the lock (to be moved onto that thread): ``_listener``
+(set under the lock by the read cache's thread) and ``_error`` (first
+failure wins, ``_fail``).  A driven writer's caller (a log server's loop thread) is
+the only one to send its entries.
+
 Errors are sticky: once a write fails (``LogFencedError`` when a newer writer
 took over; any other ledger error as it came), that write and every later
 one fail with the same error; open a new writer to go on.

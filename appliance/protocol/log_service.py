@@ -31,6 +31,9 @@ while all of them are active.  A new owner rebuilds the table from the tags
 in the log's tail (``learn``, in log order), so the filter survives the
 owner's ``kill -9``.
 
+A ``DedupTable`` belongs to the thread that drives its log's owner core
+(``appliance.protocol.log_owner``): no lock, no other caller.
+
 Values the table keeps for positions are opaque (a DLSN, or a pending
 write's future): the table only stores and returns them.
 """
