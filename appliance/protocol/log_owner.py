@@ -187,7 +187,10 @@ class LogOwner:
                 answers.append(pending)
             elif verdict.kind == DUPLICATE:
                 self.stats["duplicates"] += 1
-                answers.append(verdict.position)
+                position = verdict.position
+                if type(position) is Pending:  # stored by now: its position, else wait
+                    position = position.position() or position
+                answers.append(position)
             elif verdict.kind in (GAP, FULL) and i == 0:
                 self._refuse(e.token, Answer(verdict.kind), _refusal(self, verdict),
                              expected=verdict.expected)
@@ -280,8 +283,8 @@ class LogOwner:
         invariant(len(positions) == len(batch.tags), "log %s: entry %d acknowledged with "
                   "%d positions for %d records", self.name, batch.entry_no, len(positions),
                   len(batch.tags))
-        for (producer_id, seq), position in zip(batch.tags, positions, strict=True):
-            self.table.settle(producer_id, seq, position)
+        batch.positions = positions  # the filter's Pending of its records resolve to them
+        batch.payloads = batch.tags = None  # sent and stored: only the positions stay
         for request in batch.waiters:
             answers = request.answers
             for i, answer in enumerate(answers):
@@ -290,6 +293,7 @@ class LogOwner:
                     request.open -= 1
             if not request.open and not request.answered:
                 self._reply_written(request, now_ms)
+        batch.waiters = []  # all answered: the filter keeps the batch, not its requests
 
     def _on_failed(self, e: EntryFailed) -> None:
         if self.state in (OwnerState.OPEN, OwnerState.CLOSING):

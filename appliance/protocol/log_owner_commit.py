@@ -62,7 +62,8 @@ class Batch:
     """Records bound for one entry: their tags and payloads, the requests
     waiting for them, and (once sent) its number."""
 
-    __slots__ = ("entry_no", "tags", "payloads", "size", "waiters", "control", "since_ms")
+    __slots__ = ("entry_no", "tags", "payloads", "size", "waiters", "control", "since_ms",
+                 "positions")
 
     def __init__(self, since_ms: float, control: bool = False):
         self.since_ms = since_ms  # its first record came then (the linger counts from it)
@@ -72,6 +73,7 @@ class Batch:
         self.size = 0  # records' bytes with their overhead
         self.waiters: list = []  # requests answered once it is acknowledged
         self.control = control
+        self.positions: list | None = None  # once acknowledged: each record's position
 
     def bytes(self) -> int:
         """Its size as the ledger handle counts it (the packed entry)."""
@@ -79,13 +81,19 @@ class Batch:
 
 
 class Pending:
-    """A record held or in flight: its batch and index (the duplicate filter
-    keeps it as the record's position until the batch is acknowledged)."""
+    """A record's place in a batch: the duplicate filter keeps it as the
+    record's position (``position()``: None while the batch is held or in
+    flight, its position once acknowledged), so an ack updates no entry of
+    the filter."""
 
     __slots__ = ("batch", "index")
 
     def __init__(self, batch: Batch, index: int):
         self.batch, self.index = batch, index
+
+    def position(self):
+        positions = self.batch.positions
+        return None if positions is None else positions[self.index]
 
 
 class GroupCommit:
@@ -127,22 +135,32 @@ class GroupCommit:
 
     def add_run(self, producer_id: bytes, seq: int, payloads, now_ms: float) -> list:
         """Buffer a producer's records ``seq, seq + 1, ...``; their places
-        (``Pending``: batch and index), in order."""
+        (``Pending``: batch and index), in order.  (The hot path: one pass,
+        the batch's fields in locals.)"""
         overhead, room, limit = self.config.record_overhead, self.config.entry_room_bytes, \
             self.limit
         waiting = self.waiting
         last = waiting[-1] if waiting else None
+        fits = last is not None and not last.control
+        size = last.size if fits else 0
+        index = len(last.payloads) if fits else 0
         places = []
-        for i, payload in enumerate(payloads):
-            size = len(payload) + overhead
-            if last is None or last.control or last.size >= limit or \
-                    (last.payloads and last.size + size > room):
+        for payload in payloads:
+            record = len(payload) + overhead
+            if not fits or size >= limit or (index and size + record > room):
+                if fits:
+                    last.size = size
                 last = Batch(now_ms)
                 waiting.append(last)
-            last.tags.append((producer_id, seq + i))
+                fits, size, index = True, 0, 0
+            last.tags.append((producer_id, seq))
             last.payloads.append(payload)
-            last.size += size
-            places.append(Pending(last, len(last.payloads) - 1))
+            places.append(Pending(last, index))
+            seq += 1
+            index += 1
+            size += record
+        if fits:
+            last.size = size
         return places
 
     def add_control(self, now_ms: float) -> Batch:

@@ -163,13 +163,6 @@ class DedupTable:
         while len(p.recent) > self.recent_max:
             p.recent.popitem(last=False)
 
-    def settle(self, producer_id: bytes, seq: int, position: object) -> None:
-        """A pending record is stored: keep its position in place of the
-        pending one (if the record is still kept; its order unchanged)."""
-        p = self._producers.get(producer_id)
-        if p is not None and seq in p.recent:
-            p.recent[seq] = position
-
     def learn(self, producer_id: bytes, seq: int, position: object, now_ms: int) -> None:
         """A record read back from the log (in log order): the producer's
         next expected number follows it."""

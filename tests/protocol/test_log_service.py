@@ -90,19 +90,6 @@ def test_learning_from_the_log_follows_log_order():
     assert (t.admit(B, 3, 0).kind, t.admit(B, 4, 0).kind) == (DUPLICATE, NEW)
 
 
-def test_settle_replaces_a_pending_position_in_place_and_only_a_kept_one():
-    t = DedupTable(4, 2, 1000)
-    for seq in (1, 2):
-        assert t.admit(A, seq, 0).kind == NEW
-        t.store(A, seq, f"pending{seq}")
-    t.settle(A, 1, "p1")  # stored: a retry now gets the position
-    assert t.admit(A, 1, 0).position == "p1"
-    assert t.admit(A, 3, 0).kind == NEW
-    t.store(A, 3, "pending3")  # seq 1 leaves (2 kept), whatever order they settled in
-    t.settle(A, 1, "late")
-    assert t.admit(A, 1, 0).kind == OLD and t.admit(A, 2, 0).position == "pending2"
-
-
 def test_spread_is_stable_and_moves_only_the_leaving_servers_logs():
     servers = [f"logserver-{i}" for i in range(1, 5)]
     logs = [f"log{i}" for i in range(400)]
