@@ -21,6 +21,9 @@ What it holds, each part owning its state:
 * the group commit (``GroupCommit``, ``log_owner_commit``): records of
   every producer share entries; the gather rule, the linger, the entries
   in flight and the ledger's window, counted from this core's own events.
+  A write's records are held until the next ``Tick`` (``next_due_ms`` is
+  then now): the driver ticks after the requests of one turn of its loop,
+  so they share an entry even when none is in flight.
 * control entries: once the log was idle ``control_interval_ms`` after an
   acknowledged entry with records (0: none), so readers of the bookies
   learn its last records (readers through the log service ask the owner
@@ -43,7 +46,13 @@ from __future__ import annotations
 import math
 
 from appliance.protocol.invariant import invariant
-from appliance.protocol.log_owner_commit import Batch, GroupCommit, OwnerConfig, Pending
+from appliance.protocol.log_owner_commit import (
+    Batch,
+    GroupCommit,
+    OwnerConfig,
+    Pending,
+    slice_runs,
+)
 from appliance.protocol.log_owner_events import (
     Answer,
     Close,
@@ -70,7 +79,6 @@ from appliance.protocol.log_service import (
     NEW,
     DedupTable,
     dlsn_runs,
-    runs_dlsns,
 )
 
 __all__ = ["Answer", "LogOwner", "OwnerConfig", "OwnerState"]
@@ -78,14 +86,15 @@ __all__ = ["Answer", "LogOwner", "OwnerConfig", "OwnerState"]
 
 class _Request:
     """A write request waiting for positions: ``answers`` per record (a
-    position, None: stored and forgotten, or ``Pending``)."""
+    position, None: stored and forgotten, or ``Pending``) and ``open``, the
+    batches of its ``Pending`` records not acknowledged yet."""
 
     __slots__ = ("token", "producer_id", "answers", "open", "answered")
 
     def __init__(self, token, producer_id: bytes):
         self.token, self.producer_id = token, producer_id
         self.answers: list = []
-        self.open = 0  # answers still Pending
+        self.open = 0  # batches it waits for
         self.answered = False
 
 
@@ -172,7 +181,10 @@ class LogOwner:
         elif not self._judge(e, request):
             return
         self._wait_or_reply(request, e.now_ms)
-        self._pump(e.now_ms)
+        # held until the next Tick, due now: a driver that serves many requests
+        # in one turn ticks once after them, so the records of a turn share an
+        # entry even when none is in flight
+        self._send_due_ms = min(self._send_due_ms, e.now_ms)
 
     def _judge(self, e: Write, request: _Request) -> bool:
         """The records one by one (``DedupTable.admit``); False if the request
@@ -215,24 +227,23 @@ class LogOwner:
     def _wait_or_reply(self, request: _Request, now_ms: float) -> None:
         waited = []
         for answer in request.answers:
-            if type(answer) is Pending:
+            if type(answer) is Pending and (not waited or waited[-1] is not answer.batch):
+                waited.append(answer.batch)
+        for batch in dict.fromkeys(waited):
+            if batch.runs is None:
                 request.open += 1
-                if not waited or waited[-1] is not answer.batch:
-                    waited.append(answer.batch)
+                batch.waiters.append(request)
         if not request.open:
             self._reply_written(request, now_ms)
-            return
-        for batch in dict.fromkeys(waited):
-            batch.waiters.append(request)
 
     def _reply_written(self, request: _Request, now_ms: float) -> None:
         invariant(not request.answered, "log %s: a request answered twice", self.name)
-        invariant(request.open == 0 and all(type(a) is not Pending for a in request.answers),
-                  "log %s: a request answered before its records had positions", self.name)
+        invariant(request.open == 0, "log %s: a request answered before its records had "
+                  "positions", self.name)
         request.answered = True
         # answered first: a producer answered is awaited by the gather rule
         self.commit.gate.answered(request.producer_id, now_ms / 1000)
-        self._out.append(Reply(request.token, Answer.WRITTEN, runs=dlsn_runs(request.answers)))
+        self._out.append(Reply(request.token, Answer.WRITTEN, runs=_runs(request.answers)))
 
     def _refuse(self, token, answer: Answer, message: str, expected: int = 0) -> None:
         self._out.append(Reply(token, answer, expected=expected, message=message))
@@ -270,7 +281,7 @@ class LogOwner:
                   "log %s: entry %d acknowledged out of order", self.name, e.entry_no)
         batch = self.commit.acked()
         if not batch.control:
-            self._settle(batch, runs_dlsns(e.runs), e.now_ms)
+            self._settle(batch, [list(run) for run in e.runs], e.now_ms)
         if self.commit.idle():
             self._sent_high.clear()
             if not batch.control and self.config.control_interval_ms and \
@@ -279,18 +290,14 @@ class LogOwner:
         self._pump(e.now_ms)
         self._close_if_drained()
 
-    def _settle(self, batch: Batch, positions: list, now_ms: float) -> None:
-        invariant(len(positions) == len(batch.tags), "log %s: entry %d acknowledged with "
-                  "%d positions for %d records", self.name, batch.entry_no, len(positions),
-                  len(batch.tags))
-        batch.positions = positions  # the filter's Pending of its records resolve to them
+    def _settle(self, batch: Batch, runs: list, now_ms: float) -> None:
+        invariant(sum(r[3] for r in runs) == len(batch.tags), "log %s: entry %d "
+                  "acknowledged with positions for %d records of %d", self.name,
+                  batch.entry_no, sum(r[3] for r in runs), len(batch.tags))
+        batch.runs = runs  # the filter's and the requests' Pending resolve to them
         batch.payloads = batch.tags = None  # sent and stored: only the positions stay
         for request in batch.waiters:
-            answers = request.answers
-            for i, answer in enumerate(answers):
-                if type(answer) is Pending and answer.batch is batch:
-                    answers[i] = positions[answer.index]
-                    request.open -= 1
+            request.open -= 1
             if not request.open and not request.answered:
                 self._reply_written(request, now_ms)
         batch.waiters = []  # all answered: the filter keeps the batch, not its requests
@@ -342,6 +349,37 @@ class LogOwner:
 
     def _on_tick(self, e: Tick) -> None:
         self._pump(e.now_ms)
+
+
+def _runs(answers: list) -> list[list]:
+    """A request's answers (positions, None, or Pending of acknowledged
+    batches) as runs ``[seg, entry, first slot, n]`` (``dlsn_runs``'), a
+    run of one batch's records sliced from its runs in one step."""
+    runs: list[list] = []
+    i, n = 0, len(answers)
+    while i < n:
+        answer = answers[i]
+        if type(answer) is not Pending:
+            j = i + 1
+            while j < n and type(answers[j]) is not Pending:
+                j += 1
+            parts = dlsn_runs(answers[i:j])
+        else:
+            batch, start, j = answer.batch, answer.index, i + 1
+            while j < n and type(answers[j]) is Pending and answers[j].batch is batch and \
+                    answers[j].index == start + j - i:
+                j += 1
+            invariant(batch.runs is not None, "a reply before its entry was acknowledged")
+            parts = slice_runs(batch.runs, start, j - i)
+        for part in parts:  # joined to the previous run where they follow on
+            last = runs[-1] if runs else None
+            if last is not None and last[0] is not None and last[:2] == part[:2] and \
+                    last[2] + last[3] == part[2]:
+                last[3] += part[3]
+            else:
+                runs.append(part)
+        i = j
+    return runs
 
 
 def _refusal(owner: LogOwner, verdict) -> str:

@@ -63,7 +63,7 @@ class Batch:
     waiting for them, and (once sent) its number."""
 
     __slots__ = ("entry_no", "tags", "payloads", "size", "waiters", "control", "since_ms",
-                 "positions")
+                 "runs")
 
     def __init__(self, since_ms: float, control: bool = False):
         self.since_ms = since_ms  # its first record came then (the linger counts from it)
@@ -73,7 +73,7 @@ class Batch:
         self.size = 0  # records' bytes with their overhead
         self.waiters: list = []  # requests answered once it is acknowledged
         self.control = control
-        self.positions: list | None = None  # once acknowledged: each record's position
+        self.runs: list | None = None  # once acknowledged: [seg, entry, first slot, n], in order
 
     def bytes(self) -> int:
         """Its size as the ledger handle counts it (the packed entry)."""
@@ -91,9 +91,33 @@ class Pending:
     def __init__(self, batch: Batch, index: int):
         self.batch, self.index = batch, index
 
-    def position(self):
-        positions = self.batch.positions
-        return None if positions is None else positions[self.index]
+    def position(self) -> tuple | None:
+        runs = self.batch.runs
+        if runs is None:
+            return None
+        k = self.index
+        for seg, entry, slot, n in runs:
+            if k < n:
+                return seg, entry, slot + k
+            k -= n
+        raise IndexError(f"record {self.index} is not in its entry's runs")
+
+
+def slice_runs(runs: list, start: int, count: int) -> list[list]:
+    """The runs of records ``start .. start + count - 1`` of an entry whose
+    records are at ``runs``."""
+    out = []
+    for seg, entry, slot, n in runs:
+        if start >= n:
+            start -= n
+            continue
+        take = min(n - start, count)
+        out.append([seg, entry, slot + start, take])
+        count -= take
+        start = 0
+        if not count:
+            break
+    return out
 
 
 class GroupCommit:

@@ -7,7 +7,8 @@ Commands (``now=`` in ms, default 0; producers are one letter, A to Z):
 
     config linger_ms=2 gather_ms=0 ...     a new core with these OwnerConfig fields
     open [A:1@seg.entry.slot ...]           Opened, with the tags learnt
-    write TOKEN A SEQ [n=1] [oldest=SEQ]    a request of n records
+    write TOKEN A SEQ [n=1] [oldest=SEQ]    a request of n records (then a Tick:
+                                            alone in its turn of the loop)
     hello TOKEN A                           the next seq expected
     ack ENTRY_NO [seg.entry.slot.n ...]     EntryAcked with its runs
     fail ENTRY_NO                           EntryFailed
@@ -86,7 +87,10 @@ class Trace:
             return []
         if cmd == "state":
             return [self.owner.state.value]
-        return [_show(a) for a in self.owner.handle(self._event(cmd, args, opts, now))]
+        out = self.owner.handle(self._event(cmd, args, opts, now))
+        if cmd == "write":  # alone in its turn of the driver's loop: then a Tick
+            out += self.owner.handle(Tick(now))
+        return [_show(a) for a in out]
 
     def _event(self, cmd: str, args: list, opts: dict, now: float):
         if cmd == "open":

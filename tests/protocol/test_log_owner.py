@@ -48,8 +48,10 @@ def opened(config: OwnerConfig = SMALL, learnt=(), table=None) -> LogOwner:
 
 
 def write(owner, token, pid, seq, n=1, now=0, oldest=None):
-    return owner.handle(Write(token, pid, seq, oldest or seq, [b"r%d" % s for s in
-                                                               range(seq, seq + n)], now))
+    """A request alone in its turn of the driver's loop: Write, then Tick."""
+    out = owner.handle(Write(token, pid, seq, oldest or seq, [b"r%d" % s for s in
+                                                             range(seq, seq + n)], now))
+    return out + owner.handle(Tick(now))
 
 
 def ack(owner, entry_no, seg, entry, n, now=0):
@@ -82,6 +84,13 @@ def test_a_retry_of_a_pending_write_is_answered_once_stored_with_the_same_positi
                             ("t2", Answer.WRITTEN, [[5, 7, 1, 2]])]
     # after it was stored: answered at once from the filter
     assert replies(write(owner, "t3", A, 3, oldest=1)) == [("t3", Answer.WRITTEN, [[5, 7, 2, 1]])]
+
+
+def test_the_requests_of_one_turn_share_an_entry_sent_at_its_tick():
+    owner = opened()
+    assert owner.handle(Write("a", A, 1, 1, [b"a"], 0)) == [] and owner.next_due_ms() == 0
+    assert owner.handle(Write("b", B, 1, 1, [b"b"], 0.1)) == []
+    assert entries(owner.handle(Tick(0.2))) == [(1, [(A, 1), (B, 1)])]
 
 
 @pytest.mark.parametrize("seq, oldest, answer, expected", [
@@ -211,7 +220,7 @@ def test_records_are_cut_into_entries_the_writer_packs_alone():
     config = OwnerConfig(linger_ms=0, gather_ms=0, flush_bytes=100, entry_room_bytes=1000,
                          record_overhead=10, control_interval_ms=0, window_entries=8)
     owner = opened(config)
-    out = owner.handle(Write("t", A, 1, 1, [b"x" * 60] * 5, 0))
+    out = owner.handle(Write("t", A, 1, 1, [b"x" * 60] * 5, 0)) + owner.handle(Tick(0))
     # 2 x 70 >= 100: cut at two; the last, open, waits (2 entries in flight at most)
     assert [len(tags) for _, tags in entries(out)] == [2, 2]
     assert entries(ack(owner, 1, 1, 0, 2)) == [(3, [(A, 5)])]
