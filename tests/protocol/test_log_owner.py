@@ -224,6 +224,12 @@ def test_records_are_cut_into_entries_the_writer_packs_alone():
     # 2 x 70 >= 100: cut at two; the last, open, waits (2 entries in flight at most)
     assert [len(tags) for _, tags in entries(out)] == [2, 2]
     assert entries(ack(owner, 1, 1, 0, 2)) == [(3, [(A, 5)])]
+    assert replies(ack(owner, 2, 1, 1, 2)) == []  # answered once all three are stored
+    assert replies(ack(owner, 3, 1, 2, 1)) == [("t", Answer.WRITTEN, [[1, 0, 0, 2], [1, 1, 0, 2],
+                                                                      [1, 2, 0, 1]])]
+    # a retry of 2 to 5 spans the three entries: sliced from each entry's runs
+    out = owner.handle(Write("r", A, 2, 1, [b"x" * 60] * 4, 1))
+    assert replies(out) == [("r", Answer.WRITTEN, [[1, 0, 1, 1], [1, 1, 0, 2], [1, 2, 0, 1]])]
 
 
 def test_a_record_too_large_for_an_entry_is_refused_bad():
