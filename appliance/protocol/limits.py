@@ -290,6 +290,17 @@ LOG_SERVER_WATCH_POLL_MS = 100
 # keeps serving, pings included.  More: a burst of new logs opens sooner;
 # costs a thread each and more contention for the loop.
 LOG_SERVICE_OPENS_MAX = 8
+# A log server that stops hands its logs over (what each holds is sent and
+# acknowledged, its writer closed, its lease released) for this long at most;
+# then it releases the leases of those left (their next owner recovers the
+# segments).  Longer: a clean hand-over under slow bookies; shorter: a
+# quicker stop.
+LOG_SERVICE_HAND_OVER_MS = 10_000
+# Requests for one log this server does not own wait (parked) for one lookup
+# of its owner off the server's loop (appliance.logservice.routing); beyond
+# this many they are answered "retry" at once.  More: fewer resends in a
+# burst; costs memory per log looked up.
+LOG_SERVICE_ROUTE_PARKED_MAX = 1_024
 # The read cache ([log] read_cache_bytes, appliance.logservice.readcache): the
 # owner keeps this many bytes of a log's most recent acknowledged records
 # (per log with tailing readers) and serves them to the readers
