@@ -45,6 +45,15 @@ from cli.common import echo_json, json_option, library_errors
                    "(pipelined, no --rate) the one-log run of --logs, when --records is "
                    "fewer [default: 400,000; shorter runs are mostly their start and "
                    "end].")
+@click.option("--kill-owner", is_flag=True,
+              help="With --producers: the producers write synchronously and the log server "
+                   "owning their log is killed -9 once in the middle (the supervisor restarts "
+                   "it): the longest stall of a producer, and the log read back (nothing lost "
+                   "or stored twice).  Only --size, --dir and --kill-after-seconds apply.")
+@click.option("--kill-after-seconds", type=click.FloatRange(min=0.5, max=600), default=2.0,
+              show_default=True,
+              help="With --kill-owner: how long the producers write before the kill (a new "
+                   "owner rereads the records of about the last two minutes).")
 @click.option("--tail-seconds", type=click.FloatRange(min=0.5), default=5.0,
               show_default=True, help="Length of the tail-latency run.")
 @click.option("--peer", type=click.Path(dir_okay=False), default=None,
@@ -55,7 +64,8 @@ from cli.common import echo_json, json_option, library_errors
 @json_option
 @library_errors
 def log(sizes, records, rate, producers, logs, sync_mode, async_mode, window,
-        baseline_records, tail_seconds, peer, no_peer, workdir, as_json):
+        baseline_records, tail_seconds, peer, no_peer, workdir, as_json, kill_owner,
+        kill_after_seconds):
     """Write, catch-up read and tail a log (E3/W3/A2, one writer) on a
     temporary appliance of its own; compare with a durable Redis Stream.
     With --producers N: N producer processes write one log through the log
@@ -69,10 +79,14 @@ def log(sizes, records, rate, producers, logs, sync_mode, async_mode, window,
       bkctl bench log --producers 8 --records 100000 --json
       bkctl bench log --producers 8 --sync --rate 10000 --records 50000
       bkctl bench log --producers 8 --async --logs 1000 --no-peer   # vs one log
+      bkctl bench log --producers 8 --kill-owner --json   # failover: the longest stall
     """
     # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.bench.logs import default_peer, run_log_bench
 
+    if kill_owner:
+        _kill_owner(producers, sizes, workdir, as_json, kill_after_seconds)
+        return
     script = None if no_peer else (peer or str(default_peer()))
     if producers:
         _producers(producers, records, sizes, rate, sync_mode, async_mode, window, script,
@@ -116,6 +130,50 @@ def writer_lines(doc: dict) -> list[str]:
         elif p:
             lines.append(f"  redis stream peer did not run: {p['error']}")
     return lines + [f"load average (1, 5, 15 min) {doc['load_average']}"]
+
+
+def _kill_owner(producers, sizes, workdir, as_json, kill_after_s) -> None:
+    # on use: keeps bkctl's start-up short (cli/__init__.py)
+    from appliance.bench.log_failover import run_failover_bench
+
+    if not producers or len(sizes) != 1:
+        raise click.UsageError("--kill-owner goes with --producers N and one --size")
+    doc = run_failover_bench(producers, sizes[0], workdir,
+                             on_progress=lambda line: click.echo(line, err=True),
+                             kill_after_s=kill_after_s)
+    if as_json:
+        echo_json(doc)
+        return
+    for line in failover_lines(doc):
+        click.echo(line)
+
+
+def failover_lines(doc: dict) -> list[str]:
+    """``bench log --producers N --kill-owner``'s figures in words."""
+    t = doc["timeline"]
+    return [
+        f"{doc['producers']} producer processes writing one log synchronously "
+        f"({doc['size']} B records), its owner {doc['owner_killed']} killed -9 once, "
+        f"{doc['kill_after_s']} s after they started:",
+        f"  longest stall of a producer {doc['longest_stall_ms']:,} ms (the largest gap "
+        f"between two acknowledged writes of one producer, from the kill on; usual gap p99 "
+        f"{doc['usual_gap_p99_ms']} ms before it)",
+        f"  the first write sent after the kill acknowledged {doc['first_ack_after_kill_ms']} "
+        f"ms after it, every producer's after {doc['all_resumed_ms']} ms",
+        f"  read back: {doc['records_acknowledged']:,} records acknowledged, "
+        f"{doc['records_stored']:,} stored, {doc['lost']} lost, {doc['duplicated']} stored "
+        f"twice, {len(doc['out_of_order'])} producer(s) out of order",
+        f"  ms from the kill: supervisor released the leases {t.get('supervisor_released')}, "
+        f"restarted the server {t.get('supervisor_restarted')}; a producer looked for the "
+        f"owner again {t['producers_noticed_first']} (the last {t['producers_noticed_last']})",
+        "  registry: " + ", ".join(f"{what} {value or 'gone'} at {when}"
+                                   for when, what, value in t["registry"]),
+        *(f"  {sid}: " + ", ".join(f"{what} at {when}" for when, what in t[sid])
+          for sid in ("logserver-1", "logserver-2") if t[sid]),
+        "  a take-over after the run, ms per step: " + ", ".join(
+            f"{k} {v}" for k, v in doc["take_over_ms"].items() if k != "records_learnt")
+        + f" ({doc['take_over_ms']['records_learnt']:,} records learnt)",
+        f"load average (1, 5, 15 min) {doc['load_average']}"]
 
 
 def _producers(producers, records, sizes, rate, sync_mode, async_mode, window, script, workdir,

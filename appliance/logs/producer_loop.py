@@ -1,42 +1,38 @@
-"""One I/O thread for every producer of a process (``appliance.logs.producer``).
+"""One thread drives every producer of a process: the producer I/O thread
+(``ProducerLoop``; producers in ``appliance.logs.producer``).
 
 A process with a thousand producers (one per log it writes) has one thread
-doing their background work, not a thousand: it receives the replies of
-pipelined writes, connects, follows redirects, resends after a pause, and
-checks each producer's timeouts and deadlines every ``POLL_MS``.
+doing their work, not a thousand.  It alone drives each producer's core
+(``appliance.protocol.log_producer.ProducerCore``) and alone touches the
+sockets (``appliance.logs.producer_io.Channel``: one per log server).
 
 Guarantees:
 
-* A producer's background step (``Producer._turn``) runs on this thread
-  only, holding the producer's ``_io_lock`` as before; its socket is
-  created and closed here only, so the descriptors this thread polls are
-  never closed under it (a socket is unwatched before it closes).
-* A producer is stepped when its socket is readable (unless a blocking
-  write of its own is receiving: it leaves that socket alone), when it is
-  woken (``wake``), at the time it asked for (``call_at``: a backoff); and
-  visited every ``POLL_MS`` whatever happened (``Producer._turn(tick)``:
-  its timeout and deadline checked, its socket looked at).
-* A producer whose step says it is finished (closed with nothing pending,
-  or failed) is finished (``Producer._finish``) and forgotten; an exception
-  from a step fails that producer only.
-* Multi-log requests: while the process has ``MUX_PRODUCERS_MIN`` or more
-  producers, a producer that connects shares one connection per log
-  server with the process's other producers (a ``Channel``: one DEALER
-  socket, this thread's only).  Its requests are sections that this
-  thread sends together, one MUX message per server per turn
-  (``appliance.protocol.log_service.encode_mux``); the server's
-  MUX_REPLYs are split and each answer handed to its producer (by log
-  and producer id), which reads it as from a socket of its own
-  (``MuxSocket``): deduplication, order, redirects, timeouts and resends
-  stay the producer's, as before.  A producer alone in its process keeps
-  a socket of its own (its blocking writes send and receive on their own
-  thread: no hand-off).
+* Writing threads only hand their writes in (``submit``: one list append
+  under a lock, and one wake of the thread only if it is not awake) and
+  wait on the writes' futures; every turn of the thread takes everything
+  handed in, feeds it to the cores, and sends what they make, one message
+  per log server per turn.
+* Each core is stepped when a write or a command for it is handed in, when
+  a reply for it arrives, at the time it asked for (``WakeAt``: a
+  back-off), and every ``POLL_MS`` whatever happened (``Tick``: its request
+  timeout and deadline), and when the log server it writes to is known
+  gone (``ServerGone``: each channel watches its server's registration,
+  ``appliance.logs.server_watch``).  Its actions are carried out here: requests sent,
+  the owner looked up in the metadata store (``Producer._find_owner``),
+  futures settled or failed (and the producer's window given back).
+* A producer whose core is done (closed with nothing pending, or failed)
+  is let go (``Producer._finished``); an exception while stepping fails
+  that producer only.
 * Fork: a child process gets a loop of its own on first use.
+
+Threads: ``_inbox`` and ``_awake`` are guarded by ``_lock`` (any thread
+appends, this thread takes); every other field, the cores and the channels
+are this thread's only.
 """
 
 from __future__ import annotations
 
-import collections
 import heapq
 import itertools
 import logging
@@ -44,138 +40,18 @@ import os
 import select
 import threading
 import time
+from concurrent.futures import Future
 
-import zmq
-
-from appliance.errors import BKError
-from appliance.protocol import limits
-from appliance.protocol.log_service import (
-    MUX_REPLY_KIND,
-    decode_mux_reply,
-    encode_mux,
-    mux_groups,
-)
+from appliance.errors import BKError, LogServiceUnavailableError, UnauthorizedError
+from appliance.logs.producer_io import Channel
+from appliance.logs.server_watch import ServerWatch
+from appliance.protocol import log_producer as lp
 from ipc.wake import WakePipe
 
 log = logging.getLogger("appliance.logs")
 
-POLL_MS = 50  # every producer is stepped at least this often (timeouts, deadlines)
-# a producer that connects while the process has at least this many shares a
-# connection per log server (multi-log requests); fewer: a socket of its own
-MUX_PRODUCERS_MIN = 2
-_EVENTS, _POLLIN, _NOBLOCK = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.NOBLOCK)
-
-
-class MuxSocket:
-    """A producer's view of its ``Channel``: what ``Producer`` uses as its
-    socket.  ``send`` queues a request as a section of the channel's next
-    message; the answers routed to this producer wait in ``inbox``."""
-
-    __slots__ = ("channel", "key", "inbox", "linger")
-
-    def __init__(self, channel: Channel, key: tuple):
-        self.channel, self.key = channel, key
-        self.inbox: collections.deque = collections.deque()
-        self.linger = 0
-
-    def send(self, frame: bytes, flags: int = 0, copy: bool = True) -> None:
-        self.channel.queue(frame)
-
-    def getsockopt(self, option: int) -> int:
-        """EVENTS (an answer waits), or RCVMORE (never: an answer is one frame)."""
-        return _POLLIN if option == _EVENTS and self.inbox else 0
-
-    def recv(self, flags: int = 0) -> bytes:
-        return self.inbox.popleft()
-
-    def close(self, linger: int | None = None) -> None:
-        self.channel.leave(self)
-
-
-class Channel:
-    """One log server's connection, shared by the process's producers that
-    write to it (see the module docstring)."""
-
-    def __init__(self, loop: ProducerLoop, endpoint: str):
-        self.loop, self.endpoint = loop, endpoint
-        self.sock = zmq.Context.instance().socket(zmq.DEALER)
-        self.sock.linger = 0
-        self.sock.connect(endpoint)
-        self.fd = self.sock.getsockopt(zmq.FD)
-        self.members: dict[tuple, MuxSocket] = {}  # (log name UTF-8, pid) -> its view
-        self.producers: dict[tuple, object] = {}
-        self.outbox: collections.deque = collections.deque()
-        self.flagged = False  # the loop is told to send the outbox
-        self.stats = {"messages": 0, "sections": 0, "replies": 0}
-
-    # -- any thread (a producer holding its _io_lock) ---------------------------------
-    def queue(self, frame: bytes) -> None:
-        self.outbox.append(frame)
-        if not self.flagged:
-            self.flagged = True
-            self.loop.wake(self)
-
-    # -- the loop's thread --------------------------------------------------------------
-    def join(self, producer) -> MuxSocket:
-        key = (producer._name_bytes, producer.id)
-        view = self.members[key] = MuxSocket(self, key)
-        self.producers[key] = producer
-        return view
-
-    def leave(self, view: MuxSocket) -> None:
-        if self.members.get(view.key) is view:
-            del self.members[view.key]
-            del self.producers[view.key]
-        if not self.members:
-            self.loop._close_channel(self)
-
-    def flush(self) -> None:
-        """Send what the producers queued: one message (more past the bounds)."""
-        self.flagged = False  # before reading: a request queued from now on flags again
-        outbox, queued = self.outbox, []
-        while outbox:  # popped one by one: producers may append meanwhile
-            queued.append(outbox.popleft())
-        for sections in mux_groups(queued, limits.LOG_SERVICE_MUX_SECTIONS_MAX,
-                                   limits.LOG_SERVICE_MUX_BYTES_MAX // 2):  # room for framing
-            size = sum(map(len, sections))
-            if self.sock is None:
-                continue  # closed: the producers resend after their timeout
-            try:
-                self.sock.send(encode_mux(sections), _NOBLOCK, copy=size < 65_536)
-            except zmq.ZMQError:
-                pass  # not sent: the producers resend after their timeout
-            self.stats["messages"] += 1
-            self.stats["sections"] += len(sections)
-            self.loop.stats["mux_messages"] += 1
-            self.loop.stats["mux_sections"] += len(sections)
-
-    def receive(self) -> None:
-        """Hand every answer that arrived to its producer (then step it)."""
-        sock, wake = self.sock, self.loop._woken_here
-        while sock is not None and sock.getsockopt(_EVENTS) & _POLLIN:
-            frame = sock.recv_multipart(_NOBLOCK)[0]
-            if frame[:1] != bytes([MUX_REPLY_KIND]):
-                log.warning("log server %s refused a multi-log request: %r", self.endpoint,
-                            frame[:200])
-                continue  # a malformed message: its producers resend after their timeout
-            try:
-                answers = decode_mux_reply(frame, limits.LOG_SERVICE_MUX_SECTIONS_MAX,
-                                           limits.LOG_SERVICE_MUX_BYTES_MAX)
-            except BKError as exc:
-                log.warning("log server %s: %s", self.endpoint, exc)
-                continue
-            self.stats["replies"] += 1
-            for name, pid, reply in answers:
-                key = (name, pid)
-                view = self.members.get(key)
-                if view is not None:  # else the producer left: it resent or finished
-                    view.inbox.append(reply)
-                    wake.add(self.producers[key])
-
-    def close(self) -> None:
-        if self.sock is not None:
-            self.sock.close(linger=0)
-            self.sock = None
+POLL_MS = 50  # every producer's core is ticked at least this often (timeouts, deadlines)
+OPEN, CLOSE, STATS, GONE = "open", "close", "stats", "gone"  # commands (a write's: its seq)
 
 
 class ProducerLoop:
@@ -193,134 +69,302 @@ class ProducerLoop:
 
     def __init__(self):
         self._pid = os.getpid()
-        self._poll = select.epoll()
-        self._wakeup = WakePipe()
-        self._poll.register(self._wakeup.fd, select.EPOLLIN)
         self._lock = threading.Lock()
-        self._woken: collections.deque = collections.deque()
-        self._signalled = False  # a wake byte is on its way for _woken
-        self._timers: list = []  # (when, n, producer), under _lock
+        self._inbox: list = []  # (producer, payload, future, seq or command), under _lock
+        self._awake = True  # the thread looks at _inbox before it sleeps, under _lock
+        self._wakeup = WakePipe()
+        self._poll = select.epoll()
+        self._poll.register(self._wakeup.fd, select.EPOLLIN)
+        self._producers: dict[tuple, object] = {}  # (log name UTF-8, pid) -> producer
+        self._channels: dict[str, Channel] = {}  # endpoint -> the connection
+        self._by_fd: dict[int, Channel] = {}
+        self._monitors: dict[int, Channel] = {}  # a CURVE channel's monitor fd -> it
+        self._joined: dict[object, Channel] = {}  # producer -> the channel it writes through
+        self._timers: list = []  # (when, n, producer)
         self._order = itertools.count()
-        self._producers: set = set()  # this thread only (added through _woken)
-        self._by_fd: dict[int, object] = {}
-        self._watched: dict[object, int] = {}
-        self._channels: dict[str, Channel] = {}  # endpoint -> the shared connection
-        self._woken_here: set = set()  # producers a channel's answers are for (this thread)
-        # multi-log messages sent and the requests (sections) they carried, over every channel
-        self.stats = {"mux_messages": 0, "mux_sections": 0}
+        self._touched: set = set()  # producers to pump this turn
+        self._dirty: list = []  # channels with requests queued this turn
+        self._readable: list = []  # channels with a reply waiting (seen after a send)
+        self.stats = {"turns": 0, "ticks": 0, "wakes": 0, "messages": 0, "mux_messages": 0,
+                      "servers_gone": 0,
+                      "mux_sections": 0}
         self._thread = threading.Thread(target=self._run, name="producers-io", daemon=True)
         self._thread.start()
 
-    # -- any thread --------------------------------------------------------------------
-    def wake(self, producer) -> None:
-        """Step ``producer`` soon (it joins the loop on its first wake)."""
+    # -- any thread ------------------------------------------------------------------------
+    def submit(self, item: tuple) -> None:
+        """Hand ``item`` to the thread; wake it only if it is asleep."""
         with self._lock:
-            self._woken.append(producer)
-            signalled, self._signalled = self._signalled, True
-        if not signalled:
-            self._wakeup.wake()
+            self._inbox.append(item)
+            if self._awake:
+                return
+            self._awake = True
+        self._wakeup.wake()
 
-    def call_at(self, producer, when: float) -> None:
-        """Step ``producer`` at ``when`` (``time.monotonic``)."""
-        with self._lock:
-            heapq.heappush(self._timers, (when, next(self._order), producer))
-        self.wake(producer)  # the loop recomputes its wait
+    def server_gone(self, endpoint: str) -> None:
+        """The log server at ``endpoint`` died or was replaced (called on the
+        server watch's thread: ``appliance.logs.server_watch``)."""
+        self.submit((None, None, endpoint, GONE))
 
-    # -- the loop's thread -------------------------------------------------------------
-    def mux_socket(self, producer, endpoint: str) -> MuxSocket | None:
-        """A connecting producer's view of the shared connection to
-        ``endpoint``, or None: it has a socket of its own (fewer than
-        ``MUX_PRODUCERS_MIN`` producers in the process)."""
-        if len(self._producers) < MUX_PRODUCERS_MIN:
-            return None
-        channel = self._channels.get(endpoint)
-        if channel is None:
-            channel = self._channels[endpoint] = Channel(self, endpoint)
-            self._poll.register(channel.fd, select.EPOLLIN)
-            self._by_fd[channel.fd] = channel
-        return channel.join(producer)
+    def snapshot(self) -> dict:
+        """The loop's counters (turns, ticks, wakes, messages, multi-log
+        messages and their sections), read on its thread."""
+        fut: Future = Future()
+        self.submit((None, None, fut, STATS))
+        return fut.result(timeout=10)
 
-    def _close_channel(self, channel: Channel) -> None:
-        if self._channels.get(channel.endpoint) is channel:
-            del self._channels[channel.endpoint]
-        channel.flush()  # whatever its last members queued (they have left: no answer)
-        if channel.sock is not None:
-            self._by_fd.pop(channel.fd, None)
-            self._poll.unregister(channel.fd)
-            channel.close()
-
-    def unwatch(self, producer) -> None:
-        """Stop polling ``producer``'s socket (before it is closed)."""
-        fd = self._watched.pop(producer, None)
-        if fd is not None:
-            self._by_fd.pop(fd, None)
-            self._poll.unregister(fd)
-
-    def _watch(self, producer, fd: int | None) -> None:
-        if self._watched.get(producer) == fd:
-            return
-        self.unwatch(producer)
-        if fd is not None:
-            self._poll.register(fd, select.EPOLLIN)
-            self._by_fd[fd] = producer
-            self._watched[producer] = fd
-
+    # -- the loop's thread -----------------------------------------------------------------
     def _run(self) -> None:
         tick = 0.0
         while True:
-            now = time.monotonic()
             with self._lock:
+                items, self._inbox = self._inbox, []
+                if not items and not self._readable:
+                    self._awake = False
+            ready, self._readable = self._readable, []
+            if not items and not ready:
                 due = self._timers[0][0] if self._timers else tick
-            wait = max(0.0, min(tick, due) - now)
-            events = self._poll.poll(wait)
-            ready = {self._by_fd.get(fd) for fd, _ in events}
-            if any(fd == self._wakeup.fd for fd, _ in events):
-                self._wakeup.drain()  # not on a socket's turn: a read for nothing
+                for fd, _ in self._poll.poll(max(0.0, min(tick, due) - time.monotonic())):
+                    channel = self._by_fd.get(fd)
+                    if channel is not None:
+                        ready.append(channel)
+                    elif fd in self._monitors:
+                        self._check_refused(self._monitors[fd])
+                    else:
+                        self._drain_wakeup()
+                with self._lock:
+                    self._awake = True
+                    items, self._inbox = self._inbox, []
+            self.stats["turns"] += 1
+            for channel in ready:
+                self._receive(channel)
+            if items:
+                self._take_all(items)
             now = time.monotonic()
-            with self._lock:
-                self._signalled = False
-                ready.update(self._woken)
-                self._woken.clear()
-                while self._timers and self._timers[0][0] <= now:
-                    ready.add(heapq.heappop(self._timers)[2])
-            ready.discard(None)
-            channels = [c for c in ready if type(c) is Channel]
-            if channels:
-                ready.difference_update(channels)
-                woken = self._woken_here
-                for channel in channels:
-                    channel.receive()  # also when only flagged: its descriptor is edge-triggered
-                ready |= woken
-                woken.clear()
-            self._producers |= ready
-            if now >= tick:  # everyone: the ones nothing woke only checked
-                for producer in self._producers - ready:
-                    self._step(producer, tick=True)
+            while self._timers and self._timers[0][0] <= now:
+                self._touched.add(heapq.heappop(self._timers)[2])
+            if now >= tick:
+                self._tick()
                 tick = now + POLL_MS / 1000
-            for producer in ready:
-                self._step(producer)
-            for channel in list(self._channels.values()):
-                # flagged and empty: a request queued as the last flush took it
-                # (the flag must not stay up, or later requests would not wake us)
-                if channel.outbox or channel.flagged:
-                    channel.flush()
-                    channel.receive()  # re-arm the edge-triggered descriptor
-                    if self._woken_here:
-                        with self._lock:
-                            self._woken.extend(self._woken_here)
-                        self._woken_here.clear()
-                        self._wakeup.wake()
+            if self._touched:
+                self._pump_touched()
+            if self._dirty:
+                self._flush()
 
-    def _step(self, producer, tick: bool = False) -> None:
+    def _drain_wakeup(self) -> None:
+        """One read takes every wake byte written (a wake is written only
+        while ``_awake`` is False: one, or a few)."""
+        self.stats["wakes"] += 1
         try:
-            finished = producer._turn(tick)
+            os.read(self._wakeup.fd, 4096)
+        except BlockingIOError:
+            pass
+
+    def _tick(self) -> None:
+        """Every core's timeout and deadline; the channels' sockets looked at
+        (nothing is missed if a wake-up was: it costs little to be sure)."""
+        self.stats["ticks"] += 1
+        for producer in list(self._producers.values()):
+            self._step(producer, lp.Tick)
+        for channel in list(self._channels.values()):
+            self._receive(channel)
+            if channel.monitor is not None:  # its descriptor is edge-triggered: look anyway
+                self._check_refused(channel)
+
+    def _receive(self, channel: Channel) -> None:
+        if channel.sock is None:
+            return  # closed this turn
+        for route, frame in channel.receive():
+            producer = channel.plain if route is None else self._producers.get(route)
+            if producer is None or self._producers.get(producer._key) is not producer:
+                continue  # the producer let go: it finished
+            self._step(producer, lp.Reply, frame)
+
+    def _take_all(self, items: list) -> None:
+        """Writes handed in go to their cores (the time read once per run of
+        one producer's writes); commands one by one."""
+        last = core = None
+        now_ms = 0
+        touched = self._touched
+        for item in items:
+            producer, payload, fut, seq = item
+            if payload is None:
+                self._take(item)
+                last = None
+                continue
+            if producer is not last:
+                last, core, now_ms = producer, producer._core, producer._now_ms()
+                touched.add(producer)
+            core.write(payload, fut, seq, now_ms)
+
+    def _take(self, item: tuple) -> None:
+        producer, payload, fut, what = item
+        if producer is None and what == GONE:  # (fut: the server's endpoint)
+            self._server_gone(fut)
+            return
+        if producer is None:  # the loop's counters (snapshot)
+            fut.set_result(dict(self.stats))
+            return
+        core = producer._core
+        if what == OPEN:
+            self._producers[producer._key] = producer
+            self._touched.add(producer)
+        elif what == CLOSE:
+            core.close()
+            self._touched.add(producer)
+        elif what == STATS:
+            fut.set_result(dict(core.stats))
+
+    def _step(self, producer, event_type, frame: bytes | None = None) -> None:
+        """``producer``'s core handles one event (its actions carried out)."""
+        core = producer._core
+        try:
+            now_ms = producer._now_ms()
+            event = event_type(frame, now_ms) if frame is not None else event_type(now_ms)
+            self._carry_out(producer, core.handle(event))  # (handle pumps)
         except Exception as exc:  # noqa: BLE001 - fails that producer only
-            log.exception("producer of log %s failed", producer.name)
-            producer._fail_unexpected(exc)
-            finished = True
-        if finished:
-            self.unwatch(producer)
-            self._producers.discard(producer)
-            producer._finish()
-        else:
-            self._watch(producer, producer._watched_fd())
+            self._broken(producer, exc)
+        if core.done():
+            self._touched.add(producer)  # let go at the end of the turn
+
+    def _pump_touched(self) -> None:
+        touched, self._touched = self._touched, set()
+        for producer in touched:
+            try:
+                self._carry_out(producer, producer._core.pump(producer._now_ms()))
+            except Exception as exc:  # noqa: BLE001 - fails that producer only
+                self._broken(producer, exc)
+            if producer._core.done() and self._producers.get(producer._key) is producer:
+                self._let_go(producer)
+
+    def _carry_out(self, producer, actions: list) -> None:
+        for action in actions:
+            kind = type(action)
+            if kind is lp.Send:
+                channel = self._channel(producer, action.endpoint)
+                if channel is not None:
+                    channel.queue(producer, action.frame, action.payload_bytes)
+            elif kind is lp.Settle:
+                producer._settled(action.done, None, action.payload_bytes)
+            elif kind is lp.Fail:
+                producer._settled(action.done, action.error, action.payload_bytes)
+            elif kind is lp.WakeAt:
+                delay_s = max(0, action.at_ms - producer._now_ms()) / 1000
+                heapq.heappush(self._timers, (time.monotonic() + delay_s, next(self._order),
+                                              producer))
+            elif kind is lp.FindOwner:
+                self._carry_out(producer, producer._core.handle(
+                    lp.OwnerFound(self._find_owner(producer), producer._now_ms())))
+
+    def _find_owner(self, producer) -> str | None:
+        try:
+            return producer._find_owner()
+        except BKError as exc:
+            log.info("log %s: finding its owner: %s", producer.name, exc)
+            return None
+
+    def _broken(self, producer, exc: BaseException) -> None:
+        log.exception("producer of log %s failed", producer.name)
+        core = producer._core
+        if core.error is None:
+            core._fail(exc if isinstance(exc, BKError) else
+                       LogServiceUnavailableError(f"log {producer.name!r}: {exc}"))
+            for action in core.take_actions():
+                if type(action) is lp.Fail:
+                    producer._settled(action.done, action.error, action.payload_bytes)
+
+    def _check_refused(self, channel: Channel) -> None:
+        """A CURVE channel's monitor spoke: if the server refused this
+        client's handshake, every producer writing there fails with
+        ``UnauthorizedError`` naming it (ZeroMQ would not retry)."""
+        why = channel.refused() if channel.sock is not None else None
+        if why is None:
+            return
+        log.warning("%s", why)
+        for producer in list(self._producers.values()):
+            if producer._core.endpoint == channel.endpoint:
+                self._step(producer, lp.Refused, UnauthorizedError(why))
+        for producer in list(channel.members):
+            self._joined.pop(producer, None)
+        channel.members.clear()
+        self._close_channel(channel)
+
+    def _server_gone(self, endpoint: str) -> None:
+        """Every core writing to ``endpoint`` finds the owner again now; the
+        channel is closed (the next one to it watches the new registration)."""
+        self.stats["servers_gone"] += 1
+        for producer in list(self._producers.values()):
+            if producer._core.endpoint == endpoint:
+                self._step(producer, lp.ServerGone, endpoint)
+        channel = self._channels.get(endpoint)
+        if channel is not None:
+            for producer in list(channel.members):
+                self._joined.pop(producer, None)
+            channel.members.clear()
+            self._close_channel(channel)
+
+    def _channel(self, producer, endpoint: str) -> Channel:
+        """The channel to ``endpoint`` (made on first use, watching its
+        server's registration); ``producer`` writes through it, and this
+        turn it has a request to send."""
+        channel = self._channels.get(endpoint)
+        if channel is None:
+            try:
+                server_key, server_id = producer._server_route(endpoint)
+            except BKError as exc:  # refused before connecting (no key, or not trusted)
+                self._step(producer, lp.Refused, exc)
+                return None
+            channel = self._channels[endpoint] = Channel(endpoint, self.stats, producer._curve,
+                                                         server_key, server_id)
+            self._poll.register(channel.fd, select.EPOLLIN)
+            self._by_fd[channel.fd] = channel
+            if channel.monitor_fd is not None:
+                self._poll.register(channel.monitor_fd, select.EPOLLIN)
+                self._monitors[channel.monitor_fd] = channel
+            channel.watch = ServerWatch.of(producer._registry.store).subscribe(
+                endpoint, lambda: self.server_gone(endpoint))
+        old = self._joined.get(producer)
+        if old is not channel:
+            if old is not None:
+                self._leave(producer, old)
+            channel.members.add(producer)
+            self._joined[producer] = channel
+        if not channel.outbox:
+            self._dirty.append(channel)
+        return channel
+
+    def _leave(self, producer, channel: Channel) -> None:
+        channel.members.discard(producer)
+        if not channel.members:
+            self._dirty.append(channel)  # closed once its last requests left
+
+    def _flush(self) -> None:
+        """Send what this turn queued (one message per channel), then close
+        the channels nobody uses."""
+        dirty, self._dirty = self._dirty, []
+        for channel in dirty:
+            if channel.outbox:
+                channel.flush()
+                if channel.readable():  # a reply came meanwhile: its wake-up was taken
+                    self._readable.append(channel)
+            if not channel.members and channel.sock is not None and \
+                    self._channels.get(channel.endpoint) is channel:
+                self._close_channel(channel)
+
+    def _close_channel(self, channel: Channel) -> None:
+        del self._channels[channel.endpoint]
+        del self._by_fd[channel.fd]
+        self._poll.unregister(channel.fd)
+        if channel.monitor_fd is not None:
+            del self._monitors[channel.monitor_fd]
+            self._poll.unregister(channel.monitor_fd)
+        if channel.watch is not None:
+            channel.watch.cancel()
+        channel.close()
+
+    def _let_go(self, producer) -> None:
+        del self._producers[producer._key]
+        channel = self._joined.pop(producer, None)
+        if channel is not None:
+            self._leave(producer, channel)
+        producer._finished.set()

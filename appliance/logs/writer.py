@@ -29,20 +29,28 @@ Tagged writers (the log service's owners, ``tagged=True``): every record
 carries its producer's ``(producer_id, seq)`` in the entry's tags column
 (``appliance.protocol.log_entry``), given to ``write_many_async`` or
 ``write_run_async`` (one future for a request's records, resolved to their
-position runs once the last is acknowledged).  Driven
-writers (``driven=True``, the owners too) have no flush timer: the caller
-sends the buffer with ``send_if_idle`` (at once when fewer than the
-caller's number of entries are in flight, else when one is acknowledged),
-and their entries are never held by the ledger handle (the caller batches);
-``flush_bytes`` still applies.  Nor have they a flusher thread: the caller
-drives their control entries too (``control_if_due``, after an idle time
-of its choosing), so a process owning a thousand logs has no thread per
-log.
+position runs once the last is acknowledged).  Driven writers
+(``driven=True``, the owners too) have no flush timer and no flusher
+thread: their caller decides what leaves when (``add_entry``: one entry of
+the records it cut, ``add_control``: a control entry; the log owner core,
+``appliance.protocol.log_owner``, counts its entries in flight and the
+ledger's window from their futures, so an add never waits for room), and
+their entries are never held by the ledger handle.  A process owning a
+thousand logs has no thread per log.
 
 Listening (``listen``, the log service's read cache): a callback is told
 of every entry the ledger acknowledged (its ack quorum durable, so the
 records are in the log at those DLSNs for good), in entry order, control
 entries included (no records), on the ledger's completion thread.
+
+Threads: the buffer, the segment's fields, ``_closed``, ``_rolling``,
+``_held`` and ``stats`` are guarded by ``_lock`` (the caller's threads, the
+flusher, the roll's pool thread); ``_acknowledged`` belongs to the ledger
+client's driver thread alone (``acknowledged_now`` asks it there).  Still
+read there without the lock (to be moved onto that thread): ``_listener``
+(set under the lock by the read cache's thread) and ``_error`` (first
+failure wins, ``_fail``).  A driven writer's caller (a log server's loop thread) is
+the only one to send its entries.
 
 Errors are sticky: once a write fails (``LogFencedError`` when a newer writer
 took over; any other ledger error as it came), that write and every later
@@ -51,7 +59,6 @@ one fail with the same error; open a new writer to go on.
 
 from __future__ import annotations
 
-import collections
 import itertools
 import logging
 import os
@@ -168,7 +175,7 @@ class LogWriter:
         self._control_s = config.control_interval_ms / 1000.0
         self._entry_max = client.payload_bytes_max
         self._tagged = tagged
-        self._driven = driven  # the caller sends the buffer (send_if_idle): no flush timer
+        self._driven = driven  # the caller sends entries (add_entry): no flush timer
         self._record_overhead = RECORD_OVERHEAD + (TAG_BYTES if tagged else 0)
         self.record_bytes_max = self._entry_max - HEADER_BYTES - self._record_overhead
         self._lock = threading.Lock()
@@ -190,12 +197,7 @@ class LogWriter:
         # (seq, entry id) of the last entry acknowledged: the ledger client's
         # driver thread alone writes and reads it (_on_added, acknowledged_now)
         self._acknowledged: tuple[int, int] | None = None
-        self._acked_hook: Future | None = None  # the add send_if_idle waits on
         self._listener = None  # (seq, entry_id, txids, payloads) of each acknowledged entry
-        # driven: called (ledger's thread) when an entry with records is
-        # acknowledged, before its futures settle: time for control_if_due
-        self.on_acked = None
-        self._inflight: collections.deque[Future] = collections.deque()  # adds not yet acked
         self._rolling = False  # the segment is rolling over (_roll)
         self._held: list[tuple] = []  # entries sent while it rolls (_take_buffer's)
         self.stats = {"entries": 0, "control_entries": 0, "segments_started": 0}
@@ -206,7 +208,7 @@ class LogWriter:
         md = self._recover_previous(md)
         self._last_txid = md.last_txid
         self._start_segment()
-        self._thread = None  # driven: the caller drives time (control_if_due), no thread
+        self._thread = None  # driven: the caller drives time (add_control), no thread
         if not driven:
             self._thread = threading.Thread(target=self._run, name=f"log-writer-{name}",
                                             daemon=True)
@@ -473,7 +475,6 @@ class LogWriter:
             raise
         self._next_entry += 1
         self._last_add = add
-        self._inflight.append(add)
         self._control_due = bool(payloads)
         self.stats["entries" if payloads else "control_entries"] += 1
         seq = self._seg.seq
@@ -535,8 +536,6 @@ class LogWriter:
     def _on_added(self, add: Future, seq: int, entry_id: int, futures: list[Future],
                   txids: list, payloads: list) -> None:
         """Driver thread (no lock taken): settle the records of one entry."""
-        if self._inflight:  # entries are acknowledged in order
-            self._inflight.popleft()
         exc = add.exception()
         if exc is None and add.result() != entry_id:
             exc = BKError(f"log {self.name!r}: entry {add.result()} acknowledged where "
@@ -550,9 +549,6 @@ class LogWriter:
         listener = self._listener
         if listener is not None:
             listener(seq, entry_id, txids, payloads)
-        on_acked = self.on_acked
-        if on_acked is not None and payloads:
-            on_acked()
         singles, runs, run, part = [], [], None, None
         for slot, fut in enumerate(futures):
             if fut.__class__ is not RecordRun:
@@ -599,30 +595,6 @@ class LogWriter:
                     log.warning("log %s: flush failed: %s", self.name, exc)
                 self._wake.wait(max(wait, 0.0001))
 
-    def control_if_due(self, now: float, interval_s: float) -> float | None:
-        """A driven writer's flusher, called by its owner (one loop for all
-        its logs instead of a thread each): add the control entry if the
-        writer has been idle ``interval_s`` since its last entry with
-        records was acknowledged.  None when nothing is to do until
-        ``on_acked`` is called again (an entry with records acknowledged);
-        else when to call again (monotonic)."""
-        with self._lock:
-            if self._closed or self._error is not None:
-                return None
-            last = self._last_add
-            if self._buf_payloads or not self._control_due or last is None or \
-                    not last.done():
-                return None  # nothing sent, or an entry to come: its ack calls on_acked
-            due = self._acked_at + interval_s
-            if now < due:
-                return due
-            try:
-                self._flush_locked(control=True)
-            except BaseException as exc:  # noqa: BLE001 - kept as the writer's error
-                self._fail(exc)
-                log.warning("log %s: control entry failed: %s", self.name, exc)
-            return None
-
     def listen(self, listener) -> tuple[DLSN, int]:
         """Call ``listener(seq, entry_id, txids, payloads)`` for every entry
         acknowledged from now on (None: stop).  Returns where that begins:
@@ -646,68 +618,37 @@ class LogWriter:
             timeout=limits.CLIENT_CALL_TIMEOUT_S_MAX)
 
     # -- flush and close ------------------------------------------------------------------
-    def has_room(self, payloads) -> bool:
-        """Can ``payloads`` be appended without this segment's ledger handle
-        waiting for room (``[client] inflight_adds_max`` /
-        ``inflight_bytes_max``)?  An append sends an entry only when the
-        buffer reaches ``flush_bytes`` or a record would not fit the entry
-        (what is left waits for ``send_if_idle``, which never waits), so:
-        yes if they and the buffer stay below both; else room for one entry
-        per ``flush_bytes`` of them plus one (plus one per record when one
-        of them may not fit after a buffer: an entry each at most), or
-        nothing in flight (a request larger than the window then goes as the
-        handle takes it, so it is never refused for ever).  For a caller that
-        must never wait; a look without the lock (only acks change it
-        meanwhile, and they make room)."""
-        room = self._entry_max - HEADER_BYTES
-        limit = min(self._flush_bytes, room)
-        total = self._buf_bytes + sum(map(len, payloads)) + \
-            len(payloads) * self._record_overhead
-        if total < limit:
-            return True
-        entries = total // limit + 1
-        if max(map(len, payloads), default=0) + self._record_overhead + limit > room:
-            entries += len(payloads)
-        return self._wh.has_room(entries, total + entries * HEADER_BYTES) or not self._inflight
-
-    @property
-    def entries_inflight(self) -> int:
-        """Entries sent and not yet acknowledged."""
-        return len(self._inflight)
-
-    def send_if_idle(self, on_acked=None, entries_max: int = 1) -> bool:
-        """Send the buffered records as an entry now if fewer than
-        ``entries_max`` entries of this writer await their ack; True once
-        nothing is left buffered.  Else ``on_acked()`` is called (on the
-        ledger's thread) when the entry whose ack makes room is
-        acknowledged: call again then.  Group commit without a timer (the
-        log service's owner calls it after each turn of its loop, with
-        ``entries_max`` 1, and with more once the buffered records waited
-        its linger): a lone record leaves at once, and the records that
-        arrive while an entry is in flight leave together when it is
-        acknowledged (or when the caller's linger ends), instead of waiting
-        out ``flush_interval_us``.  Never waits for the ledger handle's room
-        (``[client] inflight_adds_max`` / ``inflight_bytes_max``, for a
-        caller that serves other logs too): while the window is full nothing
-        is sent, and ``on_acked`` comes with the oldest entry's ack."""
+    def add_entry(self, payloads, tags) -> Future:
+        """A driven writer's next entry: exactly these records (cut by the
+        caller to fit one entry: the buffer's own rule), sent now; the
+        future's result is their positions as runs ``[segment seq, entry
+        id, first slot, n]`` (``write_run_async``'s).  Raises the writer's
+        error if it is broken."""
+        batch = [self._checked(p) for p in payloads]
+        if not self._driven or not self._tagged or len(tags) != len(batch) or not batch:
+            raise ValueError("add_entry: a driven tagged writer, one tag per payload, >= 1")
+        run = RecordRun(AddFuture(self._futures_done), len(batch))
         with self._lock:
-            if not self._buf_payloads or self._closed:
-                return True
-            inflight = self._inflight
-            count = len(inflight)
-            try:
-                target = inflight[count - entries_max] if count >= entries_max else None
-            except IndexError:  # acknowledged meanwhile (the ledger's thread)
-                target = None
-            if target is None or target.done():
-                if not count or self._wh.has_room(1, self._buf_bytes + HEADER_BYTES):
-                    self._flush_locked()
-                    return True
-                target = inflight[0]  # the ledger's window is full: its oldest ack makes room
-            if on_acked is not None and self._acked_hook is not target:
-                self._acked_hook = target
-                target.add_done_callback(lambda _f: on_acked())
-            return False
+            self._append_locked(batch, None, itertools.repeat(run, len(batch)), tags)
+            self._flush_locked()
+        return run.future
+
+    def add_control(self) -> Future:
+        """A driven writer's control entry (no records: the bookies learn the
+        LAC from it), sent now; the future is done once it is acknowledged
+        (at once when a segment roll is under way: the roll's close ends
+        the segment at its last entry)."""
+        with self._lock:
+            self._check_usable()
+            done = Future()
+            if self._rolling:
+                done.set_result(None)
+                return done
+            self._flush_locked(control=True)
+            if self._error is not None:
+                done.set_exception(self._error)
+                return done
+            return self._last_add
 
     def flush(self) -> None:
         """Send what is buffered and wait until everything written so far is

@@ -5,8 +5,10 @@ off) makes each log server serve ``/metrics`` over HTTP from its own
 registry.  The bound URL is in the server's registration, its PING answer
 and ``bkctl status --json`` (``metrics_url``).
 
-Everything but the latency histogram is read from the counters the server
-already keeps, when Prometheus scrapes (on the HTTP server's thread):
+Everything is copied on the server's loop thread, which alone writes the
+counters, the owned logs and the histogram, when Prometheus scrapes: the
+HTTP server's thread asks for a snapshot (``LogServer.metrics_snapshot``)
+and waits for it:
 
 * ``bookkeeper_logserver_requests_total`` (every request),
   ``..._redirects_total`` (answered "not owner"),
@@ -18,12 +20,9 @@ already keeps, when Prometheus scrapes (on the HTTP server's thread):
 * ``bookkeeper_logserver_owned_logs`` and ``..._producers`` (producers the
   owned logs' filters track), gauges;
 * ``bookkeeper_logserver_write_latency_seconds``: one observation per write
-  request, from its arrival to its answer (its records durable); counted
-  without a lock (``Latency``: prometheus_client's ``Histogram`` took two
-  locks per observation, on the thread that answers every request), so
-  in the rare case of two threads observing at once one count may be lost;
-  its buckets and count always agree (a scrape's sum may hold one
-  observation more than its buckets);
+  request, from its arrival to its answer (its records durable), observed
+  on the loop thread (``Latency``, no lock: prometheus_client's
+  ``Histogram`` took two per observation);
 * process CPU and memory (``bookkeeper_process_*``).
 """
 
@@ -67,8 +66,10 @@ class Latency:
         self.counts[bisect.bisect_left(self.bounds, seconds)] += 1
         self.sum += seconds
 
-    def family(self, name: str, text: str) -> HistogramMetricFamily:
-        counts, total = list(self.counts), self.sum
+    def family(self, name: str, text: str, copied: tuple) -> HistogramMetricFamily:
+        """The histogram of ``copied`` (counts, sum: copied on the thread
+        that observes)."""
+        counts, total = copied
         cumulative, running = [], 0
         for bound, count in zip((*map(str, self.bounds), "+Inf"), counts, strict=True):
             running += count
@@ -82,20 +83,23 @@ class LogServerCollector:
         self.latency = latency
 
     def collect(self):
-        server = self.server
-        totals = server.totals()
+        snap = self.server.metrics_snapshot()
+        if snap is None:  # the loop did not answer (stopping): nothing to tell
+            return
+        totals = snap["totals"]
         for name, text in COUNTERS.items():
             yield CounterMetricFamily(f"bookkeeper_logserver_{name}", text,
                                       value=totals.get(name, 0))
-        owned = [o for o in list(server.owned.values()) if o.state == "open"]
         yield GaugeMetricFamily("bookkeeper_logserver_owned_logs", "Logs this server owns.",
-                                value=len(owned))
+                                value=snap["owned_logs"])
         yield GaugeMetricFamily("bookkeeper_logserver_producers",
                                 "Producers the owned logs' duplicate filters track.",
-                                value=sum(len(o.table) for o in owned))
-        yield self.latency.family("bookkeeper_logserver_write_latency_seconds",
-                                  "A write request's time from arrival to answer.")
-        yield from read_metrics(server.reads)
+                                value=snap["producers"])
+        if snap["latency"] is not None:
+            yield self.latency.family("bookkeeper_logserver_write_latency_seconds",
+                                      "A write request's time from arrival to answer.",
+                                      snap["latency"])
+        yield from read_metrics(self.server.reads)
 
 
 def start_metrics(address: str, server) -> tuple[object, str, Latency]:

@@ -23,7 +23,7 @@ Guarantees:
 * Superseded writers: an exclusive writer (``Log.writer()``) that takes
   the log fences the owner's segment, which the owner only learns on its
   next write.  So for every log with readers waiting, the log's metadata
-  is read every ``LOG_SERVICE_CHECK_INTERVAL_MS``: once its epoch is not
+  is read every ``LOG_READ_CACHE_CHECK_INTERVAL_MS``: once its epoch is not
   the owner's writer's, the cache is dropped and the readers sent to the
   bookies (which show the new writer's records).
 * Long polls: a read with nothing new waits up to its ``wait_ms`` (at most
@@ -37,14 +37,31 @@ for tcp, CURVE there as the write socket; registered as the server's
 ``read_endpoint``) and thread, so reads never wait behind the write path's
 loop.  Wire:
 ``appliance.logs.tail``.
+
+Threads and what each owns:
+
+* the read thread (``ReadService._run``) owns the socket, the caches
+  (``_caches``), the parked long polls, ``_writers`` (the writer of each
+  log the server has open, as it last heard) and ``stats``.  It learns the
+  open logs' writers through a queue (``publish``), never by looking at
+  the server's ``owned``.
+* the server's loop thread calls ``publish(name, writer or None)`` when an
+  owned log opens or stops being open (a ``queue.SimpleQueue``, then a wake).
+* a ``RecentRecords`` is fed on the ledger client's completion thread
+  (``LogWriter.listen``) and read on the read thread: its own lock.
+* the metrics' HTTP thread asks ``shown()``: the read thread copies its
+  stats and gauges when it takes the request from the same queue, and the
+  HTTP thread waits for that copy on a future.
 """
 
 from __future__ import annotations
 
 import bisect
 import logging
+import queue
 import threading
 import time
+from concurrent.futures import Future
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
@@ -60,7 +77,7 @@ from ipc.server import FrameServer
 
 log = logging.getLogger("appliance.logservice")
 
-CHECK_INTERVAL_S = limits.LOG_SERVICE_CHECK_INTERVAL_MS / 1000
+CHECK_INTERVAL_S = limits.LOG_READ_CACHE_CHECK_INTERVAL_MS / 1000
 
 
 class RecentRecords:
@@ -199,6 +216,8 @@ class ReadService:
         self.bytes_max = bytes_max
         self.registry = LogServiceRegistry(server.client.logs.store)
         self._caches: dict[str, tuple[object, RecentRecords]] = {}  # log -> (writer, cache)
+        self._writers: dict[str, object] = {}  # log -> its open writer (publish)
+        self._posted: queue.SimpleQueue = queue.SimpleQueue()  # functions for the thread
         self._superseded: set = set()  # writers whose log another writer took
         self._waiters: list[tuple[bytes, dict, str, DLSN, int, float]] = []
         self._next_check = 0.0
@@ -209,7 +228,7 @@ class ReadService:
             self._frames = FrameServer(read_endpoint_for(server.endpoint), self,
                                        codec=HEADER_WIRE, curve_keys=keys,
                                        authorized_keys=authorized,
-                                       poll_ms_max=limits.LOG_SERVICE_CHECK_INTERVAL_MS)
+                                       poll_ms_max=int(CHECK_INTERVAL_S * 1000))
             self.endpoint = self._frames.endpoint
         except BKError as exc:
             log.warning("read cache off: cannot bind %s: %s", read_endpoint_for(server.endpoint),
@@ -236,9 +255,44 @@ class ReadService:
         if self._frames is not None:
             self._frames.wake()
 
-    def gauges(self) -> dict:
-        caches = [c for _w, c in list(self._caches.values())]
-        return {"read_cache_logs": len(caches), "read_cache_bytes": sum(c.bytes for c in caches),
+    def publish(self, name: str, writer) -> None:
+        """The server's loop thread: ``name`` is open with ``writer`` now, or
+        not open any more (None)."""
+        if self.endpoint is not None:
+            self._posted.put(lambda: self._set_writer(name, writer))
+            self._wake()
+
+    def _set_writer(self, name: str, writer) -> None:
+        if writer is None:
+            self._writers.pop(name, None)
+        else:
+            self._writers[name] = writer
+
+    def _run_posted(self) -> None:
+        while True:
+            try:
+                fn = self._posted.get_nowait()
+            except queue.Empty:
+                return
+            fn()
+
+    def shown(self) -> dict:
+        """Any thread but the read thread: its stats and gauges, copied there
+        ({} when it does not run or does not answer in time)."""
+        if self.endpoint is None or not self._thread.is_alive():
+            return {}
+        fut: Future = Future()
+        self._posted.put(lambda: fut.set_result(self._show()))
+        self._wake()
+        try:
+            return fut.result(timeout=limits.CLIENT_CALL_TIMEOUT_S_MAX)
+        except TimeoutError:
+            return {}
+
+    def _show(self) -> dict:
+        caches = [c for _w, c in self._caches.values()]
+        return {**self.stats, "read_cache_logs": len(caches),
+                "read_cache_bytes": sum(c.bytes for c in caches),
                 "read_waiting": len(self._waiters)}
 
     # -- the thread -------------------------------------------------------------------
@@ -254,7 +308,11 @@ class ReadService:
 
     def after_step(self) -> None:
         """Every turn of the loop: parked reads answered (records came, or
-        their wait is over), and the caches checked every interval."""
+        their wait is over), and the caches checked every interval.  What
+        the server's loop published is taken first (a read that came in the
+        same turn was answered from what the thread knew before: at worst a
+        miss, which sends the reader to the bookies)."""
+        self._run_posted()
         self._answer_waiters()
         if time.monotonic() >= self._next_check:
             self._drop_stale()
@@ -334,9 +392,8 @@ class ReadService:
 
     def _cache_for(self, name: str) -> RecentRecords | None:
         """The cache of a log this server writes now (made on first use)."""
-        owned = self.server.owned.get(name)
-        writer = getattr(owned, "writer", None)
-        if owned is None or owned.state != "open" or writer is None:
+        writer = self._writers.get(name)
+        if writer is None:
             return None
         held = self._caches.get(name)
         if held is not None and held[0] is writer:
@@ -400,14 +457,12 @@ class ReadService:
         now = time.monotonic()
         waited = {w[2] for w in self._waiters}
         for name, (writer, cache) in list(self._caches.items()):
-            owned = self.server.owned.get(name)
-            if owned is None or getattr(owned, "writer", None) is not writer or \
-                    owned.state != "open" or \
+            if self._writers.get(name) is not writer or \
                     now - cache.used_at > limits.LOG_READ_CACHE_IDLE_MS / 1000 or \
                     (name in waited and self._superseded_now(name, writer)):
                 writer.listen(None)
                 del self._caches[name]
-        self._superseded &= {getattr(o, "writer", None) for o in list(self.server.owned.values())}
+        self._superseded &= set(self._writers.values())
 
     def _superseded_now(self, name: str, writer) -> bool:
         """Has another writer taken the log (its epoch is not ``writer``'s)?"""
@@ -444,14 +499,15 @@ def read_metrics(reads: ReadService | None):
                            "log not owned here.",
             "read_records": "Records served from the read cache.",
             "read_redirects": "Reads answered 'not owner' (sent to the owner)."}
+    gauges = reads.shown()
     for name, text in docs.items():
         yield CounterMetricFamily(f"bookkeeper_logserver_{name}", text,
-                                  value=reads.stats[name])
-    gauges = reads.gauges()
+                                  value=gauges.get(name, 0))
     yield GaugeMetricFamily("bookkeeper_logserver_read_cache_logs", "Logs with a read cache.",
-                            value=gauges["read_cache_logs"])
+                            value=gauges.get("read_cache_logs", 0))
     yield GaugeMetricFamily("bookkeeper_logserver_read_cache_bytes",
-                            "Payload bytes in the read caches.", value=gauges["read_cache_bytes"])
+                            "Payload bytes in the read caches.",
+                            value=gauges.get("read_cache_bytes", 0))
     yield GaugeMetricFamily("bookkeeper_logserver_read_waiting",
                             "Tailing readers' long polls waiting for a record.",
-                            value=gauges["read_waiting"])
+                            value=gauges.get("read_waiting", 0))

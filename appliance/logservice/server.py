@@ -1,5 +1,11 @@
-"""A log server: a ZeroMQ ROUTER endpoint where producers write records to
-the logs this server owns (seed 003's write proxy).
+"""A log server: a ZeroMQ endpoint where producers write records to the
+logs this server owns (seed 003's write proxy).  It serves on
+``ipc.server.FrameServer`` (the bookies' loop, with its guards: bounded
+drains and queues, malformed messages answered; ``wire.WRITE_WIRE`` its
+codec): on tcp beside tcp bookies (``[log] port_base``), and there with
+``[security] curve`` as a CURVE server with the bookies' keys, refusing
+clients whose keys are not authorized as the bookies do; its public key
+is registered (``curve_public_key``) for producers and readers to verify.
 
     python -m appliance.logservice --config configs/local.toml --id logserver-1
 
@@ -11,18 +17,38 @@ Guarantees:
   through a log writer that fenced the previous owner; the log it should
   own is decided by rendezvous hashing over the live servers
   (``appliance.protocol.log_service.owner_of``).  A request for a log owned
-  elsewhere is answered ``not_owner`` with the owner's endpoint; a log whose
+  elsewhere is answered ``not_owner`` with the owner's endpoint (the
+  metadata reads that decide it run off the loop: ``routing.py``); a log whose
   hashing now names another live server is handed over (flushed, closed,
   lease released) and its producers are redirected.
 * A log held by an exclusive writer (``Log.writer()``: its segment in
   progress and the log's owner not a log server) is not taken: requests are
   answered ``held`` until that writer closes.
-* One thread serves the socket; replies computed on other threads (a write
-  made durable) are queued and the socket thread is woken through a pipe.
-  That thread also drives the time-based work of every owned log (group
-  commit lingers, control entries): no thread per log.  Logs are opened
-  and closed on a pool of ``LOG_SERVICE_OPENS_MAX`` threads, so a server
-  asked for a thousand logs at once keeps answering (pings included).
+* A log is handed over (``Close``: what it holds is sent, its entries
+  acknowledged, its writer closed, its lease released) when the hashing
+  names another live server or its lease's session ended; the server's
+  stop hands every log over the same way (``LOG_SERVICE_HAND_OVER_MS`` at
+  most).
+
+Threads and what each owns (no other thread touches these):
+
+* the loop thread (``run``: ``FrameServer.serve``, which calls ``handle``
+  for each request and ``after_step`` after each turn): the socket, ``owned`` (every log's
+  ``OwnedLog`` and its core: ``appliance.logservice.owned``), the reply
+  queue, the timers (``_timers``: when each log's core wants a ``Tick``),
+  ``stats`` and the retired logs' counters, ``_lease_sessions``, the
+  ``Router`` (requests parked while a log's owner is looked up).  It
+  serves requests, drives every owned log's core (group commit, control
+  entries, hand-over) and carries out its actions: no thread per log.
+* every other thread (the ledger client's completions, the pool of
+  ``LOG_SERVICE_OPENS_MAX`` threads that open and close logs, the routing
+  worker that reads the metadata for logs not owned here, the metrics
+  HTTP thread) only hands the loop a function to run (``post``: a
+  lock-guarded list, and a wake of the loop when it was empty) and, for
+  the metrics, waits on a future (``call``).
+* the read cache's thread (``readcache.py``) learns which writers this
+  server's open logs have through a queue the loop thread feeds
+  (``ReadService.publish``), never from ``owned``.
 """
 
 from __future__ import annotations
@@ -35,21 +61,20 @@ import math
 import os
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
-import zmq
-
-from appliance.errors import BadRequestError, BKError, NoSuchLogError
+from appliance.errors import BadRequestError, BKError
 from appliance.logservice.metrics import start_metrics
-from appliance.logservice.owned import CLOSED, CLOSING, FAILED, OPEN, OPENING, OwnedLog
+from appliance.logservice.owned import OwnedLog, now_ms, owner_config
 from appliance.logservice.readcache import start_read_service
+from appliance.logservice.routing import SERVICE_OWNER_PREFIX, Router
+from appliance.logservice.wire import WRITE_WIRE, MuxRequest
 from appliance.meta.logservice import LogServiceRegistry
 from appliance.protocol import limits
+from appliance.protocol.log_owner import OwnerState
+from appliance.protocol.log_owner_events import Close, Hello, Tick, Write
 from appliance.protocol.log_service import (
     BAD,
-    HELD,
-    MUX_KIND,
-    NOT_OWNER,
     RETRY,
     check_write,
     decode_mux,
@@ -61,166 +86,220 @@ from appliance.protocol.log_service import (
     route_answer,
     section_route,
 )
-from ipc.wake import WakePipe
-from ipc.zmq_frames import recv_frames, send_frames
+from ipc.frames import WireLimits
+from ipc.server import FrameServer
 
 log = logging.getLogger("appliance.logservice")
 
-SERVICE_OWNER_PREFIX = "logserver:"  # the log metadata's owner when a log server writes it
-
-
-def held_by_writer(md) -> bool:
-    """Is the log held by an exclusive writer (``Log.writer()``, not a log
-    server)?  While it writes (its segment in progress), and also while it
-    opens: it has taken the log (the epoch is its own) but not yet started
-    its segment (the last segment is from an older epoch)."""
-    if not md.owner or md.owner.startswith(SERVICE_OWNER_PREFIX):
-        return False
-    if md.in_progress is not None:
-        return True
-    return not md.segments or md.segments[-1].epoch != md.epoch
-
-
 class LogServer:
     def __init__(self, client, server_id: str, endpoint: str, *, stale_wait_ms: int,
-                 metrics_address: str = ""):
+                 metrics_address: str = "", curve=None):
         self.client = client
         self.id = server_id
         self.endpoint = endpoint
         self.registry = LogServiceRegistry(client.logs.store)
         self._stale_wait_ms = stale_wait_ms
-        self._linger_s = client.log_config.service_linger_us / 1e6
-        self._entries_max = client.log_config.service_entries_inflight
-        self._gather_s = client.log_config.service_gather_us / 1e6
+        self._config = owner_config(client)  # every owned log's core's limits
         self.owned: dict[str, OwnedLog] = {}
         self._lease_sessions: dict[str, str] = {}  # log -> the session its lease is on
-        # group commit (_send_buffered): the logs to try this turn (written to, or
-        # their ack came: appended by the ledger's thread), and those whose
-        # records wait out their linger (a heap of (due, n, log), latest due kept)
-        self._buffered: set[OwnedLog] = set()
-        self._ready: collections.deque[OwnedLog] = collections.deque()
-        self._lingering: list = []
-        self._linger_due: dict[OwnedLog, float] = {}
-        # control entries of every owned log, driven by this loop (no thread per
-        # log): logs whose entry was just acknowledged (appended by the ledger's
-        # thread), and a heap of (due, n, log) with each log in it at most once
-        self._control_s = client.log_config.service_control_interval_ms / 1000
-        self._acked: collections.deque[OwnedLog] = collections.deque()
-        self._controls: list = []
-        self._controlled: set[OwnedLog] = set()
-        self._control_order = itertools.count()
+        self._retired: collections.Counter = collections.Counter()  # closed logs' counters
+        # when each owned log's core wants a Tick: a heap of (due ms, n, log), the
+        # latest due of each log in _timer_due (older heap rows are skipped)
+        self._timers: list = []
+        self._timer_due: dict[OwnedLog, float] = {}
+        self._order = itertools.count()
+        # functions other threads hand the loop (post): taken under the lock, and
+        # the loop woken by the post that found the list empty
+        self._inbox: list = []
+        self._inbox_lock = threading.Lock()
         # opens and closes of owned logs, a few at a time (not a thread each)
-        self._pool = ThreadPoolExecutor(limits.LOG_SERVICE_OPENS_MAX, "log-open")
+        self.pool = ThreadPoolExecutor(limits.LOG_SERVICE_OPENS_MAX, "log-open")
         self._replies: collections.deque = collections.deque()
-        self._replies_lock = threading.Lock()
-        # a wake is on its way for the queued replies and ready logs (_wake_once)
-        self._replies_woken = False
-        self._wakeup = WakePipe()
-        self._stop = threading.Event()
-        self._servers: dict[str, dict] = {}
-        self._servers_at = 0.0
-        self._ctx = zmq.Context()
-        self._sock = self._ctx.socket(zmq.ROUTER)
-        self._sock.linger = 0
-        self._sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
-        self._sock.bind(endpoint)
-        self.stats = {"requests": 0, "redirects": 0, "records": 0, "duplicates": 0,
-                      "entries": 0, "takeovers": 0, "mux_requests": 0, "mux_sections": 0,
-                      "mux_replies": 0, "busy": 0}
+        self._stopping = False  # set by stop() (any thread, a signal): the loop hands over
+        self._hand_over_until: float | None = None  # monotonic, once the hand-over began
+        self._next_check = 0.0  # monotonic: the live servers read again
+        self._wake_timer = None  # the FrameServer timer for the cores' next Tick
+        self._wake_timer_ms = math.inf
+        self._router = Router(self)  # requests for logs not owned here (routing.py)
+        keys, authorized = curve if curve is not None else (None, None)
+        self._frames = FrameServer(endpoint, self, codec=WRITE_WIRE, limits=_WIRE_LIMITS,
+                                   drain_messages_max=limits.LOG_PRODUCER_BATCH_RECORDS_MAX,
+                                   poll_ms_max=limits.LOG_SERVICE_CHECK_INTERVAL_MS,
+                                   curve_keys=keys, authorized_keys=authorized)
+        self.endpoint = self._frames.endpoint  # a tcp port 0 resolved
+        self._curve = curve
+        self.stats = {"requests": 0, "redirects": 0, "mux_requests": 0, "mux_sections": 0,
+                      "mux_replies": 0}
         self._metrics_address = metrics_address
         self.metrics_url: str | None = None
         self._httpd = self._latency = None
-        self._loop_thread = None
+        self.observe = None  # a write request's latency (s), once metrics are on
         self.reads = None  # the read cache for tailing readers (readcache.py)
 
     # -- life -------------------------------------------------------------------------
     def run(self) -> None:
-        self._loop_thread = threading.get_ident()
         if self._metrics_address:
             self._httpd, self.metrics_url, self._latency = start_metrics(
                 self._metrics_address, self)
-        self.reads = start_read_service(self)
-        self.registry.register(self.id, self.endpoint, {"pid": os.getpid(),
-                                                        "metrics_url": self.metrics_url,
-                                                        "read_endpoint": self.reads.endpoint},
-                               self._stale_wait_ms)
-        log.info("log server %s serving at %s", self.id, self.endpoint)
-        poller = zmq.Poller()
-        poller.register(self._sock, zmq.POLLIN)
-        poller.register(self._wakeup.fd, zmq.POLLIN)
-        next_check = 0.0
-        due = math.inf  # the next group commit's linger deadline
+            self.observe = self._latency.observe
+        self.reads = start_read_service(self, self._curve)
+        self.registry.register(self.id, self.endpoint, {
+            "pid": os.getpid(), "metrics_url": self.metrics_url,
+            "read_endpoint": self.reads.endpoint,
+            "curve_public_key": self._frames.curve_public_key}, self._stale_wait_ms)
+        log.info("log server %s serving at %s%s", self.id, self.endpoint,
+                 " (CURVE)" if self._frames.curve_public_key else "")
         try:
-            while not self._stop.is_set():
-                events = dict(poller.poll(_timeout_ms(due)))
-                if self._wakeup.fd in events:
-                    self._wakeup.drain()
-                if self._sock in events:
-                    self._serve_some()
-                self._send_replies()
-                due = min(self._send_buffered(), self._drive_controls())
-                if time.monotonic() >= next_check:
-                    self._check_owned()
-                    next_check = time.monotonic() + limits.LOG_SERVICE_CHECK_INTERVAL_MS / 1000
+            self._frames.serve()  # until the hand-over after stop() is over
         finally:
             self._shutdown()
 
     def stop(self) -> None:
-        """Signal- and thread-safe."""
-        self._stop.set()
+        """Signal- and thread-safe: the loop hands every log over, then ends."""
+        self._stopping = True
         self.wake()
 
     def wake(self) -> None:
-        self._wakeup.wake()
+        """Any thread: the loop takes a turn now."""
+        self._frames.wake()
+
+    def after_step(self) -> None:
+        """The loop thread, at the end of every turn of ``FrameServer``'s
+        loop (after this turn's requests): what other threads posted, the
+        cores' due Ticks, the replies, the live servers every check
+        interval, the hand-over once stopping; then the loop's next wake is
+        aimed at the cores' next Tick."""
+        self._run_posted()
+        self._fire_timers()
+        if self._stopping:
+            self._hand_over_step()
+        self._send_replies()
+        if not self._stopping and time.monotonic() >= self._next_check:
+            self._router.refresh_servers()  # then checked(servers)
+            self._next_check = time.monotonic() + limits.LOG_SERVICE_CHECK_INTERVAL_MS / 1000
+        self._aim_wake_timer()
+
+    def _aim_wake_timer(self) -> None:
+        """A turn of the loop when the cores' earliest Tick is due."""
+        due = self._timers[0][0] if self._timers else math.inf
+        if due == self._wake_timer_ms:
+            return
+        if self._wake_timer is not None:
+            self._wake_timer.cancel()
+            self._wake_timer = None
+        self._wake_timer_ms = due
+        if due != math.inf:
+            self._wake_timer = self._frames.call_later_ms(max(0.0, due - now_ms()), _no_op)
+
+    def _hand_over_step(self) -> None:
+        """The loop thread, stopping: the first time, no new log is taken
+        (the lookups under way end, their decisions run) and every owned
+        log is handed over (``Close``); the loop ends once each let its
+        lease go, or after ``LOG_SERVICE_HAND_OVER_MS``."""
+        if self._hand_over_until is None:
+            self._hand_over_until = time.monotonic() + limits.LOG_SERVICE_HAND_OVER_MS / 1000
+            if self.reads is not None:
+                self.reads.stop()
+            self._router.shutdown()
+            self._run_posted()  # the lookups' last decisions (a lease taken: handed over)
+            for owned in list(self.owned.values()):
+                try:
+                    owned.step(Close(now_ms(), "the server stops"))
+                except Exception:  # noqa: BLE001 - stopping: the others are still handed over
+                    log.exception("log %s: hand-over failed", owned.name)
+        if not self.owned or time.monotonic() >= self._hand_over_until:
+            self._frames.stop()
 
     def _shutdown(self) -> None:
+        """After the loop: the leases of logs not handed over in time are
+        released, the registration removed, the sockets closed."""
         if self.reads is not None:
             self.reads.stop()
-        self._pool.shutdown(wait=True, cancel_futures=True)  # opens not begun never begin
-        with ThreadPoolExecutor(limits.LOG_SERVICE_OPENS_MAX, "log-close") as closing:
-            for owned in list(self.owned.values()):
-                closing.submit(owned.close)
-        for owned in list(self.owned.values()):
-            self.registry.release(owned.name)
-        self._send_replies()
+        self._router.shutdown()
+        self.pool.shutdown(wait=True, cancel_futures=True)  # opens not begun never begin
+        for name in list(self.owned):  # not handed over in time: the lease at least
+            try:
+                self.registry.release(name)
+            except BKError as exc:
+                log.warning("log %s: could not release its lease: %s", name, exc)
         self.registry.unregister(self.id)
         if self._httpd is not None:
             self._httpd.shutdown()
-        self._sock.close(linger=0)
-        self._ctx.term()
-        self._wakeup.close()
+        self._frames.close()
+
+    # -- the loop's inbox and timers -----------------------------------------------------
+    def post(self, fn) -> None:
+        """Any thread: run ``fn()`` on the loop thread, soon."""
+        with self._inbox_lock:
+            first = not self._inbox
+            self._inbox.append(fn)
+        if first:
+            self._frames.wake()
+
+    def call(self, fn) -> Future:
+        """Any thread but the loop's: ``fn()`` run on the loop thread; its
+        result in the future."""
+        fut: Future = Future()
+
+        def run() -> None:
+            try:
+                fut.set_result(fn())
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                fut.set_exception(exc)
+        self.post(run)
+        return fut
+
+    def _run_posted(self) -> None:
+        with self._inbox_lock:
+            posted, self._inbox = self._inbox, []
+        for fn in posted:
+            fn()
+
+    def schedule(self, owned: OwnedLog, due_ms: float) -> None:
+        """The loop thread: ``owned``'s core wants a Tick at ``due_ms``."""
+        if due_ms == math.inf:
+            self._timer_due.pop(owned, None)
+        elif self._timer_due.get(owned) != due_ms:
+            self._timer_due[owned] = due_ms
+            heapq.heappush(self._timers, (due_ms, next(self._order), owned))
+
+    def _fire_timers(self) -> None:
+        timers, due_of = self._timers, self._timer_due
+        now = now_ms()
+        while timers and timers[0][0] <= now:
+            due, _, owned = heapq.heappop(timers)
+            if due_of.get(owned) == due:  # else a row of an older due
+                del due_of[owned]
+                owned.step(Tick(now))
+
+    def changed(self, owned: OwnedLog) -> None:
+        """The loop thread: ``owned``'s state changed.  The read cache learns
+        its writer (or that it has none now); a closed log is forgotten."""
+        if self.reads is not None:
+            self.reads.publish(owned.name, owned.writer if owned.state is OwnerState.OPEN
+                               else None)
+        if owned.state is OwnerState.CLOSED and self.owned.get(owned.name) is owned:
+            del self.owned[owned.name]
+            self._lease_sessions.pop(owned.name, None)
+            self._timer_due.pop(owned, None)
+            self._retired.update(owned.core.stats)
 
     # -- requests ----------------------------------------------------------------------------
-    def _serve_some(self) -> None:
-        """The requests waiting (the poll said the socket is readable: the
-        first is read without asking, only this thread reads the socket)."""
-        sock = self._sock
-        for i in range(limits.LOG_PRODUCER_BATCH_RECORDS_MAX):
-            if i and not sock.getsockopt(_EVENTS) & _POLLIN:  # no exception per empty read
-                return
-            try:
-                frames = [f.bytes for f in recv_frames(sock)]
-            except zmq.Again:
-                return
-            if len(frames) < 2:
-                continue  # no header: nothing to answer
-            identity = frames[0]
-            if len(frames) == 2 and frames[1][:1] == _MUX_BYTE:
-                self._serve_mux(identity, frames[1])
-                continue
-            try:
-                doc, payloads = decode_request(frames[1:])
-                if len(frames) > limits.LOG_SERVICE_REQUEST_FRAMES_MAX + 1 or \
-                        len(payloads) > limits.LOG_PRODUCER_BATCH_RECORDS_MAX:
-                    raise BadRequestError(f"log service: more than "
-                                          f"{limits.LOG_PRODUCER_BATCH_RECORDS_MAX} records in "
-                                          "one request")
-                answer = self._handle(identity, doc, payloads)
-            except BKError as exc:
-                answer = {"op": "error", "code": BAD, "message": str(exc)}
-                doc = {}
-            if answer is not None:
-                self.queue_reply(identity, {**_echo(doc), **answer})
+    def handle(self, identity: bytes, request) -> None:
+        """``FrameServer``'s call for each request (``WRITE_WIRE`` decoded
+        it): a multi-log one is served section by section; every answer
+        leaves at the end of the turn (``after_step``), or once its records
+        are stored.  A ``BKError`` raised here is answered "bad" by the
+        codec, echoing the request's route."""
+        if type(request) is MuxRequest:
+            self._serve_mux(identity, request)
+            return None
+        doc, payloads = request
+        _check_size(payloads)
+        answer = self._handle(identity, doc, payloads)
+        if answer is not None:
+            self.queue_reply(identity, {**_echo(doc), **answer})
+        return None
 
     def _serve_mux(self, identity: bytes, frame: bytes) -> None:
         """A multi-log request: each section is served as if it came alone
@@ -240,10 +319,7 @@ class LogServer:
         for section in sections:
             try:
                 doc, payloads = decode_request([section])
-                if len(payloads) > limits.LOG_PRODUCER_BATCH_RECORDS_MAX:
-                    raise BadRequestError(f"log service: more than "
-                                          f"{limits.LOG_PRODUCER_BATCH_RECORDS_MAX} records in "
-                                          "one request")
+                _check_size(payloads)
                 answer = self._handle(mux, doc, payloads)
             except BKError as exc:
                 route = section_route(section)
@@ -254,87 +330,18 @@ class LogServer:
             if answer is not None:
                 self.queue_reply(mux, {**_echo(doc), **answer})
 
-    def _send_buffered(self) -> float:
-        """Group commit: the records this turn buffered leave as one entry per
-        log, at once if the log has no entry in flight, else when its ack
-        comes (``_log_ready``) or their linger ended; the next linger
-        deadline (monotonic).  Only the logs written to, acknowledged or
-        due are looked at: a turn costs nothing per idle or waiting log."""
-        now = time.monotonic()
-        try_now, lingering, linger_due = self._buffered, self._lingering, self._linger_due
-        while self._ready:
-            try_now.add(self._ready.popleft())
-        while lingering and lingering[0][0] <= now:
-            due, _, owned = heapq.heappop(lingering)
-            if linger_due.get(owned) == due:  # else an older deadline of the log
-                del linger_due[owned]
-                try_now.add(owned)
-        for owned in try_now:
-            again = owned.send_buffered(now, self._linger_s, self._entries_max)
-            if again is not None and again != math.inf and linger_due.get(owned) != again:
-                linger_due[owned] = again
-                heapq.heappush(lingering, (again, next(self._control_order), owned))
-        try_now.clear()
-        return lingering[0][0] if lingering else math.inf
-
-    def _log_ready(self, owned: OwnedLog) -> None:
-        """Any thread: ``owned``'s held records may leave now (the ack they
-        waited for came)."""
-        self._ready.append(owned)
-        self._wake_once()
-
-    def _log_acked(self, owned: OwnedLog) -> None:
-        """The ledger's thread: an entry of ``owned`` with records was
-        acknowledged (its replies, queued next, wake the loop)."""
-        self._acked.append(owned)
-
-    def _drive_controls(self) -> float:
-        """Every owned log's control entry (``OwnedLog.control``) once it has
-        been idle ``service_control_interval_ms`` after an acknowledged entry; the
-        next due time (monotonic)."""
-        now = time.monotonic()
-        heap, controlled = self._controls, self._controlled
-        while self._acked:
-            owned = self._acked.popleft()
-            if owned not in controlled:
-                controlled.add(owned)
-                heapq.heappush(heap, (now + self._control_s, next(self._control_order), owned))
-        while heap and heap[0][0] <= now:
-            owned = heapq.heappop(heap)[2]
-            again = owned.control(now, self._control_s)
-            if again is None:
-                controlled.discard(owned)
-            else:
-                heapq.heappush(heap, (again, next(self._control_order), owned))
-        return heap[0][0] if heap else math.inf
-
     def queue_reply(self, identity: bytes, doc: dict) -> None:
+        """The loop thread: a reply to send at the end of this turn."""
         frame = encode_header(doc)
         if type(identity) is MuxIdentity:  # a section of a multi-log request
             try:
                 frame = route_answer(doc["log"].encode(), bytes.fromhex(doc["pid"]), frame)
             except (KeyError, ValueError, AttributeError):
                 return  # no log or pid to route it by (checked when the request came)
-        if threading.get_ident() == self._loop_thread:
-            self._replies.append((identity, frame))
-            return
         self._replies.append((identity, frame))
-        self._wake_once()
-
-    def _wake_once(self) -> None:
-        """Any thread, after queueing a reply or a ready log: wake the loop
-        unless a wake is on its way (one pipe write and one loop turn for
-        the replies of one ack and its log's held records, not one each)."""
-        with self._replies_lock:
-            woken, self._replies_woken = self._replies_woken, True
-        if not woken:
-            self.wake()
 
     def _send_replies(self) -> None:
-        if self._replies_woken:  # read unlocked: a wake set after this read is still sent
-            with self._replies_lock:  # a reply queued from here on wakes the loop again
-                self._replies_woken = False
-        replies, sock = self._replies, self._sock
+        replies, send = self._replies, self._frames.send_reply
         muxed = None
         while replies:
             reply = replies.popleft()
@@ -343,10 +350,7 @@ class LogServer:
                     muxed = {}
                 muxed.setdefault(reply[0], []).append(reply[1])
                 continue
-            try:  # int flags: pyzmq's send_multipart ORs enums per part (~1 us a reply)
-                send_frames(sock, reply, copy=True)
-            except zmq.ZMQError:
-                pass  # the producer is gone or slow: it resends after its timeout
+            send(reply[0], [reply[1]])  # dropped if the producer is gone or slow: it resends
         if muxed:
             self._send_muxed(muxed)
 
@@ -358,118 +362,86 @@ class LogServer:
         for mux, routed in muxed.items():
             identity = bytes(mux)
             for group in mux_groups(routed, sections_max, bytes_max):
-                try:
-                    send_frames(self._sock, (identity, join_mux_reply(group)), copy=True)
-                except zmq.ZMQError:
-                    pass  # as for a single reply: the producers resend after their timeout
+                self._frames.send_reply(identity, [join_mux_reply(group)])  # as a single one
                 self.stats["mux_replies"] += 1
 
     def _handle(self, identity: bytes, doc: dict, payloads: list) -> dict | None:
+        """One request (or section): an answer now, or None (its log's core
+        answers, now or once its records are stored: ``OwnedLog``)."""
         op = doc["op"]
         self.stats["requests"] += 1
         if op == "ping":
             return {"op": "pong", "id": self.id, "pid": os.getpid(),
                     "metrics_url": self.metrics_url,
                     "read_endpoint": self.reads.endpoint if self.reads else None,
-                    "logs": sorted(n for n, o in self.owned.items() if o.state == OPEN)}
+                    "logs": sorted(n for n, o in self.owned.items()
+                                   if o.state is OwnerState.OPEN)}
         if op not in ("write", "hello"):
             return {"op": "error", "code": BAD, "message": f"unknown op {op!r}"}
         name, producer_id, seq, oldest = check_write(doc, len(payloads))
         owned = self.owned.get(name)
+        if owned is None and self._stopping:
+            return {"op": "error", "code": RETRY, "message": f"log server {self.id} stops"}
         if owned is None:
-            return self._route(name)
-        if owned.state != OPEN:
-            return {"op": "error", "code": RETRY, "message": f"log {name} is {owned.state}"}
+            return self._router.route(identity, _echo(doc), name)
+        token = (identity, _echo(doc), time.perf_counter())
         if op == "hello":
-            return {"op": "hello", "next_seq": owned.hello(producer_id)}
-        answer = owned.write(identity, _echo(doc), producer_id, seq, oldest, payloads)
-        if answer is None:
-            self._buffered.add(owned)
-        return answer
+            owned.step(Hello(token, producer_id, now_ms()))
+        else:
+            owned.step(Write(token, producer_id, seq, oldest, payloads, now_ms()))
+        return None
 
-    def _route(self, name: str) -> dict:
-        """A request for a log this server does not own: redirect, wait, or
-        take the log."""
-        lease = self.registry.owner(name)
-        if lease is not None and lease.get("server") != self.id:
-            self.stats["redirects"] += 1
-            return {"op": "error", "code": NOT_OWNER, "owner": lease.get("server"),
-                    "endpoint": lease["endpoint"], "message": f"log {name} is owned elsewhere"}
-        if lease is not None:  # our id, an earlier process's session: wait for its expiry
-            return {"op": "error", "code": RETRY, "message": f"log {name}: stale lease"}
-        target = owner_of(name, self.live_servers(fresh=True))  # never to a gone server
-        if target is not None and target != self.id:
-            self.stats["redirects"] += 1
-            return {"op": "error", "code": NOT_OWNER, "owner": target,
-                    "endpoint": self._servers[target]["endpoint"],
-                    "message": f"log {name} belongs to {target}"}
-        try:
-            md = self.client.logs.read_log(name)[0]
-            if held_by_writer(md):
-                return {"op": "error", "code": HELD,
-                        "message": f"log {name} is held by exclusive writer {md.owner}: "
-                                   "producers wait until it closes (if it died, open "
-                                   "log.writer() and close it: that recovers its segment)"}
-        except NoSuchLogError:
-            pass
-        session = self.registry.store.session_id
-        if not self.registry.acquire(name, self.id, self.endpoint):
-            return {"op": "error", "code": RETRY, "message": f"log {name}: lease taken"}
+    def own(self, name: str, session) -> dict:
+        """The loop thread: this server took ``name``'s lease (on ``session``,
+        ``routing.decide``): open the log; the answer to the requests that
+        waited."""
         self._lease_sessions[name] = session
-        self.owned[name] = OwnedLog(self.client, name, f"{SERVICE_OWNER_PREFIX}{self.id}:"
-                                    f"{os.getpid()}", self.queue_reply, self.wake,
-                                    self.stats, self._latency.observe if self._latency else None,
-                                    acked=self._log_acked if self._control_s else None,
-                                    opener=self._pool, ready=self._log_ready,
-                                    gather_s=self._gather_s)
+        self.owned[name] = OwnedLog(self, self.client, name, f"{SERVICE_OWNER_PREFIX}{self.id}:"
+                                    f"{os.getpid()}", self._config)
         return {"op": "error", "code": RETRY, "message": f"log {name} is opening"}
 
     def totals(self) -> dict:
-        """Counters for the metrics: the entries of open writers added in."""
-        open_entries = sum(o.writer.stats["entries"] for o in list(self.owned.values())
-                           if o.writer is not None and o.state == OPEN)
-        return {**self.stats, "entries": self.stats["entries"] + open_entries}
+        """The loop thread: the server's counters with every owned log's,
+        open and closed (``metrics_snapshot`` from another thread)."""
+        counts = collections.Counter(self._retired)
+        for owned in self.owned.values():
+            counts.update(owned.core.stats)
+        return {**self.stats, **{k: counts[k] for k in _LOG_COUNTERS}}
 
-    def live_servers(self, fresh: bool = False) -> dict[str, dict]:
-        """The registered servers (read again at most every check interval,
-        or now if ``fresh``)."""
-        now = time.monotonic()
-        if fresh or now - self._servers_at > limits.LOG_SERVICE_CHECK_INTERVAL_MS / 1000:
-            self._servers = self.registry.servers()
-            self._servers_at = now
-        return self._servers
+    def metrics_snapshot(self) -> dict | None:
+        """Any thread but the loop's (the metrics' HTTP thread): the counters,
+        the owned logs and producers, and the latency histogram, copied on
+        the loop thread; None if it does not answer in time (stopping)."""
+        def snap() -> dict:
+            open_logs = [o for o in self.owned.values() if o.state is OwnerState.OPEN]
+            latency = self._latency
+            return {"totals": self.totals(), "owned_logs": len(open_logs),
+                    "producers": sum(len(o.core.table) for o in open_logs),
+                    "latency": (list(latency.counts), latency.sum) if latency else None}
+        try:
+            return self.call(snap).result(timeout=limits.CLIENT_CALL_TIMEOUT_S_MAX)
+        except TimeoutError:
+            return None
 
     # -- owned logs ------------------------------------------------------------------------------
-    def _check_owned(self) -> None:
-        """Drop failed logs, hand over logs the hashing gives to another
-        live server, and drop logs whose lease this session lost."""
-        servers = self.live_servers()
+    def checked(self, servers: dict) -> None:
+        """The loop thread, with the live servers just read (``Router``): hand
+        over the open logs the hashing gives to another live server, and
+        those whose lease this session lost (``Close``).  A failed log closes
+        by itself (its core); a closed one is forgotten (``changed``)."""
+        session = self.registry.store.session_id
         for name, owned in list(self.owned.items()):
-            if owned.state in (OPENING, CLOSING):
-                continue
-            if owned.state == CLOSED:
-                del self.owned[name]
-                self._lease_sessions.pop(name, None)
+            if owned.state is not OwnerState.OPEN:
                 continue
             target = owner_of(name, servers)
-            moving = owned.state == OPEN and target is not None and target != self.id
+            moving = target is not None and target != self.id
             # the lease is an ephemeral node of the session that took it: it is
             # ours while that session lives (no metadata read per log)
-            lost = owned.state == OPEN and \
-                self._lease_sessions.get(name) != self.registry.store.session_id
-            if owned.state == FAILED or moving or lost:
-                log.info("log %s: %s", name, "failed" if owned.state == FAILED
-                         else f"handed over to {target}" if moving else "lease lost")
-                owned.state = CLOSING
-                self._pool.submit(self._close_owned, owned)
-
-    def _close_owned(self, owned: OwnedLog) -> None:
-        owned.close()
-        try:
-            self.registry.release(owned.name)
-        except BKError as exc:
-            log.warning("log %s: could not release its lease: %s", owned.name, exc)
-        self.wake()
+            lost = self._lease_sessions.get(name) != session
+            if moving or lost:
+                reason = f"handed over to {target}" if moving else "lease lost"
+                log.info("log %s: %s", name, reason)
+                owned.step(Close(now_ms(), reason))
 
 
 class MuxIdentity(bytes):
@@ -478,19 +450,19 @@ class MuxIdentity(bytes):
     __slots__ = ()
 
 
-_MUX_BYTE = bytes([MUX_KIND])
-
-# plain ints: pyzmq's enum flags cost microseconds of Python per use (ipc/zmq_frames.py)
-_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
+_WIRE_LIMITS = WireLimits(batch_bytes_max=limits.LOG_SERVICE_MUX_BYTES_MAX)  # one frame's size
 
 
-def _timeout_ms(due: float) -> int:
-    """The loop's poll timeout: the next linger deadline (whole ms, rounded
-    up: zmq's unit), at most the check interval."""
-    if due == math.inf:
-        return limits.LOG_SERVICE_CHECK_INTERVAL_MS
-    return min(limits.LOG_SERVICE_CHECK_INTERVAL_MS,
-               max(0, math.ceil((due - time.monotonic()) * 1000)))
+def _check_size(payloads: list) -> None:
+    if len(payloads) > limits.LOG_PRODUCER_BATCH_RECORDS_MAX:
+        raise BadRequestError(f"log service: more than {limits.LOG_PRODUCER_BATCH_RECORDS_MAX} "
+                              "records in one request")
+
+
+def _no_op() -> None:
+    """A timer's callback that only makes the loop take a turn."""
+_LOG_COUNTERS = ("records", "duplicates", "entries", "control_entries", "takeovers", "busy")
+
 
 
 def _echo(doc: dict) -> dict:

@@ -103,6 +103,12 @@ class LogServiceRegistry:
         except (NoNodeError, MetadataVersionError):
             return False  # gone meanwhile, or another session's now
 
+    @staticmethod
+    def server_record(server_id: str, data: bytes) -> dict:
+        """A registration's record from its bytes (``CorruptMetadataError``
+        if damaged): {"endpoint", "pid", ...}."""
+        return _decode(data, f"{SERVERS_ROOT}/{server_id}")
+
     def servers(self) -> dict[str, dict]:
         """Live servers: id -> {"endpoint", "pid", ...}."""
         try:

@@ -17,9 +17,9 @@ own write ends its wait), and a producer that stops writing delays the
 others at most ``gather_s``, once.
 
 Pure: the caller passes the time in (seconds, any monotonic origin).
-Thread use: ``answered`` may be called from another thread than
-``arrived`` and ``hold_until`` (single dict operations, atomic in CPython);
-a stale view costs at most one ``gather_s`` wait or one early send.
+Owned by the thread that drives its log owner core
+(``appliance.protocol.log_owner_commit.GroupCommit`` holds one): every
+call comes from that thread.
 """
 
 from __future__ import annotations

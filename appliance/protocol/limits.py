@@ -263,13 +263,44 @@ LOG_SERVICE_REQUEST_FRAMES_MAX = LOG_PRODUCER_BATCH_RECORDS_MAX + 1  # header + 
 # and bytes (a producer sends what is left in the next message).
 LOG_SERVICE_MUX_SECTIONS_MAX = 4_096
 LOG_SERVICE_MUX_BYTES_MAX = 16 * MiB
-LOG_SERVICE_CHECK_INTERVAL_MS = 500  # owned logs re-checked (lease held, still ours)
+# A log server's owned logs re-checked (lease held, still ours, handed over to the
+# server the hashing names now, closed ones forgotten): a log it closed answers
+# "retry" until then, so a hand-over (to a restarted server) stalls its
+# producers up to this long plus their back-off (bkctl bench log --kill-owner:
+# 500 ms here left ~650 ms between the old owner's release and the new one's
+# take-over).  Each check reads the live servers once (no read per log).
+LOG_SERVICE_CHECK_INTERVAL_MS = 100
+# The read cache reads the metadata of each log with waiting readers this often
+# (a superseded writer's cache dropped): one metadata read per log per interval.
+LOG_READ_CACHE_CHECK_INTERVAL_MS = 500
+# A process's watch of the log servers' registrations (appliance.logs.server_watch)
+# reads every record again at least this often, beside the store's change
+# notices (a record deleted and created again between two looks): the longest
+# a death is missed if a notice is.  Shorter: more metadata reads per process.
+LOG_SERVER_WATCH_RESCAN_MS = 1_000
+# ... and, on a store that has no change notices (SQLite: its own wait polls
+# every 10 ms, 2% of a core per producer process measured here), reads the
+# servers' names this often: a server's death is seen this much later at
+# most.  Shorter: sooner, and more CPU in every process with a producer
+# (measured: 100 ms ~0.5% of a core, 50 ms ~0.6%).
+LOG_SERVER_WATCH_POLL_MS = 100
 # Logs a log server takes over (or hands over) at once, on a pool of this
 # many threads: a server asked for a thousand logs opens them this many at a
 # time (each is metadata round trips and a segment recovery) and its loop
 # keeps serving, pings included.  More: a burst of new logs opens sooner;
 # costs a thread each and more contention for the loop.
 LOG_SERVICE_OPENS_MAX = 8
+# A log server that stops hands its logs over (what each holds is sent and
+# acknowledged, its writer closed, its lease released) for this long at most;
+# then it releases the leases of those left (their next owner recovers the
+# segments).  Longer: a clean hand-over under slow bookies; shorter: a
+# quicker stop.
+LOG_SERVICE_HAND_OVER_MS = 10_000
+# Requests for one log this server does not own wait (parked) for one lookup
+# of its owner off the server's loop (appliance.logservice.routing); beyond
+# this many they are answered "retry" at once.  More: fewer resends in a
+# burst; costs memory per log looked up.
+LOG_SERVICE_ROUTE_PARKED_MAX = 1_024
 # The read cache ([log] read_cache_bytes, appliance.logservice.readcache): the
 # owner keeps this many bytes of a log's most recent acknowledged records
 # (per log with tailing readers) and serves them to the readers

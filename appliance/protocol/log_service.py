@@ -31,6 +31,9 @@ while all of them are active.  A new owner rebuilds the table from the tags
 in the log's tail (``learn``, in log order), so the filter survives the
 owner's ``kill -9``.
 
+A ``DedupTable`` belongs to the thread that drives its log's owner core
+(``appliance.protocol.log_owner``): no lock, no other caller.
+
 Values the table keeps for positions are opaque (a DLSN, or a pending
 write's future): the table only stores and returns them.
 """
@@ -90,7 +93,6 @@ class DedupTable:
         self.recent_max = recent_max
         self.idle_ms = idle_ms
         self._producers: OrderedDict[bytes, _Producer] = OrderedDict()  # least recent first
-        self.break_dedup = False  # simulation switch: every record counts as new
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -111,8 +113,6 @@ class DedupTable:
                 return Verdict(FULL)
             p = self._producers[producer_id] = _Producer(seq if oldest is None else oldest,
                                                          now_ms)
-        if self.break_dedup:
-            p.next_seq = seq
         self._producers.move_to_end(producer_id)
         p.used_ms = now_ms
         if seq == p.next_seq:
@@ -130,7 +130,7 @@ class DedupTable:
         (``next = seq + n``); returns ``n``.  Otherwise 0 and nothing
         changes: judge the records one by one with ``admit``."""
         p = self._producers.get(producer_id)
-        if p is None or self.break_dedup or seq != p.next_seq or n < 1:
+        if p is None or seq != p.next_seq or n < 1:
             return 0
         self._producers.move_to_end(producer_id)
         p.used_ms = now_ms
@@ -190,8 +190,9 @@ class DedupTable:
 # A request or reply is a multipart ZeroMQ message.  The hot pair (a write
 # and its "written" reply) has a binary header of fixed fields (``encode_write``,
 # ``encode_written``): a JSON header cost a producer more CPU than the rest of
-# a synchronous write.  Every other message is one JSON header frame (then
-# records, for the JSON forms of a write).  A binary header's first byte is
+# a synchronous write.  Every other message is one JSON header frame (a
+# write is never JSON: producers and servers are upgraded together, and the
+# producer sends WRITEs only).  A binary header's first byte is
 # its kind (``WRITE_KIND``, ``WRITTEN_KIND``); a JSON one's is "{".
 #
 #   producer -> server   WRITE, one frame: ``_WRITE`` (kind, gen, seq of the first
@@ -199,10 +200,8 @@ class DedupTable:
 #                        pid: 16 bytes, the log name's length, n), the log name
 #                        (UTF-8), n sizes (u32 big-endian each), the n records back
 #                        to back: records seq .. seq + n - 1.  ``decode_request``
-#                        reads it as the JSON form {"op": "write", "log", "pid"
-#                        (hex), "seq", "gen", "oldest"} and its records; that form
-#                        is also accepted with a frame per record or, with
-#                        "packed": 1, the sizes frame and the bytes frame.
+#                        reads it as the document {"op": "write", "log", "pid"
+#                        (hex), "seq", "gen", "oldest"} and its records.
 #                        {"op": "hello", "log", "pid", "gen"}: the next seq expected
 #                        {"op": "ping"}
 #   server -> producer   WRITTEN, one frame: ``_WRITTEN`` (kind, gen, seq, number of
@@ -427,11 +426,11 @@ def decode_request(frames: list) -> tuple[dict, list]:
             raise BadRequestError("log service: a binary write is one frame")
         return _decode_write(head)
     doc = decode_header(head)
-    if doc.get("packed") and len(payloads) == 2:
-        payloads = unpack_records(*payloads)
-    elif doc.get("packed"):
-        raise BadRequestError("log service: a packed write has two frames")
-    return doc, payloads
+    if payloads:
+        raise BadRequestError("log service: a JSON request is one frame")
+    if doc["op"] == "write":
+        raise BadRequestError("log service: a write is a binary WRITE frame")
+    return doc, []
 
 
 def encode_written(gen: int, seq: int, runs) -> bytes:

@@ -127,7 +127,7 @@ def test_logs_md_benchmark_lines_parse_and_run_tiny_elsewhere():
     [block] = [b for b in blocks(REPO / "docs" / "LOGS.md", ("sh",)) if b.skip_reason]
     assert "tests/bench" in block.skip_reason, block.skip_reason
     assert check_bench_block(block, sorted((REPO / "tests" / "bench").glob("test_*.py"))) \
-        == ["log", "log", "log"]
+        == ["log", "log", "log", "log"]
 
 
 def test_logs_md_cold_storage_example_lands_beside_the_data(short_tmp):

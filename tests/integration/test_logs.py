@@ -399,8 +399,9 @@ def test_a_tailing_reader_rides_out_bookies_it_cannot_reach(make_cluster):
             controls = w.stats["control_entries"]
             second = w.write(b"b0")  # segment 2, in progress
             # its control entry tells the bookies the LAC: b0 is readable
-            wait_for(lambda: w.stats["control_entries"] > controls and not w.entries_inflight,
-                     30, what="the control entry after b0")
+            wait_for(lambda: w.stats["control_entries"] > controls, 30,
+                     what="the control entry after b0")
+            w.flush()  # returns once the last entry sent (that control entry) is acknowledged
             for victim in ("bookie-2", "bookie-3"):
                 cluster.kill(victim)
             with log.reader(via_service=False) as r:

@@ -16,16 +16,19 @@ import argparse
 import collections
 import multiprocessing
 import os
+import shutil
 import tempfile
 import threading
 import time
 import types
+from pathlib import Path
 
 import psutil
 import zmq
 
 from appliance.logs.producer import Producer
 from appliance.protocol import log_service as wire
+from storage.metadata.sqlite_store import SqliteStore
 
 PAYLOAD_BYTES = 100
 
@@ -107,7 +110,11 @@ def switches() -> dict:
 
 def run(writes: int, pipelined: bool, endpoint: str, threads: int = 1,
         rate: float = 0.0) -> float:
-    client = types.SimpleNamespace(logs=types.SimpleNamespace(store=None),
+    # a metadata store with no log server registered: the producer's server
+    # watch (appliance.logs.server_watch) reads it, as in a real process
+    folder = Path(tempfile.mkdtemp(prefix="bench-producer-"))
+    store = SqliteStore(folder / "meta.db")
+    client = types.SimpleNamespace(logs=types.SimpleNamespace(store=store),
                                    payload_bytes_max=1 << 20)
     BenchProducer.endpoint = endpoint
     producer = BenchProducer(client, "bench")
@@ -143,6 +150,8 @@ def run(writes: int, pipelined: bool, endpoint: str, threads: int = 1,
                                                                 strict=True))
           for tid, now in switches().items()}
     producer.close()
+    store.close()
+    shutil.rmtree(folder, ignore_errors=True)
     if lat:
         lat.sort()
         print(f"paced at {rate:,.0f}/s: latency p50 {lat[len(lat) // 2] * 1000:.2f} ms, "

@@ -54,7 +54,7 @@ def main(config: str, logs: str, name: str, count: int, out: str) -> int:
             for log, p in producers.items():
                 p.close()
                 print(f"{name} {log}: {p.stats}", flush=True)  # retries, redirects, timeouts
-    out_path.with_suffix(".mux").write_text(json.dumps(ProducerLoop.get().stats))
+    out_path.with_suffix(".mux").write_text(json.dumps(ProducerLoop.get().snapshot()))
     tmp = out_path.with_suffix(".tmp")
     tmp.write_text("".join(json.dumps([log, i, str(positions[log, i])]) + "\n"
                            for log in names for i in range(count)))

@@ -4,7 +4,7 @@ its segment); never for a log no one owned or a log server wrote last."""
 
 from __future__ import annotations
 
-from appliance.logservice.server import held_by_writer
+from appliance.logservice.routing import held_by_writer
 from appliance.protocol.logs import (
     SegmentEnd,
     complete_segment,

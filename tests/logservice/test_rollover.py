@@ -83,8 +83,10 @@ def test_an_exclusive_writers_write_async_does_not_wait_for_a_rollover(make_clus
                 stopped = True
                 first += [w.write(b"r%d" % i) for i in range(SEGMENT_RECORDS - 5,
                                                                 SEGMENT_RECORDS)]
-                held = [w.write_async(b"h%d" % i) for i in range(3)]  # returns: no wait
-                w.send_if_idle()  # the roll starts; it waits for the stalled bookie
+                held = [w.write_async(b"h%d" % i) for i in range(2)]  # returns: no wait
+                # the last without linger: the buffer leaves, so the roll starts (it
+                # waits for the stalled bookie) and this call returns all the same
+                held.append(w.write_async(b"h2", linger=False))
                 assert not any(f.done() for f in held)
                 os.kill(victim, signal.SIGCONT)
                 stopped = False

@@ -2,24 +2,25 @@
 
 One to three logs, each written by an idempotent producer of every producer
 process, through log servers that crash, restart and pause; the network
-loses, duplicates, delays and reorders messages.  What runs is the real duplicate filter
-(``appliance.protocol.log_service.DedupTable``) and the real spread
-(``owner_of``); around them, a model of the rest, kept to what matters for
-exactly-once:
+loses, duplicates, delays and reorders messages.  What runs as the owner of
+a log is the real core (``appliance.protocol.log_owner.LogOwner``: its
+duplicate filter and rebuild from the log's tail, group commit with the
+gather rule and the linger, the ledger's window, control entries, the
+answers, hand-over), and the real spread (``owner_of``).  The simulator is
+the world around it, kept to what matters for exactly-once:
 
 * the ownership lease: one holder at a time, taken only when free or when
   its holder's session expired (a session expires ``session_ms`` after its
   server crashed or while it is paused);
-* fencing: taking the log bumps the log's epoch; an old owner's group
-  commit that had not reached the log is, at the fence, either kept (the
-  recovery found it on a quorum: stored, never acknowledged) or dropped;
-  its later commits fail (the old owner then drops the log and answers
-  "retry");
-* the new owner rebuilds its filter from the records in the log (``learn``
-  in log order), as ``appliance.logservice.owned.rebuild_filter`` does;
-* group commit: the new records of every request wait ``commit_ms`` and go
-  to the log together; a request is answered once all its records have a
-  position;
+* fencing: taking the log bumps the log's epoch; an old owner's entries
+  that had not reached the log are, at the fence, either kept (the
+  recovery found them on a quorum: stored, never acknowledged) or dropped;
+  its later entries fail (``EntryFailed``: the core drops the log);
+* the ledger: an entry the core sends is acknowledged ``commit_ms`` later
+  at the next position of the log, unless fenced;
+* a server's periodic check (``check_ms``): a log whose lease its session
+  lost, or that the hashing gives to another live server, is handed over
+  (``Close``: the core sends what it holds, then closes and lets go);
 * producers: a window of unacknowledged writes, numbered 1, 2, 3, ...; a
   request unanswered for ``timeout_ms`` (or answered retry / gap / not
   owner) makes the producer send every unacknowledged write again, to the
@@ -27,30 +28,33 @@ exactly-once:
 * multi-log requests (``mux``, most seeds): the requests a process's
   producers send to one server at one moment leave as one message, a
   section each (``appliance.logs.producer_loop``); the server judges every
-  section alone (its own log, lease, owner, filter: one section may be
+  section alone (its own log, lease, owner, core: one section may be
   written while another is answered not_owner or retry), and the answers
   it has for one process at one moment leave as one message.  Both
   messages are lost, duplicated, delayed and reordered as a whole, and
   they cross crashes and leases moving between their sections' logs.
+* back-pressure (``ledger_window``, a quarter of the seeds each 1 or 2,
+  with entries cut small): a request whose entries the ledger's window has
+  no room for is answered "retry" before any of it is judged.
 
-* back-pressure (``ledger_window``, a quarter of the seeds each 1 or 2): a
-  request that finds that many of its log's commits on their way is
-  answered "retry" before any of it is judged, as the owner answers one
-  its log's ledger has no room for.
+Invariants, checked once the faults stop and every producer finished (and
+the core's own, ``invariant()``, at every step):
 
-Invariants, checked once the faults stop and every producer finished:
+``acked-kept``            every acknowledged write is in its log at the
+                          position its answer gave;
+``stored-once``           no (producer, seq) is in a log twice;
+``producer-order``        each producer's records are in its log in its order;
+``one-writer-per-epoch``  every entry of an epoch comes from the one owner
+                          whose writer took that epoch;
+``liveness``              every producer finished its writes.
 
-``acked-kept``      every acknowledged write is in its log at the position
-                    its answer gave;
-``stored-once``     no (producer, seq) is in a log twice;
-``producer-order``  each producer's records are in its log in its order;
-``liveness``        every producer finished its writes.
-
-``break_dedup=True`` makes the filter count every record as new: retries
-are stored again, and ``stored-once`` must catch it.  ``break_oldest=True``
-lets a producer the owner does not know start at the first number it sends
-rather than at its oldest unacknowledged write: a request that overtook an
-earlier one then hides the earlier writes as "duplicates" (``acked-kept``).
+Fault switches, injected here (none in the product): ``break_dedup=True``
+gives every owner a filter that counts every record as new
+(``ForgetfulTable``): retries are stored again, and ``stored-once`` must
+catch it.  ``break_oldest=True`` lets a producer the owner does not know
+start at the first number it sends rather than at its oldest
+unacknowledged write: a request that overtook an earlier one then hides
+the earlier writes as "duplicates" (``acked-kept``).
 
     python -m tests.sim.logservicesim --seeds 300
     python -m tests.sim.logservicesim --seeds 300 --break-dedup
@@ -63,116 +67,42 @@ from __future__ import annotations
 
 import argparse
 import heapq
+import math
 import random
 import sys
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from appliance.protocol.log_service import DUPLICATE, GAP, NEW, DedupTable, Verdict, owner_of
-
-ADMITTED = Verdict(NEW)  # a record of a run DedupTable.admit_run admitted
-END_MS = 120_000  # simulated time limit: faults stop at half of it
-
-
-@dataclass(frozen=True)
-class SimConfig:
-    seed: int
-    servers: int
-    producers: int
-    records: int
-    window: int
-    loss: float
-    duplicate: float
-    delay_ms: tuple[int, int]
-    crash_every_ms: int
-    pause_every_ms: int
-    session_ms: int
-    commit_ms: int
-    timeout_ms: int
-    check_ms: int
-    break_dedup: bool = False
-    break_oldest: bool = False
-    logs: int = 1
-    mux: bool = False
-    # commits of one log on their way at most (its ledger's window, [client]
-    # inflight_adds_max): a request meeting that many is answered "retry"
-    # before any of it is judged (appliance.logservice.owned).  0: no bound.
-    ledger_window: int = 0
-
-
-def random_config(seed: int, break_dedup: bool = False, break_oldest: bool = False,
-                  mux: bool | None = None) -> SimConfig:
-    """``mux``: multi-log messages (None: as the seed draws, most seeds)."""
-    rng = random.Random(seed)
-    shape = random.Random(seed * 104_729 + 3)  # its own draws: the others stay as they were
-    logs = shape.randint(1, 3)
-    mux = shape.random() < 0.75 if mux is None else mux
-    window = random.Random(seed * 7_919 + 11).choice((0, 0, 1, 2))  # its own draws too
-    return SimConfig(seed=seed, logs=logs, mux=mux, ledger_window=window,
-                     servers=rng.randint(1, 3), producers=rng.randint(1, 4),
-                     records=rng.randint(10, 60), window=rng.choice((1, 2, 4, 8)),
-                     loss=rng.choice((0.0, 0.02, 0.1, 0.2)),
-                     duplicate=rng.choice((0.0, 0.05, 0.2)),
-                     delay_ms=(1, rng.choice((2, 10, 50))),
-                     crash_every_ms=rng.choice((2_000, 5_000, 20_000)),
-                     pause_every_ms=rng.choice((0, 5_000, 15_000)),
-                     session_ms=rng.choice((500, 2_000)), commit_ms=rng.choice((1, 5, 50)),
-                     timeout_ms=rng.choice((200, 1_000)), check_ms=rng.choice((50, 500)),
-                     break_dedup=break_dedup, break_oldest=break_oldest)
-
-
-@dataclass
-class Batch:
-    """A group commit on its way to its log."""
-    owner: str
-    log: str
-    epoch: int
-    session: int  # the owner process's incarnation
-    records: list = field(default_factory=list)  # (pid, seq)
-    waiters: list = field(default_factory=list)  # requests to answer once stored
-    done: bool = False
-
-
-@dataclass
-class Owned:
-    epoch: int
-    table: DedupTable
-    batch: Batch | None = None
-    inflight: list = field(default_factory=list)
-
-
-@dataclass
-class LogState:
-    """One log: its records, the commits of crashed owners not yet fenced,
-    its epoch and its lease ((server id, session) or None)."""
-    name: str
-    records: list = field(default_factory=list)  # (pid, seq)
-    orphans: list = field(default_factory=list)
-    epoch: int = 0
-    lease: tuple[str, int] | None = None
-
-
-@dataclass
-class Server:
-    id: str
-    session: int
-    alive: bool = True
-    paused_until: int = 0
-    owned: dict = field(default_factory=dict)  # log name -> Owned
-
-
-@dataclass(eq=False)
-class Producer:
-    pid: bytes
-    name: str
-    log: str = ""
-    proc: int = 0  # its process (whose producers share multi-log messages)
-    next_seq: int = 1
-    unacked: dict = field(default_factory=dict)  # seq -> True
-    acked: dict = field(default_factory=dict)  # seq -> position (or None)
-    target: str | None = None
-    gen: int = 0
-    last_progress: int = 0
+from appliance.protocol.invariant import InvariantViolation
+from appliance.protocol.log_owner import Answer, LogOwner, OwnerConfig, OwnerState
+from appliance.protocol.log_owner_events import (
+    Close,
+    CloseWriter,
+    EntryAcked,
+    EntryFailed,
+    LeaseReleased,
+    Opened,
+    ReleaseLease,
+    Reply,
+    SendControl,
+    SendEntry,
+    Tick,
+    Write,
+    WriterClosed,
+)
+from appliance.protocol.log_service import DedupTable, owner_of, runs_dlsns
+from tests.sim.logservice_model import (
+    END_MS,
+    RECORD_BYTES,
+    Batch,
+    ForgetfulTable,
+    LogState,
+    Owned,
+    Producer,
+    Server,
+    SimConfig,
+    random_config,
+)
 
 
 class World:
@@ -191,10 +121,20 @@ class World:
                                    log, k)
                           for k in range(cfg.producers) for j, log in enumerate(self.logs)]
         self.outbox: dict[int, list] = {}  # process -> sections to send at this moment
-        self.answers: dict[tuple, list] = {}  # (server id, session, process) -> answers
+        self.answers: dict[tuple, list] = {}  # (server id, incarnation, process) -> answers
         self.trace: list[str] = []
         self.trace_max = trace_max
         self.stats = Counter()
+        self.violation: str | None = None  # a core's invariant, or the world's, broken
+        self.cores: list[LogOwner] = []  # every owner core made (their counters)
+        self.owner_config = OwnerConfig(
+            linger_ms=cfg.linger_ms, gather_ms=cfg.gather_ms, entries_inflight_max=2,
+            window_entries=cfg.ledger_window or 1_000, window_bytes=1 << 30,
+            flush_bytes=cfg.entry_records * RECORD_BYTES, entry_room_bytes=1 << 20,
+            record_overhead=RECORD_BYTES - 2, control_interval_ms=cfg.control_ms,
+            producers_max=64, recent_max=4096, producer_idle_ms=10**9)
+        self.make_table = (lambda: ForgetfulTable(64, 4096, 10**9)) if cfg.break_dedup else \
+            (lambda: DedupTable(64, 4096, 10**9))
 
     # -- machinery ----------------------------------------------------------------------
     def at(self, delay: int, fn, *args) -> None:
@@ -230,14 +170,22 @@ class World:
             self.at(self.rng.randint(*self.cfg.delay_ms), fn, *args)
 
     # -- servers --------------------------------------------------------------------------
+    def _runs(self, server: Server, incarnation: int, fn, *args) -> bool:
+        """Does ``server``'s process ``incarnation`` run ``fn`` now?  False
+        if it died meanwhile (its work dies with it); a paused one runs it
+        once it resumes (rescheduled here)."""
+        if not server.alive or server.incarnation != incarnation:
+            return False
+        if self.now < server.paused_until:
+            self.at(server.paused_until - self.now, fn, *args)
+            return False
+        return True
+
     def server_receive(self, sid: str, sections: list) -> None:
         """A request (one section) or a multi-log one (several): each
         section ``(producer, gen, seq0, n, oldest)`` is judged alone."""
         server = self.servers[sid]
-        if not server.alive:
-            return
-        if self.now < server.paused_until:
-            self.at(server.paused_until - self.now, self.server_receive, sid, sections)
+        if not self._runs(server, server.incarnation, self.server_receive, sid, sections):
             return
         redirected = written = 0
         for producer, gen, seq0, n, oldest in sections:
@@ -249,7 +197,12 @@ class World:
                 self.answer(server, producer, gen, "not_owner", owner, None)
                 redirected += 1
                 continue
-            self.owner_write(server, producer, gen, seq0, n, oldest)
+            owned = server.owned[producer.log]
+            if self.cfg.break_oldest:
+                oldest = seq0
+            payloads = [b"%d" % (seq0 + i) for i in range(n)]
+            self.step(owned, Write((producer, gen, seq0), producer.pid, seq0, oldest,
+                                   payloads, self.now))
             written += 1
         if len(sections) > 1:
             self.stats["mux_sections"] += len(sections)
@@ -257,13 +210,66 @@ class World:
             # cover a lease that moved between the logs of one message
             self.stats["mux_mixed"] += bool(redirected and written)
 
+    def step(self, owned: Owned, event) -> None:
+        """Feed ``owned``'s core one event and carry out its actions."""
+        try:
+            actions = owned.core.handle(event)
+        except InvariantViolation as exc:
+            if self.violation is None:
+                self.violation = f"{exc.rule or 'core-invariant'}: {exc}"
+            return
+        server = self.servers[owned.sid]
+        for action in actions:
+            kind = type(action)
+            if kind is Reply:
+                self._reply(server, action)
+            elif kind is SendEntry or kind is SendControl:
+                records = [] if kind is SendControl else list(action.tags)
+                batch = Batch(owned, action.entry_no, records, control=kind is SendControl)
+                owned.sent.append(batch)
+                self.at(self.cfg.commit_ms, self.commit, batch)
+            elif kind is CloseWriter:
+                self.at(self.rng.randint(1, 20), self.owner_event, owned, WriterClosed)
+            elif kind is ReleaseLease:
+                self._release(server, owned)
+        due = owned.core.next_due_ms()
+        if due != math.inf and due != owned.tick_at:
+            owned.tick_at = due
+            self.at(max(0, math.ceil(due - self.now)), self.owner_event, owned, Tick)
+
+    def owner_event(self, owned: Owned, kind) -> None:
+        """A timer or a driver's completion for ``owned``'s core (``Tick``,
+        ``WriterClosed``, ``LeaseReleased``), in its process."""
+        server = self.servers[owned.sid]
+        if not self._runs(server, owned.incarnation, self.owner_event, owned, kind):
+            return
+        if kind is Tick:
+            owned.tick_at = -1.0
+        self.step(owned, kind(self.now))
+
+    def _reply(self, server: Server, reply: Reply) -> None:
+        producer, gen, seq0 = reply.token
+        if reply.answer is Answer.WRITTEN:
+            self.answer(server, producer, gen, "written", seq0, runs_dlsns(reply.runs))
+        else:
+            self.answer(server, producer, gen, reply.answer.value, None, reply.expected)
+
+    def _release(self, server: Server, owned: Owned) -> None:
+        state = self.logs[owned.log]
+        if state.lease == (server.id, server.session):
+            state.lease = None
+        self.step(owned, LeaseReleased(self.now))
+        if server.owned.get(owned.log) is owned:
+            del server.owned[owned.log]
+        self.note(f"{server.id}: {owned.log} let go")
+
     def answer(self, server: Server, producer: Producer, gen: int, kind: str, a, b) -> None:
         """A section's answer: alone, or (mux) with the other answers this
         server has for the producer's process at this moment, in one message."""
         if not self.cfg.mux:
             self.send(self.producer_receive, producer, gen, kind, a, b)
             return
-        key = (server.id, server.session, producer.proc)
+        key = (server.id, server.incarnation, producer.proc)
         waiting = self.answers.setdefault(key, [])
         if not waiting:
             self.at(0, self._send_answers, key)
@@ -272,7 +278,7 @@ class World:
     def _send_answers(self, key: tuple) -> None:
         waiting = self.answers.pop(key, [])
         server = self.servers[key[0]]
-        if not waiting or not server.alive or server.session != key[1]:
+        if not waiting or not server.alive or server.incarnation != key[1]:
             return  # its process died with them queued
         if len(waiting) > 1:
             self.stats["mux_answers"] += len(waiting)
@@ -283,6 +289,10 @@ class World:
             self.producer_receive(*answer)
 
     def take_log(self, server: Server, state: LogState) -> bool:
+        """Take the lease (free, or its session expired, and the hashing names
+        this server), fence the previous owner; the core opens once the
+        writer recovered the log (``open_ms`` later: requests meanwhile are
+        answered "retry")."""
         if state.lease is not None and self.session_live(state.lease[1]):
             if state.lease[1] != server.session:
                 return False
@@ -290,22 +300,33 @@ class World:
             return False
         state.lease = (server.id, server.session)
         self.fence(state)
-        table = DedupTable(producers_max=64, recent_max=4096, idle_ms=10**9)
-        table.break_dedup = self.cfg.break_dedup
-        for pos, (pid, seq) in enumerate(state.records):
-            table.learn(pid, seq, pos, self.now)
-        server.owned[state.name] = Owned(state.epoch, table)
+        core = LogOwner(state.name, self.owner_config, self.make_table())
+        owned = Owned(server.id, server.incarnation, state.name, state.epoch, core)
+        server.owned[state.name] = owned
+        self.cores.append(core)
         self.stats["takeovers"] += 1
         self.note(f"{server.id} takes {state.name}: epoch {state.epoch}, "
-                  f"{len(state.records)} records")
+                  f"{len(state.entries)} entries")
+        self.at(self.rng.randint(0, 20), self.open_done, owned)
         return True
 
+    def open_done(self, owned: Owned) -> None:
+        """The writer took the log over: the filter learns its tail (in log
+        order), as ``appliance.logservice.owned.learn_tail`` reads it."""
+        server = self.servers[owned.sid]
+        if not self._runs(server, owned.incarnation, self.open_done, owned):
+            return
+        state = self.logs[owned.log]
+        learnt = tuple((pid, seq, (1, e, slot)) for e, entry in enumerate(state.entries)
+                       for slot, (pid, seq) in enumerate(entry))
+        self.step(owned, Opened(self.now, learnt, owned.epoch))
+
     def fence(self, state: LogState) -> None:
-        """The new owner fences the old one's segment: of the commits not yet
+        """The new owner fences the old one's segment: of the entries not yet
         in the log, the recovery keeps a prefix (entries on a quorum; never
         acknowledged) and the rest are lost."""
         groups = [state.orphans] + [
-            o.inflight + ([o.batch] if o.batch else []) for s in self.servers.values()
+            o.sent for s in self.servers.values()
             if (o := s.owned.get(state.name)) is not None]
         state.orphans = []
         for group in groups:
@@ -314,114 +335,51 @@ class World:
             for i, batch in enumerate(pending):
                 batch.done = True
                 if i < kept:
-                    state.records.extend(batch.records)
+                    self._append(state, batch)
                     self.stats["kept_unacked"] += len(batch.records)
         state.epoch += 1
 
-    def owner_write(self, server: Server, producer: Producer, gen: int, seq0: int,
-                    n: int, oldest: int) -> None:
-        owned = server.owned[producer.log]
-        on_way = sum(1 for b in (*owned.inflight, owned.batch) if b is not None and not b.done)
-        if self.cfg.ledger_window and on_way >= self.cfg.ledger_window:
-            self.stats["busy"] += 1  # the ledger's window is full: nothing judged
-            self.answer(server, producer, gen, "retry", None, None)
-            return
-        request = {"producer": producer, "gen": gen, "seq": seq0, "answers": [None] * n,
-                   "open": 0}
-        run = owned.table.admit_run(producer.pid, seq0, n, self.now)  # as the owner does
-        for i in range(n):
-            verdict = ADMITTED if i < run else owned.table.admit(
-                producer.pid, seq0 + i, self.now, None if self.cfg.break_oldest else oldest)
-            if verdict.kind == GAP and i == 0:
-                self.answer(server, producer, gen, "gap", None, verdict.expected)
-                return
-            if verdict.kind == NEW:
-                batch = self._open_batch(server, producer.log)
-                batch.records.append((producer.pid, seq0 + i))
-                owned.table.store(producer.pid, seq0 + i, (batch, len(batch.records) - 1))
-                request["answers"][i] = (batch, len(batch.records) - 1)
-                request["open"] += 1
-                if request not in batch.waiters:
-                    batch.waiters.append(request)
-            elif verdict.kind == DUPLICATE:
-                self.stats["duplicates"] += 1
-                request["answers"][i] = verdict.position
-                if isinstance(verdict.position, tuple):  # the first copy is on its way
-                    batch = verdict.position[0]
-                    if batch.done:  # fenced under this (stale) owner: its fate is unknown
-                        self.answer(server, producer, gen, "retry", None, None)
-                        return
-                    request["open"] += 1
-                    if request not in batch.waiters:
-                        batch.waiters.append(request)
-            else:  # OLD: stored, position forgotten
-                request["answers"][i] = "old"
-        self._answer_if_done(server, request)
+    def _append(self, state: LogState, batch: Batch) -> int:
+        """``batch`` becomes the log's next entry; its index.  One writer per
+        epoch: the owner whose writer took that epoch."""
+        writer = state.writers.setdefault(batch.owned.epoch, batch.owned)
+        if writer is not batch.owned and self.violation is None:
+            self.violation = (f"one-writer-per-epoch: {state.name} epoch {batch.owned.epoch} "
+                              f"written by {writer.sid} and {batch.owned.sid}")
+        state.entries.append(batch.records)
+        return len(state.entries) - 1
 
-    def _open_batch(self, server: Server, log: str) -> Batch:
-        owned = server.owned[log]
-        if owned.batch is None or owned.batch.done:
-            owned.batch = Batch(server.id, log, owned.epoch, server.session)
-            self.at(self.cfg.commit_ms, self.commit, server.id, owned.batch)
-        return owned.batch
-
-    def commit(self, sid: str, batch: Batch) -> None:
-        server = self.servers[sid]
-        state = self.logs[batch.log]
-        owned = server.owned.get(batch.log)
-        if owned is not None and owned.batch is batch:
-            owned.batch = None
-            owned.inflight.append(batch)
-        if not server.alive or (server.session != batch.session and owned is None):
+    def commit(self, batch: Batch) -> None:
+        """The ledger's answer to an entry: stored, or fenced (a newer owner
+        took the log: the entry fails, and the core drops the log)."""
+        owned = batch.owned
+        server = self.servers[owned.sid]
+        if not self._runs(server, owned.incarnation, self.commit, batch):
             return  # its process died: the fence decides
-        if self.now < server.paused_until:
-            self.at(server.paused_until - self.now, self.commit, sid, batch)
+        if owned.sent[0] is not batch:  # the ledger answers in order (a pause reordered)
+            self.at(1, self.commit, batch)
             return
-        if batch.done or batch.epoch != state.epoch:  # fenced: the owner drops the log
+        owned.sent.remove(batch)
+        state = self.logs[owned.log]
+        if batch.done or owned.epoch != state.epoch:
             batch.done = True
             self.stats["fenced_commits"] += 1
-            self.note(f"{sid}: commit of {len(batch.records)} to {batch.log} fenced; dropped")
-            self._drop(server, batch.log)
-            for request in batch.waiters:
-                self.answer(server, request["producer"], request["gen"], "retry", None, None)
+            self.note(f"{owned.sid}: entry {batch.entry_no} of {owned.log} fenced")
+            self.step(owned, EntryFailed(batch.entry_no, "fenced", self.now))
             return
         batch.done = True
-        first = len(state.records)
-        state.records.extend(batch.records)
-        positions = {i: first + i for i in range(len(batch.records))}
-        for i, (pid, seq) in enumerate(batch.records):
-            if owned is not None:  # (a log being let go still stores what it took)
-                owned.table.store(pid, seq, first + i)
-        for request in batch.waiters:
-            for k, answer in enumerate(request["answers"]):
-                if isinstance(answer, tuple) and answer[0] is batch:
-                    request["answers"][k] = positions[answer[1]]
-                    request["open"] -= 1
-            self._answer_if_done(server, request)
-
-    def _answer_if_done(self, server: Server, request: dict) -> None:
-        if request["open"] > 0 or any(isinstance(a, tuple) for a in request["answers"]):
-            return
-        request["open"] = -1  # answered
-        self.answer(server, request["producer"], request["gen"], "written", request["seq"],
-                    list(request["answers"]))
-
-    def _drop(self, server: Server, log: str) -> None:
-        owned = server.owned.pop(log, None)
-        if owned is not None:
-            for batch in owned.inflight:
-                batch.done = True
-        state = self.logs[log]
-        if state.lease is not None and state.lease[1] == server.session:
-            state.lease = None
+        entry = self._append(state, batch)
+        runs = [[1, entry, 0, len(batch.records)]] if batch.records else []
+        self.step(owned, EntryAcked(batch.entry_no, runs, self.now))
 
     def crash(self, sid: str) -> None:
         server = self.servers[sid]
         if not server.alive:
             return
-        for log, owned in server.owned.items():  # its last commits: as the fence decides
-            self.logs[log].orphans += owned.inflight + ([owned.batch] if owned.batch else [])
+        for log, owned in server.owned.items():  # its last entries: as the fence decides
+            self.logs[log].orphans += owned.sent
         server.alive, server.owned = False, {}
+        server.incarnation += 1
         self.sessions[server.session] = self.now + self.cfg.session_ms
         self.note(f"{sid} crashes")
         self.stats["crashes"] += 1
@@ -430,6 +388,7 @@ class World:
     def restart(self, sid: str) -> None:
         server = self.servers[sid]
         server.alive, server.session = True, self._new_session()
+        server.incarnation += 1
         self.note(f"{sid} restarts (session {server.session})")
 
     def pause(self, sid: str) -> None:
@@ -446,19 +405,29 @@ class World:
 
     def _resume_new_session(self, sid: str) -> None:
         """Back from a pause longer than its session: a new session.  Until its
-        periodic check (``check_ms`` later) it still acts as the owner: a
-        stale owner, whose commits the fence refuses."""
+        periodic check it still acts as the owner: a stale owner, whose
+        entries the fence refuses."""
         server = self.servers[sid]
         if server.alive:
             server.session = self._new_session()
-            self.at(self.cfg.check_ms, self.check_owned, sid)
 
     def check_owned(self, sid: str) -> None:
+        """A server's periodic check (``LogServer._check_owned``): a log whose
+        lease this session lost, or the hashing now gives to another live
+        server, is handed over (``Close``)."""
         server = self.servers[sid]
-        for log in list(server.owned) if server.alive else []:
-            if self.logs[log].lease != (server.id, server.session):
-                self.note(f"{sid}: lease of {log} lost; dropped")
-                del server.owned[log]
+        self.at(self.cfg.check_ms, self.check_owned, sid)
+        if not server.alive or self.now < server.paused_until:
+            return
+        live = self.live_servers()
+        for log, owned in list(server.owned.items()):
+            lost = self.logs[log].lease != (server.id, server.session)
+            target = owner_of(log, live)
+            if lost or (target is not None and target != server.id):
+                if owned.core.state is OwnerState.OPEN:
+                    self.stats["handovers" if not lost else "leases_lost"] += 1
+                    self.note(f"{sid}: {log} {'lease lost' if lost else 'to ' + target}")
+                self.step(owned, Close(self.now))
 
     def faults(self) -> None:
         if not self.faults_on():
@@ -551,7 +520,9 @@ class World:
             self.at(0, self.producer_fill, p)
             self.at(self.cfg.timeout_ms // 2, self.producer_timer, p)
         self.at(self.rng.randint(1, self.cfg.crash_every_ms), self.faults)
-        while self.queue:
+        for sid in self.servers:
+            self.at(self.cfg.check_ms, self.check_owned, sid)
+        while self.queue and self.violation is None:
             t, _, fn, args = heapq.heappop(self.queue)
             if t > END_MS:
                 break
@@ -559,7 +530,10 @@ class World:
             fn(*args)
             if all(p.next_seq > self.cfg.records and not p.unacked for p in self.producers):
                 break
-        return self.check()
+        for core in self.cores:
+            self.stats.update({k: core.stats[k] for k in ("duplicates", "busy",
+                                                          "control_entries", "entries")})
+        return self.violation or self.check()
 
     def check(self) -> str | None:
         for state in self.logs.values():
@@ -577,11 +551,15 @@ class World:
             if any(pid == p.pid for q in self.logs.values() if q.name != p.log
                    for pid, _ in q.records):
                 return f"acked-kept: {p.name}'s records in another log"
+            entries = self.logs[p.log].entries
             for seq, position in p.acked.items():
                 if position is None:
                     if (p.pid, seq) not in records:
                         return f"acked-kept: {p.name} seq {seq} acknowledged, not in the log"
-                elif position >= len(records) or records[position] != (p.pid, seq):
+                    continue
+                _, entry, slot = position
+                if entry >= len(entries) or slot >= len(entries[entry]) or \
+                        entries[entry][slot] != (p.pid, seq):
                     return f"acked-kept: {p.name} seq {seq} acknowledged at {position}, not there"
         unfinished = [p.name for p in self.producers
                       if p.next_seq <= self.cfg.records or p.unacked]

@@ -14,5 +14,5 @@ from appliance.logservice.main import main
 from appliance.protocol import limits
 
 if __name__ == "__main__":
-    limits.LOG_SERVICE_REBUILD_MS = 0  # read at each takeover (logservice.owned.rebuild_filter)
+    limits.LOG_SERVICE_REBUILD_MS = 0  # read at each takeover (logservice.owned.learn_tail)
     sys.exit(main())

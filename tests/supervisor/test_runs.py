@@ -137,3 +137,50 @@ def test_a_restart_is_on_record_before_the_next_process_is_pinged(tmp_path, monk
     wall.now += 0.2
     sup.watch_once()  # the restart of bookie-1, then the ping of bookie-2
     assert (seen_at_ping[-1]["pid"], seen_at_ping[-1]["restarts"]) == (1002, 1)
+
+
+def test_a_due_restart_does_not_wait_behind_the_pings_of_the_others(tmp_path, monkeypatch):
+    """The last process's restart (here bookie-3's) is made before the
+    others are pinged: each ping of a busy process can take up to a second,
+    and a restarted log server is where its logs go back."""
+    sup, config, children, clock, wall = fake_supervisor(
+        tmp_path, monkeypatch, 3, supervisor={"restart_backoff_min_ms": 100})
+    spawned_at_ping: list[int] = []
+
+    def ping(endpoint, *a, **k):
+        spawned_at_ping.append(len(children))
+        return {"pid": 1}
+
+    monkeypatch.setattr(sup_mod, "bookie_info", ping)
+    sup.start_all()
+    children[2].end(-signal.SIGKILL)
+    sup.watch_once()  # the exit
+    clock.now += 0.2
+    wall.now += 0.2
+    spawned_at_ping.clear()
+    sup.watch_once()  # the restart of bookie-3, then the pings
+    assert spawned_at_ping and spawned_at_ping[0] == 4  # bookie-3's new process already
+    assert _state(config)["runs"]["bookie-3"]["restarts"] == 1
+
+
+def test_an_exit_signalled_during_the_pings_is_recorded_before_the_next_ping(
+        tmp_path, monkeypatch):
+    """SIGCHLD during a watch: the exit (for a log server, the release of
+    its leases) is seen before the next process is pinged, not after all
+    the pings (up to a second each from busy processes)."""
+    sup, config, children, clock, wall = fake_supervisor(
+        tmp_path, monkeypatch, 3, supervisor={"restart_backoff_min_ms": 100})
+    exit_seen_at_ping: list[object] = []
+
+    def ping(endpoint, *a, **k):
+        if endpoint == config.bookies[0].endpoint:
+            children[2].end(-signal.SIGKILL)
+            sup.child_exited()  # what the SIGCHLD handler calls
+        exit_seen_at_ping.append(_state(config)["runs"]["bookie-3"]["last_exit"])
+        return {"pid": 1}
+
+    monkeypatch.setattr(sup_mod, "bookie_info", ping)
+    sup.start_all()
+    sup.watch_once()
+    assert exit_seen_at_ping[0] is None  # bookie-1's ping: bookie-3 still ran
+    assert exit_seen_at_ping[1]["signal"] == "SIGKILL"  # recorded before bookie-2's
