@@ -26,7 +26,7 @@ from pathlib import Path
 
 from appliance.errors import BKError
 from appliance.logs.writer import segment_end
-from appliance.logservice.owned import rebuild_filter
+from appliance.logservice.owned import learn_tail
 from appliance.meta.logservice import LogServiceRegistry
 from appliance.protocol import limits
 from appliance.protocol.log_service import DedupTable
@@ -157,7 +157,11 @@ def timed_take_over(bk, log_name: str) -> dict:
     table = DedupTable(limits.LOG_SERVICE_PRODUCERS_MAX, limits.LOG_SERVICE_RECENT_MAX,
                        limits.LOG_SERVICE_PRODUCER_IDLE_MS)
     t0 = time.perf_counter()
-    learnt = rebuild_filter(bk, md, table, int(time.time() * 1000), b"")
+    now_wall_ms = int(time.time() * 1000)
+    tags = learn_tail(bk, md, now_wall_ms, b"")  # then learnt, as the owner core does (Opened)
+    for producer_id, seq, position in tags:
+        table.learn(producer_id, seq, tuple(position), now_wall_ms)
+    learnt = len(tags)
     steps = [b - a for a, b in zip(marks, marks[1:], strict=False)] + [time.perf_counter() - t0]
     names = ("ownership", "recovery", "complete", "new_ledger", "rebuild")
     return {**{n: round(v * 1000, 1) for n, v in zip(names, steps, strict=True)},

@@ -25,7 +25,7 @@ Guarantees:
   answers those rows as duplicates), and an owner that takes the log over
   after a crash recovers that segment and learns its tags before it takes a
   write (the last completed segment is always in its rebuild:
-  ``appliance.logservice.owned.rebuild_filter``).  A segment in the range
+  ``appliance.logservice.owned.learn_tail``).  A segment in the range
   whose ledger was deleted after it moved to cold storage has no tags left
   (cold files keep none): it is skipped with a warning; rows of the batch
   there are known to be stored only when a later row of the batch is
