@@ -210,6 +210,7 @@ class ProducerProcess:
         dirty, self.dirty = self.dirty, []
         for channel in dirty:
             if channel.outbox and not channel.open:  # closed this turn (server gone)
+                self.world.stats["queued_on_closed"] += 1
                 channel.outbox = []
             if channel.outbox:
                 self._send(channel)
@@ -255,10 +256,10 @@ class ProducerProcess:
         if self.channels.get(endpoint) is not channel:
             return  # that channel was closed meanwhile (its watch with it)
         self.world.stats["servers_gone"] += 1
-        for p in self.producers:
-            if not p.let_go and p.core.endpoint == endpoint:
-                self.step(p, lp.ServerGone(endpoint, self.world.now))
         for p in list(channel.members):
             self.joined.pop(p, None)
         channel.members.clear()
-        self._close(channel)
+        self._close(channel)  # first: what the cores resend takes a new channel
+        for p in self.producers:
+            if not p.let_go and p.core.endpoint == endpoint:
+                self.step(p, lp.ServerGone(endpoint, self.world.now))

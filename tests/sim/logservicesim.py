@@ -433,9 +433,11 @@ class World:
             self.logs[log].orphans += owned.sent
         server.alive, server.owned = False, {}
         server.incarnation += 1
-        self.sessions[server.session] = self.now + self.cfg.session_ms
-        self.tell_gone(sid, self.rng.randint(0, 20) if self.cfg.gone == "prompt" else
-                       self.cfg.session_ms + self.rng.randint(0, 50))
+        # its supervisor deletes its registration and leases at once (``prompt``),
+        # else they go when its session expires
+        gone_ms = self.rng.randint(0, 20) if self.cfg.gone == "prompt" else self.cfg.session_ms
+        self.sessions[server.session] = self.now + gone_ms
+        self.tell_gone(sid, gone_ms + self.rng.randint(0, 50))
         self.note(f"{sid} crashes")
         self.stats["crashes"] += 1
         self.at(self.rng.randint(10, 3 * self.cfg.session_ms), self.restart, sid)
