@@ -60,6 +60,8 @@ class WrongOldestCore(lp.ProducerCore):
         for action in actions:
             if type(action) is lp.Send and action.frame[:1] == b"\x01":
                 frame = bytearray(action.frame)
+                if frame[_OLDEST] != frame[_SEQ]:
+                    self.stats["oldest_rewritten"] = self.stats.get("oldest_rewritten", 0) + 1
                 frame[_OLDEST] = frame[_SEQ]
                 action.frame = bytes(frame)
         return actions

@@ -130,8 +130,9 @@ def _echo(doc: dict) -> dict:
 
 
 class World:
-    def __init__(self, cfg: SimConfig, trace_max: int = 0):
+    def __init__(self, cfg: SimConfig, trace_max: int = 0, read_your_writes: bool = False):
         self.cfg = cfg
+        self.read_your_writes = read_your_writes  # an unseen acknowledged write: a violation
         self.rng = random.Random(cfg.seed * 7919 + 1)
         self.now = 0
         self.queue: list = []
@@ -530,6 +531,10 @@ class World:
             next((e for e, entry in enumerate(state.entries) if (p.pid, seq) in entry), None)
         if where is None or where >= state.exposed:
             self.stats["ryw_unseen"] += 1
+            if self.read_your_writes:
+                self.broken_rule("read-your-writes", f"{p.name} write {seq} acknowledged in "
+                                 f"entry {where} of {p.log}; a reader started now reads "
+                                 f"{state.exposed} entries")
 
     def broken(self, exc: InvariantViolation) -> None:
         self.broken_rule(exc.rule or "core-invariant", str(exc))
@@ -570,8 +575,10 @@ class SimResult:
 
 
 def run_service_seed(seed: int, break_dedup: bool = False, trace_max: int = 0,
-                     break_oldest: bool = False, mux: bool | None = None) -> SimResult:
-    world = World(random_config(seed, break_dedup, break_oldest, mux), trace_max)
+                     break_oldest: bool = False, mux: bool | None = None,
+                     read_your_writes: bool = False) -> SimResult:
+    world = World(random_config(seed, break_dedup, break_oldest, mux), trace_max,
+                  read_your_writes)
     violation = world.run()
     world.stats["records"] = sum(len(state.records) for state in world.logs.values())
     world.stats["mux_seeds" if world.cfg.mux else "single_seeds"] += 1
@@ -587,22 +594,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--break-dedup", action="store_true",
                         help="every record counts as new (the checker must fail)")
     parser.add_argument("--break-oldest", action="store_true",
-                        help="an unknown producer starts at the seq it sends, not at its "
-                             "oldest unacknowledged write (the checker must fail)")
+                        help="every write request names its first seq as the producer's "
+                             "oldest unacknowledged write (WrongOldestCore)")
+    parser.add_argument("--read-your-writes", action="store_true",
+                        help="an acknowledged write a reader started at once would not see "
+                             "is a violation (issue 46 item 4; counted as ryw_unseen "
+                             "otherwise)")
     parser.add_argument("--mux", choices=("on", "off", "seed"), default="seed",
                         help="multi-log messages: always, never, or as each seed draws")
     args = parser.parse_args(argv)
     mux = {"on": True, "off": False, "seed": None}[args.mux]
+    switches = {"break_oldest": args.break_oldest, "mux": mux,
+                "read_your_writes": args.read_your_writes}
     if args.seed is not None:
-        result = run_service_seed(args.seed, args.break_dedup, trace_max=2000,
-                                  break_oldest=args.break_oldest, mux=mux)
+        result = run_service_seed(args.seed, args.break_dedup, trace_max=2000, **switches)
         print("\n".join(result.trace))
         print(f"seed {args.seed}: {result.violation or 'ok'}; {dict(result.stats)}")
         return 1 if result.violation else 0
     failures, totals = [], Counter()
     for seed in range(args.seeds):
-        result = run_service_seed(seed, args.break_dedup, break_oldest=args.break_oldest,
-                                  mux=mux)
+        result = run_service_seed(seed, args.break_dedup, **switches)
         totals.update(result.stats)
         if result.violation:
             failures.append(f"seed {seed}: {result.violation}")
