@@ -32,9 +32,10 @@ Guarantees (``appliance.logs.producer`` carries them to the user):
   view is older than what this producer was told was stored (a server
   paused past its session that has not yet seen its lease go: its entries
   are fenced, its log soon handed over; tests/sim/logservicesim found it);
-  if no owner ever agrees, the deadline fails the writes, naming it.  Each of these starts a new generation
-  and resends every unacknowledged write with its number; error and hello
-  replies of older generations are ignored.
+  if no owner ever agrees, the deadline fails the writes, naming it.  Each
+  of these starts a new generation and resends every unacknowledged write
+  with its number; error and hello replies of older generations are
+  ignored.
 * Failing: a write not stored within ``LOG_PRODUCER_DEADLINE_MS`` of entering
   fails with ``LogServiceUnavailableError`` (naming the last refusal), and
   so do every pending and every later write (sticky); so do ``full``

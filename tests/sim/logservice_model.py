@@ -1,7 +1,8 @@
 """The world of the log service's simulation (``tests/sim/logservicesim``):
 its configuration drawn from a seed, and the things in it (logs, servers,
-the entries on their way, producers), with the one fault the simulator
-injects into the owner core (``ForgetfulTable``, ``--break-dedup``).
+the entries on their way; the producers are in ``logservice_producers``),
+with the one fault the simulator injects into the owner core
+(``ForgetfulTable``, ``--break-dedup``).
 Single-threaded: everything here belongs to the simulation's one thread."""
 
 from __future__ import annotations
@@ -55,7 +56,9 @@ class SimConfig:
 
 def random_config(seed: int, break_dedup: bool = False, break_oldest: bool = False,
                   mux: bool | None = None) -> SimConfig:
-    """``mux``: multi-log messages (None: as the seed draws, most seeds)."""
+    """``mux``: the producers of a process share its channels, as in the
+    product (multi-log messages), or each is a process of its own (None: as
+    the seed draws, most seeds share)."""
     rng = random.Random(seed)
     shape = random.Random(seed * 104_729 + 3)  # its own draws: the others stay as they were
     logs = shape.randint(1, 3)

@@ -1,65 +1,58 @@
 """The log service (seed 003's write proxy) in a deterministic simulation.
 
-One to three logs, each written by an idempotent producer of every producer
-process, through log servers that crash, restart and pause; the network
-loses, duplicates, delays and reorders messages.  What runs as the owner of
-a log is the real core (``appliance.protocol.log_owner.LogOwner``: its
-duplicate filter and rebuild from the log's tail, group commit with the
-gather rule and the linger, the ledger's window, control entries, the
-answers, hand-over), and the real spread (``owner_of``).  The simulator is
-the world around it, kept to what matters for exactly-once:
+One to three logs, each written by a producer of every producer process,
+through log servers that crash, restart and pause; the network loses,
+duplicates, delays and reorders whole messages.  Both sides are the real
+cores, fed the real wire frames: each log's owner
+(``appliance.protocol.log_owner.LogOwner``: duplicate filter and its
+rebuild from the tail, group commit, the ledger's window, control entries,
+answers, hand-over) and every producer
+(``appliance.protocol.log_producer.ProducerCore``: numbering, window,
+resends, redirects, back-off, deadline), driven as the product's producer
+loop drives it (``tests/sim/logservice_producers.py``: a channel per
+process and server, single or multi-log messages, the ``plain`` rule).
+The simulator is the world around them, kept to what matters for
+exactly-once:
 
 * the ownership lease: one holder at a time, taken only when free or when
-  its holder's session expired (a session expires ``session_ms`` after its
-  server crashed or while it is paused);
-* fencing: taking the log bumps the log's epoch; an old owner's entries
-  that had not reached the log are, at the fence, either kept (the
-  recovery found them on a quorum: stored, never acknowledged) or dropped;
-  its later entries fail (``EntryFailed``: the core drops the log);
-* the ledger: an entry the core sends is acknowledged ``commit_ms`` later
-  at the next position of the log, unless fenced;
-* a server's periodic check (``check_ms``): a log whose lease its session
-  lost, or that the hashing gives to another live server, is handed over
-  (``Close``: the core sends what it holds, then closes and lets go);
-* producers: a window of unacknowledged writes, numbered 1, 2, 3, ...; a
-  request unanswered for ``timeout_ms`` (or answered retry / gap / not
-  owner) makes the producer send every unacknowledged write again, to the
-  owner it finds (the lease holder, else the hashing over live servers);
-* multi-log requests (``mux``, most seeds): the requests a process's
-  producers send to one server at one moment leave as one message, a
-  section each (``appliance.logs.producer_loop``); the server judges every
-  section alone (its own log, lease, owner, core: one section may be
-  written while another is answered not_owner or retry), and the answers
-  it has for one process at one moment leave as one message.  Both
-  messages are lost, duplicated, delayed and reordered as a whole, and
-  they cross crashes and leases moving between their sections' logs.
-* back-pressure (``ledger_window``, a quarter of the seeds each 1 or 2,
-  with entries cut small): a request whose entries the ledger's window has
-  no room for is answered "retry" before any of it is judged.
+  its holder's session expired (``session_ms`` after its server crashed,
+  or at once: its supervisor deletes it; or while it is paused);
+* fencing: taking the log bumps its epoch; an old owner's entries not yet
+  in the log are kept (found on a quorum: stored, never acknowledged) or
+  dropped; its later entries fail (``EntryFailed``);
+* the ledger: an entry is acknowledged ``commit_ms`` later at the log's
+  next position, unless fenced; a server's periodic check (``check_ms``)
+  hands over a log whose lease it lost or the hashing moved (``Close``);
+* the metadata the producers look owners up in (the lease holder, else the
+  hashing over live servers), and their server watch, telling a process a
+  server crashed at once, once its session expired, or never (``gone``);
+* the server's side of multi-log messages: every section judged alone
+  (its own log, lease, owner, core), the answers for one connection at one
+  moment in one MUX_REPLY; back-pressure (``ledger_window``) answered
+  "retry" by the core.
 
-Invariants, checked once the faults stop and every producer finished (and
-the core's own, ``invariant()``, at every step):
+Invariants (``logservice_check``; ``invariant()`` of both cores and
+``one-writer-per-epoch`` / ``settled-once`` at every step):
+``acked-kept`` (every write settled is in its log at the DLSN it was
+given), ``stored-once``, ``producer-order``, ``one-writer-per-epoch``,
+``settled-once``, ``liveness`` (every write settled, none failed).
+Read-your-writes: a reader started when a write is settled reads the
+entries below the last-add-confirmed the bookies know (``LogState.exposed``);
+a write beyond it is counted (``ryw_unseen``), a violation with
+``--read-your-writes`` (issue 46 item 4 is not built yet).
 
-``acked-kept``            every acknowledged write is in its log at the
-                          position its answer gave;
-``stored-once``           no (producer, seq) is in a log twice;
-``producer-order``        each producer's records are in its log in its order;
-``one-writer-per-epoch``  every entry of an epoch comes from the one owner
-                          whose writer took that epoch;
-``liveness``              every producer finished its writes.
-
-Fault switches, injected here (none in the product): ``break_dedup=True``
+Fault switches, injected here (none in the product): ``--break-dedup``
 gives every owner a filter that counts every record as new
-(``ForgetfulTable``): retries are stored again, and ``stored-once`` must
-catch it.  ``break_oldest=True`` lets a producer the owner does not know
-start at the first number it sends rather than at its oldest
-unacknowledged write: a request that overtook an earlier one then hides
-the earlier writes as "duplicates" (``acked-kept``).
+(``ForgetfulTable``; caught as ``stored-once``).  ``--break-oldest`` runs
+``WrongOldestCore``, whose requests name their first number as the
+oldest unacknowledged write; the real core's requests already do (one in
+flight, every generation from the oldest), so it changes none
+(``oldest_rewritten`` stays 0) and nothing is caught.
 
-    python -m tests.sim.logservicesim --seeds 300
+    python -m tests.sim.logservicesim --seeds 2000
     python -m tests.sim.logservicesim --seeds 300 --break-dedup
-    python -m tests.sim.logservicesim --seeds 300 --break-oldest
-    python -m tests.sim.logservicesim --seeds 300 --mux on    # every seed multi-log
+    python -m tests.sim.logservicesim --seeds 300 --mux on    # processes share channels
+    python -m tests.sim.logservicesim --seeds 300 --mux off   # a process per producer
     python -m tests.sim.logservicesim --seed 17          # one seed, with its trace
 """
 
@@ -73,6 +66,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass
 
+from appliance.protocol import limits
 from appliance.protocol.invariant import InvariantViolation
 from appliance.protocol.log_owner import Answer, LogOwner, OwnerConfig, OwnerState
 from appliance.protocol.log_owner_events import (
@@ -90,7 +84,6 @@ from appliance.protocol.log_owner_events import (
     Write,
     WriterClosed,
 )
-from appliance.protocol import limits
 from appliance.protocol.log_producer import ProducerCore
 from appliance.protocol.log_service import (
     MUX_KIND,
