@@ -290,18 +290,20 @@ class ProducerLoop:
         self._close_channel(channel)
 
     def _server_gone(self, endpoint: str) -> None:
-        """Every core writing to ``endpoint`` finds the owner again now; the
-        channel is closed (the next one to it watches the new registration)."""
+        """The channel is closed (the next one to it watches the new
+        registration), then every core writing to ``endpoint`` finds the owner
+        again now: what it resends (perhaps to a new server at the same
+        endpoint) goes through a new channel, never the closed one."""
         self.stats["servers_gone"] += 1
-        for producer in list(self._producers.values()):
-            if producer._core.endpoint == endpoint:
-                self._step(producer, lp.ServerGone, endpoint)
         channel = self._channels.get(endpoint)
         if channel is not None:
             for producer in list(channel.members):
                 self._joined.pop(producer, None)
             channel.members.clear()
             self._close_channel(channel)
+        for producer in list(self._producers.values()):
+            if producer._core.endpoint == endpoint:
+                self._step(producer, lp.ServerGone, endpoint)
 
     def _channel(self, producer, endpoint: str) -> Channel:
         """The channel to ``endpoint`` (made on first use, watching its
@@ -343,6 +345,8 @@ class ProducerLoop:
         the channels nobody uses."""
         dirty, self._dirty = self._dirty, []
         for channel in dirty:
+            if channel.outbox and channel.sock is None:
+                channel.outbox = []  # closed this turn (its server gone): resent after a lookup
             if channel.outbox:
                 channel.flush()
                 if channel.readable():  # a reply came meanwhile: its wake-up was taken

@@ -26,18 +26,22 @@ Guarantees (``appliance.logs.producer`` carries them to the user):
   unanswered for ``LOG_PRODUCER_REQUEST_TIMEOUT_MS``, or the owner's
   process known gone (``ServerGone``: its registration went, the
   supervisor deletes a dead server's at once) -> find the owner again;
-  ``retry``, ``held`` (4x longer) and a ``gap`` at or above the oldest
-  unacknowledged write -> a pause with back-off (20 ms doubling to
-  500 ms, reset by a ``written``).  Each of these starts a new generation
-  and resends every unacknowledged write with its number; error and hello
-  replies of older generations are ignored.
+  ``retry``, ``held`` (4x longer) and a ``gap`` -> a pause with back-off
+  (20 ms doubling to 500 ms, reset by a ``written``).  A gap below the
+  oldest unacknowledged write is retried too: it comes from an owner whose
+  view is older than what this producer was told was stored (a server
+  paused past its session that has not yet seen its lease go: its entries
+  are fenced, its log soon handed over; tests/sim/logservicesim found it);
+  if no owner ever agrees, the deadline fails the writes, naming it.  Each
+  of these starts a new generation and resends every unacknowledged write
+  with its number; error and hello replies of older generations are
+  ignored.
 * Failing: a write not stored within ``LOG_PRODUCER_DEADLINE_MS`` of entering
   fails with ``LogServiceUnavailableError`` (naming the last refusal), and
   so do every pending and every later write (sticky); so do a refusal of
   the server's CURVE handshake (``Refused``: ``UnauthorizedError`` naming
-  the log server), ``full``
-  (``TooManyProducersError``), ``bad`` and a gap below the oldest
-  unacknowledged write (``BadRequestError``).  After ``close()`` a write
+  the log server), ``full`` (``TooManyProducersError``) and ``bad``
+  (``BadRequestError``).  After ``close()`` a write
   fails with ``ClientClosedError``.
 
 Threads: a core is driven by one thread (the process's producer I/O
@@ -427,10 +431,6 @@ class ProducerCore:
             self.endpoint = endpoint if isinstance(endpoint, str) else None
             if self.endpoint is not None:
                 self._restart(now_ms)
-        elif code == "gap" and doc.get("expected", 0) < oldest:
-            self._fail(BadRequestError(f"log {self.name!r}: the owner expects sequence number "
-                                       f"{doc.get('expected')}, below this producer's oldest "
-                                       "unacknowledged write"))
         elif code == "full":
             self._fail(TooManyProducersError(doc.get("message", "too many producers")))
         elif code == BAD:
@@ -439,6 +439,9 @@ class ProducerCore:
             self.stats["retries"] += 1
             message = doc.get("message")
             self.last_refusal = message if isinstance(message, str) else str(code)
+            if code == "gap" and doc.get("expected", 0) < oldest:  # a stale owner's view
+                self.last_refusal = (f"the owner expects sequence number {doc.get('expected')}"
+                                     ", below this producer's oldest unacknowledged write")
             pause = self._next_backoff() * (HELD_BACKOFF_FACTOR if code == HELD else 1)
             self.resend_at_ms = now_ms + pause
             self._out.append(WakeAt(self.resend_at_ms))  # nothing leaves until then

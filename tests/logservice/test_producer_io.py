@@ -190,3 +190,24 @@ def test_producers_of_one_process_share_a_connection_and_each_gets_its_own_posit
         {key: expected[key[0], key[1] + 1] for key in got}
     assert len(server.identities) == 1
     assert {"single", "mux"} <= set(server.kinds)
+
+
+def test_a_write_in_flight_when_its_server_is_replaced_is_resent_to_the_new_one(server):
+    """The server watch tells the loop its log server was replaced (a new
+    process at the same endpoint, as the simulation's seeds do:
+    tests/sim/logservicesim): the write in flight is sent again there and
+    answered, and the producer goes on writing."""
+    producer = _producer(server)
+    try:
+        server.hold.set()
+        fut = producer.write_async(b"in flight")
+        wait_for(lambda: len(server.writes) == 1, WAIT_S, what="the request")
+        ProducerLoop.get().server_gone(server.endpoint)
+        wait_for(lambda: len(server.writes) == 2, WAIT_S, what="the request sent again")
+        server.hold.clear()
+        assert fut.result(WAIT_S) is not None
+        assert producer.write(b"after") is not None
+        assert server.writes == [(1, 1), (1, 1), (2, 1)]
+    finally:
+        server.hold.clear()
+        producer.close()

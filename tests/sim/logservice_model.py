@@ -1,7 +1,8 @@
 """The world of the log service's simulation (``tests/sim/logservicesim``):
 its configuration drawn from a seed, and the things in it (logs, servers,
-the entries on their way, producers), with the one fault the simulator
-injects into the owner core (``ForgetfulTable``, ``--break-dedup``).
+the entries on their way; the producers are in ``logservice_producers``),
+with the one fault the simulator injects into the owner core
+(``ForgetfulTable``, ``--break-dedup``).
 Single-threaded: everything here belongs to the simulation's one thread."""
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ from appliance.protocol.log_owner import LogOwner
 from appliance.protocol.log_service import DedupTable
 
 RECORD_BYTES = 16  # a simulated record with its overhead (payloads are its seq)
-END_MS = 120_000  # simulated time limit: faults stop at half of it
+END_MS = 120_000  # simulated time limit
+# faults stop here: a write that entered during them still has 20 s of calm
+# before its deadline (LOG_PRODUCER_DEADLINE_MS, 60 s), four request timeouts
+FAULTS_END_MS = 40_000
 
 
 @dataclass(frozen=True)
@@ -30,7 +34,9 @@ class SimConfig:
     pause_every_ms: int
     session_ms: int
     commit_ms: int
-    timeout_ms: int
+    # how the producers' server watch tells of a crashed server: at once (its
+    # supervisor deletes the registration), once its session expired, or never
+    gone: str
     check_ms: int
     break_dedup: bool = False
     break_oldest: bool = False
@@ -50,7 +56,9 @@ class SimConfig:
 
 def random_config(seed: int, break_dedup: bool = False, break_oldest: bool = False,
                   mux: bool | None = None) -> SimConfig:
-    """``mux``: multi-log messages (None: as the seed draws, most seeds)."""
+    """``mux``: the producers of a process share its channels, as in the
+    product (multi-log messages), or each is a process of its own (None: as
+    the seed draws, most seeds share)."""
     rng = random.Random(seed)
     shape = random.Random(seed * 104_729 + 3)  # its own draws: the others stay as they were
     logs = shape.randint(1, 3)
@@ -69,7 +77,7 @@ def random_config(seed: int, break_dedup: bool = False, break_oldest: bool = Fal
                      crash_every_ms=rng.choice((2_000, 5_000, 20_000)),
                      pause_every_ms=rng.choice((0, 5_000, 15_000)),
                      session_ms=rng.choice((500, 2_000)), commit_ms=rng.choice((1, 5, 50)),
-                     timeout_ms=rng.choice((200, 1_000)), check_ms=rng.choice((50, 500)),
+                     gone=rng.choice(("prompt", "late", "never")), check_ms=rng.choice((50, 500)),
                      break_dedup=break_dedup, break_oldest=break_oldest)
 
 
@@ -109,6 +117,10 @@ class LogState:
     epoch: int = 0
     lease: tuple[str, int] | None = None
     writers: dict = field(default_factory=dict)  # epoch -> the Owned that wrote it
+    # entries a reader started now reads from the bookies: those below the
+    # last-add-confirmed they know (an entry carries its writer's LAC: the one
+    # before it), all of a segment its writer closed or a new owner recovered
+    exposed: int = 0
 
     @property
     def records(self) -> list:
@@ -123,21 +135,6 @@ class Server:
     paused_until: int = 0
     incarnation: int = 0
     owned: dict = field(default_factory=dict)  # log name -> Owned
-
-
-@dataclass(eq=False)
-class Producer:
-    pid: bytes
-    name: str
-    log: str = ""
-    proc: int = 0  # its process (whose producers share multi-log messages)
-    next_seq: int = 1
-    unacked: dict = field(default_factory=dict)  # seq -> True
-    acked: dict = field(default_factory=dict)  # seq -> position (or None)
-    target: str | None = None
-    gen: int = 0
-    last_progress: int = 0
-
 
 
 class ForgetfulTable(DedupTable):

@@ -1,65 +1,58 @@
 """The log service (seed 003's write proxy) in a deterministic simulation.
 
-One to three logs, each written by an idempotent producer of every producer
-process, through log servers that crash, restart and pause; the network
-loses, duplicates, delays and reorders messages.  What runs as the owner of
-a log is the real core (``appliance.protocol.log_owner.LogOwner``: its
-duplicate filter and rebuild from the log's tail, group commit with the
-gather rule and the linger, the ledger's window, control entries, the
-answers, hand-over), and the real spread (``owner_of``).  The simulator is
-the world around it, kept to what matters for exactly-once:
+One to three logs, each written by a producer of every producer process,
+through log servers that crash, restart and pause; the network loses,
+duplicates, delays and reorders whole messages.  Both sides are the real
+cores, fed the real wire frames: each log's owner
+(``appliance.protocol.log_owner.LogOwner``: duplicate filter and its
+rebuild from the tail, group commit, the ledger's window, control entries,
+answers, hand-over) and every producer
+(``appliance.protocol.log_producer.ProducerCore``: numbering, window,
+resends, redirects, back-off, deadline), driven as the product's producer
+loop drives it (``tests/sim/logservice_producers.py``: a channel per
+process and server, single or multi-log messages, the ``plain`` rule).
+The simulator is the world around them, kept to what matters for
+exactly-once:
 
 * the ownership lease: one holder at a time, taken only when free or when
-  its holder's session expired (a session expires ``session_ms`` after its
-  server crashed or while it is paused);
-* fencing: taking the log bumps the log's epoch; an old owner's entries
-  that had not reached the log are, at the fence, either kept (the
-  recovery found them on a quorum: stored, never acknowledged) or dropped;
-  its later entries fail (``EntryFailed``: the core drops the log);
-* the ledger: an entry the core sends is acknowledged ``commit_ms`` later
-  at the next position of the log, unless fenced;
-* a server's periodic check (``check_ms``): a log whose lease its session
-  lost, or that the hashing gives to another live server, is handed over
-  (``Close``: the core sends what it holds, then closes and lets go);
-* producers: a window of unacknowledged writes, numbered 1, 2, 3, ...; a
-  request unanswered for ``timeout_ms`` (or answered retry / gap / not
-  owner) makes the producer send every unacknowledged write again, to the
-  owner it finds (the lease holder, else the hashing over live servers);
-* multi-log requests (``mux``, most seeds): the requests a process's
-  producers send to one server at one moment leave as one message, a
-  section each (``appliance.logs.producer_loop``); the server judges every
-  section alone (its own log, lease, owner, core: one section may be
-  written while another is answered not_owner or retry), and the answers
-  it has for one process at one moment leave as one message.  Both
-  messages are lost, duplicated, delayed and reordered as a whole, and
-  they cross crashes and leases moving between their sections' logs.
-* back-pressure (``ledger_window``, a quarter of the seeds each 1 or 2,
-  with entries cut small): a request whose entries the ledger's window has
-  no room for is answered "retry" before any of it is judged.
+  its holder's session expired (``session_ms`` after its server crashed,
+  or at once: its supervisor deletes it; or while it is paused);
+* fencing: taking the log bumps its epoch; an old owner's entries not yet
+  in the log are kept (found on a quorum: stored, never acknowledged) or
+  dropped; its later entries fail (``EntryFailed``);
+* the ledger: an entry is acknowledged ``commit_ms`` later at the log's
+  next position, unless fenced; a server's periodic check (``check_ms``)
+  hands over a log whose lease it lost or the hashing moved (``Close``);
+* the metadata the producers look owners up in (the lease holder, else the
+  hashing over live servers), and their server watch, telling a process a
+  server crashed at once, once its session expired, or never (``gone``);
+* the server's side of multi-log messages: every section judged alone
+  (its own log, lease, owner, core), the answers for one connection at one
+  moment in one MUX_REPLY; back-pressure (``ledger_window``) answered
+  "retry" by the core.
 
-Invariants, checked once the faults stop and every producer finished (and
-the core's own, ``invariant()``, at every step):
+Invariants (``logservice_check``; ``invariant()`` of both cores and
+``one-writer-per-epoch`` / ``settled-once`` at every step):
+``acked-kept`` (every write settled is in its log at the DLSN it was
+given), ``stored-once``, ``producer-order``, ``one-writer-per-epoch``,
+``settled-once``, ``liveness`` (every write settled, none failed).
+Read-your-writes: a reader started when a write is settled reads the
+entries below the last-add-confirmed the bookies know (``LogState.exposed``);
+a write beyond it is counted (``ryw_unseen``), a violation with
+``--read-your-writes`` (issue 46 item 4 is not built yet).
 
-``acked-kept``            every acknowledged write is in its log at the
-                          position its answer gave;
-``stored-once``           no (producer, seq) is in a log twice;
-``producer-order``        each producer's records are in its log in its order;
-``one-writer-per-epoch``  every entry of an epoch comes from the one owner
-                          whose writer took that epoch;
-``liveness``              every producer finished its writes.
-
-Fault switches, injected here (none in the product): ``break_dedup=True``
+Fault switches, injected here (none in the product): ``--break-dedup``
 gives every owner a filter that counts every record as new
-(``ForgetfulTable``): retries are stored again, and ``stored-once`` must
-catch it.  ``break_oldest=True`` lets a producer the owner does not know
-start at the first number it sends rather than at its oldest
-unacknowledged write: a request that overtook an earlier one then hides
-the earlier writes as "duplicates" (``acked-kept``).
+(``ForgetfulTable``; caught as ``stored-once``).  ``--break-oldest`` runs
+``WrongOldestCore``, whose requests name their first number as the
+oldest unacknowledged write; the real core's requests already do (one in
+flight, every generation from the oldest), so it changes none
+(``oldest_rewritten`` stays 0) and nothing is caught.
 
-    python -m tests.sim.logservicesim --seeds 300
+    python -m tests.sim.logservicesim --seeds 2000
     python -m tests.sim.logservicesim --seeds 300 --break-dedup
-    python -m tests.sim.logservicesim --seeds 300 --break-oldest
-    python -m tests.sim.logservicesim --seeds 300 --mux on    # every seed multi-log
+    python -m tests.sim.logservicesim --seeds 300 --mux on    # processes share channels
+    python -m tests.sim.logservicesim --seeds 300 --mux off   # a process per producer
     python -m tests.sim.logservicesim --seed 17          # one seed, with its trace
 """
 
@@ -73,6 +66,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass
 
+from appliance.protocol import limits
 from appliance.protocol.invariant import InvariantViolation
 from appliance.protocol.log_owner import Answer, LogOwner, OwnerConfig, OwnerState
 from appliance.protocol.log_owner_events import (
@@ -90,24 +84,48 @@ from appliance.protocol.log_owner_events import (
     Write,
     WriterClosed,
 )
-from appliance.protocol.log_service import DedupTable, owner_of, runs_dlsns
+from appliance.protocol.log_producer import ProducerCore
+from appliance.protocol.log_service import (
+    MUX_KIND,
+    NOT_OWNER,
+    DedupTable,
+    decode_mux,
+    decode_request,
+    encode_header,
+    join_mux_reply,
+    mux_groups,
+    owner_of,
+    route_answer,
+)
+from tests.sim.logservice_check import check
 from tests.sim.logservice_model import (
     END_MS,
+    FAULTS_END_MS,
     RECORD_BYTES,
     Batch,
     ForgetfulTable,
     LogState,
     Owned,
-    Producer,
     Server,
     SimConfig,
     random_config,
 )
+from tests.sim.logservice_producers import (
+    ProducerProcess,
+    SimProducer,
+    WrongOldestCore,
+)
+
+
+def _echo(doc: dict) -> dict:
+    """The fields of a request its reply repeats (``server._echo``)."""
+    return {k: doc[k] for k in ("log", "pid", "seq", "gen") if k in doc}
 
 
 class World:
-    def __init__(self, cfg: SimConfig, trace_max: int = 0):
+    def __init__(self, cfg: SimConfig, trace_max: int = 0, read_your_writes: bool = False):
         self.cfg = cfg
+        self.read_your_writes = read_your_writes  # an unseen acknowledged write: a violation
         self.rng = random.Random(cfg.seed * 7919 + 1)
         self.now = 0
         self.queue: list = []
@@ -116,12 +134,17 @@ class World:
                      ("orders", "payments", "events")[:cfg.logs]}
         self.sessions: dict[int, int | None] = {}  # session -> expiry (None: live)
         self.servers = {f"s{i}": Server(f"s{i}", self._new_session()) for i in range(cfg.servers)}
-        # a producer per log in every process (``producers`` processes)
-        self.producers = [Producer(bytes([len(self.logs) * k + j + 1]) * 16, f"p{k}.{log}",
-                                   log, k)
+        # a producer per log in every process (``producers`` processes); --mux off:
+        # each producer a process of its own (no channel shared, no multi-log message)
+        make_core = WrongOldestCore if cfg.break_oldest else ProducerCore
+        self.producers = [SimProducer(make_core(log, bytes([len(self.logs) * k + j + 1]) * 16),
+                                      bytes([len(self.logs) * k + j + 1]) * 16, f"p{k}.{log}",
+                                      log)
                           for k in range(cfg.producers) for j, log in enumerate(self.logs)]
-        self.outbox: dict[int, list] = {}  # process -> sections to send at this moment
-        self.answers: dict[tuple, list] = {}  # (server id, incarnation, process) -> answers
+        groups = [self.producers[k * len(self.logs):(k + 1) * len(self.logs)]
+                  for k in range(cfg.producers)] if cfg.mux else [[p] for p in self.producers]
+        self.procs = [ProducerProcess(self, k, group) for k, group in enumerate(groups)]
+        self.answers: dict[tuple, list] = {}  # (server, incarnation, process, channel) -> answers
         self.trace: list[str] = []
         self.trace_max = trace_max
         self.stats = Counter()
@@ -158,7 +181,7 @@ class World:
         return [s.id for s in self.servers.values() if self.session_live(s.session)]
 
     def faults_on(self) -> bool:
-        return self.now < END_MS // 2
+        return self.now < FAULTS_END_MS
 
     def send(self, fn, *args) -> None:
         """A network message: maybe lost, maybe twice, after a random delay."""
@@ -181,34 +204,39 @@ class World:
             return False
         return True
 
-    def server_receive(self, sid: str, sections: list) -> None:
-        """A request (one section) or a multi-log one (several): each
-        section ``(producer, gen, seq0, n, oldest)`` is judged alone."""
+    def server_receive(self, sid: str, proc: ProducerProcess, channel, frame: bytes) -> None:
+        """A message from ``channel`` of ``proc``: one request, or a
+        multi-log one whose sections are each judged alone (the server's
+        ``_serve_mux``)."""
         server = self.servers[sid]
-        if not self._runs(server, server.incarnation, self.server_receive, sid, sections):
+        if not self._runs(server, server.incarnation, self.server_receive, sid, proc, channel,
+                          frame):
             return
-        redirected = written = 0
-        for producer, gen, seq0, n, oldest in sections:
-            state = self.logs[producer.log]
-            if producer.log not in server.owned and not self.take_log(server, state):
-                # the lease is an ephemeral node: gone once its session expired
-                owner = state.lease[0] if state.lease and self.session_live(state.lease[1]) \
-                    else owner_of(state.name, self.live_servers())
-                self.answer(server, producer, gen, "not_owner", owner, None)
-                redirected += 1
-                continue
-            owned = server.owned[producer.log]
-            if self.cfg.break_oldest:
-                oldest = seq0
-            payloads = [b"%d" % (seq0 + i) for i in range(n)]
-            self.step(owned, Write((producer, gen, seq0), producer.pid, seq0, oldest,
-                                   payloads, self.now))
-            written += 1
-        if len(sections) > 1:
-            self.stats["mux_sections"] += len(sections)
+        mux = frame[:1] == bytes([MUX_KIND])
+        sections = decode_mux(frame, limits.LOG_SERVICE_MUX_SECTIONS_MAX,
+                              limits.LOG_SERVICE_MUX_BYTES_MAX) if mux else [frame]
+        served = Counter()
+        for section in sections:
+            doc, payloads = decode_request([section])
+            served[self.serve(server, (proc, channel, mux, _echo(doc)), doc, payloads)] += 1
+        if mux and len(sections) > 1:
             # one message, some sections redirected and others written: the seeds
             # cover a lease that moved between the logs of one message
-            self.stats["mux_mixed"] += bool(redirected and written)
+            self.stats["mux_mixed"] += bool(served[True] and served[False])
+
+    def serve(self, server: Server, token: tuple, doc: dict, payloads: list) -> bool:
+        """One write request (or section): to its log's core if this server
+        owns the log or takes it now, else answered ``not_owner`` (False)."""
+        state = self.logs[doc["log"]]
+        if state.name not in server.owned and not self.take_log(server, state):
+            owner = self.find_owner(state.name)  # (the lease's endpoint, else the hashing)
+            self.queue_answer(server, token, {"op": "error", "code": NOT_OWNER,
+                                              "endpoint": owner, "message": "not owner"})
+            self.stats["not_owner"] += 1
+            return False
+        self.step(server.owned[state.name], Write(token, bytes.fromhex(doc["pid"]), doc["seq"],
+                                                  doc["oldest"], payloads, self.now))
+        return True
 
     def step(self, owned: Owned, event) -> None:
         """Feed ``owned``'s core one event and carry out its actions."""
@@ -229,6 +257,7 @@ class World:
                 owned.sent.append(batch)
                 self.at(self.cfg.commit_ms, self.commit, batch)
             elif kind is CloseWriter:
+                self._writer_closed(owned)
                 self.at(self.rng.randint(1, 20), self.owner_event, owned, WriterClosed)
             elif kind is ReleaseLease:
                 self._release(server, owned)
@@ -236,6 +265,12 @@ class World:
         if due != math.inf and due != owned.tick_at:
             owned.tick_at = due
             self.at(max(0, math.ceil(due - self.now)), self.owner_event, owned, Tick)
+
+    def _writer_closed(self, owned: Owned) -> None:
+        """Closing the writer seals its segment: a reader sees all of it."""
+        state = self.logs[owned.log]
+        if state.epoch == owned.epoch and not owned.sent:
+            state.exposed = len(state.entries)
 
     def owner_event(self, owned: Owned, kind) -> None:
         """A timer or a driver's completion for ``owned``'s core (``Tick``,
@@ -248,11 +283,18 @@ class World:
         self.step(owned, kind(self.now))
 
     def _reply(self, server: Server, reply: Reply) -> None:
-        producer, gen, seq0 = reply.token
-        if reply.answer is Answer.WRITTEN:
-            self.answer(server, producer, gen, "written", seq0, runs_dlsns(reply.runs))
+        """The core's answer as the server sends it (``OwnedLog._reply``)."""
+        answer = reply.answer
+        if answer is Answer.WRITTEN:
+            doc = {"op": "written", "runs": reply.runs}
+        elif answer is Answer.HELLO:
+            doc = {"op": "hello", "next_seq": reply.next_seq}
         else:
-            self.answer(server, producer, gen, reply.answer.value, None, reply.expected)
+            doc = {"op": "error", "code": answer.value, "message": reply.message}
+            if answer in (Answer.GAP, Answer.FULL):
+                doc["expected"] = reply.expected
+            self.stats[answer.value] += 1
+        self.queue_answer(server, reply.token, doc)
 
     def _release(self, server: Server, owned: Owned) -> None:
         state = self.logs[owned.log]
@@ -263,30 +305,32 @@ class World:
             del server.owned[owned.log]
         self.note(f"{server.id}: {owned.log} let go")
 
-    def answer(self, server: Server, producer: Producer, gen: int, kind: str, a, b) -> None:
-        """A section's answer: alone, or (mux) with the other answers this
-        server has for the producer's process at this moment, in one message."""
-        if not self.cfg.mux:
-            self.send(self.producer_receive, producer, gen, kind, a, b)
-            return
-        key = (server.id, server.incarnation, producer.proc)
+    def queue_answer(self, server: Server, token: tuple, doc: dict) -> None:
+        """An answer, sent at the end of this moment: a single request's
+        alone, a multi-log section's with the others for its connection in
+        one MUX_REPLY (``LogServer.queue_reply`` / ``_send_replies``)."""
+        proc, channel, mux, echo = token
+        frame = encode_header({**echo, **doc})
+        if mux:
+            frame = route_answer(echo["log"].encode(), bytes.fromhex(echo["pid"]), frame)
+        key = (server.id, server.incarnation, proc, id(channel))
         waiting = self.answers.setdefault(key, [])
         if not waiting:
-            self.at(0, self._send_answers, key)
-        waiting.append((producer, gen, kind, a, b))
+            self.at(0, self._send_answers, key, channel)
+        waiting.append((mux, frame))
 
-    def _send_answers(self, key: tuple) -> None:
+    def _send_answers(self, key: tuple, channel) -> None:
         waiting = self.answers.pop(key, [])
-        server = self.servers[key[0]]
-        if not waiting or not server.alive or server.incarnation != key[1]:
+        server, proc = self.servers[key[0]], key[2]
+        if not server.alive or server.incarnation != key[1]:
             return  # its process died with them queued
-        if len(waiting) > 1:
-            self.stats["mux_answers"] += len(waiting)
-        self.send(self.deliver_answers, waiting)
-
-    def deliver_answers(self, answers: list) -> None:
-        for answer in answers:
-            self.producer_receive(*answer)
+        routed = [frame for mux, frame in waiting if mux]
+        for frame in (frame for mux, frame in waiting if not mux):
+            self.send(proc.receive, channel, frame)
+        for group in mux_groups(routed, limits.LOG_SERVICE_MUX_SECTIONS_MAX,
+                                limits.LOG_SERVICE_MUX_BYTES_MAX - 64):
+            self.stats["mux_answers"] += len(group)
+            self.send(proc.receive, channel, join_mux_reply(group))
 
     def take_log(self, server: Server, state: LogState) -> bool:
         """Take the lease (free, or its session expired, and the hashing names
@@ -337,6 +381,7 @@ class World:
                 if i < kept:
                     self._append(state, batch)
                     self.stats["kept_unacked"] += len(batch.records)
+        state.exposed = len(state.entries)  # the recovery sealed the old segment
         state.epoch += 1
 
     def _append(self, state: LogState, batch: Batch) -> int:
@@ -346,6 +391,8 @@ class World:
         if writer is not batch.owned and self.violation is None:
             self.violation = (f"one-writer-per-epoch: {state.name} epoch {batch.owned.epoch} "
                               f"written by {writer.sid} and {batch.owned.sid}")
+        if state.entries and state.writers.get(batch.owned.epoch) is writer:
+            state.exposed = max(state.exposed, len(state.entries))  # its LAC, piggybacked
         state.entries.append(batch.records)
         return len(state.entries) - 1
 
@@ -380,7 +427,11 @@ class World:
             self.logs[log].orphans += owned.sent
         server.alive, server.owned = False, {}
         server.incarnation += 1
-        self.sessions[server.session] = self.now + self.cfg.session_ms
+        # its supervisor deletes its registration and leases at once (``prompt``),
+        # else they go when its session expires
+        gone_ms = self.rng.randint(0, 20) if self.cfg.gone == "prompt" else self.cfg.session_ms
+        self.sessions[server.session] = self.now + gone_ms
+        self.tell_gone(sid, gone_ms + self.rng.randint(0, 50))
         self.note(f"{sid} crashes")
         self.stats["crashes"] += 1
         self.at(self.rng.randint(10, 3 * self.cfg.session_ms), self.restart, sid)
@@ -400,8 +451,22 @@ class World:
         if length > self.cfg.session_ms:  # its session expires; it resumes with a new one
             self.sessions[server.session] = self.now + self.cfg.session_ms
             self.at(length, self._resume_new_session, sid)
+            self.tell_gone(sid, self.cfg.session_ms + self.rng.randint(0, 50))
         self.note(f"{sid} pauses {length} ms")
         self.stats["pauses"] += 1
+
+    def tell_gone(self, sid: str, delay_ms: int) -> None:
+        """Each producer process's server watch on ``sid`` (one per channel
+        open to it now) tells it ``delay_ms`` from now that the server's
+        registration went: the supervisor deletes a dead server's at once
+        (``prompt``), else it goes with its session (``late``); or the
+        watch never tells (``never``: the request timeout finds out)."""
+        if self.cfg.gone == "never":
+            return
+        for proc in self.procs:
+            channel = proc.channels.get(sid)
+            if channel is not None:
+                self.at(delay_ms, proc.server_gone, sid, channel)
 
     def _resume_new_session(self, sid: str) -> None:
         """Back from a pause longer than its session: a new session.  Until its
@@ -440,85 +505,41 @@ class World:
         every = self.cfg.crash_every_ms
         self.at(self.rng.randint(every // 2, every * 3 // 2), self.faults)
 
-    # -- producers -----------------------------------------------------------------------------
+    # -- producers ---------------------------------------------------------------------------
     def find_owner(self, log: str) -> str | None:
+        """The metadata's answer (``Producer._find_owner``): the lease holder
+        (its ephemeral node is there while its session lives), else the live
+        server the hashing names."""
         lease = self.logs[log].lease
         if lease is not None and self.session_live(lease[1]):
             return lease[0]
         return owner_of(log, self.live_servers())
 
-    def producer_fill(self, p: Producer) -> None:
-        """New writes while the window has room, then send what is unacknowledged."""
-        while len(p.unacked) < self.cfg.window and p.next_seq <= self.cfg.records:
-            p.unacked[p.next_seq] = True
-            p.next_seq += 1
-            self.producer_send(p, [p.next_seq - 1])
+    def acknowledged(self, p: SimProducer, seq: int, dlsn) -> None:
+        """``p``'s write ``seq`` settled at ``dlsn``: would a reader started
+        now see it?  (Counted, see ``exposed``.)"""
+        self.stats["acknowledged"] += 1
+        state = self.logs[p.log]
+        where = dlsn[1] if dlsn is not None else \
+            next((e for e, entry in enumerate(state.entries) if (p.pid, seq) in entry), None)
+        if where is None or where >= state.exposed:
+            self.stats["ryw_unseen"] += 1
+            if self.read_your_writes:
+                self.broken_rule("read-your-writes", f"{p.name} write {seq} acknowledged in "
+                                 f"entry {where} of {p.log}; a reader started now reads "
+                                 f"{state.exposed} entries")
 
-    def producer_send(self, p: Producer, seqs: list[int]) -> None:
-        if not seqs:
-            return
-        p.target = p.target or self.find_owner(p.log)
-        if p.target is None:
-            self.at(50, self.producer_resend, p, p.gen)
-            return
-        section = (p, p.gen, seqs[0], len(seqs), min(p.unacked))
-        if not self.cfg.mux:
-            self.send(self.server_receive, p.target, [section])
-            return
-        waiting = self.outbox.setdefault(p.proc, [])
-        if not waiting:  # the process's I/O thread sends them at the end of its turn
-            self.at(0, self._send_sections, p.proc)
-        waiting.append((p.target, section))
+    def broken(self, exc: InvariantViolation) -> None:
+        self.broken_rule(exc.rule or "core-invariant", str(exc))
 
-    def _send_sections(self, proc: int) -> None:
-        """A process's requests of this moment: one message per server."""
-        by_server: dict[str, list] = {}
-        for target, section in self.outbox.pop(proc, []):
-            by_server.setdefault(target, []).append(section)
-        for target, sections in by_server.items():
-            self.send(self.server_receive, target, sections)
+    def broken_rule(self, rule: str, text: str) -> None:
+        if self.violation is None:
+            self.violation = f"{rule}: {text}"
 
-    def producer_resend(self, p: Producer, gen: int) -> None:
-        """Every unacknowledged write again, from the oldest, in one request."""
-        if gen != p.gen or not p.unacked:
-            return
-        p.gen += 1
-        p.last_progress = self.now
-        self.producer_send(p, sorted(p.unacked))
-
-    def producer_timer(self, p: Producer) -> None:
-        if p.next_seq > self.cfg.records and not p.unacked:
-            return  # finished
-        if p.unacked and self.now - p.last_progress >= self.cfg.timeout_ms:
-            self.stats["timeouts"] += 1
-            p.target = None
-            self.producer_resend(p, p.gen)
-        self.at(self.cfg.timeout_ms // 2, self.producer_timer, p)
-
-    def producer_receive(self, p: Producer, gen: int, kind: str, a, b) -> None:
-        if kind == "written":
-            p.last_progress = self.now
-            for i, position in enumerate(b):
-                seq = a + i
-                if seq in p.unacked:
-                    del p.unacked[seq]
-                    p.acked[seq] = None if position == "old" else position
-            self.producer_fill(p)
-            return
-        if gen != p.gen:
-            return  # an error answer to an older round
-        if kind == "not_owner":
-            p.target = a
-        elif kind == "retry":
-            p.target = None
-        self.stats[kind] += 1
-        self.at(self.rng.randint(5, 50), self.producer_resend, p, gen)
-
-    # -- run and check ------------------------------------------------------------------
+    # -- run ---------------------------------------------------------------------------------
     def run(self) -> str | None:
-        for p in self.producers:
-            self.at(0, self.producer_fill, p)
-            self.at(self.cfg.timeout_ms // 2, self.producer_timer, p)
+        for proc in self.procs:
+            proc.start()
         self.at(self.rng.randint(1, self.cfg.crash_every_ms), self.faults)
         for sid in self.servers:
             self.at(self.cfg.check_ms, self.check_owned, sid)
@@ -528,44 +549,14 @@ class World:
                 break
             self.now = t
             fn(*args)
-            if all(p.next_seq > self.cfg.records and not p.unacked for p in self.producers):
+            if all(proc.finished() for proc in self.procs):
                 break
         for core in self.cores:
             self.stats.update({k: core.stats[k] for k in ("duplicates", "busy",
                                                           "control_entries", "entries")})
-        return self.violation or self.check()
-
-    def check(self) -> str | None:
-        for state in self.logs.values():
-            seen = Counter(state.records)
-            twice = [rec for rec, n in seen.items() if n > 1]
-            if twice:
-                pid, seq = twice[0]
-                return f"stored-once: {len(twice)} records stored twice in {state.name}, " \
-                    f"e.g. seq {seq} of {pid[:1]}"
         for p in self.producers:
-            records = self.logs[p.log].records
-            mine = [seq for pid, seq in records if pid == p.pid]
-            if mine != sorted(mine):
-                return f"producer-order: {p.name}'s records in the log: {mine[:20]}"
-            if any(pid == p.pid for q in self.logs.values() if q.name != p.log
-                   for pid, _ in q.records):
-                return f"acked-kept: {p.name}'s records in another log"
-            entries = self.logs[p.log].entries
-            for seq, position in p.acked.items():
-                if position is None:
-                    if (p.pid, seq) not in records:
-                        return f"acked-kept: {p.name} seq {seq} acknowledged, not in the log"
-                    continue
-                _, entry, slot = position
-                if entry >= len(entries) or slot >= len(entries[entry]) or \
-                        entries[entry][slot] != (p.pid, seq):
-                    return f"acked-kept: {p.name} seq {seq} acknowledged at {position}, not there"
-        unfinished = [p.name for p in self.producers
-                      if p.next_seq <= self.cfg.records or p.unacked]
-        if unfinished:
-            return f"liveness: {unfinished} did not finish by {END_MS} ms"
-        return None
+            self.stats.update({k: v for k, v in p.core.stats.items() if v})
+        return self.violation or check(self)
 
 
 @dataclass
@@ -577,8 +568,10 @@ class SimResult:
 
 
 def run_service_seed(seed: int, break_dedup: bool = False, trace_max: int = 0,
-                     break_oldest: bool = False, mux: bool | None = None) -> SimResult:
-    world = World(random_config(seed, break_dedup, break_oldest, mux), trace_max)
+                     break_oldest: bool = False, mux: bool | None = None,
+                     read_your_writes: bool = False) -> SimResult:
+    world = World(random_config(seed, break_dedup, break_oldest, mux), trace_max,
+                  read_your_writes)
     violation = world.run()
     world.stats["records"] = sum(len(state.records) for state in world.logs.values())
     world.stats["mux_seeds" if world.cfg.mux else "single_seeds"] += 1
@@ -594,22 +587,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--break-dedup", action="store_true",
                         help="every record counts as new (the checker must fail)")
     parser.add_argument("--break-oldest", action="store_true",
-                        help="an unknown producer starts at the seq it sends, not at its "
-                             "oldest unacknowledged write (the checker must fail)")
+                        help="every write request names its first seq as the producer's "
+                             "oldest unacknowledged write (WrongOldestCore)")
+    parser.add_argument("--read-your-writes", action="store_true",
+                        help="an acknowledged write a reader started at once would not see "
+                             "is a violation (issue 46 item 4; counted as ryw_unseen "
+                             "otherwise)")
     parser.add_argument("--mux", choices=("on", "off", "seed"), default="seed",
                         help="multi-log messages: always, never, or as each seed draws")
     args = parser.parse_args(argv)
     mux = {"on": True, "off": False, "seed": None}[args.mux]
+    switches = {"break_oldest": args.break_oldest, "mux": mux,
+                "read_your_writes": args.read_your_writes}
     if args.seed is not None:
-        result = run_service_seed(args.seed, args.break_dedup, trace_max=2000,
-                                  break_oldest=args.break_oldest, mux=mux)
+        result = run_service_seed(args.seed, args.break_dedup, trace_max=2000, **switches)
         print("\n".join(result.trace))
         print(f"seed {args.seed}: {result.violation or 'ok'}; {dict(result.stats)}")
         return 1 if result.violation else 0
     failures, totals = [], Counter()
     for seed in range(args.seeds):
-        result = run_service_seed(seed, args.break_dedup, break_oldest=args.break_oldest,
-                                  mux=mux)
+        result = run_service_seed(seed, args.break_dedup, **switches)
         totals.update(result.stats)
         if result.violation:
             failures.append(f"seed {seed}: {result.violation}")

@@ -1,12 +1,14 @@
-"""The log service's simulation (tests/sim/logservicesim.py): 1,000 seeds of
+"""The log service's simulation (tests/sim/logservicesim.py): seeds of
 producers writing one to three logs through crashing, restarting and
 pausing log servers over a lossy, duplicating, reordering network keep
-every invariant, with each process's requests (and the answers for it)
-sent one at a time or together in multi-log messages, and owners refusing
-requests their log's ledger window has no room for; with the duplicate
-filter switched off, or an unknown producer started at its first number
-instead of its oldest unacknowledged write, the checker fails.  The owner of
-each log is the real core (appliance.protocol.log_owner)."""
+every invariant.  Both sides run the real cores: each log's owner
+(appliance.protocol.log_owner) and each producer
+(appliance.protocol.log_producer), the producers of a process sharing a
+channel per server as the product's producer loop does (single requests
+for the channel's first sender, multi-log messages for the others), told
+of a crashed server at once, late or never.  With the duplicate filter
+switched off the checker fails; the wrong-oldest switch is masked by the
+real producer (see its test)."""
 
 from __future__ import annotations
 
@@ -16,66 +18,82 @@ import pytest
 
 from tests.sim.logservicesim import random_config, run_service_seed
 
-SEEDS = 1000
+SEEDS = 600
 
 
-def test_every_invariant_holds_over_1000_seeds():
+def _run(seeds: int, **switches) -> tuple[list, Counter]:
     failures, totals = [], Counter()
-    for seed in range(SEEDS):
-        result = run_service_seed(seed)
+    for seed in range(seeds):
+        result = run_service_seed(seed, **switches)
         totals.update(result.stats)
         if result.violation:
             failures.append(f"seed {seed}: {result.violation}")
+    return failures, totals
+
+
+def test_every_invariant_holds_over_600_seeds():
+    failures, totals = _run(SEEDS)
     assert failures == [], "\n".join(failures[:5])
+    # every write was acknowledged to its application, with its position
+    assert totals["acknowledged"] == totals["records"] > 100 * SEEDS
     # the seeds did what they are for: takeovers after crashes, retries answered
     # from the filter, commits fenced, unacknowledged records kept by a fence
-    assert totals["takeovers"] > SEEDS and totals["crashes"] > SEEDS // 2
-    assert totals["duplicates"] > 10 * SEEDS and totals["gap"] > SEEDS
-    assert totals["fenced_commits"] > 0 and totals["kept_unacked"] > 0
-    # both kinds of seeds ran, and multi-log messages carried several sections
-    # and answers, some with a section redirected beside a section written
+    assert totals["takeovers"] > SEEDS and totals["crashes"] > SEEDS
+    assert totals["duplicates"] > 10 * SEEDS and totals["fenced_commits"] > 0
+    assert totals["kept_unacked"] > 0
+    # the real producer core rode over them: redirects, timeouts, retries,
+    # servers known gone, stale replies ignored, replies lost with their channel
+    assert totals["redirects"] > SEEDS // 10 and totals["timeouts"] > SEEDS
+    assert totals["retries"] > SEEDS and totals["servers_gone"] > SEEDS
+    assert totals["stale_replies"] > SEEDS and totals["replies_to_closed"] > 0
+    # both kinds of seeds ran; multi-log messages carried several sections and
+    # answers, some with a section redirected beside a section written
     assert totals["mux_seeds"] > SEEDS // 2 and totals["single_seeds"] > SEEDS // 10
     assert totals["mux_sections"] > 10 * SEEDS and totals["mux_answers"] > 10 * SEEDS
     assert totals["mux_mixed"] > 0
-    # and owners whose ledger window was full answered "retry" before judging
-    assert totals["busy"] > 10 * SEEDS
-    # the real owner core ran: logs handed over, control entries after pauses
-    assert totals["handovers"] > 0 and totals["leases_lost"] > 0
+    # owners whose ledger window was full answered "retry" before judging;
+    # logs handed over, leases lost, control entries after pauses
+    assert totals["busy"] > SEEDS and totals["handovers"] > 0 and totals["leases_lost"] > 0
     assert totals["control_entries"] > SEEDS
 
 
-def test_every_invariant_holds_with_every_request_in_multi_log_messages():
-    failures, totals = [], Counter()
-    for seed in range(500):
-        result = run_service_seed(seed, mux=True)
-        totals.update(result.stats)
-        if result.violation:
-            failures.append(f"seed {seed}: {result.violation}")
+def test_every_invariant_holds_with_the_producers_of_a_process_sharing_channels():
+    failures, totals = _run(300, mux=True)
     assert failures == [], "\n".join(failures[:5])
-    assert totals["takeovers"] > 500 and totals["duplicates"] > 5_000
+    assert totals["takeovers"] > 300 and totals["duplicates"] > 3_000
     assert totals["not_owner"] > 100 and totals["mux_mixed"] > 0
 
 
 @pytest.mark.parametrize("mux", [False, True], ids=["single", "multi-log"])
 def test_switching_the_duplicate_filter_off_is_caught(mux):
     caught = Counter()
-    for seed in range(200):
+    for seed in range(150):
         result = run_service_seed(seed, break_dedup=True, mux=mux)
         if result.violation:
             caught[result.violation.split(":")[0]] += 1
-    assert sum(caught.values()) >= 150, caught
-    assert caught["stored-once"] >= 100, caught
+    assert sum(caught.values()) >= 100, caught
+    assert caught["stored-once"] >= 75, caught
 
 
-def test_starting_an_unknown_producer_at_its_first_number_is_caught():
-    # single requests: a producer's requests that leave in one multi-log message
-    # cannot overtake one another, so that case is the one to break
-    caught = Counter()
-    for seed in range(200):
-        result = run_service_seed(seed, break_oldest=True, mux=False)
-        if result.violation:
-            caught[result.violation.split(":")[0]] += 1
-    assert caught["acked-kept"] >= 50, caught
+def test_a_wrong_oldest_changes_no_request_of_the_real_producer():
+    """The producer core sends one request at a time and starts every new
+    generation at its oldest unacknowledged write, so each request already
+    names its first number as the oldest: the --break-oldest switch
+    (WrongOldestCore) rewrites none, and nothing changes.  Should the core
+    ever send a request behind another, this fails, and the switch must be
+    shown caught instead."""
+    failures, totals = _run(150, break_oldest=True, mux=False)
+    assert totals["oldest_rewritten"] == 0, totals["oldest_rewritten"]
+    assert failures == [] and totals["acknowledged"] > 10_000
+
+
+def test_a_record_acknowledged_is_not_yet_always_visible_to_a_reader_started_then():
+    """Read-your-writes (issue 46 item 4) is not built: an acknowledged
+    record whose entry the bookies' last-add-confirmed does not yet cover is
+    counted; with --read-your-writes it is a violation.  This test flips
+    when item 4 lands: then make the check the default."""
+    result = run_service_seed(0, read_your_writes=True)
+    assert result.violation and result.violation.startswith("read-your-writes")
 
 
 def test_configs_and_runs_are_deterministic_per_seed():
