@@ -281,13 +281,13 @@ class ProducerLoop:
         if why is None:
             return
         log.warning("%s", why)
-        for producer in list(self._producers.values()):
-            if producer._core.endpoint == channel.endpoint:
-                self._step(producer, lp.Refused, UnauthorizedError(why))
-        for producer in list(channel.members):
+        for producer in list(channel.members):  # closed first, as for a server gone
             self._joined.pop(producer, None)
         channel.members.clear()
         self._close_channel(channel)
+        for producer in list(self._producers.values()):
+            if producer._core.endpoint == channel.endpoint:
+                self._step(producer, lp.Refused, UnauthorizedError(why))
 
     def _server_gone(self, endpoint: str) -> None:
         """The channel is closed (the next one to it watches the new
