@@ -31,7 +31,13 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from appliance.errors import BookieUnavailableError, ConfigError, UnauthorizedError
+from appliance.errors import (
+    BKError,
+    BookieUnavailableError,
+    ConfigError,
+    LogServiceUnavailableError,
+    UnauthorizedError,
+)
 from ipc.curve import KeyDirectory, KeyPair, is_tcp, load_key_pair
 
 KEY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -48,8 +54,14 @@ class ClientCurve:
 
 def server_curve(config, bookie_id: str) -> tuple[KeyPair, KeyDirectory] | None:
     """The bookie's CURVE keys and authorized clients (see module doc)."""
+    return endpoint_curve(config, config.bookie(bookie_id).endpoint)
+
+
+def endpoint_curve(config, endpoint: str) -> tuple[KeyPair, KeyDirectory] | None:
+    """The CURVE keys and authorized clients of a server of ``config`` (a
+    bookie or a log server: the same keys) serving on ``endpoint``."""
     security = config.security
-    if not security.curve or not is_tcp(config.bookie(bookie_id).endpoint):
+    if not security.curve or not is_tcp(endpoint):
         return None
     keys = load_key_pair(security.key_file)
     _check_dir(security.authorized_keys_dir, "security.authorized_keys_dir",
@@ -83,23 +95,43 @@ def bookie_server_key(curve: ClientCurve | None, bookie_id: str, registration: d
     or raise: ``UnauthorizedError`` when the bookie requires CURVE and this
     client has no key, ``BookieUnavailableError`` when the bookie publishes
     no key or one this client does not trust."""
-    endpoint = registration["endpoint"]
-    published = (registration.get("info") or {}).get("curve_public_key")
+    return registered_server_key(curve, f"bookie {bookie_id}", registration["endpoint"],
+                                 (registration.get("info") or {}).get("curve_public_key"),
+                                 BookieUnavailableError)
+
+
+def log_server_key(curve: ClientCurve | None, server_id: str, registration: dict,
+                   endpoint: str | None = None):
+    """``bookie_server_key`` for a registered log server (its registration
+    in ``appliance.meta.logservice``: ``endpoint``, ``read_endpoint``,
+    ``curve_public_key``), reached at ``endpoint`` (default: its write
+    endpoint); ``LogServiceUnavailableError`` where a bookie's is
+    ``BookieUnavailableError``."""
+    return registered_server_key(curve, f"log server {server_id}",
+                                 endpoint or registration["endpoint"],
+                                 registration.get("curve_public_key"),
+                                 LogServiceUnavailableError)
+
+
+def registered_server_key(curve: ClientCurve | None, server: str, endpoint: str,
+                          published: str | None, unavailable: type[BKError]):
+    """The rule of ``bookie_server_key``, for ``server`` (its kind and id)
+    at ``endpoint``, which publishes the key ``published``."""
     if not is_tcp(endpoint):
         return None
     if curve is None:
         if published:
             raise UnauthorizedError(
-                f"bookie {bookie_id} ({endpoint}) requires CURVE and this client has no key: "
+                f"{server} ({endpoint}) requires CURVE and this client has no key: "
                 "set [security] curve = true and key_file, or connect(..., curve_key_file=...)")
         return None
     if not published:
-        raise BookieUnavailableError(f"bookie {bookie_id} ({endpoint}) publishes no CURVE "
-                                     "server key while this client requires CURVE: refused")
+        raise unavailable(f"{server} ({endpoint}) publishes no CURVE "
+                          "server key while this client requires CURVE: refused")
     key = published.encode()
     if curve.trusted is not None and key not in curve.trusted:
-        raise BookieUnavailableError(
-            f"bookie {bookie_id} ({endpoint}) publishes CURVE key {published}, which is not in "
+        raise unavailable(
+            f"{server} ({endpoint}) publishes CURVE key {published}, which is not in "
             f"trusted_keys_dir {curve.trusted.directory}: refused, treated as unavailable")
     return key
 

@@ -96,7 +96,7 @@ def _wait_until_up(config, proc, log_path: Path) -> None:
                    if bookie_info(b.endpoint, PROBE_TIMEOUT_MS, curve=curve) is None]
         if not waiting:
             servers = [s for s in servers if log_server_info(
-                config.log_server_endpoint(s), PROBE_TIMEOUT_MS) is None]
+                config.log_server_endpoint(s), PROBE_TIMEOUT_MS, curve=curve) is None]
         if time.monotonic() > deadline:
             names = ", ".join([b.id for b in waiting] + servers) or "the supervisor"
             raise click.ClickException(
@@ -241,10 +241,11 @@ def _log_server_status(config, server_id: str, state: dict | None, now_s: float)
     """A log server of this config: its PING answer and its runs."""
     # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.logservice.probe import log_server_info
+    from appliance.supervisor.probe import probe_curve
     from appliance.supervisor.runs import supervision
 
     endpoint = config.log_server_endpoint(server_id)
-    info = log_server_info(endpoint, PROBE_TIMEOUT_MS)
+    info = log_server_info(endpoint, PROBE_TIMEOUT_MS, curve=probe_curve(config))
     pid = info.get("pid") if info else None
     return {"id": server_id, "state": "up" if info else "down", "pid": pid,
             "endpoint": endpoint, "logs": info.get("logs") if info else None,

@@ -44,7 +44,8 @@ class _Kind:
             info = bookie_info(config.bookie(process_id).endpoint, PROBE_TIMEOUT_MS,
                                curve=probe_curve(config))
         else:
-            info = log_server_info(config.log_server_endpoint(process_id), PROBE_TIMEOUT_MS)
+            info = log_server_info(config.log_server_endpoint(process_id), PROBE_TIMEOUT_MS,
+                                   curve=probe_curve(config))
         return (info or {}).get("pid")
 
 

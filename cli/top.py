@@ -193,10 +193,12 @@ def _bookie_urls(config) -> dict[str, str | None]:
 def _log_server_urls(config) -> dict[str, str | None]:
     # on use: keeps bkctl's start-up short (cli/__init__.py)
     from appliance.logservice.probe import log_server_info
+    from appliance.supervisor.probe import probe_curve
 
     urls = {}
+    curve = probe_curve(config)
     for sid in config.log_server_ids():
-        info = log_server_info(config.log_server_endpoint(sid), 2000)
+        info = log_server_info(config.log_server_endpoint(sid), 2000, curve=curve)
         urls[sid] = None if info is None else info.get("metrics_url")
     return urls
 

@@ -414,3 +414,33 @@ def test_switch_interval_is_raised_by_connect_never_lowered(tmp_path):
     for bad in ("-1", "1000001"):
         with pytest.raises(ConfigError, match="switch_interval_us"):
             load_config(write(tmp_path, minimal(extra=f"[client]\nswitch_interval_us = {bad}\n")))
+
+
+def _tcp_bookies(ports) -> str:
+    text = minimal(len(ports))
+    for i, port in enumerate(ports):
+        text = text.replace(f'"ipc://data/b{i}.sock"', f'"tcp://10.1.2.3:{port}"')
+    return text
+
+
+def test_log_servers_serve_on_ipc_beside_ipc_bookies(tmp_path):
+    config = load_config(write(tmp_path, minimal(3)))
+    assert config.log_server_endpoint("logserver-1") == \
+        f"ipc://{config.run_path / 'logserver-1.sock'}"
+
+
+def test_log_servers_serve_on_tcp_beside_tcp_bookies(tmp_path):
+    config = load_config(write(tmp_path, _tcp_bookies([3181, 3183, 3182])))
+    assert [config.log_server_endpoint(s) for s in config.log_server_ids()] == \
+        ["tcp://10.1.2.3:3184", "tcp://10.1.2.3:3185"]
+    config = load_config(write(tmp_path, _tcp_bookies([3181, 3182, 3183]) +
+                               "[log]\nservers = 3\nport_base = 4000\n"))
+    assert [config.log_server_endpoint(s) for s in config.log_server_ids()] == \
+        ["tcp://10.1.2.3:4000", "tcp://10.1.2.3:4001", "tcp://10.1.2.3:4002"]
+
+
+def test_log_server_ports_over_a_bookie_or_past_65535_are_refused(tmp_path):
+    message = refusal(tmp_path, _tcp_bookies([3181, 3182, 3183]) + "[log]\nport_base = 3180\n")
+    assert "log.port_base: log server port 3181 is bookie b0's" in message
+    message = refusal(tmp_path, _tcp_bookies([3181, 3182, 3183]) + "[log]\nport_base = 65535\n")
+    assert "log.port_base: log server ports 65535..65536 go past 65535" in message

@@ -83,6 +83,7 @@ class Client:
     def __init__(self, target, metrics=False, *, curve_key_file=None, trusted_keys_dir=None):
         uri, base_dir, config = resolve_target(target)
         curve = client_curve(config, curve_key_file, trusted_keys_dir)
+        self.curve = curve  # appliance.curve.ClientCurve or None; never changed after
         self.config = config.client if config is not None else ClientConfig()
         self.log_config = config.log if config is not None else LogConfig()
         self.cold_config = config.cold_storage if config is not None else ColdStorageConfig()

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from appliance.config.refusal import Refusal
-from appliance.config.schema import ApplianceConfig, BookieConfig
+from appliance.config.schema import ApplianceConfig, BookieConfig, tcp_port
 
 
 def check_distinct(bookies: tuple[BookieConfig, ...]) -> None:
@@ -76,6 +76,23 @@ def check_cross(c: ApplianceConfig) -> None:
         if value > limit:
             raise Refusal(key, f"{value} is above {limit_key} ({limit})",
                            f"lower {key} or raise {limit_key}")
+    check_log_server_ports(c)
     if c.security.curve and not c.security.key_file:
         raise Refusal("security.key_file", "required when curve = true",
                        'run `bkctl keys generate NAME` and set key_file = "NAME.key_secret"')
+
+
+def check_log_server_ports(c: ApplianceConfig) -> None:
+    """With tcp bookies, the log servers' tcp ports (``[log] port_base``)
+    must be real ports and none a bookie's."""
+    ports = c.log_server_ports()
+    if not ports:
+        return
+    if ports[-1] > 65535:
+        raise Refusal("log.port_base", f"log server ports {ports[0]}..{ports[-1]} go past "
+                       "65535", "set log.port_base to a free range of [log] servers ports")
+    taken = {tcp_port(b.endpoint): b.id for b in c.bookies if b.endpoint.startswith("tcp://")}
+    for port in ports:
+        if port in taken:
+            raise Refusal("log.port_base", f"log server port {port} is bookie {taken[port]}'s",
+                           "set log.port_base to a range no bookie uses")

@@ -170,6 +170,12 @@ class LogConfig:
     # producers per log); 0 turns the service off.  More spreads the logs'
     # writing over more processes (CPU); each costs a process and a session.
     servers: int = _key(2, 0, 64)
+    # With tcp bookie endpoints the log servers serve on tcp too, at the
+    # address of this config's first tcp bookie, so producers on other hosts
+    # reach them: log server N on port port_base + N - 1 (0: the ports right
+    # after this config's highest bookie port).  With ipc bookies they serve
+    # on ipc:// in the run folder and this key is not used.
+    port_base: int = _key(0, 0, 65535)
     # host:port where each log server serves Prometheus /metrics (port 0: a
     # free port each; the URL is in bkctl status --json); "" = off.  An
     # unauthenticated HTTP port: bind it to 127.0.0.1 unless scraped remotely.
@@ -301,8 +307,24 @@ class ApplianceConfig:
         return [f"{prefix}logserver-{i}" for i in range(1, self.log.servers + 1)]
 
     def log_server_endpoint(self, server_id: str) -> str:
-        """A log server's ZeroMQ endpoint: ipc:// in the run folder."""
-        return f"ipc://{self.run_path / (server_id + '.sock')}"
+        """A log server's ZeroMQ endpoint: ipc:// in the run folder, or tcp
+        when the bookies are on tcp (``[log] port_base``)."""
+        ports = self.log_server_ports()
+        if ports is None or server_id not in self.log_server_ids():
+            return f"ipc://{self.run_path / (server_id + '.sock')}"
+        address = tcp_address(next(b.endpoint for b in self.bookies
+                                   if b.endpoint.startswith("tcp://")))
+        return f"tcp://{address}:{ports[self.log_server_ids().index(server_id)]}"
+
+    def log_server_ports(self) -> list[int] | None:
+        """The tcp ports of ``log_server_ids()`` in order, or None when the
+        bookies are not on tcp (the log servers are then on ipc)."""
+        bookie_ports = [tcp_port(b.endpoint) for b in self.bookies
+                        if b.endpoint.startswith("tcp://")]
+        if not bookie_ports:
+            return None
+        first = self.log.port_base or max(bookie_ports) + 1
+        return list(range(first, first + self.log.servers))
 
     def bookie(self, bookie_id: str) -> BookieConfig:
         for b in self.bookies:
@@ -315,6 +337,17 @@ class ApplianceConfig:
         return WireLimits(entry_bytes_max=self.storage.entry_bytes_max + ENTRY_OVERHEAD_MAX,
                           batch_entries_max=self.server.batch_entries_max,
                           batch_bytes_max=self.server.batch_bytes_max)
+
+
+def tcp_address(endpoint: str) -> str:
+    """``tcp://10.0.0.5:3181`` -> ``10.0.0.5`` (brackets of IPv6 kept)."""
+    return endpoint[len("tcp://"):].rsplit(":", 1)[0]
+
+
+def tcp_port(endpoint: str) -> int:
+    """``tcp://10.0.0.5:3181`` -> 3181 (0 for a wildcard port)."""
+    port = endpoint.rsplit(":", 1)[1]
+    return int(port) if port.isdigit() else 0
 
 
 SECTIONS = {"metadata": MetadataConfig, "bookies": BookieConfig, "storage": StorageConfig,

@@ -37,6 +37,7 @@ from concurrent.futures import Future
 
 from appliance.client.add_future import AddFuture, complete_futures, outcome
 from appliance.client.calls import wait_result
+from appliance.curve import log_server_key
 from appliance.errors import ClientClosedError, LogServiceUnavailableError
 from appliance.logs.producer_loop import CLOSE, OPEN, POLL_MS, STATS, ProducerLoop
 from appliance.meta.logservice import LogServiceRegistry
@@ -45,6 +46,7 @@ from appliance.protocol.log_entry import HEADER_BYTES, RECORD_OVERHEAD, TAG_BYTE
 from appliance.protocol.log_producer import ProducerCore
 from appliance.protocol.log_service import PRODUCER_ID_BYTES, owner_of
 from appliance.protocol.logs import DLSN
+from ipc.curve import is_tcp
 
 WAIT_SLACK_S = 5  # a blocking write waits this much beyond the deadline (the core fails it)
 
@@ -71,6 +73,7 @@ class Producer:
         self.id = check_producer_id(producer_id)
         self._key = (name.encode(), self.id)
         self._registry = LogServiceRegistry(client.logs.store)
+        self._curve = client.curve  # appliance.curve.ClientCurve or None (never changed)
         self.record_bytes_max = (client.payload_bytes_max - HEADER_BYTES - RECORD_OVERHEAD
                                  - TAG_BYTES)
         self._clock = clock
@@ -204,6 +207,19 @@ class Producer:
         servers = self._registry.servers()
         target = owner_of(self.name, servers)
         return None if target is None else servers[target]["endpoint"]
+
+    def _server_route(self, endpoint: str) -> tuple[bytes | None, str | None]:
+        """(the CURVE key to verify the log server at ``endpoint`` by, its
+        id): (None, None) on ipc; on tcp from its registration, or raise
+        (``appliance.curve.log_server_key``: ``UnauthorizedError`` when it
+        requires CURVE and this client has no key, ``LogServiceUnavailableError``
+        when its key is not one this client trusts)."""
+        if not is_tcp(endpoint):
+            return None, None
+        for server_id, info in self._registry.servers().items():
+            if info.get("endpoint") == endpoint:
+                return log_server_key(self._curve, server_id, info), server_id
+        return None, None  # not registered (any more): plain, and the owner is found again
 
     def _settled(self, done: list, error: BaseException | None, payload_bytes: int) -> None:
         """Writes settled (``error`` None) or failed: their futures finished,

@@ -42,7 +42,7 @@ import threading
 import time
 from concurrent.futures import Future
 
-from appliance.errors import BKError, LogServiceUnavailableError
+from appliance.errors import BKError, LogServiceUnavailableError, UnauthorizedError
 from appliance.logs.producer_io import Channel
 from appliance.logs.server_watch import ServerWatch
 from appliance.protocol import log_producer as lp
@@ -78,6 +78,7 @@ class ProducerLoop:
         self._producers: dict[tuple, object] = {}  # (log name UTF-8, pid) -> producer
         self._channels: dict[str, Channel] = {}  # endpoint -> the connection
         self._by_fd: dict[int, Channel] = {}
+        self._monitors: dict[int, Channel] = {}  # a CURVE channel's monitor fd -> it
         self._joined: dict[object, Channel] = {}  # producer -> the channel it writes through
         self._timers: list = []  # (when, n, producer)
         self._order = itertools.count()
@@ -127,6 +128,8 @@ class ProducerLoop:
                     channel = self._by_fd.get(fd)
                     if channel is not None:
                         ready.append(channel)
+                    elif fd in self._monitors:
+                        self._check_refused(self._monitors[fd])
                     else:
                         self._drain_wakeup()
                 with self._lock:
@@ -165,6 +168,8 @@ class ProducerLoop:
             self._step(producer, lp.Tick)
         for channel in list(self._channels.values()):
             self._receive(channel)
+            if channel.monitor is not None:  # its descriptor is edge-triggered: look anyway
+                self._check_refused(channel)
 
     def _receive(self, channel: Channel) -> None:
         if channel.sock is None:
@@ -236,8 +241,9 @@ class ProducerLoop:
         for action in actions:
             kind = type(action)
             if kind is lp.Send:
-                self._channel(producer, action.endpoint).queue(producer, action.frame,
-                                                               action.payload_bytes)
+                channel = self._channel(producer, action.endpoint)
+                if channel is not None:
+                    channel.queue(producer, action.frame, action.payload_bytes)
             elif kind is lp.Settle:
                 producer._settled(action.done, None, action.payload_bytes)
             elif kind is lp.Fail:
@@ -267,6 +273,22 @@ class ProducerLoop:
                 if type(action) is lp.Fail:
                     producer._settled(action.done, action.error, action.payload_bytes)
 
+    def _check_refused(self, channel: Channel) -> None:
+        """A CURVE channel's monitor spoke: if the server refused this
+        client's handshake, every producer writing there fails with
+        ``UnauthorizedError`` naming it (ZeroMQ would not retry)."""
+        why = channel.refused() if channel.sock is not None else None
+        if why is None:
+            return
+        log.warning("%s", why)
+        for producer in list(channel.members):  # closed first, as for a server gone
+            self._joined.pop(producer, None)
+        channel.members.clear()
+        self._close_channel(channel)
+        for producer in list(self._producers.values()):
+            if producer._core.endpoint == channel.endpoint:
+                self._step(producer, lp.Refused, UnauthorizedError(why))
+
     def _server_gone(self, endpoint: str) -> None:
         """The channel is closed (the next one to it watches the new
         registration), then every core writing to ``endpoint`` finds the owner
@@ -289,9 +311,18 @@ class ProducerLoop:
         turn it has a request to send."""
         channel = self._channels.get(endpoint)
         if channel is None:
-            channel = self._channels[endpoint] = Channel(endpoint, self.stats)
+            try:
+                server_key, server_id = producer._server_route(endpoint)
+            except BKError as exc:  # refused before connecting (no key, or not trusted)
+                self._step(producer, lp.Refused, exc)
+                return None
+            channel = self._channels[endpoint] = Channel(endpoint, self.stats, producer._curve,
+                                                         server_key, server_id)
             self._poll.register(channel.fd, select.EPOLLIN)
             self._by_fd[channel.fd] = channel
+            if channel.monitor_fd is not None:
+                self._poll.register(channel.monitor_fd, select.EPOLLIN)
+                self._monitors[channel.monitor_fd] = channel
             channel.watch = ServerWatch.of(producer._registry.store).subscribe(
                 endpoint, lambda: self.server_gone(endpoint))
         old = self._joined.get(producer)
@@ -328,6 +359,9 @@ class ProducerLoop:
         del self._channels[channel.endpoint]
         del self._by_fd[channel.fd]
         self._poll.unregister(channel.fd)
+        if channel.monitor_fd is not None:
+            del self._monitors[channel.monitor_fd]
+            self._poll.unregister(channel.monitor_fd)
         if channel.watch is not None:
             channel.watch.cancel()
         channel.close()

@@ -54,6 +54,7 @@ import time
 
 import zmq
 
+from appliance.curve import log_server_key
 from appliance.errors import BadRequestError, BKError
 from appliance.meta.logservice import LogServiceRegistry
 from appliance.protocol import limits
@@ -66,6 +67,7 @@ from appliance.protocol.log_service import (
     unpack_records,
 )
 from appliance.protocol.logs import DLSN
+from ipc.curve import configure_client
 
 log = logging.getLogger("appliance.logs")
 
@@ -160,8 +162,10 @@ class ServiceTail:
         self._registry = LogServiceRegistry(client.logs.store)
         self._clock = clock
         self._ctx = zmq.Context.instance()  # one for every reader of the process
+        self._curve = client.curve  # appliance.curve.ClientCurve or None (tcp: CURVE)
         self._sock = None
         self._endpoint: str | None = None
+        self._server_key: bytes | None = None  # the owner's CURVE key (tcp), or None
         self._rid = 0
         self.serving = False  # the last fetch was answered from the owner's cache
         self._retry_at = 0.0
@@ -210,7 +214,7 @@ class ServiceTail:
         (no owner, no answer in time: the socket is dropped)."""
         for _ in range(limits.LOG_READ_SERVICE_REDIRECTS_MAX + 1):
             if self._endpoint is None:
-                self._endpoint = self._find_owner()
+                self._route(self._owner_id())
                 if self._endpoint is None:
                     return None
             reply = self._ask(encode, wait_ms)
@@ -223,22 +227,34 @@ class ServiceTail:
                 return reply
             self.stats["redirects"] += 1
             self._drop()
-            self._endpoint = doc.get("endpoint") if isinstance(doc.get("endpoint"), str) \
-                else None
+            self._route(doc.get("owner"))
         return None
 
-    def _find_owner(self) -> str | None:
-        """The read endpoint of the lease holder, or None."""
+    def _owner_id(self) -> str | None:
+        """The lease holder's id, or None."""
         try:
             lease = self._registry.owner(self.name)
-            if lease is None:
-                return None
-            info = self._registry.servers().get(lease.get("server"), {})
         except BKError as exc:
             log.info("log %s: owner lookup failed (%s); reading the bookies", self.name, exc)
             return None
-        endpoint = info.get("read_endpoint")
-        return endpoint if isinstance(endpoint, str) else None
+        return lease.get("server") if lease is not None else None
+
+    def _route(self, server_id) -> None:
+        """Aim at log server ``server_id``'s read endpoint (with its CURVE
+        key on tcp), as registered; none (the bookies are read) when it is
+        not registered, has no read endpoint, or refuses this client."""
+        self._endpoint = self._server_key = None
+        if not isinstance(server_id, str):
+            return
+        try:
+            info = self._registry.servers().get(server_id, {})
+            endpoint = info.get("read_endpoint")
+            if isinstance(endpoint, str):
+                self._server_key = log_server_key(self._curve, server_id, info, endpoint)
+                self._endpoint = endpoint
+        except BKError as exc:
+            log.info("log %s: owner %s not usable (%s); reading the bookies", self.name,
+                     server_id, exc)
 
     def _ask(self, encode, wait_ms: int):
         """Send one request (``encode(rid)``) and wait for its answer:
@@ -246,6 +262,8 @@ class ServiceTail:
         if self._sock is None:
             self._sock = self._ctx.socket(zmq.DEALER)
             self._sock.linger = 0
+            if self._server_key is not None:
+                configure_client(self._sock, self._curve.keys, self._server_key)
             self._sock.connect(self._endpoint)
         self._rid += 1
         self._sock.send(encode(self._rid))
@@ -277,7 +295,7 @@ class ServiceTail:
         if self._sock is not None:
             self._sock.close(linger=0)
             self._sock = None
-        self._endpoint = None
+        self._endpoint = self._server_key = None
 
     def close(self) -> None:
         self._drop()

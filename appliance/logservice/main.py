@@ -13,6 +13,7 @@ import sys
 
 from appliance.client.client import raise_gc_threshold
 from appliance.config import load_config
+from appliance.curve import endpoint_curve
 from appliance.errors import BKError
 from appliance.heap import freeze_long_lived_objects
 from appliance.logs.connection import Connection
@@ -38,10 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config(args.config)
         endpoint = args.endpoint or config.log_server_endpoint(args.id)
+        curve = endpoint_curve(config, endpoint)  # tcp with [security] curve: the bookies' keys
         with Connection(args.config) as client:
             server = LogServer(client, args.id, endpoint,
                                stale_wait_ms=4 * config.metadata.session_timeout_ms,
-                               metrics_address=config.log.metrics_address)
+                               metrics_address=config.log.metrics_address, curve=curve)
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: server.stop())
             raise_gc_threshold(GC_YOUNG)

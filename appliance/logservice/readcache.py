@@ -32,9 +32,10 @@ Guarantees:
   "not owner" with the owner's read endpoint, or ``miss`` when none holds
   it.
 
-The service has its own ROUTER socket (``<endpoint>.read`` for ipc, a free
-port for tcp; registered as the server's ``read_endpoint``) and thread, so
-reads never wait behind the write path's loop.  Wire:
+The service has its own socket (``<endpoint>.read`` for ipc, a free port
+for tcp, CURVE there as the write socket; registered as the server's
+``read_endpoint``) and thread, so reads never wait behind the write path's
+loop.  Wire:
 ``appliance.logs.tail``.
 
 Threads and what each owns:
@@ -62,17 +63,17 @@ import threading
 import time
 from concurrent.futures import Future
 
-import zmq
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from appliance.errors import BKError
+from appliance.errors import BadRequestError, BKError
 from appliance.logs.tail import CONFIRMED, MISS, check_confirmed, check_read, encode_payloads
+from appliance.logservice.wire import HEADER_WIRE
 from appliance.meta.logservice import LogServiceRegistry
 from appliance.protocol import limits
 from appliance.protocol.invariant import invariant
-from appliance.protocol.log_service import BAD, NOT_OWNER, decode_header, encode_header
+from appliance.protocol.log_service import NOT_OWNER, encode_header
 from appliance.protocol.logs import DLSN
-from ipc.wake import WakePipe
+from ipc.server import FrameServer
 
 log = logging.getLogger("appliance.logservice")
 
@@ -204,9 +205,13 @@ def read_endpoint_for(endpoint: str) -> str:
 
 class ReadService:
     """The read socket and thread of one log server (``server``: its
-    ``owned`` logs are read, never changed)."""
+    ``owned`` logs are read, never changed).  The socket is a ``FrameServer``
+    (``HEADER_WIRE``; CURVE on tcp with the server's keys) whose loop runs
+    on the ``read-cache`` thread: that thread alone owns ``_caches``,
+    ``_superseded``, ``_waiters`` and ``stats``; the ledger's completion
+    thread only calls ``wake`` (a record came)."""
 
-    def __init__(self, server, bytes_max: int):
+    def __init__(self, server, bytes_max: int, curve=None):
         self.server = server
         self.bytes_max = bytes_max
         self.registry = LogServiceRegistry(server.client.logs.store)
@@ -215,16 +220,17 @@ class ReadService:
         self._posted: queue.SimpleQueue = queue.SimpleQueue()  # functions for the thread
         self._superseded: set = set()  # writers whose log another writer took
         self._waiters: list[tuple[bytes, dict, str, DLSN, int, float]] = []
-        self._stop = threading.Event()
-        self._wakeup = WakePipe()
-        self._ctx = zmq.Context()
-        self._sock = self._ctx.socket(zmq.ROUTER)
-        self._sock.linger = 0
+        self._next_check = 0.0
         self.endpoint: str | None = None  # None: no read service (readers read the bookies)
+        self._frames: FrameServer | None = None
+        keys, authorized = curve if curve is not None else (None, None)
         try:
-            self._sock.bind(read_endpoint_for(server.endpoint))
-            self.endpoint = self._sock.get(zmq.LAST_ENDPOINT).decode()
-        except zmq.ZMQError as exc:
+            self._frames = FrameServer(read_endpoint_for(server.endpoint), self,
+                                       codec=HEADER_WIRE, curve_keys=keys,
+                                       authorized_keys=authorized,
+                                       poll_ms_max=int(CHECK_INTERVAL_S * 1000))
+            self.endpoint = self._frames.endpoint
+        except BKError as exc:
             log.warning("read cache off: cannot bind %s: %s", read_endpoint_for(server.endpoint),
                         exc)
         self.stats = {"read_requests": 0, "read_hits": 0, "read_misses": 0,
@@ -232,18 +238,22 @@ class ReadService:
         self._thread = threading.Thread(target=self._run, name="read-cache", daemon=True)
 
     def start(self) -> ReadService:
-        if self.endpoint is not None:
+        if self._frames is not None:
             self._thread.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        self._wake()
+        if self._frames is None:
+            return
+        self._frames.stop()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
+        else:
+            self._frames.close()
 
     def _wake(self) -> None:
-        self._wakeup.wake()
+        if self._frames is not None:
+            self._frames.wake()
 
     def publish(self, name: str, writer) -> None:
         """The server's loop thread: ``name`` is open with ``writer`` now, or
@@ -287,65 +297,46 @@ class ReadService:
 
     # -- the thread -------------------------------------------------------------------
     def _run(self) -> None:
-        poller = zmq.Poller()
-        poller.register(self._sock, zmq.POLLIN)
-        poller.register(self._wakeup.fd, zmq.POLLIN)
-        next_check = 0.0
         try:
-            while not self._stop.is_set():
-                timeout = CHECK_INTERVAL_S
-                if self._waiters:
-                    timeout = min(timeout, max(0.0, min(w[5] for w in self._waiters)
-                                               - time.monotonic()))
-                events = dict(poller.poll(int(timeout * 1000) + 1))
-                if self._wakeup.fd in events:
-                    self._wakeup.drain()
-                self._run_posted()
-                if self._sock in events:
-                    self._serve_some()
-                self._answer_waiters()
-                if time.monotonic() >= next_check:
-                    self._drop_stale()
-                    next_check = time.monotonic() + CHECK_INTERVAL_S
+            self._frames.serve()
         except Exception:  # noqa: BLE001 - reads go to the bookies; the writes go on
             log.exception("read cache stopped")
         finally:
             for writer, _cache in self._caches.values():
                 writer.listen(None)
-            self._sock.close(linger=0)
-            self._ctx.term()
-            self._wakeup.close()
+            self._frames.close()
 
+    def after_step(self) -> None:
+        """Every turn of the loop: parked reads answered (records came, or
+        their wait is over), and the caches checked every interval.  What
+        the server's loop published is taken first (a read that came in the
+        same turn was answered from what the thread knew before: at worst a
+        miss, which sends the reader to the bookies)."""
+        self._run_posted()
+        self._answer_waiters()
+        if time.monotonic() >= self._next_check:
+            self._drop_stale()
+            self._next_check = time.monotonic() + CHECK_INTERVAL_S
 
-    def _serve_some(self) -> None:
-        for _ in range(limits.LOG_PRODUCER_BATCH_RECORDS_MAX):
-            if not self._sock.get(zmq.EVENTS) & zmq.POLLIN:
-                return
-            frames = self._sock.recv_multipart(zmq.NOBLOCK)
-            if len(frames) < 2:
-                continue
-            identity, doc = frames[0], {}
-            try:
-                doc = decode_header(frames[1])
-                if doc["op"] == CONFIRMED:
-                    self._answer_confirmed(identity, doc.get("rid"), check_confirmed(doc))
-                    continue
-                if doc["op"] != "read":
-                    raise BKError(f"unknown op {doc['op']!r}")
-                name, pos, max_records, wait_ms = check_read(doc)
-            except BKError as exc:
-                self._send(identity, [encode_header({"op": "error", "code": BAD,
-                                                     "rid": doc.get("rid"),
-                                                     "message": str(exc)})])
-                continue
-            self.stats["read_requests"] += 1
-            deadline = time.monotonic() + wait_ms / 1000
-            if not self._answer(identity, doc.get("rid"), name, pos, max_records, wait_ms == 0):
-                if len(self._waiters) >= limits.LOG_READ_CACHE_WAITERS_MAX:
-                    self._reply_miss(identity, doc.get("rid"))
-                else:
-                    self._waiters.append((identity, doc.get("rid"), name, pos, max_records,
-                                          deadline))
+    def handle(self, identity: bytes, doc: dict) -> list | None:
+        """One read or ``confirmed`` request: answered now, or parked until
+        a record comes or its ``wait_ms`` is over (a timer wakes the loop)."""
+        if doc["op"] == CONFIRMED:
+            self._answer_confirmed(identity, doc.get("rid"), check_confirmed(doc))
+            return None
+        if doc["op"] != "read":
+            raise BadRequestError(f"unknown op {doc['op']!r}")
+        name, pos, max_records, wait_ms = check_read(doc)
+        self.stats["read_requests"] += 1
+        if self._answer(identity, doc.get("rid"), name, pos, max_records, wait_ms == 0):
+            return None
+        if len(self._waiters) >= limits.LOG_READ_CACHE_WAITERS_MAX:
+            self._reply_miss(identity, doc.get("rid"))
+            return None
+        self._waiters.append((identity, doc.get("rid"), name, pos, max_records,
+                              time.monotonic() + wait_ms / 1000))
+        self._frames.call_later_ms(wait_ms, _no_op)  # a turn when its wait is over
+        return None
 
     def _answer(self, identity: bytes, rid, name: str, pos: DLSN, max_records: int,
                 empty_ok: bool, memo: dict | None = None) -> bool:
@@ -456,10 +447,8 @@ class ReadService:
         self._send(identity, [encode_header(doc)])
 
     def _send(self, identity: bytes, frames: list) -> None:
-        try:
-            self._sock.send_multipart([identity, *frames], zmq.NOBLOCK)
-        except zmq.ZMQError:
-            pass  # the reader is gone or slow: it asks again after its timeout
+        """Never blocks: a reader gone or slow asks again after its timeout."""
+        self._frames.send_reply(identity, frames)
 
     def _drop_stale(self) -> None:
         """Drop the caches of logs this server no longer writes, those whose
@@ -489,9 +478,14 @@ class ReadService:
         return True
 
 
-def start_read_service(server) -> ReadService:
-    """Bind and start the read cache of ``server`` (a ``LogServer``)."""
-    return ReadService(server, server.client.log_config.read_cache_bytes).start()
+def start_read_service(server, curve=None) -> ReadService:
+    """Bind and start the read cache of ``server`` (a ``LogServer``);
+    ``curve``: its (keys, authorized keys) on tcp, or None."""
+    return ReadService(server, server.client.log_config.read_cache_bytes, curve).start()
+
+
+def _no_op() -> None:
+    """A timer's callback that only makes the loop take a turn."""
 
 
 def read_metrics(reads: ReadService | None):

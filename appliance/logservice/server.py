@@ -1,5 +1,11 @@
-"""A log server: a ZeroMQ ROUTER endpoint where producers write records to
-the logs this server owns (seed 003's write proxy).
+"""A log server: a ZeroMQ endpoint where producers write records to the
+logs this server owns (seed 003's write proxy).  It serves on
+``ipc.server.FrameServer`` (the bookies' loop, with its guards: bounded
+drains and queues, malformed messages answered; ``wire.WRITE_WIRE`` its
+codec): on tcp beside tcp bookies (``[log] port_base``), and there with
+``[security] curve`` as a CURVE server with the bookies' keys, refusing
+clients whose keys are not authorized as the bookies do; its public key
+is registered (``curve_public_key``) for producers and readers to verify.
 
     python -m appliance.logservice --config configs/local.toml --id logserver-1
 
@@ -26,7 +32,8 @@ Guarantees:
 
 Threads and what each owns (no other thread touches these):
 
-* the loop thread (``run``): the socket, ``owned`` (every log's
+* the loop thread (``run``: ``FrameServer.serve``, which calls ``handle``
+  for each request and ``after_step`` after each turn): the socket, ``owned`` (every log's
   ``OwnedLog`` and its core: ``appliance.logservice.owned``), the reply
   queue, the timers (``_timers``: when each log's core wants a ``Tick``),
   ``stats`` and the retired logs' counters, ``_lease_sessions``, the
@@ -56,20 +63,18 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
-import zmq
-
 from appliance.errors import BadRequestError, BKError
 from appliance.logservice.metrics import start_metrics
 from appliance.logservice.owned import OwnedLog, now_ms, owner_config
 from appliance.logservice.readcache import start_read_service
 from appliance.logservice.routing import SERVICE_OWNER_PREFIX, Router
+from appliance.logservice.wire import WRITE_WIRE, MuxRequest
 from appliance.meta.logservice import LogServiceRegistry
 from appliance.protocol import limits
 from appliance.protocol.log_owner import OwnerState
 from appliance.protocol.log_owner_events import Close, Hello, Tick, Write
 from appliance.protocol.log_service import (
     BAD,
-    MUX_KIND,
     RETRY,
     check_write,
     decode_mux,
@@ -81,14 +86,14 @@ from appliance.protocol.log_service import (
     route_answer,
     section_route,
 )
-from ipc.wake import WakePipe
-from ipc.zmq_frames import recv_frames, send_frames
+from ipc.frames import WireLimits
+from ipc.server import FrameServer
 
 log = logging.getLogger("appliance.logservice")
 
 class LogServer:
     def __init__(self, client, server_id: str, endpoint: str, *, stale_wait_ms: int,
-                 metrics_address: str = ""):
+                 metrics_address: str = "", curve=None):
         self.client = client
         self.id = server_id
         self.endpoint = endpoint
@@ -110,14 +115,19 @@ class LogServer:
         # opens and closes of owned logs, a few at a time (not a thread each)
         self.pool = ThreadPoolExecutor(limits.LOG_SERVICE_OPENS_MAX, "log-open")
         self._replies: collections.deque = collections.deque()
-        self._wakeup = WakePipe()
-        self._stop = threading.Event()
+        self._stopping = False  # set by stop() (any thread, a signal): the loop hands over
+        self._hand_over_until: float | None = None  # monotonic, once the hand-over began
+        self._next_check = 0.0  # monotonic: the live servers read again
+        self._wake_timer = None  # the FrameServer timer for the cores' next Tick
+        self._wake_timer_ms = math.inf
         self._router = Router(self)  # requests for logs not owned here (routing.py)
-        self._ctx = zmq.Context()
-        self._sock = self._ctx.socket(zmq.ROUTER)
-        self._sock.linger = 0
-        self._sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
-        self._sock.bind(endpoint)
+        keys, authorized = curve if curve is not None else (None, None)
+        self._frames = FrameServer(endpoint, self, codec=WRITE_WIRE, limits=_WIRE_LIMITS,
+                                   drain_messages_max=limits.LOG_PRODUCER_BATCH_RECORDS_MAX,
+                                   poll_ms_max=limits.LOG_SERVICE_CHECK_INTERVAL_MS,
+                                   curve_keys=keys, authorized_keys=authorized)
+        self.endpoint = self._frames.endpoint  # a tcp port 0 resolved
+        self._curve = curve
         self.stats = {"requests": 0, "redirects": 0, "mux_requests": 0, "mux_sections": 0,
                       "mux_replies": 0}
         self._metrics_address = metrics_address
@@ -132,77 +142,90 @@ class LogServer:
             self._httpd, self.metrics_url, self._latency = start_metrics(
                 self._metrics_address, self)
             self.observe = self._latency.observe
-        self.reads = start_read_service(self)
-        self.registry.register(self.id, self.endpoint, {"pid": os.getpid(),
-                                                        "metrics_url": self.metrics_url,
-                                                        "read_endpoint": self.reads.endpoint},
-                               self._stale_wait_ms)
-        log.info("log server %s serving at %s", self.id, self.endpoint)
-        poller = zmq.Poller()
-        poller.register(self._sock, zmq.POLLIN)
-        poller.register(self._wakeup.fd, zmq.POLLIN)
-        next_check = 0.0
+        self.reads = start_read_service(self, self._curve)
+        self.registry.register(self.id, self.endpoint, {
+            "pid": os.getpid(), "metrics_url": self.metrics_url,
+            "read_endpoint": self.reads.endpoint,
+            "curve_public_key": self._frames.curve_public_key}, self._stale_wait_ms)
+        log.info("log server %s serving at %s%s", self.id, self.endpoint,
+                 " (CURVE)" if self._frames.curve_public_key else "")
         try:
-            while not self._stop.is_set():
-                events = dict(poller.poll(self._timeout_ms()))
-                if self._wakeup.fd in events:
-                    self._wakeup.drain()
-                self._run_posted()
-                if self._sock in events:
-                    self._serve_some()
-                self._fire_timers()
-                self._send_replies()
-                if time.monotonic() >= next_check:
-                    self._router.refresh_servers()  # then checked(servers)
-                    next_check = time.monotonic() + limits.LOG_SERVICE_CHECK_INTERVAL_MS / 1000
+            self._frames.serve()  # until the hand-over after stop() is over
         finally:
             self._shutdown()
 
     def stop(self) -> None:
-        """Signal- and thread-safe."""
-        self._stop.set()
+        """Signal- and thread-safe: the loop hands every log over, then ends."""
+        self._stopping = True
         self.wake()
 
     def wake(self) -> None:
-        self._wakeup.wake()
+        """Any thread: the loop takes a turn now."""
+        self._frames.wake()
+
+    def after_step(self) -> None:
+        """The loop thread, at the end of every turn of ``FrameServer``'s
+        loop (after this turn's requests): what other threads posted, the
+        cores' due Ticks, the replies, the live servers every check
+        interval, the hand-over once stopping; then the loop's next wake is
+        aimed at the cores' next Tick."""
+        self._run_posted()
+        self._fire_timers()
+        if self._stopping:
+            self._hand_over_step()
+        self._send_replies()
+        if not self._stopping and time.monotonic() >= self._next_check:
+            self._router.refresh_servers()  # then checked(servers)
+            self._next_check = time.monotonic() + limits.LOG_SERVICE_CHECK_INTERVAL_MS / 1000
+        self._aim_wake_timer()
+
+    def _aim_wake_timer(self) -> None:
+        """A turn of the loop when the cores' earliest Tick is due."""
+        due = self._timers[0][0] if self._timers else math.inf
+        if due == self._wake_timer_ms:
+            return
+        if self._wake_timer is not None:
+            self._wake_timer.cancel()
+            self._wake_timer = None
+        self._wake_timer_ms = due
+        if due != math.inf:
+            self._wake_timer = self._frames.call_later_ms(max(0.0, due - now_ms()), _no_op)
+
+    def _hand_over_step(self) -> None:
+        """The loop thread, stopping: the first time, no new log is taken
+        (the lookups under way end, their decisions run) and every owned
+        log is handed over (``Close``); the loop ends once each let its
+        lease go, or after ``LOG_SERVICE_HAND_OVER_MS``."""
+        if self._hand_over_until is None:
+            self._hand_over_until = time.monotonic() + limits.LOG_SERVICE_HAND_OVER_MS / 1000
+            if self.reads is not None:
+                self.reads.stop()
+            self._router.shutdown()
+            self._run_posted()  # the lookups' last decisions (a lease taken: handed over)
+            for owned in list(self.owned.values()):
+                try:
+                    owned.step(Close(now_ms(), "the server stops"))
+                except Exception:  # noqa: BLE001 - stopping: the others are still handed over
+                    log.exception("log %s: hand-over failed", owned.name)
+        if not self.owned or time.monotonic() >= self._hand_over_until:
+            self._frames.stop()
 
     def _shutdown(self) -> None:
+        """After the loop: the leases of logs not handed over in time are
+        released, the registration removed, the sockets closed."""
         if self.reads is not None:
             self.reads.stop()
         self._router.shutdown()
-        self._run_posted()  # the lookups' last decisions (a lease taken: handed over next)
-        self._hand_over_all()
         self.pool.shutdown(wait=True, cancel_futures=True)  # opens not begun never begin
         for name in list(self.owned):  # not handed over in time: the lease at least
             try:
                 self.registry.release(name)
             except BKError as exc:
                 log.warning("log %s: could not release its lease: %s", name, exc)
-        self._send_replies()
         self.registry.unregister(self.id)
         if self._httpd is not None:
             self._httpd.shutdown()
-        self._sock.close(linger=0)
-        self._ctx.term()
-        self._wakeup.close()
-
-    def _hand_over_all(self) -> None:
-        """The loop thread, stopping: hand every owned log over (``Close``)
-        and drive them until each let its lease go, ``HAND_OVER_MS`` at most."""
-        deadline = time.monotonic() + limits.LOG_SERVICE_HAND_OVER_MS / 1000
-        for owned in list(self.owned.values()):
-            try:
-                owned.step(Close(now_ms(), "the server stops"))
-            except Exception:  # noqa: BLE001 - stopping: the others are still handed over
-                log.exception("log %s: hand-over failed", owned.name)
-        poller = zmq.Poller()
-        poller.register(self._wakeup.fd, zmq.POLLIN)
-        while self.owned and time.monotonic() < deadline:
-            if poller.poll(100):
-                self._wakeup.drain()
-            self._run_posted()
-            self._fire_timers()
-            self._send_replies()
+        self._frames.close()
 
     # -- the loop's inbox and timers -----------------------------------------------------
     def post(self, fn) -> None:
@@ -211,7 +234,7 @@ class LogServer:
             first = not self._inbox
             self._inbox.append(fn)
         if first:
-            self._wakeup.wake()
+            self._frames.wake()
 
     def call(self, fn) -> Future:
         """Any thread but the loop's: ``fn()`` run on the loop thread; its
@@ -249,14 +272,6 @@ class LogServer:
                 del due_of[owned]
                 owned.step(Tick(now))
 
-    def _timeout_ms(self) -> int:
-        """The poll's timeout: the next timer (whole ms, rounded up), at most
-        the check interval."""
-        check = limits.LOG_SERVICE_CHECK_INTERVAL_MS
-        if not self._timers:
-            return check
-        return min(check, max(0, math.ceil(self._timers[0][0] - now_ms())))
-
     def changed(self, owned: OwnedLog) -> None:
         """The loop thread: ``owned``'s state changed.  The read cache learns
         its writer (or that it has none now); a closed log is forgotten."""
@@ -270,36 +285,21 @@ class LogServer:
             self._retired.update(owned.core.stats)
 
     # -- requests ----------------------------------------------------------------------------
-    def _serve_some(self) -> None:
-        """The requests waiting (the poll said the socket is readable: the
-        first is read without asking, only this thread reads the socket)."""
-        sock = self._sock
-        for i in range(limits.LOG_PRODUCER_BATCH_RECORDS_MAX):
-            if i and not sock.getsockopt(_EVENTS) & _POLLIN:  # no exception per empty read
-                return
-            try:
-                frames = [f.bytes for f in recv_frames(sock)]
-            except zmq.Again:
-                return
-            if len(frames) < 2:
-                continue  # no header: nothing to answer
-            identity = frames[0]
-            if len(frames) == 2 and frames[1][:1] == _MUX_BYTE:
-                self._serve_mux(identity, frames[1])
-                continue
-            try:
-                doc, payloads = decode_request(frames[1:])
-                if len(frames) > limits.LOG_SERVICE_REQUEST_FRAMES_MAX + 1 or \
-                        len(payloads) > limits.LOG_PRODUCER_BATCH_RECORDS_MAX:
-                    raise BadRequestError(f"log service: more than "
-                                          f"{limits.LOG_PRODUCER_BATCH_RECORDS_MAX} records in "
-                                          "one request")
-                answer = self._handle(identity, doc, payloads)
-            except BKError as exc:
-                answer = {"op": "error", "code": BAD, "message": str(exc)}
-                doc = {}
-            if answer is not None:
-                self.queue_reply(identity, {**_echo(doc), **answer})
+    def handle(self, identity: bytes, request) -> None:
+        """``FrameServer``'s call for each request (``WRITE_WIRE`` decoded
+        it): a multi-log one is served section by section; every answer
+        leaves at the end of the turn (``after_step``), or once its records
+        are stored.  A ``BKError`` raised here is answered "bad" by the
+        codec, echoing the request's route."""
+        if type(request) is MuxRequest:
+            self._serve_mux(identity, request)
+            return None
+        doc, payloads = request
+        _check_size(payloads)
+        answer = self._handle(identity, doc, payloads)
+        if answer is not None:
+            self.queue_reply(identity, {**_echo(doc), **answer})
+        return None
 
     def _serve_mux(self, identity: bytes, frame: bytes) -> None:
         """A multi-log request: each section is served as if it came alone
@@ -319,10 +319,7 @@ class LogServer:
         for section in sections:
             try:
                 doc, payloads = decode_request([section])
-                if len(payloads) > limits.LOG_PRODUCER_BATCH_RECORDS_MAX:
-                    raise BadRequestError(f"log service: more than "
-                                          f"{limits.LOG_PRODUCER_BATCH_RECORDS_MAX} records in "
-                                          "one request")
+                _check_size(payloads)
                 answer = self._handle(mux, doc, payloads)
             except BKError as exc:
                 route = section_route(section)
@@ -344,7 +341,7 @@ class LogServer:
         self._replies.append((identity, frame))
 
     def _send_replies(self) -> None:
-        replies, sock = self._replies, self._sock
+        replies, send = self._replies, self._frames.send_reply
         muxed = None
         while replies:
             reply = replies.popleft()
@@ -353,10 +350,7 @@ class LogServer:
                     muxed = {}
                 muxed.setdefault(reply[0], []).append(reply[1])
                 continue
-            try:  # int flags: pyzmq's send_multipart ORs enums per part (~1 us a reply)
-                send_frames(sock, reply, copy=True)
-            except zmq.ZMQError:
-                pass  # the producer is gone or slow: it resends after its timeout
+            send(reply[0], [reply[1]])  # dropped if the producer is gone or slow: it resends
         if muxed:
             self._send_muxed(muxed)
 
@@ -368,10 +362,7 @@ class LogServer:
         for mux, routed in muxed.items():
             identity = bytes(mux)
             for group in mux_groups(routed, sections_max, bytes_max):
-                try:
-                    send_frames(self._sock, (identity, join_mux_reply(group)), copy=True)
-                except zmq.ZMQError:
-                    pass  # as for a single reply: the producers resend after their timeout
+                self._frames.send_reply(identity, [join_mux_reply(group)])  # as a single one
                 self.stats["mux_replies"] += 1
 
     def _handle(self, identity: bytes, doc: dict, payloads: list) -> dict | None:
@@ -389,6 +380,8 @@ class LogServer:
             return {"op": "error", "code": BAD, "message": f"unknown op {op!r}"}
         name, producer_id, seq, oldest = check_write(doc, len(payloads))
         owned = self.owned.get(name)
+        if owned is None and self._stopping:
+            return {"op": "error", "code": RETRY, "message": f"log server {self.id} stops"}
         if owned is None:
             return self._router.route(identity, _echo(doc), name)
         token = (identity, _echo(doc), time.perf_counter())
@@ -457,11 +450,19 @@ class MuxIdentity(bytes):
     __slots__ = ()
 
 
-_MUX_BYTE = bytes([MUX_KIND])
+_WIRE_LIMITS = WireLimits(batch_bytes_max=limits.LOG_SERVICE_MUX_BYTES_MAX)  # one frame's size
+
+
+def _check_size(payloads: list) -> None:
+    if len(payloads) > limits.LOG_PRODUCER_BATCH_RECORDS_MAX:
+        raise BadRequestError(f"log service: more than {limits.LOG_PRODUCER_BATCH_RECORDS_MAX} "
+                              "records in one request")
+
+
+def _no_op() -> None:
+    """A timer's callback that only makes the loop take a turn."""
 _LOG_COUNTERS = ("records", "duplicates", "entries", "control_entries", "takeovers", "busy")
 
-# plain ints: pyzmq's enum flags cost microseconds of Python per use (ipc/zmq_frames.py)
-_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 
 
 def _echo(doc: dict) -> dict:

@@ -38,8 +38,10 @@ Guarantees (``appliance.logs.producer`` carries them to the user):
   ignored.
 * Failing: a write not stored within ``LOG_PRODUCER_DEADLINE_MS`` of entering
   fails with ``LogServiceUnavailableError`` (naming the last refusal), and
-  so do every pending and every later write (sticky); so do ``full``
-  (``TooManyProducersError``) and ``bad`` (``BadRequestError``).  After ``close()`` a write
+  so do every pending and every later write (sticky); so do a refusal of
+  the server's CURVE handshake (``Refused``: ``UnauthorizedError`` naming
+  the log server), ``full`` (``TooManyProducersError``) and ``bad``
+  (``BadRequestError``).  After ``close()`` a write
   fails with ``ClientClosedError``.
 
 Threads: a core is driven by one thread (the process's producer I/O
@@ -132,6 +134,15 @@ class Tick:
 
 
 @dataclass(slots=True)
+class Refused:
+    """The log server this producer writes to refused it (``error``: its
+    CURVE handshake refused this client's key, or the server's key is not
+    one this client may use): every write fails with it (sticky)."""
+    error: BaseException
+    now_ms: int
+
+
+@dataclass(slots=True)
 class ServerGone:
     """The log server at ``endpoint`` died or was replaced (its registration
     went: ``appliance.logs.server_watch``): what was sent there is lost."""
@@ -176,7 +187,8 @@ class ProducerCore:
                       "stale_replies": 0, "servers_gone": 0}
         self._out: list = []
         self._handlers = {Reply: self._on_reply, OwnerFound: self._on_owner_found,
-                          Tick: self._on_tick, ServerGone: self._on_server_gone}
+                          Tick: self._on_tick, ServerGone: self._on_server_gone,
+                          Refused: self._on_refused}
 
     # -- driver entry points ----------------------------------------------------------
     def handle(self, event) -> list:
@@ -334,6 +346,10 @@ class ProducerCore:
             self.stats["timeouts"] += 1
             self.endpoint = None  # find the owner again (pump asks)
             self.awaiting = 0
+
+    def _on_refused(self, event: Refused) -> None:
+        if self.error is None:
+            self._fail(event.error)
 
     def _on_server_gone(self, event: ServerGone) -> None:
         """The owner's process is gone: find the owner again now (every

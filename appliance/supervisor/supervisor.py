@@ -359,7 +359,7 @@ class Supervisor:
         timeout_ms = min(self.sup.ping_timeout_ms, 1000)
         if b.kind == "bookie":
             return bookie_info(b.spec.endpoint, timeout_ms, curve=self._probe_curve) is not None
-        return log_server_info(b.spec.endpoint, timeout_ms) is not None
+        return log_server_info(b.spec.endpoint, timeout_ms, curve=self._probe_curve) is not None
 
     def _maybe_restart(self, b: _Bookie, now: float) -> bool:
         """Restart a bookie that exited, after its backoff; True when the

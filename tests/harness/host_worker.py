@@ -14,6 +14,12 @@ the harness sees every acknowledgement the moment it happens.
 * ``read``: open a ledger (``--recovery`` fences and recovers it) and read
   every entry up to its last: ``read`` with the last entry id, the count
   and the ids whose payload is not the one ``write`` wrote.
+* ``produce``: write ``--records`` records to the log ``--log`` through
+  the log service, one at a time, with a producer of id ``--producer``
+  (payload ``b"ID:i"``): one ``acked`` per write with its DLSN, then
+  ``done``, or ``error`` (the first failed write; the worker stops).
+* ``read-log``: read the log ``--log`` whole: ``log`` with its records'
+  payloads and DLSNs in log order.
 * Any appliance error (connecting included) is an ``error`` event, exit 0;
   anything else is a traceback on stderr and a non-zero exit.
 
@@ -121,10 +127,44 @@ def read(args) -> int:
     return 0
 
 
+def produce(args) -> int:
+    with appliance.connect(args.config) as bk:
+        producer = bk.log(args.log).producer(args.producer.encode().ljust(16, b".")[:16])
+        emit("started", producer=args.producer)
+        for i in range(args.records):
+            if os.path.exists(args.stop_file):
+                break
+            try:
+                dlsn = producer.write(f"{args.producer}:{i}".encode())
+            except BKError as exc:
+                emit("error", record=i, **_error(exc))
+                return 0
+            emit("acked", record=i, dlsn=list(dlsn))
+        producer.close()
+        emit("done", producer=args.producer)
+    return 0
+
+
+def read_log(args) -> int:
+    with appliance.connect(args.config) as bk:
+        reader = bk.log(args.log).reader()
+        records = []
+        try:
+            while batch := reader.read(1000, timeout_s=2.0):  # [] once at the end
+                records += [(bytes(rec.payload).decode(), list(rec.dlsn)) for rec in batch]
+        finally:
+            reader.close()
+        emit("log", records=records)
+    return 0
+
+
+COMMANDS = {"write": write, "read": read, "produce": produce, "read-log": read_log}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("write", "read"):
+    for name in COMMANDS:
         p = sub.add_parser(name)
         p.add_argument("--config", required=True)
         p.add_argument("--password", default="secret")
@@ -138,11 +178,15 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.choices["read"]
     r.add_argument("--ledger", type=int, required=True)
     r.add_argument("--recovery", action="store_true")
+    for name in ("produce", "read-log"):
+        sub.choices[name].add_argument("--log", required=True)
+    sub.choices["produce"].add_argument("--producer", required=True)
+    sub.choices["produce"].add_argument("--records", type=int, default=10**9)
     args = parser.parse_args(argv)
     logging.basicConfig(level=os.environ.get("BK_WORKER_LOG_LEVEL", "WARNING"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        return write(args) if args.command == "write" else read(args)
+        return COMMANDS[args.command](args)
     except BKError as exc:  # connecting, creating: reported like a failed add
         emit("error", **_error(exc))
         return 0

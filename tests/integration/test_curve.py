@@ -23,6 +23,7 @@ from appliance.bench.launcher import free_tcp_port
 from appliance.bookie.exit_codes import EXIT_REFUSED
 from appliance.curve import generate_keys
 from appliance.errors import NotEnoughBookiesError, UnauthorizedError
+from tests.logservice.support import log_servers_running, read_all
 from tests.support.launch import Cluster, wait_registered
 
 PW = b"pw"
@@ -39,6 +40,7 @@ def _tcp_cluster(root: Path, n_bookies: int = N_BOOKIES, **sections) -> Cluster:
     generate_keys("good", root / "clients")
     generate_keys("bad", root / "clients")
     shutil.copy(root / "clients" / "good.key", root / "authorized" / "good.key")
+    sections.setdefault("log", {"port_base": free_tcp_port()})  # log servers on tcp too
     cluster = Cluster(root, n_bookies, quorums=(3, 3, 2),
                       client={"reconnect_ivl_max_ms": 200},
                       security={"curve": True, "key_file": "keys/host.key_secret",
@@ -140,6 +142,37 @@ def test_a_client_without_a_key_is_refused_as_unauthorized(curve_cluster):
         lh = plain.create_ledger(3, 3, 2, password=PW)
         with pytest.raises(UnauthorizedError, match="requires CURVE and this client has no key"):
             lh.add(b"no key")
+
+
+def test_log_service_over_curve_on_tcp_refuses_strangers_naming_the_log_server(
+        curve_cluster):
+    """A log server beside tcp bookies serves on tcp with CURVE and
+    registers its key: an authorized producer writes and a reader reads
+    through it; a producer whose key it does not authorize, and one without
+    a key, are refused with ``UnauthorizedError`` naming the log server (not
+    a timeout: that would be ``LogServiceUnavailableError`` after the
+    deadline)."""
+    with _connect(curve_cluster, "good") as bk, \
+            log_servers_running(curve_cluster, bk, "logserver-1") as servers:
+        info = servers.registry.servers()["logserver-1"]
+        assert info["endpoint"].startswith("tcp://127.0.0.1:"), info
+        assert info["read_endpoint"].startswith("tcp://127.0.0.1:"), info
+        assert info["curve_public_key"], info
+        producer = bk.log("curve-orders").producer()
+        written = [producer.write(f"r{i}".encode()) for i in range(20)]
+        producer.close()
+        records = read_all(bk, "curve-orders", 20, nothing_more=True)
+        assert [(r.dlsn, r.payload) for r in records] == \
+            [(d, f"r{i}".encode()) for i, d in enumerate(written)]
+        for key, words in (("bad", "refused this client's CURVE key"),
+                           (None, "requires CURVE and this client has no key")):
+            with _connect(curve_cluster, key) as stranger:
+                refused = stranger.log("curve-orders").producer()
+                with pytest.raises(UnauthorizedError, match="log server logserver-1") as info:
+                    refused.write(b"x")
+                assert words in str(info.value)
+                with pytest.raises(UnauthorizedError):  # sticky, as every producer error
+                    refused.close()
 
 
 def test_each_bookie_logs_a_refusal_once_per_peer_per_interval(curve_cluster):

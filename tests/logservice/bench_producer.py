@@ -114,7 +114,7 @@ def run(writes: int, pipelined: bool, endpoint: str, threads: int = 1,
     # watch (appliance.logs.server_watch) reads it, as in a real process
     folder = Path(tempfile.mkdtemp(prefix="bench-producer-"))
     store = SqliteStore(folder / "meta.db")
-    client = types.SimpleNamespace(logs=types.SimpleNamespace(store=store),
+    client = types.SimpleNamespace(logs=types.SimpleNamespace(store=store), curve=None,
                                    payload_bytes_max=1 << 20)
     BenchProducer.endpoint = endpoint
     producer = BenchProducer(client, "bench")

@@ -119,7 +119,7 @@ def server(tmp_path):
 
 def _producer(server, clock=time.monotonic, name: str = "fake") -> CountingProducer:
     CountingProducer.endpoint = server.endpoint
-    client = types.SimpleNamespace(logs=types.SimpleNamespace(store=server.store),
+    client = types.SimpleNamespace(logs=types.SimpleNamespace(store=server.store), curve=None,
                                    payload_bytes_max=1 << 20)
     return CountingProducer(client, name, clock=clock)
 

@@ -171,7 +171,7 @@ def test_the_reader_follows_a_redirect_and_a_silent_owner_sends_it_to_the_bookie
         {"op": "error", "code": "not_owner", "rid": doc["rid"], "owner": "new",
          "endpoint": new.endpoint})])
     silent = FakeServer(ctx, tmp_path / "silent.read", lambda doc: None)
-    tail = ServiceTail(SimpleNamespace(logs=SimpleNamespace(store=None)), "orders")
+    tail = ServiceTail(SimpleNamespace(logs=SimpleNamespace(store=None), curve=None), "orders")
     tail._registry = FakeRegistry("old", {"old": old.endpoint, "new": new.endpoint})
     try:
         got = tail.fetch(DLSN(2, 3, 4), 10, 0.0, LogRecord._make)
@@ -215,7 +215,7 @@ def test_a_miss_says_how_far_the_owner_is_acknowledged(tmp_path):
     ctx = zmq.Context.instance()
     owner = FakeServer(ctx, tmp_path / "owner.read", lambda doc: [encode_header(
         {"op": "miss", "rid": doc["rid"], "confirmed": [4, 17]})])
-    tail = ServiceTail(SimpleNamespace(logs=SimpleNamespace(store=None)), "orders")
+    tail = ServiceTail(SimpleNamespace(logs=SimpleNamespace(store=None), curve=None), "orders")
     tail._registry = FakeRegistry("owner", {"owner": owner.endpoint})
     try:
         assert tail.fetch(DLSN(4, 2, 0), 10, 0.0, LogRecord._make) is None
@@ -237,7 +237,7 @@ def test_the_confirmed_end_follows_a_redirect_and_none_without_an_owner(tmp_path
     old = FakeServer(ctx, tmp_path / "old.read", lambda doc: [encode_header(
         {"op": "error", "code": "not_owner", "rid": doc["rid"], "owner": "owner",
          "endpoint": owner.endpoint})])
-    tail = ServiceTail(SimpleNamespace(logs=SimpleNamespace(store=None)), "orders")
+    tail = ServiceTail(SimpleNamespace(logs=SimpleNamespace(store=None), curve=None), "orders")
     tail._registry = FakeRegistry("old", {"old": old.endpoint, "owner": owner.endpoint})
     try:
         assert tail.confirmed_end() == (2, 9)
@@ -250,3 +250,48 @@ def test_the_confirmed_end_follows_a_redirect_and_none_without_an_owner(tmp_path
         tail.close()
         owner.close()
         old.close()
+
+
+class _Answer:
+    """A read service answering every read with a miss (``confirmed`` 7.7)."""
+
+    def handle(self, peer, doc):
+        return [encode_header({"op": "miss", "rid": doc["rid"], "confirmed": [7, 7]})]
+
+
+def test_a_tcp_read_service_is_reached_over_curve_and_refuses_a_client_without_a_key(
+        short_tmp):
+    """A reader reaches a log server's tcp read endpoint as a CURVE client of
+    the key the server registered; a client without a key is told the
+    server requires CURVE and reads the bookies."""
+    from appliance.curve import ClientCurve, generate_keys
+    from appliance.logservice.wire import HEADER_WIRE
+    from ipc.curve import KeyDirectory, load_key_pair
+    from ipc.server import FrameServer
+    from tests.ipc.support import ThreadServer
+
+    (short_tmp / "authorized").mkdir()
+    generate_keys("server", short_tmp)
+    generate_keys("reader", short_tmp / "authorized")
+    server_keys = load_key_pair(short_tmp / "server.key_secret")
+    reader = ClientCurve(load_key_pair(short_tmp / "authorized" / "reader.key_secret"))
+    frames = FrameServer("tcp://127.0.0.1:0", _Answer(), codec=HEADER_WIRE,
+                         curve_keys=server_keys,
+                         authorized_keys=KeyDirectory(short_tmp / "authorized"))
+    ts = ThreadServer(frames).start()
+    registry = FakeRegistry("ls1", {"ls1": frames.endpoint})
+    registry.servers = lambda: {"ls1": {"read_endpoint": frames.endpoint,
+                                        "curve_public_key": server_keys.public.decode()}}
+    tails = [ServiceTail(SimpleNamespace(logs=SimpleNamespace(store=None), curve=c), "orders")
+             for c in (reader, None)]
+    try:
+        for tail in tails:
+            tail._registry = registry
+        assert tails[0].fetch(DLSN(7, 1, 0), 10, 0.0, LogRecord._make) is None
+        assert tails[0].confirmed == (7, 7) and tails[0].stats["requests"] == 1
+        assert tails[1].fetch(DLSN(7, 1, 0), 10, 0.0, LogRecord._make) is None
+        assert tails[1].confirmed is None and tails[1].stats["requests"] == 0
+    finally:
+        for tail in tails:
+            tail.close()
+        ts.stop()

@@ -13,6 +13,7 @@ from appliance.protocol.errors import (
     ClientClosedError,
     LogServiceUnavailableError,
     TooManyProducersError,
+    UnauthorizedError,
 )
 from appliance.protocol.invariant import InvariantViolation
 from appliance.protocol.log_service import decode_request, encode_header, encode_written
@@ -148,6 +149,15 @@ def test_the_owners_process_gone_finds_the_owner_at_once_and_resends_everything(
     assert core.handle(lp.ServerGone(A, 6)) == [lp.FindOwner()]
     assert core.stats["servers_gone"] == 1 and core.stats["timeouts"] == 0
     assert sends(core.handle(lp.OwnerFound(B, 7))) == [(B, "write", 2, 1, [b"a", b"b"])]
+
+
+def test_a_refusal_by_the_server_fails_every_write_and_sticks():
+    core = connected()
+    write(core, b"a", b"b", now=0)
+    refusal = UnauthorizedError("log server ls-1 refused this client's CURVE key")
+    actions = core.handle(lp.Refused(refusal, 5))
+    assert failed(actions) == [("a", UnauthorizedError), ("b", UnauthorizedError)]
+    assert failed(write(core, b"c", now=6)) == [("c", UnauthorizedError)]
 
 
 def test_a_write_a_reply_left_out_is_resent_after_the_timeout():
