@@ -108,3 +108,30 @@ def read_all(bk, log_name: str, expect: int, nothing_more: bool = False) -> list
         if nothing_more:
             assert r.read(max_records=10, timeout_s=1) == []
     return out
+
+
+@contextmanager
+def appliance_with_log_servers(folder, **sections):
+    """``bkctl up --detach`` of 3 bookies (E3/W3/A2, no autorecovery) and 2
+    log servers, plus ``sections``: (config, client, registry, pids seen),
+    the registry showing both log servers; ``bkctl down`` and every pid the
+    test adds to the set killed on the way out, also on failure."""
+    import appliance
+    from tests.support.bkctl import bkctl
+    from tests.support.launch import kill_pids, supervisor_pids, write_config
+
+    config = write_config(folder, 3, quorums=(3, 3, 2), autorecovery={"enabled": False},
+                          log={"servers": 2}, **sections)
+    seen: set[int] = set()
+    try:
+        up = bkctl("up", "--detach", config=config, text=True)
+        seen.update(supervisor_pids(config))
+        assert up.returncode == 0, up.stderr
+        with appliance.connect(str(config)) as bk:
+            registry = LogServiceRegistry(bk.logs.store)
+            wait_for(lambda: len(registry.servers()) == 2, 60, what="2 log servers registered")
+            yield config, bk, registry, seen
+    finally:
+        seen.update(supervisor_pids(config))
+        bkctl("down", config=config)
+        kill_pids(seen)

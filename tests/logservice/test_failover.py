@@ -15,33 +15,18 @@ from pathlib import Path
 
 import pytest
 
-import appliance
-from appliance.meta.logservice import LogServiceRegistry
 from appliance.protocol.logs import DLSN
-from tests.logservice.support import read_all
+from tests.logservice.support import appliance_with_log_servers, read_all
 from tests.support.bkctl import REPO, bkctl
-from tests.support.launch import kill_pids, supervisor_pids, wait_for, write_config
+from tests.support.launch import wait_for
 
 PRODUCER_TIMEOUT_S = 240.0  # a bound on a loaded 2-core machine, not a target
 
 
 @pytest.fixture
 def appliance_up(short_tmp):
-    config = write_config(short_tmp, 3, quorums=(3, 3, 2), autorecovery={"enabled": False},
-                          log={"servers": 2}, supervisor={"restart_backoff_min_ms": 100})
-    seen: set[int] = set()
-    try:
-        up = bkctl("up", "--detach", config=config, text=True)
-        seen.update(supervisor_pids(config))
-        assert up.returncode == 0, up.stderr
-        with appliance.connect(str(config)) as bk:
-            registry = LogServiceRegistry(bk.logs.store)
-            wait_for(lambda: len(registry.servers()) == 2, 60, what="2 log servers registered")
-            yield config, bk, registry, seen
-    finally:
-        seen.update(supervisor_pids(config))
-        bkctl("down", config=config)
-        kill_pids(seen)
+    with appliance_with_log_servers(short_tmp, supervisor={"restart_backoff_min_ms": 100}) as up:
+        yield up
 
 
 def _start_producers(config, tmp: Path, log_name: str, producers: int, records: int,
