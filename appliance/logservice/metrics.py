@@ -15,7 +15,8 @@ and waits for it:
   ``..._records_total`` (records written), ``..._duplicates_total``
   (retried records answered from the duplicate filter), ``..._entries_total``
   (ledger entries the owned logs' writers sent: a group commit each),
-  ``..._takeovers_total`` (logs taken over), ``..._busy_total`` (write
+  ``..._takeovers_total`` (logs taken over), ``..._control_entries_total``
+  (control entries sent), ``..._busy_total`` (write
   requests answered "retry": their log's ledger had no room);
 * ``bookkeeper_logserver_owned_logs`` and ``..._producers`` (producers the
   owned logs' filters track), gauges;
@@ -43,6 +44,8 @@ COUNTERS = {"requests": "Requests received.", "redirects": "Requests answered 'n
             "records": "Records written.", "duplicates": "Retried records answered from the "
             "duplicate filter, not written again.", "entries": "Ledger entries sent by the "
             "owned logs' writers (one group commit each).", "takeovers": "Logs taken over.",
+            "control_entries": "Control entries sent (a log idle after an acknowledged "
+            "entry: readers of the bookies learn its last records).",
             "mux_requests": "Multi-log messages received (their sections count in requests).",
             "mux_sections": "Requests received as sections of multi-log messages.",
             "mux_replies": "Multi-log reply messages sent.",

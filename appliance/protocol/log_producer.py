@@ -175,6 +175,7 @@ class ProducerCore:
         self.finding = False  # a FindOwner is out
         self.hello_gen = -1  # the generation whose hello was sent
         self.awaiting = 0  # requests of this generation awaiting their reply
+        self._awaited: set[int] = set()  # the first seq of each write request of them
         self.last_reply_ms = 0
         self.resend_at_ms: int | None = None  # paused after a refusal
         self.connect_at_ms = 0  # no owner found: look again from then on
@@ -299,6 +300,7 @@ class ProducerCore:
                 size += n
             oldest = next(iter(self.pending))
             self._count_request(now_ms)
+            self._awaited.add(first)
             self._out.append(Send(self.endpoint, encode_write(
                 self._name_bytes, self.pid, self.gen, first, oldest, batch), size))
 
@@ -312,8 +314,14 @@ class ProducerCore:
         """A new generation: everything unacknowledged is sent again."""
         self.gen += 1
         self.unsent = deque(self.pending.values())
-        self.awaiting = 0
+        self._forget_requests()
         self.last_reply_ms = now_ms
+
+    def _forget_requests(self) -> None:
+        """No request of this generation is awaited any more (their late
+        replies still settle what they name, but free no room)."""
+        self.awaiting = 0
+        self._awaited.clear()
 
     # -- events --------------------------------------------------------------------------
     def _on_owner_found(self, event: OwnerFound) -> None:
@@ -345,7 +353,7 @@ class ProducerCore:
                 now_ms - self.last_reply_ms > limits.LOG_PRODUCER_REQUEST_TIMEOUT_MS:
             self.stats["timeouts"] += 1
             self.endpoint = None  # find the owner again (pump asks)
-            self.awaiting = 0
+            self._forget_requests()
 
     def _on_refused(self, event: Refused) -> None:
         if self.error is None:
@@ -359,7 +367,7 @@ class ProducerCore:
             return
         self.stats["servers_gone"] += 1
         self.endpoint = None  # pump asks for the owner
-        self.awaiting = 0
+        self._forget_requests()
 
     def _on_reply(self, event: Reply) -> None:
         frame = event.frame
@@ -376,7 +384,8 @@ class ProducerCore:
         if gen == self.gen:
             self.last_reply_ms = event.now_ms
         if doc is None:
-            if gen == self.gen and self.awaiting:
+            if gen == self.gen and first in self._awaited:  # not for a duplicated reply
+                self._awaited.discard(first)
                 self.awaiting -= 1
             self._settle(first, runs)
         elif gen != self.gen or self.error is not None:
@@ -388,6 +397,7 @@ class ProducerCore:
             self._admit()
         elif doc["op"] == "error":
             self.awaiting = max(0, self.awaiting - 1)
+            self._awaited.discard(doc.get("seq"))
             self._on_error(doc, event.now_ms)
         else:
             self.stats["stale_replies"] += 1

@@ -41,6 +41,9 @@ def test_one_producer_writes_and_reads_back(service):
     assert values["bookkeeper_logserver_owned_logs"] == 1
     assert values["bookkeeper_logserver_producers"] == 1
     assert values["bookkeeper_logserver_write_latency_seconds_count"] >= 2
+    # the log went idle after its last acknowledged entry: a control entry followed
+    wait_for(lambda: servers.metrics(owner).get(
+        "bookkeeper_logserver_control_entries_total", 0) >= 1, 30, what="a control entry counted")
 
 
 def test_an_exclusive_writer_and_producers_take_turns_losing_nothing(service):

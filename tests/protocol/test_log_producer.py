@@ -106,6 +106,20 @@ def test_the_rest_leaves_together_once_the_request_is_answered(monkeypatch):
 
 
 # -- the window ----------------------------------------------------------------------------
+def test_a_duplicated_reply_does_not_let_another_request_leave(monkeypatch):
+    """A reply counts once: its duplicate frees no room among the requests
+    in flight (LOG_PRODUCER_REQUESTS_INFLIGHT_MAX), it only settles again
+    nothing new."""
+    monkeypatch.setattr(limits, "LOG_PRODUCER_REQUESTS_INFLIGHT_MAX", 1)
+    monkeypatch.setattr(limits, "LOG_PRODUCER_BATCH_RECORDS_MAX", 1)
+    core = connected()
+    assert sends(write(core, b"a", b"b", b"c")) == [(A, "write", 1, 1, [b"a"])]
+    assert sends(core.handle(written(1, 1, 1))) == [(A, "write", 1, 2, [b"b"])]
+    assert sends(core.handle(written(1, 1, 1))) == []  # a's reply again: c waits for b's
+    assert core.awaiting == 1
+    assert sends(core.handle(written(1, 2, 1, entry=2))) == [(A, "write", 1, 3, [b"c"])]
+
+
 def test_a_full_window_keeps_writes_out_until_a_reply_frees_room(monkeypatch):
     monkeypatch.setattr(limits, "LOG_PRODUCER_INFLIGHT_RECORDS_MAX", 2)
     core = connected()
