@@ -29,6 +29,15 @@ def error_frames(message: str, rid=None) -> list[bytes]:
     return [encode_header({"op": "error", "code": BAD, "rid": rid, "message": message})]
 
 
+def _note_failure(doc: dict, exc: Exception, counters: dict | None) -> None:
+    """A handler that raised something else than a ``BKError`` (a bug or an
+    I/O failure): counted in ``handler_failures`` and logged with its traceback."""
+    if not isinstance(exc, BKError):
+        if counters is not None:
+            counters["handler_failures"] = counters.get("handler_failures", 0) + 1
+        log.error("log service: handler failed on %s", doc.get("op"), exc_info=exc)
+
+
 class HeaderWire:
     """One JSON header per request; replies are the handler's frames."""
 
@@ -48,10 +57,7 @@ class HeaderWire:
 
     @staticmethod
     def failure(request: dict, exc: Exception, counters: dict | None) -> list[bytes]:
-        if not isinstance(exc, BKError):
-            if counters is not None:
-                counters["handler_failures"] = counters.get("handler_failures", 0) + 1
-            log.error("log service: handler failed on %s", request.get("op"), exc_info=exc)
+        _note_failure(request, exc, counters)
         return error_frames(str(exc), request.get("rid"))
 
 
@@ -63,7 +69,7 @@ class MuxRequest(bytes):
     __slots__ = ()
 
 
-class WriteWire:
+class WriteWire(HeaderWire):
     """The write socket's wire (``appliance.protocol.log_service``): a
     message is one frame, a multi-log request (``MuxRequest``) or one
     request (binary WRITE, or a JSON ``hello``/``ping`` header) decoded to
@@ -80,20 +86,9 @@ class WriteWire:
         return decode_request([frame])
 
     @staticmethod
-    def encode(reply: list, limits) -> list:
-        return reply
-
-    @staticmethod
-    def rejection(frames: list, exc: BKError) -> list[bytes]:
-        return error_frames(str(exc))
-
-    @staticmethod
     def failure(request, exc: Exception, counters: dict | None) -> list[bytes]:
         doc = request[0] if isinstance(request, tuple) else {}
-        if not isinstance(exc, BKError):
-            if counters is not None:
-                counters["handler_failures"] = counters.get("handler_failures", 0) + 1
-            log.error("log service: handler failed on %s", doc.get("op"), exc_info=exc)
+        _note_failure(doc, exc, counters)
         echo = {k: doc[k] for k in ("log", "pid", "seq", "gen") if k in doc}
         return [encode_header({**echo, "op": "error", "code": BAD, "message": str(exc)})]
 
